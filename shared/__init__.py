@@ -1,0 +1,1 @@
+"""Project-wide code every service shares: the event contract, quantities, policy, runtimes."""

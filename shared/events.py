@@ -1,0 +1,382 @@
+"""The event contract: one envelope, every payload, past-tense names, one schema version.
+
+Lifecycle of a workload as the events tell it::
+
+    ObjectChanged(RayCluster Added)            reconciler.ingest -> admission
+    WorkloadSubmitted | WorkloadRejected       admission -> queue | reconciler
+    Enqueued, BackedOff*                       queue -> reconciler (status)
+    Dequeued | ReclaimRequested                queue -> placement (quota reserved)
+    GangPlaced | PlacementFailed               placement -> queue, reconciler
+    PodAssigned*                               placement -> reconciler (bind pod -> node)
+    GangRunning                                placement -> queue (every gang pod Running)
+    PreemptionRequested                        placement -> queue, reconciler (victim)
+    WorkloadFinished | WorkloadDeleted         admission -> queue
+    WorkloadWithdrawn                          queue -> placement (drop reservations)
+    KubeEffect*                                reconciler -> Kubernetes (the cluster adapter)
+
+Timers are events too: a core emits ``TimerSet``; the clock answers with ``TimerFired`` into the
+same service's inbox at that event time. Bump ``SCHEMA_VERSION`` on an incompatible change and add
+an upcaster in ``upcast``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from shared.model import Frozen, QueueSpec, WorkloadSpec
+
+SCHEMA_VERSION = 1
+
+
+# --------------------------------------------------------------------------- ingest
+class ObjectChanged(Frozen):
+    """A Kubernetes watch event, verbatim object included."""
+
+    type: Literal["ObjectChanged"] = "ObjectChanged"
+    change: Literal["Added", "Modified", "Deleted"]
+    kind: str
+    api_version: str = ""
+    namespace: str = ""
+    name: str
+    object: dict[str, Any]
+
+    @property
+    def subject(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}" if self.namespace else f"{self.kind}/{self.name}"
+
+
+# --------------------------------------------------------------------------- admission
+class QueueDefined(Frozen):
+    type: Literal["QueueDefined"] = "QueueDefined"
+    queue: QueueSpec
+
+    @property
+    def subject(self) -> str:
+        return f"queue/{self.queue.name}"
+
+
+class QueueRemoved(Frozen):
+    type: Literal["QueueRemoved"] = "QueueRemoved"
+    name: str
+
+    @property
+    def subject(self) -> str:
+        return f"queue/{self.name}"
+
+
+class QueueRejected(Frozen):
+    """A queue object that cannot be used as written (bad quantities, missing parent, min > parent)."""
+
+    type: Literal["QueueRejected"] = "QueueRejected"
+    name: str
+    kind: str
+    reason: str
+
+    @property
+    def subject(self) -> str:
+        return f"queue/{self.name}"
+
+
+class _WorkloadEvent(Frozen):
+    key: str
+
+    @property
+    def subject(self) -> str:
+        return self.key
+
+
+class WorkloadSubmitted(Frozen):
+    type: Literal["WorkloadSubmitted"] = "WorkloadSubmitted"
+    workload: WorkloadSpec
+
+    @property
+    def subject(self) -> str:
+        return self.workload.key
+
+
+class WorkloadUpdated(Frozen):
+    """The user changed the workload (priority, replicas); takes effect while it waits."""
+
+    type: Literal["WorkloadUpdated"] = "WorkloadUpdated"
+    workload: WorkloadSpec
+
+    @property
+    def subject(self) -> str:
+        return self.workload.key
+
+
+class WorkloadRejected(_WorkloadEvent):
+    type: Literal["WorkloadRejected"] = "WorkloadRejected"
+    kind: str
+    reason: str
+
+
+class WorkloadFinished(_WorkloadEvent):
+    type: Literal["WorkloadFinished"] = "WorkloadFinished"
+    outcome: Literal["Succeeded", "Failed"]
+    reason: str
+
+
+class WorkloadDeleted(_WorkloadEvent):
+    type: Literal["WorkloadDeleted"] = "WorkloadDeleted"
+    reason: str = "deleted by its owner"
+
+
+# --------------------------------------------------------------------------- queue
+class Enqueued(_WorkloadEvent):
+    type: Literal["Enqueued"] = "Enqueued"
+    queue: str
+    reason: str
+
+
+class BackedOff(_WorkloadEvent):
+    """The workload's attempt failed; it retries at ``requeue_at`` or earlier when capacity frees."""
+
+    type: Literal["BackedOff"] = "BackedOff"
+    queue: str
+    requeue_at: float
+    attempts: int
+    reason: str
+
+
+class Dequeued(_WorkloadEvent):
+    """Quota is reserved for the workload; placement may now place its gang."""
+
+    type: Literal["Dequeued"] = "Dequeued"
+    queue: str
+    workload: WorkloadSpec
+    reason: str
+
+
+class ReclaimRequested(_WorkloadEvent):
+    """Quota reserved by taking back over-share resources from other queues' ``victims``."""
+
+    type: Literal["ReclaimRequested"] = "ReclaimRequested"
+    queue: str
+    workload: WorkloadSpec
+    victims: tuple[str, ...]
+    reason: str
+
+
+class WorkloadWithdrawn(_WorkloadEvent):
+    """The workload left the system (finished, deleted): placement drops what it held for it."""
+
+    type: Literal["WorkloadWithdrawn"] = "WorkloadWithdrawn"
+    reason: str
+
+
+# --------------------------------------------------------------------------- placement
+class GpuAssignment(Frozen):
+    devices: tuple[int, ...]
+    fraction: float
+    group: str = ""
+
+
+class SlotAssignment(Frozen):
+    pod_set: str
+    index: int
+    node: str
+    gpu: GpuAssignment | None = None
+
+
+class GangPlaced(_WorkloadEvent):
+    type: Literal["GangPlaced"] = "GangPlaced"
+    queue: str
+    kind: str
+    gate: Literal["suspend", "pods"]
+    slots: tuple[SlotAssignment, ...]
+    reason: str
+
+
+class PlacementFailed(_WorkloadEvent):
+    type: Literal["PlacementFailed"] = "PlacementFailed"
+    queue: str
+    reason: str
+    capacity_short: bool = True
+
+
+class PodAssigned(_WorkloadEvent):
+    """Bind this existing pod to this node (its slot in the gang's placement)."""
+
+    type: Literal["PodAssigned"] = "PodAssigned"
+    pod_namespace: str
+    pod: str
+    pod_set: str
+    node: str
+    gpu: GpuAssignment | None = None
+
+
+class GangRunning(_WorkloadEvent):
+    type: Literal["GangRunning"] = "GangRunning"
+    reason: str
+
+
+class PreemptionRequested(_WorkloadEvent):
+    """``key`` is the victim. The reconciler evicts its pods (or re-suspends it); the queue requeues it."""
+
+    type: Literal["PreemptionRequested"] = "PreemptionRequested"
+    kind: str
+    gate: Literal["suspend", "pods"]
+    preemptor: str
+    pods: tuple[str, ...]
+    reason: str
+
+
+class CapacityChanged(Frozen):
+    """Schedulable totals changed (a node joined, left, or pods of other schedulers came or went)."""
+
+    type: Literal["CapacityChanged"] = "CapacityChanged"
+    total: dict[str, int]
+    nodes: int
+    released: bool
+    """True when capacity became available (wake workloads that back off)."""
+
+    @property
+    def subject(self) -> str:
+        return "cluster"
+
+
+# --------------------------------------------------------------------------- reconciler
+class KubeEffect(Frozen):
+    """One change to make in Kubernetes. Applying the same effect twice must change nothing."""
+
+    type: Literal["KubeEffect"] = "KubeEffect"
+    op: Literal["suspend", "unsuspend", "bind", "annotate", "evict", "event"]
+    kind: str
+    namespace: str
+    name: str
+    node: str = ""
+    annotations: dict[str, str] = {}
+    reason: str = ""
+    message: str = ""
+    event_type: Literal["Normal", "Warning"] = "Normal"
+
+    @property
+    def subject(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+# --------------------------------------------------------------------------- clock
+class TimerSet(Frozen):
+    type: Literal["TimerSet"] = "TimerSet"
+    key: str
+    at: float
+
+    @property
+    def subject(self) -> str:
+        return f"timer/{self.key}"
+
+
+class TimerFired(Frozen):
+    type: Literal["TimerFired"] = "TimerFired"
+    key: str
+
+    @property
+    def subject(self) -> str:
+        return f"timer/{self.key}"
+
+
+Payload = Annotated[
+    Union[
+        ObjectChanged, QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated,
+        WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
+        ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
+        PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
+    ],
+    Field(discriminator="type"),
+]
+
+PAYLOAD_TYPES: dict[str, type[BaseModel]] = {
+    cls.model_fields["type"].default: cls
+    for cls in (
+        ObjectChanged, QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated,
+        WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
+        ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
+        PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
+    )
+}
+
+
+class Envelope(BaseModel):
+    """Every message on every inbox. ``occurred_at`` is event time in seconds; it is the only 'now'."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    type: str
+    subject: str
+    source: str
+    occurred_at: float
+    causation_id: str | None = None
+    correlation_id: str
+    schema_version: int = SCHEMA_VERSION
+    trace: dict[str, str] = {}
+    """W3C trace context (``traceparent``), filled by the tracing adapter."""
+    payload: Payload
+
+
+_ENVELOPE = TypeAdapter(Envelope)
+
+
+def derive_id(*parts: object) -> str:
+    """Deterministic id: same inputs, same id, on every run and every runtime."""
+    digest = hashlib.blake2b("\x1f".join(str(p) for p in parts).encode(), digest_size=12)
+    return digest.hexdigest()
+
+
+def wrap(payload: Any, *, source: str, cause: Envelope | None, index: int, at: float | None = None) -> Envelope:
+    """Envelope a core's output: id from (source, cause id, index), time and correlation inherited."""
+    if cause is None:
+        if at is None:
+            raise ValueError("an event with no cause needs an explicit time")
+        event_id = derive_id(source, at, index, payload.type, payload.subject)
+        return Envelope.model_construct(
+            id=event_id, type=payload.type, subject=payload.subject, source=source, occurred_at=at,
+            causation_id=None, correlation_id=event_id, schema_version=SCHEMA_VERSION, trace={},
+            payload=payload,
+        )
+    return Envelope.model_construct(
+        id=derive_id(source, cause.id, index),
+        type=payload.type,
+        subject=payload.subject,
+        source=source,
+        occurred_at=cause.occurred_at if at is None else at,
+        causation_id=cause.id,
+        correlation_id=cause.correlation_id,
+        schema_version=SCHEMA_VERSION,
+        trace=dict(cause.trace),
+        payload=payload,
+    )
+
+
+def upcast(raw: dict[str, Any]) -> dict[str, Any]:
+    """Bring an older envelope up to ``SCHEMA_VERSION`` (none exist yet: version 1 is the first)."""
+    version = raw.get("schema_version", SCHEMA_VERSION)
+    if version > SCHEMA_VERSION:
+        raise ValueError(f"event schema version {version} is newer than this muster ({SCHEMA_VERSION})")
+    return raw
+
+
+def to_json(env: Envelope) -> bytes:
+    return _ENVELOPE.dump_json(env)
+
+
+def from_json(data: bytes | str) -> Envelope:
+    """Validate a serialised envelope; raises ``pydantic.ValidationError`` on bad input."""
+    import json
+
+    raw = json.loads(data)
+    if not isinstance(raw, dict):
+        raise ValueError("an envelope must be a JSON object")
+    return _ENVELOPE.validate_python(upcast(raw))
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    """JSON Schema for the envelope and each payload, for consumers outside Python."""
+    out = {"Envelope": Envelope.model_json_schema()}
+    for name, cls in PAYLOAD_TYPES.items():
+        out[name] = cls.model_json_schema()
+    return out

@@ -1,0 +1,123 @@
+"""Kubernetes object conventions shared by admission, placement and the simulated cluster.
+
+Pure helpers over plain dicts as the API server returns them: labels KubeRay puts on pods, the
+pod-resource arithmetic Kubernetes and KubeRay use, and how a pod maps back to its workload.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from shared import quantity as q
+
+# Labels KubeRay writes on the pods it creates.
+RAY_CLUSTER = "ray.io/cluster"
+RAY_NODE_TYPE = "ray.io/node-type"          # head | worker
+RAY_GROUP = "ray.io/group"                  # worker group name ("headgroup" for the head)
+RAY_ORIGIN_KIND = "ray.io/originated-from-crd"      # RayCluster | RayJob
+RAY_ORIGIN_NAME = "ray.io/originated-from-cr-name"
+SUBMITTER_LABEL = "muster.dev/pod-set"      # the simulated submitter pod says pod_set=submitter
+
+# Plain pod gangs (coscheduling).
+POD_GROUP_X = "scheduling.x-k8s.io/pod-group"
+POD_GROUP_NAME = "pod-group.scheduling.sigs.k8s.io/name"
+POD_GROUP_MIN = "pod-group.scheduling.sigs.k8s.io/min-available"
+
+GPU_FRACTION = "gpu-fraction"
+
+
+def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return meta(obj).get("labels") or {}
+
+
+def annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return meta(obj).get("annotations") or {}
+
+
+def key(obj: Mapping[str, Any]) -> str:
+    m = meta(obj)
+    return f"{m.get('namespace') or 'default'}/{m.get('name', '')}"
+
+
+def container_requests(container: Mapping[str, Any], where: str) -> q.Resources:
+    """A container's requests with limits filling any missing request (as the API server defaults)."""
+    res = container.get("resources") or {}
+    if not isinstance(res, Mapping):
+        raise q.QuantityError(f"{where}.resources must be a mapping")
+    requests = q.parse_resources(res.get("requests"), where=f"{where}.resources.requests")
+    limits = q.parse_resources(res.get("limits"), where=f"{where}.resources.limits")
+    for name, value in limits.items():
+        requests.setdefault(name, value)
+    return requests
+
+
+def pod_requests(pod_spec: Mapping[str, Any], where: str = "spec") -> q.Resources:
+    """Sum over regular containers (KubeRay's arithmetic); raises ``QuantityError`` naming the field."""
+    total: q.Resources = {}
+    for i, container in enumerate(pod_spec.get("containers") or []):
+        name = container.get("name") or str(i)
+        total = q.add(total, container_requests(container, f"{where}.containers[{name}]"))
+    return {k: v for k, v in total.items() if v}
+
+
+def workload_key_of_pod(pod: Mapping[str, Any]) -> str | None:
+    """The ``namespace/name`` of the user's workload a pod belongs to, or None for unmanaged pods."""
+    lab = labels(pod)
+    ns = meta(pod).get("namespace") or "default"
+    if lab.get(RAY_ORIGIN_KIND) in ("RayJob", "RayCluster") and lab.get(RAY_ORIGIN_NAME):
+        return f"{ns}/{lab[RAY_ORIGIN_NAME]}"
+    if lab.get(RAY_CLUSTER):
+        return f"{ns}/{lab[RAY_CLUSTER]}"
+    group = lab.get(POD_GROUP_X) or lab.get(POD_GROUP_NAME)
+    if group:
+        return f"{ns}/{group}"
+    return None
+
+
+def pod_set_of_pod(pod: Mapping[str, Any]) -> str:
+    """``head``, the worker group name, ``submitter``, or ``pods`` for a plain pod gang."""
+    lab = labels(pod)
+    if lab.get(SUBMITTER_LABEL):
+        return lab[SUBMITTER_LABEL]
+    if lab.get(RAY_NODE_TYPE) == "head":
+        return "head"
+    if lab.get(RAY_NODE_TYPE) == "worker":
+        return lab.get(RAY_GROUP, "worker")
+    return "pods"
+
+
+def gpu_share(annotations_: Mapping[str, str], where: str) -> int:
+    """``gpu-fraction`` annotation in thousandths of a device; 0 when absent. Raises on bad values."""
+    raw = annotations_.get(GPU_FRACTION)
+    if raw is None:
+        return 0
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise q.QuantityError(f"{where}.annotations.{GPU_FRACTION}: {raw!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise q.QuantityError(f"{where}.annotations.{GPU_FRACTION}: {raw!r} must be in (0, 1]")
+    return round(value * 1000)
+
+
+def short_hash(*parts: object, length: int = 5) -> str:
+    """A deterministic stand-in for KubeRay's random 5-character suffixes."""
+    import hashlib
+
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of k8s.io/apimachinery rand.String
+    n = int.from_bytes(digest, "big")
+    out = []
+    for _ in range(length):
+        n, r = divmod(n, len(alphabet))
+        out.append(alphabet[r])
+    return "".join(out)
+
+
+def rayjob_cluster_name(rayjob_name: str) -> str:
+    """The RayCluster a RayJob creates (KubeRay appends a random suffix; ours is a hash)."""
+    return f"{rayjob_name}-{short_hash('rayjob', rayjob_name)}"

@@ -1,0 +1,81 @@
+"""Every tunable in one typed object. Cores receive it; nothing reads globals or the environment.
+
+Load from YAML with ``Policy.from_yaml`` (``muster simulate --policy FILE``) or a scenario's
+``policy:`` block. Unknown keys are an error, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+Queueing = Literal["StrictFIFO", "BestEffortFIFO"]
+Strategy = Literal["binpack", "spread"]
+
+
+class QueuePolicy(BaseModel):
+    """Overrides for one queue; unset fields fall back to the global policy."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    queueing: Queueing | None = None
+    placement: Strategy | None = None
+    min_runtime_seconds: float | None = Field(default=None, ge=0)
+
+
+class Policy(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    queueing: Queueing = "BestEffortFIFO"
+    """StrictFIFO: a queue's head blocks the queue until it is admitted. BestEffortFIFO: a head that
+    does not fit is skipped (it backs off) and the next workload may go. Never across queues."""
+    placement: Strategy = "binpack"
+    """binpack: fill the most-allocated node that fits; spread: the least-allocated."""
+    backoff_base_seconds: float = Field(default=1.0, gt=0)
+    backoff_max_seconds: float = Field(default=60.0, gt=0)
+    min_runtime_seconds: float = Field(default=0.0, ge=0)
+    """A workload that has run less than this is never a preemption or reclaim victim."""
+    default_queue: str = "default"
+    """Queue for workloads that name none; it exists implicitly, unlimited, unless defined."""
+    unknown_queue: Literal["wait", "reject"] = "wait"
+    """A workload naming a queue that does not exist: wait Queued (with a reason) until it is
+    defined, or be Rejected at once."""
+    scheduler_name: str = "muster"
+    queues: dict[str, QueuePolicy] = {}
+
+    def queueing_for(self, queue: str) -> Queueing:
+        override = self.queues.get(queue)
+        return override.queueing if override and override.queueing else self.queueing
+
+    def placement_for(self, queue: str) -> Strategy:
+        override = self.queues.get(queue)
+        return override.placement if override and override.placement else self.placement
+
+    def min_runtime_for(self, queue: str) -> float:
+        override = self.queues.get(queue)
+        if override and override.min_runtime_seconds is not None:
+            return override.min_runtime_seconds
+        return self.min_runtime_seconds
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any] | None) -> "Policy":
+        return cls.model_validate(data or {})
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "Policy":
+        """Raises ``PolicyError`` with the offending field named."""
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise PolicyError(f"cannot read policy {path}: {exc}") from None
+        try:
+            return cls.from_mapping(data)
+        except ValidationError as exc:
+            raise PolicyError(f"invalid policy {path}: {exc}") from None
+
+
+class PolicyError(ValueError):
+    pass

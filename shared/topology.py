@@ -1,0 +1,59 @@
+"""Who reads what: the one place that says which inbox each event type is written to.
+
+Services: admission, queue, placement, reconciler. ``cluster`` is the Kubernetes side (the
+reconciler's apply adapter, or the simulated cluster); ``clock`` answers ``TimerSet``.
+"""
+
+from __future__ import annotations
+
+from shared.events import Envelope
+
+SERVICES = ("admission", "queue", "placement", "reconciler")
+
+ADMISSION_KINDS = frozenset({
+    "RayCluster", "RayJob", "PodGroup", "Queue", "ElasticQuotaTree", "PriorityClass",
+})
+PLACEMENT_KINDS = frozenset({"Node", "Pod"})
+
+ROUTES: dict[str, tuple[str, ...]] = {
+    "QueueDefined": ("queue",),
+    "QueueRemoved": ("queue",),
+    "QueueRejected": ("reconciler",),
+    "WorkloadSubmitted": ("queue",),
+    "WorkloadUpdated": ("queue",),
+    "WorkloadRejected": ("reconciler",),
+    "WorkloadFinished": ("queue",),
+    "WorkloadDeleted": ("queue",),
+    "Enqueued": ("reconciler",),
+    "BackedOff": ("reconciler",),
+    "Dequeued": ("placement",),
+    "ReclaimRequested": ("placement",),
+    "WorkloadWithdrawn": ("placement",),
+    "GangPlaced": ("queue", "reconciler"),
+    "PlacementFailed": ("queue",),
+    "PodAssigned": ("reconciler",),
+    "GangRunning": ("queue", "reconciler"),
+    "PreemptionRequested": ("queue", "reconciler"),
+    "CapacityChanged": ("queue",),
+    "KubeEffect": ("cluster",),
+    "TimerSet": ("clock",),
+}
+
+
+def is_pod_gang_member(obj: dict) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return "scheduling.x-k8s.io/pod-group" in labels or "pod-group.scheduling.sigs.k8s.io/name" in labels
+
+
+def destinations(env: Envelope) -> tuple[str, ...]:
+    """Inboxes an envelope goes to. Watch events split by kind; pods of plain pod gangs go to both."""
+    if env.type == "ObjectChanged":
+        kind = env.payload.kind
+        if kind == "Pod":
+            return ("admission", "placement") if is_pod_gang_member(env.payload.object) else ("placement",)
+        if kind == "Node":
+            return ("placement",)
+        return ("admission",)
+    if env.type == "TimerFired":
+        return ()
+    return ROUTES[env.type]
