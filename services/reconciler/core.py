@@ -1,0 +1,249 @@
+"""The reconciler's decisions: which Kubernetes changes follow from the other cores' events.
+
+Pure and idempotent. Every effect is remembered per (object, field) with the value last emitted;
+an effect that would write the same value again is dropped, and a redelivered envelope (same id)
+yields nothing. The adapter that applies the effects (real API client or ``shared.sim``) is
+idempotent too, so at-least-once delivery never doubles a change.
+
+Objects are addressed as the user wrote them: the workload by its kind/namespace/name, pods as
+``Pod``. ``Enqueued``/``BackedOff`` do not carry the workload's kind (see ``_Workload.kind``): until
+another event names it, the effects carry ``kind=""``, meaning "the workload object of that
+namespace/name" (the cluster adapter resolves RayJob first, then RayCluster).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+from shared import kube
+from shared.events import (
+    BackedOff, Enqueued, Envelope, GangPlaced, GangRunning, GpuAssignment, KubeEffect, PodAssigned,
+    PreemptionRequested, QueueRejected, WorkloadDeleted, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated,
+)
+from shared.policy import Policy
+
+ENQUEUED_AT = "muster.dev/enqueued-at"
+DEQUEUED_AT = "muster.dev/dequeued-at"
+QUEUE = "muster.dev/queue"
+STATUS = "muster.dev/status"
+GPU_GROUP = "muster.dev/gpu-group"
+GPU_DEVICES = "muster.dev/gpu-devices"
+GPU_FRACTION = kube.GPU_FRACTION
+
+_NO_ANNOTATIONS = frozenset({"PodGroup"})
+"""Kinds whose workload object muster does not annotate (a plain pod gang may have no object)."""
+
+
+def seconds(t: float) -> str:
+    """Event time as annotation text: ``12`` for whole seconds, ``12.5`` otherwise (exact, no exponent)."""
+    return str(int(t)) if float(t).is_integer() else repr(float(t))
+
+
+def _status(word: str, reason: str) -> str:
+    return f"{word}: {reason}" if reason else word
+
+
+def gpu_annotations(gpu: GpuAssignment | None) -> dict[str, str]:
+    """What a bound pod is told about its GPU devices (KAI style ``gpu-fraction`` plus muster's own)."""
+    if gpu is None:
+        return {}
+    out = {GPU_FRACTION: seconds(gpu.fraction), GPU_DEVICES: ",".join(str(d) for d in gpu.devices)}
+    if gpu.group:
+        out[GPU_GROUP] = gpu.group
+    return out
+
+
+@dataclass
+class _Workload:
+    """What the reconciler knows about one workload key."""
+
+    namespace: str
+    name: str
+    kind: str = ""
+    """Learnt from GangPlaced, PreemptionRequested, WorkloadRejected (or WorkloadSubmitted if routed here)."""
+    phase: str = ""
+    """``queued``, ``placed`` or ``preempted``: tells a requeue after preemption from a new incarnation."""
+    pods: list[str] = field(default_factory=list)
+    """Object ids of pods this workload had effects on, to forget them with the workload."""
+
+    @property
+    def object_id(self) -> str:
+        """Memory key independent of kind, so effects sent before the kind was known still count."""
+        return f"workload:{self.namespace}/{self.name}"
+
+
+class ReconcilerCore:
+    """Folds decisions into Kubernetes effects; see docs/design.md, "reconciler"."""
+
+    service = "reconciler"
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self._seen: set[str] = set()
+        self._workloads: dict[str, _Workload] = {}
+        self._applied: dict[str, dict[str, Any]] = {}
+        """object id -> field -> last value emitted for it."""
+        self._handlers: dict[str, Callable[[Any, float], list[KubeEffect]]] = {
+            "Enqueued": self._on_enqueued,
+            "BackedOff": self._on_backed_off,
+            "GangPlaced": self._on_gang_placed,
+            "PodAssigned": self._on_pod_assigned,
+            "GangRunning": self._on_gang_running,
+            "PreemptionRequested": self._on_preemption,
+            "WorkloadRejected": self._on_workload_rejected,
+            "QueueRejected": self._on_queue_rejected,
+            "WorkloadSubmitted": self._on_workload_known,
+            "WorkloadUpdated": self._on_workload_known,
+            "WorkloadDeleted": self._on_workload_deleted,
+        }
+
+    def handle(self, env: Envelope) -> list[KubeEffect]:
+        """Effects for one inbox event; a redelivered envelope id yields nothing."""
+        if env.id in self._seen:
+            return []
+        self._seen.add(env.id)
+        handler = self._handlers.get(env.type)
+        return handler(env.payload, env.occurred_at) if handler else []
+
+    # ------------------------------------------------------------------ event handlers
+    def _on_enqueued(self, p: Enqueued, now: float) -> list[KubeEffect]:
+        wl = self._workload(p.key)
+        wl.phase = "queued"
+        return self._queued(wl, p.queue, p.reason, now)
+
+    def _on_backed_off(self, p: BackedOff, now: float) -> list[KubeEffect]:
+        wl = self._workload(p.key)
+        wl.phase = "queued"
+        out = self._queued(wl, p.queue, p.reason, now)
+        return out + self._event(wl, "Warning", "Unschedulable", p.reason)
+
+    def _on_gang_placed(self, p: GangPlaced, now: float) -> list[KubeEffect]:
+        wl = self._workload(p.key, p.kind)
+        wl.phase = "placed"
+        out = self._suspend(wl, False) if p.gate == "suspend" else []
+        out += self._annotate(wl, {DEQUEUED_AT: seconds(now), QUEUE: p.queue,
+                                   STATUS: _status("Admitted", p.reason)})
+        message = p.reason or f"all {len(p.slots)} pods placed"
+        return out + self._event(wl, "Normal", "Scheduled", message)
+
+    def _on_pod_assigned(self, p: PodAssigned, now: float) -> list[KubeEffect]:
+        wl = self._workload(p.key)
+        pod_id = self._pod_id(wl, p.pod_namespace, p.pod)
+        annotations = gpu_annotations(p.gpu)
+        if not self._remember(pod_id, "placement", ("bind", p.node, tuple(sorted(annotations.items())))):
+            return []
+        return [KubeEffect(op="bind", kind="Pod", namespace=p.pod_namespace or wl.namespace, name=p.pod,
+                           node=p.node, annotations=annotations)]
+
+    def _on_gang_running(self, p: GangRunning, now: float) -> list[KubeEffect]:
+        return self._annotate(self._workload(p.key), {STATUS: _status("Running", p.reason)})
+
+    def _on_preemption(self, p: PreemptionRequested, now: float) -> list[KubeEffect]:
+        wl = self._workload(p.key, p.kind)
+        wl.phase = "preempted"
+        out = self._suspend(wl, True) if p.gate == "suspend" else self._evict_all(wl, p.pods)
+        out += self._annotate(wl, {STATUS: _status("Preempted", p.reason)})
+        return out + self._event(wl, "Warning", "Preempted", p.reason)
+
+    def _on_workload_rejected(self, p: WorkloadRejected, now: float) -> list[KubeEffect]:
+        wl = self._workload(p.key, p.kind)
+        out = self._annotate(wl, {STATUS: _status("Rejected", p.reason)})
+        return out + self._event(wl, "Warning", "Rejected", p.reason)
+
+    def _on_queue_rejected(self, p: QueueRejected, now: float) -> list[KubeEffect]:
+        """Queues are cluster-scoped objects: status annotation and a Warning event on the queue."""
+        object_id = f"{p.kind}//{p.name}"
+        out: list[KubeEffect] = []
+        status = _status("Rejected", p.reason)
+        if self._remember(object_id, f"annotation:{STATUS}", status):
+            out.append(KubeEffect(op="annotate", kind=p.kind, namespace="", name=p.name,
+                                  annotations={STATUS: status}))
+        if self._remember(object_id, "event", ("Warning", "Rejected", p.reason)):
+            out.append(KubeEffect(op="event", kind=p.kind, namespace="", name=p.name, reason="Rejected",
+                                  message=p.reason, event_type="Warning"))
+        return out
+
+    def _on_workload_known(self, p: WorkloadSubmitted | WorkloadUpdated, now: float) -> list[KubeEffect]:
+        """A submission starts a new incarnation of the object: forget what was written on the old one."""
+        wl = self._workload(p.workload.key, p.workload.kind)
+        if p.type == "WorkloadSubmitted":
+            self._forget(wl)
+            wl.phase = ""
+        return []
+
+    def _on_workload_deleted(self, p: WorkloadDeleted, now: float) -> list[KubeEffect]:
+        """The object is gone: nothing is left to write on it, so nothing is kept for it."""
+        wl = self._workloads.pop(p.key, None)
+        if wl is not None:
+            self._forget(wl)
+        return []
+
+    # ------------------------------------------------------------------ effects
+    def _queued(self, wl: _Workload, queue: str, reason: str, now: float) -> list[KubeEffect]:
+        values = {QUEUE: queue, STATUS: _status("Queued", reason)}
+        if f"annotation:{ENQUEUED_AT}" not in self._applied.get(wl.object_id, {}):
+            values = {ENQUEUED_AT: seconds(now), **values}
+        return self._annotate(wl, values)
+
+    def _annotate(self, wl: _Workload, values: dict[str, str]) -> list[KubeEffect]:
+        if wl.kind in _NO_ANNOTATIONS:
+            return []
+        changed = {k: v for k, v in values.items() if self._remember(wl.object_id, f"annotation:{k}", v)}
+        if not changed:
+            return []
+        return [KubeEffect(op="annotate", kind=wl.kind, namespace=wl.namespace, name=wl.name, annotations=changed)]
+
+    def _suspend(self, wl: _Workload, value: bool) -> list[KubeEffect]:
+        if not self._remember(wl.object_id, "spec.suspend", value):
+            return []
+        return [KubeEffect(op="suspend" if value else "unsuspend", kind=wl.kind, namespace=wl.namespace,
+                           name=wl.name)]
+
+    def _evict_all(self, wl: _Workload, pods: tuple[str, ...]) -> list[KubeEffect]:
+        out = []
+        for pod in pods:
+            namespace, _, name = pod.rpartition("/")
+            namespace = namespace or wl.namespace
+            if self._remember(self._pod_id(wl, namespace, name), "placement", ("evict",)):
+                out.append(KubeEffect(op="evict", kind="Pod", namespace=namespace, name=name))
+        return out
+
+    def _event(self, wl: _Workload, event_type: Literal["Normal", "Warning"], reason: str,
+               message: str) -> list[KubeEffect]:
+        """Consecutive identical events on one object are one event (Kubernetes would count them)."""
+        if not self._remember(wl.object_id, "event", (event_type, reason, message)):
+            return []
+        return [KubeEffect(op="event", kind=wl.kind, namespace=wl.namespace, name=wl.name, reason=reason,
+                           message=message, event_type=event_type)]
+
+    # ------------------------------------------------------------------ memory
+    def _workload(self, key: str, kind: str = "") -> _Workload:
+        wl = self._workloads.get(key)
+        if wl is None:
+            namespace, _, name = key.rpartition("/")
+            wl = self._workloads[key] = _Workload(namespace=namespace or "default", name=name)
+        if kind:
+            wl.kind = kind
+        return wl
+
+    def _pod_id(self, wl: _Workload, namespace: str, pod: str) -> str:
+        pod_id = f"Pod/{namespace or wl.namespace}/{pod}"
+        if pod_id not in wl.pods:
+            wl.pods.append(pod_id)
+        return pod_id
+
+    def _remember(self, object_id: str, field_: str, value: Any) -> bool:
+        """Record ``value`` as the last one emitted for (object, field); False if it already was."""
+        memory = self._applied.setdefault(object_id, {})
+        if field_ in memory and memory[field_] == value:
+            return False
+        memory[field_] = value
+        return True
+
+    def _forget(self, wl: _Workload) -> None:
+        """A new incarnation of the object: nothing we wrote on the old one is on it."""
+        self._applied.pop(wl.object_id, None)
+        for pod_id in wl.pods:
+            self._applied.pop(pod_id, None)
+        wl.pods.clear()

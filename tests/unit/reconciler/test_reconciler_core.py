@@ -1,0 +1,221 @@
+from shared.events import (
+    WorkloadDeleted,
+    BackedOff, Enqueued, GangPlaced, GangRunning, GpuAssignment, KubeEffect, PodAssigned, PreemptionRequested,
+    QueueRejected, SlotAssignment, TimerFired, WorkloadRejected, WorkloadSubmitted,
+)
+from shared.policy import Policy
+from services.reconciler.core import ReconcilerCore, gpu_annotations, seconds
+from tests.builders import envelope, workload
+
+KEY = "default/rj"
+
+
+def core() -> ReconcilerCore:
+    return ReconcilerCore(Policy())
+
+
+def placed(key: str = KEY, *, kind: str = "RayJob", gate: str = "suspend", queue: str = "q",
+           reason: str = "placed 2 pods") -> GangPlaced:
+    slots = (SlotAssignment(pod_set="head", index=0, node="n1"), SlotAssignment(pod_set="worker", index=0, node="n2"))
+    return GangPlaced(key=key, queue=queue, kind=kind, gate=gate, slots=slots, reason=reason)
+
+
+def enqueued(key: str = KEY, reason: str = "waiting in queue q") -> Enqueued:
+    return Enqueued(key=key, queue="q", reason=reason)
+
+
+def backed_off(key: str = KEY, reason: str = "queue q capability cpu 4: used 3, requested 3") -> BackedOff:
+    return BackedOff(key=key, queue="q", requeue_at=5.0, attempts=1, reason=reason)
+
+
+def preempted(key: str = KEY, *, kind: str = "RayJob", gate: str = "suspend",
+              pods: tuple[str, ...] = ()) -> PreemptionRequested:
+    return PreemptionRequested(key=key, kind=kind, gate=gate, preemptor="default/big", pods=pods,
+                               reason="preempted by default/big (priority 100) in queue q")
+
+
+def eff(op: str, kind: str = "RayJob", name: str = "rj", **fields) -> KubeEffect:
+    return KubeEffect(op=op, kind=kind, namespace="default", name=name, **fields)
+
+
+def test_gang_placed_unsuspends_annotates_and_records_an_event():
+    out = core().handle(envelope(placed(), at=12.5))
+    assert out == [
+        eff("unsuspend"),
+        eff("annotate", annotations={"muster.dev/dequeued-at": "12.5", "muster.dev/queue": "q",
+                                     "muster.dev/status": "Admitted: placed 2 pods"}),
+        eff("event", reason="Scheduled", message="placed 2 pods", event_type="Normal"),
+    ]
+
+
+def test_gang_placed_pod_gated_does_not_unsuspend():
+    out = core().handle(envelope(placed(kind="RayCluster", gate="pods"), at=3.0))
+    assert [e.op for e in out] == ["annotate", "event"]
+    assert out[0].kind == "RayCluster" and out[0].annotations["muster.dev/dequeued-at"] == "3"
+
+
+def test_duplicate_envelope_yields_nothing():
+    c = core()
+    env = envelope(placed(), at=1.0)
+    assert len(c.handle(env)) == 3
+    assert c.handle(env) == []
+
+
+def test_identical_effects_are_not_emitted_twice():
+    c = core()
+    c.handle(envelope(placed(), at=1.0))
+    # Same decision redelivered under another id at the same time: nothing new to write.
+    assert c.handle(envelope(placed(), at=1.0)) == []
+    # Later: only the time changed.
+    assert c.handle(envelope(placed(), at=2.0)) == [eff("annotate", annotations={"muster.dev/dequeued-at": "2"})]
+
+
+def test_enqueued_annotates_before_the_kind_is_known():
+    out = core().handle(envelope(enqueued(), at=1.0))
+    assert out == [KubeEffect(op="annotate", kind="", namespace="default", name="rj",
+                              annotations={"muster.dev/enqueued-at": "1", "muster.dev/queue": "q",
+                                           "muster.dev/status": "Queued: waiting in queue q"})]
+
+
+def test_enqueued_uses_the_kind_once_known():
+    c = core()
+    c.handle(envelope(WorkloadRejected(key=KEY, kind="RayJob", reason="bad"), at=0.0))
+    out = c.handle(envelope(enqueued(), at=1.0))
+    assert [(e.op, e.kind) for e in out] == [("annotate", "RayJob")]
+
+
+def test_backed_off_writes_status_and_a_warning_event_once():
+    c = core()
+    c.handle(envelope(enqueued(), at=1.0))
+    out = c.handle(envelope(backed_off(), at=2.0))
+    reason = "queue q capability cpu 4: used 3, requested 3"
+    assert out == [
+        KubeEffect(op="annotate", kind="", namespace="default", name="rj",
+                   annotations={"muster.dev/status": f"Queued: {reason}"}),
+        KubeEffect(op="event", kind="", namespace="default", name="rj", reason="Unschedulable", message=reason,
+                   event_type="Warning"),
+    ]
+    assert c.handle(envelope(backed_off(), at=3.0)) == []
+
+
+def test_enqueued_at_is_written_only_the_first_time():
+    c = core()
+    first = c.handle(envelope(backed_off(), at=4.0))
+    assert first[0].annotations["muster.dev/enqueued-at"] == "4"
+    c.handle(envelope(placed(), at=5.0))
+    c.handle(envelope(preempted(), at=9.0))
+    again = c.handle(envelope(enqueued(reason="preempted by default/big; waiting in queue q"), at=9.0))
+    assert again == [eff("annotate", annotations={
+        "muster.dev/status": "Queued: preempted by default/big; waiting in queue q"})]
+
+
+def test_a_deleted_and_recreated_object_is_a_new_object():
+    c = core()
+    c.handle(envelope(enqueued(), at=1.0))
+    c.handle(envelope(placed(), at=2.0))
+    assert c.handle(envelope(WorkloadDeleted(key=KEY), at=20.0)) == []
+    out = c.handle(envelope(enqueued(), at=30.0))
+    assert out == [eff("annotate", annotations={"muster.dev/enqueued-at": "30", "muster.dev/queue": "q",
+                                                "muster.dev/status": "Queued: waiting in queue q"})]
+    assert c.handle(envelope(placed(), at=31.0))[0] == eff("unsuspend")
+
+
+def test_pod_assigned_binds_with_gpu_annotations():
+    c = core()
+    gpu = GpuAssignment(devices=(0,), fraction=0.5, group="g1")
+    out = c.handle(envelope(PodAssigned(key=KEY, pod_namespace="default", pod="rj-w-1", pod_set="w", node="n1",
+                                        gpu=gpu)))
+    assert out == [KubeEffect(op="bind", kind="Pod", namespace="default", name="rj-w-1", node="n1",
+                              annotations={"gpu-fraction": "0.5", "muster.dev/gpu-devices": "0",
+                                           "muster.dev/gpu-group": "g1"})]
+
+
+def test_pod_assigned_without_gpu_binds_plainly_and_only_once():
+    c = core()
+    payload = PodAssigned(key=KEY, pod_namespace="team", pod="p", pod_set="head", node="n2")
+    assert c.handle(envelope(payload)) == [KubeEffect(op="bind", kind="Pod", namespace="team", name="p", node="n2")]
+    assert c.handle(envelope(payload)) == []
+
+
+def test_gpu_annotations_whole_gpus():
+    assert gpu_annotations(GpuAssignment(devices=(1, 3), fraction=1.0)) == {
+        "gpu-fraction": "1", "muster.dev/gpu-devices": "1,3"}
+    assert gpu_annotations(None) == {}
+
+
+def test_gang_running_annotates_status():
+    c = core()
+    c.handle(envelope(placed(), at=1.0))
+    assert c.handle(envelope(GangRunning(key=KEY, reason="3/3 pods running"), at=4.0)) == [
+        eff("annotate", annotations={"muster.dev/status": "Running: 3/3 pods running"})]
+
+
+def test_preemption_of_pod_gated_workload_evicts_each_pod():
+    c = core()
+    out = c.handle(envelope(preempted(kind="RayCluster", gate="pods", pods=("rc-head-abcde", "rc-w-worker-fghjk")),
+                            at=7.0))
+    reason = "preempted by default/big (priority 100) in queue q"
+    assert out == [
+        eff("evict", "Pod", "rc-head-abcde"),
+        eff("evict", "Pod", "rc-w-worker-fghjk"),
+        eff("annotate", "RayCluster", annotations={"muster.dev/status": f"Preempted: {reason}"}),
+        eff("event", "RayCluster", reason="Preempted", message=reason, event_type="Warning"),
+    ]
+    # Redelivered under a new id: the pods are already evicted.
+    assert c.handle(envelope(preempted(kind="RayCluster", gate="pods",
+                                       pods=("rc-head-abcde", "rc-w-worker-fghjk")), at=8.0)) == []
+
+
+def test_preemption_of_suspend_gated_workload_resuspends_and_replacement_unsuspends():
+    c = core()
+    c.handle(envelope(placed(), at=1.0))
+    out = c.handle(envelope(preempted(), at=60.0))
+    assert [e.op for e in out] == ["suspend", "annotate", "event"]
+    assert out[0] == eff("suspend")
+    again = c.handle(envelope(placed(), at=90.0))
+    assert again[0] == eff("unsuspend")
+
+
+def test_bind_after_evict_of_same_pod_is_emitted():
+    c = core()
+    assign = PodAssigned(key=KEY, pod_namespace="default", pod="p", pod_set="pods", node="n1")
+    c.handle(envelope(assign))
+    c.handle(envelope(preempted(kind="PodGroup", gate="pods", pods=("p",))))
+    assert c.handle(envelope(assign)) == [eff("bind", "Pod", "p", node="n1")]
+
+
+def test_workload_rejected_annotates_and_warns():
+    out = core().handle(envelope(WorkloadRejected(key=KEY, kind="RayCluster", reason="queue x does not exist")))
+    assert out == [
+        eff("annotate", "RayCluster", annotations={"muster.dev/status": "Rejected: queue x does not exist"}),
+        eff("event", "RayCluster", reason="Rejected", message="queue x does not exist", event_type="Warning"),
+    ]
+
+
+def test_pod_group_workloads_get_no_annotations():
+    out = core().handle(envelope(placed(key="default/pg", kind="PodGroup", gate="pods")))
+    assert [(e.op, e.kind, e.name) for e in out] == [("event", "PodGroup", "pg")]
+
+
+def test_queue_rejected_addresses_the_queue_object():
+    out = core().handle(envelope(QueueRejected(name="team-a", kind="Queue", reason="parent x does not exist")))
+    assert out == [
+        KubeEffect(op="annotate", kind="Queue", namespace="", name="team-a",
+                   annotations={"muster.dev/status": "Rejected: parent x does not exist"}),
+        KubeEffect(op="event", kind="Queue", namespace="", name="team-a", reason="Rejected",
+                   message="parent x does not exist", event_type="Warning"),
+    ]
+
+
+def test_workload_submitted_teaches_the_kind_and_emits_nothing():
+    c = core()
+    assert c.handle(envelope(WorkloadSubmitted(workload=workload(KEY, kind="RayJob", gate="suspend")))) == []
+    assert c.handle(envelope(enqueued(), at=2.0))[0].kind == "RayJob"
+
+
+def test_other_payloads_are_ignored():
+    assert core().handle(envelope(TimerFired(key="cycle"))) == []
+
+
+def test_seconds_formatting():
+    assert [seconds(0.0), seconds(12.0), seconds(12.25), seconds(1e7)] == ["0", "12", "12.25", "10000000"]
