@@ -1,5 +1,6 @@
 from shared.events import (
     WorkloadDeleted,
+    WorkloadSubmitted,
     BackedOff, Enqueued, GangPlaced, GangRunning, GpuAssignment, KubeEffect, PodAssigned, PreemptionRequested,
     QueueRejected, SlotAssignment, TimerFired, WorkloadRejected, WorkloadSubmitted,
 )
@@ -114,6 +115,7 @@ def test_a_deleted_and_recreated_object_is_a_new_object():
     c.handle(envelope(enqueued(), at=1.0))
     c.handle(envelope(placed(), at=2.0))
     assert c.handle(envelope(WorkloadDeleted(key=KEY), at=20.0)) == []
+    assert c.handle(envelope(WorkloadSubmitted(workload=workload(KEY, kind="RayJob", queue="q")), at=30.0)) == []
     out = c.handle(envelope(enqueued(), at=30.0))
     assert out == [eff("annotate", annotations={"muster.dev/enqueued-at": "30", "muster.dev/queue": "q",
                                                 "muster.dev/status": "Queued: waiting in queue q"})]
