@@ -1,0 +1,316 @@
+"""The admission core: watch events in, normalised workloads and queues out.
+
+Where each decision is made:
+- gang arithmetic (RayCluster / RayJob): ``workloads.py``; one pod template → PodSet: ``pods.py``
+- queue objects (Volcano / KAI / ElasticQuotaTree) and the book of defined queues: ``queues.py``
+- queue resolution and "can never fit": ``resolve.py``; priority classes, preemptibility: ``priority.py``
+- plain pod gangs (membership, min-available): ``podgangs.py``
+- lifecycle (Submitted / Updated / Rejected / Finished / Deleted, dedup) and composition: here.
+
+Every input error is an ``Invalid`` turned into a Rejected event; nothing here raises on user input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Union
+
+from services.admission import fields
+from services.admission.fields import Invalid
+from services.admission.podgangs import PodGang, PodGangBook, is_coscheduling_podgroup
+from services.admission.pods import pod_set
+from services.admission.priority import PriorityBook, class_name, preemptible
+from services.admission.queues import QueueBook
+from services.admission.resolve import never_fits, queue_for
+from services.admission.workloads import (
+    is_rayjob_cluster,
+    parse_ray_cluster,
+    parse_ray_job,
+    rayjob_outcome,
+    spec_suspended,
+)
+from shared.events import (
+    Envelope,
+    ObjectChanged,
+    QueueDefined,
+    QueueRejected,
+    QueueRemoved,
+    WorkloadDeleted,
+    WorkloadFinished,
+    WorkloadRejected,
+    WorkloadSubmitted,
+    WorkloadUpdated,
+)
+from shared.model import Gang, WorkloadSpec
+from shared.policy import Policy
+
+Output = Union[QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadRejected,
+               WorkloadFinished, WorkloadDeleted]
+Gate = Literal["suspend", "pods"]
+
+
+@dataclass
+class RayWorkload:
+    """A RayCluster or RayJob as admission tracks it between watch events."""
+
+    kind: Literal["RayCluster", "RayJob"]
+    key: str
+    namespace: str
+    name: str
+    obj: Mapping[str, Any]
+    first_seen: float
+    """``submitted_at``: the time of the Added event, kept across updates and re-evaluations."""
+    gate: Gate
+    """Decided once, from ``spec.suspend`` at creation (the reconciler flips it later; that is no change)."""
+    uid: str = ""
+    spec: WorkloadSpec | None = None
+    """The last spec the queue core was given (Submitted / Updated)."""
+    rejected: str | None = None
+    """The current rejection reason (dedupes repeats; cleared when the object becomes valid)."""
+    finished: bool = False
+    deleted: bool = False
+
+
+class AdmissionCore:
+    """Validates and normalises what users write into WorkloadSpecs and QueueSpecs."""
+
+    service = "admission"
+    SEEN_IDS = 4096
+    """Envelope ids remembered to drop exact redeliveries (content-based dedup covers the rest)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.queues = QueueBook()
+        self.priorities = PriorityBook()
+        self.pod_gangs = PodGangBook(policy.scheduler_name)
+        self.workloads: dict[str, RayWorkload] = {}
+        self._claims: dict[str, str] = {}
+        self._seen: dict[str, None] = {}
+
+    # ------------------------------------------------------------------ entry point
+    def handle(self, env: Envelope) -> list[Any]:
+        if env.id in self._seen:
+            return []
+        self._seen[env.id] = None
+        if len(self._seen) > self.SEEN_IDS:
+            del self._seen[next(iter(self._seen))]
+        payload = env.payload
+        if not isinstance(payload, ObjectChanged):
+            return []
+        try:
+            return list(self._on_object(payload, env.occurred_at))
+        except Exception as exc:  # noqa: BLE001 - the contract: never raise, reject with a reason
+            return self._last_resort(payload, exc)
+
+    def _on_object(self, p: ObjectChanged, now: float) -> list[Output]:
+        api_version = p.api_version or str(p.object.get("apiVersion") or "")
+        namespace = _namespace(p)
+        if p.kind in ("RayCluster", "RayJob"):
+            return self._on_ray(p, namespace, now)
+        if p.kind == "Pod":
+            out: list[Output] = []
+            for gang in self.pod_gangs.observe_pod(p.change, namespace, p.name, p.object):
+                out += self._evaluate_gang(gang, now)
+            return out
+        if p.kind == "PodGroup":
+            if not is_coscheduling_podgroup(api_version, p.object):
+                return []
+            gang = self.pod_gangs.observe_podgroup(p.change, f"{namespace}/{p.name}", p.object)
+            return self._evaluate_gang(gang, now) if gang is not None else []
+        if p.kind == "PriorityClass":
+            changed = self.priorities.delete(p.name) if p.change == "Deleted" else self.priorities.apply(p.name, p.object)
+            return self._reevaluate_rejected(now) if changed else []
+        sid = QueueBook.source_id(p.kind, api_version, namespace, p.name)
+        if sid is None:
+            return []
+        if p.change == "Deleted":
+            queue_out: list[Output] = list(self.queues.delete(sid))
+        else:
+            queue_out = list(self.queues.apply(sid, p.kind, api_version, p.name, p.object))
+        if any(not isinstance(e, QueueRejected) for e in queue_out):
+            queue_out += self._reevaluate_rejected(now)
+        return queue_out
+
+    # ------------------------------------------------------------------ RayCluster / RayJob lifecycle
+    def _on_ray(self, p: ObjectChanged, namespace: str, now: float) -> list[Output]:
+        if p.kind == "RayCluster" and is_rayjob_cluster(p.object):
+            return []
+        key = f"{namespace}/{p.name}"
+        wid = f"{p.kind}:{key}"
+        w = self.workloads.get(wid)
+        if p.change == "Deleted":
+            return self._delete(w)
+        uid = _uid(p.object)
+        if w is not None and w.deleted:
+            if p.change == "Modified" or (uid and uid == w.uid):
+                return []  # a stale event of the object that is gone
+            w = None  # the same name created again: a new workload
+        if w is None:
+            self.workloads.pop(wid, None)
+            w = RayWorkload(kind=p.kind, key=key, namespace=namespace, name=p.name, obj=p.object, first_seen=now,
+                            gate="suspend" if spec_suspended(p.object) else "pods", uid=uid)  # type: ignore[arg-type]
+            self.workloads[wid] = w
+        else:
+            w.obj = p.object
+        if w.finished:
+            return []
+        out = self._evaluate(w)
+        if w.kind == "RayJob" and w.spec is not None:
+            done = rayjob_outcome(w.obj)
+            if done is not None:
+                w.finished = True
+                out.append(WorkloadFinished(key=w.key, outcome=done[0], reason=done[1]))  # type: ignore[arg-type]
+        return out
+
+    def _delete(self, w: RayWorkload | None) -> list[Output]:
+        """Deleted → WorkloadDeleted once, for anything the rest of the system heard about."""
+        if w is None or w.deleted:
+            return []
+        w.deleted = True
+        w.obj = {}
+        self._release(w.key, f"{w.kind}:{w.key}")
+        if w.spec is None and w.rejected is None:
+            return []
+        return [WorkloadDeleted(key=w.key)]
+
+    def _evaluate(self, w: RayWorkload) -> list[Output]:
+        try:
+            spec = self._ray_spec(w)
+        except Invalid as exc:
+            return self._reject(w, w.kind, exc.reason)
+        return self._accept(w, spec)
+
+    def _ray_spec(self, w: RayWorkload) -> WorkloadSpec:
+        self._claim(w.key, f"{w.kind}:{w.key}")
+        shape = (parse_ray_cluster if w.kind == "RayCluster" else parse_ray_job)(w.name, w.obj)
+        return self._spec(kind=w.kind, namespace=w.namespace, name=w.name, labels=fields.labels(w.obj),
+                          annotations=fields.annotations(w.obj), template_class=shape.head_priority_class,
+                          template_field=shape.head_priority_field, gang=shape.gang, gate=w.gate,
+                          cluster_name=shape.cluster_name, submitted_at=w.first_seen)
+
+    # ------------------------------------------------------------------ plain pod gangs
+    def _evaluate_gang(self, gang: PodGang, now: float) -> list[Output]:
+        wid = f"PodGroup:{gang.key}"
+        if not gang.members:
+            self.pod_gangs.forget(gang)
+            self._release(gang.key, wid)
+            return [WorkloadDeleted(key=gang.key)] if gang.submitted or gang.rejected is not None else []
+        if gang.finished:
+            return []
+        if gang.submitted and gang.all_finished():
+            gang.finished = True
+            outcome, reason = gang.outcome()
+            return [WorkloadFinished(key=gang.key, outcome=outcome, reason=reason)]  # type: ignore[arg-type]
+        try:
+            spec = self._gang_spec(gang, now)
+        except Invalid as exc:
+            return self._reject(gang, "PodGroup", exc.reason)
+        return self._accept(gang, spec) if spec is not None else []
+
+    def _gang_spec(self, gang: PodGang, now: float) -> WorkloadSpec | None:
+        """The gang's spec once min-available pods wait (None before); shape from the first pod."""
+        self._claim(gang.key, f"PodGroup:{gang.key}")
+        minimum = self.pod_gangs.min_available(gang)
+        if minimum is None:
+            return None
+        if not gang.submitted:
+            waiting = gang.waiting()
+            if len(waiting) < minimum:
+                return None
+            if gang.ready_at is None:
+                gang.ready_at = now
+            gang.template = waiting[0]
+        assert gang.template is not None and gang.ready_at is not None
+        pod_name, pod = gang.template
+        try:
+            pods = pod_set("pods", minimum, pod, "")
+            labels, annotations = fields.labels(pod), fields.annotations(pod)
+            template_class = fields.string(pod["spec"].get("priorityClassName"), "spec.priorityClassName") or None
+        except Invalid as exc:
+            raise Invalid(f"pod {pod_name}: {exc.reason}") from None
+        return self._spec(kind="PodGroup", namespace=gang.namespace, name=gang.group, labels=labels,
+                          annotations=annotations, template_class=template_class,
+                          template_field=f"pod {pod_name} spec.priorityClassName",
+                          gang=Gang(min_member=minimum, pod_sets=(pods,)), gate="pods", cluster_name=gang.group,
+                          submitted_at=gang.ready_at)
+
+    # ------------------------------------------------------------------ shared: queue, priority, fit
+    def _spec(self, *, kind: str, namespace: str, name: str, labels: Mapping[str, str],
+              annotations: Mapping[str, str], template_class: str | None, template_field: str, gang: Gang,
+              gate: Gate, cluster_name: str, submitted_at: float) -> WorkloadSpec:
+        """Queue, priority and the can-never-fit check, common to every workload kind."""
+        queue, source = queue_for(labels, annotations, namespace, self.queues, self.policy.default_queue)
+        known = queue == self.policy.default_queue or self.queues.exists(queue)
+        if not known and self.policy.unknown_queue == "reject":
+            raise Invalid(f"queue {queue} does not exist ({source})")
+        cls, cls_field = class_name(labels, template_class, template_field)
+        priority, priority_class = self.priorities.resolve(cls, cls_field)
+        can_preempt = preemptible(priority, labels)
+        reason = never_fits(gang.quota_demand, self.queues.chain(queue))
+        if reason is not None:
+            raise Invalid(reason)
+        return WorkloadSpec(key=f"{namespace}/{name}", kind=kind, namespace=namespace, name=name,  # type: ignore[arg-type]
+                            queue=queue, priority=priority, priority_class=priority_class, preemptible=can_preempt,
+                            gate=gate, gang=gang, submitted_at=submitted_at, cluster_name=cluster_name)
+
+    def _accept(self, entity: RayWorkload | PodGang, spec: WorkloadSpec) -> list[Output]:
+        """Submitted the first time; Updated when the spec changed or a rejection was cleared."""
+        if entity.spec is None:
+            entity.spec, entity.rejected = spec, None
+            return [WorkloadSubmitted(workload=spec)]
+        if spec == entity.spec and entity.rejected is None:
+            return []
+        entity.spec, entity.rejected = spec, None
+        return [WorkloadUpdated(workload=spec)]
+
+    @staticmethod
+    def _reject(entity: RayWorkload | PodGang, kind: str, reason: str) -> list[Output]:
+        if entity.rejected == reason:
+            return []
+        entity.rejected = reason
+        return [WorkloadRejected(key=entity.key, kind=kind, reason=reason)]
+
+    def _reevaluate_rejected(self, now: float) -> list[Output]:
+        """Queues or priority classes changed: a workload rejected for a missing one may pass now."""
+        out: list[Output] = []
+        for w in list(self.workloads.values()):
+            if w.rejected is not None and not w.deleted and not w.finished:
+                out += self._evaluate(w)
+        for gang in list(self.pod_gangs.gangs.values()):
+            if gang.rejected is not None and not gang.finished:
+                out += self._evaluate_gang(gang, now)
+        return out
+
+    def _claim(self, key: str, wid: str) -> None:
+        """One workload per ``namespace/name``: a second kind under the same key is rejected."""
+        holder = self._claims.setdefault(key, wid)
+        if holder != wid:
+            kind, _, _ = holder.partition(":")
+            raise Invalid(f"workload {key} is already taken by {kind} {key}")
+
+    def _release(self, key: str, wid: str) -> None:
+        if self._claims.get(key) == wid:
+            del self._claims[key]
+
+    def _last_resort(self, p: ObjectChanged, exc: Exception) -> list[Any]:
+        """A bug or an input shape nobody anticipated: still no exception, a rejection with the cause."""
+        reason = f"{p.kind} {p.name} cannot be read: {type(exc).__name__}: {exc}"
+        if p.kind in ("RayCluster", "RayJob", "PodGroup"):
+            return [WorkloadRejected(key=f"{_namespace(p)}/{p.name}", kind=p.kind, reason=reason)]
+        if p.kind in ("Queue", "ElasticQuotaTree"):
+            return [QueueRejected(name=p.name, kind=p.kind, reason=reason)]
+        return []
+
+
+def _namespace(p: ObjectChanged) -> str:
+    if p.namespace:
+        return p.namespace
+    meta = p.object.get("metadata")
+    ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+    return ns if isinstance(ns, str) and ns else "default"
+
+
+def _uid(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    uid = meta.get("uid") if isinstance(meta, Mapping) else None
+    return uid if isinstance(uid, str) else ""

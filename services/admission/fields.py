@@ -1,0 +1,114 @@
+"""Typed reads of untrusted Kubernetes dicts: every failure is an ``Invalid`` naming the field and value.
+
+Admission never raises on user input; parsers raise ``Invalid`` and the core turns it into a
+Rejected event. Keeping the type checks here lets the dialect parsers read like the manifests.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, Mapping
+
+_MISSING: Any = object()
+
+
+class Invalid(ValueError):
+    """User input admission cannot accept; ``reason`` names the field and the value."""
+
+    def __init__(self, reason: str, subject: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.subject = subject
+        """For queue objects: which queue (tree node) the reason is about, when it is one node."""
+
+
+def show(value: object) -> str:
+    """A value as a reason quotes it: strings quoted, containers by kind (never a dump of a spec)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, (int, float, Decimal)):
+        return str(value)
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return type(value).__name__
+
+
+def mapping(value: object, where: str) -> Mapping[str, Any]:
+    """A required mapping (missing and null are refused)."""
+    if value is None:
+        raise Invalid(f"{where}: missing")
+    if not isinstance(value, Mapping):
+        raise Invalid(f"{where}: {show(value)} is not a mapping")
+    return value
+
+
+def opt_mapping(value: object, where: str) -> Mapping[str, Any]:
+    """An optional mapping: missing or null reads as empty."""
+    return {} if value is None else mapping(value, where)
+
+
+def opt_list(value: object, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise Invalid(f"{where}: {show(value)} is not a list")
+    return value
+
+
+def integer(value: object, where: str, *, default: int, minimum: int | None = 0) -> int:
+    """An integer field (a whole float is accepted, as JSON decoders produce them); None → default."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Invalid(f"{where}: {show(value)} is not an integer")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise Invalid(f"{where}: {show(value)} is not an integer")
+        value = int(value)
+    if minimum is not None and value < minimum:
+        raise Invalid(f"{where}: {value} is {'negative' if minimum == 0 else f'less than {minimum}'}")
+    return value
+
+
+def boolean(value: object, where: str, *, default: bool) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise Invalid(f"{where}: {show(value)} is not true or false")
+    return value
+
+
+def string(value: object, where: str, *, default: str = "") -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise Invalid(f"{where}: {show(value)} is not a string")
+    return value
+
+
+def string_map(value: object, where: str) -> dict[str, str]:
+    """Labels, annotations, nodeSelector: string → string."""
+    out: dict[str, str] = {}
+    for k, v in opt_mapping(value, where).items():
+        if not isinstance(v, str):
+            raise Invalid(f"{where}.{k}: {show(v)} is not a string")
+        out[str(k)] = v
+    return out
+
+
+def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return opt_mapping(obj.get("metadata"), "metadata")
+
+
+def labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    return string_map(metadata(obj).get("labels"), "metadata.labels")
+
+
+def annotations(obj: Mapping[str, Any]) -> dict[str, str]:
+    return string_map(metadata(obj).get("annotations"), "metadata.annotations")

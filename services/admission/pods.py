@@ -1,0 +1,107 @@
+"""One pod template (or a plain Pod) → one ``PodSet``: resources, GPU share, node constraints.
+
+Resources are KubeRay's arithmetic (``kube.pod_requests``: Σ regular containers, limits filling a
+missing request). The shape of every field is checked first so a malformed template is a reason,
+never an AttributeError.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from services.admission.fields import Invalid, mapping, opt_list, opt_mapping, show, string, string_map
+from shared import kube
+from shared import quantity as q
+from shared.model import MatchExpression, PodSet, Toleration
+
+_TOLERATION_OPERATORS = ("Equal", "Exists")
+_AFFINITY_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+def pod_resources(spec: Mapping[str, Any], where: str) -> q.Resources:
+    """Per-pod requests; ``where`` is the pod spec's path, e.g. ``spec.headGroupSpec.template.spec``."""
+    containers = opt_list(spec.get("containers"), f"{where}.containers")
+    if not containers:
+        raise Invalid(f"{where}.containers: missing (a pod needs at least one container)")
+    for i, container in enumerate(containers):
+        if not isinstance(container, Mapping):
+            raise Invalid(f"{where}.containers[{i}]: {show(container)} is not a mapping")
+        name = container.get("name") or str(i)
+        res = opt_mapping(container.get("resources"), f"{where}.containers[{name}].resources")
+        for part in ("requests", "limits"):
+            opt_mapping(res.get(part), f"{where}.containers[{name}].resources.{part}")
+    try:
+        return kube.pod_requests(spec, where)
+    except q.QuantityError as exc:
+        raise Invalid(str(exc)) from None
+
+
+def tolerations(spec: Mapping[str, Any], where: str) -> tuple[Toleration, ...]:
+    out: list[Toleration] = []
+    for i, raw in enumerate(opt_list(spec.get("tolerations"), f"{where}.tolerations")):
+        at = f"{where}.tolerations[{i}]"
+        t = mapping(raw, at)
+        operator = string(t.get("operator"), f"{at}.operator", default="Equal") or "Equal"
+        if operator not in _TOLERATION_OPERATORS:
+            raise Invalid(f"{at}.operator: {show(operator)} is not one of {', '.join(_TOLERATION_OPERATORS)}")
+        out.append(Toleration(key=string(t.get("key"), f"{at}.key"), operator=operator,
+                              value=string(t.get("value"), f"{at}.value"),
+                              effect=string(t.get("effect"), f"{at}.effect")))
+    return tuple(out)
+
+
+def required_affinity(spec: Mapping[str, Any], where: str) -> tuple[tuple[MatchExpression, ...], ...]:
+    """``nodeSelectorTerms``: OR over terms, AND within one. Terms without expressions are skipped."""
+    at = f"{where}.affinity"
+    affinity = opt_mapping(spec.get("affinity"), at)
+    node_affinity = opt_mapping(affinity.get("nodeAffinity"), f"{at}.nodeAffinity")
+    at = f"{at}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    required = opt_mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), at)
+    terms: list[tuple[MatchExpression, ...]] = []
+    for i, raw_term in enumerate(opt_list(required.get("nodeSelectorTerms"), f"{at}.nodeSelectorTerms")):
+        term_at = f"{at}.nodeSelectorTerms[{i}]"
+        term = mapping(raw_term, term_at)
+        if term.get("matchFields"):
+            raise Invalid(f"{term_at}.matchFields: not supported by muster (use matchExpressions on node labels)")
+        exprs: list[MatchExpression] = []
+        for j, raw in enumerate(opt_list(term.get("matchExpressions"), f"{term_at}.matchExpressions")):
+            e_at = f"{term_at}.matchExpressions[{j}]"
+            e = mapping(raw, e_at)
+            op = string(e.get("operator"), f"{e_at}.operator")
+            if op not in _AFFINITY_OPERATORS:
+                raise Invalid(f"{e_at}.operator: {show(op)} is not supported (one of {', '.join(_AFFINITY_OPERATORS)})")
+            values = opt_list(e.get("values"), f"{e_at}.values")
+            for k, v in enumerate(values):
+                if not isinstance(v, str):
+                    raise Invalid(f"{e_at}.values[{k}]: {show(v)} is not a string")
+            key = string(e.get("key"), f"{e_at}.key")
+            if not key:
+                raise Invalid(f"{e_at}.key: missing")
+            exprs.append(MatchExpression(key=key, operator=op, values=tuple(values)))
+        if exprs:
+            terms.append(tuple(exprs))
+    return tuple(terms)
+
+
+def pod_set(name: str, count: int, template: object, where: str, *, in_gang: bool = True,
+            extra: q.Resources | None = None) -> PodSet:
+    """A pod set from a template (``metadata`` + ``spec``) at path ``where`` ("" for a Pod itself).
+
+    ``extra`` adds per-pod resources (a SidecarMode RayJob's submitter container in the head).
+    """
+    at = f"{where}." if where else ""
+    tpl = mapping(template, where or "pod")
+    meta = opt_mapping(tpl.get("metadata"), f"{at}metadata")
+    annotations = string_map(meta.get("annotations"), f"{at}metadata.annotations")
+    spec = mapping(tpl.get("spec"), f"{at}spec")
+    resources = pod_resources(spec, f"{at}spec")
+    if extra:
+        resources = q.add(resources, extra)
+    try:
+        share = kube.gpu_share(annotations, f"{at}metadata")
+    except q.QuantityError as exc:
+        raise Invalid(str(exc)) from None
+    return PodSet(name=name, count=count, in_gang=in_gang, resources=resources, gpu_share=share,
+                  node_selector=string_map(spec.get("nodeSelector"), f"{at}spec.nodeSelector"),
+                  tolerations=tolerations(spec, f"{at}spec"),
+                  affinity=required_affinity(spec, f"{at}spec"))

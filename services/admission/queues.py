@@ -1,0 +1,317 @@
+"""Volcano Queue, KAI Queue (v2) and ElasticQuotaTree → one tree of ``QueueSpec``; the book of defined queues.
+
+Parsing is per dialect (``volcano_queue``, ``kai_queue``, ``elastic_quota_tree``); ``QueueBook``
+owns what is defined, by which object, and turns object changes into QueueDefined / QueueRemoved /
+QueueRejected. An invalid change keeps the previous definition (like a refusing webhook would).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
+from typing import Any, Mapping
+
+from services.admission.fields import Invalid, boolean, integer, mapping, opt_list, opt_mapping, show, string
+from shared import quantity as q
+from shared.events import QueueDefined, QueueRejected, QueueRemoved
+from shared.model import UNLIMITED, QueueSpec
+
+VOLCANO_GROUP = "scheduling.volcano.sh"
+KAI_GROUP = "scheduling.run.ai"
+QUEUE_STATES = ("Open", "Closed", "Closing")
+
+KAI_RESOURCES: tuple[tuple[str, str, Decimal], ...] = (
+    # (KAI key, canonical resource, milli-units per KAI unit)
+    ("cpu", q.CPU, Decimal(1)),                   # millicores
+    ("memory", q.MEMORY, Decimal(10**6 * 1000)),  # MB = 10**6 bytes
+    ("gpu", q.GPU, Decimal(1000)),                # devices (fractions allowed)
+)
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+QueuePayload = QueueDefined | QueueRemoved | QueueRejected
+
+
+def api_group(api_version: str) -> str:
+    return api_version.split("/", 1)[0] if "/" in api_version else ""
+
+
+def resources(value: object, where: str) -> q.Resources:
+    """A Kubernetes ``{name: quantity}`` map; zero amounts are kept (a zero limit is a limit)."""
+    raw = opt_mapping(value, where)
+    try:
+        return q.parse_resources(raw, where=where)
+    except q.QuantityError as exc:
+        raise Invalid(str(exc)) from None
+
+
+def go_duration(value: object, where: str) -> float:
+    """Seconds from a Go duration (``"5m"``, ``"1h30m"``, ``"30s"``) or a plain number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise Invalid(f"{where}: {show(value)} is not a duration")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        text, pos, seconds = value.strip(), 0, 0.0
+        for match in _DURATION_PART.finditer(text):
+            if match.start() != pos:
+                break
+            seconds += float(match.group(1)) * _DURATION_UNIT[match.group(2)]
+            pos = match.end()
+        if not text or (pos != len(text) and text != "0"):
+            raise Invalid(f"{where}: {show(value)} is not a duration (e.g. 30s, 5m, 1h30m)")
+    if seconds < 0:
+        raise Invalid(f"{where}: {show(value)} is negative")
+    return seconds
+
+
+# --------------------------------------------------------------------------- Volcano
+def volcano_queue(name: str, obj: Mapping[str, Any], defined: Mapping[str, QueueSpec]) -> QueueSpec:
+    """``scheduling.volcano.sh`` Queue: guarantee.resource, capability, weight, reclaimable, state, parent."""
+    spec = opt_mapping(obj.get("spec"), "spec")
+    status = opt_mapping(obj.get("status"), "status")
+    guarantee = resources(opt_mapping(spec.get("guarantee"), "spec.guarantee").get("resource"), "spec.guarantee.resource")
+    state_field = "status.state" if status.get("state") else "spec.state"
+    state = string(status.get("state") or spec.get("state"), state_field, default="Open") or "Open"
+    if state not in QUEUE_STATES:
+        raise Invalid(f"{state_field}: {show(state)} is not one of {', '.join(QUEUE_STATES)}")
+    parent = string(spec.get("parent"), "spec.parent") or None
+    if parent == "root" and "root" not in defined and name != "root":
+        parent = None
+    return QueueSpec(
+        name=name, parent=_known_parent(name, parent, "spec.parent", defined), dialect="volcano",
+        guarantee=guarantee, limit=resources(spec.get("capability"), "spec.capability"),
+        weight=integer(spec.get("weight"), "spec.weight", default=1, minimum=1),
+        priority=integer(spec.get("priority"), "spec.priority", default=0, minimum=None),
+        reclaimable=boolean(spec.get("reclaimable"), "spec.reclaimable", default=True),
+        state=state,
+    )
+
+
+def _known_parent(name: str, parent: str | None, where: str, defined: Mapping[str, QueueSpec]) -> str | None:
+    """Volcano and KAI parents must already be defined when the child arrives."""
+    if parent is None:
+        return None
+    if parent == name:
+        raise Invalid(f"{where}: {show(parent)} is the queue itself")
+    if parent not in defined:
+        raise Invalid(f"{where}: parent queue {show(parent)} does not exist")
+    return parent
+
+
+# --------------------------------------------------------------------------- KAI
+def kai_amount(value: object, where: str, factor: Decimal) -> int:
+    """A KAI number in its unit → milli-units; ``-1`` is ``UNLIMITED``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Invalid(f"{where}: {show(value)} is not a number")
+    if value == -1:
+        return UNLIMITED
+    if value < 0:
+        raise Invalid(f"{where}: {show(value)} is negative (use -1 for unlimited)")
+    return int((Decimal(repr(value)) * factor).to_integral_value(rounding=ROUND_CEILING))
+
+
+def kai_weight(value: object, where: str) -> int:
+    """``overQuotaWeight`` as an integer weight (KAI allows fractions; QueueSpec.weight is whole)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Invalid(f"{where}: {show(value)} is not a number")
+    if value < 0:
+        raise Invalid(f"{where}: {show(value)} is negative")
+    return int(Decimal(repr(value)).to_integral_value(rounding=ROUND_HALF_UP))
+
+
+def kai_queue(name: str, obj: Mapping[str, Any], defined: Mapping[str, QueueSpec]) -> QueueSpec:
+    """``scheduling.run.ai/v2`` Queue: per-resource quota / limit / overQuotaWeight, parentQueue, priority."""
+    spec = opt_mapping(obj.get("spec"), "spec")
+    res = opt_mapping(spec.get("resources"), "spec.resources")
+    guarantee: q.Resources = {}
+    limit: q.Resources = {}
+    weights: dict[str, int] = {}
+    for key, resource, factor in KAI_RESOURCES:
+        where = f"spec.resources.{key}"
+        entry = opt_mapping(res.get(key), where)
+        if entry.get("quota") is not None:
+            guarantee[resource] = kai_amount(entry["quota"], f"{where}.quota", factor)
+        if entry.get("limit") is not None:
+            limit[resource] = kai_amount(entry["limit"], f"{where}.limit", factor)
+        if entry.get("overQuotaWeight") is not None:
+            weights[key] = kai_weight(entry["overQuotaWeight"], f"{where}.overQuotaWeight")
+    runtimes = [go_duration(spec[f], f"spec.{f}") for f in ("preemptMinRuntime", "reclaimMinRuntime") if spec.get(f) is not None]
+    parent = string(spec.get("parentQueue"), "spec.parentQueue") or None
+    return QueueSpec(
+        name=name, parent=_known_parent(name, parent, "spec.parentQueue", defined), dialect="kai",
+        guarantee=guarantee, limit=limit, weight=weights.get("gpu", weights.get("cpu", 1)),
+        priority=integer(spec.get("priority"), "spec.priority", default=0, minimum=None),
+        min_runtime=max(runtimes) if runtimes else None,
+    )
+
+
+# --------------------------------------------------------------------------- ElasticQuotaTree
+def elastic_quota_tree(obj: Mapping[str, Any]) -> list[QueueSpec]:
+    """Every node of ``spec.root`` is a queue, parents before children; the min/max rules are checked."""
+    spec = mapping(obj.get("spec"), "spec")
+    out: list[QueueSpec] = []
+    _eqt_node(mapping(spec.get("root"), "spec.root"), "spec.root", None, out)
+    return out
+
+
+def _eqt_node(node: Mapping[str, Any], where: str, parent: QueueSpec | None, out: list[QueueSpec]) -> QueueSpec:
+    name = string(node.get("name"), f"{where}.name")
+    if not name:
+        raise Invalid(f"{where}.name: missing")
+    if any(s.name == name for s in out):
+        raise Invalid(f"{where}.name: {show(name)} appears twice in the tree", subject=name)
+    try:
+        minimum = resources(node.get("min"), f"{where}.min")
+        maximum = resources(node.get("max"), f"{where}.max")
+        namespaces = tuple(string(ns, f"{where}.namespaces[{i}]")
+                           for i, ns in enumerate(opt_list(node.get("namespaces"), f"{where}.namespaces")))
+    except Invalid as exc:
+        raise Invalid(exc.reason, subject=name) from None
+    for r, lo in minimum.items():
+        if r in maximum and lo > maximum[r]:
+            raise Invalid(f"{where}.min.{r}: {q.human(r, lo)} is greater than max {q.human(r, maximum[r])}", subject=name)
+        if parent is not None and lo > parent.guarantee.get(r, 0):
+            raise Invalid(f"{where}.min.{r}: {q.human(r, lo)} is greater than parent {parent.name} min "
+                          f"{q.human(r, parent.guarantee.get(r, 0))}", subject=name)
+    me = QueueSpec(name=name, parent=parent.name if parent else None, dialect="elasticquotatree",
+                   guarantee=minimum, limit=maximum, namespaces=namespaces)
+    out.append(me)
+    children = [_eqt_node(mapping(raw, f"{where}.children[{i}]"), _child_where(where, raw, i), me, out)
+                for i, raw in enumerate(opt_list(node.get("children"), f"{where}.children"))]
+    total: q.Resources = {}
+    for child in children:
+        total = q.add(total, child.guarantee)
+    for r, amount in total.items():
+        if amount > minimum.get(r, 0):
+            raise Invalid(f"{where}.children: total min {r} {q.human(r, amount)} is greater than {name} min "
+                          f"{q.human(r, minimum.get(r, 0))}", subject=name)
+    return me
+
+
+def _child_where(where: str, raw: object, i: int) -> str:
+    name = raw.get("name") if isinstance(raw, Mapping) else None
+    return f"{where}.children[{name if isinstance(name, str) and name else i}]"
+
+
+# --------------------------------------------------------------------------- the book
+@dataclass
+class _Source:
+    """One queue object: what it defines now, and its last rejection (kept to retry and to dedupe)."""
+
+    kind: str
+    name: str
+    obj: Mapping[str, Any]
+    api_version: str
+    names: tuple[str, ...] = ()
+    rejected: str | None = None
+
+
+class QueueBook:
+    """The queues admission knows, which object owns each, and the events that keep the queue core in step."""
+
+    def __init__(self) -> None:
+        self.specs: dict[str, QueueSpec] = {}
+        self._owner: dict[str, str] = {}
+        self._sources: dict[str, _Source] = {}
+
+    @staticmethod
+    def source_id(kind: str, api_version: str, namespace: str, name: str) -> str | None:
+        """Identity of a queue object, or None for kinds/groups admission does not read."""
+        group = api_group(api_version)
+        if kind == "Queue" and group in (VOLCANO_GROUP, KAI_GROUP):
+            return f"{group}/Queue/{name}"
+        if kind == "ElasticQuotaTree":
+            return f"ElasticQuotaTree/{namespace}/{name}"
+        return None
+
+    def exists(self, name: str) -> bool:
+        return name in self.specs
+
+    def chain(self, name: str) -> list[QueueSpec]:
+        """The queue and its defined ancestors, leaf first (stops at an unknown parent or a cycle)."""
+        out: list[QueueSpec] = []
+        current: str | None = name
+        while current is not None and current in self.specs and all(s.name != current for s in out):
+            out.append(self.specs[current])
+            current = self.specs[current].parent
+        return out
+
+    def is_leaf(self, name: str) -> bool:
+        return all(spec.parent != name for spec in self.specs.values())
+
+    def apply(self, sid: str, kind: str, api_version: str, name: str, obj: Mapping[str, Any]) -> list[QueuePayload]:
+        """An object was added or modified: define its queues, or reject it keeping what was defined."""
+        source = self._sources.get(sid) or _Source(kind=kind, name=name, obj=obj, api_version=api_version)
+        source.obj, source.api_version = obj, api_version
+        self._sources[sid] = source
+        out = self._try(sid, source)
+        if not out or isinstance(out[-1], QueueRejected):
+            return out
+        return out + self._retry_rejected()
+
+    def delete(self, sid: str) -> list[QueuePayload]:
+        source = self._sources.pop(sid, None)
+        if source is None:
+            return []
+        out: list[QueuePayload] = []
+        for qname in reversed(source.names):
+            self.specs.pop(qname, None)
+            self._owner.pop(qname, None)
+            out.append(QueueRemoved(name=qname))
+        return out + (self._retry_rejected() if out else [])
+
+    def _parse(self, source: _Source) -> list[QueueSpec]:
+        if source.kind == "ElasticQuotaTree":
+            return elastic_quota_tree(source.obj)
+        if api_group(source.api_version) == KAI_GROUP:
+            return [kai_queue(source.name, source.obj, self.specs)]
+        return [volcano_queue(source.name, source.obj, self.specs)]
+
+    def _try(self, sid: str, source: _Source) -> list[QueuePayload]:
+        try:
+            specs = self._parse(source)
+            for spec in specs:
+                owner = self._owner.get(spec.name)
+                if owner is not None and owner != sid:
+                    raise Invalid(f"queue {spec.name} is already defined by {owner}", subject=spec.name)
+        except Invalid as exc:
+            if source.rejected == exc.reason:
+                return []
+            source.rejected = exc.reason
+            return [QueueRejected(name=exc.subject or source.name, kind=source.kind, reason=exc.reason)]
+        source.rejected = None
+        return self._define(sid, source, specs)
+
+    def _define(self, sid: str, source: _Source, specs: list[QueueSpec]) -> list[QueuePayload]:
+        out: list[QueuePayload] = []
+        keep = [s.name for s in specs]
+        for qname in reversed(source.names):
+            if qname not in keep:
+                self.specs.pop(qname, None)
+                self._owner.pop(qname, None)
+                out.append(QueueRemoved(name=qname))
+        for spec in specs:
+            if self.specs.get(spec.name) != spec:
+                self.specs[spec.name] = spec
+                out.append(QueueDefined(queue=spec))
+            self._owner[spec.name] = sid
+        source.names = tuple(keep)
+        return out
+
+    def _retry_rejected(self) -> list[QueuePayload]:
+        """Something was defined or removed: objects rejected earlier (e.g. parent missing) may now pass."""
+        out: list[QueuePayload] = []
+        progress = True
+        while progress:
+            progress = False
+            for sid, source in list(self._sources.items()):
+                if source.rejected is None:
+                    continue
+                emitted = self._try(sid, source)
+                out.extend(emitted)
+                if emitted and not isinstance(emitted[-1], QueueRejected):
+                    progress = True
+        return out

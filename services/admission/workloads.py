@@ -1,0 +1,154 @@
+"""RayCluster / RayJob → the gang KubeRay's batch schedulers would ask for.
+
+The arithmetic is KubeRay's (``utils.CalculateDesiredReplicas`` / ``CalculateMinReplicas`` and the
+Volcano plugin's RayJob submitter): head 1; per worker group clamp(replicas, minReplicas,
+maxReplicas) × numOfHosts, 0 when the group is suspended, minReplicas × numOfHosts when in-tree
+autoscaling is on; a K8sJobMode RayJob adds its submitter pod outside the gang. Unlike KubeRay,
+minReplicas > maxReplicas is a rejection (KubeRay silently uses maxReplicas).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+from services.admission.fields import Invalid, boolean, integer, mapping, opt_list, opt_mapping, show, string
+from services.admission.pods import pod_set
+from shared import kube
+from shared import quantity as q
+from shared.model import Gang, PodSet
+
+MAX_REPLICAS_DEFAULT = 2**31 - 1
+"""KubeRay's CRD default for ``maxReplicas`` (MaxInt32)."""
+
+SUBMITTER_DEFAULT: q.Resources = {q.CPU: 500, q.MEMORY: 200 * 1024**2 * 1000}
+"""KubeRay's default submitter requests: 500m CPU, 200Mi memory."""
+
+SUBMISSION_MODES = ("K8sJobMode", "HTTPMode", "SidecarMode", "InteractiveMode")
+
+TERMINAL_JOB_STATUS = ("SUCCEEDED", "FAILED")
+TERMINAL_DEPLOYMENT_STATUS = ("Complete", "Failed")
+
+
+@dataclass(frozen=True)
+class RayShape:
+    """What a Ray object says about its gang; queue and priority are resolved by the core."""
+
+    gang: Gang
+    cluster_name: str
+    head_priority_class: str | None
+    head_priority_field: str
+
+
+def is_rayjob_cluster(obj: Mapping[str, Any]) -> bool:
+    """A RayCluster KubeRay created for a RayJob: the RayJob is the workload, so admission skips it."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return False
+    labels = meta.get("labels")
+    if isinstance(labels, Mapping) and labels.get(kube.RAY_ORIGIN_KIND) == "RayJob":
+        return True
+    owners = meta.get("ownerReferences")
+    return isinstance(owners, list) and any(isinstance(o, Mapping) and o.get("kind") == "RayJob" for o in owners)
+
+
+def spec_suspended(obj: Mapping[str, Any]) -> bool:
+    """``spec.suspend: true`` right now (the core keeps the value seen at creation as the gate)."""
+    spec = obj.get("spec")
+    return isinstance(spec, Mapping) and spec.get("suspend") is True
+
+
+def worker_count(group: Mapping[str, Any], where: str, autoscaling: bool) -> int:
+    """Pods of one worker group in the gang, exactly as KubeRay counts them."""
+    replicas = integer(group.get("replicas"), f"{where}.replicas", default=0)
+    minimum = integer(group.get("minReplicas"), f"{where}.minReplicas", default=0)
+    maximum = integer(group.get("maxReplicas"), f"{where}.maxReplicas", default=MAX_REPLICAS_DEFAULT)
+    hosts = integer(group.get("numOfHosts"), f"{where}.numOfHosts", default=1, minimum=1)
+    if minimum > maximum:
+        raise Invalid(f"{where}.minReplicas: {minimum} is greater than maxReplicas {maximum}")
+    if boolean(group.get("suspend"), f"{where}.suspend", default=False):
+        return 0
+    if autoscaling:
+        return minimum * hosts
+    return min(max(replicas, minimum), maximum) * hosts
+
+
+def cluster_pod_sets(spec: Mapping[str, Any], prefix: str, *, head_extra: q.Resources | None = None) -> list[PodSet]:
+    """Head then worker groups in order, from a RayClusterSpec at path ``prefix`` (``spec`` or ``spec.rayClusterSpec``)."""
+    head = mapping(spec.get("headGroupSpec"), f"{prefix}.headGroupSpec")
+    sets = [pod_set("head", 1, head.get("template"), f"{prefix}.headGroupSpec.template", extra=head_extra)]
+    autoscaling = boolean(spec.get("enableInTreeAutoscaling"), f"{prefix}.enableInTreeAutoscaling", default=False)
+    names = ["head"]
+    for i, raw in enumerate(opt_list(spec.get("workerGroupSpecs"), f"{prefix}.workerGroupSpecs")):
+        group = mapping(raw, f"{prefix}.workerGroupSpecs[{i}]")
+        name = string(group.get("groupName"), f"{prefix}.workerGroupSpecs[{i}].groupName")
+        if not name:
+            raise Invalid(f"{prefix}.workerGroupSpecs[{i}].groupName: missing")
+        if name in names or name == "submitter":
+            raise Invalid(f"{prefix}.workerGroupSpecs[{i}].groupName: {show(name)} names another pod set of this workload")
+        names.append(name)
+        where = f"{prefix}.workerGroupSpecs[{name}]"
+        count = worker_count(group, where, autoscaling)
+        sets.append(pod_set(name, count, group.get("template"), f"{where}.template"))
+    return sets
+
+
+def gang_of(sets: list[PodSet]) -> Gang:
+    return Gang(min_member=sum(ps.count for ps in sets if ps.in_gang), pod_sets=tuple(sets))
+
+
+def _head_priority(spec: Mapping[str, Any], prefix: str) -> tuple[str | None, str]:
+    """``priorityClassName`` of the head pod template (already shape-checked by ``cluster_pod_sets``)."""
+    where = f"{prefix}.headGroupSpec.template.spec.priorityClassName"
+    raw = spec["headGroupSpec"]["template"]["spec"].get("priorityClassName")
+    return (string(raw, where) or None), where
+
+
+def parse_ray_cluster(name: str, obj: Mapping[str, Any]) -> RayShape:
+    spec = mapping(obj.get("spec"), "spec")
+    sets = cluster_pod_sets(spec, "spec")
+    cls, field = _head_priority(spec, "spec")
+    return RayShape(gang=gang_of(sets), cluster_name=name, head_priority_class=cls, head_priority_field=field)
+
+
+def parse_ray_job(name: str, obj: Mapping[str, Any]) -> RayShape:
+    spec = mapping(obj.get("spec"), "spec")
+    selector = opt_mapping(spec.get("clusterSelector"), "spec.clusterSelector")
+    if selector:
+        raise Invalid("spec.clusterSelector: a RayJob that runs on an existing RayCluster has no gang of its own; "
+                      "muster admits that RayCluster instead")
+    mode = string(spec.get("submissionMode"), "spec.submissionMode", default="K8sJobMode") or "K8sJobMode"
+    if mode not in SUBMISSION_MODES:
+        raise Invalid(f"spec.submissionMode: {show(mode)} is not one of {', '.join(SUBMISSION_MODES)}")
+    cluster = mapping(spec.get("rayClusterSpec"), "spec.rayClusterSpec")
+    sets = cluster_pod_sets(cluster, "spec.rayClusterSpec", head_extra=SUBMITTER_DEFAULT if mode == "SidecarMode" else None)
+    if mode == "K8sJobMode":
+        sets.append(submitter_pod_set(spec))
+    cls, field = _head_priority(cluster, "spec.rayClusterSpec")
+    return RayShape(gang=gang_of(sets), cluster_name=kube.rayjob_cluster_name(name),
+                    head_priority_class=cls, head_priority_field=field)
+
+
+def submitter_pod_set(spec: Mapping[str, Any]) -> PodSet:
+    """The K8sJobMode submitter: placed with the gang, not counted in minMember."""
+    template = spec.get("submitterPodTemplate")
+    if template is None:
+        return PodSet(name="submitter", count=1, in_gang=False, resources=dict(SUBMITTER_DEFAULT))
+    return pod_set("submitter", 1, template, "spec.submitterPodTemplate", in_gang=False)
+
+
+def rayjob_outcome(obj: Mapping[str, Any]) -> tuple[Literal["Succeeded", "Failed"], str] | None:
+    """(outcome, reason) once the RayJob's status says it is over, else None."""
+    status = obj.get("status")
+    if not isinstance(status, Mapping):
+        return None
+    job, deployment = status.get("jobStatus"), status.get("jobDeploymentStatus")
+    if job not in TERMINAL_JOB_STATUS and deployment not in TERMINAL_DEPLOYMENT_STATUS:
+        return None
+    outcome: Literal["Succeeded", "Failed"] = "Failed" if job == "FAILED" or deployment == "Failed" else "Succeeded"
+    parts = [f"{k} {v}" for k, v in (("jobStatus", job), ("jobDeploymentStatus", deployment)) if isinstance(v, str) and v]
+    reason = "RayJob finished: " + ", ".join(parts)
+    message = status.get("message")
+    if isinstance(message, str) and message:
+        reason += f": {message}"
+    return outcome, reason

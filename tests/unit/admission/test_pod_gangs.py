@@ -1,0 +1,152 @@
+"""Plain pod gangs: min-available pods of one group become a PodGroup workload; lifecycle from its pods."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.events import WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated
+from shared.model import PodSet
+from shared.quantity import parse_resources
+from tests.builders.admission import AdmissionDriver, gang_pod, pod_group, priority_class, volcano_queue
+
+
+def test_sigs_style_min_available_label_submits_at_the_last_needed_pod() -> None:
+    d = AdmissionDriver()
+    assert d.send(gang_pod("p-0", "g", style="sigs", min_available="3", requests={"cpu": "2", "memory": "1Gi"}), at=1.0) == []
+    assert d.send(gang_pod("p-1", "g", style="sigs", min_available="3"), at=2.0) == []
+    out = d.send(gang_pod("p-2", "g", style="sigs", min_available="3"), at=4.0)
+    assert len(out) == 1 and isinstance(out[0], WorkloadSubmitted)
+    spec = out[0].workload
+    assert (spec.key, spec.kind, spec.gate, spec.queue, spec.submitted_at, spec.cluster_name) == (
+        "default/g", "PodGroup", "pods", "default", 4.0, "g")
+    assert spec.gang.min_member == 3
+    assert spec.gang.pod_sets == (PodSet(name="pods", count=3, resources=parse_resources({"cpu": "2", "memory": "1Gi"})),)
+    assert d.send(gang_pod("p-3", "g", style="sigs", min_available="3"), at=5.0) == []   # more pods: no change
+
+
+def test_x_k8s_style_takes_min_member_from_the_podgroup_object() -> None:
+    d = AdmissionDriver()
+    assert d.add(gang_pod("a", "g"), gang_pod("b", "g")) == []           # no minimum known yet
+    out = d.send(pod_group("g", 2), at=3.0)
+    assert len(out) == 1 and isinstance(out[0], WorkloadSubmitted)
+    assert (out[0].workload.gang.min_member, out[0].workload.submitted_at) == (2, 3.0)
+
+
+def test_podgroup_object_wins_over_the_label_and_later_changes_update_the_count() -> None:
+    d = AdmissionDriver()
+    d.send(pod_group("g", 1))
+    out = d.send(gang_pod("a", "g", min_available="5"))
+    assert out[0].workload.gang.min_member == 1
+    out = d.send(pod_group("g", 2), "Modified")
+    assert len(out) == 1 and isinstance(out[0], WorkloadUpdated) and out[0].workload.gang.pod_sets[0].count == 2
+
+
+def test_only_unbound_pods_of_our_scheduler_count() -> None:
+    d = AdmissionDriver(scheduler_name="muster")
+    assert d.add(gang_pod("other", "g", min_available="2", scheduler="default-scheduler"),
+                 gang_pod("bound", "g", min_available="2", node_name="n1"),
+                 gang_pod("done", "g", min_available="2", phase="Succeeded"),
+                 gang_pod("a", "g", min_available="2")) == []
+    out = d.send(gang_pod("b", "g", min_available="2"))
+    assert len(out) == 1 and isinstance(out[0], WorkloadSubmitted)
+
+
+def test_unset_scheduler_name_counts() -> None:
+    d = AdmissionDriver()
+    pods = [gang_pod(n, "g", min_available="2") for n in ("a", "b")]
+    for p in pods:
+        del p["spec"]["schedulerName"]
+    out = d.add(*pods)
+    assert len(out) == 1 and isinstance(out[0], WorkloadSubmitted)
+
+
+def test_kuberay_pods_with_a_pod_group_label_belong_to_their_raycluster() -> None:
+    p = gang_pod("rc-head-x", "rc", min_available="1", labels={"ray.io/node-type": "head", "ray.io/cluster": "rc"})
+    assert AdmissionDriver().send(p) == []
+
+
+def test_volcano_and_kuberay_podgroups_are_not_coscheduling_minimums() -> None:
+    d = AdmissionDriver()
+    volcano = {**pod_group("g", 1), "apiVersion": "scheduling.volcano.sh/v1beta1"}
+    owned = pod_group("h", 1, ownerReferences=[{"kind": "RayCluster", "name": "h"}])
+    assert d.add(volcano, owned, gang_pod("a", "g"), gang_pod("b", "h")) == []
+
+
+def test_queue_and_priority_come_from_the_first_pod() -> None:
+    d = AdmissionDriver()
+    d.add(volcano_queue("gangs"), priority_class("hi", 500))
+    first = gang_pod("a", "g", min_available="2", labels={"volcano.sh/queue-name": "gangs"})
+    first["spec"]["priorityClassName"] = "hi"
+    d.send(first)
+    out = d.send(gang_pod("b", "g", min_available="2", labels={"kai.scheduler/queue": "elsewhere"}))
+    spec = out[0].workload
+    assert (spec.queue, spec.priority, spec.priority_class, spec.preemptible) == ("gangs", 500, "hi", False)
+
+
+def test_gpu_fraction_and_node_selector_of_the_first_pod() -> None:
+    p = gang_pod("a", "g", min_available="1", annotations={"gpu-fraction": "0.25"})
+    p["spec"]["nodeSelector"] = {"pool": "gpu"}
+    ps = AdmissionDriver().submitted(p).gang.pod_sets[0]
+    assert (ps.gpu_share, ps.node_selector) == (250, {"pool": "gpu"})
+
+
+def test_every_pod_gone_is_deleted_once_then_a_new_gang_may_start() -> None:
+    d = AdmissionDriver()
+    a, b = gang_pod("a", "g", min_available="2"), gang_pod("b", "g", min_available="2")
+    d.add(a, b, at=1.0)
+    assert d.send(a, "Deleted") == []
+    assert d.send(b, "Deleted") == [WorkloadDeleted(key="default/g")]
+    assert d.send(b, "Deleted") == []
+    assert d.send(a, at=7.0) == []
+    out = d.send(b, at=8.0)
+    assert isinstance(out[0], WorkloadSubmitted) and out[0].workload.submitted_at == 8.0
+
+
+@pytest.mark.parametrize(("phases", "outcome", "reason"), [
+    (("Succeeded", "Succeeded"), "Succeeded", "all 2 pods finished: 2 Succeeded, 0 Failed"),
+    (("Succeeded", "Failed"), "Failed", "all 2 pods finished: 1 Succeeded, 1 Failed"),
+])
+def test_all_pods_finished_is_finished_once(phases: tuple[str, str], outcome: str, reason: str) -> None:
+    d = AdmissionDriver()
+    pods = [gang_pod(n, "g", min_available="2") for n in ("a", "b")]
+    d.add(*pods)
+    running = [gang_pod(n, "g", min_available="2", node_name="n1", phase="Running") for n in ("a", "b")]
+    assert d.add(*running) == []
+    first = gang_pod("a", "g", min_available="2", node_name="n1", phase=phases[0])
+    assert d.send(first, "Modified") == []
+    last = gang_pod("b", "g", min_available="2", node_name="n1", phase=phases[1])
+    assert d.send(last, "Modified") == [WorkloadFinished(key="default/g", outcome=outcome, reason=reason)]
+    assert d.send(last, "Modified") == []
+    d.send(first, "Deleted")
+    assert d.send(last, "Deleted") == [WorkloadDeleted(key="default/g")]
+
+
+@pytest.mark.parametrize(("pod", "podgroup", "reason"), [
+    (gang_pod("p-0", "g", style="sigs", min_available="abc"), None,
+     "pod p-0 metadata.labels.pod-group.scheduling.sigs.k8s.io/min-available: 'abc' is not an integer"),
+    (gang_pod("p-0", "g", style="sigs", min_available="0"), None,
+     "pod p-0 metadata.labels.pod-group.scheduling.sigs.k8s.io/min-available: 0 is less than 1"),
+    (gang_pod("p-0", "g"), pod_group("g", "two"), "PodGroup default/g spec.minMember: 'two' is not an integer"),
+    (gang_pod("p-0", "g", min_available="1", requests={"cpu": "lots"}), None,
+     "pod p-0: spec.containers[main].resources.requests.cpu: 'lots' is not a quantity"),
+    (gang_pod("p-0", "g", min_available="1", annotations={"gpu-fraction": "2"}), None,
+     "pod p-0: metadata.annotations.gpu-fraction: '2' must be in (0, 1]"),
+    (gang_pod("p-0", "g", min_available="1", labels={"priorityClassName": "nope"}), None,
+     "metadata.labels.priorityClassName: priority class 'nope' does not exist"),
+])
+def test_pod_gang_rejections(pod: dict, podgroup: dict | None, reason: str) -> None:
+    d = AdmissionDriver()
+    if podgroup is not None:
+        d.send(podgroup)
+    assert d.send(pod) == [WorkloadRejected(key="default/g", kind="PodGroup", reason=reason)]
+    assert d.send(pod, "Modified") == []
+    assert d.send(pod, "Deleted") == [WorkloadDeleted(key="default/g")]
+
+
+def test_pod_gang_can_never_fit() -> None:
+    d = AdmissionDriver()
+    d.send(volcano_queue("q", capability={"cpu": 3}))
+    pods = [gang_pod(n, "g", min_available="4", labels={"volcano.sh/queue-name": "q"}) for n in "abcd"]
+    out = d.add(*pods)
+    assert out == [WorkloadRejected(key="default/g", kind="PodGroup",
+                                    reason="can never fit: queue q capability cpu 3, gang requests cpu 4")]

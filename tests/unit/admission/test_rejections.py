@@ -1,0 +1,190 @@
+"""Every rejection, with a reason that names the field and the value; never an exception."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import pytest
+
+from shared.events import WorkloadRejected, WorkloadSubmitted
+from tests.builders import pod_template, ray_cluster, ray_job, worker_group
+from tests.builders.admission import AdmissionDriver, elastic_quota_tree, eqt_node, kai_queue, kai_resource, volcano_queue
+
+
+def edited(obj: dict, change: Callable[[dict], Any]) -> dict:
+    out = copy.deepcopy(obj)
+    change(out)
+    return out
+
+
+def head_spec(obj: dict) -> dict:
+    return obj["spec"]["headGroupSpec"]["template"]["spec"]
+
+
+def first_group(obj: dict) -> dict:
+    return obj["spec"]["workerGroupSpecs"][0]
+
+
+RC = ray_cluster("rc")
+W = "spec.workerGroupSpecs[worker]"
+
+CASES: list[tuple[str, dict, str]] = [
+    ("missing headGroupSpec", edited(RC, lambda o: o["spec"].pop("headGroupSpec")), "spec.headGroupSpec: missing"),
+    ("head cpu not a quantity",
+     edited(RC, lambda o: o["spec"]["headGroupSpec"].update(template=pod_template({"cpu": "lots"}, name="ray-head"))),
+     "spec.headGroupSpec.template.spec.containers[ray-head].resources.requests.cpu: 'lots' is not a quantity"),
+    ("negative limit", ray_cluster(workers=[worker_group("worker", 1, {"cpu": "1"}, limits={"memory": "-1Gi"})]),
+     f"{W}.template.spec.containers[ray].resources.limits.memory: '-1Gi' is negative"),
+    ("minReplicas > maxReplicas", ray_cluster(workers=[worker_group(min_replicas=3, max_replicas=2)]),
+     f"{W}.minReplicas: 3 is greater than maxReplicas 2"),
+    ("negative replicas", ray_cluster(workers=[worker_group(replicas=-1)]), f"{W}.replicas: -1 is negative"),
+    ("replicas as a string", ray_cluster(workers=[worker_group(replicas="2")]), f"{W}.replicas: '2' is not an integer"),
+    ("replicas fractional", ray_cluster(workers=[worker_group(replicas=1.5)]), f"{W}.replicas: 1.5 is not an integer"),
+    ("numOfHosts 0", ray_cluster(workers=[worker_group(num_of_hosts=0)]), f"{W}.numOfHosts: 0 is less than 1"),
+    ("gpu-fraction out of range", ray_cluster(workers=[worker_group(annotations={"gpu-fraction": "1.5"})]),
+     f"{W}.template.metadata.annotations.gpu-fraction: '1.5' must be in (0, 1]"),
+    ("gpu-fraction not a number", ray_cluster(workers=[worker_group(annotations={"gpu-fraction": "half"})]),
+     f"{W}.template.metadata.annotations.gpu-fraction: 'half' is not a number"),
+    ("spec is a string", {**RC, "spec": "abc"}, "spec: 'abc' is not a mapping"),
+    ("spec is a list", {**RC, "spec": [1, 2]}, "spec: a list is not a mapping"),
+    ("spec missing", {k: v for k, v in RC.items() if k != "spec"}, "spec: missing"),
+    ("workerGroupSpecs not a list", edited(RC, lambda o: o["spec"].update(workerGroupSpecs={"a": 1})),
+     "spec.workerGroupSpecs: a mapping is not a list"),
+    ("worker group not a mapping", edited(RC, lambda o: o["spec"].update(workerGroupSpecs=["w"])),
+     "spec.workerGroupSpecs[0]: 'w' is not a mapping"),
+    ("groupName missing", edited(RC, lambda o: first_group(o).pop("groupName")), "spec.workerGroupSpecs[0].groupName: missing"),
+    ("groupName twice", ray_cluster(workers=[worker_group("w"), worker_group("w")]),
+     "spec.workerGroupSpecs[1].groupName: 'w' names another pod set of this workload"),
+    ("groupName head", ray_cluster(workers=[worker_group("head")]),
+     "spec.workerGroupSpecs[0].groupName: 'head' names another pod set of this workload"),
+    ("no containers", edited(RC, lambda o: head_spec(o).update(containers=[])),
+     "spec.headGroupSpec.template.spec.containers: missing (a pod needs at least one container)"),
+    ("container not a mapping", edited(RC, lambda o: head_spec(o).update(containers=["ray"])),
+     "spec.headGroupSpec.template.spec.containers[0]: 'ray' is not a mapping"),
+    ("requests a list", edited(RC, lambda o: head_spec(o)["containers"][0]["resources"].update(requests=["cpu"])),
+     "spec.headGroupSpec.template.spec.containers[ray].resources.requests: a list is not a mapping"),
+    ("template missing", edited(RC, lambda o: o["spec"]["headGroupSpec"].pop("template")),
+     "spec.headGroupSpec.template: missing"),
+    ("autoscaling flag a string", edited(RC, lambda o: o["spec"].update(enableInTreeAutoscaling="yes")),
+     "spec.enableInTreeAutoscaling: 'yes' is not true or false"),
+    ("labels a list", edited(RC, lambda o: o["metadata"].update(labels=["a"])), "metadata.labels: a list is not a mapping"),
+    ("label value a number", edited(RC, lambda o: o["metadata"].update(labels={"kai.scheduler/queue": 7})),
+     "metadata.labels.kai.scheduler/queue: 7 is not a string"),
+    ("toleration operator", ray_cluster(workers=[worker_group(tolerations=[{"key": "a", "operator": "Maybe"}])]),
+     f"{W}.template.spec.tolerations[0].operator: 'Maybe' is not one of Equal, Exists"),
+    ("affinity Gt", ray_cluster(workers=[worker_group(affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["3"]}]}]}}})]),
+     f"{W}.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+     ".matchExpressions[0].operator: 'Gt' is not supported (one of In, NotIn, Exists, DoesNotExist)"),
+    ("unknown priority class", ray_cluster(labels={"priorityClassName": "urgent"}),
+     "metadata.labels.priorityClassName: priority class 'urgent' does not exist"),
+    ("unknown head priority class", edited(RC, lambda o: head_spec(o).update(priorityClassName="urgent")),
+     "spec.headGroupSpec.template.spec.priorityClassName: priority class 'urgent' does not exist"),
+    ("bad preemptibility label", ray_cluster(labels={"kai.scheduler/preemptibility": "maybe"}),
+     "metadata.labels.kai.scheduler/preemptibility: 'maybe' is not one of preemptible, non-preemptible"),
+]
+
+
+@pytest.mark.parametrize(("obj", "reason"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_ray_cluster_rejections(obj: dict, reason: str) -> None:
+    assert AdmissionDriver().send(obj) == [WorkloadRejected(key="default/rc", kind="RayCluster", reason=reason)]
+
+
+JOB = ray_job("rj")
+
+JOB_CASES: list[tuple[str, dict, str]] = [
+    ("missing rayClusterSpec", edited(JOB, lambda o: o["spec"].pop("rayClusterSpec")), "spec.rayClusterSpec: missing"),
+    ("missing headGroupSpec", edited(JOB, lambda o: o["spec"]["rayClusterSpec"].pop("headGroupSpec")),
+     "spec.rayClusterSpec.headGroupSpec: missing"),
+    ("bad head quantity", edited(JOB, lambda o: o["spec"]["rayClusterSpec"]["headGroupSpec"].update(
+        template=pod_template({"cpu": "lots"}, name="ray-head"))),
+     "spec.rayClusterSpec.headGroupSpec.template.spec.containers[ray-head].resources.requests.cpu: 'lots' is not a quantity"),
+    ("bad worker count", ray_job("rj", workers=[worker_group("small", min_replicas=4, max_replicas=1)]),
+     "spec.rayClusterSpec.workerGroupSpecs[small].minReplicas: 4 is greater than maxReplicas 1"),
+    ("bad submission mode", ray_job("rj", submission_mode="BatchMode"),
+     "spec.submissionMode: 'BatchMode' is not one of K8sJobMode, HTTPMode, SidecarMode, InteractiveMode"),
+    ("bad submitter template", edited(JOB, lambda o: o["spec"].update(submitterPodTemplate=pod_template({"memory": "1Q"}, name="s"))),
+     "spec.submitterPodTemplate.spec.containers[s].resources.requests.memory: '1Q' is not a quantity"),
+    ("cluster selector", edited(JOB, lambda o: o["spec"].update(clusterSelector={"ray.io/cluster": "shared"})),
+     "spec.clusterSelector: a RayJob that runs on an existing RayCluster has no gang of its own; "
+     "muster admits that RayCluster instead"),
+]
+
+
+@pytest.mark.parametrize(("obj", "reason"), [c[1:] for c in JOB_CASES], ids=[c[0] for c in JOB_CASES])
+def test_ray_job_rejections(obj: dict, reason: str) -> None:
+    assert AdmissionDriver().send(obj) == [WorkloadRejected(key="default/rj", kind="RayJob", reason=reason)]
+
+
+# --------------------------------------------------------------------------- queues: unknown, can never fit
+def test_unknown_queue_is_rejected_when_policy_says_reject() -> None:
+    d = AdmissionDriver(unknown_queue="reject")
+    assert d.rejected(ray_cluster(labels={"volcano.sh/queue-name": "nope"})) == \
+        "queue nope does not exist (metadata.labels.volcano.sh/queue-name)"
+
+
+def test_unknown_queue_waits_by_default() -> None:
+    spec = AdmissionDriver().submitted(ray_cluster(labels={"kai.scheduler/queue": "later"}))
+    assert spec.queue == "later"
+
+
+def test_default_queue_always_exists_even_when_rejecting_unknown_queues() -> None:
+    assert AdmissionDriver(unknown_queue="reject").submitted(ray_cluster()).queue == "default"
+
+
+def test_can_never_fit_the_queue_capability() -> None:
+    d = AdmissionDriver()
+    d.send(volcano_queue("small", capability={"cpu": 4, "memory": "6Gi"}))
+    rc = ray_cluster(labels={"volcano.sh/queue-name": "small"}, workers=[worker_group("worker", 5, {"cpu": "1", "memory": "1Gi"})])
+    assert d.rejected(rc) == "can never fit: queue small capability cpu 4, gang requests cpu 6"
+
+
+def test_can_never_fit_an_ancestor_limit() -> None:
+    d = AdmissionDriver()
+    d.send(kai_queue("dept", cpu=kai_resource(limit=2000)))
+    d.send(kai_queue("team", parent="dept"))
+    rc = ray_cluster(labels={"kai.scheduler/queue": "team"}, workers=[worker_group("worker", 2, {"cpu": "1"})])
+    assert d.rejected(rc) == "can never fit: queue dept (ancestor of team) limit cpu 2, gang requests cpu 3"
+
+
+def test_can_never_fit_counts_fractional_gpus_and_the_submitter() -> None:
+    d = AdmissionDriver()
+    d.send(kai_queue("gpu", gpu=kai_resource(limit=0.5)))
+    rc = ray_cluster(labels={"kai.scheduler/queue": "gpu"},
+                     workers=[worker_group("w", 2, {"cpu": "1"}, annotations={"gpu-fraction": "0.5"})])
+    assert d.rejected(rc) == "can never fit: queue gpu limit nvidia.com/gpu 500m, gang requests nvidia.com/gpu 1"
+    d.send(elastic_quota_tree(eqt_node("root", max={"cpu": 2})))
+    job = ray_job("rj", labels={"quota.scheduling.alibabacloud.com/name": "root"}, head={"cpu": "1"},
+                  workers=[worker_group("w", 1, {"cpu": "1"})])
+    assert d.rejected(job) == "can never fit: queue root max cpu 2, gang requests cpu 2500m"
+
+
+def test_gang_exactly_at_the_limit_fits() -> None:
+    d = AdmissionDriver()
+    d.send(volcano_queue("q", capability={"cpu": 3, "memory": "4Gi"}))
+    rc = ray_cluster(labels={"volcano.sh/queue-name": "q"}, workers=[worker_group("worker", 2, {"cpu": "1", "memory": "1Gi"})])
+    assert d.submitted(rc).gang.quota_demand == {"cpu": 3000, "memory": 4 * 1024**3 * 1000}
+
+
+def test_explicit_default_queue_limits_apply() -> None:
+    d = AdmissionDriver()
+    d.send(volcano_queue("default", capability={"cpu": 1}))
+    assert d.rejected(ray_cluster()) == "can never fit: queue default capability cpu 1, gang requests cpu 2"
+
+
+def test_rejected_then_fixed_is_evaluated_again_with_its_original_submission_time() -> None:
+    d = AdmissionDriver()
+    bad = ray_cluster(workers=[worker_group(replicas=-1)])
+    assert d.rejected(bad, at=5.0) == f"{W}.replicas: -1 is negative"
+    assert d.send(bad, "Modified", at=6.0) == []  # the same rejection is not repeated
+    out = d.send(ray_cluster(), "Modified", at=9.0)
+    assert len(out) == 1 and isinstance(out[0], WorkloadSubmitted)
+    assert out[0].workload.submitted_at == 5.0
+
+
+def test_a_different_reason_is_reported() -> None:
+    d = AdmissionDriver()
+    d.rejected(ray_cluster(workers=[worker_group(replicas=-1)]))
+    assert d.rejected(ray_cluster(workers=[worker_group(replicas=-2)]), "Modified") == f"{W}.replicas: -2 is negative"
