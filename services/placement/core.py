@@ -1,0 +1,453 @@
+"""The placement service's decision core: where a gang goes, and what follows for pods and capacity.
+
+Where each decision is made:
+- what a node offers and uses, static filters, scoring: ``nodes.NodeTable``
+- one gang onto the nodes, all or nothing: ``gang.place_gang`` inside a ``statement.Statement``
+- which GPU device a pod gets, group ids: ``gpu``
+- who is preempted, and the fewest of them: ``preemption``
+- failure text: ``reasons``
+- this module: routing events; slots of admitted workloads and the pods that fill them;
+  GangRunning; CapacityChanged.
+
+Pure: no I/O, no clock (``env.occurred_at`` is now), no randomness; dicts keep inbox order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.placement import gpu
+from services.placement.gang import GangAttempt, place_gang, place_pods, pod_demand
+from services.placement.nodes import NodeTable
+from services.placement.pods import PodRecord, pod_facts, pod_set_of
+from services.placement.preemption import eligible, minimal_victims, victim_order
+from services.placement.statement import Statement
+from services.placement.workloads import Slot, WorkloadRecord
+from shared import quantity as q
+from shared.events import (
+    CapacityChanged, Dequeued, Envelope, GangPlaced, GangRunning, ObjectChanged, PlacementFailed, PodAssigned,
+    PreemptionRequested, ReclaimRequested, SlotAssignment, TimerFired, TimerSet, WorkloadWithdrawn,
+)
+from shared.policy import Policy
+
+CAPACITY_TIMER = "capacity"
+"""Fires at quiescence of an instant in which pods went away (or foreign pods came): one signal."""
+
+
+class PlacementCore:
+    service = "placement"
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.nodes = NodeTable()
+        self.workloads: dict[str, WorkloadRecord] = {}
+        self.pods: dict[str, PodRecord] = {}
+        self.pods_of: dict[str, dict[str, None]] = {}
+        """Workload key -> its pods' keys in the order they were first observed."""
+        self._handled: set[str] = set()
+        """Ids of decision envelopes already handled (membership only: a redelivery yields nothing)."""
+        self._admissions = 0
+        self._foreign: dict[str, int] = {}
+        """What pods outside admitted workloads hold; CapacityChanged.total excludes it."""
+        self._timer_at: float | None = None
+        self._timer_fired_at: float | None = None
+        self._release_pending = False
+        self._last_total: dict[str, int] | None = None
+
+    # ------------------------------------------------------------------ routing
+    def handle(self, env: Envelope) -> list[Any]:
+        p = env.payload
+        now = env.occurred_at
+        if isinstance(p, ObjectChanged):
+            if p.kind == "Node":
+                return self._on_node(p)
+            if p.kind == "Pod":
+                return self._on_pod(p, now)
+            return []
+        if isinstance(p, TimerFired):
+            return self._on_timer(p.key, now)
+        if not isinstance(p, (Dequeued, ReclaimRequested, WorkloadWithdrawn)) or env.id in self._handled:
+            return []
+        self._handled.add(env.id)
+        if isinstance(p, Dequeued):
+            return self._on_dequeued(p, now)
+        if isinstance(p, ReclaimRequested):
+            return self._on_reclaim(p, now)
+        return self._on_withdrawn(p)
+
+    # ------------------------------------------------------------------ nodes and capacity
+    def _on_node(self, p: ObjectChanged) -> list[Any]:
+        change = self.nodes.remove(p.name) if p.change == "Deleted" else self.nodes.upsert(p.name, p.object)
+        if change is None:
+            return []
+        released = change.grew or change.constraints or self._release_pending
+        self._release_pending = False
+        return [self._capacity_changed(released)]
+
+    def _capacity_changed(self, released: bool) -> CapacityChanged:
+        total = self.nodes.totals()
+        for name, used in self._foreign.items():
+            if name in total:
+                total[name] = max(0, total[name] - used)
+        self._last_total = total
+        return CapacityChanged(total=total, nodes=self.nodes.schedulable_count(), released=released)
+
+    def _capacity_signal(self, now: float, released: bool) -> list[Any]:
+        """Ask for one CapacityChanged at the end of this instant (a timer at ``now``, set once)."""
+        self._release_pending = self._release_pending or released
+        if self._timer_at == now or self._timer_fired_at == now:
+            return []
+        self._timer_at = now
+        return [TimerSet(key=CAPACITY_TIMER, at=now)]
+
+    def _on_timer(self, key: str, now: float) -> list[Any]:
+        if key != CAPACITY_TIMER:
+            return []
+        self._timer_at, self._timer_fired_at = None, now
+        released, self._release_pending = self._release_pending, False
+        before = self._last_total
+        event = self._capacity_changed(released)
+        return [event] if released or event.total != before else []
+
+    def _add_foreign(self, rec: PodRecord, sign: int) -> None:
+        assert rec.demand is not None
+        for name, amount in rec.demand.items:
+            if name != q.GPU:
+                self._foreign[name] = self._foreign.get(name, 0) + sign * amount
+        shares = sum(share for _, share in rec.devices)
+        if shares:
+            self._foreign[q.GPU] = self._foreign.get(q.GPU, 0) + sign * shares
+
+    # ------------------------------------------------------------------ pods
+    def _on_pod(self, p: ObjectChanged, now: float) -> list[Any]:
+        """Count bound live pods, fill or free slots, assign new pods of admitted workloads."""
+        facts = pod_facts(p.change, p.object, p.name, p.namespace)
+        rec = self.pods.get(facts.key)
+        if rec is None:
+            if not facts.live or (not facts.bound and facts.workload is None):
+                return []
+            rec = PodRecord(facts=facts, obj=p.object)
+            self.pods[facts.key] = rec
+            if facts.workload:
+                self.pods_of.setdefault(facts.workload, {})[facts.key] = None
+        else:
+            rec.facts, rec.obj = facts, p.object
+        wrec = self._admitted(facts.workload)
+        out: list[Any] = []
+        was_counting, reserved_again = rec.node is not None, False
+        if rec.node is not None and not self._charge_holds(rec):
+            self._uncharge_pod(rec)
+        if rec.slot is not None and not facts.live:
+            reserved_again, assigned = self._vacate(rec, wrec)
+            out += assigned
+        if wrec is not None and facts.live and not rec.evicted:
+            if rec.slot is None:
+                out += self._attach(wrec, rec)
+            if rec.slot is not None and facts.bound and not rec.slot.filled:
+                self._fill(rec.slot)
+        if rec.node is None and facts.live and facts.bound and not rec.evicted:
+            out += self._charge_pod(rec, wrec, now)
+        if was_counting and rec.node is None and not reserved_again:
+            out += self._capacity_signal(now, released=True)
+        if wrec is not None:
+            out += self._check_running(wrec, now)
+        if not facts.live:
+            self._forget(rec)
+        return out
+
+    def _admitted(self, key: str | None) -> WorkloadRecord | None:
+        rec = self.workloads.get(key) if key else None
+        return rec if rec is not None and rec.admitted else None
+
+    def _charge_holds(self, rec: PodRecord) -> bool:
+        facts = rec.facts
+        if not (facts.live and facts.bound) or rec.evicted or self.nodes.index.get(facts.node_name) != rec.node:
+            return False
+        return self.nodes.demand(facts.requests, facts.gpu_share).same_as(rec.demand)
+
+    def _charge_pod(self, rec: PodRecord, wrec: WorkloadRecord | None, now: float) -> list[Any]:
+        """The pod counts on its node; GPU devices from its slot, its annotation, or a best guess."""
+        facts = rec.facts
+        node = self.nodes.ensure(facts.node_name)
+        demand = self.nodes.demand(facts.requests, facts.gpu_share)
+        if rec.slot is not None and rec.slot.node == node:
+            devices = rec.slot.devices
+        else:
+            devices = gpu.observed_charge(self.nodes.device_row(node), demand.gpu_whole, facts.gpu_share,
+                                          facts.gpu_devices)
+        self.nodes.charge(node, demand, devices)
+        rec.node, rec.demand, rec.devices, rec.foreign = node, demand, devices, wrec is None
+        if rec.foreign:
+            self._add_foreign(rec, +1)
+            return self._capacity_signal(now, released=False)
+        return []
+
+    def _uncharge_pod(self, rec: PodRecord) -> None:
+        assert rec.node is not None and rec.demand is not None
+        self.nodes.uncharge(rec.node, rec.demand, rec.devices)
+        if rec.foreign:
+            self._add_foreign(rec, -1)
+        rec.node, rec.demand, rec.devices, rec.foreign = None, None, (), False
+
+    def _vacate(self, rec: PodRecord, wrec: WorkloadRecord | None) -> tuple[bool, list[Any]]:
+        """A gone pod leaves its slot: reserve it again for the recreated pod (True), unless it is done."""
+        slot = rec.slot
+        assert slot is not None
+        rec.slot = None
+        was_filled, was_reserving = slot.filled, slot.reserving
+        slot.pod, slot.filled = None, False
+        if wrec is None:
+            return False, []
+        if rec.facts.phase == "Succeeded" or slot.extra:
+            if was_reserving:
+                self.nodes.uncharge(slot.node, slot.demand, slot.devices)
+            if slot.extra:
+                wrec.slots.remove(slot)
+            else:
+                slot.done = True
+            return False, []
+        if was_filled and self.nodes.present[slot.node]:
+            self.nodes.charge(slot.node, slot.demand, slot.devices)
+        elif was_filled:
+            slot.lost = True
+        return True, self._assign_waiting(wrec, slot.pod_set)
+
+    def _attach(self, wrec: WorkloadRecord, rec: PodRecord) -> list[Any]:
+        """Give a live pod of an admitted workload a slot; unbound pods are told where to go."""
+        facts = rec.facts
+        if facts.bound:
+            slot = wrec.free_slot(facts.pod_set, self.nodes.index.get(facts.node_name))
+            if slot is not None:
+                slot.pod, rec.slot = facts.key, slot
+            return []
+        slot = wrec.free_slot(facts.pod_set)
+        if slot is None:
+            slot = self._place_extra(wrec, rec)
+        elif slot.lost or not self.nodes.present[slot.node]:
+            slot = self._relocate(wrec, slot)
+        if slot is None:
+            return []
+        slot.pod, rec.slot = facts.key, slot
+        return [self._pod_assigned(wrec, rec, slot)]
+
+    def _fill(self, slot: Slot) -> None:
+        """A bound pod now holds what its slot reserved."""
+        if slot.reserving:
+            self.nodes.uncharge(slot.node, slot.demand, slot.devices)
+        slot.filled = True
+
+    def _relocate(self, wrec: WorkloadRecord, slot: Slot) -> Slot | None:
+        """A free slot whose node left: place it again on its own (None while nothing fits)."""
+        if slot.reserving:
+            self.nodes.uncharge(slot.node, slot.demand, slot.devices)
+            slot.lost = True
+        pod_set = next((ps for ps in wrec.spec.gang.pod_sets if ps.name == slot.pod_set), None)
+        if pod_set is None:
+            return None
+        stmt = Statement(self.nodes)
+        placed = place_pods(self.nodes, stmt, pod_set, slot.demand, 1, self.policy.placement_for(wrec.queue))
+        if not placed:
+            return None
+        stmt.commit()
+        slot.node, slot.devices, slot.lost = placed[0].node, placed[0].devices, False
+        return slot
+
+    def _place_extra(self, wrec: WorkloadRecord, rec: PodRecord) -> Slot | None:
+        """A pod beyond the gang's slots: place it on its own if it fits now, else leave it Pending."""
+        pod_set = pod_set_of(rec.obj, rec.facts.pod_set, rec.facts)
+        if pod_set is None:
+            return None
+        demand = pod_demand(self.nodes, pod_set)
+        stmt = Statement(self.nodes)
+        placed = place_pods(self.nodes, stmt, pod_set, demand, 1, self.policy.placement_for(wrec.queue),
+                            first_index=wrec.next_index(pod_set.name))
+        if not placed:
+            return None
+        stmt.commit()
+        slot = Slot(pod_set.name, placed[0].index, placed[0].node, placed[0].devices, demand, in_gang=False,
+                    extra=True)
+        wrec.slots.append(slot)
+        return slot
+
+    def _assign_waiting(self, wrec: WorkloadRecord, pod_set: str) -> list[Any]:
+        """A slot came free: the first pod of that pod set still waiting for one takes it."""
+        for key in self.pods_of.get(wrec.key, {}):
+            rec = self.pods[key]
+            facts = rec.facts
+            if rec.slot is None and facts.live and not facts.bound and not rec.evicted and facts.pod_set == pod_set:
+                return self._attach(wrec, rec)
+        return []
+
+    def _check_running(self, wrec: WorkloadRecord, now: float) -> list[Any]:
+        """GangRunning once per admission, when every in-gang slot holds a bound, Running pod."""
+        if wrec.running:
+            return []
+        gang = [s for s in wrec.slots if s.in_gang and not s.extra]
+        if not gang:
+            return []
+        for slot in gang:
+            if not slot.filled or slot.pod is None or self.pods[slot.pod].facts.phase != "Running":
+                return []
+        wrec.running, wrec.started_at = True, now
+        return [GangRunning(key=wrec.key, reason=f"all {len(gang)} pods of the gang are bound and Running")]
+
+    def _forget(self, rec: PodRecord) -> None:
+        self.pods.pop(rec.key, None)
+        workload = rec.facts.workload
+        if workload and workload in self.pods_of:
+            self.pods_of[workload].pop(rec.key, None)
+            if not self.pods_of[workload]:
+                del self.pods_of[workload]
+
+    # ------------------------------------------------------------------ gangs
+    def _on_dequeued(self, p: Dequeued, now: float) -> list[Any]:
+        """Place the whole gang; else preempt lower priorities of its queue; else explain."""
+        current = self.workloads.get(p.key)
+        if current is not None and current.admitted:
+            return [self._gang_placed(current)]
+        rec = WorkloadRecord(spec=p.workload, queue=p.queue)
+        self.workloads[p.key] = rec
+        strategy = self.policy.placement_for(p.queue)
+        stmt = Statement(self.nodes)
+        attempt = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=True)
+        if attempt.ok:
+            stmt.commit()
+            return self._admit(rec, attempt, now, self._placed_reason(attempt, strategy))
+        stmt.rollback()
+        min_runtime = self.policy.min_runtime_for(rec.queue)
+        candidates = victim_order([w for w in self.workloads.values() if eligible(w, rec, now, min_runtime)])
+        victims = minimal_victims(candidates, lambda vs: self._fits_without(rec, vs, strategy))
+        if victims is None:
+            reason = attempt.reason
+            if candidates:
+                reason += (f" Preempting all {len(candidates)} lower-priority workload(s) of queue {rec.queue}"
+                           f" would not make room.")
+            return [PlacementFailed(key=rec.key, queue=rec.queue, reason=reason,
+                                    capacity_short=attempt.capacity_short)]
+        why = f"preempted by {rec.key} (priority {rec.spec.priority}) in queue {rec.queue}"
+        out = self._place_over(rec, victims, why, "preempting", strategy, now)
+        assert out is not None  # the trial above placed it with exactly these victims gone
+        return out
+
+    def _on_reclaim(self, p: ReclaimRequested, now: float) -> list[Any]:
+        """The queue named victims in other queues: place the gang as if they were gone, or fail."""
+        current = self.workloads.get(p.key)
+        if current is not None and current.admitted:
+            return [self._gang_placed(current)]
+        rec = WorkloadRecord(spec=p.workload, queue=p.queue)
+        self.workloads[p.key] = rec
+        named = dict.fromkeys(k for k in p.victims if k != p.key)
+        victims = [w for k in named if (w := self._admitted(k)) is not None]
+        strategy = self.policy.placement_for(p.queue)
+        out = self._place_over(rec, victims, f"reclaimed by {rec.key} for queue {rec.queue}", "reclaiming",
+                               strategy, now)
+        if out is not None:
+            return out
+        stmt = Statement(self.nodes)
+        for victim in victims:
+            self._release_into(stmt, victim)
+        attempt = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=True)
+        stmt.rollback()
+        return [PlacementFailed(key=rec.key, queue=rec.queue, reason=attempt.reason,
+                                capacity_short=attempt.capacity_short)]
+
+    def _on_withdrawn(self, p: WorkloadWithdrawn) -> list[Any]:
+        """Drop the slots; its pods keep counting on their nodes until they are gone."""
+        rec = self.workloads.pop(p.key, None)
+        if rec is None:
+            return []
+        for slot in rec.slots:
+            if slot.reserving:
+                self.nodes.uncharge(slot.node, slot.demand, slot.devices)
+            if slot.pod is not None and slot.pod in self.pods:
+                self.pods[slot.pod].slot = None
+        rec.slots = []
+        return []
+
+    def _fits_without(self, rec: WorkloadRecord, victims: list[WorkloadRecord], strategy: str) -> bool:
+        """Trial: would the gang fit with these victims gone? Always rolled back."""
+        stmt = Statement(self.nodes)
+        for victim in victims:
+            self._release_into(stmt, victim)
+        ok = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=False).ok
+        stmt.rollback()
+        return ok
+
+    def _release_into(self, stmt: Statement, victim: WorkloadRecord) -> None:
+        """Take everything a victim holds off the nodes inside ``stmt`` (reservations and pods)."""
+        for slot in victim.slots:
+            if slot.reserving:
+                stmt.uncharge(slot.node, slot.demand, slot.devices)
+        for key in self.pods_of.get(victim.key, {}):
+            pod = self.pods[key]
+            if pod.node is not None and pod.demand is not None:
+                stmt.uncharge(pod.node, pod.demand, pod.devices)
+
+    def _place_over(self, rec: WorkloadRecord, victims: list[WorkloadRecord], why: str, verb: str, strategy: str,
+                    now: float) -> list[Any] | None:
+        """Place the gang with the victims' holdings released; commit and evict them, or undo (None)."""
+        stmt = Statement(self.nodes)
+        for victim in victims:
+            self._release_into(stmt, victim)
+        attempt = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=False)
+        if not attempt.ok:
+            stmt.rollback()
+            return None
+        stmt.commit()
+        out: list[Any] = [self._evict(victim, rec, why) for victim in victims]
+        reason = self._placed_reason(attempt, strategy)
+        if victims:
+            reason += f" after {verb} {', '.join(v.key for v in victims)}"
+        return out + self._admit(rec, attempt, now, reason)
+
+    def _evict(self, victim: WorkloadRecord, preemptor: WorkloadRecord, why: str) -> PreemptionRequested:
+        """Bookkeeping after the statement released the victim: its pods no longer count or fill."""
+        names = []
+        for key in self.pods_of.get(victim.key, {}):
+            pod = self.pods[key]
+            if pod.evicted or not pod.facts.live or (pod.node is None and pod.slot is None):
+                continue
+            names.append(pod.facts.name)
+            if pod.node is not None and pod.foreign:
+                self._add_foreign(pod, -1)
+            pod.node, pod.demand, pod.devices, pod.foreign = None, None, (), False
+            pod.slot, pod.evicted = None, True
+        victim.slots, victim.admitted, victim.running, victim.started_at = [], False, False, None
+        return PreemptionRequested(key=victim.key, kind=victim.spec.kind, gate=victim.spec.gate,
+                                   preemptor=preemptor.key, pods=tuple(names), reason=why)
+
+    def _admit(self, rec: WorkloadRecord, attempt: GangAttempt, now: float, reason: str) -> list[Any]:
+        """Turn the committed placements into slots; hand existing pods their slots in observed order."""
+        self._admissions += 1
+        rec.admitted, rec.admitted_at, rec.admitted_seq = True, now, self._admissions
+        rec.running, rec.started_at = False, None
+        rec.slots = [Slot(p.pod_set.name, p.index, p.node, p.devices, p.demand, p.pod_set.in_gang)
+                     for p in attempt.placements]
+        rec.reason = reason
+        out: list[Any] = [self._gang_placed(rec)]
+        for key in list(self.pods_of.get(rec.key, {})):
+            pod = self.pods[key]
+            if pod.facts.live and not pod.evicted and pod.slot is None:
+                out += self._attach(rec, pod)
+                if pod.slot is not None and pod.facts.bound and not pod.slot.filled:
+                    self._fill(pod.slot)
+        out += self._check_running(rec, now)
+        return out
+
+    # ------------------------------------------------------------------ payloads
+    def _placed_reason(self, attempt: GangAttempt, strategy: str) -> str:
+        nodes = len(dict.fromkeys(p.node for p in attempt.placements))
+        return f"{len(attempt.placements)}/{attempt.total} pods placed on {nodes} node(s) ({strategy})"
+
+    def _gang_placed(self, rec: WorkloadRecord) -> GangPlaced:
+        names = self.nodes.names
+        slots = tuple(SlotAssignment(pod_set=s.pod_set, index=s.index, node=names[s.node],
+                                     gpu=gpu.assignment(rec.key, names[s.node], s.devices))
+                      for s in rec.slots if not s.extra)
+        return GangPlaced(key=rec.key, queue=rec.queue, kind=rec.spec.kind, gate=rec.spec.gate, slots=slots,
+                          reason=rec.reason)
+
+    def _pod_assigned(self, wrec: WorkloadRecord, rec: PodRecord, slot: Slot) -> PodAssigned:
+        node = self.nodes.names[slot.node]
+        return PodAssigned(key=wrec.key, pod_namespace=rec.facts.namespace, pod=rec.facts.name,
+                           pod_set=slot.pod_set, node=node, gpu=gpu.assignment(wrec.key, node, slot.devices))

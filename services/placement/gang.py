@@ -1,0 +1,115 @@
+"""Place one gang: every pod of every pod set, or report how many could not be placed and why.
+
+Like Armada's gang scheduler this knows nothing of queues, priorities or workloads' history: it
+gets a node table, a statement to write into and a strategy. Order: the head first, then worker
+groups in the order the gang lists them, then pods outside the gang (a RayJob's submitter).
+
+One pod set is placed with one vectorised filter+score pass over all nodes; after each pod only
+the chosen node is re-evaluated (same numpy code on a one-node slice, so floats and ties match).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from services.placement import gpu, reasons
+from services.placement.gpu import GpuCharge
+from services.placement.nodes import Demand, NodeTable
+from services.placement.statement import Statement
+from shared import quantity as q
+from shared.model import Gang, PodSet
+
+
+@dataclass
+class Placement:
+    """One pod's planned node (and GPU devices); reserved in the statement that made it."""
+
+    pod_set: PodSet
+    index: int
+    node: int
+    devices: GpuCharge
+    demand: Demand
+
+
+@dataclass
+class GangAttempt:
+    """What one try produced: the placements made (in the statement) and, if short, how short and why."""
+
+    placements: list[Placement] = field(default_factory=list)
+    failed: int = 0
+    total: int = 0
+    min_member: int = 0
+    fit_error: str = ""
+    """kube-scheduler's histogram for the first pod that did not fit ("" unless explained)."""
+    capacity_short: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0
+
+    @property
+    def reason(self) -> str:
+        return reasons.gang_failure(self.min_member, self.failed, self.total, self.fit_error)
+
+
+def ordered_pod_sets(gang: Gang) -> list[PodSet]:
+    """Head first, workers in the gang's order, then pods outside the gang (the submitter)."""
+    def rank(ps: PodSet) -> int:
+        if ps.name == "head":
+            return 0
+        return 2 if ps.name == "submitter" or not ps.in_gang else 1
+    return sorted(gang.pod_sets, key=rank)
+
+
+def pod_demand(table: NodeTable, pod_set: PodSet) -> Demand:
+    return table.demand({**pod_set.resources, q.PODS: 1000}, pod_set.gpu_share)
+
+
+def place_pods(table: NodeTable, stmt: Statement, pod_set: PodSet, demand: Demand, count: int,
+               strategy: str, first_index: int = 0) -> list[Placement]:
+    """Place up to ``count`` identical pods one by one on the best node; stops at the first misfit."""
+    n = table.n
+    placed: list[Placement] = []
+    if count <= 0 or n == 0:
+        return placed
+    static = table.static_mask(pod_set)
+    everywhere = slice(0, n)
+    scores = np.where(table.feasible(demand, static, everywhere), table.score(demand, strategy, everywhere), -np.inf)
+    while len(placed) < count:
+        node = int(scores.argmax())
+        if scores[node] == -np.inf:
+            break
+        devices = gpu.charge_for(table.device_row(node), demand.gpu_whole, demand.gpu_share)
+        if devices is None:  # cannot happen after filtering; never trust it blindly
+            scores[node] = -np.inf
+            continue
+        stmt.charge(node, demand, devices)
+        placed.append(Placement(pod_set, first_index + len(placed), node, devices, demand))
+        one = slice(node, node + 1)
+        scores[node] = table.score(demand, strategy, one)[0] if table.feasible(demand, static, one)[0] else -np.inf
+    return placed
+
+
+def place_gang(table: NodeTable, stmt: Statement, gang: Gang, strategy: str, *, explain: bool) -> GangAttempt:
+    """Try every pod into ``stmt``; the caller commits or rolls back.
+
+    ``explain``: keep going after the first misfit to count every pod that cannot be placed and
+    keep the node histogram of the first one; without it (preemption trials) stop at once.
+    """
+    attempt = GangAttempt(total=gang.pod_count, min_member=gang.min_member)
+    for pod_set in ordered_pod_sets(gang):
+        demand = pod_demand(table, pod_set)
+        placed = place_pods(table, stmt, pod_set, demand, pod_set.count, strategy)
+        attempt.placements.extend(placed)
+        missing = pod_set.count - len(placed)
+        if not missing:
+            continue
+        if attempt.failed == 0 and explain:
+            attempt.fit_error, attempt.capacity_short = reasons.fit_error(
+                table, pod_set, demand, table.static_mask(pod_set))
+        attempt.failed += missing
+        if not explain:
+            return attempt
+    return attempt

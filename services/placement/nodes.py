@@ -1,0 +1,348 @@
+"""The node table: what each node offers, what is used on it, and which pod shapes it accepts.
+
+Everything per node lives in numpy arrays indexed by the node's row, rows in the order nodes
+were first seen (a Node object, or a pod bound to a node not seen yet), so ``argmax`` ties break
+by that order. Resource arrays are resource-major (``alloc[col, node]``): one requested resource
+is one contiguous vector over all nodes.
+
+- ``alloc``/``used``/``free`` in milli-units; ``pods`` counts 1000 per pod. The GPU column is
+  derived from the device matrix (a device with any share used is not free for whole-GPU pods).
+- ``static_mask`` answers cordon/taint/selector/affinity once per ``PodSet.constraint_key``; the
+  cache is dropped whenever any node's labels, taints, cordon or presence change.
+- ``feasible`` and ``score`` are the vectorised filter and scorer; they take a slice so the gang
+  placer can recompute one node with exactly the same arithmetic (identical floats, stable ties).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from services.placement import filters, gpu
+from services.placement.filters import Taint
+from shared import quantity as q
+from shared.model import PodSet
+
+DEFAULT_MAX_PODS = 110_000
+"""kubelet's default ``maxPods`` (110), for Node objects that do not state ``pods``."""
+
+MAX_DEVICES = 64
+"""GPU devices tracked per node (a node claiming more gets the first 64 as devices)."""
+
+MAX_AMOUNT = 1 << 56
+"""Per-node and per-pod amounts are clamped here so int64 sums over a node cannot overflow."""
+
+_BASE_RESOURCES = (q.CPU, q.MEMORY, q.PODS, q.GPU)
+
+
+@dataclass(frozen=True, eq=False)
+class Demand:
+    """What one pod asks of a node, resolved to table columns once per pod shape."""
+
+    items: tuple[tuple[str, int], ...]
+    """(resource, milli) with amount > 0, sorted: the identity of the demand."""
+    filter: tuple[tuple[int, int], ...]
+    """(column, amount) every node must have free: all resources incl. pods and whole GPUs."""
+    score: tuple[tuple[int, int], ...]
+    """(column, amount) that count for binpack/spread: resources except pods and GPU."""
+    charge_cols: np.ndarray
+    charge_amts: np.ndarray
+    """What is added to ``used`` (GPU excluded: devices account for it)."""
+    gpu_whole: int
+    gpu_share: int
+
+    @property
+    def gpu_need(self) -> int:
+        """Thousandths of a device this pod adds to a node's GPU load."""
+        return self.gpu_share or self.gpu_whole * gpu.FULL
+
+    def same_as(self, other: "Demand | None") -> bool:
+        return other is not None and (self.items, self.gpu_whole, self.gpu_share) == (
+            other.items, other.gpu_whole, other.gpu_share)
+
+
+@dataclass(frozen=True)
+class NodeChange:
+    capacity: bool
+    """Allocatable, presence or cordon changed (the schedulable totals may differ)."""
+    grew: bool
+    """Some schedulable capacity appeared."""
+    constraints: bool
+    """Labels or taints changed: pods that did not fit because of them might now."""
+
+
+def _node_fields(obj: Mapping[str, Any]) -> tuple[dict[str, str], tuple[Taint, ...], bool, dict[str, int]]:
+    """(labels, taints, schedulable, allocatable) of a Node object, tolerant of malformed parts."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    raw_labels = meta.get("labels")
+    labels = {str(k): str(v) for k, v in raw_labels.items()} if isinstance(raw_labels, Mapping) else {}
+    return labels, filters.parse_taints(spec.get("taints")), not bool(spec.get("unschedulable")), \
+        parse_allocatable(obj)
+
+
+def parse_allocatable(obj: Mapping[str, Any]) -> dict[str, int]:
+    """``status.allocatable`` (else ``status.capacity``) in milli-units; bad quantities are skipped."""
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    raw = status.get("allocatable") or status.get("capacity") or {}
+    out: dict[str, int] = {}
+    if isinstance(raw, Mapping):
+        for name, value in raw.items():
+            try:
+                out[q.canonical_name(str(name))] = min(q.parse_quantity(value), MAX_AMOUNT)
+            except q.QuantityError:
+                continue
+    out.setdefault(q.PODS, DEFAULT_MAX_PODS)
+    return out
+
+
+class NodeTable:
+    """Nodes × resources, GPU devices per node, and the cached static filters."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+        self.resources: list[str] = list(_BASE_RESOURCES)
+        self.col: dict[str, int] = {r: i for i, r in enumerate(self.resources)}
+        self.labels: list[dict[str, str]] = []
+        self.taints: list[tuple[Taint, ...]] = []
+        cap, width = 64, len(self.resources)
+        self.alloc = np.zeros((width, cap), np.int64)
+        self.used = np.zeros((width, cap), np.int64)
+        self.free = np.zeros((width, cap), np.int64)
+        self.divisor = np.ones((width, cap), np.float64)
+        self.present = np.zeros(cap, bool)
+        self.schedulable = np.ones(cap, bool)
+        self.hard_tainted = np.zeros(cap, bool)
+        self.gpu_count = np.zeros(cap, np.int64)
+        self.gpu_used = np.full((cap, 8), gpu.SENTINEL, np.int64)
+        self.gpu_room = np.full(cap, -1, np.int64)
+        self.gpu_load = np.zeros(cap, np.int64)
+        self.gpu_div = np.ones(cap, np.float64)
+        self.total_alloc: list[int] = [0] * width
+        """Σ allocatable over present, schedulable nodes (what CapacityChanged reports); Python ints:
+        a cluster-wide sum of memory in milli-bytes can exceed int64."""
+        self._masks: dict[tuple, np.ndarray] = {}
+
+    # ------------------------------------------------------------------ shape
+    @property
+    def n(self) -> int:
+        return len(self.names)
+
+    def counting(self, i: int) -> bool:
+        """Does this node count toward the schedulable totals?"""
+        return bool(self.present[i] and self.schedulable[i])
+
+    def column(self, resource: str) -> int:
+        """The column of a resource, added (zero everywhere) the first time anyone names it."""
+        c = self.col.get(resource)
+        if c is None:
+            c = len(self.resources)
+            self.resources.append(resource)
+            self.col[resource] = c
+            pad = ((0, 1), (0, 0))
+            self.alloc = np.pad(self.alloc, pad)
+            self.used = np.pad(self.used, pad)
+            self.free = np.pad(self.free, pad)
+            self.divisor = np.pad(self.divisor, pad, constant_values=1.0)
+            self.total_alloc.append(0)
+        return c
+
+    def ensure(self, name: str) -> int:
+        """The row of a node, created absent (not schedulable onto) when first named by a pod."""
+        i = self.index.get(name)
+        if i is not None:
+            return i
+        i = self.n
+        if i == self.present.shape[0]:
+            self._grow_rows()
+        self.names.append(name)
+        self.index[name] = i
+        self.labels.append({})
+        self.taints.append(())
+        self._masks.clear()
+        return i
+
+    def _grow_rows(self) -> None:
+        extra = self.present.shape[0]
+        cols = ((0, 0), (0, extra))
+        self.alloc = np.pad(self.alloc, cols)
+        self.used = np.pad(self.used, cols)
+        self.free = np.pad(self.free, cols)
+        self.divisor = np.pad(self.divisor, cols, constant_values=1.0)
+        self.present = np.pad(self.present, (0, extra))
+        self.schedulable = np.pad(self.schedulable, (0, extra), constant_values=True)
+        self.hard_tainted = np.pad(self.hard_tainted, (0, extra))
+        self.gpu_count = np.pad(self.gpu_count, (0, extra))
+        self.gpu_used = np.pad(self.gpu_used, ((0, extra), (0, 0)), constant_values=gpu.SENTINEL)
+        self.gpu_room = np.pad(self.gpu_room, (0, extra), constant_values=-1)
+        self.gpu_load = np.pad(self.gpu_load, (0, extra))
+        self.gpu_div = np.pad(self.gpu_div, (0, extra), constant_values=1.0)
+
+    # ------------------------------------------------------------------ node objects
+    def upsert(self, name: str, obj: Mapping[str, Any]) -> NodeChange | None:
+        """Take a Node object as the truth for its row; None when nothing placement uses changed."""
+        i = self.ensure(name)
+        labels, taints, schedulable, allocatable = _node_fields(obj)
+        vector = self._vector(allocatable)
+        was_present, was_counting = bool(self.present[i]), self.counting(i)
+        old = self.alloc[:, i].copy()
+        constraints = labels != self.labels[i] or taints != self.taints[i]
+        capacity = not was_present or schedulable != bool(self.schedulable[i]) or not np.array_equal(old, vector)
+        if not (constraints or capacity):
+            return None
+        if was_counting:
+            self._add_total(old, -1)
+        self.alloc[:, i] = vector
+        self.free[:, i] = vector - self.used[:, i]
+        self.divisor[:, i] = np.maximum(vector, 1)
+        self.present[i], self.schedulable[i] = True, schedulable
+        self.labels[i], self.taints[i] = labels, taints
+        self.hard_tainted[i] = any(t.effect in filters.HARD_EFFECTS for t in taints)
+        self._set_gpu_count(i, min(int(vector[self.col[q.GPU]]) // gpu.FULL, MAX_DEVICES))
+        if self.counting(i):
+            self._add_total(vector, +1)
+        grew = self.counting(i) and (not was_counting or bool((vector > old).any()))
+        self._masks.clear()
+        return NodeChange(capacity=capacity, grew=grew, constraints=constraints and was_present)
+
+    def _vector(self, amounts: Mapping[str, int]) -> np.ndarray:
+        """A dense row over all columns (adding columns for resources not seen before)."""
+        cols = [(self.column(name), amount) for name, amount in amounts.items()]
+        vector = np.zeros(len(self.resources), np.int64)
+        for c, amount in cols:
+            vector[c] = amount
+        return vector
+
+    def remove(self, name: str) -> NodeChange | None:
+        """The node left: nothing lands on it again; pods still charged there are forgotten as they go."""
+        i = self.index.get(name)
+        if i is None or not self.present[i]:
+            return None
+        if self.counting(i):
+            self._add_total(self.alloc[:, i], -1)
+        self.present[i] = False
+        self._masks.clear()
+        return NodeChange(capacity=True, grew=False, constraints=False)
+
+    def _add_total(self, vector: np.ndarray, sign: int) -> None:
+        for c, amount in enumerate(vector.tolist()):
+            self.total_alloc[c] += sign * amount
+
+    def _set_gpu_count(self, i: int, count: int) -> None:
+        if count > self.gpu_used.shape[1]:
+            self.gpu_used = np.pad(self.gpu_used, ((0, 0), (0, count - self.gpu_used.shape[1])),
+                                   constant_values=gpu.SENTINEL)
+        row = self.gpu_used[i]
+        for device in range(row.shape[0]):
+            if device < count and row[device] >= gpu.SENTINEL:
+                row[device] -= gpu.SENTINEL
+            elif device >= count and row[device] < gpu.SENTINEL:
+                row[device] += gpu.SENTINEL
+        self.gpu_count[i] = count
+        self.gpu_div[i] = max(count * gpu.FULL, 1)
+        self._refresh_gpu(i)
+
+    def _refresh_gpu(self, i: int) -> None:
+        """Derive the node's GPU figures (room, load, GPU column) from its device row."""
+        row = self.gpu_used[i].tolist()
+        self.gpu_room[i] = gpu.room(row)
+        self.gpu_load[i] = gpu.load(row)
+        g = self.col[q.GPU]
+        self.used[g, i] = (int(self.gpu_count[i]) - gpu.free_devices(row)) * gpu.FULL
+        self.free[g, i] = self.alloc[g, i] - self.used[g, i]
+
+    def device_row(self, i: int) -> list[int]:
+        return self.gpu_used[i].tolist()
+
+    # ------------------------------------------------------------------ usage
+    def demand(self, resources: Mapping[str, int], gpu_share: int = 0) -> Demand:
+        """Resolve a per-pod request (milli-units, ``pods`` included by the caller) to columns."""
+        items = tuple(sorted((name, min(int(v), MAX_AMOUNT)) for name, v in resources.items() if v > 0))
+        whole = 0
+        filter_cols: list[tuple[int, int]] = []
+        score_cols: list[tuple[int, int]] = []
+        charge: list[tuple[int, int]] = []
+        for name, amount in items:
+            c = self.column(name)
+            if name == q.GPU:
+                if not gpu_share:
+                    whole = -(-amount // gpu.FULL)
+                    filter_cols.append((c, whole * gpu.FULL))
+                continue
+            filter_cols.append((c, amount))
+            charge.append((c, amount))
+            if name != q.PODS:
+                score_cols.append((c, amount))
+        return Demand(items=items, filter=tuple(filter_cols), score=tuple(score_cols),
+                      charge_cols=np.array([c for c, _ in charge], np.intp),
+                      charge_amts=np.array([a for _, a in charge], np.int64),
+                      gpu_whole=whole, gpu_share=gpu_share)
+
+    def charge(self, i: int, demand: Demand, devices: gpu.GpuCharge) -> None:
+        self.used[demand.charge_cols, i] += demand.charge_amts
+        self.free[demand.charge_cols, i] -= demand.charge_amts
+        if devices:
+            for device, share in devices:
+                self.gpu_used[i, device] += share
+            self._refresh_gpu(i)
+
+    def uncharge(self, i: int, demand: Demand, devices: gpu.GpuCharge) -> None:
+        self.used[demand.charge_cols, i] -= demand.charge_amts
+        self.free[demand.charge_cols, i] += demand.charge_amts
+        if devices:
+            for device, share in devices:
+                self.gpu_used[i, device] -= share
+            self._refresh_gpu(i)
+
+    # ------------------------------------------------------------------ filtering and scoring
+    def static_mask(self, pod_set: PodSet) -> np.ndarray:
+        """Nodes this pod shape may ever use (present, cordon, taints, selector, affinity); cached."""
+        key = pod_set.constraint_key
+        mask = self._masks.get(key)
+        if mask is None:
+            n = self.n
+            mask = self.present[:n] & self.schedulable[:n] & ~self.hard_tainted[:n]
+            if pod_set.node_selector or pod_set.affinity:
+                candidates = np.flatnonzero(self.present[:n])
+            else:
+                candidates = np.flatnonzero(self.present[:n] & ~mask)
+            for i in candidates.tolist():
+                mask[i] = filters.static_failure(self.labels[i], self.taints[i], not self.schedulable[i],
+                                                 pod_set) is None
+            self._masks[key] = mask
+        return mask
+
+    def feasible(self, demand: Demand, static: np.ndarray, sl: slice) -> np.ndarray:
+        ok = static[sl].copy()
+        for c, amount in demand.filter:
+            ok &= self.free[c, sl] >= amount
+        if demand.gpu_share:
+            ok &= self.gpu_room[sl] >= demand.gpu_share
+        return ok
+
+    def score(self, demand: Demand, strategy: str, sl: slice) -> np.ndarray:
+        """Σ over requested resources of utilisation after placing; binpack maximises, spread minimises."""
+        total: np.ndarray | None = None
+        for c, amount in demand.score:
+            part = (self.used[c, sl] + amount) / self.divisor[c, sl]
+            total = part if total is None else total + part
+        if demand.gpu_need:
+            part = (self.gpu_load[sl] + demand.gpu_need) / self.gpu_div[sl]
+            total = part if total is None else total + part
+        if total is None:
+            total = np.zeros(len(range(*sl.indices(self.n))), np.float64)
+        return total if strategy == "binpack" else -total
+
+    # ------------------------------------------------------------------ totals
+    def totals(self) -> dict[str, int]:
+        return {r: self.total_alloc[c] for c, r in enumerate(self.resources) if self.total_alloc[c] > 0}
+
+    def schedulable_count(self) -> int:
+        n = self.n
+        return int((self.present[:n] & self.schedulable[:n]).sum())
+
+    def present_count(self) -> int:
+        return int(self.present[:self.n].sum())

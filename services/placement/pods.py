@@ -1,0 +1,131 @@
+"""Pods as placement sees them: where they are bound, whether they still count, what they hold.
+
+Every pod bound to a node (``spec.nodeName``) counts against that node until it is deleted or
+finishes (Succeeded/Failed), whoever scheduled it. Parsing never raises: a pod whose requests
+cannot be read counts as one pod with no resources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from pydantic import ValidationError
+
+from services.placement.gpu import GpuCharge
+from services.placement.nodes import Demand
+from services.placement.workloads import Slot
+from shared import kube
+from shared import quantity as q
+from shared.model import MatchExpression, PodSet, Toleration
+
+FINISHED = ("Succeeded", "Failed")
+GPU_DEVICES = "muster.dev/gpu-devices"
+"""Annotation the reconciler writes when it binds a pod (see services/reconciler)."""
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """The fields of one Pod watch event that placement uses."""
+
+    key: str
+    namespace: str
+    name: str
+    node_name: str
+    phase: str
+    live: bool
+    """Not deleted and not finished."""
+    workload: str | None
+    pod_set: str
+    requests: dict[str, int]
+    """Per pod, milli-units, ``pods: 1000`` included."""
+    gpu_share: int
+    gpu_devices: tuple[int, ...] | None
+
+    @property
+    def bound(self) -> bool:
+        return bool(self.node_name)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def pod_facts(change: str, obj: Mapping[str, Any], name: str, namespace: str) -> PodFacts:
+    meta = _mapping(obj.get("metadata"))
+    spec = _mapping(obj.get("spec"))
+    namespace = str(meta.get("namespace") or namespace or "default")
+    name = str(meta.get("name") or name)
+    phase = str(_mapping(obj.get("status")).get("phase") or "Pending")
+    try:
+        requests = kube.pod_requests(spec)
+    except (q.QuantityError, AttributeError, TypeError):
+        requests = {}
+    annotations = _mapping(meta.get("annotations"))
+    try:
+        share = kube.gpu_share(annotations, "metadata")
+    except q.QuantityError:
+        share = 0
+    devices = None
+    raw_devices = annotations.get(GPU_DEVICES)
+    if isinstance(raw_devices, str) and raw_devices:
+        try:
+            devices = tuple(int(d) for d in raw_devices.split(","))
+        except ValueError:
+            devices = None
+    try:
+        workload = kube.workload_key_of_pod(obj)
+        pod_set = kube.pod_set_of_pod(obj)
+    except AttributeError:
+        workload, pod_set = None, "pods"
+    return PodFacts(
+        key=f"{namespace}/{name}", namespace=namespace, name=name, node_name=str(spec.get("nodeName") or ""),
+        phase=phase, live=change != "Deleted" and phase not in FINISHED, workload=workload, pod_set=pod_set,
+        requests={**requests, q.PODS: 1000}, gpu_share=share, gpu_devices=devices,
+    )
+
+
+def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    fields = ("key", "operator", "value", "effect")
+    return tuple(Toleration(**{k: v for k, v in t.items() if k in fields}) for t in spec.get("tolerations") or [])
+
+
+def _affinity(spec: Mapping[str, Any]) -> tuple[tuple[MatchExpression, ...], ...]:
+    node_affinity = _mapping(_mapping(spec.get("affinity")).get("nodeAffinity"))
+    required = _mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    return tuple(
+        tuple(MatchExpression(key=e["key"], operator=e["operator"], values=tuple(e.get("values") or ()))
+              for e in term.get("matchExpressions") or [])
+        for term in required.get("nodeSelectorTerms") or [])
+
+
+def pod_set_of(obj: Mapping[str, Any], name: str, facts: PodFacts) -> PodSet | None:
+    """A one-pod PodSet from the pod's own spec, to place a pod beyond its gang's slots; None if unreadable."""
+    spec = _mapping(obj.get("spec"))
+    try:
+        resources = {k: v for k, v in facts.requests.items() if k != q.PODS}
+        return PodSet(name=name, count=1, resources=resources, gpu_share=facts.gpu_share,
+                      node_selector=dict(spec.get("nodeSelector") or {}), tolerations=_tolerations(spec),
+                      affinity=_affinity(spec))
+    except (ValidationError, KeyError, TypeError, AttributeError):
+        return None
+
+
+@dataclass
+class PodRecord:
+    facts: PodFacts
+    obj: Mapping[str, Any]
+    node: int | None = None
+    """Row the pod is charged to, None while it does not count."""
+    demand: Demand | None = None
+    devices: GpuCharge = ()
+    foreign: bool = False
+    """Charged while not belonging to an admitted workload: it lowers CapacityChanged.total."""
+    slot: Slot | None = None
+    """The slot of its (admitted) workload it was assigned to, if any."""
+    evicted: bool = False
+    """Its workload was preempted: it no longer counts and fills nothing, whatever it reports."""
+
+    @property
+    def key(self) -> str:
+        return self.facts.key

@@ -1,0 +1,53 @@
+"""In-queue priority preemption: which admitted workloads may make room, and the fewest of them.
+
+Who may be a victim (all must hold): same queue as the preemptor, lower priority, preemptible,
+admitted here, and ran at least its min runtime (time since GangRunning; with a min runtime of 0
+an admitted workload that is not Running yet qualifies too).
+
+Which victims: candidates ordered by priority ascending, newest first; add them one by one until
+the gang fits, then drop every victim the gang does not need (trying the last added, i.e. the
+highest priority / oldest, first). ``fits`` is a trial placement the caller rolls back.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence, TypeVar
+
+from services.placement.workloads import WorkloadRecord
+
+V = TypeVar("V")
+
+
+def eligible(victim: WorkloadRecord, preemptor: WorkloadRecord, now: float, min_runtime: float) -> bool:
+    spec = victim.spec
+    if victim is preemptor or not victim.admitted or victim.queue != preemptor.queue:
+        return False
+    if not spec.preemptible or spec.priority >= preemptor.spec.priority:
+        return False
+    if victim.started_at is None:
+        return min_runtime <= 0
+    return now - victim.started_at >= min_runtime
+
+
+def victim_order(candidates: Sequence[WorkloadRecord]) -> list[WorkloadRecord]:
+    """Lowest priority first; within a priority the newest (latest start, else latest admission)."""
+    def key(w: WorkloadRecord) -> tuple:
+        since = w.started_at if w.started_at is not None else w.admitted_at
+        return (w.spec.priority, -since, -w.admitted_seq, w.spec.key)
+    return sorted(candidates, key=key)
+
+
+def minimal_victims(ordered: Sequence[V], fits: Callable[[list[V]], bool]) -> list[V] | None:
+    """Greedy add in order, then prune the unnecessary; None when even all of them do not suffice."""
+    chosen: list[V] = []
+    for candidate in ordered:
+        chosen.append(candidate)
+        if fits(chosen):
+            break
+    else:
+        return None
+    for candidate in reversed(list(chosen)):
+        trial = [v for v in chosen if v is not candidate]
+        if fits(trial):
+            chosen = trial
+    return chosen

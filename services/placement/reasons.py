@@ -1,0 +1,62 @@
+"""Why a gang did not fit, in the words Volcano and kube-scheduler users already read.
+
+    3/3 tasks in gang unschedulable: pod group is not ready, 3 Pending, 3 minAvailable;
+    1/3 tasks could not be placed: 0/2 nodes are available: 1 Insufficient cpu,
+    1 node(s) had untolerated taint {dedicated: gpu}.
+
+The node histogram is kube-scheduler's ``FitError``: per node the first failing filter (cordon,
+taint, selector/affinity), or every resource it is short of; "<count> <reason>" strings sorted
+as strings and joined with ", ".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from services.placement import filters
+from services.placement.nodes import Demand, NodeTable
+from shared import quantity as q
+from shared.model import PodSet
+
+INSUFFICIENT_GPU = f"Insufficient {q.GPU}"
+
+
+def gang_line(min_member: int) -> str:
+    return (f"{min_member}/{min_member} tasks in gang unschedulable: pod group is not ready, "
+            f"{min_member} Pending, {min_member} minAvailable; ")
+
+
+def gang_failure(min_member: int, failed: int, total: int, fit_error: str) -> str:
+    return f"{gang_line(min_member)}{failed}/{total} tasks could not be placed: {fit_error}"
+
+
+def resource_reason(resource: str) -> str:
+    return "Too many pods" if resource == q.PODS else f"Insufficient {resource}"
+
+
+def fit_error(table: NodeTable, pod_set: PodSet, demand: Demand, static: np.ndarray) -> tuple[str, bool]:
+    """The histogram for one pod that fits nowhere, and whether capacity (not constraints) is short.
+
+    Runs only on failure: a Python loop over the nodes the static filters reject, numpy for the rest.
+    """
+    n = table.n
+    present = table.present[:n]
+    counts: dict[str, int] = {}
+    for i in np.flatnonzero(present & ~static).tolist():
+        reason = filters.static_failure(table.labels[i], table.taints[i], not table.schedulable[i], pod_set)
+        reason = reason or filters.UNSCHEDULABLE
+        counts[reason] = counts.get(reason, 0) + 1
+    for c, amount in demand.filter:
+        short = int((static & (table.free[c, :n] < amount)).sum())
+        if short:
+            reason = resource_reason(table.resources[c])
+            counts[reason] = counts.get(reason, 0) + short
+    if demand.gpu_share:
+        short = int((static & (table.gpu_room[:n] < demand.gpu_share)).sum())
+        if short:
+            counts[INSUFFICIENT_GPU] = counts.get(INSUFFICIENT_GPU, 0) + short
+    total = int(present.sum())
+    if not counts:
+        return f"0/{total} nodes are available.", False
+    histogram = sorted(f"{count} {reason}" for reason, count in counts.items())
+    return f"0/{total} nodes are available: {', '.join(histogram)}.", bool(static.any())

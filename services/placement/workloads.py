@@ -1,0 +1,75 @@
+"""What placement remembers about a workload it was asked to place: its slots and their pods.
+
+A slot is one planned pod (pod set, index, node, GPU devices). While no live bound pod fills it,
+the slot *reserves* its demand on its node; once a pod bound there fills it, the pod's own
+charge replaces the reservation. A freed slot (its pod failed or was deleted) reserves again
+and waits for the recreated pod; a slot whose pod Succeeded is done and holds nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from services.placement.gpu import GpuCharge
+from services.placement.nodes import Demand
+from shared.model import WorkloadSpec
+
+
+@dataclass
+class Slot:
+    pod_set: str
+    index: int
+    node: int
+    devices: GpuCharge
+    demand: Demand
+    in_gang: bool
+    extra: bool = False
+    """A pod beyond the gang's count, placed on its own; dropped (not re-reserved) when its pod goes."""
+    pod: str | None = None
+    """``namespace/name`` of the pod assigned to this slot."""
+    filled: bool = False
+    done: bool = False
+    lost: bool = False
+    """Its node left while the slot was free: it reserves nothing until it is placed again."""
+
+    @property
+    def reserving(self) -> bool:
+        return not self.filled and not self.done and not self.lost
+
+    @property
+    def free(self) -> bool:
+        return self.pod is None and not self.done
+
+
+@dataclass
+class WorkloadRecord:
+    spec: WorkloadSpec
+    queue: str
+    slots: list[Slot] = field(default_factory=list)
+    admitted: bool = False
+    admitted_at: float = 0.0
+    admitted_seq: int = 0
+    started_at: float | None = None
+    """When GangRunning was emitted for the current admission (for min runtime)."""
+    running: bool = False
+    reason: str = ""
+    """Why it was placed where it is (repeated if the queue asks again)."""
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    def free_slot(self, pod_set: str, node: int | None = None) -> Slot | None:
+        """The lowest free slot of a pod set, preferring one on ``node``, then one not lost."""
+        candidates = [s for s in self.slots if s.pod_set == pod_set and s.free]
+        if node is not None:
+            for slot in candidates:
+                if slot.node == node:
+                    return slot
+        for slot in candidates:
+            if not slot.lost:
+                return slot
+        return candidates[0] if candidates else None
+
+    def next_index(self, pod_set: str) -> int:
+        return max((s.index for s in self.slots if s.pod_set == pod_set), default=-1) + 1

@@ -1,0 +1,160 @@
+"""In-queue priority preemption (fewest victims, lowest priority, newest) and reclaim by the queue."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.events import GangPlaced, PlacementFailed, PodAssigned, PreemptionRequested, TimerSet
+from shared.model import WorkloadSpec
+from shared.policy import Policy
+from tests.builders import gang, node, pod_set, workload
+from tests.builders.placement import PlacementDriver, bound, of_type, one, ray_pod
+
+GPU = "nvidia.com/gpu"
+
+
+def ray(key: str, priority: int, queue: str = "team-a", *, cpu: str = "1", preemptible: bool | None = None,
+        **worker: str) -> WorkloadSpec:
+    g = gang(pod_set("head", 1, cpu="1", memory="2Gi"), pod_set("gpu", 1, cpu="1", memory="4Gi", **worker)) \
+        if worker else gang(pod_set("head", 1, cpu=cpu))
+    return workload(key, queue=queue, priority=priority, preemptible=preemptible, gang_=g)
+
+
+def running(d: PlacementDriver, spec: WorkloadSpec) -> None:
+    """Admit the workload and bring all its pods up Running."""
+    d.run(spec, d.dequeue(spec))
+
+
+def test_build_preempts_running_train_in_the_same_queue():
+    d = PlacementDriver(None, node("gpu-node-1", cpu="8", memory="32Gi", gpu="1"))
+    d.now = 1.0
+    train = ray("default/train-cluster", 50, **{GPU: "1"})
+    running(d, train)
+    d.now = 30.0
+    build = ray("default/build-cluster", 100, **{GPU: "1"})
+    out = d.dequeue(build)
+    assert [type(p) for p in out] == [PreemptionRequested, GangPlaced]
+    assert out[0] == PreemptionRequested(
+        key="default/train-cluster", kind="RayCluster", gate="pods", preemptor="default/build-cluster",
+        pods=("train-cluster-head-0", "train-cluster-gpu-worker-0"),
+        reason="preempted by default/build-cluster (priority 100) in queue team-a")
+    assert out[1].reason == "2/2 pods placed on 1 node(s) (binpack) after preempting default/train-cluster"
+    assert out[1].slots[1].gpu.devices == (0,)
+    # The evicted pods no longer count, even while they still report Running; going away releases nothing.
+    old = bound(ray_pod("train-cluster", "gpu", 0, requests={"cpu": "1"}), "gpu-node-1", "Running")
+    assert d.pod(old, "Modified") == []
+    assert of_type(d.pod(old, "Deleted"), TimerSet) == []
+    # The build pods come and take their slots; train's recreated pods wait unassigned.
+    assert one(d.pod(ray_pod("build-cluster", "gpu", 0)), PodAssigned).node == "gpu-node-1"
+    assert d.pod(ray_pod("train-cluster", "gpu", 1)) == []
+
+
+def test_train_is_placed_again_once_build_is_gone():
+    d = PlacementDriver(None, node("n1", cpu="8", gpu="1"))
+    train, build = ray("default/train", 50, **{GPU: "1"}), ray("default/build", 100, **{GPU: "1"})
+    running(d, train)
+    d.run(build, d.dequeue(build))
+    assert isinstance(d.dequeue(train)[0], PlacementFailed)
+    d.withdraw(build.key)
+    for name in ("build-head-0", "build-gpu-worker-0"):
+        pod_set = "head" if "head" in name else "gpu"
+        d.pod(bound(ray_pod("build", pod_set, 0, requests={"cpu": "1"}), "n1", "Running"), "Deleted")
+    assert [type(p) for p in d.dequeue(train)] == [GangPlaced]
+
+
+@pytest.mark.parametrize("need, victims", [
+    ("2", ["ns/b"]),                    # one victim: lowest priority, newest
+    ("4", ["ns/b", "ns/a"]),            # both priority-10 workloads before the priority-20 one
+    ("6", ["ns/b", "ns/a", "ns/c"]),
+])
+def test_minimal_victim_set_lowest_priority_newest_first(need, victims):
+    d = PlacementDriver(None, node("n1", cpu="6"))
+    for t, (key, prio) in enumerate((("ns/a", 10), ("ns/b", 10), ("ns/c", 20))):
+        d.now = float(t)
+        running(d, ray(key, prio, cpu="2"))
+    d.now = 100.0
+    out = d.dequeue(ray("ns/boss", 50, cpu=need))
+    assert [p.key for p in of_type(out, PreemptionRequested)] == victims
+    assert isinstance(out[-1], GangPlaced)
+
+
+def test_unneeded_victims_are_pruned():
+    # Greedy order takes the 1-CPU workload first, but the 4-CPU one alone is enough.
+    d = PlacementDriver(None, node("n1", cpu="5"))
+    running(d, ray("ns/small", 1, cpu="1"))
+    running(d, ray("ns/large", 2, cpu="4"))
+    out = d.dequeue(ray("ns/boss", 50, cpu="4"))
+    assert [p.key for p in of_type(out, PreemptionRequested)] == ["ns/large"]
+
+
+def test_no_preemption_when_even_all_victims_do_not_make_room():
+    d = PlacementDriver(None, node("n1", cpu="4"))
+    running(d, ray("ns/low", 10, cpu="2"))
+    running(d, ray("ns/keep", 10, cpu="1", preemptible=False))
+    out = d.dequeue(ray("ns/boss", 50, cpu="4"))
+    assert [type(p) for p in out] == [PlacementFailed]
+    assert out[0].reason == (
+        "1/1 tasks in gang unschedulable: pod group is not ready, 1 Pending, 1 minAvailable; "
+        "1/1 tasks could not be placed: 0/1 nodes are available: 1 Insufficient cpu. "
+        "Preempting all 1 lower-priority workload(s) of queue team-a would not make room.")
+    # Rolled back: ns/low still holds its 2 CPU (1 free), and can still be preempted later.
+    assert isinstance(d.dequeue(ray("ns/probe", 0, cpu="2"))[0], PlacementFailed)
+    assert [p.key for p in of_type(d.dequeue(ray("ns/boss2", 50, cpu="3")), PreemptionRequested)] == ["ns/low"]
+
+
+@pytest.mark.parametrize("victim", [
+    ray("ns/v", 100, cpu="4"),                      # higher priority
+    ray("ns/v", 50, cpu="4"),                       # same priority
+    ray("ns/v", 10, cpu="4", preemptible=False),    # not preemptible
+    ray("ns/v", 10, "other-queue", cpu="4"),        # another queue (that is reclaim's job)
+])
+def test_never_a_victim(victim):
+    d = PlacementDriver(None, node("n1", cpu="4"))
+    running(d, victim)
+    assert [type(p) for p in d.dequeue(ray("ns/boss", 50, cpu="1"))] == [PlacementFailed]
+
+
+def test_min_runtime_protects_young_workloads():
+    d = PlacementDriver(Policy(min_runtime_seconds=60), node("n1", cpu="4"))
+    d.now = 10.0
+    running(d, ray("ns/low", 10, cpu="4"))  # GangRunning at t=10
+    d.now = 69.0
+    failed = one(d.dequeue(ray("ns/boss", 50, cpu="1")), PlacementFailed)
+    assert "Preempting" not in failed.reason
+    d.now = 70.0
+    assert [p.key for p in of_type(d.dequeue(ray("ns/boss", 50, cpu="1")), PreemptionRequested)] == ["ns/low"]
+
+
+def test_admitted_but_not_running_is_a_victim_only_without_min_runtime():
+    strict = PlacementDriver(Policy(min_runtime_seconds=1), node("n1", cpu="4"))
+    strict.dequeue(ray("ns/low", 10, cpu="4"))
+    assert isinstance(strict.dequeue(ray("ns/boss", 50, cpu="1"))[0], PlacementFailed)
+    lax = PlacementDriver(None, node("n1", cpu="4"))
+    lax.dequeue(ray("ns/low", 10, cpu="4"))
+    out = lax.dequeue(ray("ns/boss", 50, cpu="1"))
+    assert one(out, PreemptionRequested).pods == ()  # no pod existed yet
+
+
+def test_reclaim_evicts_the_named_victims_and_places_the_gang():
+    d = PlacementDriver(None, node("n1", cpu="4"))
+    running(d, ray("ns/v1", 0, "other", cpu="2"))
+    running(d, ray("ns/v2", 0, "other", cpu="2"))
+    w = ray("ns/w", 0, "mine", cpu="2")
+    out = d.reclaim(w, ("ns/v2", "ns/unknown"))
+    assert [type(p) for p in out] == [PreemptionRequested, GangPlaced]
+    assert out[0].key == "ns/v2" and out[0].preemptor == "ns/w"
+    assert out[0].reason == "reclaimed by ns/w for queue mine"
+    assert out[0].pods == ("v2-head-0",)
+    assert out[1].reason == "1/1 pods placed on 1 node(s) (binpack) after reclaiming ns/v2"
+
+
+def test_reclaim_that_does_not_make_room_fails_and_evicts_nobody():
+    d = PlacementDriver(None, node("n1", cpu="4"))
+    running(d, ray("ns/v1", 0, "other", cpu="2"))
+    running(d, ray("ns/v2", 0, "other", cpu="2"))
+    out = d.reclaim(ray("ns/w", 0, "mine", cpu="3"), ("ns/v1",))
+    assert [type(p) for p in out] == [PlacementFailed]
+    assert out[0].reason.endswith("0/1 nodes are available: 1 Insufficient cpu.")
+    # Nobody was evicted: v1 can still be reclaimed with v2.
+    out = d.reclaim(ray("ns/w", 0, "mine", cpu="3"), ("ns/v1", "ns/v2"))
+    assert [p.key for p in of_type(out, PreemptionRequested)] == ["ns/v1", "ns/v2"]
