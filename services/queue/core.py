@@ -1,0 +1,395 @@
+"""The queue core: decides *when* a workload may take quota.
+
+Where each decision is made:
+- event handlers (this file, ``_on_*``): state changes of workloads and queues, backoff, wake-ups;
+- the scheduling cycle (this file, ``_cycle``): who goes, in what order, Dequeued vs ReclaimRequested;
+- ``tree.py``: which queues exist, roll-up, limit/guarantee checks and the quota reason line;
+- ``ordering.py``: pending order in a queue, queue serving order, StrictFIFO vs BestEffortFIFO;
+- ``backoff.py``: requeue_at as data; ``fairshare.py``: deserved shares and dominant share;
+- ``reclaim.py``: whether and from whom to reclaim; ``snapshot.py``: what one cycle sees;
+- ``ledger.py``: per-queue pending index and usage totals, updated on every state change.
+
+Every timer is the key ``"cycle"``: set for now whenever something changed that could let a
+workload go, and for ``requeue_at`` when a workload backs off. The runtime fires timers only when
+every inbox is drained, so one cycle sees everything that arrived at its instant.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from operator import attrgetter
+from typing import Any, Callable
+
+from services.queue import backoff
+from services.queue.ledger import Ledger
+from services.queue.ordering import blocks, serve_key
+from services.queue.reasons import amounts, gang_line, preempted_by, waiting
+from services.queue.reclaim import Running, choose_victims, shortage, within_share
+from services.queue.snapshot import Snapshot
+from services.queue.tree import QueueTree, quota_failure
+from services.queue.workload import Tracked
+from shared.events import (
+    BackedOff, CapacityChanged, Dequeued, Envelope, Enqueued, GangPlaced, GangRunning, PlacementFailed,
+    PreemptionRequested, QueueDefined, QueueRejected, QueueRemoved, ReclaimRequested, TimerFired, TimerSet,
+    WorkloadDeleted, WorkloadFinished, WorkloadSubmitted, WorkloadUpdated, WorkloadWithdrawn,
+)
+from shared.model import WorkloadSpec
+from shared.policy import Policy
+
+CYCLE = "cycle"
+_PRIORITY_IN_REASON = re.compile(r"\(priority (-?\d+)\)")
+_QUEUE_KIND = {"elasticquotatree": "ElasticQuotaTree"}
+_ORDER = attrgetter("order")
+
+Out = list[Any]
+
+
+class QueueCore:
+    """Pure fold over the queue inbox; ``status()`` is a read-only view for the projection."""
+
+    service = "queue"
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.tree = QueueTree(policy.default_queue)
+        self._workloads: dict[str, Tracked] = {}
+        self._ledger = Ledger()
+        self._capacity: dict[str, int] = {}
+        self._armed: dict[float, None] = {}
+        self._seq = 0
+        self._now = 0.0
+        self._handlers: dict[str, Callable[[Any, float, Out], None]] = {
+            "QueueDefined": self._on_queue_defined,
+            "QueueRemoved": self._on_queue_removed,
+            "WorkloadSubmitted": self._on_submitted,
+            "WorkloadUpdated": self._on_updated,
+            "WorkloadFinished": self._on_gone,
+            "WorkloadDeleted": self._on_gone,
+            "GangPlaced": self._on_placed,
+            "PlacementFailed": self._on_placement_failed,
+            "GangRunning": self._on_running,
+            "PreemptionRequested": self._on_preempted,
+            "CapacityChanged": self._on_capacity,
+            "TimerFired": self._on_timer,
+        }
+
+    def handle(self, env: Envelope) -> list[Any]:
+        """Fold one inbox event; anything not addressed to the queue is ignored quietly."""
+        handler = self._handlers.get(env.type)
+        if handler is None:
+            return []
+        now = env.occurred_at
+        self._now = max(self._now, now)
+        out: Out = []
+        handler(env.payload, now, out)
+        return out
+
+    # ------------------------------------------------------------------ queues
+    def _on_queue_defined(self, p: QueueDefined, now: float, out: Out) -> None:
+        problem = self.tree.define(p.queue)
+        if problem is not None:
+            out.append(QueueRejected(name=p.queue.name, kind=_QUEUE_KIND.get(p.queue.dialect, "Queue"), reason=problem))
+            return
+        self._request_cycle(now, out)  # limits, state or shape changed: the cycle re-tells waits
+
+    def _on_queue_removed(self, p: QueueRemoved, now: float, out: Out) -> None:
+        if self.tree.remove(p.name):
+            self._request_cycle(now, out)  # its pending workloads hear "does not exist" in the cycle
+
+    # ------------------------------------------------------------------ workloads from admission
+    def _on_submitted(self, p: WorkloadSubmitted, now: float, out: Out) -> None:
+        if p.workload.key in self._workloads:
+            self._update(p.workload, now, out)  # a resubmission only matters while it waits
+            return
+        w = self._workloads[p.workload.key] = Tracked.of(p.workload)
+        self._ledger.book(w)
+        self._tell_where(w, self.tree.wait_reason(w.queue), out)
+        self._request_cycle(now, out)
+
+    def _on_updated(self, p: WorkloadUpdated, now: float, out: Out) -> None:
+        if p.workload.key not in self._workloads:
+            self._on_submitted(WorkloadSubmitted(workload=p.workload), now, out)
+            return
+        self._update(p.workload, now, out)
+
+    def _update(self, spec: WorkloadSpec, now: float, out: Out) -> None:
+        """Replace the spec of a waiting workload (a holder keeps what it was admitted with)."""
+        w = self._workloads[spec.key]
+        if w.state != "pending" or spec == w.spec:
+            return
+        moved = spec.queue != w.queue
+        with self._ledger.moving(w):
+            w.respec(spec)
+        w.attempts, w.requeue_at = 0, None  # a changed spec is a new attempt: why it backed off may be gone
+        if moved:
+            self._tell_where(w, self.tree.wait_reason(w.queue), out, moved=True)
+        self._request_cycle(now, out)
+
+    def _on_gone(self, p: WorkloadFinished | WorkloadDeleted, now: float, out: Out) -> None:
+        w = self._workloads.pop(p.key, None)
+        if w is None:
+            return
+        self._ledger.unbook(w)
+        reclaimer = self._workloads.get(w.promised_to) if w.promised_to else None
+        if reclaimer is not None:
+            reclaimer.victims = tuple(v for v in reclaimer.victims if v != w.key)
+        self._unpromise(w)
+        reason = p.reason or (p.outcome if isinstance(p, WorkloadFinished) else "deleted")
+        out.append(WorkloadWithdrawn(key=w.key, reason=reason))
+        if w.holds_quota:
+            self._wake_all(now)
+        self._request_cycle(now, out)
+
+    # ------------------------------------------------------------------ placement's answers
+    def _on_placed(self, p: GangPlaced, now: float, out: Out) -> None:
+        w = self._workloads.get(p.key)
+        if w is None or w.state in ("admitted", "running"):
+            return
+        if w.state == "pending":  # placement placed it after all: reality wins, it holds quota
+            w.reserved_seq = self._next_seq()
+        with self._ledger.moving(w):
+            w.state = "admitted"
+        w.attempts, w.requeue_at, w.preempted_by, w.held = 0, None, "", ""
+        self._unpromise(w)
+
+    def _on_running(self, p: GangRunning, now: float, out: Out) -> None:
+        w = self._workloads.get(p.key)
+        if w is None or w.state not in ("reserved", "admitted"):
+            return
+        with self._ledger.moving(w):
+            w.state = "running"
+        if w.started_at is None:
+            w.started_at = now
+
+    def _on_placement_failed(self, p: PlacementFailed, now: float, out: Out) -> None:
+        w = self._workloads.get(p.key)
+        if w is None or w.state != "reserved":
+            return
+        with self._ledger.moving(w):
+            w.state = "pending"
+        self._unpromise(w)
+        self._back_off(w, now, w.reason(p.reason), out)
+        self._request_cycle(now, out)  # its reservation went back to the queue
+
+    def _on_preempted(self, p: PreemptionRequested, now: float, out: Out) -> None:
+        w = self._workloads.get(p.key)
+        if w is None or not w.holds_quota:
+            return
+        preemptor = self._workloads.get(p.preemptor)
+        found = _PRIORITY_IN_REASON.search(p.reason)
+        priority = preemptor.spec.priority if preemptor else (int(found.group(1)) if found else None)
+        self._unpromise(w)
+        with self._ledger.moving(w):
+            w.state = "pending"
+        w.started_at, w.attempts, w.requeue_at, w.held = None, 0, None, ""
+        w.preempted_by = preempted_by(p.preemptor, priority)
+        w.last_reason = f"{w.preempted_by}; {waiting(w.queue)}"
+        out.append(Enqueued(key=w.key, queue=w.queue, reason=w.last_reason))
+        self._wake_all(now)
+        self._request_cycle(now, out)
+
+    def _on_capacity(self, p: CapacityChanged, now: float, out: Out) -> None:
+        self._capacity = dict(p.total)
+        if p.released:
+            self._wake_all(now)
+        self._request_cycle(now, out)
+
+    def _on_timer(self, p: TimerFired, now: float, out: Out) -> None:
+        if p.key != CYCLE:
+            return
+        self._armed.pop(now, None)
+        self._cycle(now, out)
+
+    # ------------------------------------------------------------------ the cycle
+    def _cycle(self, now: float, out: Out) -> None:
+        """One scheduling cycle per instant, after every inbox is drained (Kueue's model):
+
+        1. hold: pending workloads of queues that take none (missing, Closed/Closing, not a
+           leaf) are told why and skip the cycle; those whose queue takes them again are told so;
+        2. heads: per leaf queue, its pending workloads in order (priority desc, submitted_at,
+           key); backing-off ones are skipped (BestEffortFIFO) or stop the queue (StrictFIFO);
+        3. snapshot: usage rolled up the tree, non-preemptible usage, cluster free, fair shares;
+        4. iterate: serve queues by (queue priority desc, dominant share asc, name), one head at
+           a time, re-ranking the served queue after each decision;
+        5. quota: leaf and every ancestor within limit (and guarantee if non-preemptible), else
+           BackedOff with the gang line; StrictFIFO stops that queue, BestEffortFIFO moves on;
+        6. admit: Dequeued when free capacity covers the demand or no reclaim is possible, else
+           ReclaimRequested(victims); both reserve quota in the snapshot for the next heads.
+        """
+        heads = self._heads(now, out)
+        if not heads:
+            return
+        snap = Snapshot.take(self.tree, self._ledger, self._capacity)
+        ranking = [(self._rank(name, snap), name) for name in heads]
+        heapq.heapify(ranking)
+        cursor = {name: 0 for name in heads}
+        while ranking:
+            _, name = heapq.heappop(ranking)
+            w = heads[name][cursor[name]]
+            cursor[name] += 1
+            went = self._try(w, snap, now, out)
+            if not went and blocks(self.policy.queueing_for(name)):
+                continue
+            if cursor[name] < len(heads[name]):
+                heapq.heappush(ranking, (self._rank(name, snap), name))
+
+    def _heads(self, now: float, out: Out) -> dict[str, list[Tracked]]:
+        """Steps 1-2: per leaf queue that takes workloads, the ordered candidates of this cycle."""
+        heads: dict[str, list[Tracked]] = {}
+        for name in sorted(self._ledger.pending):
+            members = self._ledger.pending[name].values()
+            why = self.tree.wait_reason(name)
+            for w in sorted((w for w in members if why is not None or w.held or not w.last_reason), key=_ORDER):
+                self._tell_where(w, why, out)
+            if why is not None:
+                continue
+            ready = [w for w in members if not backoff.backing_off(w.requeue_at, now)]
+            if blocks(self.policy.queueing_for(name)):
+                resting = [w.order for w in members if backoff.backing_off(w.requeue_at, now)]
+                if resting:  # StrictFIFO: nothing passes a head that is backing off
+                    first = min(resting)
+                    ready = [w for w in ready if w.order < first]
+            if ready:
+                heads[name] = sorted(ready, key=_ORDER)
+        return heads
+
+    def _rank(self, name: str, snap: Snapshot) -> tuple[int, float, str]:
+        spec = self.tree.get(name)
+        return serve_key(spec.priority if spec else 0, snap.dominant(name), name)
+
+    def _try(self, w: Tracked, snap: Snapshot, now: float, out: Out) -> bool:
+        """Steps 5-6 for one head; True when it took quota."""
+        failure = quota_failure(self.tree, w.queue, w.demand, snap.usage, snap.protected, w.spec.preemptible)
+        if failure is not None:
+            self._back_off(w, now, w.reason(gang_line(w.spec.gang) + failure), out)
+            return False
+        short = shortage(w.demand, snap.free)
+        victims = self._victims(w, short, snap, now) if short else None
+        with self._ledger.moving(w):
+            w.state = "reserved"
+        w.requeue_at, w.held = None, ""
+        w.reserved_seq = self._next_seq()
+        snap.charge(self.tree, w)
+        if victims:
+            w.victims = victims
+            for key in victims:
+                victim = self._workloads[key]
+                victim.promised_to = w.key
+                snap.release(self.tree, victim)
+            snap.candidates = None  # promises changed
+            w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
+                                     f"reclaiming {', '.join(victims)} from queues over their fair share")
+            out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=victims,
+                                        reason=w.last_reason))
+        else:
+            w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)})")
+            out.append(Dequeued(key=w.key, queue=w.queue, workload=w.spec, reason=w.last_reason))
+        return True
+
+    def _victims(self, w: Tracked, short: dict[str, int], snap: Snapshot, now: float) -> tuple[str, ...] | None:
+        """Reclaim for ``w`` (see reclaim.py), or None when its queue is not entitled or it cannot cover."""
+        if not within_share(snap.usage.get(w.queue, {}), w.demand, snap.shares.get(w.queue, {})):
+            return None
+        if snap.candidates is None:
+            snap.candidates = [
+                Running(key=x.key, queue=x.queue, priority=x.spec.priority, preemptible=x.spec.preemptible,
+                        started_at=x.started_at or 0.0, min_runtime=self._min_runtime(x.queue), demand=x.demand,
+                        admitted_seq=x.reserved_seq, promised=bool(x.promised_to))
+                for x in self._ledger.running.values()
+            ]
+        queues = {x.queue: self.tree.get(x.queue) for x in snap.candidates}
+        return choose_victims(short, snap.candidates, queues, snap.usage, snap.shares, w.queue, now)
+
+    def _min_runtime(self, queue: str) -> float:
+        spec = self.tree.get(queue)
+        if spec is not None and spec.min_runtime is not None:
+            return spec.min_runtime
+        return self.policy.min_runtime_for(queue)
+
+    # ------------------------------------------------------------------ helpers
+    def _tell_where(self, w: Tracked, why: str | None, out: Out, moved: bool = False) -> None:
+        """Tell a pending workload why its queue holds it (``why``), or that it waits its turn (once each)."""
+        if why is not None:
+            if w.held != why or moved:
+                w.held = why
+                self._tell(w, why, out)
+        elif w.held or moved or not w.last_reason:
+            w.held = ""
+            self._tell(w, waiting(w.queue), out)
+
+    def _tell(self, w: Tracked, text: str, out: Out) -> None:
+        """Enqueued with ``text``, unless that is what the workload was last told."""
+        reason = w.reason(text)
+        if reason != w.last_reason:
+            w.last_reason = reason
+            out.append(Enqueued(key=w.key, queue=w.queue, reason=reason))
+
+    def _back_off(self, w: Tracked, now: float, reason: str, out: Out) -> None:
+        w.attempts += 1
+        w.requeue_at = backoff.requeue_at(self.policy, now, w.attempts)
+        w.last_reason = reason
+        out.append(BackedOff(key=w.key, queue=w.queue, requeue_at=w.requeue_at, attempts=w.attempts, reason=reason))
+        self._arm(w.requeue_at, now, out)
+
+    def _wake_all(self, now: float) -> None:
+        """Capacity or quota came back: every backing-off workload may try again in this instant."""
+        for members in self._ledger.pending.values():
+            for w in members.values():
+                if backoff.backing_off(w.requeue_at, now):
+                    w.requeue_at = now
+
+    def _unpromise(self, w: Tracked) -> None:
+        """Placement answered ``w``'s reclaim (or ``w`` left): its victims are free to be chosen again."""
+        for key in w.victims:
+            victim = self._workloads.get(key)
+            if victim is not None and victim.promised_to == w.key:
+                victim.promised_to = ""
+        w.victims = ()
+        w.promised_to = ""
+
+    def _request_cycle(self, now: float, out: Out) -> None:
+        self._arm(now, now, out)
+
+    def _arm(self, at: float, now: float, out: Out) -> None:
+        """One ``cycle`` timer per instant: never set the same key/at twice."""
+        for stale in [t for t in self._armed if t < now]:
+            del self._armed[stale]
+        if at in self._armed:
+            return
+        self._armed[at] = None
+        out.append(TimerSet(key=CYCLE, at=at))
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    # ------------------------------------------------------------------ read-only view
+    def status(self) -> dict[str, dict]:
+        """Per queue: usage (rolled up), guarantee, limit, fair share, active, pending, backoff."""
+        snap = Snapshot.take(self.tree, self._ledger, self._capacity)
+        members: dict[str, list[Tracked]] = {}
+        for w in self._workloads.values():
+            members.setdefault(w.queue, []).append(w)
+        names = sorted(dict.fromkeys([*self.tree.names(), *members, *snap.usage]))
+        view: dict[str, dict] = {}
+        for name in names:
+            spec = self.tree.get(name)
+            mine = members.get(name, [])
+            active = sorted((w for w in mine if w.holds_quota), key=lambda w: w.reserved_seq)
+            queued = sorted((w for w in mine if w.state == "pending"), key=_ORDER)
+            resting = [w for w in queued if backoff.backing_off(w.requeue_at, self._now)]
+            ready = [w for w in queued if not backoff.backing_off(w.requeue_at, self._now)]
+            view[name] = {
+                "exists": spec is not None,
+                "parent": self.tree.parent_of(name) if spec else None,
+                "state": spec.state if spec else None,
+                "usage": {r: v for r, v in sorted(snap.usage.get(name, {}).items()) if v},
+                "guarantee": dict(spec.guarantee) if spec else {},
+                "limit": dict(spec.limit) if spec else {},
+                "fair_share": dict(snap.shares.get(name, {})),
+                "active": [w.key for w in active],
+                "pending": [{"workload": w.key, "position": i + 1} for i, w in enumerate(ready)],
+                "backoff": [{"workload": w.key, "requeue_at": w.requeue_at} for w in resting],
+            }
+        return view

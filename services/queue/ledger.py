@@ -1,0 +1,69 @@
+"""Who holds what, kept in step with every state change so a cycle never re-walks every workload.
+
+Per queue: the pending workloads (by key, inbox order), the quota held (reserved + admitted +
+running), the part of it held by non-preemptible workloads, and the total demand (held + pending)
+that fair share is computed from. The core un-books a workload before changing its state, queue or
+spec and books it again afterwards (``Ledger.moving``).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator, Mapping
+
+from services.queue.workload import Tracked
+
+Resources = dict[str, int]
+
+
+def _shift(target: dict[str, Resources], queue: str, amounts: Mapping[str, int], sign: int) -> None:
+    bucket = target.setdefault(queue, {})
+    for name, value in amounts.items():
+        bucket[name] = bucket.get(name, 0) + sign * value
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self.pending: dict[str, dict[str, Tracked]] = {}
+        self.running: dict[str, Tracked] = {}
+        self.held: dict[str, Resources] = {}
+        self.protected: dict[str, Resources] = {}
+        self.demand: dict[str, Resources] = {}
+        self.in_use: Resources = {}
+
+    def book(self, w: Tracked) -> None:
+        self._apply(w, 1)
+
+    def unbook(self, w: Tracked) -> None:
+        self._apply(w, -1)
+
+    @contextmanager
+    def moving(self, w: Tracked) -> Iterator[Tracked]:
+        """``with ledger.moving(w): w.state = ...`` keeps every aggregate exact."""
+        self.unbook(w)
+        try:
+            yield w
+        finally:
+            self.book(w)
+
+    def _apply(self, w: Tracked, sign: int) -> None:
+        _shift(self.demand, w.queue, w.demand, sign)
+        if w.holds_quota:
+            _shift(self.held, w.queue, w.demand, sign)
+            for name, value in w.demand.items():
+                self.in_use[name] = self.in_use.get(name, 0) + sign * value
+            if not w.spec.preemptible:
+                _shift(self.protected, w.queue, w.demand, sign)
+        if w.state == "running":
+            if sign > 0:
+                self.running[w.key] = w
+            else:
+                self.running.pop(w.key, None)
+        if w.state == "pending":
+            if sign > 0:
+                self.pending.setdefault(w.queue, {})[w.key] = w
+            else:
+                members = self.pending.get(w.queue, {})
+                members.pop(w.key, None)
+                if not members:
+                    self.pending.pop(w.queue, None)

@@ -1,0 +1,61 @@
+"""Usage, free capacity and fair shares as one cycle sees them; reservations update it in place.
+
+Kueue's "snapshot" step: built once per cycle from the ledger's per-queue aggregates, so every
+decision in the cycle sees the reservations made before it in the same cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from services.queue.fairshare import deserved, dominant_share
+from services.queue.ledger import Ledger
+from services.queue.reclaim import Running
+from services.queue.tree import QueueTree
+from services.queue.workload import Tracked
+from shared import quantity as q
+
+Resources = dict[str, int]
+
+
+@dataclass
+class Snapshot:
+    usage: dict[str, Resources]
+    """Quota held per queue, rolled up to every ancestor."""
+    protected: dict[str, Resources]
+    """The same for non-preemptible workloads only (they must stay within guarantee)."""
+    free: Resources
+    """Cluster capacity minus everything any queue holds."""
+    shares: dict[str, Resources]
+    """Deserved (fair) share per queue."""
+
+    candidates: list[Running] | None = None
+    """Running workloads reclaim may choose from; built on first need, dropped after a reclaim."""
+
+    @classmethod
+    def take(cls, tree: QueueTree, ledger: Ledger, capacity: Mapping[str, int]) -> "Snapshot":
+        wanted: dict[str, Resources] = {}
+        for name, amounts in ledger.demand.items():
+            # a queue that takes no workloads asks for no share on behalf of its waiting ones
+            wanted[name] = amounts if tree.wait_reason(name) is None else ledger.held.get(name, {})
+        return cls(usage=tree.roll_up(ledger.held), protected=tree.roll_up(ledger.protected),
+                   free=q.sub(dict(capacity), ledger.in_use), shares=deserved(tree, capacity, wanted))
+
+    def charge(self, tree: QueueTree, w: Tracked) -> None:
+        """Reserve ``w``'s demand at its leaf and every ancestor, and take it from the free pool."""
+        self._shift(tree, w, 1)
+
+    def release(self, tree: QueueTree, w: Tracked) -> None:
+        """A reclaim victim: count what it holds as already given back, so no one reclaims it twice."""
+        self._shift(tree, w, -1)
+
+    def _shift(self, tree: QueueTree, w: Tracked, sign: int) -> None:
+        for name in [spec.name for spec in tree.ancestry(w.queue)] or [w.queue]:
+            self.usage[name] = q.add(self.usage.get(name, {}), w.demand, sign)
+            if not w.spec.preemptible:
+                self.protected[name] = q.add(self.protected.get(name, {}), w.demand, sign)
+        self.free = q.add(self.free, w.demand, -sign)
+
+    def dominant(self, queue: str) -> float:
+        return dominant_share(self.usage.get(queue, {}), self.shares.get(queue, {}))

@@ -1,0 +1,155 @@
+"""The queue tree: which queues exist, who their parents are, usage roll-up and quota checks.
+
+Every quota decision the queue core makes goes through ``quota_failure`` here: a workload fits
+when, at its leaf and at every ancestor, usage + demand stays within the limit (a parent's limit
+binds its whole subtree) and, for a non-preemptible workload, within the guarantee.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from shared import quantity as q
+from shared.model import QueueSpec, UNLIMITED
+
+Resources = dict[str, int]
+
+_GUARANTEE_WORD = {"volcano": "guarantee", "kai": "quota", "elasticquotatree": "min"}
+
+
+def guarantee_word(spec: QueueSpec) -> str:
+    """What users of this dialect call the lower bound (the twin of ``QueueSpec.limit_word``)."""
+    return _GUARANTEE_WORD.get(spec.dialect, "guarantee")
+
+
+class QueueTree:
+    """QueueSpecs by name plus the implicit, unlimited default queue (until one is defined)."""
+
+    def __init__(self, default_queue: str) -> None:
+        self.default_queue = default_queue
+        self._specs: dict[str, QueueSpec] = {}
+        self._children: dict[str | None, list[str]] | None = None
+
+    # ------------------------------------------------------------------ membership
+    def define(self, spec: QueueSpec) -> str | None:
+        """Add or replace a queue; returns a rejection reason instead when the parent makes a cycle."""
+        if spec.parent is not None and spec.parent == spec.name:
+            return f"spec.parent: {spec.parent!r} is the queue itself"
+        name: str | None = spec.parent
+        seen: list[str] = []
+        while name is not None and name in self._specs and name not in seen:
+            if name == spec.name:
+                return f"spec.parent: {spec.parent!r} would make a cycle ({' -> '.join([spec.name, *seen, name])})"
+            seen.append(name)
+            name = self._specs[name].parent
+        self._specs[spec.name] = spec
+        self._children = None
+        return None
+
+    def remove(self, name: str) -> bool:
+        """Forget a queue; the default queue falls back to its implicit form."""
+        if self._specs.pop(name, None) is None:
+            return False
+        self._children = None
+        return True
+
+    def get(self, name: str) -> QueueSpec | None:
+        spec = self._specs.get(name)
+        if spec is None and name == self.default_queue:
+            return QueueSpec(name=name)
+        return spec
+
+    def exists(self, name: str) -> bool:
+        return name in self._specs or name == self.default_queue
+
+    def names(self) -> list[str]:
+        """Every existing queue, implicit default included, sorted."""
+        names = list(self._specs)
+        if self.default_queue not in self._specs:
+            names.append(self.default_queue)
+        return sorted(names)
+
+    # ------------------------------------------------------------------ shape
+    def parent_of(self, name: str) -> str | None:
+        """The effective parent: None when the declared parent is not (or no longer) defined."""
+        spec = self.get(name)
+        if spec is None or spec.parent is None or not self.exists(spec.parent):
+            return None
+        return spec.parent
+
+    def children(self, name: str | None) -> list[str]:
+        """Child queue names, sorted; ``None`` asks for the top level."""
+        if self._children is None:
+            table: dict[str | None, list[str]] = {}
+            for child in self.names():
+                table.setdefault(self.parent_of(child), []).append(child)
+            self._children = table
+        return self._children.get(name, [])
+
+    def is_leaf(self, name: str) -> bool:
+        return not self.children(name)
+
+    def ancestry(self, name: str) -> list[QueueSpec]:
+        """The queue itself, then its parent, up to the top (leaf first); safe against cycles."""
+        chain: list[QueueSpec] = []
+        current: str | None = name
+        while current is not None and all(s.name != current for s in chain):
+            spec = self.get(current)
+            if spec is None:
+                break
+            chain.append(spec)
+            current = self.parent_of(current)
+        return chain
+
+    def wait_reason(self, name: str) -> str | None:
+        """Why a workload of this queue cannot be considered at all (None: the queue takes workloads)."""
+        spec = self.get(name)
+        if spec is None:
+            return f"queue {name} does not exist"
+        if spec.state != "Open":
+            return f"queue {name} is {spec.state}; workloads wait until it is Open"
+        kids = self.children(name)
+        if kids:
+            return f"queue {name} is not a leaf queue (children: {', '.join(kids)}); workloads go to leaf queues"
+        return None
+
+    # ------------------------------------------------------------------ usage
+    def roll_up(self, direct: Mapping[str, Mapping[str, int]]) -> dict[str, Resources]:
+        """Usage per queue including every descendant's (``direct`` is what each queue holds itself)."""
+        total: dict[str, Resources] = {}
+        for name in sorted(direct):
+            for spec in self.ancestry(name) or [QueueSpec(name=name)]:
+                total[spec.name] = q.add(total.get(spec.name, {}), direct[name])
+        return total
+
+
+def quota_failure(tree: QueueTree, queue: str, demand: Mapping[str, int], usage: Mapping[str, Mapping[str, int]],
+                  protected: Mapping[str, Mapping[str, int]], preemptible: bool) -> str | None:
+    """The first quota a demand breaks, as a reason line, or None when it fits.
+
+    Levels leaf first, resources by name: ``queue Q <limit_word> cpu 4: used 3, requested 3``.
+    ``usage`` is rolled-up usage of quota holders; ``protected`` the same for non-preemptible
+    ones. A non-preemptible workload may only use what its queues guarantee (resources a queue
+    names in its guarantee), since nobody could take it back later.
+    """
+    wanted = sorted(r for r, v in demand.items() if v > 0)
+    for spec in tree.ancestry(queue):
+        used = usage.get(spec.name, {})
+        for resource in wanted:
+            limit = spec.limit_of(resource)
+            if limit is not None and used.get(resource, 0) + demand[resource] > limit:
+                return (f"queue {spec.name} {spec.limit_word} {resource} {q.human(resource, limit)}: "
+                        f"used {q.human(resource, used.get(resource, 0))}, "
+                        f"requested {q.human(resource, demand[resource])}")
+        if preemptible:
+            continue
+        held = protected.get(spec.name, {})
+        for resource in wanted:
+            if resource not in spec.guarantee or spec.guarantee[resource] == UNLIMITED:
+                continue
+            guarantee = spec.guarantee[resource]
+            if held.get(resource, 0) + demand[resource] > guarantee:
+                return (f"queue {spec.name} {guarantee_word(spec)} {resource} {q.human(resource, guarantee)}: "
+                        f"non-preemptible used {q.human(resource, held.get(resource, 0))}, "
+                        f"requested {q.human(resource, demand[resource])}")
+    return None

@@ -1,0 +1,61 @@
+"""The ledger's per-queue totals always equal a recount over every workload."""
+
+from __future__ import annotations
+
+from services.queue.core import QueueCore
+from shared import quantity as q
+from tests.builders import queue_spec
+from tests.builders.queue import (
+    QueueDriver, capacity, cpu_gang, defined, deleted, failed, finished, job, placed, preempted, running, submitted,
+    updated,
+)
+
+
+def _recount(core: QueueCore) -> dict:
+    held: dict = {}
+    protected: dict = {}
+    demand: dict = {}
+    pending: dict = {}
+    for w in core._workloads.values():
+        demand[w.queue] = q.add(demand.get(w.queue, {}), w.demand)
+        if w.holds_quota:
+            held[w.queue] = q.add(held.get(w.queue, {}), w.demand)
+            if not w.spec.preemptible:
+                protected[w.queue] = q.add(protected.get(w.queue, {}), w.demand)
+        if w.state == "pending":
+            pending.setdefault(w.queue, []).append(w.key)
+    running = sorted(w.key for w in core._workloads.values() if w.state == "running")
+    return {"held": held, "protected": protected, "demand": demand, "pending": pending, "running": running}
+
+
+def _nonzero(table: dict) -> dict:
+    return {k: {r: v for r, v in res.items() if v} for k, res in table.items() if any(res.values())}
+
+
+def _ledger(core: QueueCore) -> dict:
+    book = core._ledger
+    return {"held": _nonzero(book.held), "protected": _nonzero(book.protected), "demand": _nonzero(book.demand),
+            "pending": {k: list(v) for k, v in book.pending.items()}, "running": sorted(book.running)}
+
+
+def test_ledger_matches_a_recount_after_every_event():
+    d = QueueDriver()
+    gpu = {"nvidia.com/gpu": "1"}
+    events = [
+        (0.0, capacity(cpu="8", **gpu)), (0.0, defined(queue_spec("a", limit={"cpu": "4"}))), (0.0, defined(queue_spec("b"))),
+        (1.0, submitted(job("ns/a1", "a", cpu="2", at=1.0))), (1.0, submitted(job("ns/a2", "a", cpu="3", at=1.0))),
+        (1.0, submitted(job("ns/b1", "b", at=1.0, priority=100, gang_=cpu_gang("2", **gpu)))),
+        (1.0, placed("ns/a1", "a")), (2.0, running("ns/a1")), (2.0, failed("ns/b1", "b")),
+        (3.0, updated(job("ns/a2", "b", cpu="1", at=1.0))), (3.0, placed("ns/a2", "b")), (4.0, running("ns/a2")),
+        (5.0, preempted("ns/a1", "ns/b1")), (6.0, finished("ns/a2")), (7.0, deleted("ns/b1")), (8.0, deleted("ns/a1")),
+    ]
+    for at, payload in events:
+        d.step(payload, at)
+        assert _ledger(d.core) == _nonzero_recount(d.core), payload
+
+
+def _nonzero_recount(core: QueueCore) -> dict:
+    counted = _recount(core)
+    for key in ("held", "protected", "demand"):
+        counted[key] = _nonzero(counted[key])
+    return counted

@@ -1,0 +1,158 @@
+"""Hierarchical quota: limits over the leaf and every ancestor, guarantees for non-preemptible work."""
+
+from __future__ import annotations
+
+from shared.events import BackedOff, Dequeued, Enqueued, QueueRejected
+from tests.builders import queue_spec, workload
+from tests.builders.queue import (
+    QueueDriver, defined, deleted, job, names, placed, ray_gang, removed, submitted, unlimited,
+)
+
+GANG_LINE = "3/3 tasks in gang unschedulable: pod group is not ready, 3 Pending, 3 minAvailable; "
+
+
+def _kube_queue_tree(d: QueueDriver) -> None:
+    """The ACK ElasticQuotaTree: root 100 cpu, algorithm max 80, video max 14 (namespace video)."""
+    eqt = {"dialect": "elasticquotatree"}
+    d.send(defined(queue_spec("root", guarantee={"cpu": "100", "memory": "50Gi", "nvidia.com/gpu": "16"},
+                              limit={"cpu": "100", "memory": "50Gi", "nvidia.com/gpu": "16"}, **eqt)), 0.0)
+    d.send(defined(queue_spec("algorithm", parent="root", guarantee={"cpu": "50", "memory": "25Gi", "nvidia.com/gpu": "10"},
+                              limit={"cpu": "80", "memory": "50Gi", "nvidia.com/gpu": "14"}, **eqt)))
+    d.send(defined(queue_spec("video", parent="algorithm", guarantee={"cpu": "12", "memory": "12Gi", "nvidia.com/gpu": "2"},
+                              limit={"cpu": "14", "memory": "14Gi", "nvidia.com/gpu": "4"}, namespaces=("video",), **eqt)))
+    d.settle()
+
+
+def _video_job(name: str, at: float):
+    """12 CPU of Ray pods (head 4 + 2 workers x 4) plus the 500m submitter: 12.5 CPU of quota."""
+    g = ray_gang(head_cpu="4", head_memory="4G", workers=2, worker_cpu="4", worker_memory="4G", submitter=True)
+    return workload(f"video/{name}", queue="video", kind="RayJob", gate="suspend", submitted_at=at, gang_=g)
+
+
+def test_kube_queue_tree_second_rayjob_waits_on_the_video_leaf_max_with_the_exact_reason():
+    d = QueueDriver()
+    _kube_queue_tree(d)
+    first = d.step(submitted(_video_job("rayjob-video-a", 5.0)), 5.0)
+    assert names(first) == [("Enqueued", "video/rayjob-video-a"), ("Dequeued", "video/rayjob-video-a")]
+    d.step(placed("video/rayjob-video-a", "video"))
+    second = d.step(submitted(_video_job("rayjob-video-b", 6.0)), 6.0)
+    assert second[1] == BackedOff(
+        key="video/rayjob-video-b", queue="video", requeue_at=7.0, attempts=1,
+        reason=GANG_LINE + "queue video max cpu 14: used 12500m, requested 12500m")
+    status = d.core.status()
+    assert status["video"]["usage"]["cpu"] == 12500
+    assert status["algorithm"]["usage"]["cpu"] == 12500  # rolled up to every ancestor
+    assert status["root"]["usage"]["cpu"] == 12500
+    assert status["video"]["active"] == ["video/rayjob-video-a"]
+
+
+def test_an_ancestors_limit_binds_its_whole_subtree():
+    d = QueueDriver()
+    _kube_queue_tree(d)
+    d.send(defined(queue_spec("text", parent="algorithm", limit={"cpu": "70"}, dialect="elasticquotatree")), 1.0)
+    d.step(submitted(job("text/big", "text", cpu="70", at=1.0)))
+    d.step(submitted(job("video/small", "video", cpu="11", at=2.0)), 2.0)
+    out = d.of(BackedOff, "video/small")
+    assert out[0].reason == ("1/1 tasks in gang unschedulable: pod group is not ready, 1 Pending, 1 minAvailable; "
+                             "queue algorithm max cpu 80: used 70, requested 11")
+
+
+def test_volcano_capability_reason_names_the_queue_and_the_first_resource_that_does_not_fit():
+    d = QueueDriver()
+    d.step(defined(queue_spec("kuberay-test-queue", limit={"cpu": "4", "memory": "6Gi"})), 0.0)
+    d.step(submitted(workload("default/test-cluster-0", queue="kuberay-test-queue", gang_=ray_gang(), submitted_at=1.0)), 1.0)
+    d.step(placed("default/test-cluster-0", "kuberay-test-queue"))
+    out = d.step(submitted(workload("default/test-cluster-1", queue="kuberay-test-queue", gang_=ray_gang(),
+                                    submitted_at=10.0)), 10.0)
+    assert out[1].reason == GANG_LINE + "queue kuberay-test-queue capability cpu 4: used 3, requested 3"
+    assert d.core.status()["kuberay-test-queue"]["backoff"] == [{"workload": "default/test-cluster-1", "requeue_at": 11.0}]
+
+
+def test_the_first_offending_resource_is_by_name_when_several_do_not_fit():
+    d = QueueDriver()
+    d.step(defined(queue_spec("q", limit={"memory": "1Gi", "cpu": "1"})), 0.0)
+    out = d.step(submitted(job("ns/w", "q", cpu="2", at=0.0)))
+    assert out[1].reason.endswith("queue q capability cpu 1: used 0, requested 2")
+
+
+def test_non_preemptible_workload_must_stay_within_guarantee_preemptible_may_go_beyond():
+    d = QueueDriver()
+    d.step(defined(queue_spec("team", guarantee={"cpu": "4"}, dialect="kai")), 0.0)
+    d.step(submitted(job("ns/build-1", "team", cpu="3", priority=100, at=0.0)))
+    d.step(submitted(job("ns/build-2", "team", cpu="2", priority=100, at=1.0)), 1.0)
+    d.step(submitted(job("ns/train", "team", cpu="2", priority=50, at=2.0)), 2.0)
+    assert [x.key for x in d.of(Dequeued)] == ["ns/build-1", "ns/train"]
+    assert d.of(BackedOff, "ns/build-2")[0].reason == (
+        "1/1 tasks in gang unschedulable: pod group is not ready, 1 Pending, 1 minAvailable; "
+        "queue team quota cpu 4: non-preemptible used 3, requested 2")
+
+
+def test_unlimited_or_undeclared_guarantee_does_not_hold_back_non_preemptible_work():
+    d = QueueDriver()
+    d.step(defined(unlimited(queue_spec("kai", dialect="kai"), guarantee=("cpu",))), 0.0)
+    d.step(defined(queue_spec("plain")))
+    d.step(submitted(job("ns/a", "kai", cpu="64", priority=100, at=0.0)))
+    d.step(submitted(job("ns/b", "plain", cpu="64", priority=100, at=0.0)))
+    d.step(submitted(job("ns/c", "default", cpu="64", priority=125, at=0.0)))
+    assert [x.key for x in d.of(Dequeued)] == ["ns/a", "ns/b", "ns/c"]
+
+
+def test_closed_queue_keeps_workloads_waiting_with_a_reason_told_once_until_it_opens():
+    d = QueueDriver()
+    d.step(defined(queue_spec("q", state="Closed")), 0.0)
+    out = d.step(submitted(job("ns/w", "q", at=1.0)), 1.0)
+    assert [(x.type, x.reason) for x in out] == [("Enqueued", "queue q is Closed; workloads wait until it is Open")]
+    assert d.step(submitted(job("ns/other", at=2.0)), 2.0)[-1].type == "Dequeued"  # a cycle: nothing new for w
+    assert len(d.of(Enqueued, "ns/w")) == 1
+    out = d.step(defined(queue_spec("q")), 3.0)
+    assert [(x.type, x.reason) for x in out] == [("Enqueued", "waiting in queue q"),
+                                                 ("Dequeued", "quota reserved in queue q (cpu 1)")]
+
+
+def test_unknown_queue_waits_until_defined():
+    d = QueueDriver()
+    out = d.step(submitted(job("ns/w", "nope", at=0.0)), 0.0)
+    assert [(x.type, x.reason) for x in out] == [("Enqueued", "queue nope does not exist")]
+    out = d.step(defined(queue_spec("nope")), 5.0)
+    assert names(out) == [("Enqueued", "ns/w"), ("Dequeued", "ns/w")]
+
+
+def test_removed_queue_keeps_its_waiting_workloads_with_that_reason_and_lets_holders_finish():
+    d = QueueDriver()
+    d.step(defined(queue_spec("q", limit={"cpu": "1"})), 0.0)
+    d.step(submitted(job("ns/run", "q", cpu="1", at=0.0)))
+    d.step(placed("ns/run", "q"))
+    d.step(submitted(job("ns/wait", "q", cpu="1", at=1.0)), 1.0)
+    out = d.step(removed("q"), 1.5)
+    assert [(x.type, x.key, x.reason) for x in out] == [("Enqueued", "ns/wait", "queue q does not exist")]
+    assert d.core.status()["q"]["exists"] is False
+    out = d.step(deleted("ns/run"), 2.0)
+    assert names(out) == [("WorkloadWithdrawn", "ns/run")]
+    assert d.core.status()["q"]["active"] == []
+
+
+def test_a_queue_with_children_takes_no_workloads():
+    d = QueueDriver()
+    d.step(defined(queue_spec("parent")), 0.0)
+    d.step(defined(queue_spec("child", parent="parent")))
+    out = d.step(submitted(job("ns/w", "parent", at=1.0)), 1.0)
+    assert out[-1].reason == "queue parent is not a leaf queue (children: child); workloads go to leaf queues"
+    assert not d.of(Dequeued)
+
+
+def test_the_implicit_default_queue_is_unlimited_until_defined():
+    d = QueueDriver()
+    d.step(submitted(job("ns/a", cpu="1000", at=0.0)), 0.0)
+    d.step(defined(queue_spec("default", limit={"cpu": "1"})), 1.0)
+    d.step(submitted(job("ns/b", cpu="1", at=1.0)), 1.0)
+    assert [x.key for x in d.of(Dequeued)] == ["ns/a"]
+    assert d.of(BackedOff, "ns/b")[0].reason.endswith("queue default capability cpu 1: used 1000, requested 1")
+
+
+def test_a_parent_that_would_make_a_cycle_is_rejected_not_raised():
+    d = QueueDriver()
+    d.step(defined(queue_spec("a")), 0.0)
+    d.step(defined(queue_spec("b", parent="a")))
+    out = d.send(defined(queue_spec("a", parent="b")))
+    assert out == [QueueRejected(name="a", kind="Queue", reason="spec.parent: 'b' would make a cycle (a -> b -> a)")]
+    assert d.core.status()["a"]["parent"] is None

@@ -1,0 +1,159 @@
+"""Reclaim: only within fair share, only when free capacity does not suffice, from the right victims."""
+
+from __future__ import annotations
+
+from services.queue.reclaim import Running, choose_victims
+from shared.events import Dequeued, ReclaimRequested
+from shared.policy import Policy
+from tests.builders import queue_spec
+from tests.builders.queue import QueueDriver, capacity, cpu_gang, defined, job, placed, running, submitted, unlimited
+
+GPU = {"nvidia.com/gpu": "1"}
+
+
+def _gpu_job(key: str, queue: str, at: float, priority: int = 0, preemptible: bool | None = None):
+    return job(key, queue, at=at, priority=priority, preemptible=preemptible, gang_=cpu_gang("1", **GPU))
+
+
+def _cluster(gpus: int, *queues, **policy) -> QueueDriver:
+    d = QueueDriver(Policy(**policy))
+    d.step(capacity(cpu="100", memory="1Ti", **{"nvidia.com/gpu": str(gpus)}), 0.0)
+    for spec in queues or (queue_spec("a"), queue_spec("b"), queue_spec("c")):
+        d.step(defined(spec))
+    return d
+
+
+def _run(d: QueueDriver, queue: str, count: int, start: float = 1.0, priorities: dict | None = None) -> None:
+    """``count`` one-GPU jobs ``<queue>1..N`` in ``queue``, started at start, start+1, ..."""
+    for i in range(1, count + 1):
+        key = f"ns/{queue}{i}"
+        at = start + i - 1
+        d.step(submitted(_gpu_job(key, queue, at, priority=(priorities or {}).get(i, 0))), at)
+        d.step(placed(key, queue))
+        d.step(running(key))
+
+
+def _ask(d: QueueDriver, key: str, queue: str, gpus: int, at: float = 100.0):
+    gang = cpu_gang("1", **{"nvidia.com/gpu": str(gpus)})
+    return [x for x in d.step(submitted(job(key, queue, at=at, gang_=gang)), at)
+            if isinstance(x, (Dequeued, ReclaimRequested))]
+
+
+def test_a_queue_within_its_share_reclaims_lowest_priority_then_newest_from_the_queue_over_share():
+    d = _cluster(8, queue_spec("a"), queue_spec("b"))
+    _run(d, "a", 8, priorities={8: 5})  # a8 is newest but has higher priority
+    out = _ask(d, "ns/b1", "b", 2)
+    assert len(out) == 1 and isinstance(out[0], ReclaimRequested)
+    assert out[0].victims == ("ns/a7", "ns/a6")
+    assert out[0].reason == ("quota reserved in queue b (cpu 1, nvidia.com/gpu 2); "
+                             "reclaiming ns/a7, ns/a6 from queues over their fair share")
+
+
+def test_the_queue_furthest_above_its_share_gives_first_and_ranks_are_re_evaluated():
+    d = _cluster(13)
+    _run(d, "a", 7)
+    _run(d, "b", 6, start=20.0)
+    # shares: c 3, a 5, b 5 -> a 7/5 = 1.4, b 6/5 = 1.2; after a7 both 1.2 (a wins by name), then b
+    out = _ask(d, "ns/c1", "c", 3)
+    assert out[0].victims == ("ns/a7", "ns/a6", "ns/b6")
+
+
+def test_never_one_that_would_bring_its_queue_below_guarantee():
+    big = Running(key="ns/a-big", queue="a", priority=0, preemptible=True, started_at=20.0, min_runtime=0.0,
+                  demand={"nvidia.com/gpu": 2000})
+    small = Running(key="ns/a-small", queue="a", priority=0, preemptible=True, started_at=10.0, min_runtime=0.0,
+                    demand={"nvidia.com/gpu": 1000})
+    kw = dict(running=[big, small], usage={"a": {"nvidia.com/gpu": 5000}},
+              shares={"a": {"nvidia.com/gpu": 4000}}, requester="c", now=100.0)
+    # newest first would be a-big, but 5 - 2 < guarantee 4: the older a-small (5 - 1 = 4) goes
+    guarded = {"a": queue_spec("a", guarantee={"nvidia.com/gpu": "4"})}
+    assert choose_victims({"nvidia.com/gpu": 1000}, queues=guarded, **kw) == ("ns/a-small",)
+    assert choose_victims({"nvidia.com/gpu": 1000}, queues={"a": queue_spec("a")}, **kw) == ("ns/a-big",)
+    # needing 2 cannot be reached without going below the guarantee: no reclaim at all
+    assert choose_victims({"nvidia.com/gpu": 2000}, queues=guarded, **kw) is None
+
+
+def test_a_queue_that_is_not_reclaimable_keeps_its_workloads():
+    for reclaimable, victim in ((True, "ns/a7"), (False, "ns/b7")):
+        d = _cluster(14, queue_spec("a", reclaimable=reclaimable), queue_spec("b"), queue_spec("c"))
+        _run(d, "a", 7)
+        _run(d, "b", 7, start=20.0)
+        out = _ask(d, "ns/c1", "c", 1)  # shares c 1, a 6.5, b 6.5: both over, a first by name
+        assert out[0].victims == (victim,)
+
+
+def test_non_preemptible_and_not_yet_running_workloads_are_never_victims():
+    d = _cluster(4, queue_spec("a"), queue_spec("b"))
+    d.step(submitted(_gpu_job("ns/keep", "a", 1.0, priority=100)), 1.0)
+    d.step(placed("ns/keep", "a"))
+    d.step(running("ns/keep"))
+    d.step(submitted(_gpu_job("ns/placed-only", "a", 2.0)), 2.0)
+    d.step(placed("ns/placed-only", "a"))
+    _run(d, "a", 2, start=3.0)
+    out = _ask(d, "ns/b1", "b", 1)
+    assert out[0].victims == ("ns/a2",)
+
+
+def test_min_runtime_protects_young_workloads_and_without_enough_victims_there_is_no_reclaim():
+    d = _cluster(8, queue_spec("a"), queue_spec("b"), min_runtime_seconds=60)
+    _run(d, "a", 8)  # started at 1..8
+    out = _ask(d, "ns/b1", "b", 2, at=67.5)  # a8 (started at 8) has run 59.5s: newest eligible first
+    assert out[0].victims == ("ns/a7", "ns/a6")
+    d2 = _cluster(8, queue_spec("a", min_runtime=300.0), queue_spec("b"))
+    _run(d2, "a", 8)
+    out2 = _ask(d2, "ns/b1", "b", 2, at=100.0)
+    assert isinstance(out2[0], Dequeued)  # nobody may be reclaimed: dequeue and let placement decide
+
+
+def test_no_reclaim_when_free_capacity_suffices_or_beyond_the_requesting_queues_share():
+    d = _cluster(10, queue_spec("a"), queue_spec("b"))
+    _run(d, "a", 7)
+    for i in (1, 2, 3):
+        d.send(submitted(job(f"ns/b{i}", "b", at=100.0, gang_=cpu_gang("1", **{"nvidia.com/gpu": "2"}))), 100.0)
+    out = [x for x in d.settle() if isinstance(x, (Dequeued, ReclaimRequested))]
+    # shares a 5 / b 5. b1: 3 GPUs free -> Dequeued. b2: 1 free, short 1, b 2+2 <= 5 -> reclaim a7.
+    # b3: b 4+2 > 5 -> not entitled to reclaim -> Dequeued (placement decides).
+    assert [(x.type, x.key, getattr(x, "victims", ())) for x in out] == [
+        ("Dequeued", "ns/b1", ()), ("ReclaimRequested", "ns/b2", ("ns/a7",)), ("Dequeued", "ns/b3", ())]
+
+
+def test_a_victim_is_promised_once_and_counts_as_freed_within_the_cycle():
+    d = _cluster(10, queue_spec("a"), queue_spec("b"))
+    _run(d, "a", 10)
+    d.send(submitted(_gpu_job("ns/b1", "b", 100.0)), 100.0)
+    d.send(submitted(_gpu_job("ns/b2", "b", 100.0)))
+    out = [x for x in d.settle() if isinstance(x, ReclaimRequested)]
+    assert [(x.key, x.victims) for x in out] == [("ns/b1", ("ns/a10",)), ("ns/b2", ("ns/a9",))]
+
+
+def test_a_queue_at_or_below_its_share_gives_nothing():
+    w = Running(key="ns/a1", queue="a", priority=0, preemptible=True, started_at=0.0, min_runtime=0.0,
+                demand={"nvidia.com/gpu": 1000})
+    kw = dict(running=[w], queues={"a": queue_spec("a")}, requester="b", now=100.0)
+    at_share = dict(usage={"a": {"nvidia.com/gpu": 4000}}, shares={"a": {"nvidia.com/gpu": 4000}})
+    above = dict(usage={"a": {"nvidia.com/gpu": 4001}}, shares={"a": {"nvidia.com/gpu": 4000}})
+    assert choose_victims({"nvidia.com/gpu": 1000}, **at_share, **kw) is None
+    assert choose_victims({"nvidia.com/gpu": 1000}, **above, **kw) == ("ns/a1",)
+
+
+def test_started_at_the_same_instant_the_last_admitted_is_the_newest():
+    d = _cluster(4, queue_spec("a"), queue_spec("b"))
+    for i in (1, 2, 3, 4):
+        d.send(submitted(_gpu_job(f"ns/a{i}", "a", 1.0)), 1.0)
+    d.settle()
+    for i in (1, 2, 3, 4):
+        d.step(placed(f"ns/a{i}", "a"))
+    for i in (1, 2, 3, 4):
+        d.step(running(f"ns/a{i}"), 3.0)
+    out = _ask(d, "ns/b1", "b", 2)
+    assert out[0].victims == ("ns/a4", "ns/a3")
+
+
+def test_the_guarantee_floor_counts_on_reclaimed_resources_only_and_unlimited_protects_fully():
+    w = Running(key="ns/a1", queue="a", priority=0, preemptible=True, started_at=0.0, min_runtime=0.0,
+                demand={"cpu": 4000, "memory": 8000})
+    team = unlimited(queue_spec("a", guarantee={"cpu": "4"}, dialect="kai"), guarantee=("memory",))
+    kw = dict(running=[w], queues={"a": team}, requester="b", now=100.0,
+              usage={"a": {"cpu": 16000, "memory": 32000}}, shares={"a": {"cpu": 8000, "memory": 32000}})
+    assert choose_victims({"cpu": 4000}, **kw) == ("ns/a1",)  # 16 - 4 >= 4; memory is not contested
+    assert choose_victims({"memory": 8000}, **kw) is None  # memory guarantee is UNLIMITED
