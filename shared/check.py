@@ -1,0 +1,89 @@
+"""``muster simulate --check``: compare a run against the scenario's ``expect:`` list.
+
+Each expectation is judged at its own time from the recorded history (transitions, bound
+intervals, annotation writes), so one run answers every ``at``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from shared import quantity as q
+from shared.projection import ResultProjection
+from shared.scenario import Expectation
+
+AnnotationLookup = Callable[[str, str, str], list[tuple[float, dict[str, str]]]]
+
+
+@dataclass(frozen=True)
+class Failure:
+    expectation: Expectation
+    field: str
+    expected: Any
+    actual: Any
+
+    def __str__(self) -> str:
+        e = self.expectation
+        return f"at {e.at:g}s {e.workload}: {self.field}: expected {self.expected!r}, got {self.actual!r}"
+
+
+def _gang_pods_bound(history: ResultProjection, key: str, at: float) -> list[Any]:
+    return [p for p in history.pods_of(key) if p.pod_set != "submitter" and p.bound_at(at)]
+
+
+def check(history: ResultProjection, expectations: list[Expectation],
+          annotations: AnnotationLookup | None = None) -> list[Failure]:
+    """Every failed expectation field, in order; empty means the scenario passed."""
+    failures: list[Failure] = []
+    for e in expectations:
+        def fail(field: str, expected: Any, actual: Any) -> None:
+            failures.append(Failure(e, field, expected, actual))
+
+        view = history.workloads.get(e.workload)
+        if view is None:
+            fail("workload", "known to muster", "never seen")
+            continue
+        phase, reason = view.phase_at(e.at)
+        if e.phase is not None and phase != e.phase:
+            fail("phase", e.phase, f"{phase} ({reason})" if reason else phase)
+        if e.reason_contains is not None and e.reason_contains not in reason:
+            fail("reason_contains", e.reason_contains, reason)
+        bound = _gang_pods_bound(history, e.workload, e.at)
+        if e.pods_bound is not None and len(bound) != e.pods_bound:
+            fail("pods_bound", e.pods_bound, len(bound))
+        for field_name, pod_sets, by_gpu in (("same_node", e.same_node, False), ("same_gpu", e.same_gpu, True)):
+            if pod_sets is None:
+                continue
+            pods = [p for p in bound if p.pod_set in pod_sets]
+            places = sorted({(p.node, tuple((p.gpu or {}).get("devices", ())) if by_gpu else ()) for p in pods},
+                            key=str)
+            shared_ok = bool(pods) and len(places) == 1 and (not by_gpu or bool(places[0][1]))
+            if not shared_ok:
+                fail(field_name, f"all bound {'/'.join(pod_sets)} pods on one {'GPU' if by_gpu else 'node'}",
+                     [(p.name, p.node, (p.gpu or {}).get("devices")) for p in pods])
+        if e.min_member is not None and view.min_member != e.min_member:
+            fail("min_member", e.min_member, view.min_member)
+        if e.resources is not None:
+            try:
+                expected = q.parse_resources(e.resources, where="expect.resources")
+            except q.QuantityError as exc:
+                fail("resources", e.resources, f"unparseable expectation: {exc}")
+            else:
+                if expected != view.resources:
+                    fail("resources", q.format_resources(expected), q.format_resources(view.resources))
+        if e.annotations_present is not None:
+            ns, name = e.workload.split("/", 1)
+            writes = annotations(view.kind, ns, name) if annotations else []
+            current: dict[str, str] = {}
+            for t, values in writes:
+                if t <= e.at:
+                    current = values
+            wanted = e.annotations_present
+            if isinstance(wanted, dict):
+                missing = {k: v for k, v in wanted.items() if current.get(k) != v}
+            else:
+                missing = [k for k in wanted if k not in current]
+            if missing:
+                fail("annotations_present", wanted, {k: current.get(k) for k in (missing if isinstance(missing, list) else missing.keys())})
+    return failures

@@ -1,0 +1,252 @@
+"""The scheduling history as a fold over the event log: the ``muster simulate`` result view.
+
+Pure and incremental (``apply(envelope)``), so the embedded runtime, the Postgres projector and a
+replay of a stored log all build the same view from the same events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared import kube
+from shared import quantity as q
+from shared.events import Envelope
+from shared.model import QueueSpec
+
+PHASES = ("Rejected", "Queued", "Admitted", "Running", "Succeeded", "Failed", "Preempted", "Deleted")
+
+
+@dataclass
+class PodView:
+    name: str
+    pod_set: str
+    node: str | None = None
+    gpu: dict[str, Any] | None = None
+    bound: list[list[float | None]] = field(default_factory=list)
+    gone: bool = False
+
+    def bound_at(self, t: float) -> bool:
+        return any(start <= t and (end is None or end > t) for start, end in self.bound)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "pod_set": self.pod_set, "node": self.node, "gpu": self.gpu,
+                "bound": [list(b) for b in self.bound]}
+
+
+@dataclass
+class WorkloadView:
+    key: str
+    kind: str
+    queue: str | None = None
+    priority: int = 0
+    min_member: int = 0
+    resources: dict[str, int] = field(default_factory=dict)
+    demand: dict[str, int] = field(default_factory=dict)
+    phase: str | None = None
+    reason: str = ""
+    transitions: list[dict[str, Any]] = field(default_factory=list)
+    holds_quota: bool = False
+    queue_state: str = ""          # pending | backoff | active | ""
+    requeue_at: float | None = None
+    order: int = 0
+
+    def transition(self, t: float, phase: str, reason: str) -> None:
+        """Record a change of phase, or of the reason the workload is in it."""
+        if phase == self.phase and reason == self.reason:
+            return
+        self.phase, self.reason = phase, reason
+        self.transitions.append({"t": round(t, 6), "phase": phase, "reason": reason})
+
+    def phase_at(self, t: float) -> tuple[str | None, str]:
+        current: tuple[str | None, str] = (None, "")
+        for tr in self.transitions:
+            if tr["t"] <= t:
+                current = (tr["phase"], tr["reason"])
+        return current
+
+
+class ResultProjection:
+    """Folds envelopes into workloads, pods and queues as the result contract describes."""
+
+    def __init__(self, scenario: str = "") -> None:
+        self.scenario = scenario
+        self.workloads: dict[str, WorkloadView] = {}
+        self.pods: dict[str, dict[str, PodView]] = {}   # workload key -> pod name -> view
+        self.queues: dict[str, QueueSpec] = {}
+        self.events = 0
+        self.decisions = 0
+        self.now = 0.0
+
+    # ------------------------------------------------------------------ fold
+    def apply(self, env: Envelope) -> None:
+        self.events += 1
+        self.now = max(self.now, env.occurred_at)
+        if env.source not in ("ingest", "clock"):
+            self.decisions += 1
+        handler = getattr(self, f"_on_{env.type}", None)
+        if handler is not None:
+            handler(env.payload, env.occurred_at)
+
+    def _workload(self, key: str, kind: str = "") -> WorkloadView:
+        view = self.workloads.get(key)
+        if view is None:
+            view = self.workloads[key] = WorkloadView(key=key, kind=kind, order=len(self.workloads))
+        elif kind and not view.kind:
+            view.kind = kind
+        return view
+
+    def _describe(self, view: WorkloadView, spec: Any) -> None:
+        view.kind = spec.kind
+        view.queue = spec.queue
+        view.priority = spec.priority
+        view.min_member = spec.gang.min_member
+        view.resources = spec.gang.resources
+        view.demand = spec.gang.quota_demand
+
+    def _on_QueueDefined(self, p: Any, t: float) -> None:
+        self.queues[p.queue.name] = p.queue
+
+    def _on_QueueRemoved(self, p: Any, t: float) -> None:
+        self.queues.pop(p.name, None)
+
+    def _on_WorkloadSubmitted(self, p: Any, t: float) -> None:
+        self._describe(self._workload(p.workload.key), p.workload)
+
+    def _on_WorkloadUpdated(self, p: Any, t: float) -> None:
+        self._describe(self._workload(p.workload.key), p.workload)
+
+    def _on_WorkloadRejected(self, p: Any, t: float) -> None:
+        view = self._workload(p.key, p.kind)
+        view.transition(t, "Rejected", p.reason)
+        view.queue_state = ""
+
+    def _on_Enqueued(self, p: Any, t: float) -> None:
+        view = self._workload(p.key)
+        view.queue = p.queue
+        view.transition(t, "Queued", p.reason)
+        view.queue_state, view.requeue_at = "pending", None
+
+    def _on_BackedOff(self, p: Any, t: float) -> None:
+        view = self._workload(p.key)
+        view.transition(t, "Queued", p.reason)
+        view.queue_state, view.requeue_at = "backoff", p.requeue_at
+        view.holds_quota = False
+
+    def _on_Dequeued(self, p: Any, t: float) -> None:
+        view = self._workload(p.key)
+        self._describe(view, p.workload)
+        view.holds_quota, view.queue_state = True, "active"
+
+    _on_ReclaimRequested = _on_Dequeued
+
+    def _on_PlacementFailed(self, p: Any, t: float) -> None:
+        self._workload(p.key).holds_quota = False
+
+    def _on_GangPlaced(self, p: Any, t: float) -> None:
+        view = self._workload(p.key)
+        view.holds_quota, view.queue_state = True, "active"
+        view.transition(t, "Admitted", p.reason)
+
+    def _on_GangRunning(self, p: Any, t: float) -> None:
+        self._workload(p.key).transition(t, "Running", p.reason)
+
+    def _on_PreemptionRequested(self, p: Any, t: float) -> None:
+        view = self._workload(p.key)
+        view.holds_quota, view.queue_state = False, ""
+        view.transition(t, "Preempted", p.reason)
+
+    def _on_WorkloadFinished(self, p: Any, t: float) -> None:
+        view = self._workload(p.key)
+        view.holds_quota, view.queue_state = False, ""
+        view.transition(t, p.outcome, p.reason)
+
+    def _on_WorkloadDeleted(self, p: Any, t: float) -> None:
+        view = self._workload(p.key)
+        view.holds_quota, view.queue_state = False, ""
+        view.transition(t, "Deleted", p.reason)
+
+    def _on_PodAssigned(self, p: Any, t: float) -> None:
+        pod = self._pod(p.key, p.pod, p.pod_set)
+        pod.node = p.node
+        if p.gpu is not None:
+            pod.gpu = {"devices": list(p.gpu.devices), "fraction": p.gpu.fraction}
+
+    def _pod(self, key: str, name: str, pod_set: str) -> PodView:
+        pods = self.pods.setdefault(key, {})
+        view = pods.get(name)
+        if view is None:
+            view = pods[name] = PodView(name=name, pod_set=pod_set)
+        return view
+
+    def _on_ObjectChanged(self, p: Any, t: float) -> None:
+        if p.kind != "Pod":
+            return
+        key = kube.workload_key_of_pod(p.object)
+        if key is None:
+            return
+        pod = self._pod(key, p.name, kube.pod_set_of_pod(p.object))
+        node = (p.object.get("spec") or {}).get("nodeName")
+        open_interval = bool(pod.bound) and pod.bound[-1][1] is None
+        if p.change == "Deleted":
+            if open_interval:
+                pod.bound[-1][1] = round(t, 6)
+            pod.gone = True
+            return
+        if node and not open_interval:
+            pod.node = node
+            pod.bound.append([round(t, 6), None])
+
+    # ------------------------------------------------------------------ queries
+    def pods_of(self, key: str) -> list[PodView]:
+        return list(self.pods.get(key, {}).values())
+
+    def queue_usage(self) -> dict[str, dict[str, int]]:
+        """Quota held per queue, rolled up to every ancestor."""
+        usage: dict[str, dict[str, int]] = {}
+        for view in self.workloads.values():
+            if not view.holds_quota or view.queue is None:
+                continue
+            name: str | None = view.queue
+            seen: list[str] = []
+            while name is not None and name not in seen:
+                seen.append(name)
+                usage[name] = q.add(usage.get(name, {}), view.demand)
+                spec = self.queues.get(name)
+                name = spec.parent if spec else None
+        return usage
+
+    def result(self, wall_seconds: float = 0.0) -> dict[str, Any]:
+        """The ``--json`` document of the scenario/result contract."""
+        workloads: dict[str, Any] = {}
+        for key in sorted(self.workloads):
+            view = self.workloads[key]
+            workloads[key] = {
+                "kind": view.kind,
+                "queue": view.queue,
+                "priority": view.priority,
+                "gang": {"min_member": view.min_member, "resources": q.format_resources(view.resources)},
+                "phase": view.phase,
+                "transitions": list(view.transitions),
+                "pods": [p.as_json() for p in self.pods_of(key)],
+            }
+        usage = self.queue_usage()
+        names = sorted(set(self.queues) | set(usage) | {v.queue for v in self.workloads.values() if v.queue})
+        queues: dict[str, Any] = {}
+        for name in names:
+            members = sorted((v for v in self.workloads.values() if v.queue == name), key=lambda v: v.order)
+            backoff = [v for v in members if v.queue_state == "backoff" and (v.requeue_at or 0) > self.now]
+            waiting = [v for v in members if v.queue_state in ("pending", "backoff") and v not in backoff]
+            waiting.sort(key=lambda v: (-v.priority, v.order))
+            queues[name] = {
+                "usage": q.format_resources(usage.get(name, {})),
+                "active": [v.key for v in members if v.holds_quota],
+                "pending": [{"workload": v.key, "position": i + 1} for i, v in enumerate(waiting)],
+                "backoff": [v.key for v in backoff],
+            }
+        return {
+            "scenario": self.scenario,
+            "workloads": workloads,
+            "queues": queues,
+            "stats": {"events": self.events, "decisions": self.decisions, "wall_seconds": round(wall_seconds, 3)},
+        }

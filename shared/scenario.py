@@ -1,0 +1,173 @@
+"""The ``muster simulate`` scenario format: a cluster, timed steps of Kubernetes YAML, expectations.
+
+Loading is strict: unknown keys, malformed YAML and bad durations are ``ScenarioError`` with the
+place named, never a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from shared.duration import DurationError, parse_duration
+from shared.policy import Policy
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run as written."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _seconds(value: Any) -> float:
+    try:
+        return parse_duration(value)
+    except DurationError as exc:
+        raise ValueError(str(exc)) from None
+
+
+class NodeSpec(_Strict):
+    name: str | None = None
+    count: int | None = Field(default=None, ge=1)
+    name_prefix: str = "node-"
+    capacity: dict[str, str | int | float]
+    labels: dict[str, str] = {}
+    taints: list[dict[str, str]] = []
+
+    @model_validator(mode="after")
+    def _named(self) -> "NodeSpec":
+        if (self.name is None) == (self.count is None):
+            raise ValueError("a node entry needs exactly one of 'name' or 'count'")
+        return self
+
+    def manifests(self) -> list[dict[str, Any]]:
+        names = [self.name] if self.name else [f"{self.name_prefix}{i + 1}" for i in range(self.count or 0)]
+        capacity = {k: str(v) for k, v in self.capacity.items()}
+        return [{
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": n, "labels": dict(self.labels)},
+            "spec": {"taints": [dict(t) for t in self.taints]} if self.taints else {},
+            "status": {"capacity": dict(capacity), "allocatable": dict(capacity)},
+        } for n in names]
+
+
+class ClusterSpec(_Strict):
+    nodes: list[NodeSpec] = []
+    pod_startup: float | None = None
+
+    _startup = field_validator("pod_startup", mode="before")(lambda v: None if v is None else _seconds(v))
+
+
+class ObjectRef(_Strict):
+    kind: str
+    name: str
+    namespace: str | None = None
+
+
+class Step(_Strict):
+    at: float
+    apply: str | None = None
+    delete: ObjectRef | None = None
+
+    _at = field_validator("at", mode="before")(lambda v: _seconds(v))
+
+    @model_validator(mode="after")
+    def _one_action(self) -> "Step":
+        if (self.apply is None) == (self.delete is None):
+            raise ValueError("a step needs exactly one of 'apply' or 'delete'")
+        return self
+
+    def objects(self, index: int) -> list[dict[str, Any]]:
+        """The documents of an ``apply`` step; empty documents are skipped."""
+        try:
+            docs = [d for d in yaml.safe_load_all(self.apply or "") if d is not None]
+        except yaml.YAMLError as exc:
+            raise ScenarioError(f"steps[{index}].apply: malformed YAML: {exc}") from None
+        for n, doc in enumerate(docs):
+            if not isinstance(doc, dict):
+                raise ScenarioError(f"steps[{index}].apply document {n + 1}: expected a mapping, got {type(doc).__name__}")
+        return docs
+
+
+class Expectation(_Strict):
+    at: float
+    workload: str
+    phase: str | None = None
+    reason_contains: str | None = None
+    pods_bound: int | None = None
+    same_node: list[str] | None = None
+    same_gpu: list[str] | None = None
+    min_member: int | None = None
+    resources: dict[str, str | int | float] | None = None
+    annotations_present: list[str] | dict[str, str] | None = None
+
+    _at = field_validator("at", mode="before")(lambda v: _seconds(v))
+
+
+class Scenario(_Strict):
+    name: str
+    cluster: ClusterSpec = ClusterSpec()
+    steps: list[Step] = []
+    until: float = 600.0
+    pod_startup: float | None = None
+    policy: dict[str, Any] | None = None
+    expect: list[Expectation] = []
+    description: str | None = None
+
+    _until = field_validator("until", mode="before")(lambda v: _seconds(v))
+    _startup = field_validator("pod_startup", mode="before")(lambda v: None if v is None else _seconds(v))
+
+    @property
+    def startup_seconds(self) -> float:
+        for value in (self.pod_startup, self.cluster.pod_startup):
+            if value is not None:
+                return value
+        return 2.0
+
+    def effective_policy(self, base: Policy | None = None) -> Policy:
+        """The scenario's ``policy:`` block layered over ``base`` (``--policy FILE``) or the defaults."""
+        merged = (base or Policy()).model_dump()
+        merged.update(self.policy or {})
+        try:
+            return Policy.from_mapping(merged)
+        except ValidationError as exc:
+            raise ScenarioError(f"{self.name}: invalid policy: {_first_error(exc)}") from None
+
+
+def _first_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def load_scenario(source: str | Path) -> Scenario:
+    """Read and validate a scenario file."""
+    path = Path(source)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"cannot read scenario {path}: {exc.strerror or exc}") from None
+    return parse_scenario(text, origin=str(path))
+
+
+def parse_scenario(text: str, origin: str = "<scenario>") -> Scenario:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{origin}: malformed YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{origin}: a scenario is a mapping with name, cluster, steps, until")
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(f"{origin}: {_first_error(exc)}") from None
+    for i, step in enumerate(scenario.steps):
+        step.objects(i)  # surface malformed YAML before anything runs
+    return scenario

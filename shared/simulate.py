@@ -1,0 +1,65 @@
+"""``muster simulate``: a scenario through the embedded stack on a simulated cluster."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from shared.check import Failure, check
+from shared.embedded import EmbeddedRuntime
+from shared.policy import Policy
+from shared.projection import ResultProjection
+from shared.scenario import Scenario, ScenarioError
+from shared.sim.cluster import ScenarioError as ClusterError
+from shared.sim.cluster import SimCluster
+
+
+@dataclass
+class Run:
+    scenario: Scenario
+    policy: Policy
+    runtime: EmbeddedRuntime
+    history: ResultProjection
+    wall_seconds: float
+
+    def result(self) -> dict[str, Any]:
+        return self.history.result(self.wall_seconds)
+
+    def check(self) -> list[Failure]:
+        return check(self.history, self.scenario.expect, self.runtime.cluster.annotation_history)
+
+
+def simulate(scenario: Scenario, policy: Policy | None = None) -> Run:
+    """Run ``scenario`` to its ``until``; bad manifests raise ``ScenarioError`` naming the step."""
+    effective = scenario.effective_policy(policy)
+    cluster = SimCluster(pod_startup=scenario.startup_seconds, scheduler_name=effective.scheduler_name)
+    runtime = EmbeddedRuntime(effective, cluster)
+    history = ResultProjection(scenario.name)
+    runtime.subscribe(history.apply)
+
+    def bootstrap(now: float) -> None:
+        for spec in scenario.cluster.nodes:
+            for manifest in spec.manifests():
+                _guard("cluster.nodes", lambda m=manifest: cluster.apply(m, now))
+
+    actions = [(0.0, bootstrap)]
+    for index, step in enumerate(scenario.steps):
+        if step.apply is not None:
+            docs = step.objects(index)
+            actions.append((step.at, lambda now, docs=docs, i=index: [
+                _guard(f"steps[{i}]", lambda d=d: cluster.apply(d, now)) for d in docs]))
+        elif step.delete is not None:
+            ref = step.delete
+            actions.append((step.at, lambda now, ref=ref, i=index: _guard(
+                f"steps[{i}]", lambda: cluster.delete(ref.kind, ref.namespace, ref.name, now))))
+    started = time.perf_counter()
+    runtime.run(actions, scenario.until)
+    return Run(scenario, effective, runtime, history, time.perf_counter() - started)
+
+
+def _guard(where: str, action: Any) -> None:
+    try:
+        action()
+    except ClusterError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None

@@ -1,0 +1,56 @@
+"""The human view of a run: per workload its phases and reasons over time, then queue usage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from shared.check import Failure
+
+_STYLE = {"Rejected": "red", "Queued": "yellow", "Admitted": "cyan", "Running": "green",
+          "Succeeded": "bold green", "Failed": "red", "Preempted": "magenta", "Deleted": "dim"}
+
+
+def render(result: dict[str, Any], console: Console, failures: list[Failure] | None = None,
+           checked: bool = False) -> None:
+    console.rule(f"[bold]{result['scenario']}")
+    for key, w in result["workloads"].items():
+        gang = w["gang"]
+        res = ", ".join(f"{k} {v}" for k, v in gang["resources"].items())
+        console.print(f"[bold]{key}[/] {w['kind']} queue={w['queue']} priority={w['priority']} "
+                      f"gang={gang['min_member']} ({res}) -> [{_STYLE.get(w['phase'] or '', '')}]{w['phase']}[/]")
+        table = Table(show_header=False, box=None, padding=(0, 1), pad_edge=False)
+        table.add_column(justify="right", style="dim", no_wrap=True)
+        table.add_column(no_wrap=True)
+        table.add_column()
+        for tr in w["transitions"]:
+            table.add_row(f"{tr['t']:g}s", f"[{_STYLE.get(tr['phase'], '')}]{tr['phase']}[/]", tr["reason"])
+        console.print(table)
+        placed: dict[str, list[str]] = {}
+        for pod in w["pods"]:
+            if pod["node"]:
+                placed.setdefault(pod["node"], []).append(pod["pod_set"] + (
+                    f"@gpu{pod['gpu']['devices']}x{pod['gpu']['fraction']:g}" if pod["gpu"] else ""))
+        if placed:
+            console.print("   pods: " + "; ".join(f"{node}: {', '.join(sets)}" for node, sets in placed.items()),
+                          style="dim")
+    table = Table(title="queues at the end", title_justify="left")
+    for column in ("queue", "usage", "active", "pending", "backoff"):
+        table.add_column(column)
+    for name, qv in result["queues"].items():
+        table.add_row(name, ", ".join(f"{k} {v}" for k, v in qv["usage"].items()) or "-",
+                      "\n".join(qv["active"]) or "-",
+                      "\n".join(f"{p['position']}. {p['workload']}" for p in qv["pending"]) or "-",
+                      "\n".join(qv["backoff"]) or "-")
+    console.print(table)
+    stats = result["stats"]
+    console.print(f"[dim]{stats['events']} events, {stats['decisions']} decisions, {stats['wall_seconds']:.2f}s wall[/]")
+    if checked:
+        if failures:
+            console.print(f"[bold red]CHECK FAILED[/] ({len(failures)}):")
+            for f in failures:
+                console.print(f"  [red]✗[/] {f}")
+        else:
+            console.print("[bold green]CHECK PASSED[/]: every expectation holds")

@@ -1,0 +1,96 @@
+"""Determinism, the property event sourcing rests on.
+
+1. The same scenario gives a byte-identical event log and result (apart from wall time).
+2. Each service's state and outputs are a fold over its inbox: replaying the recorded inbox into a
+   fresh core reproduces every output envelope, byte for byte.
+3. Golden decision sequences: the decisions each scenario produces are pinned in golden/; an
+   intended change of behaviour regenerates them with ``MUSTER_UPDATE_GOLDEN=1``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from shared.embedded import build_cores
+from shared.events import Envelope, to_json, wrap
+from shared.scenario import load_scenario
+from shared.simulate import Run, simulate
+from shared.topology import SERVICES, destinations
+
+SCENARIOS = sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml"))
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.fixture(scope="module", params=SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def run(request: pytest.FixtureRequest) -> Run:
+    return simulate(load_scenario(request.param))
+
+
+def _strip_wall(result: dict) -> dict:
+    result = json.loads(json.dumps(result))
+    result["stats"].pop("wall_seconds")
+    return result
+
+
+def test_same_scenario_same_log_and_result(run: Run) -> None:
+    again = simulate(run.scenario)
+    assert [to_json(e) for e in again.runtime.log] == [to_json(e) for e in run.runtime.log]
+    assert _strip_wall(again.result()) == _strip_wall(run.result())
+
+
+def _inbox(log: list[Envelope], service: str) -> list[Envelope]:
+    timer_owner = {e.id: e.source for e in log if e.type == "TimerSet"}
+    inbox = []
+    for env in log:
+        if env.type == "TimerFired":
+            if timer_owner.get(env.causation_id or "") == service:
+                inbox.append(env)
+        elif service in destinations(env):
+            inbox.append(env)
+    return inbox
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_replaying_an_inbox_reproduces_every_output(run: Run, service: str) -> None:
+    log = run.runtime.log
+    recorded: dict[str, list[bytes]] = {}
+    for env in log:
+        if env.source == service:
+            recorded.setdefault(env.causation_id or "", []).append(to_json(env))
+    core = build_cores(run.policy)[service]
+    seen: set[str] = set()
+    replayed_count = 0
+    for env in _inbox(log, service):
+        if env.id in seen:
+            continue
+        seen.add(env.id)
+        outputs = [to_json(wrap(p, source=service, cause=env, index=i)) for i, p in enumerate(core.handle(env))]
+        assert outputs == recorded.get(env.id, []), f"{service} diverged on {env.type} {env.subject} at {env.occurred_at}"
+        replayed_count += len(outputs)
+    assert replayed_count == sum(len(v) for v in recorded.values())
+
+
+def _decisions(run: Run) -> list[str]:
+    lines = []
+    for env in run.runtime.log:
+        if env.source in SERVICES and env.type not in ("TimerSet", "KubeEffect"):
+            p = env.payload
+            reason = getattr(p, "reason", "")
+            lines.append(f"{env.occurred_at:g} {env.source} {env.type} {env.subject} {reason}".rstrip())
+    return lines
+
+
+def test_decisions_match_the_golden_sequence(run: Run) -> None:
+    path = GOLDEN / f"{run.scenario.name}.txt"
+    lines = _decisions(run)
+    if os.environ.get("MUSTER_UPDATE_GOLDEN") or not path.exists():
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+        if not os.environ.get("MUSTER_UPDATE_GOLDEN"):
+            pytest.fail(f"wrote missing golden file {path.name}; review it and commit it")
+    expected = path.read_text().splitlines()
+    assert lines == expected
