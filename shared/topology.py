@@ -16,12 +16,12 @@ ADMISSION_KINDS = frozenset({
 PLACEMENT_KINDS = frozenset({"Node", "Pod"})
 
 ROUTES: dict[str, tuple[str, ...]] = {
-    "QueueDefined": ("queue",),
-    "QueueRemoved": ("queue",),
+    "QueueDefined": ("queue", "placement"),
+    "QueueRemoved": ("queue", "placement"),
     "QueueRejected": ("reconciler",),
     "WorkloadSubmitted": ("queue", "reconciler"),
     "WorkloadUpdated": ("queue", "reconciler"),
-    "WorkloadRejected": ("reconciler",),
+    "WorkloadRejected": ("queue", "reconciler"),
     "WorkloadFinished": ("queue", "reconciler"),
     "WorkloadDeleted": ("queue", "reconciler"),
     "Enqueued": ("reconciler",),

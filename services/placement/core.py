@@ -26,7 +26,8 @@ from services.placement.workloads import Slot, WorkloadRecord
 from shared import quantity as q
 from shared.events import (
     CapacityChanged, Dequeued, Envelope, GangPlaced, GangRunning, ObjectChanged, PlacementFailed, PodAssigned,
-    PreemptionRequested, ReclaimRequested, SlotAssignment, TimerFired, TimerSet, WorkloadWithdrawn,
+    PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, SlotAssignment, TimerFired, TimerSet,
+    WorkloadWithdrawn,
 )
 from shared.policy import Policy
 
@@ -53,6 +54,8 @@ class PlacementCore:
         self._timer_fired_at: float | None = None
         self._release_pending = False
         self._last_total: dict[str, int] | None = None
+        self._queue_min_runtime: dict[str, float] = {}
+        """Queues whose definition sets a minimum runtime (KAI's preemptMinRuntime)."""
 
     # ------------------------------------------------------------------ routing
     def handle(self, env: Envelope) -> list[Any]:
@@ -66,6 +69,15 @@ class PlacementCore:
             return []
         if isinstance(p, TimerFired):
             return self._on_timer(p.key, now)
+        if isinstance(p, QueueDefined):
+            if p.queue.min_runtime is None:
+                self._queue_min_runtime.pop(p.queue.name, None)
+            else:
+                self._queue_min_runtime[p.queue.name] = p.queue.min_runtime
+            return []
+        if isinstance(p, QueueRemoved):
+            self._queue_min_runtime.pop(p.name, None)
+            return []
         if not isinstance(p, (Dequeued, ReclaimRequested, WorkloadWithdrawn)) or env.id in self._handled:
             return []
         self._handled.add(env.id)
@@ -314,7 +326,7 @@ class PlacementCore:
             stmt.commit()
             return self._admit(rec, attempt, now, self._placed_reason(attempt, strategy))
         stmt.rollback()
-        min_runtime = self.policy.min_runtime_for(rec.queue)
+        min_runtime = self._queue_min_runtime.get(rec.queue, self.policy.min_runtime_for(rec.queue))
         candidates = victim_order([w for w in self.workloads.values() if eligible(w, rec, now, min_runtime)])
         victims = minimal_victims(candidates, lambda vs: self._fits_without(rec, vs, strategy))
         if victims is None:

@@ -40,7 +40,7 @@ class GangAttempt:
     placements: list[Placement] = field(default_factory=list)
     failed: int = 0
     total: int = 0
-    min_member: int = 0
+    gang: Gang | None = None
     fit_error: str = ""
     """kube-scheduler's histogram for the first pod that did not fit ("" unless explained)."""
     capacity_short: bool = True
@@ -51,7 +51,7 @@ class GangAttempt:
 
     @property
     def reason(self) -> str:
-        return reasons.gang_failure(self.min_member, self.failed, self.total, self.fit_error)
+        return reasons.gang_failure(self.gang, self.failed, self.total, self.fit_error)
 
 
 def ordered_pod_sets(gang: Gang) -> list[PodSet]:
@@ -98,7 +98,7 @@ def place_gang(table: NodeTable, stmt: Statement, gang: Gang, strategy: str, *, 
     ``explain``: keep going after the first misfit to count every pod that cannot be placed and
     keep the node histogram of the first one; without it (preemption trials) stop at once.
     """
-    attempt = GangAttempt(total=gang.pod_count, min_member=gang.min_member)
+    attempt = GangAttempt(total=gang.pod_count, gang=gang)
     for pod_set in ordered_pod_sets(gang):
         demand = pod_demand(table, pod_set)
         placed = place_pods(table, stmt, pod_set, demand, pod_set.count, strategy)

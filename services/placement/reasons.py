@@ -16,18 +16,14 @@ import numpy as np
 from services.placement import filters
 from services.placement.nodes import Demand, NodeTable
 from shared import quantity as q
-from shared.model import PodSet
+from shared.model import Gang, PodSet
+from shared.reasons import gang_line
 
 INSUFFICIENT_GPU = f"Insufficient {q.GPU}"
 
 
-def gang_line(min_member: int) -> str:
-    return (f"{min_member}/{min_member} tasks in gang unschedulable: pod group is not ready, "
-            f"{min_member} Pending, {min_member} minAvailable; ")
-
-
-def gang_failure(min_member: int, failed: int, total: int, fit_error: str) -> str:
-    return f"{gang_line(min_member)}{failed}/{total} tasks could not be placed: {fit_error}"
+def gang_failure(gang: Gang, failed: int, total: int, fit_error: str) -> str:
+    return f"{gang_line(gang)}{failed}/{total} tasks could not be placed: {fit_error}"
 
 
 def resource_reason(resource: str) -> str:

@@ -24,7 +24,8 @@ from typing import Any, Callable
 from services.queue import backoff
 from services.queue.ledger import Ledger
 from services.queue.ordering import blocks, serve_key
-from services.queue.reasons import amounts, gang_line, preempted_by, waiting
+from services.queue.reasons import preempted_by, waiting
+from shared.reasons import amounts, gang_line
 from services.queue.reclaim import Running, choose_victims, shortage, within_share
 from services.queue.snapshot import Snapshot
 from services.queue.tree import QueueTree, quota_failure
@@ -32,7 +33,7 @@ from services.queue.workload import Tracked
 from shared.events import (
     BackedOff, CapacityChanged, Dequeued, Envelope, Enqueued, GangPlaced, GangRunning, PlacementFailed,
     PreemptionRequested, QueueDefined, QueueRejected, QueueRemoved, ReclaimRequested, TimerFired, TimerSet,
-    WorkloadDeleted, WorkloadFinished, WorkloadSubmitted, WorkloadUpdated, WorkloadWithdrawn,
+    WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.model import WorkloadSpec
 from shared.policy import Policy
@@ -66,6 +67,7 @@ class QueueCore:
             "WorkloadUpdated": self._on_updated,
             "WorkloadFinished": self._on_gone,
             "WorkloadDeleted": self._on_gone,
+            "WorkloadRejected": self._on_rejected,
             "GangPlaced": self._on_placed,
             "PlacementFailed": self._on_placement_failed,
             "GangRunning": self._on_running,
@@ -126,7 +128,7 @@ class QueueCore:
             self._tell_where(w, self.tree.wait_reason(w.queue), out, moved=True)
         self._request_cycle(now, out)
 
-    def _on_gone(self, p: WorkloadFinished | WorkloadDeleted, now: float, out: Out) -> None:
+    def _on_gone(self, p: WorkloadFinished | WorkloadDeleted | WorkloadRejected, now: float, out: Out) -> None:
         w = self._workloads.pop(p.key, None)
         if w is None:
             return
@@ -140,6 +142,15 @@ class QueueCore:
         if w.holds_quota:
             self._wake_all(now)
         self._request_cycle(now, out)
+
+    def _on_rejected(self, p: WorkloadRejected, now: float, out: Out) -> None:
+        """A waiting workload whose update made it invalid leaves its queue until it is fixed.
+
+        One that already holds quota keeps running on its last valid spec, as a refused edit would.
+        """
+        w = self._workloads.get(p.key)
+        if w is not None and not w.holds_quota:
+            self._on_gone(p, now, out)
 
     # ------------------------------------------------------------------ placement's answers
     def _on_placed(self, p: GangPlaced, now: float, out: Out) -> None:

@@ -158,3 +158,18 @@ def test_reclaim_that_does_not_make_room_fails_and_evicts_nobody():
     # Nobody was evicted: v1 can still be reclaimed with v2.
     out = d.reclaim(ray("ns/w", 0, "mine", cpu="3"), ("ns/v1", "ns/v2"))
     assert [p.key for p in of_type(out, PreemptionRequested)] == ["ns/v1", "ns/v2"]
+
+
+def test_a_queue_definition_sets_the_minimum_runtime_of_its_victims():
+    from shared.events import QueueDefined, QueueRemoved
+    from tests.builders import queue_spec
+
+    d = PlacementDriver(None, node("n1", cpu="4"))
+    d.feed(QueueDefined(queue=queue_spec("team-a", dialect="kai", min_runtime=60.0)))
+    d.now = 10.0
+    running(d, ray("ns/low", 10, cpu="4"))
+    d.now = 30.0
+    assert "Preempting" not in one(d.dequeue(ray("ns/boss", 50, cpu="1")), PlacementFailed).reason
+    d.feed(QueueRemoved(name="team-a"))  # back to the policy's default (0)
+    d.now = 31.0
+    assert [p.key for p in of_type(d.dequeue(ray("ns/boss", 50, cpu="1")), PreemptionRequested)] == ["ns/low"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.events import Dequeued, Enqueued, TimerSet, WorkloadWithdrawn
+from shared.events import Dequeued, Enqueued, TimerSet, WorkloadRejected, WorkloadWithdrawn
 from tests.builders import queue_spec, workload
 from tests.builders.queue import (
     QueueDriver, capacity, defined, failed, finished, job, placed, preempted, ray_gang, running, submitted,
@@ -138,3 +138,17 @@ def test_status_view_lists_active_in_admission_order_pending_positions_and_backo
 def test_events_of_other_services_are_ignored_quietly():
     d = QueueDriver()
     assert d.send(Enqueued(key="ns/a", queue="q", reason="x"), 0.0) == []
+
+
+def test_rejected_update_withdraws_a_waiting_workload_but_not_one_holding_quota():
+    d = QueueDriver()
+    d.step(defined(queue_spec("q", limit={"cpu": "1"})), 0.0)
+    d.step(submitted(job("ns/a", "q", cpu="1", at=0.0)), 0.0)
+    d.step(placed("ns/a", "q"))
+    d.step(submitted(job("ns/b", "q", cpu="1", at=1.0)), 1.0)
+    assert [p["workload"] for p in d.core.status()["q"]["pending"] + d.core.status()["q"]["backoff"]] == ["ns/b"]
+    bad = WorkloadRejected(key="ns/b", kind="RayCluster", reason="spec...cpu: 'lots' is not a quantity")
+    assert d.step(bad, 2.0)[0] == WorkloadWithdrawn(key="ns/b", reason=bad.reason)
+    assert d.core.status()["q"]["pending"] == [] and d.core.status()["q"]["backoff"] == []
+    assert d.step(WorkloadRejected(key="ns/a", kind="RayCluster", reason="bad edit"), 3.0) == []
+    assert d.core.status()["q"]["active"] == ["ns/a"]
