@@ -28,14 +28,16 @@ def render(result: dict[str, Any], console: Console, failures: list[Failure] | N
         for tr in w["transitions"]:
             table.add_row(f"{tr['t']:g}s", f"[{_STYLE.get(tr['phase'], '')}]{tr['phase']}[/]", tr["reason"])
         console.print(table)
-        placed: dict[str, list[str]] = {}
+        placed: dict[str, dict[str, int]] = {}
         for pod in w["pods"]:
-            if pod["node"]:
-                placed.setdefault(pod["node"], []).append(pod["pod_set"] + (
-                    f"@gpu{pod['gpu']['devices']}x{pod['gpu']['fraction']:g}" if pod["gpu"] else ""))
+            if pod["node"] and pod["bound"] and pod["bound"][-1][1] is None:
+                label = pod["pod_set"] + (f" gpu{pod['gpu']['devices']}x{pod['gpu']['fraction']:g}" if pod["gpu"] else "")
+                per_node = placed.setdefault(pod["node"], {})
+                per_node[label] = per_node.get(label, 0) + 1
         if placed:
-            console.print("   pods: " + "; ".join(f"{node}: {', '.join(sets)}" for node, sets in placed.items()),
-                          style="dim")
+            console.print("   bound now: " + "; ".join(
+                f"{node}: " + ", ".join(f"{label}" + (f" x{n}" if n > 1 else "") for label, n in sets.items())
+                for node, sets in placed.items()), style="dim")
     table = Table(title="queues at the end", title_justify="left")
     for column in ("queue", "usage", "active", "pending", "backoff"):
         table.add_column(column)
