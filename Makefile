@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	@for f in examples/*.yaml; do $(BIN)/muster simulate $$f || exit 1; done
+	@for f in examples/*.yaml; do $(BIN)/muster simulate $$f --check || exit 1; done
 
 test: $(STAMP)
 	$(BIN)/lint-imports
