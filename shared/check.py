@@ -55,7 +55,7 @@ def check(history: ResultProjection, expectations: list[Expectation],
         for field_name, pod_sets, by_gpu in (("same_node", e.same_node, False), ("same_gpu", e.same_gpu, True)):
             if pod_sets is None:
                 continue
-            pods = [p for p in bound if p.pod_set in pod_sets]
+            pods = [p for p in history.pods_of(e.workload) if p.pod_set in pod_sets and p.bound_at(e.at)]
             places = sorted({(p.node, tuple((p.gpu or {}).get("devices", ())) if by_gpu else ()) for p in pods},
                             key=str)
             shared_ok = bool(pods) and len(places) == 1 and (not by_gpu or bool(places[0][1]))
@@ -66,7 +66,7 @@ def check(history: ResultProjection, expectations: list[Expectation],
             fail("min_member", e.min_member, view.min_member)
         if e.resources is not None:
             try:
-                expected = q.parse_resources(e.resources, where="expect.resources")
+                expected = {k: v for k, v in q.parse_resources(e.resources, where="expect.resources").items() if v}
             except q.QuantityError as exc:
                 fail("resources", e.resources, f"unparseable expectation: {exc}")
             else:

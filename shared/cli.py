@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from shared.policy import Policy, PolicyError
 from shared.scenario import ScenarioError, load_scenario
@@ -36,7 +37,7 @@ def simulate_cmd(
         policy = Policy.from_yaml(policy_file) if policy_file else None
         run = simulate(load_scenario(scenario), policy)
     except (ScenarioError, PolicyError) as exc:
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)
     result = run.result()
     if json_out:
@@ -44,7 +45,7 @@ def simulate_cmd(
     failures = run.check() if check else []
     if quiet:
         for f in failures:
-            err.print(f"[red]✗[/] {f}")
+            err.print(f"[red]✗[/] {escape(str(f))}")
     else:
         from shared.timeline import render
 

@@ -61,7 +61,7 @@ class EmbeddedRuntime:
                  max_deliveries_per_instant: int = 2_000_000) -> None:
         self.policy = policy
         self.cluster = cluster
-        self.cores = cores or build_cores(policy)
+        self.cores = cores if cores is not None else build_cores(policy)
         self.now = 0.0
         self.log: list[Envelope] = []
         self.listeners: list[Listener] = []

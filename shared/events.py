@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from shared.model import Frozen, QueueSpec, WorkloadSpec
 
@@ -317,8 +317,18 @@ class Envelope(BaseModel):
     """W3C trace context (``traceparent``), filled by the tracing adapter."""
     payload: Payload
 
+    @model_validator(mode="after")
+    def _agrees_with_payload(self) -> "Envelope":
+        """A message whose header says one type and whose body is another would be routed wrongly."""
+        if self.type != self.payload.type:
+            raise ValueError(f"envelope type {self.type!r} does not match its payload ({self.payload.type!r})")
+        if self.subject != self.payload.subject:
+            raise ValueError(f"envelope subject {self.subject!r} does not match its payload ({self.payload.subject!r})")
+        return self
+
 
 _ENVELOPE = TypeAdapter(Envelope)
+_VERSION = TypeAdapter(int)
 
 
 def derive_id(*parts: object) -> str:
@@ -354,7 +364,7 @@ def wrap(payload: Any, *, source: str, cause: Envelope | None, index: int, at: f
 
 def upcast(raw: dict[str, Any]) -> dict[str, Any]:
     """Bring an older envelope up to ``SCHEMA_VERSION`` (none exist yet: version 1 is the first)."""
-    version = raw.get("schema_version", SCHEMA_VERSION)
+    version = _VERSION.validate_python(raw.get("schema_version", SCHEMA_VERSION), strict=True)
     if version > SCHEMA_VERSION:
         raise ValueError(f"event schema version {version} is newer than this muster ({SCHEMA_VERSION})")
     return raw

@@ -8,7 +8,7 @@ comparisons are exact. ``Resources`` is a plain ``dict[str, int]`` of such amoun
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Mapping
 
 Resources = dict[str, int]
@@ -42,6 +42,8 @@ def parse_quantity(value: object, *, allow_negative: bool = False) -> int:
     if isinstance(value, int):
         amount = Decimal(value)
     elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise QuantityError(f"{value!r} is not a finite quantity")
         amount = Decimal(repr(value))
     elif isinstance(value, str):
         match = _QUANTITY.match(value.strip())
@@ -49,17 +51,19 @@ def parse_quantity(value: object, *, allow_negative: bool = False) -> int:
             raise QuantityError(f"{value!r} is not a quantity")
         number, suffix = match.group(1), match.group(2) or ""
         try:
-            base = Decimal(number)
-        except InvalidOperation as exc:  # pragma: no cover - regex already guards this
-            raise QuantityError(f"{value!r} is not a quantity") from exc
-        amount = base * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
+            amount = Decimal(number) * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
+        except ArithmeticError:
+            raise QuantityError(f"{value!r} is not a quantity") from None
     else:
         raise QuantityError(f"{value!r} is not a quantity")
+    if not amount.is_finite():
+        raise QuantityError(f"{value!r} is not a finite quantity")
     if amount < 0 and not allow_negative:
         raise QuantityError(f"{value!r} is negative")
-    milli = amount * 1000
-    integral = int(milli.to_integral_value(rounding="ROUND_CEILING"))
-    return integral
+    try:
+        return int((amount * 1000).to_integral_value(rounding="ROUND_CEILING"))
+    except ArithmeticError:
+        raise QuantityError(f"{value!r} is too large") from None
 
 
 def format_quantity(name: str, milli: int) -> str:

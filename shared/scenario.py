@@ -32,7 +32,7 @@ def _seconds(value: Any) -> float:
 
 
 class NodeSpec(_Strict):
-    name: str | None = None
+    name: str | None = Field(default=None, min_length=1)
     count: int | None = Field(default=None, ge=1)
     name_prefix: str = "node-"
     capacity: dict[str, str | int | float]
@@ -131,8 +131,12 @@ class Scenario(_Strict):
 
     def effective_policy(self, base: Policy | None = None) -> Policy:
         """The scenario's ``policy:`` block layered over ``base`` (``--policy FILE``) or the defaults."""
-        merged = (base or Policy()).model_dump()
-        merged.update(self.policy or {})
+        merged = (base or Policy()).model_dump(exclude_defaults=True)
+        override = dict(self.policy or {})
+        queues = {**merged.get("queues", {}), **(override.pop("queues", None) or {})}
+        merged.update(override)
+        if queues:
+            merged["queues"] = queues
         try:
             return Policy.from_mapping(merged)
         except ValidationError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from shared.check import Failure
@@ -15,18 +16,18 @@ _STYLE = {"Rejected": "red", "Queued": "yellow", "Admitted": "cyan", "Running": 
 
 def render(result: dict[str, Any], console: Console, failures: list[Failure] | None = None,
            checked: bool = False) -> None:
-    console.rule(f"[bold]{result['scenario']}")
+    console.rule(f"[bold]{escape(result['scenario'])}")
     for key, w in result["workloads"].items():
         gang = w["gang"]
         res = ", ".join(f"{k} {v}" for k, v in gang["resources"].items())
-        console.print(f"[bold]{key}[/] {w['kind']} queue={w['queue']} priority={w['priority']} "
-                      f"gang={gang['min_member']} ({res}) -> [{_STYLE.get(w['phase'] or '', '')}]{w['phase']}[/]")
+        console.print(f"[bold]{escape(key)}[/] {w['kind']} queue={escape(str(w['queue']))} priority={w['priority']} "
+                      f"gang={gang['min_member']} ({escape(res)}) -> [{_STYLE.get(w['phase'] or '', '')}]{w['phase']}[/]")
         table = Table(show_header=False, box=None, padding=(0, 1), pad_edge=False)
         table.add_column(justify="right", style="dim", no_wrap=True)
         table.add_column(no_wrap=True)
         table.add_column()
         for tr in w["transitions"]:
-            table.add_row(f"{tr['t']:g}s", f"[{_STYLE.get(tr['phase'], '')}]{tr['phase']}[/]", tr["reason"])
+            table.add_row(f"{tr['t']:g}s", f"[{_STYLE.get(tr['phase'], '')}]{tr['phase']}[/]", escape(tr["reason"]))
         console.print(table)
         placed: dict[str, dict[str, int]] = {}
         for pod in w["pods"]:
@@ -35,17 +36,17 @@ def render(result: dict[str, Any], console: Console, failures: list[Failure] | N
                 per_node = placed.setdefault(pod["node"], {})
                 per_node[label] = per_node.get(label, 0) + 1
         if placed:
-            console.print("   bound now: " + "; ".join(
+            console.print(escape("   bound now: " + "; ".join(
                 f"{node}: " + ", ".join(f"{label}" + (f" x{n}" if n > 1 else "") for label, n in sets.items())
-                for node, sets in placed.items()), style="dim")
+                for node, sets in placed.items())), style="dim")
     table = Table(title="queues at the end", title_justify="left")
     for column in ("queue", "usage", "active", "pending", "backoff"):
         table.add_column(column)
     for name, qv in result["queues"].items():
-        table.add_row(name, ", ".join(f"{k} {v}" for k, v in qv["usage"].items()) or "-",
-                      "\n".join(qv["active"]) or "-",
-                      "\n".join(f"{p['position']}. {p['workload']}" for p in qv["pending"]) or "-",
-                      "\n".join(qv["backoff"]) or "-")
+        table.add_row(escape(name), ", ".join(f"{k} {v}" for k, v in qv["usage"].items()) or "-",
+                      escape("\n".join(qv["active"])) or "-",
+                      escape("\n".join(f"{p['position']}. {p['workload']}" for p in qv["pending"])) or "-",
+                      escape("\n".join(qv["backoff"])) or "-")
     console.print(table)
     stats = result["stats"]
     console.print(f"[dim]{stats['events']} events, {stats['decisions']} decisions, {stats['wall_seconds']:.2f}s wall[/]")
@@ -53,6 +54,6 @@ def render(result: dict[str, Any], console: Console, failures: list[Failure] | N
         if failures:
             console.print(f"[bold red]CHECK FAILED[/] ({len(failures)}):")
             for f in failures:
-                console.print(f"  [red]✗[/] {f}")
+                console.print(f"  [red]✗[/] {escape(str(f))}")
         else:
             console.print("[bold green]CHECK PASSED[/]: every expectation holds")

@@ -1,0 +1,273 @@
+"""shared/projection.py: the result view as a fold over hand-made envelopes."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.events import (
+    BackedOff, Dequeued, Enqueued, GangPlaced, GangRunning, GpuAssignment, PlacementFailed, PodAssigned,
+    PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, TimerFired, WorkloadDeleted,
+    WorkloadFinished, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated,
+)
+from shared.projection import PHASES, PodView, ResultProjection
+from tests.builders import gang, pod, pod_set, queue_spec, workload
+from tests.builders.shared import Clock, ray_pod, watch
+
+KEY = "ns/w"
+
+
+def _spec(key: str = KEY, queue: str = "q", priority: int = 0, cpu: str = "1", count: int = 2, gpu_share: int = 0):
+    return workload(key, queue=queue, priority=priority,
+                    gang_=gang(pod_set("head", 1, cpu="1", memory="2Gi"),
+                               pod_set("worker", count, cpu=cpu, memory="1Gi", gpu_share=gpu_share)))
+
+
+def _fold(*items) -> ResultProjection:
+    """``items`` are (t, payload) or (t, payload, source)."""
+    clock = Clock()
+    h = ResultProjection("demo")
+    for item in items:
+        t, payload, *source = item
+        h.apply(clock(payload, t, source=source[0] if source else "queue"))
+    return h
+
+
+def test_phases():
+    assert PHASES == ("Rejected", "Queued", "Admitted", "Running", "Succeeded", "Failed", "Preempted", "Deleted")
+
+
+def test_transition_recorded_on_phase_or_reason_change_only():
+    h = _fold(
+        (0.0, WorkloadSubmitted(workload=_spec())),
+        (1.0, Enqueued(key=KEY, queue="q", reason="waiting in queue q")),
+        (2.0, BackedOff(key=KEY, queue="q", requeue_at=3.0, attempts=1, reason="waiting in queue q")),  # same: none
+        (3.0, BackedOff(key=KEY, queue="q", requeue_at=5.0, attempts=2, reason="3/3 tasks in gang unschedulable")),
+        (4.0, Dequeued(key=KEY, queue="q", workload=_spec(), reason="quota reserved")),               # no phase
+        (4.0, GangPlaced(key=KEY, queue="q", kind="RayCluster", gate="pods", slots=(), reason="placed")),
+        (6.0, GangRunning(key=KEY, reason="all running")),
+        (6.0, GangRunning(key=KEY, reason="all running")),                                             # repeat
+        (9.0, PreemptionRequested(key=KEY, kind="RayCluster", gate="pods", preemptor="ns/big", pods=(),
+                                  reason="preempted by ns/big (priority 100)")),
+        (9.0, Enqueued(key=KEY, queue="q", reason="preempted by ns/big (priority 100)")),            # new phase
+        (12.5, WorkloadFinished(key=KEY, outcome="Failed", reason="job failed")),
+    )
+    view = h.workloads[KEY]
+    assert view.transitions == [
+        {"t": 1.0, "phase": "Queued", "reason": "waiting in queue q"},
+        {"t": 3.0, "phase": "Queued", "reason": "3/3 tasks in gang unschedulable"},
+        {"t": 4.0, "phase": "Admitted", "reason": "placed"},
+        {"t": 6.0, "phase": "Running", "reason": "all running"},
+        {"t": 9.0, "phase": "Preempted", "reason": "preempted by ns/big (priority 100)"},
+        {"t": 9.0, "phase": "Queued", "reason": "preempted by ns/big (priority 100)"},
+        {"t": 12.5, "phase": "Failed", "reason": "job failed"},
+    ]
+    assert (view.phase, view.reason) == ("Failed", "job failed")
+
+
+@pytest.mark.parametrize("t, expected", [
+    (0.5, (None, "")),
+    (1.0, ("Queued", "waiting")),
+    (3.9, ("Queued", "waiting")),
+    (4.0, ("Admitted", "placed")),
+    (100.0, ("Deleted", "deleted by its owner")),
+])
+def test_phase_at(t, expected):
+    h = _fold((1.0, Enqueued(key=KEY, queue="q", reason="waiting")),
+              (4.0, GangPlaced(key=KEY, queue="q", kind="RayCluster", gate="pods", slots=(), reason="placed")),
+              (50.0, WorkloadDeleted(key=KEY)))
+    assert h.workloads[KEY].phase_at(t) == expected
+
+
+def test_transition_time_is_rounded_to_microseconds():
+    h = _fold((1.23456789, Enqueued(key=KEY, queue="q", reason="r")))
+    assert h.workloads[KEY].transitions == [{"t": 1.234568, "phase": "Queued", "reason": "r"}]
+
+
+def test_succeeded_and_rejected_and_deleted():
+    h = _fold((1.0, WorkloadRejected(key="ns/bad", kind="RayJob", reason="minReplicas 3 > maxReplicas 2")),
+              (2.0, WorkloadFinished(key=KEY, outcome="Succeeded", reason="done")),
+              (3.0, WorkloadDeleted(key="ns/gone")))
+    assert (h.workloads["ns/bad"].kind, h.workloads["ns/bad"].phase, h.workloads["ns/bad"].queue) == \
+        ("RayJob", "Rejected", None)
+    assert h.workloads[KEY].phase == "Succeeded"
+    assert h.workloads["ns/gone"].transitions == [{"t": 3.0, "phase": "Deleted", "reason": "deleted by its owner"}]
+
+
+def test_submitted_and_updated_describe_the_workload():
+    h = _fold((0.0, WorkloadSubmitted(workload=_spec(priority=5, count=2))),
+              (1.0, WorkloadUpdated(workload=_spec(priority=7, count=4, queue="q2"))))
+    view = h.workloads[KEY]
+    assert (view.kind, view.queue, view.priority, view.min_member, view.resources) == \
+        ("RayCluster", "q2", 7, 5, {"cpu": 5_000, "memory": (2 + 4) * 1024**3 * 1000})
+    assert view.transitions == []
+
+
+def test_pods_and_bound_intervals_from_watch_events():
+    clock = Clock()
+    h = ResultProjection("demo")
+    head = ray_pod("w-head-aaaaa", "w", namespace="ns", node_type="head", group="headgroup")
+    bound = ray_pod("w-head-aaaaa", "w", namespace="ns", node_type="head", group="headgroup", node="n1")
+    for change, obj, t in [("Added", head, 1.0), ("Modified", bound, 2.0), ("Modified", bound, 3.0),
+                           ("Deleted", bound, 5.0)]:
+        h.apply(watch(change, obj, t, clock))
+    worker = ray_pod("w-worker-worker-bbbbb", "w", namespace="ns", node="n2")
+    h.apply(watch("Added", worker, 4.0, clock))
+    submitter = ray_pod("w-submitter-ccccc", "w", namespace="ns", submitter=True, node="n1")
+    h.apply(watch("Added", submitter, 4.5, clock))
+    h.apply(watch("Added", pod("loner", "ns", node_name="n1"), 4.0, clock))  # no workload: ignored
+    h.apply(watch("Modified", head, 6.0, clock))                             # gone pod unbound again: no interval
+    assert [p.as_json() for p in h.pods_of("ns/w")] == [
+        {"name": "w-head-aaaaa", "pod_set": "head", "node": "n1", "gpu": None, "bound": [[2.0, 5.0]]},
+        {"name": "w-worker-worker-bbbbb", "pod_set": "worker", "node": "n2", "gpu": None, "bound": [[4.0, None]]},
+        {"name": "w-submitter-ccccc", "pod_set": "submitter", "node": "n1", "gpu": None, "bound": [[4.5, None]]},
+    ]
+    assert set(h.pods) == {"ns/w"}
+    assert h.pods["ns/w"]["w-head-aaaaa"].gone is True
+    assert (h.events, h.decisions) == (8, 0)  # watch events are inputs, not decisions
+
+
+def test_recreated_pod_rebinds_in_a_new_interval_on_its_new_node():
+    clock = Clock()
+    h = ResultProjection()
+    first = ray_pod("w-head-aaaaa", "w", namespace="ns", node_type="head", node="n1")
+    h.apply(watch("Added", first, 1.0, clock))
+    h.apply(watch("Deleted", first, 2.0, clock))
+    h.apply(watch("Added", ray_pod("w-head-aaaaa", "w", namespace="ns", node_type="head", node="n2"), 3.0, clock))
+    assert h.pods_of("ns/w")[0].bound == [[1.0, 2.0], [3.0, None]]
+    assert h.pods_of("ns/w")[0].node == "n2"
+
+
+def test_pod_gang_pods_are_keyed_by_group():
+    clock = Clock()
+    h = ResultProjection()
+    h.apply(watch("Added", pod("g-0", "ns", labels={"scheduling.x-k8s.io/pod-group": "g"}, node_name="n1"), 1.0, clock))
+    h.apply(watch("Added", pod("g-1", "ns", labels={"pod-group.scheduling.sigs.k8s.io/name": "g"}), 1.0, clock))
+    assert [(p.name, p.pod_set, p.node, p.bound) for p in h.pods_of("ns/g")] == \
+        [("g-0", "pods", "n1", [[1.0, None]]), ("g-1", "pods", None, [])]
+
+
+def test_pod_assigned_sets_node_and_gpu():
+    gpu = GpuAssignment(devices=(0, 1), fraction=1.0, group="x")
+    h = _fold((1.0, PodAssigned(key=KEY, pod_namespace="ns", pod="w-head-a", pod_set="head", node="n1", gpu=gpu)),
+              (1.0, PodAssigned(key=KEY, pod_namespace="ns", pod="w-worker-b", pod_set="worker", node="n2")))
+    assert [p.as_json() for p in h.pods_of(KEY)] == [
+        {"name": "w-head-a", "pod_set": "head", "node": "n1", "gpu": {"devices": [0, 1], "fraction": 1.0}, "bound": []},
+        {"name": "w-worker-b", "pod_set": "worker", "node": "n2", "gpu": None, "bound": []},
+    ]
+
+
+@pytest.mark.parametrize("t, bound", [(0.9, False), (1.0, True), (4.99, True), (5.0, False), (7.0, True)])
+def test_pod_view_bound_at_is_half_open(t, bound):
+    view = PodView(name="p", pod_set="head", bound=[[1.0, 5.0], [7.0, None]])
+    assert view.bound_at(t) is bound
+
+
+def _tree() -> list:
+    return [(0.0, QueueDefined(queue=queue_spec("root"))),
+            (0.0, QueueDefined(queue=queue_spec("team", parent="root"))),
+            (0.0, QueueDefined(queue=queue_spec("leaf", parent="team"))),
+            (0.0, QueueDefined(queue=queue_spec("other", parent="root")))]
+
+
+def test_queue_usage_rolls_up_to_every_ancestor():
+    h = _fold(*_tree(),
+              (1.0, Dequeued(key="ns/a", queue="leaf", workload=_spec("ns/a", queue="leaf", count=2), reason="r")),
+              (1.0, ReclaimRequested(key="ns/b", queue="team", workload=_spec("ns/b", queue="team", count=1),
+                                     victims=(), reason="r")),
+              (1.0, Dequeued(key="ns/c", queue="other", workload=_spec("ns/c", queue="other", count=0,
+                                                                      gpu_share=500), reason="r")),
+              (1.0, Dequeued(key="ns/d", queue="undefined", workload=_spec("ns/d", queue="undefined"), reason="r")))
+    gi = 1024**3 * 1000
+    assert h.queue_usage() == {
+        "leaf": {"cpu": 3_000, "memory": 4 * gi},
+        "team": {"cpu": 5_000, "memory": 7 * gi},
+        "root": {"cpu": 6_000, "memory": 9 * gi},
+        "other": {"cpu": 1_000, "memory": 2 * gi},
+        "undefined": {"cpu": 3_000, "memory": 4 * gi},
+    }
+    # ns/c had no fractional pods (count=0); a fractional GPU is charged as quota GPU:
+    h2 = _fold(*_tree(), (1.0, Dequeued(key="ns/f", queue="leaf", reason="r",
+                                         workload=_spec("ns/f", queue="leaf", count=2, gpu_share=500))))
+    assert h2.queue_usage()["root"]["nvidia.com/gpu"] == 1_000
+    assert h2.result()["queues"]["leaf"]["usage"] == {"cpu": "3", "memory": "4Gi", "nvidia.com/gpu": "1"}
+    assert h2.result()["workloads"]["ns/f"]["gang"]["resources"] == {"cpu": "3", "memory": "4Gi"}
+
+
+@pytest.mark.parametrize("release", [
+    lambda: PlacementFailed(key="ns/a", queue="leaf", reason="no fit"),
+    lambda: BackedOff(key="ns/a", queue="leaf", requeue_at=9.0, attempts=1, reason="no fit"),
+    lambda: PreemptionRequested(key="ns/a", kind="RayCluster", gate="pods", preemptor="x/y", pods=(), reason="p"),
+    lambda: WorkloadFinished(key="ns/a", outcome="Succeeded", reason="done"),
+    lambda: WorkloadDeleted(key="ns/a"),
+])
+def test_quota_released(release):
+    h = _fold(*_tree(), (1.0, Dequeued(key="ns/a", queue="leaf", workload=_spec("ns/a", queue="leaf"), reason="r")),
+              (2.0, release()))
+    assert h.queue_usage() == {}
+    assert h.result()["queues"]["leaf"]["active"] == []
+
+
+def test_queue_usage_survives_a_parent_cycle():
+    h = _fold((0.0, QueueDefined(queue=queue_spec("a", parent="b"))),
+              (0.0, QueueDefined(queue=queue_spec("b", parent="a"))),
+              (1.0, Dequeued(key="ns/x", queue="a", workload=_spec("ns/x", queue="a", count=0), reason="r")))
+    assert h.queue_usage() == {"a": {"cpu": 1_000, "memory": 2 * 1024**3 * 1000},
+                               "b": {"cpu": 1_000, "memory": 2 * 1024**3 * 1000}}
+
+
+def test_queue_removed_stops_the_roll_up():
+    h = _fold(*_tree(), (0.5, QueueRemoved(name="team")),
+              (1.0, Dequeued(key="ns/a", queue="leaf", workload=_spec("ns/a", queue="leaf", count=0), reason="r")))
+    assert set(h.queue_usage()) == {"leaf", "team"}
+
+
+def test_result_shape_and_queue_lists():
+    h = _fold(
+        *_tree(),
+        (1.0, WorkloadSubmitted(workload=_spec("ns/a", queue="leaf"))),
+        (1.0, Dequeued(key="ns/a", queue="leaf", workload=_spec("ns/a", queue="leaf"), reason="r")),
+        (1.0, GangPlaced(key="ns/a", queue="leaf", kind="RayCluster", gate="pods", slots=(), reason="placed")),
+        (2.0, WorkloadSubmitted(workload=_spec("ns/b", queue="leaf", priority=1))),
+        (2.0, Enqueued(key="ns/b", queue="leaf", reason="waiting")),
+        (3.0, WorkloadSubmitted(workload=_spec("ns/c", queue="leaf", priority=5))),
+        (3.0, Enqueued(key="ns/c", queue="leaf", reason="waiting")),
+        (3.0, WorkloadSubmitted(workload=_spec("ns/d", queue="leaf"))),
+        (3.0, BackedOff(key="ns/d", queue="leaf", requeue_at=60.0, attempts=1, reason="no fit")),
+        (3.0, WorkloadSubmitted(workload=_spec("ns/e", queue="leaf", priority=1))),
+        (3.0, BackedOff(key="ns/e", queue="leaf", requeue_at=4.0, attempts=1, reason="no fit")),  # expired by t=10
+        (10.0, TimerFired(key="tick"), "clock"),
+    )
+    result = h.result(wall_seconds=0.12345)
+    assert list(result) == ["scenario", "workloads", "queues", "stats"]
+    assert result["scenario"] == "demo"
+    assert list(result["workloads"]) == ["ns/a", "ns/b", "ns/c", "ns/d", "ns/e"]
+    assert result["workloads"]["ns/a"] == {
+        "kind": "RayCluster", "queue": "leaf", "priority": 0,
+        "gang": {"min_member": 3, "resources": {"cpu": "3", "memory": "4Gi"}},
+        "phase": "Admitted",
+        "transitions": [{"t": 1.0, "phase": "Admitted", "reason": "placed"}],
+        "pods": [],
+    }
+    assert result["queues"]["leaf"] == {
+        "usage": {"cpu": "3", "memory": "4Gi"},
+        "active": ["ns/a"],
+        "pending": [{"workload": "ns/c", "position": 1}, {"workload": "ns/b", "position": 2},
+                    {"workload": "ns/e", "position": 3}],
+        "backoff": ["ns/d"],
+    }
+    assert list(result["queues"]) == ["leaf", "other", "root", "team"]
+    assert result["queues"]["other"] == {"usage": {}, "active": [], "pending": [], "backoff": []}
+    assert result["queues"]["root"]["usage"] == {"cpu": "3", "memory": "4Gi"}
+    # 4 queue definitions + 11 workload events + 1 clock event; the clock is not a decision
+    assert result["stats"] == {"events": 16, "decisions": 15, "wall_seconds": 0.123}
+
+
+def test_result_of_nothing():
+    assert ResultProjection("empty").result() == {
+        "scenario": "empty", "workloads": {}, "queues": {},
+        "stats": {"events": 0, "decisions": 0, "wall_seconds": 0.0}}
+
+
+def test_now_is_the_latest_event_time():
+    h = _fold((5.0, Enqueued(key=KEY, queue="q", reason="r")), (3.0, Enqueued(key=KEY, queue="q", reason="s")))
+    assert h.now == 5.0

@@ -1,0 +1,88 @@
+"""shared/topology.py: which inbox every envelope goes to."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.reconciler.ingest import observe
+from shared.events import PAYLOAD_TYPES
+from shared.topology import ADMISSION_KINDS, PLACEMENT_KINDS, ROUTES, SERVICES, destinations, is_pod_gang_member
+from tests.builders import node, pod, ray_cluster
+from tests.builders.shared import at, sample_payloads
+
+
+def _watch(obj: dict, change: str = "Added"):
+    return at(observe(change, obj), 0.0, source="ingest")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("labels, expected", [
+    ({}, ("placement",)),
+    ({"ray.io/cluster": "rc", "ray.io/node-type": "head"}, ("placement",)),
+    ({"scheduling.x-k8s.io/pod-group": "g"}, ("admission", "placement")),
+    ({"pod-group.scheduling.sigs.k8s.io/name": "g", "pod-group.scheduling.sigs.k8s.io/min-available": "2"},
+     ("admission", "placement")),
+    ({"pod-group.scheduling.sigs.k8s.io/min-available": "2"}, ("placement",)),  # min-available alone is no group
+])
+@pytest.mark.parametrize("change", ["Added", "Modified", "Deleted"])
+def test_pod_routing(labels, expected, change):
+    assert destinations(_watch(pod("p", labels=labels), change)) == expected
+
+
+@pytest.mark.parametrize("obj", [
+    {"metadata": None}, {"metadata": {"labels": None}}, {}, {"metadata": {"name": "p"}},
+])
+def test_is_pod_gang_member_tolerates_missing_metadata(obj):
+    assert is_pod_gang_member(obj) is False
+
+
+def test_node_routes_to_placement_only():
+    assert destinations(_watch(node("n1"))) == ("placement",)
+    assert destinations(_watch(node("n1"), "Deleted")) == ("placement",)
+
+
+@pytest.mark.parametrize("kind", sorted(ADMISSION_KINDS) + ["ConfigMap", "Namespace", "Deployment", ""])
+def test_every_other_kind_routes_to_admission(kind):
+    obj = ray_cluster("x")
+    obj["kind"] = kind
+    assert destinations(_watch(obj)) == ("admission",)
+
+
+def test_kind_sets():
+    assert PLACEMENT_KINDS == {"Node", "Pod"}
+    assert ADMISSION_KINDS == {"RayCluster", "RayJob", "PodGroup", "Queue", "ElasticQuotaTree", "PriorityClass"}
+    assert SERVICES == ("admission", "queue", "placement", "reconciler")
+
+
+def test_timer_fired_has_no_route():
+    assert destinations(at(sample_payloads()["TimerFired"], 0.0, source="clock")) == ()
+
+
+def test_routes_refer_to_real_payload_types_and_real_inboxes():
+    assert set(ROUTES) <= set(PAYLOAD_TYPES)
+    # every payload but the two special cases must be routable, or destinations() raises KeyError
+    assert set(PAYLOAD_TYPES) - set(ROUTES) == {"ObjectChanged", "TimerFired"}
+    for type_, inboxes in ROUTES.items():
+        assert inboxes, type_
+        assert len(set(inboxes)) == len(inboxes), type_
+        assert set(inboxes) <= set(SERVICES) | {"cluster", "clock"}, type_
+
+
+@pytest.mark.parametrize("type_", sorted(ROUTES))
+def test_destinations_follow_routes(type_):
+    assert destinations(at(sample_payloads()[type_], 0.0, source="test")) == ROUTES[type_]
+
+
+@pytest.mark.parametrize("type_, inboxes", [
+    ("WorkloadSubmitted", ("queue", "reconciler")),
+    ("Dequeued", ("placement",)),
+    ("GangPlaced", ("queue", "reconciler")),
+    ("PodAssigned", ("reconciler",)),
+    ("PlacementFailed", ("queue",)),
+    ("PreemptionRequested", ("queue", "reconciler")),
+    ("CapacityChanged", ("queue",)),
+    ("KubeEffect", ("cluster",)),
+    ("TimerSet", ("clock",)),
+    ("QueueDefined", ("queue", "placement")),
+])
+def test_routes_match_the_documented_flow(type_, inboxes):
+    assert ROUTES[type_] == inboxes
