@@ -14,10 +14,11 @@ Pure: no I/O, no clock (``env.occurred_at`` is now), no randomness; dicts keep i
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from services.placement import gpu
-from services.placement.gang import GangAttempt, place_gang, place_pods, pod_demand
+from services.placement.gang import GangAttempt, ordered_pod_sets, place_gang, place_pods, pod_demand
 from services.placement.nodes import NodeTable
 from services.placement.pods import PodRecord, pod_facts, pod_set_of
 from services.placement.preemption import eligible, minimal_victims, victim_order
@@ -33,6 +34,8 @@ from shared.policy import Policy
 
 CAPACITY_TIMER = "capacity"
 """Fires at quiescence of an instant in which pods went away (or foreign pods came): one signal."""
+RIPEN_TIMER = "ripen"
+"""Fires when would-be preemption victims reach their minimum runtime: a release, so the queue retries."""
 
 
 class PlacementCore:
@@ -56,11 +59,17 @@ class PlacementCore:
         self._last_total: dict[str, int] | None = None
         self._queue_min_runtime: dict[str, float] = {}
         """Queues whose definition sets a minimum runtime (KAI's preemptMinRuntime)."""
+        self._now = 0.0
+        self._ripen_at: dict[float, None] = {}
+        """Times a ``ripen`` timer is set for (one per time)."""
+        self._displaced: dict[str, None] = {}
+        """Admitted workloads with free slots whose node left, waiting to be re-placed together."""
 
     # ------------------------------------------------------------------ routing
     def handle(self, env: Envelope) -> list[Any]:
         p = env.payload
         now = env.occurred_at
+        self._now = now
         if isinstance(p, ObjectChanged):
             if p.kind == "Node":
                 return self._on_node(p)
@@ -92,9 +101,15 @@ class PlacementCore:
         change = self.nodes.remove(p.name) if p.change == "Deleted" else self.nodes.upsert(p.name, p.object)
         if change is None:
             return []
+        if p.change == "Deleted":
+            gone = self.nodes.index[p.name]
+            for wrec in self.workloads.values():
+                if wrec.admitted and any(s.node == gone and s.free and not s.extra for s in wrec.slots):
+                    self._displaced[wrec.key] = None
         released = change.grew or change.constraints or self._release_pending
         self._release_pending = False
-        return [self._capacity_changed(released)]
+        out: list[Any] = [self._capacity_changed(released)]
+        return out + self._retry_displaced() if released else out
 
     def _capacity_changed(self, released: bool) -> CapacityChanged:
         total = self.nodes.totals()
@@ -113,13 +128,25 @@ class PlacementCore:
         return [TimerSet(key=CAPACITY_TIMER, at=now)]
 
     def _on_timer(self, key: str, now: float) -> list[Any]:
+        if key == RIPEN_TIMER:
+            self._ripen_at.pop(now, None)
+            return [self._capacity_changed(released=True)]
         if key != CAPACITY_TIMER:
             return []
         self._timer_at, self._timer_fired_at = None, now
         released, self._release_pending = self._release_pending, False
         before = self._last_total
         event = self._capacity_changed(released)
-        return [event] if released or event.total != before else []
+        out: list[Any] = [event] if released or event.total != before else []
+        return out + self._retry_displaced() if released else out
+
+    def _set_foreign(self, rec: PodRecord, foreign: bool) -> list[Any]:
+        """A charged pod lowers CapacityChanged.total exactly while it fills no slot of an admitted workload."""
+        if rec.node is None or rec.foreign == foreign:
+            return []
+        self._add_foreign(rec, 1 if foreign else -1)
+        rec.foreign = foreign
+        return self._capacity_signal(self._now, released=False)
 
     def _add_foreign(self, rec: PodRecord, sign: int) -> None:
         assert rec.demand is not None
@@ -222,25 +249,43 @@ class PlacementCore:
             self.nodes.charge(slot.node, slot.demand, slot.devices)
         elif was_filled:
             slot.lost = True
+            self._displaced[wrec.key] = None
         return True, self._assign_waiting(wrec, slot.pod_set)
 
     def _attach(self, wrec: WorkloadRecord, rec: PodRecord) -> list[Any]:
         """Give a live pod of an admitted workload a slot; unbound pods are told where to go."""
         facts = rec.facts
+        pod_set = self._pod_set_name(wrec, rec)
         if facts.bound:
-            slot = wrec.free_slot(facts.pod_set, self.nodes.index.get(facts.node_name))
-            if slot is not None:
-                slot.pod, rec.slot = facts.key, slot
-            return []
-        slot = wrec.free_slot(facts.pod_set)
+            slot = wrec.free_slot(pod_set, self.nodes.index.get(facts.node_name))
+            if slot is None:
+                return []
+            slot.pod, rec.slot = facts.key, slot
+            return self._set_foreign(rec, False)
+        slot = wrec.free_slot(pod_set)
         if slot is None:
             slot = self._place_extra(wrec, rec)
         elif slot.lost or not self.nodes.present[slot.node]:
-            slot = self._relocate(wrec, slot)
+            slot = wrec.free_slot(pod_set) if self._relocate(wrec) else None
         if slot is None:
             return []
         slot.pod, rec.slot = facts.key, slot
         return [self._pod_assigned(wrec, rec, slot)]
+
+    def _pod_set_name(self, wrec: WorkloadRecord, rec: PodRecord) -> str:
+        """The pod set a pod fills. KubeRay's pods say it in their labels; a plain pod gang's pods are
+        matched by shape to the gang's pod sets (``pods``, ``pods-2``, ...), so a pod only ever fills
+        a slot reserved for exactly what it asks; one of no known shape fills none (it is placed on
+        its own, like any pod beyond the gang)."""
+        if wrec.spec.kind != "PodGroup":
+            return rec.facts.pod_set
+        mine = pod_set_of(rec.obj, rec.facts.pod_set, rec.facts)
+        if mine is None:
+            return ""
+        for ps in wrec.spec.gang.pod_sets:
+            if (ps.resources, ps.gpu_share, ps.constraint_key) == (mine.resources, mine.gpu_share, mine.constraint_key):
+                return ps.name
+        return ""
 
     def _fill(self, slot: Slot) -> None:
         """A bound pod now holds what its slot reserved."""
@@ -248,21 +293,56 @@ class PlacementCore:
             self.nodes.uncharge(slot.node, slot.demand, slot.devices)
         slot.filled = True
 
-    def _relocate(self, wrec: WorkloadRecord, slot: Slot) -> Slot | None:
-        """A free slot whose node left: place it again on its own (None while nothing fits)."""
-        if slot.reserving:
-            self.nodes.uncharge(slot.node, slot.demand, slot.devices)
-            slot.lost = True
-        pod_set = next((ps for ps in wrec.spec.gang.pod_sets if ps.name == slot.pod_set), None)
-        if pod_set is None:
-            return None
+    def _relocate(self, wrec: WorkloadRecord) -> bool:
+        """Place every free slot whose node left again: all of them in one statement, or none.
+
+        A gang that lost pods with a node never half-lands again: the pods KubeRay recreates wait
+        unbound until every displaced slot fits (Volcano's gang rule: the job is ready only when
+        running + newly allocated tasks reach minAvailable). The survivors keep running. Retried
+        whenever capacity appears (``_retry_displaced``). True when nothing is displaced any more.
+        """
+        present = self.nodes.present
+        displaced = [s for s in wrec.slots if s.free and not s.extra and (s.lost or not present[s.node])]
+        if not displaced:
+            self._displaced.pop(wrec.key, None)
+            return True
+        for slot in displaced:
+            if slot.reserving:  # reserved on a node that left: the reservation left with it
+                self.nodes.uncharge(slot.node, slot.demand, slot.devices)
+                slot.lost = True
+        strategy = self.policy.placement_for(wrec.queue)
         stmt = Statement(self.nodes)
-        placed = place_pods(self.nodes, stmt, pod_set, slot.demand, 1, self.policy.placement_for(wrec.queue))
-        if not placed:
-            return None
+        moves: list[tuple[Slot, Any]] = []
+        for pod_set in ordered_pod_sets(wrec.spec.gang):
+            slots = [s for s in displaced if s.pod_set == pod_set.name]
+            if not slots:
+                continue
+            placed = place_pods(self.nodes, stmt, pod_set, slots[0].demand, len(slots), strategy)
+            if len(placed) < len(slots):
+                stmt.rollback()
+                self._displaced[wrec.key] = None
+                return False
+            moves += zip(slots, placed)
         stmt.commit()
-        slot.node, slot.devices, slot.lost = placed[0].node, placed[0].devices, False
-        return slot
+        for slot, placement in moves:
+            slot.node, slot.devices, slot.lost = placement.node, placement.devices, False
+        self._displaced.pop(wrec.key, None)
+        return True
+
+    def _retry_displaced(self) -> list[Any]:
+        """Capacity appeared: gangs whose pods lost their node try again, then hand the waiting pods their slots."""
+        out: list[Any] = []
+        for key in list(self._displaced):
+            wrec = self._admitted(key)
+            if wrec is None:
+                del self._displaced[key]
+                continue
+            if not self._relocate(wrec):
+                continue
+            for pod_set in ordered_pod_sets(wrec.spec.gang):
+                while assigned := self._assign_waiting(wrec, pod_set.name):
+                    out += assigned
+        return out
 
     def _place_extra(self, wrec: WorkloadRecord, rec: PodRecord) -> Slot | None:
         """A pod beyond the gang's slots: place it on its own if it fits now, else leave it Pending."""
@@ -286,7 +366,8 @@ class PlacementCore:
         for key in self.pods_of.get(wrec.key, {}):
             rec = self.pods[key]
             facts = rec.facts
-            if rec.slot is None and facts.live and not facts.bound and not rec.evicted and facts.pod_set == pod_set:
+            if rec.slot is None and facts.live and not facts.bound and not rec.evicted \
+                    and self._pod_set_name(wrec, rec) == pod_set:
                 return self._attach(wrec, rec)
         return []
 
@@ -317,6 +398,7 @@ class PlacementCore:
         current = self.workloads.get(p.key)
         if current is not None and current.admitted:
             return [self._gang_placed(current)]
+        restored = self._retry_displaced()  # an admitted gang that lost pods comes before a new one
         rec = WorkloadRecord(spec=p.workload, queue=p.queue)
         self.workloads[p.key] = rec
         strategy = self.policy.placement_for(p.queue)
@@ -324,28 +406,54 @@ class PlacementCore:
         attempt = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=True)
         if attempt.ok:
             stmt.commit()
-            return self._admit(rec, attempt, now, self._placed_reason(attempt, strategy))
+            return restored + self._admit(rec, attempt, now, self._placed_reason(attempt, strategy))
         stmt.rollback()
         min_runtime = self._queue_min_runtime.get(rec.queue, self.policy.min_runtime_for(rec.queue))
         candidates = victim_order([w for w in self.workloads.values() if eligible(w, rec, now, min_runtime)])
         victims = minimal_victims(candidates, lambda vs: self._fits_without(rec, vs, strategy))
         if victims is None:
             reason = attempt.reason
-            if candidates:
+            ripening, note = self._ripening_preemption(rec, candidates, strategy, now, min_runtime)
+            if note:
+                reason += note
+            elif candidates:
                 reason += (f" Preempting all {len(candidates)} lower-priority workload(s) of queue {rec.queue}"
                            f" would not make room.")
-            return [PlacementFailed(key=rec.key, queue=rec.queue, reason=reason,
-                                    capacity_short=attempt.capacity_short)]
+            return restored + ripening + [PlacementFailed(key=rec.key, queue=rec.queue, reason=reason,
+                                                          capacity_short=attempt.capacity_short)]
         why = f"preempted by {rec.key} (priority {rec.spec.priority}) in queue {rec.queue}"
         out = self._place_over(rec, victims, why, "preempting", strategy, now)
         assert out is not None  # the trial above placed it with exactly these victims gone
-        return out
+        return restored + out
+
+    def _ripening_preemption(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str, now: float,
+                             min_runtime: float) -> tuple[list[Any], str]:
+        """No preemption now: would there be one once younger victims have run their minimum runtime
+        (KAI's preemptMinRuntime)? Then set a timer for that time, whose capacity release makes the
+        queue try again then rather than when its backoff expires, and say so in the reason."""
+        young = [w for w in self.workloads.values()
+                 if w.started_at is not None and eligible(w, rec, math.inf, min_runtime)
+                 and not eligible(w, rec, now, min_runtime)]
+        if not young:
+            return [], ""
+        later = minimal_victims(victim_order(candidates + young), lambda vs: self._fits_without(rec, vs, strategy))
+        if later is None:
+            return [], ""
+        ripe = max((w.started_at or 0.0) + min_runtime for w in later if w in young)
+        out: list[Any] = []
+        if ripe not in self._ripen_at:
+            self._ripen_at[ripe] = None
+            out.append(TimerSet(key=RIPEN_TIMER, at=ripe))
+        note = (f" Preempting {', '.join(w.key for w in later)} waits for the minimum runtime of queue {rec.queue}"
+                f" (until {ripe:g}s).")
+        return out, note
 
     def _on_reclaim(self, p: ReclaimRequested, now: float) -> list[Any]:
         """The queue named victims in other queues: place the gang as if they were gone, or fail."""
         current = self.workloads.get(p.key)
         if current is not None and current.admitted:
             return [self._gang_placed(current)]
+        restored = self._retry_displaced()  # an admitted gang that lost pods comes before a new one
         rec = WorkloadRecord(spec=p.workload, queue=p.queue)
         self.workloads[p.key] = rec
         named = dict.fromkeys(k for k in p.victims if k != p.key)
@@ -354,27 +462,36 @@ class PlacementCore:
         out = self._place_over(rec, victims, f"reclaimed by {rec.key} for queue {rec.queue}", "reclaiming",
                                strategy, now)
         if out is not None:
-            return out
+            return restored + out
         stmt = Statement(self.nodes)
         for victim in victims:
             self._release_into(stmt, victim)
         attempt = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=True)
         stmt.rollback()
-        return [PlacementFailed(key=rec.key, queue=rec.queue, reason=attempt.reason,
-                                capacity_short=attempt.capacity_short)]
+        return restored + [PlacementFailed(key=rec.key, queue=rec.queue, reason=attempt.reason,
+                                           capacity_short=attempt.capacity_short)]
 
     def _on_withdrawn(self, p: WorkloadWithdrawn) -> list[Any]:
-        """Drop the slots; its pods keep counting on their nodes until they are gone."""
+        """Drop the slots; its pods keep counting on their nodes until they are gone.
+
+        Pods still bound then (a finished RayJob that keeps its cluster, or its cluster's TTL) hold
+        no quota any more, so like any pod outside an admitted workload they lower
+        CapacityChanged.total: the queue must not count their room as free.
+        """
         rec = self.workloads.pop(p.key, None)
         if rec is None:
             return []
+        self._displaced.pop(p.key, None)
         for slot in rec.slots:
             if slot.reserving:
                 self.nodes.uncharge(slot.node, slot.demand, slot.devices)
             if slot.pod is not None and slot.pod in self.pods:
                 self.pods[slot.pod].slot = None
         rec.slots = []
-        return []
+        out: list[Any] = []
+        for key in self.pods_of.get(p.key, {}):
+            out += self._set_foreign(self.pods[key], True)
+        return out + self._retry_displaced()  # its reservations are free again
 
     def _fits_without(self, rec: WorkloadRecord, victims: list[WorkloadRecord], strategy: str) -> bool:
         """Trial: would the gang fit with these victims gone? Always rolled back."""
@@ -425,6 +542,7 @@ class PlacementCore:
             pod.node, pod.demand, pod.devices, pod.foreign = None, None, (), False
             pod.slot, pod.evicted = None, True
         victim.slots, victim.admitted, victim.running, victim.started_at = [], False, False, None
+        self._displaced.pop(victim.key, None)
         return PreemptionRequested(key=victim.key, kind=victim.spec.kind, gate=victim.spec.gate,
                                    preemptor=preemptor.key, pods=tuple(names), reason=why)
 

@@ -92,7 +92,7 @@ def parse_allocatable(obj: Mapping[str, Any]) -> dict[str, int]:
         for name, value in raw.items():
             try:
                 out[q.canonical_name(str(name))] = min(q.parse_quantity(value), MAX_AMOUNT)
-            except q.QuantityError:
+            except (ValueError, ArithmeticError):  # QuantityError, or .inf/.nan/1e1000000 escaping it
                 continue
     out.setdefault(q.PODS, DEFAULT_MAX_PODS)
     return out

@@ -59,7 +59,7 @@ def pod_facts(change: str, obj: Mapping[str, Any], name: str, namespace: str) ->
     phase = str(_mapping(obj.get("status")).get("phase") or "Pending")
     try:
         requests = kube.pod_requests(spec)
-    except (q.QuantityError, AttributeError, TypeError):
+    except (AttributeError, TypeError, ValueError, ArithmeticError):  # QuantityError, or .inf/.nan/1e1000000
         requests = {}
     annotations = _mapping(meta.get("annotations"))
     try:

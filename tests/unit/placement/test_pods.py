@@ -139,11 +139,40 @@ def test_withdrawn_workload_drops_its_reservations_but_its_pods_count_until_gone
     d.pod(ray_pod("rc", "head", 0, requests={"cpu": "1000m"}))
     d.pod(head, "Modified")
     assert not fits(d, "1")
-    assert d.withdraw(RC.key) == []
+    assert d.withdraw(RC.key) == [TimerSet(key="capacity", at=0.0)]
     assert fits(d, "2") and not fits(d, "3")
     d.pod(head, "Deleted")
     assert fits(d, "3")
     assert out[0].slots[0].pod_set == "head"
+
+
+def test_pods_left_behind_by_a_withdrawn_workload_lower_the_total_until_gone():
+    """A finished RayJob that keeps its cluster: the queue released its quota, so its pods are like
+    any pod outside an admitted workload and the queue must not count their room as free."""
+    d = PlacementDriver(None, node("n1", cpu="8"))
+    out = d.dequeue(RC)
+    d.run(RC, out)
+    assert d.settle() == []
+    d.withdraw(RC.key)
+    lowered = one(d.settle(), CapacityChanged)
+    assert (lowered.total["cpu"], lowered.released) == (5000, False)
+    d.advance(5.0)
+    for slot in out[0].slots:
+        d.pod(bound(ray_pod("rc", slot.pod_set, slot.index, requests={"cpu": "1000m"}), "n1", "Running"), "Deleted")
+    back = one(d.settle(), CapacityChanged)
+    assert (back.total["cpu"], back.released) == (8000, True)
+    assert d.core._foreign == {"cpu": 0, "pods": 0}
+
+
+def test_a_foreign_pod_that_fills_a_slot_stops_lowering_the_total():
+    """A pod bound before its workload was admitted counts once: in the workload's quota, not also as foreign."""
+    d = PlacementDriver(None, node("n1", cpu="8"))
+    early = bound(ray_pod("rc", "head", 0, requests={"cpu": "1"}), "n1", "Running")
+    d.pod(early)
+    assert one(d.settle(), CapacityChanged).total["cpu"] == 7000
+    d.advance(1.0)
+    d.dequeue(RC)
+    assert one(d.settle(), CapacityChanged).total["cpu"] == 8000
 
 
 def test_pods_going_away_release_capacity_once_per_instant():
@@ -193,3 +222,114 @@ def test_slot_on_a_deleted_node_moves_when_its_pod_is_recreated():
     moved = one(d.pod(ray_pod("rc", "worker", 3)), PodAssigned)
     assert (moved.pod_set, moved.node) == ("worker", "n2")
     assert fits(d, "2") and not fits(d, "3")  # n2 holds the moved slot only
+
+
+# --------------------------------------------------------------------------- a node leaves under a running gang
+WIDE = workload("default/wide", gang_=gang(pod_set("head", 1, cpu="1"), pod_set("worker", 3, cpu="2")))
+
+
+def _lose_node(d: PlacementDriver, out: list, node_name: str, spec=WIDE) -> list[str]:
+    """Delete ``node_name`` and the gang's pods on it (PodGC); returns the pod sets of the lost pods."""
+    placed = one(out, GangPlaced)
+    d.feed(node_changed(node(node_name, cpu="4"), "Deleted"))
+    lost = []
+    for slot in placed.slots:
+        if slot.node == node_name:
+            ps = next(p for p in spec.gang.pod_sets if p.name == slot.pod_set)
+            requests = {k: f"{v}m" for k, v in ps.resources.items()}
+            d.pod(bound(ray_pod(spec.name, slot.pod_set, slot.index, requests=requests), node_name, "Running"), "Deleted")
+            lost.append(slot.pod_set)
+    return lost
+
+
+def _recreate(d: PlacementDriver, pod_sets: list[str], first: int = 10) -> list:
+    out: list = []
+    for i, ps in enumerate(pod_sets):
+        out += d.pod(ray_pod("wide", ps, first + i, requests={"cpu": "2"}))
+    return out
+
+
+def test_pods_recreated_after_their_node_left_are_placed_together_or_not_at_all():
+    """Room for one of two lost workers: neither is bound (a gang never half-lands again)."""
+    d = PlacementDriver(None, node("n1", cpu="4"), node("n2", cpu="4"), node("n3", cpu="4"))
+    out = d.dequeue(WIDE)
+    assert [s.node for s in one(out, GangPlaced).slots] == ["n1", "n1", "n2", "n2"]
+    d.run(WIDE, out)
+    d.pod(pod("other", requests={"cpu": "2"}, node_name="n3", scheduler="default-scheduler"))
+    lost = _lose_node(d, out, "n2")
+    assert lost == ["worker", "worker"]
+    assert of_type(_recreate(d, lost), PodAssigned) == []
+    out = d.add_node("n4", cpu="4")  # a replacement node: both go, together
+    assigned = of_type(out, PodAssigned)
+    assert sorted(p.pod for p in assigned) == ["wide-worker-worker-10", "wide-worker-worker-11"]
+    assert sorted(p.node for p in assigned) == ["n3", "n4"]
+
+
+def test_displaced_pods_are_retried_when_capacity_is_released():
+    d = PlacementDriver(None, node("n1", cpu="4"), node("n2", cpu="4"), node("n3", cpu="4"))
+    out = d.dequeue(WIDE)
+    d.run(WIDE, out)
+    other = pod("other", requests={"cpu": "2"}, node_name="n3", scheduler="default-scheduler")
+    d.pod(other)
+    assert of_type(_recreate(d, _lose_node(d, out, "n2")), PodAssigned) == []
+    d.pod(other, "Deleted")
+    assigned = of_type(d.settle(), PodAssigned)  # at the end of the instant, with the capacity signal
+    assert [(p.pod, p.node) for p in assigned] == [("wide-worker-worker-10", "n3"), ("wide-worker-worker-11", "n3")]
+
+
+def test_a_gang_that_lost_pods_is_placed_again_before_a_new_gang():
+    d = PlacementDriver(None, node("n1", cpu="4"), node("n2", cpu="4"), node("n3", cpu="4"))
+    out = d.dequeue(WIDE)
+    d.run(WIDE, out)
+    other = pod("other", requests={"cpu": "2"}, node_name="n3", scheduler="default-scheduler")
+    d.pod(other)
+    _recreate(d, _lose_node(d, out, "n2"))
+    d.pod(other, "Deleted")  # capacity is back, and before the end of the instant ...
+    newcomer = workload("default/new", gang_=gang(pod_set("head", 1, cpu="4")))
+    out = d.dequeue(newcomer)  # ... the queue sends a new gang: the displaced one goes first
+    assert [(p.pod, p.node) for p in of_type(out, PodAssigned)] == [
+        ("wide-worker-worker-10", "n3"), ("wide-worker-worker-11", "n3")]
+    assert one(out, PlacementFailed).key == "default/new"
+
+
+def test_a_withdrawn_workload_frees_room_for_displaced_pods():
+    d = PlacementDriver(None, node("n1", cpu="4"), node("n2", cpu="4"), node("n3", cpu="4"))
+    out = d.dequeue(WIDE)
+    d.run(WIDE, out)
+    holder = workload("default/holder", gang_=gang(pod_set("head", 1, cpu="4")))
+    assert [s.node for s in one(d.dequeue(holder), GangPlaced).slots] == ["n3"]  # reserved, no pod yet
+    assert of_type(_recreate(d, _lose_node(d, out, "n2")), PodAssigned) == []
+    assigned = of_type(d.withdraw("default/holder"), PodAssigned)
+    assert [p.node for p in assigned] == ["n3", "n3"]
+
+
+# --------------------------------------------------------------------------- plain pod gangs of several shapes
+MPI = workload("ml/mpi", kind="PodGroup",
+               gang_=gang(pod_set("pods", 1, cpu="1", memory="1Gi"), pod_set("pods-2", 2, cpu="2", memory="1Gi")))
+
+
+def _gang_member(name: str, cpu: str) -> dict:
+    return pod(name, "ml", requests={"cpu": cpu, "memory": "1Gi"},
+               labels={"pod-group.scheduling.sigs.k8s.io/name": "mpi"})
+
+
+def test_a_plain_gang_pod_fills_the_slot_of_its_own_shape():
+    """Each pod takes a slot reserved for exactly what it asks, whatever order the pods come in."""
+    d = PlacementDriver(None, node("n1", cpu="5"))
+    members = [_gang_member("worker-0", "2"), _gang_member("launcher", "1"), _gang_member("worker-1", "2")]
+    for m in members:
+        d.pod(m)
+    out = d.dequeue(MPI)
+    assert [(p.pod, p.pod_set) for p in of_type(out, PodAssigned)] == [
+        ("worker-0", "pods-2"), ("launcher", "pods"), ("worker-1", "pods-2")]
+
+
+def test_a_plain_gang_pod_of_no_known_shape_fills_no_slot():
+    """It would over-commit its node through a smaller pod's reservation: it is placed on its own, if at all."""
+    d = PlacementDriver(None, node("n1", cpu="5"))
+    d.pod(_gang_member("launcher", "1"))
+    out = d.dequeue(MPI)
+    assert [p.pod_set for p in of_type(out, PodAssigned)] == ["pods"]
+    assert of_type(d.pod(_gang_member("odd", "3")), PodAssigned) == []  # 5 - 1 - 2 x 2 reserved: no room
+    assigned = of_type(d.pod(_gang_member("worker-0", "2")), PodAssigned)
+    assert [(p.pod, p.pod_set) for p in assigned] == [("worker-0", "pods-2")]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.events import GangPlaced, PlacementFailed, PodAssigned, PreemptionRequested, TimerSet
+from shared.events import CapacityChanged, GangPlaced, PlacementFailed, PodAssigned, PreemptionRequested, TimerSet
 from shared.model import WorkloadSpec
 from shared.policy import Policy
 from tests.builders import gang, node, pod_set, workload
@@ -119,10 +119,35 @@ def test_min_runtime_protects_young_workloads():
     d.now = 10.0
     running(d, ray("ns/low", 10, cpu="4"))  # GangRunning at t=10
     d.now = 69.0
-    failed = one(d.dequeue(ray("ns/boss", 50, cpu="1")), PlacementFailed)
-    assert "Preempting" not in failed.reason
+    out = d.dequeue(ray("ns/boss", 50, cpu="1"))
+    failed = one(out, PlacementFailed)
+    assert "would not make room" not in failed.reason
+    assert failed.reason.endswith(" Preempting ns/low waits for the minimum runtime of queue team-a (until 70s).")
+    assert one(out, TimerSet) == TimerSet(key="ripen", at=70.0)
     d.now = 70.0
     assert [p.key for p in of_type(d.dequeue(ray("ns/boss", 50, cpu="1")), PreemptionRequested)] == ["ns/low"]
+
+
+def test_when_young_victims_ripen_the_queue_hears_a_release():
+    """The queue retries at once when the victims reach their minimum runtime, not when a backoff expires."""
+    d = PlacementDriver(Policy(min_runtime_seconds=60), node("n1", cpu="4"))
+    d.now = 10.0
+    running(d, ray("ns/low", 10, cpu="4"))
+    d.now = 30.0
+    out = d.dequeue(ray("ns/boss", 50, cpu="1"))
+    assert one(out, TimerSet) == TimerSet(key="ripen", at=70.0)
+    assert of_type(d.dequeue(ray("ns/boss2", 50, cpu="1")), TimerSet) == []  # one timer per time
+    released = one(d.advance(70.0) + d.settle(), CapacityChanged)
+    assert released.released is True
+
+
+def test_no_ripening_note_when_even_ripe_victims_would_not_make_room():
+    d = PlacementDriver(Policy(min_runtime_seconds=60), node("n1", cpu="4"))
+    d.now = 10.0
+    running(d, ray("ns/low", 10, cpu="2"))
+    d.now = 30.0
+    out = d.dequeue(ray("ns/boss", 50, cpu="5"))
+    assert "minimum runtime" not in one(out, PlacementFailed).reason and of_type(out, TimerSet) == []
 
 
 def test_admitted_but_not_running_is_a_victim_only_without_min_runtime():
@@ -169,7 +194,8 @@ def test_a_queue_definition_sets_the_minimum_runtime_of_its_victims():
     d.now = 10.0
     running(d, ray("ns/low", 10, cpu="4"))
     d.now = 30.0
-    assert "Preempting" not in one(d.dequeue(ray("ns/boss", 50, cpu="1")), PlacementFailed).reason
+    assert one(d.dequeue(ray("ns/boss", 50, cpu="1")), PlacementFailed).reason.endswith(
+        "Preempting ns/low waits for the minimum runtime of queue team-a (until 70s).")
     d.feed(QueueRemoved(name="team-a"))  # back to the policy's default (0)
     d.now = 31.0
     assert [p.key for p in of_type(d.dequeue(ray("ns/boss", 50, cpu="1")), PreemptionRequested)] == ["ns/low"]

@@ -33,6 +33,22 @@ def test_malformed_objects_are_tolerated():
     assert placed.slots[0].node == "n1"
 
 
+def test_non_finite_quantities_are_tolerated():
+    """YAML ``.inf``/``.nan`` and ``1e1000000`` escape shared.quantity as arithmetic errors, not
+    QuantityError; placement must still not raise (a pod of a rejected RayCluster carries them)."""
+    d = PlacementDriver()
+    n1 = node("n1", cpu="8")
+    n1["status"]["allocatable"]["memory"] = float("inf")
+    n1["status"]["allocatable"]["example.com/dongle"] = "1e1000000"
+    d.feed(node_changed(n1))
+    for name, value in (("inf", float("inf")), ("nan", float("nan")), ("huge", "1e1000000")):
+        obj = pod(name, node_name="n1")
+        obj["spec"]["containers"][0]["resources"] = {"requests": {"cpu": value}}
+        d.feed(ObjectChanged(change="Added", kind="Pod", name=name, object=obj))
+    placed = one(d.dequeue(workload("ns/w", gang_=gang(pod_set("head", 1, cpu="8")))), GangPlaced)
+    assert placed.slots[0].node == "n1"
+
+
 def test_a_pod_with_negative_device_annotation_is_charged_to_no_device():
     d = PlacementDriver(None, node("n1", gpu="1"))
     d.pod(pod("p", node_name="n1", annotations={"gpu-fraction": "0.5", "muster.dev/gpu-devices": "-1"}))
