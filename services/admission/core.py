@@ -17,8 +17,7 @@ from typing import Any, Literal, Mapping, Union
 
 from services.admission import fields
 from services.admission.fields import Invalid
-from services.admission.podgangs import PodGang, PodGangBook, is_coscheduling_podgroup
-from services.admission.pods import pod_set
+from services.admission.podgangs import PodGang, PodGangBook, gang_pod_sets, is_coscheduling_podgroup
 from services.admission.priority import PriorityBook, class_name, preemptible
 from services.admission.queues import QueueBook
 from services.admission.resolve import never_fits, queue_for
@@ -208,7 +207,7 @@ class AdmissionCore:
         return self._accept(gang, spec) if spec is not None else []
 
     def _gang_spec(self, gang: PodGang, now: float) -> WorkloadSpec | None:
-        """The gang's spec once min-available pods wait (None before); shape from the first pod."""
+        """The gang's spec once min-available pods wait (None before); pod sets by shape, labels of the first pod."""
         self._claim(gang.key, f"PodGroup:{gang.key}")
         minimum = self.pod_gangs.min_available(gang)
         if minimum is None:
@@ -220,10 +219,11 @@ class AdmissionCore:
             if gang.ready_at is None:
                 gang.ready_at = now
             gang.template = waiting[0]
+            gang.chosen = tuple(waiting[:minimum])
         assert gang.template is not None and gang.ready_at is not None
+        pod_sets = gang_pod_sets(gang.chosen, minimum)
         pod_name, pod = gang.template
         try:
-            pods = pod_set("pods", minimum, pod, "")
             labels, annotations = fields.labels(pod), fields.annotations(pod)
             template_class = fields.string(pod["spec"].get("priorityClassName"), "spec.priorityClassName") or None
         except Invalid as exc:
@@ -231,7 +231,7 @@ class AdmissionCore:
         return self._spec(kind="PodGroup", namespace=gang.namespace, name=gang.group, labels=labels,
                           annotations=annotations, template_class=template_class,
                           template_field=f"pod {pod_name} spec.priorityClassName",
-                          gang=Gang(min_member=minimum, pod_sets=(pods,)), gate="pods", cluster_name=gang.group,
+                          gang=Gang(min_member=minimum, pod_sets=pod_sets), gate="pods", cluster_name=gang.group,
                           submitted_at=gang.ready_at)
 
     # ------------------------------------------------------------------ shared: queue, priority, fit

@@ -9,6 +9,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Mapping
 
+from shared import quantity as q
+
 _MISSING: Any = object()
 
 
@@ -74,6 +76,24 @@ def integer(value: object, where: str, *, default: int, minimum: int | None = 0)
     if minimum is not None and value < minimum:
         raise Invalid(f"{where}: {value} is {'negative' if minimum == 0 else f'less than {minimum}'}")
     return value
+
+
+def quantities(value: object, where: str) -> dict[str, int]:
+    """A ``{resource: quantity}`` map in milli-units; a bad entry is ``Invalid`` naming ``where.<resource>``.
+
+    ``shared.quantity`` raises ``QuantityError`` for what Kubernetes refuses, but non-finite or
+    astronomically large numbers (YAML ``.inf``/``.nan``, ``1e1000000``) escape it as arithmetic
+    errors; those are not quantities either.
+    """
+    out: dict[str, int] = {}
+    for name, raw in opt_mapping(value, where).items():
+        try:
+            out[q.canonical_name(str(name))] = q.parse_quantity(raw)
+        except q.QuantityError as exc:
+            raise Invalid(f"{where}.{name}: {exc}") from None
+        except (ArithmeticError, ValueError):
+            raise Invalid(f"{where}.{name}: {show(raw)} is not a quantity") from None
+    return out
 
 
 def boolean(value: object, where: str, *, default: bool) -> bool:

@@ -5,6 +5,9 @@ A pod joins gang ``namespace/G`` through label ``scheduling.x-k8s.io/pod-group: 
 equal to the policy's, or unset) are members; before submission only unbound, unfinished members
 count toward min-available. The minimum comes from a ``scheduling.x-k8s.io`` PodGroup named G
 (``spec.minMember``), else the ``pod-group.scheduling.sigs.k8s.io/min-available`` label.
+The gang's pods need not be alike (an MPI launcher and its workers, a Spark driver and executors):
+the first min-available waiting pods are grouped by shape into pod sets ``pods``, ``pods-2``, ...
+(``gang_pod_sets``); placement matches each pod to the pod set of its shape.
 KubeRay's own pods (``ray.io/*`` labels) are never plain gang members: their RayCluster is.
 """
 
@@ -14,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from services.admission.fields import Invalid, integer, show
+from services.admission.pods import pod_set
 from shared import kube
-from shared.model import WorkloadSpec
+from shared.model import PodSet, WorkloadSpec
 
 COSCHEDULING_GROUPS = ("scheduling.x-k8s.io", "scheduling.sigs.k8s.io")
 FINISHED_PHASES = ("Succeeded", "Failed")
@@ -31,7 +35,10 @@ class PodGang:
     members: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     ready_at: float | None = None
     template: tuple[str, Mapping[str, Any]] | None = None
-    """(name, pod) whose shape the gang takes; frozen once submitted."""
+    """(name, pod) whose labels give queue and priority; frozen once submitted."""
+    chosen: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    """The (name, pod)s whose shapes make up the gang: the first min-available waiting ones; frozen
+    once submitted."""
     spec: WorkloadSpec | None = None
     rejected: str | None = None
     finished: bool = False
@@ -51,6 +58,37 @@ class PodGang:
         failed = sum(1 for p in self.members.values() if _phase(p) == "Failed")
         total = len(self.members)
         return ("Failed" if failed else "Succeeded"), f"all {total} pods finished: {total - failed} Succeeded, {failed} Failed"
+
+
+def shape(ps: PodSet) -> tuple:
+    """What makes two pods interchangeable for placement: requests, GPU share and node constraints."""
+    return (tuple(sorted(ps.resources.items())), ps.gpu_share, ps.constraint_key)
+
+
+def gang_pod_sets(chosen: tuple[tuple[str, Mapping[str, Any]], ...], minimum: int) -> tuple[PodSet, ...]:
+    """Pod sets ``pods``, ``pods-2``, ... of the chosen pods grouped by shape, in the order first seen.
+
+    Before this, the gang took the first pod's shape for all its pods, so a larger pod bound to a
+    smaller pod's reservation over-committed its node and was under-charged to its queue. If the
+    minimum later exceeds the chosen pods (a PodGroup's minMember raised), the first shape counts
+    the difference. Raises ``Invalid`` naming the pod.
+    """
+    groups: list[list[Any]] = []  # [PodSet, count]
+    for pod_name, pod in chosen[:minimum]:
+        try:
+            ps = pod_set("pods", 1, pod, "")
+        except Invalid as exc:
+            raise Invalid(f"pod {pod_name}: {exc.reason}") from None
+        for group in groups:
+            if shape(group[0]) == shape(ps):
+                group[1] += 1
+                break
+        else:
+            groups.append([ps, 1])
+    if groups:
+        groups[0][1] += max(0, minimum - len(chosen))
+    return tuple(ps.model_copy(update={"name": "pods" if i == 0 else f"pods-{i + 1}", "count": count})
+                 for i, (ps, count) in enumerate(groups))
 
 
 def _phase(pod: Mapping[str, Any]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from services.admission.fields import Invalid, mapping, opt_list, opt_mapping, show, string, string_map
+from services.admission.fields import Invalid, mapping, opt_list, opt_mapping, quantities, show, string, string_map
 from shared import kube
 from shared import quantity as q
 from shared.model import MatchExpression, PodSet, Toleration
@@ -29,7 +29,7 @@ def pod_resources(spec: Mapping[str, Any], where: str) -> q.Resources:
         name = container.get("name") or str(i)
         res = opt_mapping(container.get("resources"), f"{where}.containers[{name}].resources")
         for part in ("requests", "limits"):
-            opt_mapping(res.get(part), f"{where}.containers[{name}].resources.{part}")
+            quantities(res.get(part), f"{where}.containers[{name}].resources.{part}")
     try:
         return kube.pod_requests(spec, where)
     except q.QuantityError as exc:

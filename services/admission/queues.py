@@ -7,12 +7,14 @@ QueueRejected. An invalid change keeps the previous definition (like a refusing 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Any, Mapping
 
-from services.admission.fields import Invalid, boolean, integer, mapping, opt_list, opt_mapping, show, string
+from services.admission.fields import (Invalid, boolean, integer, mapping, opt_list, opt_mapping, quantities, show,
+                                      string)
 from shared import quantity as q
 from shared.events import QueueDefined, QueueRejected, QueueRemoved
 from shared.model import UNLIMITED, QueueSpec
@@ -40,11 +42,7 @@ def api_group(api_version: str) -> str:
 
 def resources(value: object, where: str) -> q.Resources:
     """A Kubernetes ``{name: quantity}`` map; zero amounts are kept (a zero limit is a limit)."""
-    raw = opt_mapping(value, where)
-    try:
-        return q.parse_resources(raw, where=where)
-    except q.QuantityError as exc:
-        raise Invalid(str(exc)) from None
+    return quantities(value, where)
 
 
 def go_duration(value: object, where: str) -> float:
@@ -52,6 +50,8 @@ def go_duration(value: object, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise Invalid(f"{where}: {show(value)} is not a duration")
     if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise Invalid(f"{where}: {show(value)} is not a duration (e.g. 30s, 5m, 1h30m)")
         seconds = float(value)
     else:
         text, pos, seconds = value.strip(), 0, 0.0
@@ -104,7 +104,7 @@ def _known_parent(name: str, parent: str | None, where: str, defined: Mapping[st
 # --------------------------------------------------------------------------- KAI
 def kai_amount(value: object, where: str, factor: Decimal) -> int:
     """A KAI number in its unit → milli-units; ``-1`` is ``UNLIMITED``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise Invalid(f"{where}: {show(value)} is not a number")
     if value == -1:
         return UNLIMITED
@@ -115,7 +115,7 @@ def kai_amount(value: object, where: str, factor: Decimal) -> int:
 
 def kai_weight(value: object, where: str) -> int:
     """``overQuotaWeight`` as an integer weight (KAI allows fractions; QueueSpec.weight is whole)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise Invalid(f"{where}: {show(value)} is not a number")
     if value < 0:
         raise Invalid(f"{where}: {show(value)} is negative")

@@ -4,7 +4,8 @@ The arithmetic is KubeRay's (``utils.CalculateDesiredReplicas`` / ``CalculateMin
 Volcano plugin's RayJob submitter): head 1; per worker group clamp(replicas, minReplicas,
 maxReplicas) × numOfHosts, 0 when the group is suspended, minReplicas × numOfHosts when in-tree
 autoscaling is on; a K8sJobMode RayJob adds its submitter pod outside the gang. Unlike KubeRay,
-minReplicas > maxReplicas is a rejection (KubeRay silently uses maxReplicas).
+minReplicas > maxReplicas is a rejection (KubeRay silently uses maxReplicas). Like KubeRay, a RayJob
+that is suspended while ``shutdownAfterJobFinishes`` is not true is refused.
 """
 
 from __future__ import annotations
@@ -117,6 +118,12 @@ def parse_ray_job(name: str, obj: Mapping[str, Any]) -> RayShape:
     if selector:
         raise Invalid("spec.clusterSelector: a RayJob that runs on an existing RayCluster has no gang of its own; "
                       "muster admits that RayCluster instead")
+    shutdown = boolean(spec.get("shutdownAfterJobFinishes"), "spec.shutdownAfterJobFinishes", default=False)
+    if spec.get("suspend") is True and not shutdown:
+        # KubeRay's own ValidateRayJobSpec refuses this (Kueue's limitation): the finished job would keep its
+        # cluster, so nobody could ever take the quota back by suspending it.
+        raise Invalid("spec.shutdownAfterJobFinishes: false is not allowed with spec.suspend: true (KubeRay: a RayJob "
+                      "with shutdownAfterJobFinishes set to false is not allowed to be suspended)")
     mode = string(spec.get("submissionMode"), "spec.submissionMode", default="K8sJobMode") or "K8sJobMode"
     if mode not in SUBMISSION_MODES:
         raise Invalid(f"spec.submissionMode: {show(mode)} is not one of {', '.join(SUBMISSION_MODES)}")

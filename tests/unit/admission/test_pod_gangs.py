@@ -20,7 +20,9 @@ def test_sigs_style_min_available_label_submits_at_the_last_needed_pod() -> None
     assert (spec.key, spec.kind, spec.gate, spec.queue, spec.submitted_at, spec.cluster_name) == (
         "default/g", "PodGroup", "pods", "default", 4.0, "g")
     assert spec.gang.min_member == 3
-    assert spec.gang.pod_sets == (PodSet(name="pods", count=3, resources=parse_resources({"cpu": "2", "memory": "1Gi"})),)
+    # p-0 asks 2 CPU, p-1 and p-2 the builder's default 1 CPU: one pod set per shape, first seen first
+    assert spec.gang.pod_sets == (PodSet(name="pods", count=1, resources=parse_resources({"cpu": "2", "memory": "1Gi"})),
+                                  PodSet(name="pods-2", count=2, resources=parse_resources({"cpu": "1", "memory": "1Gi"})))
     assert d.send(gang_pod("p-3", "g", style="sigs", min_available="3"), at=5.0) == []   # more pods: no change
 
 
@@ -150,3 +152,19 @@ def test_pod_gang_can_never_fit() -> None:
     out = d.add(*pods)
     assert out == [WorkloadRejected(key="default/g", kind="PodGroup",
                                     reason="can never fit: queue q capability cpu 3, gang requests cpu 4")]
+
+
+def test_alike_pods_make_one_pod_set_and_unlike_pods_one_per_shape() -> None:
+    """An MPI launcher and its workers: the gang asks for what each pod asks, not the first pod's shape x N."""
+    d = AdmissionDriver()
+    same = d.add(*(gang_pod(f"w-{i}", "same", min_available="3", requests={"cpu": "2"}) for i in range(3)))
+    assert [(ps.name, ps.count) for ps in same[0].workload.gang.pod_sets] == [("pods", 3)]
+    launcher = gang_pod("launcher", "mpi", min_available="4", requests={"cpu": "1"})
+    gpu_worker = gang_pod("mpi-w-0", "mpi", min_available="4", requests={"cpu": "2"})
+    gpu_worker["spec"]["nodeSelector"] = {"pool": "gpu"}
+    out = d.add(launcher, gpu_worker, *(gang_pod(f"mpi-w-{i}", "mpi", min_available="4", requests={"cpu": "2"})
+                                         for i in (1, 2)))
+    spec = out[0].workload
+    assert [(ps.name, ps.count, ps.resources["cpu"], ps.node_selector) for ps in spec.gang.pod_sets] == [
+        ("pods", 1, 1000, {}), ("pods-2", 1, 2000, {"pool": "gpu"}), ("pods-3", 2, 2000, {})]
+    assert spec.gang.min_member == 4 and spec.gang.resources["cpu"] == 7000

@@ -140,6 +140,12 @@ def test_kai_parent_queue_must_exist() -> None:
         (kai_queue("q", preemptMinRuntime="soon"), "spec.preemptMinRuntime: 'soon' is not a duration (e.g. 30s, 5m, 1h30m)"),
         (kai_queue("q", priority="high"), "spec.priority: 'high' is not an integer"),
         (kai_queue("q", cpu=[1]), "spec.resources.cpu: a list is not a mapping"),
+        (kai_queue("q", cpu=kai_resource(limit=float("inf"))), "spec.resources.cpu.limit: inf is not a number"),
+        (kai_queue("q", gpu=kai_resource(quota=float("nan"))), "spec.resources.gpu.quota: nan is not a number"),
+        (kai_queue("q", gpu=kai_resource(over_quota_weight=float("inf"))),
+         "spec.resources.gpu.overQuotaWeight: inf is not a number"),
+        (kai_queue("q", preemptMinRuntime=float("nan")),
+         "spec.preemptMinRuntime: nan is not a duration (e.g. 30s, 5m, 1h30m)"),
     ],
 )
 def test_kai_rejections(queue: dict, reason: str) -> None:
@@ -251,3 +257,12 @@ def test_one_name_one_owner_across_dialects() -> None:
 def test_other_kinds_and_groups_are_ignored_quietly(obj: dict) -> None:
     d = AdmissionDriver()
     assert d.send(obj) == [] and d.send(obj, "Modified") == [] and d.send(obj, "Deleted") == []
+
+
+@pytest.mark.parametrize(("queue", "prefix"), [
+    (volcano_queue("q", capability={"cpu": float("inf")}), "spec.capability.cpu: inf is not a "),
+    (volcano_queue("q", guarantee={"memory": "1e1000000"}), "spec.guarantee.resource.memory: '1e1000000' is not a "),
+])
+def test_volcano_non_finite_quantities_are_rejected_naming_the_field(queue: dict, prefix: str) -> None:
+    [out] = AdmissionDriver().send(queue)
+    assert isinstance(out, QueueRejected) and out.reason.startswith(prefix) and "quantity" in out.reason, out

@@ -110,6 +110,14 @@ JOB_CASES: list[tuple[str, dict, str]] = [
     ("cluster selector", edited(JOB, lambda o: o["spec"].update(clusterSelector={"ray.io/cluster": "shared"})),
      "spec.clusterSelector: a RayJob that runs on an existing RayCluster has no gang of its own; "
      "muster admits that RayCluster instead"),
+    ("suspended without shutdownAfterJobFinishes", ray_job("rj", suspend=True, shutdown=False),
+     "spec.shutdownAfterJobFinishes: false is not allowed with spec.suspend: true (KubeRay: a RayJob with "
+     "shutdownAfterJobFinishes set to false is not allowed to be suspended)"),
+    ("suspended with shutdownAfterJobFinishes unset", edited(JOB, lambda o: o["spec"].pop("shutdownAfterJobFinishes")),
+     "spec.shutdownAfterJobFinishes: false is not allowed with spec.suspend: true (KubeRay: a RayJob with "
+     "shutdownAfterJobFinishes set to false is not allowed to be suspended)"),
+    ("shutdownAfterJobFinishes a string", edited(JOB, lambda o: o["spec"].update(shutdownAfterJobFinishes="yes")),
+     "spec.shutdownAfterJobFinishes: 'yes' is not true or false"),
 ]
 
 
@@ -188,3 +196,32 @@ def test_a_different_reason_is_reported() -> None:
     d = AdmissionDriver()
     d.rejected(ray_cluster(workers=[worker_group(replicas=-1)]))
     assert d.rejected(ray_cluster(workers=[worker_group(replicas=-2)]), "Modified") == f"{W}.replicas: -2 is negative"
+
+
+def test_a_pod_gated_ray_job_may_keep_its_cluster() -> None:
+    """Only suspending is refused: a RayJob that is not suspended may keep its cluster after it finishes."""
+    spec = AdmissionDriver().submitted(ray_job("rj", suspend=False, shutdown=False))
+    assert spec.gate == "pods"
+
+
+def test_a_refused_suspended_ray_job_is_admitted_once_it_shuts_down_its_cluster() -> None:
+    d = AdmissionDriver()
+    assert d.rejected(ray_job("rj", suspend=True, shutdown=False), at=1.0).startswith("spec.shutdownAfterJobFinishes")
+    out = d.send(ray_job("rj", suspend=True, shutdown=True), "Modified", at=2.0)
+    assert len(out) == 1 and isinstance(out[0], WorkloadSubmitted) and out[0].workload.gate == "suspend"
+
+
+@pytest.mark.parametrize(("obj", "field", "value"), [
+    (edited(RC, lambda o: o["spec"]["headGroupSpec"].update(template=pod_template({"cpu": float("inf")}, name="ray-head"))),
+     "spec.headGroupSpec.template.spec.containers[ray-head].resources.requests.cpu", "inf"),
+    (ray_cluster(workers=[worker_group("worker", 1, {"cpu": "1"}, limits={"memory": float("nan")})]),
+     f"{W}.template.spec.containers[ray].resources.limits.memory", "nan"),
+    (ray_cluster(workers=[worker_group("worker", 1, {"cpu": "1e1000000"})]),
+     f"{W}.template.spec.containers[ray].resources.requests.cpu", "'1e1000000'"),
+], ids=["cpu .inf", "memory .nan", "cpu 1e1000000"])
+def test_non_finite_quantities_are_rejected_naming_the_field(obj: dict, field: str, value: str) -> None:
+    """YAML .inf/.nan and exponents beyond any decimal are no quantities: a rejection naming the field,
+    never an exception or a "cannot be read" last resort (whatever shared.quantity raises for them)."""
+    reason = AdmissionDriver().rejected(obj)
+    assert reason.startswith(f"{field}: {value} is not a "), reason
+    assert "quantity" in reason
