@@ -17,6 +17,7 @@ every inbox is drained, so one cycle sees everything that arrived at its instant
 from __future__ import annotations
 
 import heapq
+import math
 import re
 from operator import attrgetter
 from typing import Any, Callable
@@ -58,6 +59,8 @@ class QueueCore:
         self._ledger = Ledger()
         self._capacity: dict[str, int] = {}
         self._armed: dict[float, None] = {}
+        self._ripening: dict[float, None] = {}
+        """Times at which a blocked reclaim's victims reach their minimum runtime: wake-ups, not just cycles."""
         self._seq = 0
         self._now = 0.0
         self._handlers: dict[str, Callable[[Any, float, Out], None]] = {
@@ -161,7 +164,7 @@ class QueueCore:
             w.reserved_seq = self._next_seq()
         with self._ledger.moving(w):
             w.state = "admitted"
-        w.attempts, w.requeue_at, w.preempted_by, w.held = 0, None, "", ""
+        w.attempts, w.requeue_at, w.preempted_by, w.held, w.reclaim_note = 0, None, "", "", ""
         self._unpromise(w)
 
     def _on_running(self, p: GangRunning, now: float, out: Out) -> None:
@@ -180,7 +183,8 @@ class QueueCore:
         with self._ledger.moving(w):
             w.state = "pending"
         self._unpromise(w)
-        self._back_off(w, now, w.reason(p.reason), out)
+        reason = f"{p.reason} {w.reclaim_note}" if w.reclaim_note else p.reason
+        self._back_off(w, now, w.reason(reason), out)
         self._request_cycle(now, out)  # its reservation went back to the queue
 
     def _on_preempted(self, p: PreemptionRequested, now: float, out: Out) -> None:
@@ -210,6 +214,9 @@ class QueueCore:
         if p.key != CYCLE:
             return
         self._armed.pop(now, None)
+        if now in self._ripening:
+            del self._ripening[now]
+            self._wake_all(now)  # victims a reclaim waited for have run their minimum runtime
         self._cycle(now, out)
 
     # ------------------------------------------------------------------ the cycle
@@ -277,6 +284,7 @@ class QueueCore:
             return False
         short = shortage(w.demand, snap.free)
         victims = self._victims(w, short, snap, now) if short else None
+        w.reclaim_note = self._ripening_reclaim(w, short, snap, now, out) if short and victims is None else ""
         with self._ledger.moving(w):
             w.state = "reserved"
         w.requeue_at, w.held = None, ""
@@ -311,6 +319,22 @@ class QueueCore:
             ]
         queues = {x.queue: self.tree.get(x.queue) for x in snap.candidates}
         return choose_victims(short, snap.candidates, queues, snap.usage, snap.shares, w.queue, now)
+
+    def _ripening_reclaim(self, w: Tracked, short: dict[str, int], snap: Snapshot, now: float, out: Out) -> str:
+        """No reclaim now: would there be one once the victims have run their minimum runtime (KAI's
+        preemptMinRuntime / reclaimMinRuntime)? Then wake everyone up at that time, not only when a
+        backoff expires, and say so in the reason ("" when age is not what blocks it)."""
+        later = self._victims(w, short, snap, math.inf)
+        if not later or snap.candidates is None:
+            return ""
+        ripe = max(c.started_at + c.min_runtime for c in snap.candidates if c.key in later)
+        if ripe <= now:
+            return ""
+        if ripe not in self._ripening:
+            self._ripening[ripe] = None
+            self._arm(ripe, now, out)
+        return (f"Reclaiming {', '.join(later)} waits for the minimum runtime of queue "
+                f"{', '.join(dict.fromkeys(c.queue for c in snap.candidates if c.key in later))} (until {ripe:g}s).")
 
     def _min_runtime(self, queue: str) -> float:
         spec = self.tree.get(queue)

@@ -11,7 +11,9 @@ Rules, in the order they are applied:
   below its guarantee on a resource being reclaimed (an UNLIMITED guarantee protects it fully),
   never one already promised to another reclaim, never one that frees nothing the cluster is
   short of;
-- victims are added until free + reclaimed covers the demand; if that cannot be reached, none.
+- victims are added until free + reclaimed covers the demand; if that cannot be reached, none;
+- then victims the others already cover for are dropped again (the last taken first), so no
+  workload is evicted only to be admitted again in the same cycle.
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ def choose_victims(short: Mapping[str, int], running: list[Running], queues: Map
         if _eligible(w, requester, queues.get(w.queue), now):
             pool.setdefault(w.queue, []).append(w)
     left = {name: dict(usage.get(name, {})) for name in pool}
-    taken: list[str] = []
+    short_of = {r: v for r, v in short.items() if v > 0}
+    taken: list[Running] = []
     while need:
         best: tuple[float, str, Running] | None = None
         for name in sorted(pool):
@@ -107,5 +110,23 @@ def choose_victims(short: Mapping[str, int], running: list[Running], queues: Map
         pool[name].remove(victim)
         left[name] = q.sub(left[name], victim.demand)
         need = {r: v - victim.demand.get(r, 0) for r, v in need.items() if v - victim.demand.get(r, 0) > 0}
-        taken.append(victim.key)
-    return tuple(taken)
+        taken.append(victim)
+    return tuple(w.key for w in _without_needless(taken, short_of))
+
+
+def _without_needless(taken: list[Running], short: Mapping[str, int]) -> list[Running]:
+    """Drop every victim the others already cover for, the last taken first.
+
+    Greedy order may take a small victim from the queue furthest above its share before a larger
+    one that alone covers the shortage; evicting the small one would only see it admitted again
+    in the same cycle (its room is not needed), so it stays.
+    """
+    def covers(victims: list[Running]) -> bool:
+        return all(sum(w.demand.get(r, 0) for w in victims) >= v for r, v in short.items())
+
+    chosen = list(taken)
+    for victim in reversed(taken):
+        rest = [w for w in chosen if w is not victim]
+        if covers(rest):
+            chosen = rest
+    return chosen

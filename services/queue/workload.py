@@ -38,6 +38,8 @@ class Tracked:
     """Key of the workload whose reclaim named this one as a victim (until placement answers)."""
     held: str = ""
     """Why its queue takes no workloads (missing, Closed, not a leaf), as last told; "" when it does."""
+    reclaim_note: str = ""
+    """Set when it was sent to placement without the reclaim it needs because the victims are too young."""
 
     @classmethod
     def of(cls, spec: WorkloadSpec) -> "Tracked":

@@ -157,3 +157,51 @@ def test_the_guarantee_floor_counts_on_reclaimed_resources_only_and_unlimited_pr
               usage={"a": {"cpu": 16000, "memory": 32000}}, shares={"a": {"cpu": 8000, "memory": 32000}})
     assert choose_victims({"cpu": 4000}, **kw) == ("ns/a1",)  # 16 - 4 >= 4; memory is not contested
     assert choose_victims({"memory": 8000}, **kw) is None  # memory guarantee is UNLIMITED
+
+
+def test_a_victim_the_others_cover_for_is_not_evicted():
+    """Greedy order takes a small victim from the queue furthest above its share first; when a later,
+    larger one covers the shortage alone, the small one stays (it would be re-admitted at once)."""
+    def r(key: str, queue: str, cpu: int, started: float) -> Running:
+        return Running(key=key, queue=queue, priority=0, preemptible=True, started_at=started, min_runtime=0.0,
+                       demand={"cpu": cpu})
+    running_ = [r("k1", "keep", 3000, 1.0), r("k2", "keep", 2000, 2.0), r("k3", "keep", 2000, 3.0),
+                r("g1", "give", 2000, 1.0), r("g2", "give", 3000, 2.0)]
+    queues = {"keep": queue_spec("keep"), "give": queue_spec("give")}
+    usage = {"keep": {"cpu": 7000}, "give": {"cpu": 5000}}
+    shares = {"keep": {"cpu": 4500}, "give": {"cpu": 4500}, "fresh": {"cpu": 3000}}
+    # keep (7/4.5) gives k3 first, then give (5/4.5 ties keep's 5/4.5, name order) gives g2: g2 alone covers 3
+    assert choose_victims({"cpu": 3000}, running_, queues, usage, shares, "fresh", 100.0) == ("g2",)
+    # when the first victim is needed too, both stay
+    assert choose_victims({"cpu": 4000}, running_, queues, usage, shares, "fresh", 100.0) == ("k3", "g2")
+
+
+def test_a_reclaim_blocked_by_minimum_runtime_is_retried_when_the_victims_ripen():
+    """KAI's reclaimMinRuntime: the requester is told why and tried again when the youngest needed
+    victim is old enough, not only when its backoff expires (up to a minute later)."""
+    from tests.builders.queue import failed
+
+    d = _cluster(8, queue_spec("a", min_runtime=120.0), queue_spec("b"), backoff_max_seconds=60)
+    _run(d, "a", 8)  # started at 1..8
+    out = _ask(d, "ns/b1", "b", 2, at=30.0)
+    assert isinstance(out[0], Dequeued)  # nobody may be reclaimed yet: placement decides
+    assert 128.0 in d.timers  # both victims needed (a8, a7) are old enough at 128
+    backed = [x for x in d.step(failed("ns/b1", "b", "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."))
+              if x.type == "BackedOff"]
+    assert backed[0].reason == ("0/1 nodes are available: 1 Insufficient nvidia.com/gpu. Reclaiming ns/a8, ns/a7 waits "
+                                "for the minimum runtime of queue a (until 128s).")
+    for at in (31.0, 33.0, 37.0, 45.0, 61.0, 93.0):  # backoff retries: each fails again
+        for x in d.settle(at):
+            if isinstance(x, Dequeued):
+                d.step(failed("ns/b1", "b"))
+    out = [x for x in d.settle(128.0) if isinstance(x, ReclaimRequested)]
+    assert [(x.key, x.victims) for x in out] == [("ns/b1", ("ns/a8", "ns/a7"))]
+
+
+def test_no_minimum_runtime_note_when_age_is_not_what_blocks_reclaim():
+    d = _cluster(8, queue_spec("a", min_runtime=120.0), queue_spec("b"))
+    _run(d, "a", 8)
+    out = _ask(d, "ns/b1", "b", 6, at=30.0)  # beyond b's share (4): not entitled to reclaim at all
+    assert isinstance(out[0], Dequeued)
+    assert d.core._workloads["ns/b1"].reclaim_note == ""
+    assert not any(t > 100.0 for t in d.timers)  # no wake-up for victims that would not be taken anyway
