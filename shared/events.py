@@ -221,6 +221,9 @@ class PreemptionRequested(_WorkloadEvent):
     kind: str
     gate: Literal["suspend", "pods"]
     preemptor: str
+    preemptor_priority: int = 0
+    reclaim: bool = False
+    """True when another queue takes back its share (reclaim), False for in-queue priority preemption."""
     pods: tuple[str, ...]
     reason: str
 

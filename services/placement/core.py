@@ -544,7 +544,8 @@ class PlacementCore:
         victim.slots, victim.admitted, victim.running, victim.started_at = [], False, False, None
         self._displaced.pop(victim.key, None)
         return PreemptionRequested(key=victim.key, kind=victim.spec.kind, gate=victim.spec.gate,
-                                   preemptor=preemptor.key, pods=tuple(names), reason=why)
+                                   preemptor=preemptor.key, preemptor_priority=preemptor.spec.priority,
+                                   reclaim=preemptor.queue != victim.queue, pods=tuple(names), reason=why)
 
     def _admit(self, rec: WorkloadRecord, attempt: GangAttempt, now: float, reason: str) -> list[Any]:
         """Turn the committed placements into slots; hand existing pods their slots in observed order."""

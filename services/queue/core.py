@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import re
 from operator import attrgetter
 from typing import Any, Callable
 
@@ -40,7 +39,6 @@ from shared.model import WorkloadSpec
 from shared.policy import Policy
 
 CYCLE = "cycle"
-_PRIORITY_IN_REASON = re.compile(r"\(priority (-?\d+)\)")
 _QUEUE_KIND = {"elasticquotatree": "ElasticQuotaTree"}
 _ORDER = attrgetter("order")
 
@@ -191,18 +189,20 @@ class QueueCore:
         w = self._workloads.get(p.key)
         if w is None or not w.holds_quota:
             return
-        preemptor = self._workloads.get(p.preemptor)
-        found = _PRIORITY_IN_REASON.search(p.reason)
-        priority = preemptor.spec.priority if preemptor else (int(found.group(1)) if found else None)
         self._unpromise(w)
         with self._ledger.moving(w):
             w.state = "pending"
         w.started_at, w.attempts, w.requeue_at, w.held = None, 0, None, ""
-        w.preempted_by = preempted_by(p.preemptor, priority)
+        w.preempted_by = preempted_by(p.preemptor, p.preemptor_priority, 
+                                    reclaimed_for=self._queue_of(p.preemptor) if p.reclaim else None)
         w.last_reason = f"{w.preempted_by}; {waiting(w.queue)}"
         out.append(Enqueued(key=w.key, queue=w.queue, reason=w.last_reason))
         self._wake_all(now)
         self._request_cycle(now, out)
+
+    def _queue_of(self, key: str) -> str:
+        w = self._workloads.get(key)
+        return w.queue if w is not None else "?"
 
     def _on_capacity(self, p: CapacityChanged, now: float, out: Out) -> None:
         self._capacity = dict(p.total)

@@ -81,8 +81,10 @@ def failed(key: str, queue: str = "default", reason: str = "0/1 nodes are availa
     return PlacementFailed(key=key, queue=queue, reason=reason)
 
 
-def preempted(victim: str, preemptor: str, reason: str = "") -> PreemptionRequested:
-    return PreemptionRequested(key=victim, kind="RayCluster", gate="pods", preemptor=preemptor, pods=(),
+def preempted(victim: str, preemptor: str, reason: str = "", *, priority: int = 100,
+              reclaim: bool = False) -> PreemptionRequested:
+    return PreemptionRequested(key=victim, kind="RayCluster", gate="pods", preemptor=preemptor,
+                               preemptor_priority=priority, reclaim=reclaim, pods=(),
                                reason=reason or f"preempted by {preemptor}")
 
 

@@ -36,6 +36,7 @@ def test_build_preempts_running_train_in_the_same_queue():
     assert [type(p) for p in out] == [PreemptionRequested, GangPlaced]
     assert out[0] == PreemptionRequested(
         key="default/train-cluster", kind="RayCluster", gate="pods", preemptor="default/build-cluster",
+        preemptor_priority=100, reclaim=False,
         pods=("train-cluster-head-0", "train-cluster-gpu-worker-0"),
         reason="preempted by default/build-cluster (priority 100) in queue team-a")
     assert out[1].reason == "2/2 pods placed on 1 node(s) (binpack) after preempting default/train-cluster"
@@ -167,7 +168,7 @@ def test_reclaim_evicts_the_named_victims_and_places_the_gang():
     w = ray("ns/w", 0, "mine", cpu="2")
     out = d.reclaim(w, ("ns/v2", "ns/unknown"))
     assert [type(p) for p in out] == [PreemptionRequested, GangPlaced]
-    assert out[0].key == "ns/v2" and out[0].preemptor == "ns/w"
+    assert out[0].key == "ns/v2" and out[0].preemptor == "ns/w" and out[0].reclaim is True
     assert out[0].reason == "reclaimed by ns/w for queue mine"
     assert out[0].pods == ("v2-head-0",)
     assert out[1].reason == "1/1 pods placed on 1 node(s) (binpack) after reclaiming ns/v2"

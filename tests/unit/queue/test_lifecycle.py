@@ -53,19 +53,29 @@ def test_the_prefix_goes_when_readmitted_and_never_stacks():
     d.step(placed("default/train-cluster", "team-a"), 40.0)  # admitted again
     d.step(running("default/train-cluster"))
     d.step(submitted(job("default/other", "team-a", priority=70, at=50.0)), 50.0)
-    out = d.step(preempted("default/train-cluster", "default/other"), 50.0)
+    out = d.step(preempted("default/train-cluster", "default/other", priority=70), 50.0)
     assert out[0] == Enqueued(key="default/train-cluster", queue="team-a",
                               reason="preempted by default/other (priority 70); waiting in queue team-a")
     assert out[1].reason.startswith("preempted by default/other (priority 70): quota reserved")
     assert "build-cluster" not in out[1].reason
 
 
-def test_unknown_preemptor_takes_its_priority_from_placements_reason():
+def test_the_preemptor_priority_comes_from_the_event_even_for_a_stranger():
     d = QueueDriver()
     d.step(submitted(job("ns/v", at=0.0)), 0.0)
     d.step(placed("ns/v"))
-    out = d.send(preempted("ns/v", "ns/stranger", reason="preempted by ns/stranger (priority 7) in queue default"))
+    out = d.send(preempted("ns/v", "ns/stranger", priority=7))
     assert out[0].reason == "preempted by ns/stranger (priority 7); waiting in queue default"
+
+
+def test_a_reclaimed_workload_says_which_queue_took_it_back():
+    d = QueueDriver()
+    d.step(submitted(job("ns/v", at=0.0)), 0.0)
+    d.step(placed("ns/v"))
+    d.step(defined(queue_spec("other")), 1.0)
+    d.step(submitted(job("ns/taker", "other", at=1.0)), 1.0)
+    out = d.send(preempted("ns/v", "ns/taker", priority=0, reclaim=True))
+    assert out[0].reason == "reclaimed by ns/taker (priority 0) for queue other; waiting in queue default"
 
 
 def test_finished_workload_is_withdrawn_and_forgotten_duplicates_change_nothing():
