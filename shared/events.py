@@ -74,6 +74,9 @@ class QueueRejected(Frozen):
     name: str
     kind: str
     reason: str
+    object_namespace: str = ""
+    object_name: str = ""
+    """The object that defines the queue when it is not named like it (an ElasticQuotaTree node)."""
 
     @property
     def subject(self) -> str:
@@ -214,6 +217,14 @@ class GangRunning(_WorkloadEvent):
     reason: str
 
 
+class GangDisrupted(_WorkloadEvent):
+    """A running gang lost a member (its node went away, or the pod was deleted): it is not whole
+    until the replacement is bound and Running, when GangRunning comes again."""
+
+    type: Literal["GangDisrupted"] = "GangDisrupted"
+    reason: str
+
+
 class PreemptionRequested(_WorkloadEvent):
     """``key`` is the victim. The reconciler evicts its pods (or re-suspends it); the queue requeues it."""
 
@@ -287,7 +298,7 @@ Payload = Annotated[
         ObjectChanged, QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated,
         WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
         ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
-        PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
+        GangDisrupted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
     ],
     Field(discriminator="type"),
 ]
@@ -298,7 +309,7 @@ PAYLOAD_TYPES: dict[str, type[BaseModel]] = {
         ObjectChanged, QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated,
         WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
         ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
-        PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
+        GangDisrupted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
     )
 }
 

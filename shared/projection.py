@@ -151,6 +151,9 @@ class ResultProjection:
     def _on_GangRunning(self, p: Any, t: float) -> None:
         self._workload(p.key).transition(t, "Running", p.reason)
 
+    def _on_GangDisrupted(self, p: Any, t: float) -> None:
+        self._workload(p.key).transition(t, "Admitted", p.reason)
+
     def _on_PreemptionRequested(self, p: Any, t: float) -> None:
         view = self._workload(p.key)
         view.holds_quota, view.queue_state = False, ""
@@ -168,6 +171,7 @@ class ResultProjection:
 
     def _on_PodAssigned(self, p: Any, t: float) -> None:
         pod = self._pod(p.key, p.pod, p.pod_set)
+        pod.pod_set = p.pod_set  # placement knows a plain pod gang's shape-based pod set; labels do not
         pod.node = p.node
         if p.gpu is not None:
             pod.gpu = {"devices": list(p.gpu.devices), "fraction": p.gpu.fraction}

@@ -33,6 +33,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "PlacementFailed": ("queue",),
     "PodAssigned": ("reconciler",),
     "GangRunning": ("queue", "reconciler"),
+    "GangDisrupted": ("reconciler",),
     "PreemptionRequested": ("queue", "reconciler"),
     "CapacityChanged": ("queue",),
     "KubeEffect": ("cluster",),

@@ -298,7 +298,8 @@ class AdmissionCore:
         if p.kind in ("RayCluster", "RayJob", "PodGroup"):
             return [WorkloadRejected(key=f"{_namespace(p)}/{p.name}", kind=p.kind, reason=reason)]
         if p.kind in ("Queue", "ElasticQuotaTree"):
-            return [QueueRejected(name=p.name, kind=p.kind, reason=reason)]
+            return [QueueRejected(name=p.name, kind=p.kind, reason=reason, object_namespace=p.namespace,
+                                  object_name=p.name if p.namespace else "")]
         return []
 
 

@@ -281,7 +281,12 @@ class QueueBook:
             if source.rejected == exc.reason:
                 return []
             source.rejected = exc.reason
-            return [QueueRejected(name=exc.subject or source.name, kind=source.kind, reason=exc.reason)]
+            name = exc.subject or source.name
+            if name == source.name:
+                return [QueueRejected(name=name, kind=source.kind, reason=exc.reason)]
+            meta = source.obj.get("metadata") or {}
+            return [QueueRejected(name=name, kind=source.kind, reason=exc.reason,
+                                  object_namespace=str(meta.get("namespace") or ""), object_name=source.name)]
         source.rejected = None
         return self._define(sid, source, specs)
 

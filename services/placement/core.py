@@ -26,7 +26,7 @@ from services.placement.statement import Statement
 from services.placement.workloads import Slot, WorkloadRecord
 from shared import quantity as q
 from shared.events import (
-    CapacityChanged, Dequeued, Envelope, GangPlaced, GangRunning, ObjectChanged, PlacementFailed, PodAssigned,
+    CapacityChanged, Dequeued, Envelope, GangDisrupted, GangPlaced, GangRunning, ObjectChanged, PlacementFailed, PodAssigned,
     PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, SlotAssignment, TimerFired, TimerSet,
     WorkloadWithdrawn,
 )
@@ -35,6 +35,9 @@ from shared.policy import Policy
 CAPACITY_TIMER = "capacity"
 """Fires at quiescence of an instant in which pods went away (or foreign pods came): one signal."""
 RIPEN_TIMER = "ripen"
+DISRUPTION_TIMER = "disruption"
+"""Fires at quiescence of an instant in which a running gang lost a pod: by then a deletion or
+finish of the workload has arrived, so only a gang that is still wanted is called disrupted."""
 """Fires when would-be preemption victims reach their minimum runtime: a release, so the queue retries."""
 
 
@@ -57,6 +60,9 @@ class PlacementCore:
         self._timer_fired_at: float | None = None
         self._release_pending = False
         self._last_total: dict[str, int] | None = None
+        self._suspects: dict[str, tuple[str, bool]] = {}
+        """Running gangs that lost a pod this instant: workload key -> (pod, whether its node went away)."""
+        self._disruption_at: float | None = None
         self._queue_min_runtime: dict[str, float] = {}
         """Queues whose definition sets a minimum runtime (KAI's preemptMinRuntime)."""
         self._now = 0.0
@@ -128,6 +134,8 @@ class PlacementCore:
         return [TimerSet(key=CAPACITY_TIMER, at=now)]
 
     def _on_timer(self, key: str, now: float) -> list[Any]:
+        if key == DISRUPTION_TIMER:
+            return self._judge_disruptions()
         if key == RIPEN_TIMER:
             self._ripen_at.pop(now, None)
             return [self._capacity_changed(released=True)]
@@ -177,7 +185,10 @@ class PlacementCore:
         if rec.node is not None and not self._charge_holds(rec):
             self._uncharge_pod(rec)
         if rec.slot is not None and not facts.live:
+            slot = rec.slot
             reserved_again, assigned = self._vacate(rec, wrec)
+            if reserved_again and wrec is not None and wrec.running and slot.in_gang:
+                out += self._suspect_disruption(wrec, facts.name, slot.lost, now)
             out += assigned
         if wrec is not None and facts.live and not rec.evicted:
             if rec.slot is None:
@@ -371,6 +382,32 @@ class PlacementCore:
                 return self._attach(wrec, rec)
         return []
 
+    def _suspect_disruption(self, wrec: WorkloadRecord, pod: str, lost_node: bool, now: float) -> list[Any]:
+        """A running gang lost a pod: judge at quiescence, once we know whether the workload is still wanted."""
+        self._suspects.setdefault(wrec.key, (pod, lost_node))
+        if self._disruption_at == now:
+            return []
+        self._disruption_at = now
+        return [TimerSet(key=DISRUPTION_TIMER, at=now)]
+
+    def _judge_disruptions(self) -> list[Any]:
+        """Gangs still admitted and still short of a bound, Running member are disrupted until whole again."""
+        out: list[Any] = []
+        suspects, self._suspects, self._disruption_at = self._suspects, {}, None
+        for key, (pod, lost_node) in suspects.items():
+            wrec = self._admitted(key)
+            if wrec is None or not wrec.running:
+                continue
+            gang = [s for s in wrec.slots if s.in_gang and not s.extra]
+            whole = sum(1 for s in gang if s.filled and s.pod is not None and self.pods[s.pod].facts.phase == "Running")
+            if whole == len(gang):
+                continue
+            wrec.running = False
+            why = "lost its node" if lost_node else "went away"
+            out.append(GangDisrupted(key=key, reason=f"{whole}/{len(gang)} gang pods Running: pod {pod} {why};"
+                                                     f" waiting for its replacement to be bound and Running"))
+        return out
+
     def _check_running(self, wrec: WorkloadRecord, now: float) -> list[Any]:
         """GangRunning once per admission, when every in-gang slot holds a bound, Running pod."""
         if wrec.running:
@@ -381,8 +418,12 @@ class PlacementCore:
         for slot in gang:
             if not slot.filled or slot.pod is None or self.pods[slot.pod].facts.phase != "Running":
                 return []
-        wrec.running, wrec.started_at = True, now
-        return [GangRunning(key=wrec.key, reason=f"all {len(gang)} pods of the gang are bound and Running")]
+        restarted = wrec.started_at is not None
+        wrec.running = True
+        if not restarted:
+            wrec.started_at = now
+        return [GangRunning(key=wrec.key, reason=f"{len(gang)}/{len(gang)} gang pods bound and Running"
+                                                  + (" again" if restarted else ""))]
 
     def _forget(self, rec: PodRecord) -> None:
         self.pods.pop(rec.key, None)

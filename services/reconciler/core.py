@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal
 
 from shared import kube
 from shared.events import (
-    BackedOff, Enqueued, Envelope, GangPlaced, GangRunning, GpuAssignment, KubeEffect, PodAssigned,
+    BackedOff, Enqueued, Envelope, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, KubeEffect, PodAssigned,
     PreemptionRequested, QueueRejected, WorkloadDeleted, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated,
 )
 from shared.policy import Policy
@@ -90,6 +90,7 @@ class ReconcilerCore:
             "GangPlaced": self._on_gang_placed,
             "PodAssigned": self._on_pod_assigned,
             "GangRunning": self._on_gang_running,
+            "GangDisrupted": self._on_gang_disrupted,
             "PreemptionRequested": self._on_preemption,
             "WorkloadRejected": self._on_workload_rejected,
             "QueueRejected": self._on_queue_rejected,
@@ -139,6 +140,10 @@ class ReconcilerCore:
     def _on_gang_running(self, p: GangRunning, now: float) -> list[KubeEffect]:
         return self._annotate(self._workload(p.key), {STATUS: _status("Running", p.reason)})
 
+    def _on_gang_disrupted(self, p: GangDisrupted, now: float) -> list[KubeEffect]:
+        wl = self._workload(p.key)
+        return self._annotate(wl, {STATUS: _status("Admitted", p.reason)}) + self._event(wl, "Warning", "GangDisrupted", p.reason)
+
     def _on_preemption(self, p: PreemptionRequested, now: float) -> list[KubeEffect]:
         wl = self._workload(p.key, p.kind)
         wl.phase = "preempted"
@@ -152,15 +157,17 @@ class ReconcilerCore:
         return out + self._event(wl, "Warning", "Rejected", p.reason)
 
     def _on_queue_rejected(self, p: QueueRejected, now: float) -> list[KubeEffect]:
-        """Queues are cluster-scoped objects: status annotation and a Warning event on the queue."""
-        object_id = f"{p.kind}//{p.name}"
+        """Status annotation and a Warning event on the object that defines the queue (the queue itself,
+        or the ElasticQuotaTree one of whose nodes is wrong)."""
+        namespace, name = p.object_namespace, p.object_name or p.name
+        object_id = f"{p.kind}/{namespace}/{name}"
         out: list[KubeEffect] = []
         status = _status("Rejected", p.reason)
         if self._remember(object_id, f"annotation:{STATUS}", status):
-            out.append(KubeEffect(op="annotate", kind=p.kind, namespace="", name=p.name,
+            out.append(KubeEffect(op="annotate", kind=p.kind, namespace=namespace, name=name,
                                   annotations={STATUS: status}))
         if self._remember(object_id, "event", ("Warning", "Rejected", p.reason)):
-            out.append(KubeEffect(op="event", kind=p.kind, namespace="", name=p.name, reason="Rejected",
+            out.append(KubeEffect(op="event", kind=p.kind, namespace=namespace, name=name, reason="Rejected",
                                   message=p.reason, event_type="Warning"))
         return out
 

@@ -16,7 +16,7 @@ import yaml
 from services.reconciler.ingest import observe
 from shared import kube
 from shared.events import (
-    BackedOff, CapacityChanged, Dequeued, Enqueued, Envelope, GangPlaced, GangRunning, GpuAssignment,
+    BackedOff, CapacityChanged, Dequeued, Enqueued, Envelope, GangPlaced, GangDisrupted, GangRunning, GpuAssignment,
     KubeEffect, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined, QueueRejected,
     QueueRemoved, ReclaimRequested, SlotAssignment, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished,
     WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWithdrawn, wrap,
@@ -57,6 +57,7 @@ def sample_payloads() -> dict[str, Any]:
         PlacementFailed(key="team-a/rc", queue="q1", reason="0/1 nodes are available"),
         PodAssigned(key="team-a/rc", pod_namespace="team-a", pod="rc-head-abcde", pod_set="head", node="n1", gpu=gpu),
         GangRunning(key="team-a/rc", reason="all pods Running"),
+        GangDisrupted(key="team-a/rc", reason="2/3 gang pods Running: pod rc-head-x lost its node"),
         PreemptionRequested(key="team-b/x", kind="RayCluster", gate="suspend", preemptor="team-a/rc",
                             pods=("x-head-aaaaa",), reason="preempted by team-a/rc (priority 100)"),
         CapacityChanged(total={"cpu": 16000}, nodes=1, released=True),

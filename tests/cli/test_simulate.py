@@ -129,7 +129,7 @@ def _volcano_with(tmp_path: Path, *expect: dict[str, Any]) -> Path:
      "got {'cpu': '3', 'memory': '4Gi'}"),
     ({"at": "5s", "workload": "default/test-cluster-0", "reason_contains": "unschedulable"},
      "at 5s default/test-cluster-0: reason_contains: expected 'unschedulable', "
-     "got 'all 3 pods of the gang are bound and Running'"),
+     "got '3/3 gang pods bound and Running'"),
     ({"at": "60s", "workload": "default/nobody", "phase": "Running"},
      "at 60s default/nobody: workload: expected 'known to muster', got 'never seen'"),
 ])

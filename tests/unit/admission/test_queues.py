@@ -197,7 +197,9 @@ def node_with(children_min: list[int], parent_min: int = 10, parent_max: int | N
     ],
 )
 def test_elastic_quota_tree_rejections(tree: dict, name: str, reason: str) -> None:
-    assert AdmissionDriver().send(tree) == [QueueRejected(name=name, kind="ElasticQuotaTree", reason=reason)]
+    meta = tree["metadata"]
+    where = {} if name == meta["name"] else {"object_namespace": meta.get("namespace", ""), "object_name": meta["name"]}
+    assert AdmissionDriver().send(tree) == [QueueRejected(name=name, kind="ElasticQuotaTree", reason=reason, **where)]
 
 
 def test_elastic_quota_tree_sum_of_children_equal_to_parent_is_fine() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shared.events import (
-    CapacityChanged, GangPlaced, GangRunning, GpuAssignment, PlacementFailed, PodAssigned, TimerSet, derive_id,
+    CapacityChanged, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, PlacementFailed, PodAssigned, TimerSet, derive_id,
 )
 from tests.builders import gang, node, pod, pod_set, workload
 from tests.builders.placement import PlacementDriver, bound, node_changed, of_type, one, ray_pod, with_phase
@@ -102,7 +102,7 @@ def test_recreated_pod_gets_the_slot_back_and_capacity_stays_reserved():
     d.run(RC, out)
     crashed = bound(ray_pod("rc", "worker", 1), "n1", "Failed")
     out = d.pod(crashed, "Modified")
-    assert of_type(out, TimerSet) == []  # the slot reserves again: nothing was released
+    assert [t.key for t in of_type(out, TimerSet)] == ["disruption"]  # no capacity release: the slot reserves again
     assert fits(d, "8") and not fits(d, "9")  # n1 stays full, n2 free
     again = one(d.pod(ray_pod("rc", "worker", 9)), PodAssigned)
     assert (again.pod_set, again.node) == ("worker", "n1")
@@ -333,3 +333,23 @@ def test_a_plain_gang_pod_of_no_known_shape_fills_no_slot():
     assert of_type(d.pod(_gang_member("odd", "3")), PodAssigned) == []  # 5 - 1 - 2 x 2 reserved: no room
     assigned = of_type(d.pod(_gang_member("worker-0", "2")), PodAssigned)
     assert [(p.pod, p.pod_set) for p in assigned] == [("worker-0", "pods-2")]
+
+
+def test_a_running_gang_that_loses_a_pod_is_disrupted_until_whole_again():
+    d = PlacementDriver(None, node("n1", cpu="3"), node("n2", cpu="8"))
+    d.run(RC, d.dequeue(RC))
+    d.pod(bound(ray_pod("rc", "worker", 1), "n1", "Failed"), "Modified")
+    disrupted = one(d.settle(), GangDisrupted)
+    assert disrupted.reason == ("2/3 gang pods Running: pod rc-worker-worker-1 went away;"
+                                " waiting for its replacement to be bound and Running")
+    again = one(d.pod(ray_pod("rc", "worker", 9)), PodAssigned)
+    out = d.pod(bound(ray_pod("rc", "worker", 9), again.node, "Running"), "Modified")
+    assert one(out, GangRunning).reason == "3/3 gang pods bound and Running again"
+
+
+def test_a_gang_whose_workload_leaves_in_the_same_instant_is_not_disrupted():
+    d = PlacementDriver(None, node("n1", cpu="3"), node("n2", cpu="8"))
+    d.run(RC, d.dequeue(RC))
+    d.pod(bound(ray_pod("rc", "worker", 1), "n1", "Running"), "Deleted")
+    d.withdraw(RC.key)
+    assert of_type(d.settle(), GangDisrupted) == []

@@ -209,6 +209,15 @@ def test_queue_rejected_addresses_the_queue_object():
     ]
 
 
+def test_queue_rejected_for_a_quota_tree_node_addresses_the_tree_object():
+    bad = QueueRejected(name="research", kind="ElasticQuotaTree", reason="min cpu 50 exceeds parent min 40",
+                        object_namespace="kube-system", object_name="elasticquotatree")
+    out = core().handle(envelope(bad))
+    assert [(e.op, e.kind, e.namespace, e.name) for e in out] == [
+        ("annotate", "ElasticQuotaTree", "kube-system", "elasticquotatree"),
+        ("event", "ElasticQuotaTree", "kube-system", "elasticquotatree")]
+
+
 def test_workload_submitted_teaches_the_kind_and_emits_nothing():
     c = core()
     assert c.handle(envelope(WorkloadSubmitted(workload=workload(KEY, kind="RayJob", gate="suspend")))) == []

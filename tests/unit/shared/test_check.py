@@ -22,7 +22,7 @@ def _history() -> ResultProjection:
                         resources={"cpu": 3_000, "memory": 4 * GI})
     view.transition(10.0, "Queued", "3/3 tasks in gang unschedulable: queue q capability cpu 4")
     view.transition(20.0, "Admitted", "3/3 pods placed on 2 node(s) (binpack)")
-    view.transition(22.0, "Running", "all 3 pods of the gang are bound and Running")
+    view.transition(22.0, "Running", "3/3 gang pods bound and Running")
     view.transition(100.0, "Deleted", "deleted by its owner")
     h.workloads[KEY] = view
     gpu0 = {"devices": [0], "fraction": 0.5}
@@ -49,7 +49,7 @@ def test_unknown_workload():
     (22.0, "Running", []),                       # a transition counts from its own instant
     (21.9, "Admitted", []),
     (100.0, "Deleted", []),
-    (30.0, "Queued", [("phase", "Queued", "Running (all 3 pods of the gang are bound and Running)")]),
+    (30.0, "Queued", [("phase", "Queued", "Running (3/3 gang pods bound and Running)")]),
     (5.0, "Queued", [("phase", "Queued", None)]),  # nothing happened yet: no reason appended
 ])
 def test_phase(at, phase, failures):
@@ -61,7 +61,7 @@ def test_phase(at, phase, failures):
     (15.0, "capability cpu 4", []),
     (15.0, "capability cpu 5", [("reason_contains", "capability cpu 5",
                                  "3/3 tasks in gang unschedulable: queue q capability cpu 4")]),
-    (30.0, "unschedulable", [("reason_contains", "unschedulable", "all 3 pods of the gang are bound and Running")]),
+    (30.0, "unschedulable", [("reason_contains", "unschedulable", "3/3 gang pods bound and Running")]),
     (5.0, "anything", [("reason_contains", "anything", "")]),
 ])
 def test_reason_contains_uses_the_latest_reason_at_that_time(at, text, failures):
@@ -159,12 +159,12 @@ def test_failures_in_order_with_readable_text():
     e3 = Expectation(at=30.0, workload=KEY, phase="Running")
     failures = check(_history(), [e1, e2, e3])
     assert [str(f) for f in failures] == [
-        "at 30s ns/w: phase: expected 'Queued', got 'Running (all 3 pods of the gang are bound and Running)'",
+        "at 30s ns/w: phase: expected 'Queued', got 'Running (3/3 gang pods bound and Running)'",
         "at 30s ns/w: pods_bound: expected 2, got 3",
         "at 30s ns/w: min_member: expected 4, got 3",
         "at 1.5s ns/ghost: workload: expected 'known to muster', got 'never seen'",
     ]
-    assert failures[0] == Failure(e1, "phase", "Queued", "Running (all 3 pods of the gang are bound and Running)")
+    assert failures[0] == Failure(e1, "phase", "Queued", "Running (3/3 gang pods bound and Running)")
 
 
 def test_no_expectations_no_failures():

@@ -20,7 +20,7 @@ def _result(**workload_overrides: Any) -> dict[str, Any]:
         "phase": "Running",
         "transitions": [{"t": 1.0, "phase": "Queued", "reason": "waiting in queue q"},
                         {"t": 2.5, "phase": "Admitted", "reason": "3/3 pods placed on 1 node(s) (binpack)"},
-                        {"t": 4.0, "phase": "Running", "reason": "all 3 pods of the gang are bound and Running"}],
+                        {"t": 4.0, "phase": "Running", "reason": "3/3 gang pods bound and Running"}],
         "pods": [
             {"name": "w-head-a", "pod_set": "head", "node": "n1", "gpu": {"devices": [0], "fraction": 0.5},
              "bound": [[2.5, None]]},
@@ -54,7 +54,7 @@ def test_workload_header_transitions_and_placement():
     assert [line.split() for line in lines[2:5]] == [
         ["1s", "Queued", "waiting", "in", "queue", "q"],
         ["2.5s", "Admitted", "3/3", "pods", "placed", "on", "1", "node(s)", "(binpack)"],
-        ["4s", "Running", "all", "3", "pods", "of", "the", "gang", "are", "bound", "and", "Running"],
+        ["4s", "Running", "3/3", "gang", "pods", "bound", "and", "Running"],
     ]
     # only pods bound now; unbound and formerly bound pods are left out
     assert lines[5].strip() == "bound now: n1: head gpu[0]x0.5, worker x2"
