@@ -26,16 +26,21 @@ POD_GROUP_MIN = "pod-group.scheduling.sigs.k8s.io/min-available"
 GPU_FRACTION = "gpu-fraction"
 
 
+def mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` if it is a mapping, else empty: objects from users may have any shape."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
+    return mapping(mapping(obj).get("metadata"))
 
 
 def labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return meta(obj).get("labels") or {}
+    return mapping(meta(obj).get("labels"))
 
 
 def annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return meta(obj).get("annotations") or {}
+    return mapping(meta(obj).get("annotations"))
 
 
 def key(obj: Mapping[str, Any]) -> str:
@@ -101,7 +106,10 @@ def gpu_share(annotations_: Mapping[str, str], where: str) -> int:
         raise q.QuantityError(f"{where}.annotations.{GPU_FRACTION}: {raw!r} is not a number") from None
     if not 0 < value <= 1:
         raise q.QuantityError(f"{where}.annotations.{GPU_FRACTION}: {raw!r} must be in (0, 1]")
-    return round(value * 1000)
+    share = round(value * 1000)
+    if share == 0:
+        raise q.QuantityError(f"{where}.annotations.{GPU_FRACTION}: {raw!r} is below the smallest share, 0.001")
+    return share
 
 
 def short_hash(*parts: object, length: int = 5) -> str:

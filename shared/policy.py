@@ -44,6 +44,9 @@ class Policy(BaseModel):
     """A workload naming a queue that does not exist: wait Queued (with a reason) until it is
     defined, or be Rejected at once."""
     scheduler_name: str = "muster"
+    max_gang_pods: int = Field(default=10_000, ge=1)
+    """A gang with more pods than this is rejected at admission: a typo (``replicas: 3000000``) must
+    not become a workload that can never be placed or that swamps the scheduler."""
     queues: dict[str, QueuePolicy] = {}
 
     def queueing_for(self, queue: str) -> Queueing:

@@ -74,6 +74,8 @@ class ResultProjection:
         self.workloads: dict[str, WorkloadView] = {}
         self.pods: dict[str, dict[str, PodView]] = {}   # workload key -> pod name -> view
         self.queues: dict[str, QueueSpec] = {}
+        self.rejected_queues: dict[str, str] = {}
+        """Queue name -> why its last definition was refused (the queue keeps any earlier definition)."""
         self.events = 0
         self.decisions = 0
         self.now = 0.0
@@ -106,9 +108,14 @@ class ResultProjection:
 
     def _on_QueueDefined(self, p: Any, t: float) -> None:
         self.queues[p.queue.name] = p.queue
+        self.rejected_queues.pop(p.queue.name, None)
 
     def _on_QueueRemoved(self, p: Any, t: float) -> None:
         self.queues.pop(p.name, None)
+        self.rejected_queues.pop(p.name, None)
+
+    def _on_QueueRejected(self, p: Any, t: float) -> None:
+        self.rejected_queues[p.name] = p.reason
 
     def _on_WorkloadSubmitted(self, p: Any, t: float) -> None:
         self._describe(self._workload(p.workload.key), p.workload)
@@ -118,6 +125,12 @@ class ResultProjection:
 
     def _on_WorkloadRejected(self, p: Any, t: float) -> None:
         view = self._workload(p.key, p.kind)
+        if view.kind != p.kind and view.phase not in (None, "Rejected"):
+            return  # another kind's object under the same name was refused; this workload is unaffected
+        if view.holds_quota:
+            # A refused edit: the workload keeps running on its last valid spec.
+            view.transition(t, view.phase or "Admitted", f"edit refused, still running as admitted: {p.reason}")
+            return
         view.transition(t, "Rejected", p.reason)
         view.queue_state = ""
 
@@ -190,7 +203,7 @@ class ResultProjection:
         if key is None:
             return
         pod = self._pod(key, p.name, kube.pod_set_of_pod(p.object))
-        node = (p.object.get("spec") or {}).get("nodeName")
+        node = kube.mapping(p.object.get("spec")).get("nodeName")
         open_interval = bool(pod.bound) and pod.bound[-1][1] is None
         if p.change == "Deleted":
             if open_interval:
@@ -235,7 +248,8 @@ class ResultProjection:
                 "pods": [p.as_json() for p in self.pods_of(key)],
             }
         usage = self.queue_usage()
-        names = sorted(set(self.queues) | set(usage) | {v.queue for v in self.workloads.values() if v.queue})
+        names = sorted(set(self.queues) | set(usage) | set(self.rejected_queues)
+                       | {v.queue for v in self.workloads.values() if v.queue})
         queues: dict[str, Any] = {}
         for name in names:
             members = sorted((v for v in self.workloads.values() if v.queue == name), key=lambda v: v.order)
@@ -248,6 +262,8 @@ class ResultProjection:
                 "pending": [{"workload": v.key, "position": i + 1} for i, v in enumerate(waiting)],
                 "backoff": [v.key for v in backoff],
             }
+            if name in self.rejected_queues:
+                queues[name]["rejected"] = self.rejected_queues[name]
         return {
             "scenario": self.scenario,
             "workloads": workloads,

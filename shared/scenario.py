@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from shared.duration import DurationError, parse_duration
 from shared.policy import Policy
+from shared.quantity import QuantityError, parse_resources
 
 
 class ScenarioError(ValueError):
@@ -43,6 +44,10 @@ class NodeSpec(_Strict):
     def _named(self) -> "NodeSpec":
         if (self.name is None) == (self.count is None):
             raise ValueError("a node entry needs exactly one of 'name' or 'count'")
+        try:
+            parse_resources(self.capacity, where="capacity")
+        except QuantityError as exc:
+            raise ValueError(str(exc)) from None
         return self
 
     def manifests(self) -> list[dict[str, Any]]:

@@ -118,7 +118,7 @@ class AdmissionCore:
             return self._evaluate_gang(gang, now) if gang is not None else []
         if p.kind == "PriorityClass":
             changed = self.priorities.delete(p.name) if p.change == "Deleted" else self.priorities.apply(p.name, p.object)
-            return self._reevaluate_rejected(now) if changed else []
+            return self._reevaluate(now) if changed else []
         sid = QueueBook.source_id(p.kind, api_version, namespace, p.name)
         if sid is None:
             return []
@@ -127,7 +127,7 @@ class AdmissionCore:
         else:
             queue_out = list(self.queues.apply(sid, p.kind, api_version, p.name, p.object))
         if any(not isinstance(e, QueueRejected) for e in queue_out):
-            queue_out += self._reevaluate_rejected(now)
+            queue_out += self._reevaluate(now)
         return queue_out
 
     # ------------------------------------------------------------------ RayCluster / RayJob lifecycle
@@ -172,23 +172,24 @@ class AdmissionCore:
             return []
         return [WorkloadDeleted(key=w.key)]
 
-    def _evaluate(self, w: RayWorkload) -> list[Output]:
+    def _evaluate(self, w: RayWorkload, again: bool = False) -> list[Output]:
+        """``again``: re-evaluation after queues or PriorityClasses changed (see ``_reevaluate``)."""
         try:
-            spec = self._ray_spec(w)
+            spec = self._ray_spec(w, keep=w.spec if again and w.rejected is None else None)
         except Invalid as exc:
             return self._reject(w, w.kind, exc.reason)
         return self._accept(w, spec)
 
-    def _ray_spec(self, w: RayWorkload) -> WorkloadSpec:
+    def _ray_spec(self, w: RayWorkload, keep: WorkloadSpec | None = None) -> WorkloadSpec:
         self._claim(w.key, f"{w.kind}:{w.key}")
         shape = (parse_ray_cluster if w.kind == "RayCluster" else parse_ray_job)(w.name, w.obj)
         return self._spec(kind=w.kind, namespace=w.namespace, name=w.name, labels=fields.labels(w.obj),
                           annotations=fields.annotations(w.obj), template_class=shape.head_priority_class,
                           template_field=shape.head_priority_field, gang=shape.gang, gate=w.gate,
-                          cluster_name=shape.cluster_name, submitted_at=w.first_seen)
+                          cluster_name=shape.cluster_name, submitted_at=w.first_seen, keep=keep)
 
     # ------------------------------------------------------------------ plain pod gangs
-    def _evaluate_gang(self, gang: PodGang, now: float) -> list[Output]:
+    def _evaluate_gang(self, gang: PodGang, now: float, again: bool = False) -> list[Output]:
         wid = f"PodGroup:{gang.key}"
         if not gang.members:
             self.pod_gangs.forget(gang)
@@ -201,12 +202,12 @@ class AdmissionCore:
             outcome, reason = gang.outcome()
             return [WorkloadFinished(key=gang.key, outcome=outcome, reason=reason)]  # type: ignore[arg-type]
         try:
-            spec = self._gang_spec(gang, now)
+            spec = self._gang_spec(gang, now, keep=gang.spec if again and gang.rejected is None else None)
         except Invalid as exc:
             return self._reject(gang, "PodGroup", exc.reason)
         return self._accept(gang, spec) if spec is not None else []
 
-    def _gang_spec(self, gang: PodGang, now: float) -> WorkloadSpec | None:
+    def _gang_spec(self, gang: PodGang, now: float, keep: WorkloadSpec | None = None) -> WorkloadSpec | None:
         """The gang's spec once min-available pods wait (None before); pod sets by shape, labels of the first pod."""
         self._claim(gang.key, f"PodGroup:{gang.key}")
         minimum = self.pod_gangs.min_available(gang)
@@ -232,7 +233,7 @@ class AdmissionCore:
                           annotations=annotations, template_class=template_class,
                           template_field=f"pod {pod_name} spec.priorityClassName",
                           gang=Gang(min_member=minimum, pod_sets=pod_sets), gate="pods", cluster_name=gang.group,
-                          submitted_at=gang.ready_at)
+                          submitted_at=gang.ready_at, keep=keep)
 
     # ------------------------------------------------------------------ shared: queue, priority, fit
     def _spec(self, *, kind: str, namespace: str, name: str, labels: Mapping[str, str],
@@ -246,6 +247,9 @@ class AdmissionCore:
         cls, cls_field = class_name(labels, template_class, template_field)
         priority, priority_class = self.priorities.resolve(cls, cls_field)
         can_preempt = preemptible(priority, labels)
+        if gang.pod_count > self.policy.max_gang_pods:
+            raise Invalid(f"gang of {gang.pod_count} pods is larger than muster accepts "
+                          f"(policy max_gang_pods {self.policy.max_gang_pods})")
         reason = never_fits(gang.quota_demand, self.queues.chain(queue))
         if reason is not None:
             raise Invalid(reason)

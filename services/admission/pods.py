@@ -101,6 +101,9 @@ def pod_set(name: str, count: int, template: object, where: str, *, in_gang: boo
         share = kube.gpu_share(annotations, f"{at}metadata")
     except q.QuantityError as exc:
         raise Invalid(str(exc)) from None
+    if share and resources.get(q.GPU):
+        raise Invalid(f"{at}metadata.annotations.{kube.GPU_FRACTION}: a pod asks for a fraction of one GPU or for "
+                      f"whole GPUs ({q.GPU}: {q.human(q.GPU, resources[q.GPU])}), not both")
     return PodSet(name=name, count=count, in_gang=in_gang, resources=resources, gpu_share=share,
                   node_selector=string_map(spec.get("nodeSelector"), f"{at}spec.nodeSelector"),
                   tolerations=tolerations(spec, f"{at}spec"),

@@ -150,7 +150,7 @@ class QueueCore:
         One that already holds quota keeps running on its last valid spec, as a refused edit would.
         """
         w = self._workloads.get(p.key)
-        if w is not None and not w.holds_quota:
+        if w is not None and not w.holds_quota and w.spec.kind == p.kind:  # another kind's claim is not this one
             self._on_gone(p, now, out)
 
     # ------------------------------------------------------------------ placement's answers

@@ -152,6 +152,15 @@ class ReconcilerCore:
         return out + self._event(wl, "Warning", "Preempted", p.reason)
 
     def _on_workload_rejected(self, p: WorkloadRejected, now: float) -> list[KubeEffect]:
+        known = self._workloads.get(p.key)
+        if known is not None and known.kind and known.kind != p.kind:
+            # A second object of another kind claimed the same name: it is the one refused, not ours.
+            wl = _Workload(namespace=known.namespace, name=known.name, kind=p.kind)
+            status = _status("Rejected", p.reason)
+            out = [KubeEffect(op="annotate", kind=p.kind, namespace=wl.namespace, name=wl.name,
+                              annotations={STATUS: status})]
+            return out + [KubeEffect(op="event", kind=p.kind, namespace=wl.namespace, name=wl.name,
+                                     reason="Rejected", message=p.reason, event_type="Warning")]
         wl = self._workload(p.key, p.kind)
         out = self._annotate(wl, {STATUS: _status("Rejected", p.reason)})
         return out + self._event(wl, "Warning", "Rejected", p.reason)

@@ -96,6 +96,11 @@ def worker_count(group: Mapping[str, Any], autoscaling: bool) -> int | None:
     return wanted * hosts
 
 
+MAX_SIM_PODS = 20_000
+"""The simulator will not create more pods than this for one cluster (``replicas: 3000000`` would
+exhaust memory); such a cluster gets no pods, as if KubeRay refused it. Admission rejects it anyway."""
+
+
 def pod_slots(spec: object) -> list[PodSlot] | None:
     """Every pod the cluster spec asks for, head first; None when KubeRay would refuse the spec."""
     if not isinstance(spec, Mapping):
@@ -111,6 +116,8 @@ def pod_slots(spec: object) -> list[PodSlot] | None:
         name = group.get("groupName") if isinstance(group, Mapping) else None
         count = worker_count(group, autoscaling) if template is not None else None
         if not isinstance(name, str) or not name or count is None or template is None:
+            return None
+        if len(slots) + count > MAX_SIM_PODS:
             return None
         slots.extend(PodSlot("worker", name, i, template) for i in range(count))
     return slots

@@ -94,3 +94,18 @@ def test_decisions_match_the_golden_sequence(run: Run) -> None:
             pytest.fail(f"wrote missing golden file {path.name}; review it and commit it")
     expected = path.read_text().splitlines()
     assert lines == expected
+
+
+@pytest.mark.parametrize("name", ["fair-share-two-teams", "gpu-fractions-and-whole-devices", "kai-priority-preemption"])
+def test_another_process_with_another_hash_seed_gives_the_same_result(name: str, tmp_path: Path) -> None:
+    """String hashing is salted per process; nothing a core decides may depend on it."""
+    import subprocess
+    import sys
+
+    scenario = Path(__file__).parent.parent / "scenarios" / f"{name}.yaml"
+    out = tmp_path / "result.json"
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    subprocess.run([sys.executable, "-m", "shared.cli", "simulate", str(scenario), "--json", str(out), "-q"],
+                   check=True, env=env, capture_output=True)
+    here = simulate(load_scenario(scenario)).result()
+    assert _strip_wall(json.loads(out.read_text())) == _strip_wall(here)

@@ -225,3 +225,34 @@ def test_non_finite_quantities_are_rejected_naming_the_field(obj: dict, field: s
     reason = AdmissionDriver().rejected(obj)
     assert reason.startswith(f"{field}: {value} is not a "), reason
     assert "quantity" in reason
+
+
+def test_gpu_fraction_below_one_thousandth_and_fraction_with_whole_gpus_are_rejected() -> None:
+    from shared.events import WorkloadRejected
+    from tests.builders import ray_cluster, worker_group
+    from tests.builders.admission import AdmissionDriver
+
+    tiny = ray_cluster("tiny", workers=[worker_group("w", 1, annotations={"gpu-fraction": "0.0004"})])
+    [out] = AdmissionDriver().send(tiny)
+    assert isinstance(out, WorkloadRejected)
+    assert out.reason == ("spec.workerGroupSpecs[w].template.metadata.annotations.gpu-fraction: '0.0004' is below "
+                          "the smallest share, 0.001")
+    both = ray_cluster("both", workers=[worker_group("w", 1, annotations={"gpu-fraction": "0.5"},
+                                                    limits={"nvidia.com/gpu": "2"})])
+    [out] = AdmissionDriver().send(both)
+    assert isinstance(out, WorkloadRejected)
+    assert "a pod asks for a fraction of one GPU or for whole GPUs (nvidia.com/gpu: 2), not both" in out.reason
+
+
+def test_oversized_gang_is_rejected_with_the_policy_bound() -> None:
+    from shared.events import WorkloadRejected
+    from shared.policy import Policy
+    from tests.builders import ray_cluster, worker_group
+    from tests.builders.admission import AdmissionDriver
+
+    huge = ray_cluster("huge", workers=[worker_group("w", 3_000_000)])
+    [out] = AdmissionDriver().send(huge)
+    assert isinstance(out, WorkloadRejected)
+    assert out.reason == "gang of 3000001 pods is larger than muster accepts (policy max_gang_pods 10000)"
+    [ok] = AdmissionDriver(Policy(max_gang_pods=4)).send(ray_cluster("small", workers=[worker_group("w", 3)]))
+    assert ok.type == "WorkloadSubmitted"

@@ -162,3 +162,14 @@ def test_rejected_update_withdraws_a_waiting_workload_but_not_one_holding_quota(
     assert d.core.status()["q"]["pending"] == [] and d.core.status()["q"]["backoff"] == []
     assert d.step(WorkloadRejected(key="ns/a", kind="RayCluster", reason="bad edit"), 3.0) == []
     assert d.core.status()["q"]["active"] == ["ns/a"]
+
+
+def test_a_rejected_claim_of_another_kind_leaves_the_waiting_workload_alone():
+    d = QueueDriver()
+    d.step(defined(queue_spec("q", limit={"cpu": "1"})), 0.0)
+    d.step(submitted(job("ns/a", "q", cpu="1", at=0.0)), 0.0)
+    d.step(placed("ns/a", "q"))
+    d.step(submitted(job("ns/x", "q", cpu="1", at=1.0)), 1.0)  # a RayCluster, waiting
+    clash = WorkloadRejected(key="ns/x", kind="RayJob", reason="default/x is already taken by RayCluster ns/x")
+    assert [e for e in d.step(clash, 2.0) if isinstance(e, WorkloadWithdrawn)] == []
+    assert [p["workload"] for p in d.core.status()["q"]["pending"] + d.core.status()["q"]["backoff"]] == ["ns/x"]

@@ -230,3 +230,11 @@ def test_other_payloads_are_ignored():
 
 def test_seconds_formatting():
     assert [seconds(0.0), seconds(12.0), seconds(12.25), seconds(1e7)] == ["0", "12", "12.25", "10000000"]
+
+
+def test_a_rejected_claim_of_another_kind_is_annotated_on_that_object_only():
+    c = core()
+    c.handle(envelope(WorkloadSubmitted(workload=workload(KEY, kind="RayCluster", queue="q")), at=1.0))
+    out = c.handle(envelope(WorkloadRejected(key=KEY, kind="RayJob", reason="name taken"), at=2.0))
+    assert {(e.op, e.kind) for e in out} == {("annotate", "RayJob"), ("event", "RayJob")}
+    assert c.handle(envelope(enqueued(), at=3.0))[0].kind == "RayCluster"

@@ -13,7 +13,7 @@ def test_defaults_match_the_readme_table():
     assert p.model_dump() == {
         "queueing": "BestEffortFIFO", "placement": "binpack", "backoff_base_seconds": 1.0,
         "backoff_max_seconds": 60.0, "min_runtime_seconds": 0.0, "default_queue": "default",
-        "unknown_queue": "wait", "scheduler_name": "muster", "queues": {},
+        "unknown_queue": "wait", "scheduler_name": "muster", "max_gang_pods": 10000, "queues": {},
     }
 
 

@@ -271,3 +271,41 @@ def test_result_of_nothing():
 def test_now_is_the_latest_event_time():
     h = _fold((5.0, Enqueued(key=KEY, queue="q", reason="r")), (3.0, Enqueued(key=KEY, queue="q", reason="s")))
     assert h.now == 5.0
+
+
+def test_queue_rejections_show_in_the_result_until_the_queue_is_defined() -> None:
+    from shared.events import QueueDefined, QueueRejected
+    from tests.builders import envelope, queue_spec
+
+    history = ResultProjection("x")
+    history.apply(envelope(QueueRejected(name="team", kind="Queue", reason="spec.capability: a list is not a mapping")))
+    assert history.result()["queues"]["team"]["rejected"] == "spec.capability: a list is not a mapping"
+    history.apply(envelope(QueueDefined(queue=queue_spec("team"))))
+    assert "rejected" not in history.result()["queues"]["team"]
+
+
+def test_a_pod_of_any_shape_never_breaks_the_history() -> None:
+    from shared.events import ObjectChanged
+    from tests.builders import envelope
+
+    history = ResultProjection("x")
+    bad = {"kind": "Pod", "metadata": {"name": "p", "labels": {"pod-group.scheduling.sigs.k8s.io/name": "g"}},
+           "spec": [1]}
+    history.apply(envelope(ObjectChanged(change="Added", kind="Pod", name="p", namespace="default", object=bad)))
+    assert history.pods_of("default/g")[0].bound == []
+
+
+def test_a_rejected_claim_of_another_kind_does_not_touch_the_workload_and_refused_edits_keep_the_phase() -> None:
+    from shared.events import Enqueued, GangPlaced, WorkloadRejected, WorkloadSubmitted
+    from tests.builders import envelope, workload
+
+    history = ResultProjection("x")
+    history.apply(envelope(WorkloadSubmitted(workload=workload("ns/x", kind="RayCluster")), 1.0))
+    history.apply(envelope(Enqueued(key="ns/x", queue="default", reason="waiting in queue default"), 1.0))
+    history.apply(envelope(WorkloadRejected(key="ns/x", kind="RayJob", reason="name taken"), 2.0))
+    assert history.workloads["ns/x"].phase == "Queued"
+    history.apply(envelope(GangPlaced(key="ns/x", queue="default", kind="RayCluster", gate="pods", slots=(),
+                                      reason="placed"), 3.0))
+    history.apply(envelope(WorkloadRejected(key="ns/x", kind="RayCluster", reason="cpu: 'lots'"), 4.0))
+    view = history.workloads["ns/x"]
+    assert (view.phase, view.reason) == ("Admitted", "edit refused, still running as admitted: cpu: 'lots'")

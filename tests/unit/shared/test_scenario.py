@@ -196,3 +196,8 @@ def test_scenario_policy_queues_layer_per_queue_over_the_policy_file() -> None:
 def test_an_empty_node_name_is_an_error() -> None:
     with pytest.raises(ScenarioError, match="name"):
         parse_scenario('name: x\ncluster: {nodes: [{name: "", capacity: {cpu: "1"}}]}\n')
+
+
+def test_a_node_capacity_that_is_not_a_quantity_is_an_error() -> None:
+    with pytest.raises(ScenarioError, match="capacity.cpu: 'lots' is not a quantity"):
+        parse_scenario('name: x\ncluster: {nodes: [{name: n1, capacity: {cpu: lots}}]}\n')

@@ -151,3 +151,11 @@ def test_template_labels_reach_the_pods():
     pod = SimHarness().apply(cluster).pods()[0]
     assert pod["metadata"]["labels"]["app"] == "ray"
     assert pod["metadata"]["labels"]["ray.io/node-type"] == "head"
+
+
+def test_the_simulator_refuses_to_create_absurd_numbers_of_pods():
+    from shared.sim.kuberay import MAX_SIM_PODS, pod_slots
+    from tests.builders import ray_cluster_spec, worker_group
+
+    assert pod_slots(ray_cluster_spec(workers=[worker_group("w", MAX_SIM_PODS)])) is None
+    assert len(pod_slots(ray_cluster_spec(workers=[worker_group("w", MAX_SIM_PODS - 1)]))) == MAX_SIM_PODS
