@@ -85,6 +85,22 @@ class Gang(Frozen):
         return sum(ps.count for ps in self.pod_sets)
 
 
+def shrunk(admitted: Gang, edited: Gang) -> Gang | None:
+    """What an admitted gang becomes after an edit: each pod set keeps its admitted shape and count
+    unless the edit asks for fewer pods of it (a pod set the edit no longer has counts 0); None when
+    the edit shrinks nothing (it grows, reshapes or leaves the gang alone: what was admitted stays).
+
+    Queue (quota), placement (slots) and the history all apply this one rule, so they stay in step.
+    """
+    wanted = {ps.name: ps.count for ps in edited.pod_sets}
+    sets = tuple(ps.model_copy(update={"count": wanted.get(ps.name, 0)}) if wanted.get(ps.name, 0) < ps.count else ps
+                 for ps in admitted.pod_sets)
+    if sets == admitted.pod_sets:
+        return None
+    members = sum(ps.count for ps in sets if ps.in_gang)
+    return Gang(min_member=min(admitted.min_member, members), pod_sets=sets)
+
+
 WorkloadKind = Literal["RayCluster", "RayJob", "PodGroup"]
 
 
@@ -112,7 +128,7 @@ QueueDialect = Literal["volcano", "kai", "elasticquotatree", "builtin"]
 
 
 class QueueSpec(Frozen):
-    """One node of the normalised queue tree."""
+    """One node of the normalised queue tree: amounts in milli-units, ``weight`` in thousandths."""
 
     name: str
     parent: str | None = None
@@ -121,7 +137,9 @@ class QueueSpec(Frozen):
     """Per resource, milli-units; missing = 0, ``UNLIMITED`` = everything it can get."""
     limit: dict[str, int] = {}
     """Per resource, milli-units; missing or ``UNLIMITED`` = no limit."""
-    weight: int = 1
+    weight: int = 1000
+    """Share of the surplus among siblings of one queue priority, in thousandths (weight 1 = 1000), so
+    KAI's fractional ``overQuotaWeight`` (0.4 → 400) stays exact; Volcano's integer ``weight`` × 1000."""
     priority: int = 0
     reclaimable: bool = True
     state: Literal["Open", "Closed", "Closing"] = "Open"

@@ -13,7 +13,7 @@ Every input error is an ``Invalid`` turned into a Rejected event; nothing here r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Union
+from typing import Any, Callable, Literal, Mapping, Union
 
 from services.admission import fields
 from services.admission.fields import Invalid
@@ -175,10 +175,31 @@ class AdmissionCore:
     def _evaluate(self, w: RayWorkload, again: bool = False) -> list[Output]:
         """``again``: re-evaluation after queues or PriorityClasses changed (see ``_reevaluate``)."""
         try:
-            spec = self._ray_spec(w, keep=w.spec if again and w.rejected is None else None)
+            spec = self._settled(lambda keep: self._ray_spec(w, keep=keep), w.spec if w.rejected is None else None,
+                                 again)
         except Invalid as exc:
             return self._reject(w, w.kind, exc.reason)
-        return self._accept(w, spec)
+        return self._accept(w, spec) if spec is not None else []
+
+    @staticmethod
+    def _settled(build: Callable[[WorkloadSpec | None], WorkloadSpec | None], keep: WorkloadSpec | None,
+                 again: bool) -> WorkloadSpec | None:
+        """The spec of a workload, by ``build(keep)`` (see ``_spec``), for a submitted one (``keep``) read leniently.
+
+        After a definition changed (``again``) the lenient reading is the answer. After an event of the
+        object itself it is only when it reads as before (a status or metadata change is no new check
+        against today's queues and classes); a real edit is checked like a new workload.
+        """
+        if keep is None:
+            return build(None)
+        if again:
+            return build(keep)
+        try:
+            if build(keep) == keep:
+                return keep
+        except Invalid:
+            pass
+        return build(None)
 
     def _ray_spec(self, w: RayWorkload, keep: WorkloadSpec | None = None) -> WorkloadSpec:
         self._claim(w.key, f"{w.kind}:{w.key}")
@@ -202,7 +223,8 @@ class AdmissionCore:
             outcome, reason = gang.outcome()
             return [WorkloadFinished(key=gang.key, outcome=outcome, reason=reason)]  # type: ignore[arg-type]
         try:
-            spec = self._gang_spec(gang, now, keep=gang.spec if again and gang.rejected is None else None)
+            spec = self._settled(lambda keep: self._gang_spec(gang, now, keep=keep),
+                                 gang.spec if gang.rejected is None else None, again)
         except Invalid as exc:
             return self._reject(gang, "PodGroup", exc.reason)
         return self._accept(gang, spec) if spec is not None else []
@@ -238,19 +260,32 @@ class AdmissionCore:
     # ------------------------------------------------------------------ shared: queue, priority, fit
     def _spec(self, *, kind: str, namespace: str, name: str, labels: Mapping[str, str],
               annotations: Mapping[str, str], template_class: str | None, template_field: str, gang: Gang,
-              gate: Gate, cluster_name: str, submitted_at: float) -> WorkloadSpec:
-        """Queue, priority and the can-never-fit check, common to every workload kind."""
+              gate: Gate, cluster_name: str, submitted_at: float, keep: WorkloadSpec | None = None) -> WorkloadSpec:
+        """Queue, priority and the can-never-fit check, common to every workload kind.
+
+        ``keep``: the spec a submitted workload has while queues or PriorityClasses changed under it.
+        Staying in its queue it is not checked again (a lowered limit or a removed queue leaves it
+        waiting with the queue core's reason), and the class it still names that no longer resolves
+        (deleted, made invalid) leaves it the priority it had, as Kubernetes leaves a pod's; moving to another
+        queue it is checked like a new workload (it would have been rejected had that queue come first).
+        """
         queue, source = queue_for(labels, annotations, namespace, self.queues, self.policy.default_queue)
+        moved = keep is None or queue != keep.queue
         known = queue == self.policy.default_queue or self.queues.exists(queue)
-        if not known and self.policy.unknown_queue == "reject":
+        if moved and not known and self.policy.unknown_queue == "reject":
             raise Invalid(f"queue {queue} does not exist ({source})")
         cls, cls_field = class_name(labels, template_class, template_field)
-        priority, priority_class = self.priorities.resolve(cls, cls_field)
+        try:
+            priority, priority_class = self.priorities.resolve(cls, cls_field)
+        except Invalid:
+            if keep is None or cls != keep.priority_class:
+                raise
+            priority, priority_class = keep.priority, keep.priority_class
         can_preempt = preemptible(priority, labels)
         if gang.pod_count > self.policy.max_gang_pods:
             raise Invalid(f"gang of {gang.pod_count} pods is larger than muster accepts "
                           f"(policy max_gang_pods {self.policy.max_gang_pods})")
-        reason = never_fits(gang.quota_demand, self.queues.chain(queue))
+        reason = never_fits(gang.quota_demand, self.queues.chain(queue)) if moved else None
         if reason is not None:
             raise Invalid(reason)
         return WorkloadSpec(key=f"{namespace}/{name}", kind=kind, namespace=namespace, name=name,  # type: ignore[arg-type]
@@ -274,15 +309,22 @@ class AdmissionCore:
         entity.rejected = reason
         return [WorkloadRejected(key=entity.key, kind=kind, reason=reason)]
 
-    def _reevaluate_rejected(self, now: float) -> list[Output]:
-        """Queues or priority classes changed: a workload rejected for a missing one may pass now."""
+    def _reevaluate(self, now: float) -> list[Output]:
+        """Queues or PriorityClasses changed: every live workload is evaluated again, in arrival order.
+
+        A rejected one may pass now (its queue or class was missing); a submitted one is resolved
+        again and gets WorkloadUpdated when its queue, priority or preemptibility changed (an
+        ElasticQuotaTree leaf listing its namespace, a ``globalDefault`` class that came after it).
+        So the order of documents in one ``apply`` does not matter. The queue core applies such an
+        update while the workload waits; a quota holder keeps what it was admitted with.
+        """
         out: list[Output] = []
         for w in list(self.workloads.values()):
-            if w.rejected is not None and not w.deleted and not w.finished:
-                out += self._evaluate(w)
+            if (w.rejected is not None or w.spec is not None) and not w.deleted and not w.finished:
+                out += self._evaluate(w, again=True)
         for gang in list(self.pod_gangs.gangs.values()):
-            if gang.rejected is not None and not gang.finished:
-                out += self._evaluate_gang(gang, now)
+            if (gang.rejected is not None or gang.submitted) and not gang.finished:
+                out += self._evaluate_gang(gang, now, again=True)
         return out
 
     def _claim(self, key: str, wid: str) -> None:

@@ -22,6 +22,8 @@ from shared.model import UNLIMITED, QueueSpec
 VOLCANO_GROUP = "scheduling.volcano.sh"
 KAI_GROUP = "scheduling.run.ai"
 QUEUE_STATES = ("Open", "Closed", "Closing")
+WEIGHT_UNIT = 1000
+"""``QueueSpec.weight`` is in thousandths: Volcano ``weight: 1`` and KAI ``overQuotaWeight: 1`` are 1000."""
 
 KAI_RESOURCES: tuple[tuple[str, str, Decimal], ...] = (
     # (KAI key, canonical resource, milli-units per KAI unit)
@@ -83,7 +85,7 @@ def volcano_queue(name: str, obj: Mapping[str, Any], defined: Mapping[str, Queue
     return QueueSpec(
         name=name, parent=_known_parent(name, parent, "spec.parent", defined), dialect="volcano",
         guarantee=guarantee, limit=resources(spec.get("capability"), "spec.capability"),
-        weight=integer(spec.get("weight"), "spec.weight", default=1, minimum=1),
+        weight=integer(spec.get("weight"), "spec.weight", default=1, minimum=1) * WEIGHT_UNIT,
         priority=integer(spec.get("priority"), "spec.priority", default=0, minimum=None),
         reclaimable=boolean(spec.get("reclaimable"), "spec.reclaimable", default=True),
         state=state,
@@ -91,13 +93,24 @@ def volcano_queue(name: str, obj: Mapping[str, Any], defined: Mapping[str, Queue
 
 
 def _known_parent(name: str, parent: str | None, where: str, defined: Mapping[str, QueueSpec]) -> str | None:
-    """Volcano and KAI parents must already be defined when the child arrives."""
+    """Volcano and KAI parents must already be defined when the child arrives, and not descend from it.
+
+    The cycle check walks the defined parents as the queue core's tree does (an ancestor whose parent is
+    gone ends the walk), so both refuse the same definitions and their views of the tree stay the same.
+    """
     if parent is None:
         return None
     if parent == name:
         raise Invalid(f"{where}: {show(parent)} is the queue itself")
     if parent not in defined:
         raise Invalid(f"{where}: parent queue {show(parent)} does not exist")
+    path: list[str] = []
+    current: str | None = parent
+    while current is not None and current in defined and current not in path:
+        if current == name:
+            raise Invalid(f"{where}: {show(parent)} would make a cycle ({' -> '.join([name, *path, name])})")
+        path.append(current)
+        current = defined[current].parent
     return parent
 
 
@@ -114,12 +127,12 @@ def kai_amount(value: object, where: str, factor: Decimal) -> int:
 
 
 def kai_weight(value: object, where: str) -> int:
-    """``overQuotaWeight`` as an integer weight (KAI allows fractions; QueueSpec.weight is whole)."""
+    """``overQuotaWeight`` (fractions allowed) in thousandths, rounded half up: 0.4 → 400, 1.6 → 1600."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise Invalid(f"{where}: {show(value)} is not a number")
     if value < 0:
         raise Invalid(f"{where}: {show(value)} is negative")
-    return int(Decimal(repr(value)).to_integral_value(rounding=ROUND_HALF_UP))
+    return int((Decimal(repr(value)) * WEIGHT_UNIT).to_integral_value(rounding=ROUND_HALF_UP))
 
 
 def kai_queue(name: str, obj: Mapping[str, Any], defined: Mapping[str, QueueSpec]) -> QueueSpec:
@@ -142,7 +155,7 @@ def kai_queue(name: str, obj: Mapping[str, Any], defined: Mapping[str, QueueSpec
     parent = string(spec.get("parentQueue"), "spec.parentQueue") or None
     return QueueSpec(
         name=name, parent=_known_parent(name, parent, "spec.parentQueue", defined), dialect="kai",
-        guarantee=guarantee, limit=limit, weight=weights.get("gpu", weights.get("cpu", 1)),
+        guarantee=guarantee, limit=limit, weight=weights.get("gpu", weights.get("cpu", WEIGHT_UNIT)),
         priority=integer(spec.get("priority"), "spec.priority", default=0, minimum=None),
         min_runtime=max(runtimes) if runtimes else None,
     )

@@ -4,7 +4,9 @@ Top down from the top level, whose total is the cluster capacity (``CapacityChan
 1. every child gets min(guarantee, demand), where demand = usage + pending demand of its subtree,
    capped by its limit (so a queue never deserves more than it may use);
 2. the remainder goes to the highest queue-priority level first, split by weight among the
-   children still short of their demand (water-filling), then to the next level;
+   children still short of their demand (water-filling), then to the next level. Weights are
+   ``QueueSpec.weight``, integers in thousandths (KAI's ``overQuotaWeight: 0.4`` is 400); only their
+   ratios matter and the split is integer arithmetic, so whole weights (×1000) split exactly as before;
 3. each child's share is split among its own children the same way.
 If guarantees alone exceed what the level has (cluster smaller than promised), the level is
 water-filled with equal weights up to each child's guaranteed amount instead.

@@ -130,7 +130,7 @@ def workload(key: str = "default/w", *, queue: str = "default", priority: int = 
 
 
 def queue_spec(name: str, *, parent: str | None = None, guarantee: dict | None = None, limit: dict | None = None,
-               weight: int = 1, priority: int = 0, reclaimable: bool = True, dialect: str = "volcano", **kw: Any) -> QueueSpec:
+               weight: int = 1000, priority: int = 0, reclaimable: bool = True, dialect: str = "volcano", **kw: Any) -> QueueSpec:
     return QueueSpec(name=name, parent=parent, dialect=dialect, guarantee=parse_resources(guarantee or {}),
                      limit=parse_resources(limit or {}), weight=weight, priority=priority, reclaimable=reclaimable, **kw)
 

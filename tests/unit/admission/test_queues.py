@@ -30,13 +30,13 @@ def test_volcano_queue_fields() -> None:
     out = AdmissionDriver().send(volcano_queue("q", capability={"cpu": 4, "memory": "6Gi"},
                                                guarantee={"cpu": "1"}, weight=3, reclaimable=False, priority=7))
     assert only_defined(out) == [QueueSpec(name="q", dialect="volcano", guarantee={"cpu": 1000},
-                                           limit={"cpu": 4000, "memory": 6 * GI}, weight=3, priority=7,
+                                           limit={"cpu": 4000, "memory": 6 * GI}, weight=3000, priority=7,
                                            reclaimable=False, state="Open")]
 
 
 def test_volcano_defaults() -> None:
     [spec] = only_defined(AdmissionDriver().send(volcano_queue("q")))
-    assert (spec.weight, spec.reclaimable, spec.state, spec.parent, spec.guarantee, spec.limit) == (1, True, "Open", None, {}, {})
+    assert (spec.weight, spec.reclaimable, spec.state, spec.parent, spec.guarantee, spec.limit) == (1000, True, "Open", None, {}, {})
     assert spec.limit_word == "capability"
 
 
@@ -89,7 +89,7 @@ def test_kai_units_cpu_millicores_memory_megabytes_gpu_devices() -> None:
                   memory=kai_resource(quota=1000, limit=-1, over_quota_weight=None),
                   gpu=kai_resource(quota=0.5, limit=2, over_quota_weight=3))
     [spec] = only_defined(AdmissionDriver().send(q))
-    assert spec == QueueSpec(name="team", dialect="kai", priority=5, weight=3,
+    assert spec == QueueSpec(name="team", dialect="kai", priority=5, weight=3000,
                              guarantee={"cpu": 2000, "memory": 1000 * MB, "nvidia.com/gpu": 500},
                              limit={"cpu": 4500, "memory": UNLIMITED, "nvidia.com/gpu": 2000})
     assert spec.limit_of("memory") is None and spec.limit_of("cpu") == 4500
@@ -105,9 +105,10 @@ def test_kai_minus_one_is_unlimited_and_missing_fields_are_absent() -> None:
 
 @pytest.mark.parametrize(
     ("cpu_weight", "gpu_weight", "expected"),
-    [(2, 5, 5), (2, None, 2), (None, None, 1), (1.5, None, 2), (0, None, 0)],
+    [(2, 5, 5000), (2, None, 2000), (None, None, 1000), (1.5, None, 1500), (0, None, 0), (0.4, None, 400),
+     (None, 1.6, 1600), (0.0004, None, 0), (0.0005, None, 1), (1.0015, None, 1002), (2.5e-3, 7, 7000)],
 )
-def test_kai_weight_is_gpu_then_cpu_then_one(cpu_weight, gpu_weight, expected: int) -> None:
+def test_kai_weight_is_gpu_then_cpu_then_one_in_thousandths_rounded_half_up(cpu_weight, gpu_weight, expected: int) -> None:
     q = kai_queue("q", cpu=kai_resource(over_quota_weight=cpu_weight), gpu=kai_resource(over_quota_weight=gpu_weight))
     assert only_defined(AdmissionDriver().send(q))[0].weight == expected
 

@@ -32,11 +32,30 @@ def test_waterfill_gives_capped_members_their_cap_and_splits_the_rest_by_weight(
 
 
 def test_guarantee_first_then_weight_among_those_still_short():
-    tree = _tree(queue_spec("a", guarantee={"cpu": "10"}, weight=1), queue_spec("b", weight=3),
+    tree = _tree(queue_spec("a", guarantee={"cpu": "10"}, weight=1000), queue_spec("b", weight=3000),
                  queue_spec("c", guarantee={"cpu": "30"}))
     shares = deserved(tree, {"cpu": 100 * CPU}, {"a": {"cpu": 50 * CPU}, "b": {"cpu": 100 * CPU}, "c": {"cpu": 20 * CPU}})
     # a: 10 guaranteed; c: min(30, 20) = 20; the 70 left split 1:3 between a and b
     assert _cpu(shares, "a", "b", "c") == [27500, 52500, 20000]
+
+
+def test_weights_are_thousandths_so_fractional_kai_weights_split_exactly():
+    # overQuotaWeight 0.4 and 1.6 (400 and 1600): 20 CPUs of surplus split 1:4, nothing rounded away
+    tree = _tree(queue_spec("light", weight=400), queue_spec("heavy", weight=1600))
+    shares = deserved(tree, {"cpu": 20 * CPU}, {"light": {"cpu": 20 * CPU}, "heavy": {"cpu": 20 * CPU}})
+    assert _cpu(shares, "light", "heavy") == [4000, 16000]
+
+
+def test_whole_weights_times_1000_split_exactly_as_whole_weights_did():
+    demand = {"a": {"cpu": 100 * CPU}, "b": {"cpu": 100 * CPU}, "c": {"cpu": 100 * CPU}}
+    for capacity_cpu in (7, 100, 1001):
+        old = waterfill(capacity_cpu * CPU + 1, {n: 100 * CPU for n in "abc"}, {"a": 1, "b": 2, "c": 3})
+        new = waterfill(capacity_cpu * CPU + 1, {n: 100 * CPU for n in "abc"}, {"a": 1000, "b": 2000, "c": 3000})
+        assert new == old
+    # the implicit default queue weighs 1000 like a Volcano queue of weight 1
+    tree = _tree(queue_spec("a", weight=1000))
+    shares = deserved(tree, {"cpu": 10 * CPU}, {"a": demand["a"], "default": demand["b"]})
+    assert _cpu(shares, "a", "default") == [5000, 5000]
 
 
 def test_higher_queue_priority_level_is_satisfied_before_the_next():
@@ -58,7 +77,7 @@ def test_limit_caps_demand_and_the_rest_goes_to_others():
 
 
 def test_a_parent_share_is_split_among_its_children():
-    tree = _tree(queue_spec("p", limit={"cpu": "60"}), queue_spec("x", parent="p"), queue_spec("y", parent="p", weight=4),
+    tree = _tree(queue_spec("p", limit={"cpu": "60"}), queue_spec("x", parent="p"), queue_spec("y", parent="p", weight=4000),
                  queue_spec("z"))
     shares = deserved(tree, {"cpu": 100 * CPU}, {"x": {"cpu": 50 * CPU}, "y": {"cpu": 50 * CPU}, "z": {"cpu": 100 * CPU}})
     assert _cpu(shares, "p", "z", "x", "y") == [50000, 50000, 10000, 40000]
@@ -93,7 +112,7 @@ def test_status_reports_fair_share_from_usage_plus_pending_demand_against_cluste
     d = QueueDriver()
     d.step(capacity(cpu="10"), 0.0)
     d.step(defined(queue_spec("a", guarantee={"cpu": "2"})))
-    d.step(defined(queue_spec("b", weight=3)))
+    d.step(defined(queue_spec("b", weight=3000)))
     d.step(submitted(job("ns/a1", "a", cpu="8", at=0.0)))
     d.step(submitted(job("ns/b1", "b", cpu="8", at=0.0)))
     status = d.core.status()
