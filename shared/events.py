@@ -101,7 +101,8 @@ class WorkloadSubmitted(Frozen):
 
 
 class WorkloadUpdated(Frozen):
-    """The user changed the workload (priority, replicas); takes effect while it waits."""
+    """The user changed the workload (priority, replicas): applied while it waits; for a quota holder
+    only a shrink applies at once (``shared.model.shrunk``), the rest at its next admission."""
 
     type: Literal["WorkloadUpdated"] = "WorkloadUpdated"
     workload: WorkloadSpec

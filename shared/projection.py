@@ -12,7 +12,7 @@ from typing import Any
 from shared import kube
 from shared import quantity as q
 from shared.events import Envelope
-from shared.model import QueueSpec
+from shared.model import Gang, QueueSpec, shrunk
 
 PHASES = ("Rejected", "Queued", "Admitted", "Running", "Succeeded", "Failed", "Preempted", "Deleted")
 
@@ -47,6 +47,8 @@ class WorkloadView:
     reason: str = ""
     transitions: list[dict[str, Any]] = field(default_factory=list)
     holds_quota: bool = False
+    admitted: Gang | None = None
+    """The gang quota was reserved for; an edit only ever shrinks it (``shared.model.shrunk``)."""
     queue_state: str = ""          # pending | backoff | active | ""
     requeue_at: float | None = None
     order: int = 0
@@ -121,7 +123,14 @@ class ResultProjection:
         self._describe(self._workload(p.workload.key), p.workload)
 
     def _on_WorkloadUpdated(self, p: Any, t: float) -> None:
-        self._describe(self._workload(p.workload.key), p.workload)
+        view = self._workload(p.workload.key)
+        if not view.holds_quota:
+            self._describe(view, p.workload)
+            return
+        smaller = shrunk(view.admitted, p.workload.gang) if view.admitted is not None else None
+        if smaller is not None:  # quota follows what was admitted, shrunk by an edit asking for fewer pods
+            view.admitted = smaller
+            view.min_member, view.resources, view.demand = smaller.min_member, smaller.resources, smaller.quota_demand
 
     def _on_WorkloadRejected(self, p: Any, t: float) -> None:
         view = self._workload(p.key, p.kind)
@@ -149,6 +158,7 @@ class ResultProjection:
     def _on_Dequeued(self, p: Any, t: float) -> None:
         view = self._workload(p.key)
         self._describe(view, p.workload)
+        view.admitted = p.workload.gang
         view.holds_quota, view.queue_state = True, "active"
 
     _on_ReclaimRequested = _on_Dequeued

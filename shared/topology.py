@@ -20,7 +20,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "QueueRemoved": ("queue", "placement"),
     "QueueRejected": ("reconciler",),
     "WorkloadSubmitted": ("queue", "reconciler"),
-    "WorkloadUpdated": ("queue", "reconciler"),
+    "WorkloadUpdated": ("queue", "placement", "reconciler"),
     "WorkloadRejected": ("queue", "reconciler"),
     "WorkloadFinished": ("queue", "reconciler"),
     "WorkloadDeleted": ("queue", "reconciler"),

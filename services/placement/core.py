@@ -18,17 +18,18 @@ import math
 from typing import Any
 
 from services.placement import gpu
-from services.placement.gang import GangAttempt, ordered_pod_sets, place_gang, place_pods, pod_demand
+from services.placement.gang import GangAttempt, ordered_pod_sets, place_gang, place_pods
 from services.placement.nodes import NodeTable
 from services.placement.pods import PodRecord, pod_facts, pod_set_of
 from services.placement.preemption import eligible, minimal_victims, victim_order
 from services.placement.statement import Statement
 from services.placement.workloads import Slot, WorkloadRecord
+from shared.model import shrunk
 from shared import quantity as q
 from shared.events import (
     CapacityChanged, Dequeued, Envelope, GangDisrupted, GangPlaced, GangRunning, ObjectChanged, PlacementFailed, PodAssigned,
     PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, SlotAssignment, TimerFired, TimerSet,
-    WorkloadWithdrawn,
+    WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.policy import Policy
 
@@ -93,6 +94,8 @@ class PlacementCore:
         if isinstance(p, QueueRemoved):
             self._queue_min_runtime.pop(p.name, None)
             return []
+        if isinstance(p, WorkloadUpdated):
+            return self._on_updated(p, now)
         if not isinstance(p, (Dequeued, ReclaimRequested, WorkloadWithdrawn)) or env.id in self._handled:
             return []
         self._handled.add(env.id)
@@ -110,7 +113,7 @@ class PlacementCore:
         if p.change == "Deleted":
             gone = self.nodes.index[p.name]
             for wrec in self.workloads.values():
-                if wrec.admitted and any(s.node == gone and s.free and not s.extra for s in wrec.slots):
+                if wrec.admitted and any(s.node == gone and s.free for s in wrec.slots):
                     self._displaced[wrec.key] = None
         released = change.grew or change.constraints or self._release_pending
         self._release_pending = False
@@ -240,7 +243,8 @@ class PlacementCore:
         rec.node, rec.demand, rec.devices, rec.foreign = None, None, (), False
 
     def _vacate(self, rec: PodRecord, wrec: WorkloadRecord | None) -> tuple[bool, list[Any]]:
-        """A gone pod leaves its slot: reserve it again for the recreated pod (True), unless it is done."""
+        """A gone pod leaves its slot: reserve it again for the recreated pod (True), unless it is done
+        or the slot is surplus after a shrinking edit (then the slot goes with its pod)."""
         slot = rec.slot
         assert slot is not None
         rec.slot = None
@@ -248,10 +252,11 @@ class PlacementCore:
         slot.pod, slot.filled = None, False
         if wrec is None:
             return False, []
-        if rec.facts.phase == "Succeeded" or slot.extra:
+        surplus = wrec.surplus(slot.pod_set) > 0
+        if rec.facts.phase == "Succeeded" or surplus:
             if was_reserving:
                 self.nodes.uncharge(slot.node, slot.demand, slot.devices)
-            if slot.extra:
+            if surplus:
                 wrec.slots.remove(slot)
             else:
                 slot.done = True
@@ -274,11 +279,9 @@ class PlacementCore:
             slot.pod, rec.slot = facts.key, slot
             return self._set_foreign(rec, False)
         slot = wrec.free_slot(pod_set)
-        if slot is None:
-            slot = self._place_extra(wrec, rec)
-        elif slot.lost or not self.nodes.present[slot.node]:
+        if slot is not None and (slot.lost or not self.nodes.present[slot.node]):
             slot = wrec.free_slot(pod_set) if self._relocate(wrec) else None
-        if slot is None:
+        if slot is None:  # beyond the admitted slots (a scaled-up cluster): it waits unbound, no quota
             return []
         slot.pod, rec.slot = facts.key, slot
         return [self._pod_assigned(wrec, rec, slot)]
@@ -286,8 +289,8 @@ class PlacementCore:
     def _pod_set_name(self, wrec: WorkloadRecord, rec: PodRecord) -> str:
         """The pod set a pod fills. KubeRay's pods say it in their labels; a plain pod gang's pods are
         matched by shape to the gang's pod sets (``pods``, ``pods-2``, ...), so a pod only ever fills
-        a slot reserved for exactly what it asks; one of no known shape fills none (it is placed on
-        its own, like any pod beyond the gang)."""
+        a slot reserved for exactly what it asks; one of no known shape fills none (it waits unbound,
+        like any pod beyond the gang)."""
         if wrec.spec.kind != "PodGroup":
             return rec.facts.pod_set
         mine = pod_set_of(rec.obj, rec.facts.pod_set, rec.facts)
@@ -313,7 +316,7 @@ class PlacementCore:
         whenever capacity appears (``_retry_displaced``). True when nothing is displaced any more.
         """
         present = self.nodes.present
-        displaced = [s for s in wrec.slots if s.free and not s.extra and (s.lost or not present[s.node])]
+        displaced = [s for s in wrec.slots if s.free and (s.lost or not present[s.node])]
         if not displaced:
             self._displaced.pop(wrec.key, None)
             return True
@@ -355,23 +358,6 @@ class PlacementCore:
                     out += assigned
         return out
 
-    def _place_extra(self, wrec: WorkloadRecord, rec: PodRecord) -> Slot | None:
-        """A pod beyond the gang's slots: place it on its own if it fits now, else leave it Pending."""
-        pod_set = pod_set_of(rec.obj, rec.facts.pod_set, rec.facts)
-        if pod_set is None:
-            return None
-        demand = pod_demand(self.nodes, pod_set)
-        stmt = Statement(self.nodes)
-        placed = place_pods(self.nodes, stmt, pod_set, demand, 1, self.policy.placement_for(wrec.queue),
-                            first_index=wrec.next_index(pod_set.name))
-        if not placed:
-            return None
-        stmt.commit()
-        slot = Slot(pod_set.name, placed[0].index, placed[0].node, placed[0].devices, demand, in_gang=False,
-                    extra=True)
-        wrec.slots.append(slot)
-        return slot
-
     def _assign_waiting(self, wrec: WorkloadRecord, pod_set: str) -> list[Any]:
         """A slot came free: the first pod of that pod set still waiting for one takes it."""
         for key in self.pods_of.get(wrec.key, {}):
@@ -398,7 +384,7 @@ class PlacementCore:
             wrec = self._admitted(key)
             if wrec is None or not wrec.running:
                 continue
-            gang = [s for s in wrec.slots if s.in_gang and not s.extra]
+            gang = [s for s in wrec.slots if s.in_gang]
             whole = sum(1 for s in gang if s.filled and s.pod is not None and self.pods[s.pod].facts.phase == "Running")
             if whole == len(gang):
                 continue
@@ -412,7 +398,7 @@ class PlacementCore:
         """GangRunning once per admission, when every in-gang slot holds a bound, Running pod."""
         if wrec.running:
             return []
-        gang = [s for s in wrec.slots if s.in_gang and not s.extra]
+        gang = [s for s in wrec.slots if s.in_gang]
         if not gang:
             return []
         for slot in gang:
@@ -490,7 +476,8 @@ class PlacementCore:
         return out, note
 
     def _on_reclaim(self, p: ReclaimRequested, now: float) -> list[Any]:
-        """The queue named victims in other queues: place the gang as if they were gone, or fail."""
+        """The queue named victims: in other queues (reclaim) or in the workload's own queue, whose limit
+        blocked it (in-queue preemption for quota). Place the gang as if they were gone, or fail."""
         current = self.workloads.get(p.key)
         if current is not None and current.admitted:
             return [self._gang_placed(current)]
@@ -500,8 +487,11 @@ class PlacementCore:
         named = dict.fromkeys(k for k in p.victims if k != p.key)
         victims = [w for k in named if (w := self._admitted(k)) is not None]
         strategy = self.policy.placement_for(p.queue)
-        out = self._place_over(rec, victims, f"reclaimed by {rec.key} for queue {rec.queue}", "reclaiming",
-                               strategy, now)
+        if victims and all(v.queue == rec.queue for v in victims):  # the queue's own limit blocked: in-queue
+            why, verb = f"preempted by {rec.key} (priority {rec.spec.priority}) in queue {rec.queue}", "preempting"
+        else:
+            why, verb = f"reclaimed by {rec.key} for queue {rec.queue}", "reclaiming"
+        out = self._place_over(rec, victims, why, verb, strategy, now)
         if out is not None:
             return restored + out
         stmt = Statement(self.nodes)
@@ -533,6 +523,30 @@ class PlacementCore:
         for key in self.pods_of.get(p.key, {}):
             out += self._set_foreign(self.pods[key], True)
         return out + self._retry_displaced()  # its reservations are free again
+
+    def _on_updated(self, p: WorkloadUpdated, now: float) -> list[Any]:
+        """Slots follow what was admitted. An edit asking for fewer pods (``shrunk``, the queue's rule
+        too) drops the surplus slots: those holding no pod now (done, lost, then reserving ones,
+        highest index first), releasing their reservations; those holding a pod when it goes away
+        (``_vacate``). Then a capacity release, so what waits retries. An edit asking for more
+        changes nothing here: the pods beyond the slots wait unbound, without quota."""
+        wrec = self._admitted(p.workload.key)
+        smaller = shrunk(wrec.spec.gang, p.workload.gang) if wrec is not None else None
+        if wrec is None or smaller is None:
+            return []
+        wrec.spec = wrec.spec.model_copy(update={"gang": smaller})
+        for ps in smaller.pod_sets:
+            surplus = wrec.surplus(ps.name)
+            idle = sorted((s for s in wrec.slots if s.pod_set == ps.name and s.pod is None),
+                          key=lambda s: (not s.done, not s.lost, -s.index))
+            for slot in idle[:max(surplus, 0)]:
+                if slot.reserving:
+                    self.nodes.uncharge(slot.node, slot.demand, slot.devices)
+                wrec.slots.remove(slot)
+        if wrec.key in self._displaced and not any(s.free and (s.lost or not self.nodes.present[s.node])
+                                                   for s in wrec.slots):
+            del self._displaced[wrec.key]
+        return self._capacity_signal(now, released=True) + self._check_running(wrec, now)
 
     def _fits_without(self, rec: WorkloadRecord, victims: list[WorkloadRecord], strategy: str) -> bool:
         """Trial: would the gang fit with these victims gone? Always rolled back."""
@@ -615,7 +629,7 @@ class PlacementCore:
         names = self.nodes.names
         slots = tuple(SlotAssignment(pod_set=s.pod_set, index=s.index, node=names[s.node],
                                      gpu=gpu.assignment(rec.key, names[s.node], s.devices))
-                      for s in rec.slots if not s.extra)
+                      for s in rec.slots)
         return GangPlaced(key=rec.key, queue=rec.queue, kind=rec.spec.kind, gate=rec.spec.gate, slots=slots,
                           reason=rec.reason)
 

@@ -100,7 +100,7 @@ def _affinity(spec: Mapping[str, Any]) -> tuple[tuple[MatchExpression, ...], ...
 
 
 def pod_set_of(obj: Mapping[str, Any], name: str, facts: PodFacts) -> PodSet | None:
-    """A one-pod PodSet from the pod's own spec, to place a pod beyond its gang's slots; None if unreadable."""
+    """A one-pod PodSet from the pod's own spec (to match a pod gang's pod to its pod set by shape); None if unreadable."""
     spec = _mapping(obj.get("spec"))
     try:
         resources = {k: v for k, v in facts.requests.items() if k != q.PODS}

@@ -4,6 +4,10 @@ A slot is one planned pod (pod set, index, node, GPU devices). While no live bou
 the slot *reserves* its demand on its node; once a pod bound there fills it, the pod's own
 charge replaces the reservation. A freed slot (its pod failed or was deleted) reserves again
 and waits for the recreated pod; a slot whose pod Succeeded is done and holds nothing.
+
+Slots follow what was admitted: pods beyond them are never placed (they wait unbound), and an
+edit that asks for fewer pods (``shrunk``) removes the surplus slots: at once those holding no
+pod, the others when their pod goes away (``WorkloadRecord.surplus``).
 """
 
 from __future__ import annotations
@@ -23,8 +27,6 @@ class Slot:
     devices: GpuCharge
     demand: Demand
     in_gang: bool
-    extra: bool = False
-    """A pod beyond the gang's count, placed on its own; dropped (not re-reserved) when its pod goes."""
     pod: str | None = None
     """``namespace/name`` of the pod assigned to this slot."""
     filled: bool = False
@@ -71,5 +73,9 @@ class WorkloadRecord:
                 return slot
         return candidates[0] if candidates else None
 
-    def next_index(self, pod_set: str) -> int:
-        return max((s.index for s in self.slots if s.pod_set == pod_set), default=-1) + 1
+    def surplus(self, pod_set: str) -> int:
+        """Slots of a pod set beyond what its (possibly shrunk) spec asks for."""
+        wanted = next((ps.count for ps in self.spec.gang.pod_sets if ps.name == pod_set), 0)
+        return sum(1 for s in self.slots if s.pod_set == pod_set) - wanted
+
+

@@ -7,6 +7,8 @@ Where each decision is made:
 - ``ordering.py``: pending order in a queue, queue serving order, StrictFIFO vs BestEffortFIFO;
 - ``backoff.py``: requeue_at as data; ``fairshare.py``: deserved shares and dominant share;
 - ``reclaim.py``: whether and from whom to reclaim; ``snapshot.py``: what one cycle sees;
+- ``preemption.py``: which lower priorities of the same queue give quota back when its limit blocks;
+- ``workload.py``: one workload's record here, and ``shrunk`` (what an edit leaves of an admission);
 - ``ledger.py``: per-queue pending index and usage totals, updated on every state change.
 
 Every timer is the key ``"cycle"``: set for now whenever something changed that could let a
@@ -21,7 +23,7 @@ import math
 from operator import attrgetter
 from typing import Any, Callable
 
-from services.queue import backoff
+from services.queue import backoff, preemption
 from services.queue.ledger import Ledger
 from services.queue.ordering import blocks, serve_key
 from services.queue.reasons import preempted_by, waiting
@@ -30,6 +32,8 @@ from services.queue.reclaim import Running, choose_victims, shortage, within_sha
 from services.queue.snapshot import Snapshot
 from services.queue.tree import QueueTree, quota_failure
 from services.queue.workload import Tracked
+from shared.model import shrunk
+from shared import quantity as q
 from shared.events import (
     BackedOff, CapacityChanged, Dequeued, Envelope, Enqueued, GangPlaced, GangRunning, PlacementFailed,
     PreemptionRequested, QueueDefined, QueueRejected, QueueRemoved, ReclaimRequested, TimerFired, TimerSet,
@@ -119,7 +123,10 @@ class QueueCore:
     def _update(self, spec: WorkloadSpec, now: float, out: Out) -> None:
         """Replace the spec of a waiting workload (a holder keeps what it was admitted with)."""
         w = self._workloads[spec.key]
-        if w.state != "pending" or spec == w.spec:
+        if w.holds_quota:
+            self._edit_holder(w, spec, now, out)
+            return
+        if spec == w.spec:
             return
         moved = spec.queue != w.queue
         with self._ledger.moving(w):
@@ -128,6 +135,19 @@ class QueueCore:
         if moved:
             self._tell_where(w, self.tree.wait_reason(w.queue), out, moved=True)
         self._request_cycle(now, out)
+
+    def _edit_holder(self, w: Tracked, spec: WorkloadSpec, now: float, out: Out) -> None:
+        """Quota follows what was admitted. An edit that asks for fewer pods gives back what it no
+        longer asks for at once (placement drops the same surplus slots, ``shrunk``); anything more
+        (more pods, a new shape, queue or priority) waits for the workload's next admission, kept in
+        ``latest``: the pods beyond the admitted ones stay Pending and use no quota. Nothing to tell."""
+        smaller = shrunk(w.spec.gang, spec.gang)
+        if smaller is not None:
+            with self._ledger.moving(w):
+                w.respec(w.spec.model_copy(update={"gang": smaller}))
+            self._wake_all(now)  # quota came back: whatever waits for it may try at once
+            self._request_cycle(now, out)
+        w.latest = None if spec == w.spec else spec
 
     def _on_gone(self, p: WorkloadFinished | WorkloadDeleted | WorkloadRejected, now: float, out: Out) -> None:
         w = self._workloads.pop(p.key, None)
@@ -180,6 +200,8 @@ class QueueCore:
             return
         with self._ledger.moving(w):
             w.state = "pending"
+            if w.latest is not None:  # edited beyond what was reserved: it waits as the user has it now
+                w.respec(w.latest)
         self._unpromise(w)
         reason = f"{p.reason} {w.reclaim_note}" if w.reclaim_note else p.reason
         self._back_off(w, now, w.reason(reason), out)
@@ -192,6 +214,8 @@ class QueueCore:
         self._unpromise(w)
         with self._ledger.moving(w):
             w.state = "pending"
+            if w.latest is not None:  # edited beyond what was admitted: it comes back as the user has it now
+                w.respec(w.latest)
         w.started_at, w.attempts, w.requeue_at, w.held = None, 0, None, ""
         w.preempted_by = preempted_by(p.preemptor, p.preemptor_priority, 
                                     reclaimed_for=self._queue_of(p.preemptor) if p.reclaim else None)
@@ -230,8 +254,10 @@ class QueueCore:
         3. snapshot: usage rolled up the tree, non-preemptible usage, cluster free, fair shares;
         4. iterate: serve queues by (queue priority desc, dominant share asc, name), one head at
            a time, re-ranking the served queue after each decision;
-        5. quota: leaf and every ancestor within limit (and guarantee if non-preemptible), else
-           BackedOff with the gang line; StrictFIFO stops that queue, BestEffortFIFO moves on;
+        5. quota: leaf and every ancestor within limit (and guarantee if non-preemptible); else
+           lower-priority preemptible holders of the same leaf queue that would make it fit are
+           named in ReclaimRequested (in-queue preemption, preemption.py); else BackedOff with
+           the gang line; StrictFIFO stops that queue, BestEffortFIFO moves on;
         6. admit: Dequeued when free capacity covers the demand or no reclaim is possible, else
            ReclaimRequested(victims); both reserve quota in the snapshot for the next heads.
         """
@@ -280,11 +306,23 @@ class QueueCore:
         """Steps 5-6 for one head; True when it took quota."""
         failure = quota_failure(self.tree, w.queue, w.demand, snap.usage, snap.protected, w.spec.preemptible)
         if failure is not None:
-            self._back_off(w, now, w.reason(gang_line(w.spec.gang) + failure), out)
-            return False
+            return self._preempt_for_quota(w, failure, snap, now, out)
         short = shortage(w.demand, snap.free)
         victims = self._victims(w, short, snap, now) if short else None
         w.reclaim_note = self._ripening_reclaim(w, short, snap, now, out) if short and victims is None else ""
+        self._reserve(w, victims or (), snap)
+        if victims:
+            w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
+                                     f"reclaiming {', '.join(victims)} from queues over their fair share")
+            out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=victims,
+                                        reason=w.last_reason))
+        else:
+            w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)})")
+            out.append(Dequeued(key=w.key, queue=w.queue, workload=w.spec, reason=w.last_reason))
+        return True
+
+    def _reserve(self, w: Tracked, victims: tuple[str, ...], snap: Snapshot) -> None:
+        """``w`` takes its quota (ledger and snapshot); what its victims hold counts as given back."""
         with self._ledger.moving(w):
             w.state = "reserved"
         w.requeue_at, w.held = None, ""
@@ -297,14 +335,69 @@ class QueueCore:
                 victim.promised_to = w.key
                 snap.release(self.tree, victim)
             snap.candidates = None  # promises changed
-            w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
-                                     f"reclaiming {', '.join(victims)} from queues over their fair share")
-            out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=victims,
-                                        reason=w.last_reason))
-        else:
-            w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)})")
-            out.append(Dequeued(key=w.key, queue=w.queue, workload=w.spec, reason=w.last_reason))
+
+    def _preempt_for_quota(self, w: Tracked, failure: str, snap: Snapshot, now: float, out: Out) -> bool:
+        """Step 5 failed: lower priorities of ``w``'s own leaf queue may give their quota back
+        (preemption.py). Then ``ReclaimRequested`` naming them (placement places ``w`` over them and
+        evicts them as in-queue preemption), else ``BackedOff`` with the quota reason."""
+        victims, note = self._quota_victims(w, snap, now, out)
+        if victims is None:
+            self._back_off(w, now, w.reason(gang_line(w.spec.gang) + failure + note), out)
+            return False
+        keys = tuple(h.key for h in victims)
+        w.reclaim_note = ""
+        self._reserve(w, keys, snap)
+        named = ", ".join(f"{h.key} (priority {h.priority})" for h in victims)
+        w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
+                                 f"preempting {named} to stay within {failure}")
+        out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=keys, reason=w.last_reason))
         return True
+
+    def _quota_victims(self, w: Tracked, snap: Snapshot, now: float,
+                       out: Out) -> tuple[list[preemption.Holder] | None, str]:
+        """The fewest lower-priority holders of ``w``'s leaf queue whose quota lets ``w`` pass the quota
+        check; else None, with a note (and a wake-up) when only their minimum runtime stands in the way."""
+        holders = self._quota_holders(w, snap)
+        if not holders:
+            return None, ""
+        chain = [spec.name for spec in self.tree.ancestry(w.queue)]
+        min_runtime = self._min_runtime(w.queue)
+
+        def fits(victims: list[preemption.Holder]) -> bool:
+            freed: dict[str, int] = {}
+            for h in victims:
+                freed = q.add(freed, h.demand)
+            usage = {name: q.sub(snap.usage.get(name, {}), freed) for name in chain}
+            return quota_failure(self.tree, w.queue, w.demand, usage, snap.protected, w.spec.preemptible) is None
+
+        ready = [h for h in holders if preemption.eligible(h, w.spec.priority, now, min_runtime)]
+        victims = preemption.choose(preemption.victim_order(ready), fits)
+        if victims is not None:
+            return victims, ""
+        aged = [h for h in holders if preemption.eligible(h, w.spec.priority, math.inf, min_runtime)]
+        later = preemption.choose(preemption.victim_order(aged), fits) if len(aged) > len(ready) else None
+        if not later:
+            return None, ""
+        ripe = max((h.started_at + min_runtime for h in later if h.started_at is not None), default=now)
+        if ripe <= now:
+            return None, ""
+        if ripe not in self._ripening:
+            self._ripening[ripe] = None
+            self._arm(ripe, now, out)
+        return None, (f". Preempting {', '.join(h.key for h in later)} waits for the minimum runtime of queue "
+                      f"{w.queue} (until {ripe:g}s).")
+
+    def _quota_holders(self, w: Tracked, snap: Snapshot) -> list[preemption.Holder]:
+        """Admitted and running workloads of ``w``'s leaf queue, as quota preemption sees them."""
+        if snap.holders is None:
+            snap.holders = {}
+            for x in self._workloads.values():
+                if x.state in ("admitted", "running"):
+                    snap.holders.setdefault(x.queue, []).append(x)
+        return [preemption.Holder(key=x.key, priority=x.spec.priority, preemptible=x.spec.preemptible,
+                                  started_at=x.started_at, admitted_seq=x.reserved_seq, demand=x.demand,
+                                  promised=bool(x.promised_to))
+                for x in snap.holders.get(w.queue, []) if x.key != w.key]
 
     def _victims(self, w: Tracked, short: dict[str, int], snap: Snapshot, now: float) -> tuple[str, ...] | None:
         """Reclaim for ``w`` (see reclaim.py), or None when its queue is not entitled or it cannot cover."""

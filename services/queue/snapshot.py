@@ -32,6 +32,8 @@ class Snapshot:
 
     candidates: list[Running] | None = None
     """Running workloads reclaim may choose from; built on first need, dropped after a reclaim."""
+    holders: dict[str, list[Tracked]] | None = None
+    """Admitted and running workloads per leaf queue (quota preemption); built on first need."""
 
     @classmethod
     def take(cls, tree: QueueTree, ledger: Ledger, capacity: Mapping[str, int]) -> "Snapshot":

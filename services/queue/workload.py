@@ -40,6 +40,9 @@ class Tracked:
     """Why its queue takes no workloads (missing, Closed, not a leaf), as last told; "" when it does."""
     reclaim_note: str = ""
     """Set when it was sent to placement without the reclaim it needs because the victims are too young."""
+    latest: WorkloadSpec | None = None
+    """The user's latest spec when it differs from ``spec`` (an edit of a holder beyond what was
+    admitted); it takes over when the workload goes back to its queue."""
 
     @classmethod
     def of(cls, spec: WorkloadSpec) -> "Tracked":
@@ -47,6 +50,7 @@ class Tracked:
 
     def respec(self, spec: WorkloadSpec) -> None:
         self.spec = spec
+        self.latest = None
         self.demand = spec.gang.quota_demand
         self.order = pending_key(spec)
 
@@ -65,3 +69,5 @@ class Tracked:
     def reason(self, text: str) -> str:
         """``text`` with the sticky preempted-by prefix, if any."""
         return f"{self.preempted_by}: {text}" if self.preempted_by else text
+
+

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from services.placement import PlacementCore
 from shared import kube
 from shared.events import (
-    Dequeued, ObjectChanged, ReclaimRequested, TimerFired, TimerSet, WorkloadWithdrawn,
+    Dequeued, ObjectChanged, ReclaimRequested, TimerFired, TimerSet, WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.model import MatchExpression, PodSet, Toleration, WorkloadSpec
 from shared.policy import Policy
@@ -133,6 +133,10 @@ class PlacementDriver:
 
     def withdraw(self, key: str) -> list[Any]:
         return self.feed(WorkloadWithdrawn(key=key, reason="test"))
+
+    def update(self, spec: WorkloadSpec) -> list[Any]:
+        """The user edited the workload (admission's WorkloadUpdated)."""
+        return self.feed(WorkloadUpdated(workload=spec))
 
     def run(self, spec: WorkloadSpec, out: list[Any], phase: str = "Running") -> list[Any]:
         """Create the pods of a placed gang on their slots' nodes in ``phase`` (KubeRay + binder + kubelet)."""

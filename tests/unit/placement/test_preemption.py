@@ -200,3 +200,15 @@ def test_a_queue_definition_sets_the_minimum_runtime_of_its_victims():
     d.feed(QueueRemoved(name="team-a"))  # back to the policy's default (0)
     d.now = 31.0
     assert [p.key for p in of_type(d.dequeue(ray("ns/boss", 50, cpu="1")), PreemptionRequested)] == ["ns/low"]
+
+
+def test_a_reclaim_request_naming_victims_of_the_same_queue_is_an_in_queue_preemption():
+    """The queue asks for it when the queue's own limit blocks a higher priority (quota preemption)."""
+    d = PlacementDriver(None, node("n1", cpu="32"))
+    running(d, ray("ns/low", 10, "q", cpu="3"))
+    out = d.reclaim(ray("ns/high", 90, "q", cpu="3"), ("ns/low",))
+    assert [type(p) for p in out] == [PreemptionRequested, GangPlaced]
+    assert (out[0].key, out[0].preemptor, out[0].preemptor_priority, out[0].reclaim) == ("ns/low", "ns/high", 90, False)
+    assert out[0].reason == "preempted by ns/high (priority 90) in queue q"
+    assert out[0].pods == ("low-head-0",)
+    assert out[1].reason == "1/1 pods placed on 1 node(s) (binpack) after preempting ns/low"

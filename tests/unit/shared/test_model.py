@@ -1,0 +1,25 @@
+"""shared/model.py: the one rule queue, placement and the history apply to an edit of an admission."""
+
+from __future__ import annotations
+
+from shared.model import shrunk
+from tests.builders import gang, pod_set
+
+
+def test_an_edit_shrinks_an_admission_only_where_it_asks_for_fewer_pods():
+    admitted = gang(pod_set("head", 1, cpu="1"), pod_set("a", 4, cpu="1"), pod_set("b", 2, cpu="2"),
+                    pod_set("submitter", 1, in_gang=False, cpu="500m"))
+    submitter = pod_set("submitter", 1, in_gang=False, cpu="500m")
+    edits = [
+        admitted,                                                                                  # unchanged
+        gang(pod_set("head", 1, cpu="1"), pod_set("a", 8, cpu="1"), pod_set("b", 2, cpu="2"), submitter),  # grows
+        gang(pod_set("head", 1, cpu="1"), pod_set("a", 1, cpu="1"), pod_set("b", 5, cpu="9"), submitter),  # mixed
+        gang(pod_set("head", 1, cpu="1"), pod_set("a", 0, cpu="1")),                 # a suspended, the rest gone
+    ]
+    assert shrunk(admitted, edits[0]) is None and shrunk(admitted, edits[1]) is None
+    mixed = shrunk(admitted, edits[2])
+    assert [(ps.name, ps.count, ps.resources["cpu"]) for ps in mixed.pod_sets] == [
+        ("head", 1, 1000), ("a", 1, 1000), ("b", 2, 2000), ("submitter", 1, 500)]
+    assert mixed.min_member == 4
+    gone = shrunk(admitted, edits[3])
+    assert [ps.count for ps in gone.pod_sets] == [1, 0, 0, 0] and gone.min_member == 1
