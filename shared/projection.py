@@ -47,6 +47,8 @@ class WorkloadView:
     reason: str = ""
     transitions: list[dict[str, Any]] = field(default_factory=list)
     holds_quota: bool = False
+    rejected: str = ""
+    """Why admission last refused it (kept so a later withdrawal can restore the verdict)."""
     admitted: Gang | None = None
     """The gang quota was reserved for; an edit only ever shrinks it (``shared.model.shrunk``)."""
     queue_state: str = ""          # pending | backoff | active | ""
@@ -120,10 +122,13 @@ class ResultProjection:
         self.rejected_queues[p.name] = p.reason
 
     def _on_WorkloadSubmitted(self, p: Any, t: float) -> None:
-        self._describe(self._workload(p.workload.key), p.workload)
+        view = self._workload(p.workload.key)
+        view.rejected = ""
+        self._describe(view, p.workload)
 
     def _on_WorkloadUpdated(self, p: Any, t: float) -> None:
         view = self._workload(p.workload.key)
+        view.rejected = ""
         if not view.holds_quota:
             self._describe(view, p.workload)
             return
@@ -142,6 +147,15 @@ class ResultProjection:
             return
         view.transition(t, "Rejected", p.reason)
         view.queue_state = ""
+        view.rejected = p.reason
+
+    def _on_WorkloadWithdrawn(self, p: Any, t: float) -> None:
+        """The queue let go of it. After a rejection its queue may still have said 'waiting' in between
+        (admission and the queue answer in their own order): the rejection is the last word."""
+        view = self._workload(p.key)
+        view.holds_quota, view.queue_state = False, ""
+        if view.phase == "Queued" and view.rejected:
+            view.transition(t, "Rejected", view.rejected)
 
     def _on_Enqueued(self, p: Any, t: float) -> None:
         view = self._workload(p.key)

@@ -309,3 +309,17 @@ def test_a_rejected_claim_of_another_kind_does_not_touch_the_workload_and_refuse
     history.apply(envelope(WorkloadRejected(key="ns/x", kind="RayCluster", reason="cpu: 'lots'"), 4.0))
     view = history.workloads["ns/x"]
     assert (view.phase, view.reason) == ("Admitted", "edit refused, still running as admitted: cpu: 'lots'")
+
+
+def test_a_rejection_is_the_last_word_even_when_the_queue_said_waiting_in_between() -> None:
+    from shared.events import Enqueued, WorkloadRejected, WorkloadSubmitted, WorkloadWithdrawn
+    from tests.builders import envelope, workload
+
+    history = ResultProjection("x")
+    history.apply(envelope(WorkloadSubmitted(workload=workload("ns/a")), 0.0))
+    history.apply(envelope(WorkloadRejected(key="ns/a", kind="RayCluster", reason="can never fit"), 0.0))
+    history.apply(envelope(Enqueued(key="ns/a", queue="default", reason="waiting in queue default"), 0.0))
+    history.apply(envelope(WorkloadWithdrawn(key="ns/a", reason="can never fit"), 0.0))
+    view = history.workloads["ns/a"]
+    assert (view.phase, view.reason) == ("Rejected", "can never fit")
+    assert history.result()["queues"]["default"]["pending"] == []
