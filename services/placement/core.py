@@ -21,10 +21,11 @@ from services.placement import gpu
 from services.placement.gang import GangAttempt, ordered_pod_sets, place_gang, place_pods
 from services.placement.nodes import NodeTable
 from services.placement.pods import PodRecord, pod_facts, pod_set_of
-from services.placement.preemption import eligible, minimal_victims, victim_order
+from services.placement.preemption import eligible, victim_order
 from services.placement.statement import Statement
 from services.placement.workloads import Slot, WorkloadRecord
 from shared.model import shrunk
+from shared.victims import minimal_victims
 from shared import quantity as q
 from shared.events import (
     CapacityChanged, Dequeued, Envelope, GangDisrupted, GangPlaced, GangRunning, ObjectChanged, PlacementFailed, PodAssigned,

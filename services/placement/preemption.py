@@ -11,11 +11,10 @@ highest priority / oldest, first). ``fits`` is a trial placement the caller roll
 
 from __future__ import annotations
 
-from typing import Callable, Sequence, TypeVar
+from typing import Sequence
 
 from services.placement.workloads import WorkloadRecord
 
-V = TypeVar("V")
 
 
 def eligible(victim: WorkloadRecord, preemptor: WorkloadRecord, now: float, min_runtime: float) -> bool:
@@ -35,19 +34,3 @@ def victim_order(candidates: Sequence[WorkloadRecord]) -> list[WorkloadRecord]:
         since = w.started_at if w.started_at is not None else w.admitted_at
         return (w.spec.priority, -since, -w.admitted_seq, w.spec.key)
     return sorted(candidates, key=key)
-
-
-def minimal_victims(ordered: Sequence[V], fits: Callable[[list[V]], bool]) -> list[V] | None:
-    """Greedy add in order, then prune the unnecessary; None when even all of them do not suffice."""
-    chosen: list[V] = []
-    for candidate in ordered:
-        chosen.append(candidate)
-        if fits(chosen):
-            break
-    else:
-        return None
-    for candidate in reversed(list(chosen)):
-        trial = [v for v in chosen if v is not candidate]
-        if fits(trial):
-            chosen = trial
-    return chosen

@@ -33,6 +33,7 @@ from services.queue.snapshot import Snapshot
 from services.queue.tree import QueueTree, quota_failure
 from services.queue.workload import Tracked
 from shared.model import shrunk
+from shared.victims import minimal_victims
 from shared import quantity as q
 from shared.events import (
     BackedOff, CapacityChanged, Dequeued, Envelope, Enqueued, GangPlaced, GangRunning, PlacementFailed,
@@ -371,11 +372,11 @@ class QueueCore:
             return quota_failure(self.tree, w.queue, w.demand, usage, snap.protected, w.spec.preemptible) is None
 
         ready = [h for h in holders if preemption.eligible(h, w.spec.priority, now, min_runtime)]
-        victims = preemption.choose(preemption.victim_order(ready), fits)
+        victims = minimal_victims(preemption.victim_order(ready), fits)
         if victims is not None:
             return victims, ""
         aged = [h for h in holders if preemption.eligible(h, w.spec.priority, math.inf, min_runtime)]
-        later = preemption.choose(preemption.victim_order(aged), fits) if len(aged) > len(ready) else None
+        later = minimal_victims(preemption.victim_order(aged), fits) if len(aged) > len(ready) else None
         if not later:
             return None, ""
         ripe = max((h.started_at + min_runtime for h in later if h.started_at is not None), default=now)

@@ -20,7 +20,7 @@ victims share the requester's queue it treats that as in-queue preemption (``rec
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 Resources = dict[str, int]
 
@@ -51,19 +51,3 @@ def victim_order(holders: Sequence[Holder]) -> list[Holder]:
     """Lowest priority first; within it the newest: not started yet, latest start, admitted last."""
     return sorted(holders, key=lambda h: (h.priority, h.started_at is not None, -(h.started_at or 0.0),
                                           -h.admitted_seq, h.key))
-
-
-def choose(ordered: Sequence[Holder], fits: Callable[[list[Holder]], bool]) -> list[Holder] | None:
-    """Greedy add in order until ``fits``, then prune the needless (last taken first); None if impossible."""
-    chosen: list[Holder] = []
-    for candidate in ordered:
-        chosen.append(candidate)
-        if fits(chosen):
-            break
-    else:
-        return None
-    for candidate in reversed(list(chosen)):
-        rest = [h for h in chosen if h is not candidate]
-        if fits(rest):
-            chosen = rest
-    return chosen
