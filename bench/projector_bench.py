@@ -1,0 +1,147 @@
+"""The projection writer: 100,000 events of a simulated run replayed into Postgres (and SQLite).
+
+The log comes from ``muster simulate`` on a generated scenario (RayJobs of a head and 4 workers
+arriving every 100 ms on 1,000 nodes, each running 30-120 s, so capacity never runs out): the real
+mix of watch events with whole pod objects, effects, placements and timers. Generating it takes
+about half a minute and is not measured. The input log is kept out of the garbage collector's way
+(``gc.freeze``): a projector reading Kafka never holds its whole input in memory, and collections
+over it are not its cost.
+
+Postgres: ``MUSTER_BENCH_POSTGRES`` (a server URL), else the local server at 127.0.0.1:5432; the
+benchmark creates a database of its own and drops it. Figures only, never asserted.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from shared.events import Envelope
+from shared.scenario import parse_scenario
+from shared.simulate import simulate
+from shared.store import schema
+from shared.store.writer import ProjectionWriter, write_log
+
+EVENTS = 100_000
+BATCH = 10_000
+TARGET = 20_000
+
+
+def generated_scenario(nodes: int = 1000, jobs: int = 1750, workers: int = 4, queues: int = 4) -> str:
+    docs = [{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": f"team-{i}"},
+             "spec": {"weight": 1}} for i in range(queues)]
+    steps: list[dict[str, Any]] = [{"at": "0s", "apply": yaml.safe_dump_all(docs)}]
+    for n in range(jobs):
+        job = {"apiVersion": "ray.io/v1", "kind": "RayJob",
+               "metadata": {"name": f"job-{n}", "namespace": "bench",
+                            "labels": {"volcano.sh/queue-name": f"team-{n % queues}"},
+                            "annotations": {"muster.dev/sim-duration": f"{30 + (n * 7) % 90}s"}},
+               "spec": {"entrypoint": "python train.py", "rayClusterSpec": {
+                   "headGroupSpec": {"template": {"spec": {"containers": [
+                       {"name": "ray-head", "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}]}}},
+                   "workerGroupSpecs": [{"groupName": "worker", "replicas": workers, "template": {"spec": {
+                       "containers": [{"name": "ray-worker",
+                                       "resources": {"requests": {"cpu": "4", "memory": "8Gi"}}}]}}}]}}}
+        steps.append({"at": f"{1 + n * 0.1:.2f}s", "apply": yaml.safe_dump(job)})
+    return yaml.safe_dump({"name": "projector-bench", "until": f"{jobs * 0.1 + 200:.0f}s",
+                           "cluster": {"nodes": [{"count": nodes, "name_prefix": "node-",
+                                                  "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"}}]},
+                           "steps": steps})
+
+
+def event_log(events: int = EVENTS) -> list[Envelope]:
+    log = simulate(parse_scenario(generated_scenario(), origin="generated")).runtime.log
+    if len(log) < events:
+        raise RuntimeError(f"the generated run has {len(log)} events, fewer than {events}")
+    return log[:events]
+
+
+def _timed_write(url: str, log: Sequence[Envelope], *, pipelined: bool) -> tuple[float, float, int]:
+    """Seconds to write the log, seconds to write it all again (every envelope skipped), rows."""
+    schema.upgrade(url)
+    with ProjectionWriter(url) as writer:
+        started = time.perf_counter()
+        if pipelined:
+            counts = write_log(writer, log, batch_size=BATCH)
+        else:
+            for i in range(0, len(log), BATCH):
+                writer.write(log[i:i + BATCH])
+        first = time.perf_counter() - started
+        started = time.perf_counter()
+        again = write_log(writer, log, batch_size=BATCH)
+        redelivered = time.perf_counter() - started
+    assert again.events == 0
+    return first, redelivered, counts.events if pipelined else len(log)
+
+
+def _postgres(log: Sequence[Envelope]) -> dict[str, Any]:
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    server = make_url(os.environ.get("MUSTER_BENCH_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"))
+    if server.drivername in ("postgresql", "postgres"):
+        server = server.set(drivername="postgresql+psycopg")
+
+    def admin() -> psycopg.Connection:
+        return psycopg.connect(host=server.host or "127.0.0.1", port=server.port or 5432, user=server.username,
+                               password=server.password, dbname=server.database or "postgres", autocommit=True,
+                               connect_timeout=5)
+
+    try:
+        admin().close()
+    except psycopg.Error as exc:
+        return {"projector_postgres_skipped": f"no PostgreSQL at {server.render_as_string(hide_password=True)}: "
+                                              f"{str(exc).strip().splitlines()[0]}"}
+    figures: dict[str, Any] = {}
+    for mode, pipelined in (("", True), ("_one_at_a_time", False)):
+        name = f"muster_bench_{uuid.uuid4().hex[:8]}"
+        with admin() as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        try:
+            url = server.set(database=name).render_as_string(hide_password=False)
+            first, again, _ = _timed_write(url, log, pipelined=pipelined)
+        finally:
+            with admin() as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        figures[f"projector_postgres{mode}_seconds"] = round(first, 2)
+        figures[f"projector_postgres{mode}_events_per_second"] = round(len(log) / first)
+        if pipelined:
+            figures["projector_postgres_redelivered_events_per_second"] = round(len(log) / again)
+    return figures
+
+
+def _sqlite(log: Sequence[Envelope]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite:///{Path(folder) / 'history.db'}"
+        first, again, _ = _timed_write(url, log, pipelined=False)
+    return {"projector_sqlite_seconds": round(first, 2),
+            "projector_sqlite_events_per_second": round(len(log) / first),
+            "projector_sqlite_redelivered_events_per_second": round(len(log) / again)}
+
+
+def run(events: int = EVENTS) -> dict[str, Any]:
+    started = time.perf_counter()
+    log = event_log(events)
+    generated = time.perf_counter() - started
+    gc.collect()
+    gc.freeze()
+    try:
+        figures: dict[str, Any] = {"projector_events": len(log), "projector_batch_size": BATCH,
+                                   "projector_target_events_per_second": TARGET,
+                                   "projector_generate_seconds": round(generated, 1)}
+        figures.update(_postgres(log))
+        figures.update(_sqlite(log))
+    finally:
+        gc.unfreeze()
+    return figures
+
+
+if __name__ == "__main__":
+    print(run())

@@ -1,0 +1,47 @@
+"""The history store: the scheduling history as SQL tables, in PostgreSQL or a local SQLite file.
+
+    models.py   the tables (SQLAlchemy 2 declarative); migrations/ creates them
+    rows.py     envelopes -> rows: a pure fold (ResultProjection's rules, not a second copy)
+    writer.py   ProjectionWriter: a batch per transaction, with the consumed offsets
+    query.py    reading it back: a workload's timeline, queue usage, the event log
+    schema.py   Alembic upgrade/downgrade, creating an empty store
+    engine.py   URLs, engines, errors a person can act on
+
+``record(url, log)`` is what ``muster simulate --store URL`` does with a run's event log.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from shared.events import Envelope
+from shared.store.engine import ENV, StoreError, display
+from shared.store.writer import ProjectionWriter, WriteCounts, write_log
+
+__all__ = ["ENV", "ProjectionWriter", "StoreError", "WriteCounts", "record"]
+
+
+def record(url: str, log: Sequence[Envelope], *, batch_size: int = 5_000) -> WriteCounts:
+    """Write one run's event log into the store at ``url`` (tables created if it is empty).
+
+    A store holds one history: recording the same run again changes nothing, but a store that
+    already holds a different run is refused (two runs would mix workloads of the same names).
+    """
+    from sqlalchemy import func, select
+
+    from shared.store import schema
+    from shared.store.engine import errors_explained
+    from shared.store.models import EventLog
+
+    schema.ensure(url)
+    with ProjectionWriter(url) as writer:
+        with errors_explained(writer.engine), writer.engine.connect() as conn:
+            held = conn.execute(select(func.count()).select_from(EventLog.__table__)).scalar_one()
+            if held:
+                ids = {env.id for env in log}
+                present = len(writer.stored_ids(conn, sorted(ids)))
+                if present != len(ids) or held != present:
+                    raise StoreError(f"the store at {display(url)} already holds another history ({held} events); "
+                                     "give each run a store of its own (e.g. a new sqlite:/// file)")
+                return WriteCounts(skipped=len(log))
+        return write_log(writer, log, batch_size=batch_size)

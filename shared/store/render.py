@@ -1,0 +1,72 @@
+"""The human views of the store: a workload's timeline (``muster history``), queues (``muster queues``).
+
+Same look as ``muster simulate``'s timeline (shared/timeline.py): phase colours, ``10s`` times.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+_STYLE = {"Rejected": "red", "Queued": "yellow", "Admitted": "cyan", "Running": "green",
+          "Succeeded": "bold green", "Failed": "red", "Preempted": "magenta", "Deleted": "dim"}
+
+
+def _seconds(t: float | None) -> str:
+    return "" if t is None else f"{t:g}s"
+
+
+def render_history(doc: dict[str, Any], console: Console) -> None:
+    gang = doc["gang"]
+    res = ", ".join(f"{k} {v}" for k, v in gang["resources"].items())
+    phase = doc["phase"] or "-"
+    console.print(f"[bold]{escape(doc['workload'])}[/] {doc['kind'] or '?'} queue={escape(str(doc['queue']))} "
+                  f"priority={doc['priority']} gang={gang['min_member']} ({escape(res)}) -> "
+                  f"[{_STYLE.get(phase, '')}]{phase}[/]")
+    table = Table(show_header=False, box=None, padding=(0, 1), pad_edge=False)
+    table.add_column(justify="right", style="dim", no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column()
+    for tr in doc["transitions"]:
+        table.add_row(_seconds(tr["t"]), f"[{_STYLE.get(tr['phase'], '')}]{tr['phase']}[/]", escape(tr["reason"]))
+    console.print(table)
+    if not doc["pods"]:
+        console.print("[dim]no pods[/]")
+        return
+    pods = Table(title="pods", title_justify="left", box=None, padding=(0, 1), pad_edge=False)
+    for column in ("pod", "set", "node", "gpu", "bound"):
+        pods.add_column(column, no_wrap=column != "bound")
+    for pod in doc["pods"]:
+        gpu = pod["gpu"]
+        gpu_text = f"{gpu['devices']} x{gpu['fraction']:g}" if gpu else "-"
+        bound = ", ".join(f"{_seconds(a)}-{_seconds(b)}" for a, b in pod["bound"]) or "never bound"
+        pods.add_row(escape(pod["name"]), escape(pod["pod_set"]), escape(pod["node"] or "-"), escape(gpu_text),
+                     escape(bound))
+    console.print(pods)
+
+
+def render_queues(report: dict[str, dict[str, Any]], console: Console, at: float | None = None) -> None:
+    title = f"queues at {at:g}s" if at is not None else "queues"
+    table = Table(title=title, title_justify="left")
+    for column in ("queue", "parent", "resource", "used", "guarantee", "limit"):
+        table.add_column(column, no_wrap=True)
+    if at is None:
+        table.add_column("workloads")
+    for name, entry in report.items():
+        resources = sorted(set(entry["usage"]) | set(entry["guarantee"]) | set(entry["limit"])) or ["-"]
+        label = escape(name) + ("" if entry["defined"] else " [dim](implicit)[/]" if not entry.get("rejected")
+                                else " [red](rejected)[/]")
+        for i, resource in enumerate(resources):
+            row = [label if i == 0 else "", escape(entry["parent"] or "-") if i == 0 else "", escape(resource),
+                   entry["usage"].get(resource, "0" if resource != "-" else "-"),
+                   entry["guarantee"].get(resource, "-"), entry["limit"].get(resource, "-")]
+            if at is None:
+                row.append(f"{len(entry['active'])} active, {len(entry['waiting'])} waiting" if i == 0 else "")
+            table.add_row(*row)
+    console.print(table)
+    for name, entry in report.items():
+        if entry.get("rejected"):
+            console.print(f"[red]{escape(name)}[/]: {escape(entry['rejected'])}")

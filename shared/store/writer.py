@@ -1,0 +1,392 @@
+"""The projection writer: one batch of envelopes, one transaction, consumed offsets included.
+
+Pipeline per batch (Armada's ingester; pyeventsourcing's tracking record):
+
+    1. lock out other projectors (Postgres advisory lock, SQLite ``BEGIN IMMEDIATE``)
+    2. which of the batch's event ids does ``event_log`` hold already?    -> skipped
+    3. load what the projector does not hold yet (``Projector.needs``)
+    4. ``Projector.convert``: rows per table (pure)
+    5. write them and the consumed offsets; commit
+
+``write_many`` overlaps step 4 of one batch with step 5 of the one before (Postgres only).
+
+A redelivered envelope is skipped by its id, so writing a batch again, or a batch overlapping the
+last one, changes nothing but (at most) the offsets.
+
+The ``Projector`` keeps what it folded for the next batch instead of reading it back. That is only
+right while nobody else writes the store: every transaction compares the highest ``event_log.seq``
+with the one this writer left, and starts cold (reads everything it needs again) when another
+writer has been there or when a transaction failed.
+"""
+
+from __future__ import annotations
+
+import gc
+import zlib
+from contextlib import contextmanager
+from operator import itemgetter
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from sqlalchemy import (
+    JSON, Connection, Engine, Table, any_, bindparam, case, event, func, insert, select, text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import IntegrityError
+
+from shared.events import Envelope
+from shared.store import rows
+from shared.store.engine import StoreError, connect, dump_json, errors_explained
+from shared.store.models import (
+    ConsumedOffset, Decision, EventLog, Placement, Queue, QueueUsage, Workload, WorkloadTransition,
+)
+
+LOCK_ID = zlib.crc32(b"muster.projector")
+"""The Postgres advisory lock every projection writer takes for its transaction."""
+
+
+@dataclass(frozen=True)
+class WriteCounts:
+    """What one ``write`` did: envelopes stored and skipped, rows written per table."""
+
+    events: int = 0
+    skipped: int = 0
+    decisions: int = 0
+    workloads: int = 0
+    transitions: int = 0
+    placements: int = 0
+    queues: int = 0
+    queue_usage: int = 0
+    offsets: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+    def __add__(self, other: "WriteCounts") -> "WriteCounts":
+        return WriteCounts(**{k: v + getattr(other, k) for k, v in self.__dict__.items()})
+
+
+_TABLES: dict[str, Table] = {name: model.__table__ for name, model in (  # type: ignore[misc]
+    ("event_log", EventLog), ("decisions", Decision), ("workloads", Workload), ("transitions", WorkloadTransition),
+    ("placements", Placement), ("queues", Queue), ("queue_usage", QueueUsage), ("offsets", ConsumedOffset))}
+
+
+class _Incoherent(Exception):
+    """Another writer changed the store since this writer's projector last saw it."""
+
+
+def _locate(batch: Iterable[Envelope | rows.Located]) -> list[rows.Located]:
+    return [x if isinstance(x, rows.Located) else rows.Located(x) for x in batch]
+
+
+class ProjectionWriter:
+    """Writes batches of envelopes into the history store at ``url``.
+
+    The tables must exist (``muster db upgrade``, or ``shared.store.schema.ensure``).
+    ``max_workloads`` bounds how many workloads the projector keeps in memory between batches.
+    """
+
+    def __init__(self, url: str | Engine, *, consumer: str = "projector", retries: int = 3,
+                 max_workloads: int = 50_000) -> None:
+        owned = not isinstance(url, Engine)
+        self.engine = connect(url)
+        self.consumer = consumer
+        self.retries = retries
+        self.max_workloads = max_workloads
+        self.projector = rows.Projector(max_workloads=max_workloads)
+        self._high_water: int | None = None
+        self._postgres = self.engine.dialect.name == "postgresql"
+        self._chunk = 10_000 if self._postgres else 900
+        if owned and not self._postgres:
+            _begin_immediate(self.engine)
+
+    def write(self, batch: Iterable[Envelope | rows.Located]) -> WriteCounts:
+        """Store ``batch`` (in order) in one transaction; returns what was written."""
+        items = _locate(batch)
+        if not items:
+            return WriteCounts()
+        for attempt in range(1, self.retries + 1):
+            try:
+                with errors_explained(self.engine), self.engine.begin() as conn:
+                    self._lock(conn)
+                    self._sync(conn)
+                    return self._store(conn, self._convert(conn, items))
+            except IntegrityError:   # another writer stored some of these first: fold again on its state
+                self._go_cold()
+                if attempt == self.retries:
+                    raise
+            except BaseException:
+                self._go_cold()
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def write_many(self, batches: Iterable[Iterable[Envelope | rows.Located]]) -> WriteCounts:
+        """Store batch after batch, each in its own transaction, as ``write`` would.
+
+        On Postgres the next batch is folded while the last one commits (the database works on
+        the other core). If a commit finds that another writer has been there, or stored some of
+        the same events, the two batches concerned are written again one at a time, cold.
+        """
+        if not self._postgres:
+            total = WriteCounts()
+            for batch in batches:
+                total = total + self.write(batch)
+            return total
+        total = WriteCounts()
+        flight: tuple[Future[WriteCounts], list[rows.Located]] | None = None
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="muster-projector")
+        try:
+            with errors_explained(self.engine), self.engine.connect() as read:
+                for batch in batches:
+                    items = _locate(batch)
+                    if not items:
+                        continue
+                    with read.begin():
+                        if flight is None:
+                            self._sync(read)
+                        ops = self._convert(read, items, in_flight=flight[1] if flight else ())
+                    if flight is not None:
+                        done, refused = self._land(flight)
+                        flight = None
+                        total = total + done
+                        if refused:  # this batch was folded on what the refused commit assumed: again, cold
+                            total = total + self.write(items)
+                            continue
+                    flight = (pool.submit(self._commit, ops), items)
+                if flight is not None:
+                    total = total + self._land(flight)[0]
+        except BaseException:
+            self._go_cold()
+            raise
+        finally:
+            pool.shutdown(wait=True)
+        return total
+
+    def _land(self, flight: tuple["Future[WriteCounts]", list[rows.Located]]) -> tuple[WriteCounts, bool]:
+        """Wait for a pipelined commit. If it was refused (another writer had been there), write its
+        batch again, cold, and say so: whatever was folded meanwhile assumed the refused commit."""
+        try:
+            return flight[0].result(), False
+        except (_Incoherent, IntegrityError):
+            self._go_cold()
+            return self.write(flight[1]), True
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> "ProjectionWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ the steps
+    def _go_cold(self) -> None:
+        self.projector = rows.Projector(max_workloads=self.max_workloads)
+        self._high_water = None
+
+    def _lock(self, conn: Connection) -> None:
+        if self._postgres:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": LOCK_ID})
+
+    def _seq(self, conn: Connection) -> int:
+        return conn.execute(select(func.coalesce(func.max(EventLog.__table__.c.seq), 0))).scalar_one()
+
+    def _sync(self, conn: Connection) -> None:
+        """Start cold unless the store is exactly as this writer left it."""
+        seq = self._seq(conn)
+        if seq != self._high_water:
+            self._go_cold()
+            self._high_water = seq
+
+    def _convert(self, conn: Connection, items: list[rows.Located],
+                 in_flight: Sequence[rows.Located] = ()) -> rows.RowOps:
+        ids = [item.envelope.id for item in items]
+        stored = self.stored_ids(conn, ids) | ({i.envelope.id for i in in_flight} & set(ids))
+        prepared = rows.prepare(items, stored)
+        need = self.projector.needs(prepared)
+        if need:
+            self.projector.seed(self._load(conn, need))
+        with _gc_paused():
+            return self.projector.convert(prepared, consumer=self.consumer)
+
+    def _commit(self, ops: rows.RowOps) -> WriteCounts:
+        """A pipelined batch's own transaction (runs on the writer thread)."""
+        with self.engine.begin() as conn:
+            self._lock(conn)
+            if self._seq(conn) != self._high_water:
+                raise _Incoherent()
+            return self._store(conn, ops)
+
+    def _store(self, conn: Connection, ops: rows.RowOps) -> WriteCounts:
+        self._insert(conn, "event_log", ops.event_log)
+        self._insert(conn, "decisions", ops.decisions)
+        self._upsert(conn, "workloads", ops.workloads)
+        self._insert(conn, "transitions", ops.transitions)
+        self._upsert(conn, "placements", ops.placements)
+        self._upsert(conn, "queues", ops.queues)
+        self._upsert(conn, "queue_usage", ops.queue_usage)
+        self._upsert(conn, "offsets", ops.offsets, keep_larger="offset")
+        self._high_water = self._seq(conn)
+        c = ops.counts()
+        return WriteCounts(events=c["event_log"], skipped=ops.skipped, decisions=c["decisions"],
+                           workloads=c["workloads"], transitions=c["transitions"], placements=c["placements"],
+                           queues=c["queues"], queue_usage=c["queue_usage"], offsets=c["offsets"])
+
+    def _chunks(self, values: Sequence[Any]) -> Iterable[Sequence[Any]]:
+        for i in range(0, len(values), self._chunk):
+            yield values[i:i + self._chunk]
+
+    def _in(self, column: Any, values: Sequence[Any]) -> Any:
+        """``column IN values``: one array parameter on Postgres (a long IN list is slow to send)."""
+        if self._postgres:
+            return column == any_(bindparam(None, list(values), type_=ARRAY(column.type)))
+        return column.in_(values)
+
+    def stored_ids(self, conn: Connection, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` ``event_log`` holds."""
+        col = EventLog.__table__.c.event_id
+        found: set[str] = set()
+        for chunk in self._chunks(sorted(set(ids))):
+            found.update(conn.execute(select(col).where(self._in(col, chunk))).scalars())
+        return found
+
+    def _load(self, conn: Connection, need: rows.Needs) -> rows.StoredState:
+        w, p, qt = Workload.__table__, Placement.__table__, Queue.__table__
+        state = rows.StoredState(workload_keys=need.workload_keys)
+        for chunk in self._chunks(sorted(need.workload_keys)):
+            for row in conn.execute(select(w).where(self._in(w.c.key, chunk))).mappings():
+                state.workloads[row["key"]] = dict(row)
+            for row in conn.execute(select(p).where(self._in(p.c.workload_key, chunk))
+                                    .order_by(p.c.workload_key, p.c.pod_ordinal, p.c.seq)).mappings():
+                state.placements.setdefault(row["workload_key"], []).append(dict(row))
+        if need.holding_quota:
+            state.holding = {row["key"]: dict(row)
+                             for row in conn.execute(select(w).where(w.c.holds_quota.is_(True))).mappings()}
+        if need.queues:
+            state.queues = {row["name"]: dict(row) for row in conn.execute(select(qt)).mappings()}
+            state.next_ordinal = conn.execute(select(func.coalesce(func.max(w.c.ordinal) + 1, 0))).scalar_one()
+        return state
+
+    def _insert(self, conn: Connection, name: str, values: list[dict[str, Any]]) -> None:
+        if not values:
+            return
+        if self._postgres:
+            _copy(conn, _TABLES[name], values)
+        else:
+            conn.execute(insert(_TABLES[name]), values)
+
+    def _upsert(self, conn: Connection, name: str, values: list[dict[str, Any]], *,
+                keep_larger: str | None = None) -> None:
+        if not values:
+            return
+        table = _TABLES[name]
+        keys = [c.name for c in table.primary_key.columns]
+        if self._postgres and keep_larger is None:
+            _copy_upsert(conn, table, keys, values)
+            return
+        stmt = pg_insert(table) if self._postgres else sqlite_insert(table)
+        if keep_larger is not None:
+            new, old = stmt.excluded[keep_larger], table.c[keep_larger]
+            update = {keep_larger: case((new > old, new), else_=old)}
+        else:
+            update = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}
+        conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=update), values)
+
+
+def _copy(conn: Connection, table: Table, values: list[dict[str, Any]], into: str | None = None) -> None:
+    """Postgres ``COPY ... FROM STDIN`` on the transaction's own connection: the fastest bulk insert."""
+    columns = [c for c in table.columns if c.name in values[0]]
+    names = [c.name for c in columns]
+    as_json = [isinstance(c.type, JSON) for c in columns]  # JSONB variants are JSON too
+    quote = conn.dialect.identifier_preparer.quote
+    sql = f"COPY {into or quote(table.name)} ({', '.join(quote(n) for n in names)}) FROM STDIN"
+    raw = conn.connection.driver_connection
+    if raw is None:  # pragma: no cover
+        raise StoreError("the database connection went away during a write")
+    pick = itemgetter(*names)
+    json_at = [i for i, j in enumerate(as_json) if j and not isinstance(values[0][names[i]], rows.JsonText)]
+    with raw.cursor() as cursor, cursor.copy(sql) as copy:
+        write = copy.write_row
+        for row in values:
+            record = pick(row)
+            if json_at:  # JSON values not already text (the converter writes event payloads as text)
+                record = [dump_json(v) if i in json_at and v is not None else v for i, v in enumerate(record)]
+            write(record)
+
+
+def _copy_upsert(conn: Connection, table: Table, keys: list[str], values: list[dict[str, Any]]) -> None:
+    """Postgres bulk upsert: COPY into a session temp table, then one INSERT ... ON CONFLICT."""
+    quote = conn.dialect.identifier_preparer.quote
+    stage = quote(f"stage_{table.name}")
+    names = [c.name for c in table.columns if c.name in values[0]]
+    columns = ", ".join(quote(n) for n in names)
+    conn.exec_driver_sql(f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {quote(table.name)}) ON COMMIT DELETE ROWS")
+    _copy(conn, table, values, into=stage)
+    update = ", ".join(f"{quote(n)} = EXCLUDED.{quote(n)}" for n in names if n not in keys)
+    conn.exec_driver_sql(f"INSERT INTO {quote(table.name)} ({columns}) SELECT {columns} FROM {stage} "
+                         f"ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO UPDATE SET {update}")
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a batch is converted. Its rows are plain dicts without
+    cycles (reference counting frees them), but there are many of them, and collections triggered
+    by them cost a sixth of the projector's time; collection resumes as soon as the batch is done."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _begin_immediate(engine: Engine) -> None:
+    """SQLite: take the write lock when the transaction begins, not at its first write, so the
+    high-water check and the writes see the same database."""
+
+    @event.listens_for(engine, "connect")
+    def _no_implicit_begin(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+class Recorder:
+    """A ``runtime.subscribe`` listener that writes what it sees in batches of ``batch_size``:
+    ``runtime.subscribe(recorder)`` before the run, ``recorder.flush()`` after it."""
+
+    def __init__(self, writer: ProjectionWriter, batch_size: int = 5_000) -> None:
+        self.writer = writer
+        self.batch_size = batch_size
+        self.pending: list[Envelope] = []
+        self.counts = WriteCounts()
+
+    def __call__(self, env: Envelope) -> None:
+        self.pending.append(env)
+        if len(self.pending) >= self.batch_size:
+            self.flush()
+
+    def flush(self) -> WriteCounts:
+        if self.pending:
+            batch, self.pending = self.pending, []
+            self.counts = self.counts + self.writer.write(batch)
+        return self.counts
+
+
+def write_log(writer: ProjectionWriter, log: Sequence[Envelope], *, batch_size: int = 5_000,
+              progress: Callable[[int], None] | None = None) -> WriteCounts:
+    """Write a whole event log (e.g. ``run.runtime.log``) in batches of ``batch_size``."""
+    def batches() -> Iterator[Sequence[Envelope]]:
+        for i in range(0, len(log), batch_size):
+            yield log[i:i + batch_size]
+            if progress is not None:
+                progress(i + batch_size)
+
+    return writer.write_many(batches())
