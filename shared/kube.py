@@ -6,6 +6,7 @@ pod-resource arithmetic Kubernetes and KubeRay use, and how a pod maps back to i
 
 from __future__ import annotations
 
+from collections.abc import Mapping as AbcMapping
 from typing import Any, Mapping
 
 from shared import quantity as q
@@ -28,7 +29,9 @@ GPU_FRACTION = "gpu-fraction"
 
 def mapping(value: Any) -> Mapping[str, Any]:
     """``value`` if it is a mapping, else empty: objects from users may have any shape."""
-    return value if isinstance(value, Mapping) else {}
+    if type(value) is dict:  # the common case, checked first: this sits on every pod event's path
+        return value
+    return value if isinstance(value, AbcMapping) else {}
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
