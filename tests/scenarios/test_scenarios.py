@@ -29,3 +29,16 @@ def test_scenario_meets_its_expectations(path: Path) -> None:
     assert scenario.expect, f"{path.name} has no expect: list"
     failures = simulate(scenario).check()
     assert not failures, "\n".join(str(f) for f in failures)
+
+
+EXAMPLES = sorted((HERE.parent.parent / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_example_a_newcomer_runs_holds_its_expectations(path: Path) -> None:
+    """`make demo` runs these with --check; an example that drifted from its test copy would fail there."""
+    twin = HERE / path.name
+    if twin.exists():
+        assert path.read_text() == twin.read_text(), f"examples/{path.name} differs from tests/scenarios/{path.name}"
+    failures = simulate(load_scenario(path)).check()
+    assert not failures, "\n".join(str(f) for f in failures)
