@@ -14,21 +14,27 @@ _STYLE = {"Rejected": "red", "Queued": "yellow", "Admitted": "cyan", "Running": 
           "Succeeded": "bold green", "Failed": "red", "Preempted": "magenta", "Deleted": "dim"}
 
 
+def render_workload(key: str, w: dict[str, Any], console: Console) -> None:
+    """One workload's header and its transitions: how a run and the history store both show it."""
+    gang = w["gang"]
+    res = ", ".join(f"{k} {v}" for k, v in gang["resources"].items())
+    phase = w["phase"] or "-"
+    console.print(f"[bold]{escape(key)}[/] {w['kind'] or '?'} queue={escape(str(w['queue']))} priority={w['priority']} "
+                  f"gang={gang['min_member']} ({escape(res)}) -> [{_STYLE.get(phase, '')}]{phase}[/]")
+    table = Table(show_header=False, box=None, padding=(0, 1), pad_edge=False)
+    table.add_column(justify="right", style="dim", no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column()
+    for tr in w["transitions"]:
+        table.add_row(f"{tr['t']:g}s", f"[{_STYLE.get(tr['phase'], '')}]{tr['phase']}[/]", escape(tr["reason"]))
+    console.print(table)
+
+
 def render(result: dict[str, Any], console: Console, failures: list[Failure] | None = None,
            checked: bool = False) -> None:
     console.rule(f"[bold]{escape(result['scenario'])}")
     for key, w in result["workloads"].items():
-        gang = w["gang"]
-        res = ", ".join(f"{k} {v}" for k, v in gang["resources"].items())
-        console.print(f"[bold]{escape(key)}[/] {w['kind']} queue={escape(str(w['queue']))} priority={w['priority']} "
-                      f"gang={gang['min_member']} ({escape(res)}) -> [{_STYLE.get(w['phase'] or '', '')}]{w['phase']}[/]")
-        table = Table(show_header=False, box=None, padding=(0, 1), pad_edge=False)
-        table.add_column(justify="right", style="dim", no_wrap=True)
-        table.add_column(no_wrap=True)
-        table.add_column()
-        for tr in w["transitions"]:
-            table.add_row(f"{tr['t']:g}s", f"[{_STYLE.get(tr['phase'], '')}]{tr['phase']}[/]", escape(tr["reason"]))
-        console.print(table)
+        render_workload(key, w, console)
         placed: dict[str, dict[str, int]] = {}
         for pod in w["pods"]:
             if pod["node"] and pod["bound"] and pod["bound"][-1][1] is None:

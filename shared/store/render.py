@@ -11,8 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-_STYLE = {"Rejected": "red", "Queued": "yellow", "Admitted": "cyan", "Running": "green",
-          "Succeeded": "bold green", "Failed": "red", "Preempted": "magenta", "Deleted": "dim"}
+from shared.timeline import render_workload
 
 
 def _seconds(t: float | None) -> str:
@@ -20,19 +19,7 @@ def _seconds(t: float | None) -> str:
 
 
 def render_history(doc: dict[str, Any], console: Console) -> None:
-    gang = doc["gang"]
-    res = ", ".join(f"{k} {v}" for k, v in gang["resources"].items())
-    phase = doc["phase"] or "-"
-    console.print(f"[bold]{escape(doc['workload'])}[/] {doc['kind'] or '?'} queue={escape(str(doc['queue']))} "
-                  f"priority={doc['priority']} gang={gang['min_member']} ({escape(res)}) -> "
-                  f"[{_STYLE.get(phase, '')}]{phase}[/]")
-    table = Table(show_header=False, box=None, padding=(0, 1), pad_edge=False)
-    table.add_column(justify="right", style="dim", no_wrap=True)
-    table.add_column(no_wrap=True)
-    table.add_column()
-    for tr in doc["transitions"]:
-        table.add_row(_seconds(tr["t"]), f"[{_STYLE.get(tr['phase'], '')}]{tr['phase']}[/]", escape(tr["reason"]))
-    console.print(table)
+    render_workload(doc["workload"], doc, console)
     if not doc["pods"]:
         console.print("[dim]no pods[/]")
         return
