@@ -86,6 +86,22 @@ def workload_key_of_pod(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
+def workload_kind_of_pod(pod: Mapping[str, Any]) -> str | None:
+    """Kind of the user's object the pod comes from (RayJob, RayCluster, PodGroup), None if unmanaged.
+
+    Two objects of different kinds may share a name; their pods share ``workload_key_of_pod``.
+    """
+    lab = labels(pod)
+    origin = lab.get(RAY_ORIGIN_KIND)
+    if origin in ("RayJob", "RayCluster") and lab.get(RAY_ORIGIN_NAME):
+        return str(origin)
+    if lab.get(RAY_CLUSTER):
+        return "RayCluster"
+    if lab.get(POD_GROUP_X) or lab.get(POD_GROUP_NAME):
+        return "PodGroup"
+    return None
+
+
 def pod_set_of_pod(pod: Mapping[str, Any]) -> str:
     """``head``, the worker group name, ``submitter``, or ``pods`` for a plain pod gang."""
     lab = labels(pod)

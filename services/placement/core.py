@@ -184,6 +184,8 @@ class PlacementCore:
         else:
             rec.facts, rec.obj = facts, p.object
         wrec = self._admitted(facts.workload)
+        if wrec is not None and facts.kind not in (None, wrec.spec.kind):
+            wrec = None  # another kind's object under the same name: not this workload's pod
         out: list[Any] = []
         was_counting, reserved_again = rec.node is not None, False
         if rec.node is not None and not self._charge_holds(rec):
@@ -208,6 +210,12 @@ class PlacementCore:
         if not facts.live:
             self._forget(rec)
         return out
+
+    def _own_pods(self, wrec: WorkloadRecord) -> list[str]:
+        """Keys of the pods that belong to ``wrec``: same namespace/name and the same kind (a rejected
+        RayCluster sharing a RayJob's name has pods too, and they are not the RayJob's)."""
+        return [key for key in self.pods_of.get(wrec.key, {})
+                if self.pods[key].facts.kind in (None, wrec.spec.kind)]
 
     def _admitted(self, key: str | None) -> WorkloadRecord | None:
         rec = self.workloads.get(key) if key else None
@@ -361,7 +369,7 @@ class PlacementCore:
 
     def _assign_waiting(self, wrec: WorkloadRecord, pod_set: str) -> list[Any]:
         """A slot came free: the first pod of that pod set still waiting for one takes it."""
-        for key in self.pods_of.get(wrec.key, {}):
+        for key in self._own_pods(wrec):
             rec = self.pods[key]
             facts = rec.facts
             if rec.slot is None and facts.live and not facts.bound and not rec.evicted \
@@ -563,7 +571,7 @@ class PlacementCore:
         for slot in victim.slots:
             if slot.reserving:
                 stmt.uncharge(slot.node, slot.demand, slot.devices)
-        for key in self.pods_of.get(victim.key, {}):
+        for key in self._own_pods(victim):
             pod = self.pods[key]
             if pod.node is not None and pod.demand is not None:
                 stmt.uncharge(pod.node, pod.demand, pod.devices)
@@ -588,7 +596,7 @@ class PlacementCore:
     def _evict(self, victim: WorkloadRecord, preemptor: WorkloadRecord, why: str) -> PreemptionRequested:
         """Bookkeeping after the statement released the victim: its pods no longer count or fill."""
         names = []
-        for key in self.pods_of.get(victim.key, {}):
+        for key in self._own_pods(victim):
             pod = self.pods[key]
             if pod.evicted or not pod.facts.live or (pod.node is None and pod.slot is None):
                 continue
@@ -612,7 +620,7 @@ class PlacementCore:
                      for p in attempt.placements]
         rec.reason = reason
         out: list[Any] = [self._gang_placed(rec)]
-        for key in list(self.pods_of.get(rec.key, {})):
+        for key in self._own_pods(rec):
             pod = self.pods[key]
             if pod.facts.live and not pod.evicted and pod.slot is None:
                 out += self._attach(rec, pod)

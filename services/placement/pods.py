@@ -36,6 +36,8 @@ class PodFacts:
     live: bool
     """Not deleted and not finished."""
     workload: str | None
+    kind: str | None
+    """Kind of the workload object the pod comes from (``kube.workload_kind_of_pod``)."""
     pod_set: str
     requests: dict[str, int]
     """Per pod, milli-units, ``pods: 1000`` included."""
@@ -75,12 +77,13 @@ def pod_facts(change: str, obj: Mapping[str, Any], name: str, namespace: str) ->
             devices = None
     try:
         workload = kube.workload_key_of_pod(obj)
+        kind = kube.workload_kind_of_pod(obj)
         pod_set = kube.pod_set_of_pod(obj)
     except AttributeError:
-        workload, pod_set = None, "pods"
+        workload, kind, pod_set = None, None, "pods"
     return PodFacts(
         key=f"{namespace}/{name}", namespace=namespace, name=name, node_name=str(spec.get("nodeName") or ""),
-        phase=phase, live=change != "Deleted" and phase not in FINISHED, workload=workload, pod_set=pod_set,
+        phase=phase, live=change != "Deleted" and phase not in FINISHED, workload=workload, kind=kind, pod_set=pod_set,
         requests={**requests, q.PODS: 1000}, gpu_share=share, gpu_devices=devices,
     )
 

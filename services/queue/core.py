@@ -323,7 +323,10 @@ class QueueCore:
         return True
 
     def _reserve(self, w: Tracked, victims: tuple[str, ...], snap: Snapshot) -> None:
-        """``w`` takes its quota (ledger and snapshot); what its victims hold counts as given back."""
+        """``w`` takes its quota (ledger and snapshot). Its victims' nodes count as free for the rest
+        of the cycle (placement is the judge of capacity), but their quota stays held until
+        placement evicts them: if placement fails nothing was given back, so no later head of the
+        cycle may be admitted against quota a victim still holds."""
         with self._ledger.moving(w):
             w.state = "reserved"
         w.requeue_at, w.held = None, ""
@@ -333,8 +336,8 @@ class QueueCore:
             w.victims = victims
             for key in victims:
                 victim = self._workloads[key]
-                victim.promised_to = w.key
-                snap.release(self.tree, victim)
+                victim.promised_to = w.key  # no one else may count on evicting it
+                snap.free_capacity_of(victim)
             snap.candidates = None  # promises changed
 
     def _preempt_for_quota(self, w: Tracked, failure: str, snap: Snapshot, now: float, out: Out) -> bool:

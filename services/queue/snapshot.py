@@ -48,9 +48,10 @@ class Snapshot:
         """Reserve ``w``'s demand at its leaf and every ancestor, and take it from the free pool."""
         self._shift(tree, w, 1)
 
-    def release(self, tree: QueueTree, w: Tracked) -> None:
-        """A reclaim victim: count what it holds as already given back, so no one reclaims it twice."""
-        self._shift(tree, w, -1)
+    def free_capacity_of(self, w: Tracked) -> None:
+        """A promised victim: its nodes count as free for the rest of the cycle; its quota does not
+        (only placement's eviction gives that back)."""
+        self.free = q.add(self.free, w.demand, 1)
 
     def _shift(self, tree: QueueTree, w: Tracked, sign: int) -> None:
         for name in [spec.name for spec in tree.ancestry(w.queue)] or [w.queue]:

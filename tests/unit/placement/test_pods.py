@@ -5,6 +5,7 @@ from __future__ import annotations
 from shared.events import (
     CapacityChanged, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, PlacementFailed, PodAssigned, TimerSet, derive_id,
 )
+from shared import kube
 from tests.builders import gang, node, pod, pod_set, workload
 from tests.builders.placement import PlacementDriver, bound, node_changed, of_type, one, ray_pod, with_phase
 
@@ -353,3 +354,17 @@ def test_a_gang_whose_workload_leaves_in_the_same_instant_is_not_disrupted():
     d.pod(bound(ray_pod("rc", "worker", 1), "n1", "Running"), "Deleted")
     d.withdraw(RC.key)
     assert of_type(d.settle(), GangDisrupted) == []
+
+
+def test_pods_of_another_kind_under_the_same_name_are_not_the_workloads():
+    """A RayJob and a (rejected) RayCluster may share a name; only the RayJob's pods fill its slots."""
+    job = workload("default/rc", kind="RayJob", gang_=gang(pod_set("head", 1, cpu="1"), pod_set("worker", 2, cpu="1")))
+    d = PlacementDriver(None, node("n1", cpu="8"))
+    stranger = ray_pod("rc", "worker", 7, requests={"cpu": "3"})
+    stranger["metadata"]["labels"].update({kube.RAY_ORIGIN_KIND: "RayCluster", kube.RAY_ORIGIN_NAME: "rc"})
+    assert d.pod(stranger) == []
+    out = d.dequeue(job)
+    assert of_type(out, PodAssigned) == []  # the slots wait for the RayJob's own pods
+    own = ray_pod("rc", "worker", 0)
+    own["metadata"]["labels"].update({kube.RAY_ORIGIN_KIND: "RayJob", kube.RAY_ORIGIN_NAME: "rc"})
+    assert one(d.pod(own), PodAssigned).pod == "rc-worker-worker-0"
