@@ -9,6 +9,9 @@ Checked at the end of every instant (when virtual time moves on), from the event
 
 from __future__ import annotations
 
+import copy
+import os
+import traceback
 from typing import Any
 
 import yaml
@@ -20,53 +23,181 @@ from shared import quantity as q
 from shared.events import Envelope, to_json
 from shared.model import UNLIMITED
 from shared.projection import ResultProjection
-from shared.scenario import parse_scenario
+from shared.scenario import Scenario, parse_scenario
 from shared.simulate import simulate
 
+MAX_EXAMPLES = int(os.environ.get("MUSTER_PROPERTY_EXAMPLES", "200"))
+KNOWN_BUGS = os.environ.get("MUSTER_PROPERTY_KNOWN_BUGS") == "1"
+"""Two workloads of different kinds with one name (RayJob/RayCluster/pod gang) trip a known placement
+bug (tests/property/failures/same-name-*.yaml, pinned by test_saved_failures.py); unless this is set
+the random scenarios give workloads distinct names and share names only between a gang's Pod and
+another kind's workload (Pod w0 beside RayCluster w0). With it set, workload names collide freely,
+and the known reclaim-quota bug is no longer masked in the queue-limit check."""
 CPU_CHOICES = ["500m", "1", "2", "3"]
 GPU_KIND = st.sampled_from(["none", "none", "quarter", "half", "whole"])
+PRIORITIES = st.sampled_from([None, "train", "build", "inference"])
+NS = "p"
+KINDS = st.sampled_from(["RayCluster", "RayCluster", "RayJob", "PodGang"])
+
+
+def _node(name: str, cpu: int, gpu: int) -> dict[str, Any]:
+    cap = {"cpu": str(cpu), "memory": "32Gi", "nvidia.com/gpu": str(gpu), "pods": "110"}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"capacity": dict(cap), "allocatable": dict(cap)}}
+
+
+def _queues(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """Volcano queues and a KAI tree (parent with quota/limit, children): manifests, (label, name) choices."""
+    docs: list[dict[str, Any]] = []
+    choices: list[tuple[str, str]] = []
+    for i in range(draw(st.integers(0, 2))):
+        docs.append({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": f"q{i}"},
+                     "spec": {"weight": draw(st.integers(1, 3)),
+                              "capability": {"cpu": str(draw(st.integers(4, 30)))}}})
+        choices.append(("volcano.sh/queue-name", f"q{i}"))
+    if draw(st.booleans()) or not docs:
+        def res(lo: int, hi: int) -> dict[str, Any]:
+            quota = draw(st.sampled_from([-1, 0, 1000 * draw(st.integers(lo, hi))]))
+            limit = draw(st.sampled_from([-1, 1000 * draw(st.integers(max(lo, 1), hi + 10))]))
+            if limit != -1 and quota != -1:
+                quota = min(quota, limit)
+            if limit != -1 and quota == -1:
+                quota = 0
+            return {"quota": quota, "limit": limit, "overQuotaWeight": draw(st.sampled_from([1, 2, 0.5]))}
+        parent = {"cpu": res(2, 20), "gpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+                  "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1}}
+        docs.append({"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "kp"},
+                     "spec": {"resources": parent}})
+        for i in range(draw(st.integers(1, 2))):
+            child = {"cpu": res(1, 10), "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1}}
+            if draw(st.booleans()):
+                child["gpu"] = {"quota": draw(st.sampled_from([-1, 0, 1])), "limit": -1, "overQuotaWeight": 1}
+            docs.append({"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": f"k{i}"},
+                         "spec": {"parentQueue": "kp", "resources": child}})
+            choices.append(("kai.scheduler/queue", f"k{i}"))
+    return docs, choices
+
+
+def _container(draw: st.DrawFn, name: str) -> tuple[dict[str, Any], dict[str, str]]:
+    gpu = draw(GPU_KIND)
+    res: dict[str, Any] = {"requests": {"cpu": draw(st.sampled_from(CPU_CHOICES)), "memory": "1Gi"}}
+    annotations: dict[str, str] = {}
+    if gpu == "whole":
+        res["limits"] = {"nvidia.com/gpu": "1"}
+    elif gpu != "none":
+        annotations = {"gpu-fraction": "0.25" if gpu == "quarter" else "0.5"}
+    return {"name": name, "resources": res}, annotations
+
+
+def _ray_spec(draw: st.DrawFn, replicas: int) -> dict[str, Any]:
+    container, annotations = _container(draw, "w")
+    template: dict[str, Any] = {"spec": {"containers": [container]}}
+    if annotations:
+        template["metadata"] = {"annotations": annotations}
+    return {"headGroupSpec": {"template": {"spec": {"containers": [
+                {"name": "h", "resources": {"requests": {"cpu": draw(st.sampled_from(CPU_CHOICES))}}}]}}},
+            "workerGroupSpecs": [{"groupName": "g", "replicas": replicas, "template": template}]}
+
 
 @st.composite
 def scenarios(draw: st.DrawFn) -> str:
+    """Nodes that join and leave, Volcano and KAI queues, RayClusters (edited up and down, deleted),
+    RayJobs and plain pod gangs, with priorities, and names shared across kinds."""
     nodes = [{"name": f"n{i}", "capacity": {"cpu": str(draw(st.integers(2, 12))), "memory": "32Gi",
                                              "nvidia.com/gpu": str(draw(st.integers(0, 2))), "pods": "110"}}
              for i in range(draw(st.integers(1, 4)))]
-    queues = [{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": f"q{i}"},
-               "spec": {"weight": draw(st.integers(1, 3)),
-                        "capability": {"cpu": str(draw(st.integers(4, 30)))}}} for i in range(draw(st.integers(1, 2)))]
-    steps: list[dict[str, Any]] = [{"at": "0s", "apply": yaml.safe_dump_all(queues)}]
+    queue_docs, queue_choices = _queues(draw)
+    steps: list[dict[str, Any]] = [{"at": 0, "apply": yaml.safe_dump_all(queue_docs)}]
+    # nodes: later deletions of initial nodes, later joins (possibly leaving again)
+    for node in nodes:
+        if draw(st.integers(0, 4)) == 0:
+            steps.append({"at": draw(st.integers(1, 100)), "delete": {"kind": "Node", "name": node["name"]}})
+    for j in range(draw(st.integers(0, 2))):
+        joined = draw(st.integers(1, 100))
+        steps.append({"at": joined, "apply": yaml.safe_dump(_node(f"j{j}", draw(st.integers(2, 12)),
+                                                                   draw(st.integers(0, 2))))})
+        if draw(st.booleans()):
+            steps.append({"at": joined + draw(st.integers(1, 40)), "delete": {"kind": "Node", "name": f"j{j}"}})
+    used: set[tuple[str, str]] = set()
     for n in range(draw(st.integers(1, 6))):
-        gpu = draw(GPU_KIND)
-        worker: dict[str, Any] = {"requests": {"cpu": draw(st.sampled_from(CPU_CHOICES)), "memory": "1Gi"}}
-        annotations = {}
-        if gpu == "whole":
-            worker["limits"] = {"nvidia.com/gpu": "1"}
-        elif gpu != "none":
-            annotations = {"gpu-fraction": "0.25" if gpu == "quarter" else "0.5"}
-        labels = {"volcano.sh/queue-name": f"q{draw(st.integers(0, len(queues) - 1))}"}
-        prio = draw(st.sampled_from([None, "train", "build", "inference"]))
+        kind = draw(KINDS)
+        name = f"w{draw(st.integers(0, n))}"          # names repeat across kinds
+        drawn = name
+        if (kind, name) in used or (not KNOWN_BUGS and any(k not in (kind, "Pod") and nm == name
+                                                                          for k, nm in used)):
+            name = f"w{n}x"
+        used.add((kind, name))
+        label, queue = draw(st.sampled_from(queue_choices))
+        labels = {label: queue}
+        prio = draw(PRIORITIES)
         if prio:
             labels["priorityClassName"] = prio
-        template: dict[str, Any] = {"spec": {"containers": [{"name": "w", "resources": worker}]}}
-        if annotations:
-            template["metadata"] = {"annotations": annotations}
-        rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
-              "metadata": {"name": f"rc{n}", "namespace": "p", "labels": labels},
-              "spec": {"suspend": draw(st.booleans()),
-                       "headGroupSpec": {"template": {"spec": {"containers": [
-                           {"name": "h", "resources": {"requests": {"cpu": draw(st.sampled_from(CPU_CHOICES))}}}]}}},
-                       "workerGroupSpecs": [{"groupName": "g", "replicas": draw(st.integers(0, 3)), "template": template}]}}
         at = draw(st.integers(1, 40))
-        steps.append({"at": f"{at}s", "apply": yaml.safe_dump(rc)})
+        if kind == "PodGang":
+            minimum = draw(st.integers(1, 3))
+            container, annotations = _container(draw, "t")
+            pods = []
+            for i in range(minimum + draw(st.integers(0, 1))):
+                # a Pod named like another kind's workload (w0 beside RayCluster w0) — names shared across kinds
+                pod_name = drawn if i == 0 and ("Pod", drawn) not in used else f"{name}-pod-{i}"
+                used.add(("Pod", pod_name))      # never re-apply a Pod of another gang under the same name
+                meta: dict[str, Any] = {"name": pod_name, "namespace": NS,
+                                        "labels": {**labels, kube.POD_GROUP_NAME: name,
+                                                   kube.POD_GROUP_MIN: str(minimum)}}
+                if annotations:
+                    meta["annotations"] = annotations
+                pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                             "spec": {"schedulerName": "muster", "containers": [container]}})
+            steps.append({"at": at, "apply": yaml.safe_dump_all(pods)})
+            continue
+        if kind == "RayJob":
+            job = {"apiVersion": "ray.io/v1", "kind": "RayJob",
+                   "metadata": {"name": name, "namespace": NS, "labels": labels,
+                                "annotations": {"muster.dev/sim-duration": f"{draw(st.integers(5, 80))}s"}},
+                   "spec": {"entrypoint": "python main.py", "suspend": draw(st.booleans()),
+                            "shutdownAfterJobFinishes": True,
+                            "rayClusterSpec": _ray_spec(draw, draw(st.integers(0, 3)))}}
+            steps.append({"at": at, "apply": yaml.safe_dump(job)})
+            if draw(st.integers(0, 4)) == 0:
+                steps.append({"at": at + draw(st.integers(1, 60)),
+                              "delete": {"kind": "RayJob", "namespace": NS, "name": name}})
+            continue
+        spec = {"suspend": draw(st.booleans()), **_ray_spec(draw, draw(st.integers(0, 3)))}
+        rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+              "metadata": {"name": name, "namespace": NS, "labels": labels}, "spec": spec}
+        steps.append({"at": at, "apply": yaml.safe_dump(rc)})
+        last = at
+        for _ in range(draw(st.integers(0, 2))):      # edits: replicas up or down
+            last += draw(st.integers(1, 30))
+            edited = copy.deepcopy(rc)
+            edited["spec"]["workerGroupSpecs"][0]["replicas"] = draw(st.integers(0, 4))
+            steps.append({"at": last, "apply": yaml.safe_dump(edited), "edit": name})
         if draw(st.integers(0, 3)) == 0:
-            steps.append({"at": f"{at + draw(st.integers(1, 60))}s",
-                          "delete": {"kind": "RayCluster", "namespace": "p", "name": f"rc{n}"}})
+            steps.append({"at": last + draw(st.integers(1, 60)),
+                          "delete": {"kind": "RayCluster", "namespace": NS, "name": name}})
+    steps.sort(key=lambda s: s["at"])      # stable: same-instant steps keep their order
+    for s in steps:
+        s["at"] = f"{s['at']}s"
+        s.pop("edit", None)
     return yaml.safe_dump({"name": "random", "cluster": {"nodes": nodes}, "steps": steps, "until": "150s"})
+
 
 class InvariantWatcher:
     """Rebuilds cluster and quota state from the log and checks it whenever time moves on."""
 
-    def __init__(self) -> None:
+    def __init__(self, edited: frozenset[str] = frozenset(), mask_known_bugs: bool = not KNOWN_BUGS) -> None:
+        self.edited = edited
+        self.mask_known_bugs = mask_known_bugs
+        """Workload keys the scenario re-applies (spec edits); reported apart from the others."""
+        self.disrupted: set[str] = set()
+        """Gangs that lost a bound pod with its node (node deleted, or GangDisrupted) and are not Running
+        again yet: legitimately partly bound until the replacements run (README, Placement)."""
+        self.bound_now: dict[str, int] = {}
+        self.reclaim_at: dict[str, float] = {}
+        self.known_bug_queues: set[str] = set()
+        """Queues whose limit checks are skipped: a reclaimer's placement failed in the instant it named
+        victims, the known bug of failures/reclaim-victim-quota-reused-after-placement-failed.yaml
+        (unless MUSTER_PROPERTY_KNOWN_BUGS=1)."""
         self.nodes: dict[str, dict[str, int]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         self.gpu: dict[str, Any] = {}
@@ -80,6 +211,20 @@ class InvariantWatcher:
             self.last_t = env.occurred_at
         self.history.apply(env)
         p = env.payload
+        if env.type == "ReclaimRequested":
+            self.reclaim_at[p.key] = env.occurred_at
+        elif env.type == "PlacementFailed" and self.reclaim_at.get(p.key) == env.occurred_at \
+                and self.mask_known_bugs:
+            view = self.history.workloads.get(p.key)
+            name = view.queue if view else None
+            while name is not None and name not in self.known_bug_queues:
+                self.known_bug_queues.add(name)
+                spec = self.history.queues.get(name)
+                name = spec.parent if spec else None
+        if env.type == "GangDisrupted":
+            self.disrupted.add(p.key)
+        elif env.type in ("GangRunning", "WorkloadDeleted", "WorkloadFinished", "PreemptionRequested"):
+            self.disrupted.discard(p.key)
         if env.type == "PodAssigned" and p.gpu is not None:
             self.gpu[f"{p.pod_namespace}/{p.pod}"] = p.gpu
         if env.type != "ObjectChanged":
@@ -89,6 +234,10 @@ class InvariantWatcher:
             status = p.object.get("status") or {}
             if p.change == "Deleted":
                 self.nodes.pop(p.name, None)
+                for pod in self.pods.values():   # their pods are lost with the node: not the scheduler's doing
+                    key = kube.workload_key_of_pod(pod)
+                    if key and (pod.get("spec") or {}).get("nodeName") == p.name:
+                        self.disrupted.add(key)
             else:
                 self.nodes[p.name] = q.parse_resources(status.get("allocatable") or status.get("capacity"))
         elif p.kind == "Pod":
@@ -114,6 +263,7 @@ class InvariantWatcher:
                     devices[(node, d)] = devices.get((node, d), 0.0) + gpu.fraction
             key = kube.workload_key_of_pod(pod)
             if key and kube.pod_set_of_pod(pod) != "submitter":
+                key = f"{pod_kind(pod)}:{key}"
                 bound_by_workload[key] = bound_by_workload.get(key, 0) + 1
         for node, res in sorted(used.items()):
             alloc = self.nodes.get(node, {})
@@ -123,29 +273,69 @@ class InvariantWatcher:
         for (node, d), share in sorted(devices.items()):
             if share > 1.0 + 1e-9:
                 self.violations.append(f"t={t}: GPU {node}/{d} carries {share}")
-        for key, n in sorted(bound_by_workload.items()):
+        for kkey, n in sorted(bound_by_workload.items()):
+            kind, key = kkey.split(":", 1)
             view = self.history.workloads.get(key)
-            if view and view.min_member and n < view.min_member:
-                self.violations.append(f"t={t}: gang {key} partly bound: {n}/{view.min_member}")
+            if view and view.kind == kind and view.min_member and n < view.min_member and key not in self.disrupted:
+                edited = " (edited)" if key in self.edited else ""
+                self.violations.append(f"t={t}: gang {key}{edited} partly bound: {n}/{view.min_member}")
+        self.bound_now = bound_by_workload
         for queue, usage in sorted(self.history.queue_usage().items()):
             spec = self.history.queues.get(queue)
-            if spec is None:
+            if spec is None or queue in self.known_bug_queues:
                 continue
             for r, v in usage.items():
                 limit = spec.limit.get(r)
                 if limit is not None and limit != UNLIMITED and v > limit:
                     self.violations.append(f"t={t}: queue {queue} holds {r}={v} over its limit {limit}")
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios())
-def test_random_scenarios_keep_every_invariant_and_replay_identically(text: str) -> None:
-    scenario = parse_scenario(text)
-    watcher = InvariantWatcher()
+    def check_end(self) -> None:
+        """At the end: every workload that ends Running has its whole (admitted) gang bound."""
+        self.check(self.last_t)
+        for key, view in sorted(self.history.workloads.items()):
+            n = self.bound_now.get(f"{view.kind}:{key}", 0)
+            if view.phase == "Running" and n < view.min_member:
+                self.violations.append(f"end t={self.last_t}: {key} ends Running with {n}/{view.min_member} "
+                                       "gang pods bound")
 
-    run = simulate(scenario)
+
+def pod_kind(pod: dict[str, Any]) -> str:
+    """Which kind of workload a pod belongs to: names may be shared across kinds (same key)."""
+    lab = kube.labels(pod)
+    if lab.get(kube.RAY_ORIGIN_KIND) in ("RayJob", "RayCluster"):
+        return lab[kube.RAY_ORIGIN_KIND]
+    return "RayCluster" if lab.get(kube.RAY_CLUSTER) else "PodGroup"
+
+
+def edited_keys(scenario: Scenario) -> frozenset[str]:
+    """``namespace/name`` of RayClusters/RayJobs the scenario applies more than once."""
+    seen: dict[tuple[str, str], int] = {}
+    for i, step in enumerate(scenario.steps):
+        for doc in step.objects(i) if step.apply is not None else []:
+            if doc.get("kind") in ("RayCluster", "RayJob"):
+                k = (doc["kind"], kube.key(doc))
+                seen[k] = seen.get(k, 0) + 1
+    return frozenset(k[1] for k, n in seen.items() if n > 1)
+
+
+def run_and_check(text: str, mask_known_bugs: bool = not KNOWN_BUGS) -> tuple[list[str], Any]:
+    """Simulate a scenario; violations found (an escaping exception is one) and the run."""
+    scenario = parse_scenario(text)
+    try:
+        run = simulate(scenario)
+    except Exception:  # noqa: BLE001 - any escape is a finding, ScenarioError included (generator bug)
+        return [f"simulate raised:\n{traceback.format_exc()}"], None
+    watcher = InvariantWatcher(edited_keys(scenario), mask_known_bugs)
     for env in run.runtime.log:
         watcher(env)
-    watcher.check(watcher.last_t)
-    assert not watcher.violations, "\n".join(watcher.violations[:10]) + "\n" + text
-    again = simulate(scenario)
+    watcher.check_end()
+    return watcher.violations, run
+
+
+@settings(max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_random_scenarios_keep_every_invariant_and_replay_identically(text: str) -> None:
+    violations, run = run_and_check(text)
+    assert not violations, "\n".join(violations[:10]) + "\n" + text
+    again = simulate(parse_scenario(text))
     assert [to_json(e) for e in again.runtime.log] == [to_json(e) for e in run.runtime.log]
