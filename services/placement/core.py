@@ -429,14 +429,23 @@ class PlacementCore:
                 del self.pods_of[workload]
 
     # ------------------------------------------------------------------ gangs
-    def _on_dequeued(self, p: Dequeued, now: float) -> list[Any]:
-        """Place the whole gang; else preempt lower priorities of its queue; else explain."""
+    def _begin(self, p: Dequeued | ReclaimRequested) -> tuple[list[Any], WorkloadRecord | None]:
+        """The start of every placement request. A redelivered request for an admitted gang repeats its
+        GangPlaced (record None); otherwise gangs that lost pods are re-placed first (they hold their
+        quota already), then the request gets a fresh record."""
         current = self.workloads.get(p.key)
         if current is not None and current.admitted:
-            return [self._gang_placed(current)]
-        restored = self._retry_displaced()  # an admitted gang that lost pods comes before a new one
+            return [self._gang_placed(current)], None
+        restored = self._retry_displaced()
         rec = WorkloadRecord(spec=p.workload, queue=p.queue)
         self.workloads[p.key] = rec
+        return restored, rec
+
+    def _on_dequeued(self, p: Dequeued, now: float) -> list[Any]:
+        """Place the whole gang; else preempt lower priorities of its queue; else explain."""
+        restored, rec = self._begin(p)
+        if rec is None:
+            return restored
         strategy = self.policy.placement_for(p.queue)
         stmt = Statement(self.nodes)
         attempt = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=True)
@@ -487,12 +496,9 @@ class PlacementCore:
     def _on_reclaim(self, p: ReclaimRequested, now: float) -> list[Any]:
         """The queue named victims: in other queues (reclaim) or in the workload's own queue, whose limit
         blocked it (in-queue preemption for quota). Place the gang as if they were gone, or fail."""
-        current = self.workloads.get(p.key)
-        if current is not None and current.admitted:
-            return [self._gang_placed(current)]
-        restored = self._retry_displaced()  # an admitted gang that lost pods comes before a new one
-        rec = WorkloadRecord(spec=p.workload, queue=p.queue)
-        self.workloads[p.key] = rec
+        restored, rec = self._begin(p)
+        if rec is None:
+            return restored
         named = dict.fromkeys(k for k in p.victims if k != p.key)
         victims = [w for k in named if (w := self._admitted(k)) is not None]
         strategy = self.policy.placement_for(p.queue)

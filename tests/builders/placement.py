@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 from services.placement import PlacementCore
 from shared import kube
 from shared.events import (
-    Dequeued, ObjectChanged, ReclaimRequested, TimerFired, TimerSet, WorkloadUpdated, WorkloadWithdrawn,
+    Dequeued, GangPlaced, ObjectChanged, ReclaimRequested, TimerFired, TimerSet, WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.model import MatchExpression, PodSet, Toleration, WorkloadSpec
 from shared.policy import Policy
-from tests.builders import envelope, node, pod
+from tests.builders import envelope, gang, node, pod, pod_set, workload
 
 T = TypeVar("T")
 
@@ -140,7 +140,6 @@ class PlacementDriver:
 
     def run(self, spec: WorkloadSpec, out: list[Any], phase: str = "Running") -> list[Any]:
         """Create the pods of a placed gang on their slots' nodes in ``phase`` (KubeRay + binder + kubelet)."""
-        from shared.events import GangPlaced
 
         placed = one(out, GangPlaced)
         result: list[Any] = []
@@ -152,3 +151,12 @@ class PlacementDriver:
             result += self.pod(obj)
             result += self.pod(bound(obj, slot.node, phase), "Modified")
         return result
+
+
+def fits(d: PlacementDriver, cpu: str, key: str = "ns/probe") -> bool:
+    """Would a one-pod gang of ``cpu`` be placed now? Probes without leaving anything reserved."""
+    out = d.dequeue(workload(key, gang_=gang(pod_set("head", 1, cpu=cpu))))
+    if any(isinstance(p, GangPlaced) for p in out):
+        d.withdraw(key)
+        return True
+    return False

@@ -7,17 +7,9 @@ from shared.events import (
 )
 from shared import kube
 from tests.builders import gang, node, pod, pod_set, workload
-from tests.builders.placement import PlacementDriver, bound, node_changed, of_type, one, ray_pod, with_phase
+from tests.builders.placement import PlacementDriver, bound, fits, node_changed, of_type, one, ray_pod, with_phase
 
 RC = workload("default/rc", gang_=gang(pod_set("head", 1, cpu="1"), pod_set("worker", 2, cpu="1")))
-
-
-def fits(d: PlacementDriver, cpu: str, key: str = "ns/probe") -> bool:
-    out = d.dequeue(workload(key, gang_=gang(pod_set("head", 1, cpu=cpu))))
-    if any(isinstance(p, GangPlaced) for p in out):
-        d.withdraw(key)
-        return True
-    return False
 
 
 def test_unmanaged_bound_pods_count_until_they_finish():

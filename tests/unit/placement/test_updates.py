@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from shared.events import CapacityChanged, GangDisrupted, GangPlaced, GangRunning, PodAssigned, TimerSet
+from shared.events import CapacityChanged, GangDisrupted, GangRunning, PodAssigned, TimerSet
 from tests.builders import gang, node, pod_set, workload
-from tests.builders.placement import PlacementDriver, bound, of_type, one, ray_pod
+from tests.builders.placement import PlacementDriver, bound, fits, of_type, one, ray_pod
 
 
 def rc(workers: int, key: str = "default/rc"):
     return workload(key, gang_=gang(pod_set("head", 1, cpu="1"), pod_set("worker", workers, cpu="1")))
-
-
-def fits(d: PlacementDriver, cpu: str, key: str = "ns/probe") -> bool:
-    out = d.dequeue(workload(key, gang_=gang(pod_set("head", 1, cpu=cpu))))
-    if any(isinstance(p, GangPlaced) for p in out):
-        d.withdraw(key)
-        return True
-    return False
 
 
 def worker(i: int, node_name: str = "n1", phase: str = "Running") -> dict:
