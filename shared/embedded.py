@@ -1,10 +1,15 @@
-"""The embedded runtime: in-process ordered inboxes, a virtual clock, timers as events.
+"""The embedded runtime: in-process inboxes, a virtual clock, timers as events.
 
-One global FIFO of deliveries keeps the run deterministic: the same scenario gives the same event
-log, byte for byte, every run. Virtual time advances only when every inbox is drained; at one
-instant the scenario's steps go first, then the cluster's own timers (pods starting, jobs
-finishing), then the services' timers (scheduling cycles, backoff expiry) — so everything that
-happens at an instant is known before any service decides on it.
+Deliveries go breadth first, one *round* at a time: every envelope published while a round is
+handled is delivered in the next round, in the order it was published. That is one global FIFO
+(the same scenario gives the same event log, byte for byte, every run), cut where each round
+ends — the cut is what lets the distributed runtime (``shared.bus.driver``) hand a whole round to
+the services on Kafka and still deliver each inbox in exactly this order.
+
+Virtual time advances only when every inbox is drained; at one instant the scenario's steps go
+first, then the cluster's own timers (pods starting, jobs finishing), then the services' timers
+(scheduling cycles, backoff expiry) — so everything that happens at an instant is known before any
+service decides on it.
 """
 
 from __future__ import annotations
@@ -22,12 +27,24 @@ from services.reconciler.ingest import observe
 from shared.core import Core
 from shared.events import Envelope, TimerFired, wrap
 from shared.policy import Policy
+from shared.service import Service
 from shared.sim.cluster import SimCluster
 from shared.topology import destinations
 
 Listener = Callable[[Envelope], None]
+Delivery = tuple[str, Envelope]
+"""(destination, envelope): a service name, or ``cluster`` for an effect the cluster applies."""
+Outputs = dict[tuple[str, str], list[Envelope]]
+"""What a round's deliveries produced: (service, input id) -> output envelopes in order."""
 
 _SIM_TIMER, _CORE_TIMER = 0, 1
+
+CORE_CLASSES: dict[str, Callable[[Policy], Core]] = {
+    "admission": AdmissionCore,
+    "queue": QueueCore,
+    "placement": PlacementCore,
+    "reconciler": ReconcilerCore,
+}
 
 
 class RunawayError(RuntimeError):
@@ -36,12 +53,7 @@ class RunawayError(RuntimeError):
 
 def build_cores(policy: Policy) -> dict[str, Core]:
     """The composition root: one pure core per service, all reading the same policy."""
-    return {
-        "admission": AdmissionCore(policy),
-        "queue": QueueCore(policy),
-        "placement": PlacementCore(policy),
-        "reconciler": ReconcilerCore(policy),
-    }
+    return {name: make(policy) for name, make in CORE_CLASSES.items()}
 
 
 @dataclass(order=True)
@@ -62,13 +74,14 @@ class EmbeddedRuntime:
         self.policy = policy
         self.cluster = cluster
         self.cores = cores if cores is not None else build_cores(policy)
+        self.services = {name: Service(core) for name, core in self.cores.items()}
         self.now = 0.0
         self.log: list[Envelope] = []
         self.listeners: list[Listener] = []
-        self._deliveries: deque[tuple[str, Envelope]] = deque()
+        self.rounds = 0
+        self._deliveries: list[Delivery] = []
         self._timers: list[_Timer] = []
         self._armed: set[tuple[str, str, float]] = set()
-        self._seen: dict[str, set[str]] = {name: set() for name in self.cores}
         self._seq = 0
         self._limit = max_deliveries_per_instant
         self._delivered_at_instant = 0
@@ -106,26 +119,34 @@ class EmbeddedRuntime:
 
     # ------------------------------------------------------------------ delivery
     def drain(self) -> None:
-        """Deliver until every inbox is empty."""
+        """Deliver round after round until every inbox is empty."""
         self._ingest()
         while self._deliveries:
-            dest, env = self._deliveries.popleft()
-            self._delivered_at_instant += 1
-            if self._delivered_at_instant > self._limit:
-                raise RunawayError(f"more than {self._limit} deliveries at t={self.now:g}s; last: {env.type} {env.subject}")
-            if dest == "cluster":
-                self.cluster.perform(env.payload, self.now)
-            else:
-                self._deliver(dest, env)
-            self._ingest()
+            deliveries, self._deliveries = self._deliveries, []
+            self._count(deliveries)
+            self.rounds += 1
+            outputs = self.handle_round([d for d in deliveries if d[0] != "cluster"])
+            for dest, env in deliveries:  # publish in delivery order: the FIFO order of the next round
+                if dest == "cluster":
+                    self.cluster.perform(env.payload, self.now)
+                    self._ingest()
+                else:
+                    for out in outputs.pop((dest, env.id), ()):
+                        self.publish(out)
 
-    def _deliver(self, service: str, env: Envelope) -> None:
-        seen = self._seen[service]
-        if env.id in seen:  # at-least-once delivery: a redelivered envelope is a no-op
-            return
-        seen.add(env.id)
-        for index, payload in enumerate(self.cores[service].handle(env)):
-            self.publish(wrap(payload, source=service, cause=env, index=index))
+    def handle_round(self, deliveries: list[Delivery]) -> Outputs:
+        """Hand each service its part of the round, in order (the distributed runtime overrides this)."""
+        outputs: Outputs = {}
+        for service, env in deliveries:
+            outputs.setdefault((service, env.id), []).extend(self.services[service].handle(env))
+        return outputs
+
+    def _count(self, deliveries: list[Delivery]) -> None:
+        room = self._limit - self._delivered_at_instant
+        if len(deliveries) > room:
+            _, env = deliveries[max(room, 0)]
+            raise RunawayError(f"more than {self._limit} deliveries at t={self.now:g}s; last: {env.type} {env.subject}")
+        self._delivered_at_instant += len(deliveries)
 
     # ------------------------------------------------------------------ the clock
     def _advance(self, t: float) -> None:

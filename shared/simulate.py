@@ -1,10 +1,14 @@
-"""``muster simulate``: a scenario through the embedded stack on a simulated cluster."""
+"""``muster simulate``: a scenario through the stack on a simulated cluster.
+
+``simulate`` runs the embedded stack (in-process inboxes); ``simulate_on_bus`` runs the same
+scenario through the services on Kafka (``shared.bus.driver``). Both give the same result.
+"""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from shared.check import Failure, check
 from shared.embedded import EmbeddedRuntime
@@ -13,6 +17,8 @@ from shared.projection import ResultProjection
 from shared.scenario import Scenario, ScenarioError
 from shared.sim.cluster import ScenarioError as ClusterError
 from shared.sim.cluster import SimCluster
+
+Action = tuple[float, Callable[[float], None]]
 
 
 @dataclass
@@ -30,32 +36,43 @@ class Run:
         return check(self.history, self.scenario.expect, self.runtime.cluster.annotation_history)
 
 
+def new_cluster(scenario: Scenario, policy: Policy) -> SimCluster:
+    return SimCluster(pod_startup=scenario.startup_seconds, scheduler_name=policy.scheduler_name)
+
+
 def simulate(scenario: Scenario, policy: Policy | None = None) -> Run:
     """Run ``scenario`` to its ``until``; bad manifests raise ``ScenarioError`` naming the step."""
     effective = scenario.effective_policy(policy)
-    cluster = SimCluster(pod_startup=scenario.startup_seconds, scheduler_name=effective.scheduler_name)
-    runtime = EmbeddedRuntime(effective, cluster)
+    return play(scenario, effective, EmbeddedRuntime(effective, new_cluster(scenario, effective)))
+
+
+def play(scenario: Scenario, policy: Policy, runtime: EmbeddedRuntime) -> Run:
+    """Drive ``runtime`` through the scenario's steps, recording the result view."""
     history = ResultProjection(scenario.name)
     runtime.subscribe(history.apply)
+    started = time.perf_counter()
+    runtime.run(actions(scenario, runtime.cluster), scenario.until)
+    return Run(scenario, policy, runtime, history, time.perf_counter() - started)
 
+
+def actions(scenario: Scenario, cluster: SimCluster) -> list[Action]:
+    """The scenario's nodes and steps as timed actions on ``cluster``."""
     def bootstrap(now: float) -> None:
         for spec in scenario.cluster.nodes:
             for manifest in spec.manifests():
                 _guard("cluster.nodes", lambda m=manifest: cluster.apply(m, now))
 
-    actions = [(0.0, bootstrap)]
+    out: list[Action] = [(0.0, bootstrap)]
     for index, step in enumerate(scenario.steps):
         if step.apply is not None:
             docs = step.objects(index)
-            actions.append((step.at, lambda now, docs=docs, i=index: [
+            out.append((step.at, lambda now, docs=docs, i=index: [
                 _guard(f"steps[{i}]", lambda d=d: cluster.apply(d, now)) for d in docs]))
         elif step.delete is not None:
             ref = step.delete
-            actions.append((step.at, lambda now, ref=ref, i=index: _guard(
+            out.append((step.at, lambda now, ref=ref, i=index: _guard(
                 f"steps[{i}]", lambda: cluster.delete(ref.kind, ref.namespace, ref.name, now))))
-    started = time.perf_counter()
-    runtime.run(actions, scenario.until)
-    return Run(scenario, effective, runtime, history, time.perf_counter() - started)
+    return out
 
 
 def _guard(where: str, action: Any) -> None:

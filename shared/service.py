@@ -1,0 +1,64 @@
+"""One service as every runtime runs it: a core behind a dedupe, its outputs enveloped.
+
+The embedded runtime and the Kafka worker both hand a service its inbox through ``Service.handle``,
+so delivery rules live in one place: an envelope id the service has handled already yields nothing
+(at-least-once delivery makes redelivery normal), and each output's id derives from the service,
+the input's id and the output's position, so handling the same input again — after a crash, in a
+replay, on the other runtime — gives the same ids.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from shared.core import Core
+from shared.events import Envelope, wrap
+
+DEDUPE_WINDOW = 1_000_000
+"""Handled ids a service remembers. Redeliveries come from a restart re-reading its inbox from the
+last committed offset, so they are never further back than one commit interval; the window only
+has to be far larger than that, and bounded so a long-running service does not grow without end."""
+
+
+class Seen:
+    """The most recent ``capacity`` ids, oldest forgotten first."""
+
+    def __init__(self, capacity: int = DEDUPE_WINDOW) -> None:
+        if capacity < 1:
+            raise ValueError("a dedupe window must hold at least one id")
+        self.capacity = capacity
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, event_id: str) -> bool:
+        """Remember ``event_id``; False if it was remembered already (a duplicate)."""
+        if event_id in self._ids:
+            return False
+        self._ids[event_id] = None
+        if len(self._ids) > self.capacity:
+            self._ids.popitem(last=False)
+        return True
+
+    def __contains__(self, event_id: object) -> bool:
+        return event_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+class Service:
+    """A named core with its dedupe: ``handle(envelope) -> output envelopes``."""
+
+    def __init__(self, core: Core, *, dedupe_window: int = DEDUPE_WINDOW) -> None:
+        self.core = core
+        self.name = core.service
+        self.seen = Seen(dedupe_window)
+        self.handled = 0
+        self.duplicates = 0
+
+    def handle(self, env: Envelope) -> list[Envelope]:
+        """Fold one inbox envelope; a duplicate yields nothing."""
+        if not self.seen.add(env.id):
+            self.duplicates += 1
+            return []
+        self.handled += 1
+        return [wrap(payload, source=self.name, cause=env, index=i) for i, payload in enumerate(self.core.handle(env))]
