@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -39,12 +39,19 @@ def simulate_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No timeline; only check results and errors."),
     store: Optional[str] = typer.Option(None, "--store", help="Also write the run's history to this store "
                                         "(tables are created in an empty one), e.g. sqlite:///history.db."),
+    bus: Optional[str] = typer.Option(None, "--bus", help="Run on the distributed stack instead: the services on "
+                                      "this Kafka (kafka://HOST:PORT), the projector writing --store."),
+    services: str = typer.Option("tasks", "--services", help="With --bus: run the services as 'tasks' in this "
+                                 "process or as 'processes' (one `muster run` each)."),
 ) -> None:
-    """Run SCENARIO on the embedded stack with a simulated cluster and a virtual clock."""
+    """Run SCENARIO on the embedded stack (or, with --bus, on Kafka) with a simulated cluster and a virtual clock."""
     from shared.simulate import simulate
 
     console = Console(stderr=False, highlight=False, width=max(Console().width, 120))
     err = Console(stderr=True, highlight=False)
+    if services not in ("tasks", "processes"):
+        err.print(f"[red]error:[/] --services {escape(services)!s}: 'tasks' or 'processes'")
+        raise typer.Exit(2)
     if store is not None:
         from shared.store import StoreError, schema
 
@@ -54,14 +61,18 @@ def simulate_cmd(
             raise _store_failed(exc) from None
     try:
         policy = Policy.from_yaml(policy_file) if policy_file else None
-        run = simulate(load_scenario(scenario), policy)
+        loaded = load_scenario(scenario)
+        if bus is not None:
+            run = _simulate_on_bus(loaded, policy, bus, services, store, err)
+        else:
+            run = simulate(loaded, policy)
     except (ScenarioError, PolicyError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)
     result = run.result()
-    if store is not None:
+    written = None  # with --bus the projector wrote the history, from the log topic
+    if store is not None and bus is None:
         from shared.store import record
-        from shared.store.engine import display
 
         try:
             written = record(store, run.runtime.log)
@@ -77,11 +88,94 @@ def simulate_cmd(
         from shared.timeline import render
 
         render(result, console, failures, checked=check)
-        if store is not None:
+        if written is not None:
+            from shared.store.engine import display
+
             console.print(f"[dim]history: {written.events} events written to {escape(display(store))}"
                           + (f" ({written.skipped} were there already)" if written.skipped else "") + "[/]")
+        elif store is not None:
+            from shared.store.engine import display
+
+            console.print(f"[dim]history: the projector wrote the event log to {escape(display(store))}[/]")
     if failures:
         raise typer.Exit(1)
+
+
+def _simulate_on_bus(scenario: Any, policy: Optional[Policy], bus: str, services: str, store: Optional[str],
+                     err: Console) -> Any:
+    """The distributed run for ``simulate --bus``; broker trouble is exit code 2 with one line."""
+    from shared.bus.config import BusConfig, BusConfigError
+    from shared.bus.driver import DriverError, run_prefix, simulate_on_bus
+    from shared.bus.localbroker import kafka_answers
+
+    try:
+        config = BusConfig.from_env(bus)
+    except BusConfigError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2)
+    problem = kafka_answers(",".join(config.servers))
+    if problem:
+        err.print(f"[red]error:[/] Kafka at {escape(bus)} does not answer: {escape(problem)}")
+        raise typer.Exit(2)
+    config = config.with_prefix(run_prefix(scenario.name))
+    try:
+        return simulate_on_bus(scenario, config, policy, services=services, store=store)  # type: ignore[arg-type]
+    except DriverError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2)
+
+
+SERVICE_NAMES = ("admission", "queue", "placement", "reconciler", "projector")
+
+
+@app.command("run")
+def run_cmd(
+    service: str = typer.Argument(..., help="admission, queue, placement, reconciler or projector."),
+    kafka: Optional[str] = typer.Option(None, "--kafka", envvar="MUSTER_KAFKA",
+                                        help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT] (default: $MUSTER_KAFKA)."),
+    prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX",
+                                         help="Prefix of every topic name (default: muster.)."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", envvar="MUSTER_POLICY", help="Policy YAML."),
+    store: Optional[str] = typer.Option(None, "--store", envvar="MUSTER_STORE", help=STORE_HELP + " Projector only."),
+    ordering: str = typer.Option("arrival", "--ordering", help="'arrival' (the deployment) or 'rounds' (as "
+                                 "`simulate --bus` starts services: each round waits for the driver's release)."),
+    loglevel: str = typer.Option("info", "--log-level", help="Faust worker log level."),
+) -> None:
+    """Run one service as a Faust worker on Kafka: it consumes its inbox and writes to the next ones."""
+    import asyncio
+
+    from shared.bus.config import BusConfig, BusConfigError
+
+    err = Console(stderr=True, highlight=False)
+    if service not in SERVICE_NAMES:
+        err.print(f"[red]error:[/] unknown service {escape(service)!r}: one of {', '.join(SERVICE_NAMES)}")
+        raise typer.Exit(2)
+    if ordering not in ("arrival", "rounds"):
+        err.print(f"[red]error:[/] --ordering {escape(ordering)}: 'arrival' or 'rounds'")
+        raise typer.Exit(2)
+    try:
+        config = BusConfig.from_env(kafka, prefix=prefix)
+        policy = Policy.from_yaml(policy_file) if policy_file else Policy()
+    except (BusConfigError, PolicyError) as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2)
+    from shared.bus.app import ensure_topics, run_app, service_app
+
+    if service == "projector":
+        from shared.bus.projector import projector_app
+        from shared.store import StoreError, schema
+        from shared.store.engine import resolve_url
+
+        try:
+            url = resolve_url(store)
+            schema.ensure(url)
+        except StoreError as exc:
+            raise _store_failed(exc) from None
+        app_ = projector_app(config, url)
+    else:
+        app_ = service_app(service, config, policy, ordering=ordering)  # type: ignore[arg-type]
+    asyncio.run(ensure_topics(config))
+    run_app(app_, loglevel=loglevel)
 
 
 @app.command("history")

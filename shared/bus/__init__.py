@@ -1,0 +1,1 @@
+"""The Kafka bus: topics, codec, service workers, the distributed runtime."""

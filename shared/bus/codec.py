@@ -1,0 +1,121 @@
+"""Envelopes and control messages as Kafka records, and what a record that is neither becomes.
+
+An envelope is its JSON (``shared.events.to_json``) with headers ``muster-type`` and
+``muster-source`` so tools can filter without parsing. A control message — the driver's
+``Release`` of a round, a service's ``Finished`` reply (``simulate --bus`` only) — carries the
+header ``muster-control`` and is never an event: it is not in the log and no core sees it.
+
+A record that fails to parse or validate becomes a ``DeadLetter``: the original bytes (as text, or
+base64 when they are not UTF-8), where it was read, and the error.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from pydantic import ValidationError
+
+from shared.events import Envelope, from_json, to_json
+
+Headers = Sequence[tuple[str, bytes]]
+
+TYPE_HEADER = "muster-type"
+SOURCE_HEADER = "muster-source"
+CONTROL_HEADER = "muster-control"
+
+
+class BadRecord(ValueError):
+    """A record on a muster topic that is not a valid envelope or control message."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """Driver -> service: handle these buffered envelopes now, in this order (round ``round``)."""
+
+    round: int
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Service -> driver: round ``round`` is handled; its outputs are in the log up to ``log_offset``."""
+
+    round: int
+    service: str
+    log_offset: int
+    """The highest log offset this service wrote for the round, -1 if it wrote nothing."""
+
+
+Control = Release | Finished
+
+
+def envelope_headers(env: Envelope) -> list[tuple[str, bytes]]:
+    return [(TYPE_HEADER, env.type.encode()), (SOURCE_HEADER, env.source.encode())]
+
+
+def encode(env: Envelope) -> bytes:
+    return to_json(env)
+
+
+def encode_control(message: Control) -> tuple[bytes, list[tuple[str, bytes]]]:
+    if isinstance(message, Release):
+        body: dict[str, Any] = {"round": message.round, "ids": list(message.ids)}
+        kind = b"release"
+    else:
+        body = {"round": message.round, "service": message.service, "log_offset": message.log_offset}
+        kind = b"finished"
+    return json.dumps(body).encode(), [(CONTROL_HEADER, kind)]
+
+
+def control_kind(headers: Headers | None) -> str | None:
+    """``release`` / ``finished`` for a control record, None for an envelope."""
+    for name, value in headers or ():
+        if name == CONTROL_HEADER:
+            return value.decode("utf-8", "replace")
+    return None
+
+
+def decode(value: bytes | None, headers: Headers | None = None) -> Envelope | Control:
+    """Parse a record; ``BadRecord`` says what is wrong with it."""
+    if value is None:
+        raise BadRecord("empty record (no value)")
+    kind = control_kind(headers)
+    if kind is None:
+        try:
+            return from_json(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "envelope"
+            raise BadRecord(f"not a valid envelope: {where}: {first.get('msg', 'invalid')} "
+                            f"({exc.error_count()} error(s))") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BadRecord(f"not a valid envelope: {exc}") from None
+    try:
+        body = json.loads(value)
+        if kind == "release":
+            ids = body["ids"]
+            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+                raise TypeError("ids must be a list of strings")
+            return Release(round=int(body["round"]), ids=tuple(ids))
+        if kind == "finished":
+            return Finished(round=int(body["round"]), service=str(body["service"]), log_offset=int(body["log_offset"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BadRecord(f"not a valid {kind} control message: {exc}") from None
+    raise BadRecord(f"unknown control message {kind!r}")
+
+
+def dead_letter(value: bytes | None, headers: Headers | None, *, topic: str, partition: int, offset: int,
+                consumer: str, error: str) -> bytes:
+    """The dead-letter record for a bad one: enough to find it, see it and fix what sent it."""
+    try:
+        text, encoding = (value or b"").decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        text, encoding = base64.b64encode(value or b"").decode(), "base64"
+    return json.dumps({
+        "topic": topic, "partition": partition, "offset": offset, "consumer": consumer, "error": error,
+        "value": text, "value_encoding": encoding,
+        "headers": {name: v.decode("utf-8", "replace") for name, v in headers or ()},
+    }).encode()

@@ -1,0 +1,145 @@
+"""Where the broker is and how to reach it: flags, else environment, else defaults.
+
+| environment                     | meaning                                                        |
+|---------------------------------|----------------------------------------------------------------|
+| ``MUSTER_KAFKA``                | bootstrap servers, ``host:port[,host:port]`` or ``kafka://...`` |
+| ``MUSTER_TOPIC_PREFIX``         | prefix of every topic name (default ``muster.``)               |
+| ``MUSTER_KAFKA_SECURITY``       | ``PLAINTEXT`` (default), ``SSL``, ``SASL_PLAINTEXT``, ``SASL_SSL`` |
+| ``MUSTER_KAFKA_SASL_MECHANISM`` | ``PLAIN`` (default), ``SCRAM-SHA-256``, ``SCRAM-SHA-512``       |
+| ``MUSTER_KAFKA_SASL_USERNAME`` / ``MUSTER_KAFKA_SASL_PASSWORD`` | SASL credentials               |
+| ``MUSTER_KAFKA_SSL_CAFILE`` / ``_CERTFILE`` / ``_KEYFILE``       | TLS trust and client certificate |
+| ``MUSTER_KAFKA_FETCH_WAIT_MS``  | longest a fetch waits for data (default 5)                     |
+
+The fetch wait is low on purpose: a broker that does not answer a fetch as soon as data arrives
+(Tansu, the test broker) would otherwise add the whole wait to every hop between two services.
+Apache Kafka answers early, so a low value costs it only idle polls.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Mapping
+
+from shared.bus.topics import DEFAULT_PREFIX, Topics
+
+Security = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+_SECURITY = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class BusConfigError(ValueError):
+    """A setting that cannot work; the message names it."""
+
+
+@dataclass(frozen=True)
+class BusConfig:
+    """How to reach the broker; ``aiokafka()`` and ``faust()`` give each client's own arguments."""
+
+    bootstrap: str
+    prefix: str = DEFAULT_PREFIX
+    security: Security = "PLAINTEXT"
+    sasl_mechanism: str = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    fetch_wait_ms: int = 5
+
+    def __post_init__(self) -> None:
+        servers = self.servers
+        if not servers or any(":" not in s or not s.rsplit(":", 1)[1].isdigit() for s in servers):
+            raise BusConfigError(f"Kafka bootstrap {self.bootstrap!r}: give host:port[,host:port] (or kafka://host:port)")
+        if self.security not in _SECURITY:
+            raise BusConfigError(f"MUSTER_KAFKA_SECURITY {self.security!r}: one of {', '.join(_SECURITY)}")
+        if self.sasl_mechanism not in _MECHANISMS:
+            raise BusConfigError(f"MUSTER_KAFKA_SASL_MECHANISM {self.sasl_mechanism!r}: one of {', '.join(_MECHANISMS)}")
+        if self.security.startswith("SASL") and (not self.sasl_username or self.sasl_password is None):
+            raise BusConfigError(f"security {self.security} needs MUSTER_KAFKA_SASL_USERNAME and _PASSWORD")
+        if self.fetch_wait_ms < 0:
+            raise BusConfigError(f"fetch wait {self.fetch_wait_ms} ms: must not be negative")
+
+    @classmethod
+    def from_env(cls, bootstrap: str | None = None, *, prefix: str | None = None,
+                 env: Mapping[str, str] | None = None) -> "BusConfig":
+        """Flags win over ``MUSTER_*`` variables; ``bootstrap`` is required from one or the other."""
+        env = os.environ if env is None else env
+        bootstrap = bootstrap or env.get("MUSTER_KAFKA")
+        if not bootstrap:
+            raise BusConfigError("no Kafka given: pass --kafka HOST:PORT or set MUSTER_KAFKA")
+        wait = env.get("MUSTER_KAFKA_FETCH_WAIT_MS", "5")
+        if not wait.isdigit():
+            raise BusConfigError(f"MUSTER_KAFKA_FETCH_WAIT_MS {wait!r}: a whole number of milliseconds")
+        return cls(
+            bootstrap=bootstrap,
+            prefix=prefix if prefix is not None else env.get("MUSTER_TOPIC_PREFIX", DEFAULT_PREFIX),
+            security=env.get("MUSTER_KAFKA_SECURITY", "PLAINTEXT").upper(),  # type: ignore[arg-type]
+            sasl_mechanism=env.get("MUSTER_KAFKA_SASL_MECHANISM", "PLAIN").upper(),
+            sasl_username=env.get("MUSTER_KAFKA_SASL_USERNAME"),
+            sasl_password=env.get("MUSTER_KAFKA_SASL_PASSWORD"),
+            ssl_cafile=env.get("MUSTER_KAFKA_SSL_CAFILE"),
+            ssl_certfile=env.get("MUSTER_KAFKA_SSL_CERTFILE"),
+            ssl_keyfile=env.get("MUSTER_KAFKA_SSL_KEYFILE"),
+            fetch_wait_ms=int(wait),
+        )
+
+    def with_prefix(self, prefix: str) -> "BusConfig":
+        return replace(self, prefix=prefix)
+
+    @property
+    def servers(self) -> list[str]:
+        text = self.bootstrap.strip()
+        for scheme in ("kafka://", "tcp://"):
+            text = text.removeprefix(scheme)
+        return [s.strip() for s in text.split(",") if s.strip()]
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(self.prefix)
+
+    def env(self) -> dict[str, str]:
+        """The ``MUSTER_*`` variables that reproduce this config (for services started as processes)."""
+        out = {"MUSTER_KAFKA": ",".join(self.servers), "MUSTER_TOPIC_PREFIX": self.prefix,
+               "MUSTER_KAFKA_SECURITY": self.security, "MUSTER_KAFKA_SASL_MECHANISM": self.sasl_mechanism,
+               "MUSTER_KAFKA_FETCH_WAIT_MS": str(self.fetch_wait_ms)}
+        for name, value in (("SASL_USERNAME", self.sasl_username), ("SASL_PASSWORD", self.sasl_password),
+                            ("SSL_CAFILE", self.ssl_cafile), ("SSL_CERTFILE", self.ssl_certfile),
+                            ("SSL_KEYFILE", self.ssl_keyfile)):
+            if value is not None:
+                out[f"MUSTER_KAFKA_{name}"] = value
+        return out
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if not self.security.endswith("SSL"):
+            return None
+        context = ssl.create_default_context(cafile=self.ssl_cafile)
+        if self.ssl_certfile:
+            context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+        return context
+
+    def aiokafka(self) -> dict[str, Any]:
+        """Connection arguments for aiokafka's producer, consumer and admin client."""
+        out: dict[str, Any] = {"bootstrap_servers": self.servers, "security_protocol": self.security}
+        context = self.ssl_context()
+        if context is not None:
+            out["ssl_context"] = context
+        if self.security.startswith("SASL"):
+            out.update(sasl_mechanism=self.sasl_mechanism, sasl_plain_username=self.sasl_username,
+                       sasl_plain_password=self.sasl_password)
+        return out
+
+    def faust(self) -> dict[str, Any]:
+        """Connection settings for a Faust app (``broker`` and ``broker_credentials``)."""
+        import faust
+
+        out: dict[str, Any] = {"broker": [f"kafka://{s}" for s in self.servers]}
+        context = self.ssl_context()
+        if self.security.startswith("SASL"):
+            out["broker_credentials"] = faust.SASLCredentials(
+                username=self.sasl_username, password=self.sasl_password, ssl_context=context,
+                mechanism=self.sasl_mechanism)
+        elif context is not None:
+            out["broker_credentials"] = faust.SSLCredentials(context)
+        return out

@@ -1,0 +1,344 @@
+"""``muster simulate --bus``: one scenario through the services on Kafka, same decisions as embedded.
+
+The driver plays what the scenario needs besides the services: the simulated cluster (its watch
+events are the ingest), the virtual clock, and the round keeper. It is the embedded runtime
+(``shared.embedded``) with one step replaced: instead of calling the cores, a round is handed to
+the services over Kafka —
+
+    1. what the driver made (watch events, fired timers) is written to the log and the inboxes
+    2. each service gets a ``Release`` in its inbox naming its envelopes of the round, in order
+    3. each service handles them, writes its outputs (log, then inboxes) and answers ``Finished``
+    4. the driver reads the round's outputs back from the log and publishes them in delivery
+       order, exactly as the embedded runtime would — which is also the order the next round is
+       released in, and the order the result view folds
+
+Virtual time moves only when a round produced nothing more: every inbox is drained. Services run
+as Faust apps, either as tasks on the driver's event loop (``services="tasks"``, the default) or as
+``muster run`` processes (``services="processes"``); with a store, the projector runs too and the
+run ends once it has written the whole log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Literal, Sequence, TypeVar
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from shared.bus import codec
+from shared.bus.codec import Finished, Release
+from shared.bus.config import BusConfig
+from shared.bus.topics import key
+from shared.bus.worker import Record
+from shared.embedded import Delivery, EmbeddedRuntime, Outputs
+from shared.events import Envelope
+from shared.policy import Policy
+from shared.scenario import Scenario
+from shared.service import Seen
+from shared.sim.cluster import SimCluster
+from shared.simulate import Run, actions, new_cluster, play
+from shared.topology import SERVICES
+
+T = TypeVar("T")
+ServiceMode = Literal["tasks", "processes"]
+
+
+class DriverError(RuntimeError):
+    """The distributed run cannot go on (a service stopped answering, the broker went away)."""
+
+
+class EventLoopThread:
+    """An asyncio loop on a thread of its own: the runtime's rounds are synchronous, Kafka is not."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="muster-bus", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+        return future.result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+async def _all(coros: Any) -> list[Any]:
+    return await asyncio.gather(*coros)
+
+
+class AioProducer:
+    """``worker.Producer`` over a plain aiokafka producer (the driver's own)."""
+
+    def __init__(self, config: BusConfig) -> None:
+        self.producer = AIOKafkaProducer(**config.aiokafka(), linger_ms=0, enable_idempotence=False)
+
+    async def send_all(self, records: Sequence[Record]) -> list[int]:
+        pending = [await self.producer.send(r.topic, r.value, key=r.key, headers=r.headers) for r in records]
+        return [meta.offset for meta in await asyncio.gather(*pending)]
+
+
+@dataclass
+class RoundKeeper:
+    """The driver's side of a round (see the module docstring), on the event loop thread."""
+
+    config: BusConfig
+    round_timeout: float = 120.0
+    round: int = 0
+    written: Seen = field(default_factory=Seen)
+    """Ids of envelopes the driver made that are in the log already."""
+
+    async def start(self) -> None:
+        topics = self.config.topics
+        self.producer = AioProducer(self.config)
+        await self.producer.producer.start()
+        # One consumer per partition: a consumer holding records of one partition answers a
+        # getmany on the other only after its fetch backoff (100 ms), which every round would pay.
+        self.control, self.log = TopicPartition(topics.control, 0), TopicPartition(topics.log, 0)
+        self.replies = await self._consumer(self.control)
+        self.reader = await self._consumer(self.log)
+        await self.replies.seek_to_end(self.control)
+        await self.reader.seek_to_beginning(self.log)
+
+    async def _consumer(self, tp: TopicPartition) -> AIOKafkaConsumer:
+        consumer = AIOKafkaConsumer(**self.config.aiokafka(), enable_auto_commit=False,
+                                    fetch_max_wait_ms=self.config.fetch_wait_ms)
+        await consumer.start()
+        consumer.assign([tp])
+        return consumer
+
+    async def stop(self) -> None:
+        await self.replies.stop()
+        await self.reader.stop()
+        await self.producer.producer.stop()
+
+    async def handle(self, deliveries: list[Delivery]) -> Outputs:
+        self.round += 1
+        topics = self.config.topics
+        records: list[Record] = []
+        order: dict[str, list[str]] = defaultdict(list)
+        for service, env in deliveries:
+            if env.source not in SERVICES:  # made by the driver: not on the bus yet
+                if self.written.add(env.id):
+                    records.append(self._record(topics.log, env))
+                records.append(self._record(topics.inbox(service), env))
+            order[service].append(env.id)
+        if records:
+            await self.producer.send_all(records)
+        releases = []
+        for service, ids in order.items():
+            body, headers = codec.encode_control(Release(self.round, tuple(ids)))
+            releases.append(Record(topics.inbox(service), b"release", body, headers))
+        await self.producer.send_all(releases)
+        last = await self._finished(set(order))
+        wanted = {(service, env.id) for service, env in deliveries}
+        return await self._outputs(last, wanted)
+
+    def _record(self, topic: str, env: Envelope) -> Record:
+        return Record(topic, key(topic, env, self.config.topics), codec.encode(env), codec.envelope_headers(env))
+
+    async def _finished(self, services: set[str]) -> int:
+        """Wait for every service's ``Finished`` of this round; the highest log offset they wrote."""
+        waiting, last = set(services), -1
+        deadline = time.monotonic() + self.round_timeout
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DriverError(f"round {self.round}: no answer from {', '.join(sorted(waiting))} within "
+                                  f"{self.round_timeout:g}s (is the service running and reaching the broker?)")
+            batch = await self.replies.getmany(self.control, timeout_ms=int(min(left, 1.0) * 1000))
+            for message in batch.get(self.control, ()):
+                reply = codec.decode(message.value, message.headers)
+                if isinstance(reply, Finished) and reply.round == self.round and reply.service in waiting:
+                    waiting.discard(reply.service)
+                    last = max(last, reply.log_offset)
+        return last
+
+    async def _outputs(self, last: int, wanted: set[tuple[str, str]]) -> Outputs:
+        """Read the log up to ``last``: the outputs of this round's deliveries, first copy of each."""
+        outputs: Outputs = {}
+        seen: set[str] = set()
+        while last >= 0 and await self.reader.position(self.log) <= last:
+            batch = await self.reader.getmany(self.log, timeout_ms=1000, max_records=10_000)
+            for message in batch.get(self.log, ()):
+                env = codec.decode(message.value, message.headers)
+                if not isinstance(env, Envelope) or env.source not in SERVICES or env.id in seen:
+                    continue
+                slot = (env.source, env.causation_id or "")
+                if slot in wanted:
+                    seen.add(env.id)
+                    outputs.setdefault(slot, []).append(env)
+        return outputs
+
+    async def log_end(self) -> int:
+        return (await self.reader.end_offsets([self.log]))[self.log]
+
+
+class DistributedRuntime(EmbeddedRuntime):
+    """The embedded runtime whose rounds are handled by the services on Kafka."""
+
+    def __init__(self, policy: Policy, cluster: SimCluster, keeper: RoundKeeper, loop: EventLoopThread,
+                 *, before_round: Callable[[int], None] | None = None) -> None:
+        super().__init__(policy, cluster, cores={})
+        self.keeper = keeper
+        self.bus = loop
+        self.before_round = before_round
+
+    def handle_round(self, deliveries: list[Delivery]) -> Outputs:
+        if not deliveries:
+            return {}
+        if self.before_round is not None:
+            self.before_round(self.keeper.round + 1)
+        return self.bus.run(self.keeper.handle(deliveries))
+
+
+# --------------------------------------------------------------------------- the services
+class ServiceHost:
+    """Starts and stops the five apps: as tasks on the driver's loop, or as ``muster run`` processes."""
+
+    def __init__(self, config: BusConfig, policy: Policy, mode: ServiceMode, bus: EventLoopThread,
+                 store: str | None = None) -> None:
+        self.config, self.policy, self.mode, self.bus, self.store = config, policy, mode, bus, store
+        self.apps: list[Any] = []
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._policy_file: str | None = None
+        self.logs = Path(tempfile.mkdtemp(prefix="muster-services-"))
+
+    @property
+    def names(self) -> list[str]:
+        return list(SERVICES) + (["projector"] if self.store else [])
+
+    def start(self) -> None:
+        if self.mode == "tasks":
+            from shared.bus.app import service_app
+            from shared.bus.projector import projector_app
+
+            self.apps = [service_app(name, self.config, self.policy, ordering="rounds") for name in SERVICES]
+            if self.store:
+                self.apps.append(projector_app(self.config, self.store))
+            self.bus.run(_all(app.start() for app in self.apps), timeout=60)
+            return
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            f.write(self.policy.model_dump_json())
+            self._policy_file = f.name
+        for name in self.names:
+            self.spawn(name)
+
+    def spawn(self, name: str) -> subprocess.Popen[bytes]:
+        """Start (or start again) one service as a process."""
+        args = [sys.executable, "-m", "shared.cli", "run", name]
+        if name == "projector":
+            args += ["--store", str(self.store)]
+        else:
+            args += ["--ordering", "rounds", "--policy", str(self._policy_file)]
+        env = {**os.environ, **self.config.env(), "PYTHONUNBUFFERED": "1"}
+        out = open(self.logs / f"{name}.log", "ab")
+        self.processes[name] = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                                cwd=Path(__file__).resolve().parents[2])
+        return self.processes[name]
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one service process (the crash test's hand)."""
+        process = self.processes[name]
+        process.kill()
+        process.wait()
+
+    def stop(self) -> None:
+        for app in reversed(self.apps):
+            try:
+                self.bus.run(app.stop(), timeout=30)
+            except Exception:  # noqa: BLE001 - stopping is best effort; the loop goes away next
+                pass
+        self.apps = []
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._policy_file:
+            os.unlink(self._policy_file)
+            self._policy_file = None
+
+
+def run_prefix(name: str) -> str:
+    """A topic prefix of a run's own, so runs never read each other's records."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40] or "run"
+    return f"muster.sim.{safe}.{uuid.uuid4().hex[:8]}."
+
+
+async def wait_for_projector(config: BusConfig, store: str, end: int, timeout: float) -> None:
+    """Until the store's consumed offset on the log reaches ``end`` (the projector caught up)."""
+    from sqlalchemy import select
+
+    from shared.store.engine import connect
+    from shared.store.models import ConsumedOffset
+
+    engine = connect(store)
+    table = ConsumedOffset.__table__
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            with engine.connect() as conn:
+                done = conn.execute(select(table.c.offset).where(table.c.topic == config.topics.log)).scalar()
+            if done is not None and done >= end:
+                return
+            if time.monotonic() > deadline:
+                raise DriverError(f"the projector wrote the log up to {done} of {end} within {timeout:g}s")
+            await asyncio.sleep(0.1)
+    finally:
+        engine.dispose()
+
+
+def simulate_on_bus(scenario: Scenario, config: BusConfig, policy: Policy | None = None, *,
+                    services: ServiceMode = "tasks", store: str | None = None, round_timeout: float = 120.0,
+                    before_round: Callable[[int, ServiceHost], None] | None = None) -> Run:
+    """Run ``scenario`` through the services on Kafka (topics under ``config.prefix``, created when
+    missing); with ``store``, the projector writes the history there and the run waits for it.
+    ``before_round(round, host)`` is called before each round is released (the crash test kills
+    and restarts services there)."""
+    from shared.bus.app import ensure_topics
+
+    effective = scenario.effective_policy(policy)
+    cluster = new_cluster(scenario, effective)
+    actions(scenario, cluster)  # a malformed scenario fails before anything starts
+    if store is not None:
+        from shared.store import schema
+
+        schema.ensure(store)
+    bus = EventLoopThread()
+    host = ServiceHost(config, effective, services, bus, store)
+    keeper = RoundKeeper(config, round_timeout)
+    started = False
+    try:
+        bus.run(ensure_topics(config))
+        host.start()
+        bus.run(keeper.start())
+        started = True
+        hook = (lambda n: before_round(n, host)) if before_round is not None else None
+        run = play(scenario, effective, DistributedRuntime(effective, cluster, keeper, bus, before_round=hook))
+        if store is not None:
+            bus.run(wait_for_projector(config, store, bus.run(keeper.log_end()), round_timeout))
+        return run
+    finally:
+        if started:
+            bus.run(keeper.stop())
+        host.stop()
+        bus.close()
