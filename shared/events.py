@@ -318,7 +318,9 @@ PAYLOAD_TYPES: dict[str, type[BaseModel]] = {
 class Envelope(BaseModel):
     """Every message on every inbox. ``occurred_at`` is event time in seconds; it is the only 'now'."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
+    """Non-finite numbers stay what they were across the wire (``Infinity``, which Python's ``json``
+    reads back): only a YAML manifest can hold one, and admission must see it to reject it."""
 
     id: str
     type: str
