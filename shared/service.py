@@ -55,6 +55,13 @@ class Service:
         self.handled = 0
         self.duplicates = 0
 
+    def handled_before(self, env: Envelope) -> bool:
+        """True (and counted) for a copy of an envelope this service has handled already."""
+        if env.id in self.seen:
+            self.duplicates += 1
+            return True
+        return False
+
     def handle(self, env: Envelope) -> list[Envelope]:
         """Fold one inbox envelope; a duplicate yields nothing."""
         if not self.seen.add(env.id):

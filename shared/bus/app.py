@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, AsyncIterator, Literal, Sequence
 
 import faust
@@ -59,9 +61,13 @@ class MusterApp(faust.App):
 
 
 def base_app(app_id: str, config: BusConfig) -> MusterApp:
-    """A Faust app that joins its group within seconds and declares no topics of its own."""
+    """A Faust app that joins its group within seconds and declares no topics of its own. Its data
+    folder (Faust keeps table state there; muster has no tables) goes under the temp folder, not
+    into the working directory."""
+    datadir = Path(tempfile.gettempdir()) / "muster-faust"
+    datadir.mkdir(parents=True, exist_ok=True)
     app = MusterApp(
-        app_id, **config.faust(),
+        app_id, **config.faust(), datadir=str(datadir / app_id),
         web_enabled=False, topic_disable_leader=True, topic_allow_declare=False,
         consumer_auto_offset_reset="earliest", key_serializer="raw", value_serializer="raw",
         broker_rebalance_timeout=2, broker_session_timeout=6, broker_heartbeat_interval=1,

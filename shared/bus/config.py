@@ -29,6 +29,11 @@ _SECURITY = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
+def _is_port(text: str) -> bool:
+    """A whole number written in ASCII digits (``str.isdigit`` also takes '²')."""
+    return text.isascii() and text.isdigit()
+
+
 class BusConfigError(ValueError):
     """A setting that cannot work; the message names it."""
 
@@ -50,7 +55,7 @@ class BusConfig:
 
     def __post_init__(self) -> None:
         servers = self.servers
-        if not servers or any(":" not in s or not s.rsplit(":", 1)[1].isdigit() for s in servers):
+        if not servers or any(not _is_port(s.rpartition(":")[2]) or not s.rpartition(":")[0] for s in servers):
             raise BusConfigError(f"Kafka bootstrap {self.bootstrap!r}: give host:port[,host:port] (or kafka://host:port)")
         if self.security not in _SECURITY:
             raise BusConfigError(f"MUSTER_KAFKA_SECURITY {self.security!r}: one of {', '.join(_SECURITY)}")
@@ -70,7 +75,7 @@ class BusConfig:
         if not bootstrap:
             raise BusConfigError("no Kafka given: pass --kafka HOST:PORT or set MUSTER_KAFKA")
         wait = env.get("MUSTER_KAFKA_FETCH_WAIT_MS", "5")
-        if not wait.isdigit():
+        if not _is_port(wait):
             raise BusConfigError(f"MUSTER_KAFKA_FETCH_WAIT_MS {wait!r}: a whole number of milliseconds")
         return cls(
             bootstrap=bootstrap,
@@ -90,10 +95,14 @@ class BusConfig:
 
     @property
     def servers(self) -> list[str]:
-        text = self.bootstrap.strip()
-        for scheme in ("kafka://", "tcp://"):
-            text = text.removeprefix(scheme)
-        return [s.strip() for s in text.split(",") if s.strip()]
+        out = []
+        for server in self.bootstrap.split(","):
+            server = server.strip()
+            for scheme in ("kafka://", "tcp://"):
+                server = server.removeprefix(scheme)
+            if server:
+                out.append(server)
+        return out
 
     @property
     def topics(self) -> Topics:

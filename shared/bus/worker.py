@@ -162,7 +162,7 @@ class InboxWorker:
     def _handle(self, item: Envelope | Release) -> list[Envelope]:
         if isinstance(item, Release):
             ready = self.ordering.release(item)
-        elif item.id in self.service.seen:
+        elif self.service.handled_before(item):
             return []  # a copy of one handled already: not even held
         else:
             ready = self.ordering.offer(item)

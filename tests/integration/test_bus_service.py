@@ -1,0 +1,168 @@
+"""Services as the deployment runs them (``muster run``: arrival order, wall clock) on a real broker.
+
+- a service handles its inbox, writes each output to the log before routing it, and its clock
+  fires the timers it set into its own inbox;
+- a record that is no envelope goes to the dead-letter topic with the error, is counted, and the
+  consumer goes on with the next record (services and the projector alike);
+- a service started again rebuilds its state from its inbox: a redelivered envelope changes
+  nothing, and the next one is decided on the rebuilt state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from services.reconciler.ingest import observe
+from shared.bus import codec
+from shared.bus.app import ensure_topics, service_app
+from shared.bus.config import BusConfig
+from shared.bus.driver import EventLoopThread
+from shared.bus.projector import projector_app
+from shared.events import Envelope, wrap
+from shared.policy import Policy
+from tests.builders import node, pod, ray_cluster
+
+
+@contextmanager
+def running(config: BusConfig, make: Callable[[], Any]) -> Iterator[tuple[Any, EventLoopThread]]:
+    bus = EventLoopThread()
+    try:
+        bus.run(ensure_topics(config))
+        app = make()
+        bus.run(app.start(), timeout=60)
+        try:
+            yield app, bus
+        finally:
+            bus.run(app.stop(), timeout=30)
+    finally:
+        bus.close()
+
+
+def send(config: BusConfig, topic: str, *values: bytes) -> None:
+    async def go() -> None:
+        producer = AIOKafkaProducer(**config.aiokafka())
+        await producer.start()
+        try:
+            for value in values:
+                await producer.send_and_wait(topic, value, key=b"test")
+        finally:
+            await producer.stop()
+
+    asyncio.run(go())
+
+
+def read_until(config: BusConfig, topic: str, done: Callable[[list[Any]], bool], timeout: float = 30.0) -> list[Any]:
+    """Records of ``topic`` from its start, until ``done(records)`` (or fail after ``timeout``)."""
+    async def go() -> list[Any]:
+        tp = TopicPartition(topic, 0)
+        consumer = AIOKafkaConsumer(**config.aiokafka(), fetch_max_wait_ms=5, enable_auto_commit=False)
+        await consumer.start()
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        records: list[Any] = []
+        deadline = time.monotonic() + timeout
+        try:
+            while not done(records):
+                assert time.monotonic() < deadline, f"{topic}: still waiting after {timeout}s; got {len(records)}"
+                batch = await consumer.getmany(tp, timeout_ms=200)
+                records.extend(batch.get(tp, ()))
+            return records
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(go())
+
+
+def envelopes(records: list[Any]) -> list[Envelope]:
+    return [env for r in records if isinstance(env := codec.decode(r.value, r.headers), Envelope)]
+
+
+def ingest(obj: dict, index: int, change: str = "Added") -> Envelope:
+    return wrap(observe(change, obj), source="ingest", cause=None, index=index, at=time.time())  # type: ignore[arg-type]
+
+
+def test_a_service_routes_its_outputs_after_logging_them_and_fires_its_own_timers(
+        kafka_bootstrap: str, topic_prefix: str) -> None:
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    topics = config.topics
+    with running(config, lambda: service_app("placement", config, Policy())):
+        joined = ingest(node("n1"), 1)
+        # a pod of another scheduler lowers capacity: placement says so once the instant is over
+        other = ingest(pod("other", requests={"cpu": "4"}, node_name="n1", scheduler="default-scheduler"), 2)
+        send(config, topics.inbox("placement"), codec.encode(joined), codec.encode(other))
+        log = envelopes(read_until(config, topics.log, lambda rs: sum(
+            codec.decode(r.value, r.headers).type == "CapacityChanged" for r in rs) == 2))
+    kinds = [(e.source, e.type) for e in log]
+    # the capacity timer was set, fired by the service's wall clock into its own inbox, and handled
+    assert kinds == [("placement", "CapacityChanged"), ("placement", "TimerSet"), ("clock", "TimerFired"),
+                     ("placement", "CapacityChanged")]
+    first, timer_set, fired, lowered = log
+    assert first.causation_id == joined.id and timer_set.causation_id == other.id
+    assert fired.causation_id == timer_set.id and lowered.causation_id == fired.id
+    assert lowered.payload.total["cpu"] == first.payload.total["cpu"] - 4000
+    inbox = envelopes(read_until(config, topics.inbox("placement"), lambda rs: len(rs) >= 3))
+    assert [e.id for e in inbox] == [joined.id, other.id, fired.id]
+    queue = envelopes(read_until(config, topics.inbox("queue"), lambda rs: len(rs) >= 2))
+    assert [e.id for e in queue] == [first.id, lowered.id]
+
+
+def test_bad_records_are_dead_lettered_and_the_consumer_goes_on(kafka_bootstrap: str, topic_prefix: str) -> None:
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    topics = config.topics
+    good = ingest(ray_cluster("rc"), 1)
+    wrong = json.loads(codec.encode(good))
+    wrong["payload"]["change"] = "Exploded"
+    with running(config, lambda: service_app("admission", config, Policy())) as (app, _):
+        send(config, topics.inbox("admission"), b"\xff not json", json.dumps(wrong).encode(), codec.encode(good))
+        log = envelopes(read_until(config, topics.log, lambda rs: any(
+            codec.decode(r.value, r.headers).type == "WorkloadSubmitted" for r in rs)))
+        assert app.muster_worker.dead_letters == 2
+    assert [e.causation_id for e in log if e.type == "WorkloadSubmitted"] == [good.id]
+    letters = [json.loads(r.value) for r in read_until(config, topics.deadletter, lambda rs: len(rs) >= 2)]
+    assert [(d["topic"], d["offset"], d["consumer"]) for d in letters] == [
+        (topics.inbox("admission"), 0, "admission"), (topics.inbox("admission"), 1, "admission")]
+    assert letters[0]["value_encoding"] == "base64" and "not a valid envelope" in letters[0]["error"]
+    assert "payload" in letters[1]["error"] and "change" in letters[1]["error"]
+
+
+def test_the_projector_dead_letters_what_is_not_an_envelope(kafka_bootstrap: str, topic_prefix: str,
+                                                            pg_store: str) -> None:
+    from shared.store import query
+
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    topics = config.topics
+    good = ingest(ray_cluster("rc"), 1)
+    with running(config, lambda: projector_app(config, pg_store, within=0.05)):
+        send(config, topics.log, b"{}", codec.encode(good))
+        letters = read_until(config, topics.deadletter, lambda rs: len(rs) >= 1)
+        deadline = time.monotonic() + 30
+        while not list(query.read_log(pg_store)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert json.loads(letters[0].value)["consumer"] == "projector"
+    assert [env.id for env in query.read_log(pg_store)] == [good.id]
+
+
+def test_a_restarted_service_rebuilds_from_its_inbox(kafka_bootstrap: str, topic_prefix: str) -> None:
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    topics = config.topics
+    created = ingest(ray_cluster("rc"), 1)
+    with running(config, lambda: service_app("admission", config, Policy())):
+        send(config, topics.inbox("admission"), codec.encode(created))
+        read_until(config, topics.log, lambda rs: len(rs) >= 1)
+        time.sleep(1.5)  # past the commit interval: the restart resumes after this record
+    deleted = ingest(ray_cluster("rc"), 2, change="Deleted")
+    with running(config, lambda: service_app("admission", config, Policy())) as (app, _):
+        # the same envelope again (a redelivery) and then the deletion
+        send(config, topics.inbox("admission"), codec.encode(created), codec.encode(deleted))
+        log = envelopes(read_until(config, topics.log, lambda rs: any(
+            codec.decode(r.value, r.headers).type == "WorkloadDeleted" for r in rs)))
+        assert app.muster_worker.replayed == 1
+        assert app.muster_worker.service.duplicates == 1
+    assert [e.type for e in log] == ["WorkloadSubmitted", "WorkloadDeleted"]
+    assert log[1].causation_id == deleted.id

@@ -1,0 +1,75 @@
+"""shared/service.py: the dedupe window and a service's derived output ids."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.events import Enqueued, GangRunning, WorkloadDeleted, derive_id
+from shared.service import Seen, Service
+from tests.builders.shared import FakeCore, at
+
+OUTPUTS = [Enqueued(key="default/w", queue="q", reason="waiting"), GangRunning(key="default/w", reason="up")]
+
+
+def _service(**kwargs) -> Service:
+    return Service(FakeCore("queue", [], lambda env: OUTPUTS), **kwargs)
+
+
+def _input(index: int = 0):
+    return at(WorkloadDeleted(key="default/w"), 1.0, index=index)
+
+
+def test_seen_never_holds_more_than_its_capacity():
+    seen = Seen(3)
+    for i in range(10):
+        seen.add(str(i))
+    assert len(seen) == 3
+
+
+def test_seen_forgets_the_oldest_id_first():
+    seen = Seen(2)
+    for event_id in ("a", "b", "c"):
+        seen.add(event_id)
+    assert "a" not in seen
+    assert "b" in seen and "c" in seen
+
+
+def test_seen_reports_a_duplicate():
+    seen = Seen(2)
+    assert seen.add("a") is True
+    assert seen.add("a") is False
+
+
+@pytest.mark.parametrize("capacity", [0, -1])
+def test_seen_rejects_a_capacity_below_one(capacity):
+    with pytest.raises(ValueError):
+        Seen(capacity)
+
+
+def test_a_duplicate_yields_nothing_and_is_counted():
+    service = _service()
+    env = _input()
+    service.handle(env)
+    assert service.handle(env) == []
+    assert (service.handled, service.duplicates) == (1, 1)
+    assert service.core.handled == [env]
+
+
+def test_an_id_outside_the_dedupe_window_is_handled_again():
+    service = _service(dedupe_window=1)
+    first, second = _input(0), _input(1)
+    for env in (first, second, first):
+        service.handle(env)
+    assert service.handled == 3
+
+
+def test_output_ids_derive_from_service_cause_and_position():
+    env = _input()
+    outputs = _service().handle(env)
+    assert [o.id for o in outputs] == [derive_id("queue", env.id, i) for i in range(len(OUTPUTS))]
+    assert all(o.causation_id == env.id and o.source == "queue" for o in outputs)
+
+
+def test_two_fresh_services_give_identical_outputs():
+    env = _input()
+    assert _service().handle(env) == _service().handle(env)

@@ -1,0 +1,232 @@
+"""shared/bus/worker.py: the clock's timers and one inbox's loop, driven with an in-memory producer.
+
+The core is a ``FakeCore`` (tests/builders/shared.py) answering every envelope with scripted payloads,
+so these tests see only the worker's rules: dead letters, log before routing, timers, rounds, replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Sequence
+
+from shared.bus import codec
+from shared.bus.codec import Finished, Release
+from shared.bus.sequencing import Arrival, Ordering, Rounds
+from shared.bus.topics import Topics
+from shared.bus.worker import Clock, InboxWorker, Record
+from shared.events import Enqueued, TimerSet, WorkloadDeleted, WorkloadWithdrawn
+from shared.service import Service
+from tests.builders.shared import FakeCore, at
+
+TOPICS = Topics()
+
+
+class FakeProducer:
+    """Records every ``send_all`` call; offsets increase across all calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[Record]] = []
+        self.next_offset = 0
+
+    async def send_all(self, records: Sequence[Record]) -> list[int]:
+        self.calls.append(list(records))
+        offsets = list(range(self.next_offset, self.next_offset + len(records)))
+        self.next_offset += len(records)
+        return offsets
+
+
+def _env(name: str = "w", t: float = 1.0):
+    return at(WorkloadDeleted(key=f"default/{name}"), t)
+
+
+def _timer_set(at_: float, occurred_at: float = 1.0, key: str = "cycle"):
+    return at(TimerSet(key=key, at=at_), occurred_at, source="queue")
+
+
+def _worker(*payloads: Any, ordering: Ordering | None = None, clock: Clock | None = None) -> InboxWorker:
+    """A queue worker whose core answers every envelope with ``payloads``."""
+    core = FakeCore("queue", [], lambda env: payloads)
+    return InboxWorker(Service(core), TOPICS, ordering or Arrival(), clock=clock)
+
+
+def _process(worker: InboxWorker, value: bytes | None, headers=None, producer: FakeProducer | None = None,
+             offset: int = 0) -> FakeProducer:
+    producer = producer or FakeProducer()
+    asyncio.run(worker.process(value, headers, partition=0, offset=offset, producer=producer))
+    return producer
+
+
+def _deliver(worker: InboxWorker, env, producer: FakeProducer | None = None) -> FakeProducer:
+    return _process(worker, codec.encode(env), codec.envelope_headers(env), producer)
+
+
+def _release(worker: InboxWorker, message: Release, producer: FakeProducer | None = None) -> FakeProducer:
+    return _process(worker, *codec.encode_control(message), producer=producer)
+
+
+ENQUEUED = Enqueued(key="default/w", queue="q", reason="waiting")  # -> reconciler
+WITHDRAWN = WorkloadWithdrawn(key="default/w", reason="gone")  # -> placement
+
+
+# --------------------------------------------------------------------------- clock
+def test_an_empty_clock_has_no_next_timer():
+    assert Clock().next_at() is None
+
+
+def test_a_timer_is_due_at_its_time_and_not_before():
+    clock = Clock()
+    clock.arm(_timer_set(5.0))
+    assert clock.next_at() == 5.0
+    assert clock.due(4.9) == []
+    assert len(clock.due(5.0)) == 1
+    assert len(clock) == 0
+
+
+def test_timers_fire_in_time_order():
+    clock = Clock()
+    clock.arm(_timer_set(7.0, key="late"))
+    clock.arm(_timer_set(3.0, key="early"))
+    assert [env.payload.key for env in clock.due(10.0)] == ["early", "late"]
+
+
+def test_the_same_key_and_time_is_armed_once():
+    clock = Clock()
+    clock.arm(_timer_set(5.0))
+    clock.arm(_timer_set(5.0, occurred_at=2.0))
+    assert len(clock) == 1
+
+
+def test_a_timer_set_in_the_past_fires_at_its_envelope_time():
+    clock = Clock()
+    clock.arm(_timer_set(2.0, occurred_at=4.0))
+    assert clock.next_at() == 4.0
+    assert clock.due(4.0)[0].occurred_at == 4.0
+
+
+def test_a_fired_timer_is_caused_by_its_timer_set():
+    clock = Clock()
+    timer_set = _timer_set(5.0)
+    clock.arm(timer_set)
+    (fired,) = clock.due(6.0)
+    assert (fired.type, fired.payload.key, fired.source) == ("TimerFired", "cycle", "clock")
+    assert (fired.causation_id, fired.occurred_at) == (timer_set.id, 5.0)
+
+
+# --------------------------------------------------------------------------- live
+def test_outputs_go_to_the_log_then_to_their_inboxes():
+    env = _env()
+    producer = _deliver(worker := _worker(ENQUEUED, WITHDRAWN), env)
+    log, routed = producer.calls
+    outputs = [codec.decode(r.value) for r in log]
+    assert worker.service.core.handled == [env]
+    assert [r.topic for r in log] == [TOPICS.log, TOPICS.log]
+    assert [o.type for o in outputs] == ["Enqueued", "WorkloadWithdrawn"]
+    assert [r.topic for r in routed] == [TOPICS.inbox("reconciler"), TOPICS.inbox("placement")]
+    assert [codec.decode(r.value) for r in routed] == outputs
+
+
+def test_a_timer_set_is_armed_not_sent():
+    clock = Clock()
+    worker = _worker(TimerSet(key="cycle", at=9.0), clock=clock)
+    producer = _deliver(worker, _env())
+    assert [[r.topic for r in call] for call in producer.calls] == [[TOPICS.log]]
+    assert clock.next_at() == 9.0
+    assert worker.wake.is_set()
+
+
+def test_a_bad_record_is_dead_lettered_and_counted():
+    worker = _worker(ENQUEUED)
+    producer = _process(worker, b"{not json", [("x", b"y")], offset=17)
+    ((record,),) = producer.calls
+    letter = json.loads(record.value)
+    assert record.topic == TOPICS.deadletter
+    assert (letter["topic"], letter["offset"], letter["consumer"], letter["value"]) == (
+        TOPICS.inbox("queue"), 17, "queue", "{not json")
+    assert worker.dead_letters == 1
+
+
+def test_the_worker_keeps_working_after_a_bad_record():
+    worker = _worker(ENQUEUED)
+    _process(worker, None)
+    producer = _deliver(worker, _env())
+    assert len(worker.service.core.handled) == 1
+    assert len(producer.calls) == 2
+
+
+def test_a_finished_reply_in_an_inbox_is_dead_lettered():
+    worker = _worker()
+    producer = _process(worker, *codec.encode_control(Finished(0, "queue", 3)))
+    assert [r.topic for call in producer.calls for r in call] == [TOPICS.deadletter]
+    assert worker.dead_letters == 1
+
+
+# --------------------------------------------------------------------------- rounds
+def test_rounds_hold_envelopes_until_released():
+    worker = _worker(ENQUEUED, ordering=Rounds())
+    producer = _deliver(worker, _env("a"))
+    assert producer.calls == []
+    assert worker.service.core.handled == []
+
+
+def test_a_release_handles_the_held_envelopes_in_its_order():
+    worker = _worker(ordering=Rounds())
+    a, b = _env("a"), _env("b")
+    for env in (a, b):
+        _deliver(worker, env)
+    _release(worker, Release(0, (b.id, a.id)))
+    assert worker.service.core.handled == [b, a]
+
+
+def test_finished_names_the_last_log_offset_written():
+    worker = _worker(ENQUEUED, ordering=Rounds())
+    a, b = _env("a"), _env("b")
+    for env in (a, b):
+        _deliver(worker, env)
+    producer = FakeProducer()
+    producer.next_offset = 100
+    _release(worker, Release(0, (a.id, b.id)), producer)
+    log, routed, (control,) = producer.calls
+    assert [r.topic for r in log] == [TOPICS.log, TOPICS.log]  # offsets 100, 101; routed got 102, 103
+    assert control.topic == TOPICS.control
+    assert codec.decode(control.value, control.headers) == Finished(0, "queue", 101)
+
+
+def test_finished_says_minus_one_when_nothing_was_written():
+    worker = _worker(ordering=Rounds())
+    _deliver(worker, a := _env("a"))
+    ((control,),) = _release(worker, Release(0, (a.id,))).calls
+    assert codec.decode(control.value, control.headers) == Finished(0, "queue", -1)
+
+
+# --------------------------------------------------------------------------- replay
+def test_replay_rebuilds_state_and_a_live_copy_is_a_duplicate():
+    worker = _worker(ENQUEUED)
+    env = _env()
+    worker.replay(codec.encode(env), codec.envelope_headers(env))
+    assert worker.service.core.handled == [env]
+    assert _deliver(worker, env).calls == []
+
+
+def test_replay_rearms_pending_timers():
+    clock = Clock()
+    worker = _worker(TimerSet(key="cycle", at=9.0), clock=clock)
+    env = _env()
+    worker.replay(codec.encode(env), codec.envelope_headers(env))
+    assert clock.next_at() == 9.0
+
+
+def test_replay_of_a_held_round_handles_it_once():
+    worker = _worker(ENQUEUED, ordering=Rounds())
+    a = _env("a")
+    release = Release(0, (a.id,))
+    worker.replay(codec.encode(a), codec.envelope_headers(a))
+    worker.replay(*codec.encode_control(release))
+    assert worker.service.core.handled == [a]
+    assert _deliver(worker, a).calls == []
+
+
+def test_replay_skips_a_bad_record_without_dead_lettering_it_again():
+    worker = _worker()
+    worker.replay(b"junk", None)
+    assert (worker.replayed, worker.dead_letters) == (1, 0)
