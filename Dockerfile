@@ -18,9 +18,8 @@ COPY migrations/ migrations/
 # `pip install .` would put shared/ in site-packages, where no migrations/ sits beside it.
 RUN pip install --no-cache-dir -e .
 
-# Unprivileged at runtime. The code stays root-owned; /app itself is writable because each Faust
-# worker keeps its data directory (<app id>-data) in the working directory.
-RUN useradd --create-home --uid 10001 muster && chown muster:muster /app
+# Unprivileged at runtime; the code stays root-owned (Faust's data folders go under /tmp).
+RUN useradd --create-home --uid 10001 muster
 USER muster
 
 ENTRYPOINT ["muster"]

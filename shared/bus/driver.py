@@ -85,7 +85,15 @@ class AioProducer:
     """``worker.Producer`` over a plain aiokafka producer (the driver's own)."""
 
     def __init__(self, config: BusConfig) -> None:
-        self.producer = AIOKafkaProducer(**config.aiokafka(), linger_ms=0, enable_idempotence=False)
+        self.config = config
+
+    async def start(self) -> None:
+        """On the loop that will use it (aiokafka binds a client to the running loop)."""
+        self.producer = AIOKafkaProducer(**self.config.aiokafka(), linger_ms=0, enable_idempotence=False)
+        await self.producer.start()
+
+    async def stop(self) -> None:
+        await self.producer.stop()
 
     async def send_all(self, records: Sequence[Record]) -> list[int]:
         pending = [await self.producer.send(r.topic, r.value, key=r.key, headers=r.headers) for r in records]
@@ -105,7 +113,7 @@ class RoundKeeper:
     async def start(self) -> None:
         topics = self.config.topics
         self.producer = AioProducer(self.config)
-        await self.producer.producer.start()
+        await self.producer.start()
         # One consumer per partition: a consumer holding records of one partition answers a
         # getmany on the other only after its fetch backoff (100 ms), which every round would pay.
         self.control, self.log = TopicPartition(topics.control, 0), TopicPartition(topics.log, 0)
@@ -124,7 +132,7 @@ class RoundKeeper:
     async def stop(self) -> None:
         await self.replies.stop()
         await self.reader.stop()
-        await self.producer.producer.stop()
+        await self.producer.stop()
 
     async def handle(self, deliveries: list[Delivery]) -> Outputs:
         self.round += 1

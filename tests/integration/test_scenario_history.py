@@ -9,6 +9,7 @@ keep only one workload in memory, so reading state back from the rows is exercis
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -110,7 +111,13 @@ def test_store_holds_the_run_history(store: str, path: Path) -> None:
     log = run.runtime.log
     assert _rows(store, select(func.count()).select_from(EventLog.__table__))[0][0] == len(log)
     replayed = list(query.read_log(store))
-    assert [to_json(e) for e in replayed] == [to_json(e) for e in log]
+    assert [to_json(e) for e in replayed] == [_as_json_stores_it(to_json(e)) for e in log]
+
+
+def _as_json_stores_it(data: bytes) -> bytes:
+    """The bus keeps a YAML manifest's non-finite numbers (``Infinity``); JSON in PostgreSQL and
+    SQLite has none, so the store holds null there — the one place a stored log is not the bus's."""
+    return re.sub(rb"-?Infinity|NaN", b"null", data)
 
 
 def _collapse(series: dict[tuple[str, str], list[tuple[float, int]]]) -> dict[tuple[str, str], list[tuple[float, int]]]:

