@@ -20,8 +20,8 @@ import asyncio
 import os
 import time
 import uuid
-from contextlib import ExitStack
-from typing import Any, Callable, Iterable
+from contextlib import ExitStack, asynccontextmanager, contextmanager
+from typing import Any, AsyncIterator, Callable, Iterable, Iterator
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -57,67 +57,64 @@ def _records(config: BusConfig, envs: Iterable[Envelope]) -> list[Record]:
     return out
 
 
-async def _tail(config: BusConfig, until: Callable[[Envelope, float], bool], timeout: float) -> None:
-    """Read the log as it grows, calling ``until(envelope, arrival time)`` until it says stop."""
+@asynccontextmanager
+async def _log_reader(config: BusConfig) -> AsyncIterator[tuple[AIOKafkaConsumer, TopicPartition]]:
+    """A consumer on the log topic, from its start."""
     tp = TopicPartition(config.topics.log, 0)
     consumer = AIOKafkaConsumer(**config.aiokafka(), enable_auto_commit=False, fetch_max_wait_ms=config.fetch_wait_ms)
     await consumer.start()
-    consumer.assign([tp])
-    await consumer.seek_to_beginning(tp)
-    deadline = time.monotonic() + timeout
     try:
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        yield consumer, tp
+    finally:
+        await consumer.stop()
+
+
+async def _tail(config: BusConfig, until: Callable[[Envelope, float], bool], timeout: float) -> None:
+    """Read the log as it grows, calling ``until(envelope, arrival time)`` until it says stop."""
+    deadline = time.monotonic() + timeout
+    async with _log_reader(config) as (consumer, tp):
         while time.monotonic() < deadline:
             batch = await consumer.getmany(tp, timeout_ms=200, max_records=20_000)
             now = time.perf_counter()
             for message in batch.get(tp, ()):
-                if message.headers and codec.control_kind(message.headers):
-                    continue
                 env = codec.decode(message.value, message.headers)
                 if isinstance(env, Envelope) and until(env, now):
                     return
-        raise TimeoutError(f"the log did not show what was awaited within {timeout:g}s")
-    finally:
-        await consumer.stop()
+    raise TimeoutError(f"the log did not show what was awaited within {timeout:g}s")
 
 
 async def _settle(config: BusConfig, quiet: float = 2.0, timeout: float = 600.0) -> None:
     """Until the log has not grown for ``quiet`` seconds: the services have nothing left to do."""
-    last = time.monotonic()
-
-    def idle(_: Envelope, __: float) -> bool:
-        nonlocal last
-        last = time.monotonic()
-        return False
-
-    tp = TopicPartition(config.topics.log, 0)
-    consumer = AIOKafkaConsumer(**config.aiokafka(), enable_auto_commit=False, fetch_max_wait_ms=config.fetch_wait_ms)
-    await consumer.start()
-    consumer.assign([tp])
-    await consumer.seek_to_beginning(tp)
     deadline = time.monotonic() + timeout
-    try:
+    last = time.monotonic()
+    async with _log_reader(config) as (consumer, tp):
         while time.monotonic() - last < quiet and time.monotonic() < deadline:
-            batch = await consumer.getmany(tp, timeout_ms=200, max_records=20_000)
-            if batch.get(tp):
-                idle(None, 0.0)  # type: ignore[arg-type]
+            if (await consumer.getmany(tp, timeout_ms=200, max_records=20_000)).get(tp):
+                last = time.monotonic()
+
+
+@contextmanager
+def _deciders(config: BusConfig) -> Iterator[tuple[EventLoopThread, AioProducer]]:
+    """Admission, queue and placement as `muster run` apps (arrival order, wall clock) on a loop
+    thread, and a producer to feed their inboxes; all stopped afterwards."""
+    bus = EventLoopThread()
+    apps = [service_app(name, config, Policy()) for name in DECIDERS]
+    producer = AioProducer(config)
+    try:
+        bus.run(ensure_topics(config))
+        bus.run(_each(app.start() for app in apps), timeout=120)
+        bus.run(producer.start())
+        yield bus, producer
+        bus.run(producer.stop())
     finally:
-        await consumer.stop()
+        bus.run(_each(app.stop() for app in apps), timeout=60)
+        bus.close()
 
 
-def _stack(config: BusConfig, bus: EventLoopThread, names: Iterable[str]) -> list[Any]:
-    bus.run(ensure_topics(config))
-    apps = [service_app(name, config, Policy()) for name in names]
-    bus.run(_start(apps), timeout=120)
-    return apps
-
-
-async def _start(apps: list[Any]) -> None:
-    await asyncio.gather(*(app.start() for app in apps))
-
-
-async def _stop(apps: list[Any]) -> None:
-    for app in apps:
-        await app.stop()
+async def _each(coros: Iterable[Any]) -> None:
+    await asyncio.gather(*coros)
 
 
 def throughput(bootstrap: str) -> dict[str, Any]:
@@ -125,12 +122,7 @@ def throughput(bootstrap: str) -> dict[str, Any]:
     inputs = _inputs(simulate(scenario).runtime.log)
     pods = sum(1 for e in inputs if e.payload.kind == "Pod")
     config = BusConfig(bootstrap, prefix=f"bench.{uuid.uuid4().hex[:8]}.")
-    bus = EventLoopThread()
-    apps: list[Any] = []
-    try:
-        apps = _stack(config, bus, DECIDERS)
-        producer = AioProducer(config)
-        bus.run(producer.start())
+    with _deciders(config) as (bus, producer):
         assigned: set[str] = set()
 
         def all_bound(env: Envelope, _: float) -> bool:
@@ -142,10 +134,6 @@ def throughput(bootstrap: str) -> dict[str, Any]:
         bus.run(producer.send_all(_records(config, inputs)))
         bus.run(_tail(config, all_bound, timeout=900))
         wall = time.perf_counter() - started
-        bus.run(producer.stop())
-    finally:
-        bus.run(_stop(apps), timeout=60)
-        bus.close()
     return {"bus_nodes": 2000, "bus_rayclusters": 1000, "bus_pods_bound": len(assigned),
             "bus_wall_seconds": round(wall, 2), "bus_pods_per_second": round(len(assigned) / wall, 1),
             "bus_target_pods_per_second": 1000}
@@ -166,12 +154,7 @@ def latency(bootstrap: str, rate: float = 50.0, workloads: int = 500) -> dict[st
     config = BusConfig(bootstrap, prefix=f"bench.{uuid.uuid4().hex[:8]}.")
     submitted: dict[str, float] = {}
     placed: dict[str, float] = {}
-    bus = EventLoopThread()
-    apps: list[Any] = []
-    try:
-        apps = _stack(config, bus, DECIDERS)
-        producer = AioProducer(config)
-        bus.run(producer.start())
+    with _deciders(config) as (bus, producer):
         bus.run(producer.send_all(_records(config, [_now(e) for e in setup])))
         bus.run(_settle(config))  # the 2,000 nodes and the queues are known before the clock starts
 
@@ -189,10 +172,6 @@ def latency(bootstrap: str, rate: float = 50.0, workloads: int = 500) -> dict[st
             submitted[key] = time.perf_counter()
             bus.run(producer.send_all(_records(config, [_now(e) for e in envs])))
         tail.result(timeout=300)
-        bus.run(producer.stop())
-    finally:
-        bus.run(_stop(apps), timeout=60)
-        bus.close()
     waits = sorted((placed[k] - submitted[k]) * 1000 for k in placed if k in submitted)
     return {"latency_rate_per_second": rate, "latency_workloads": len(waits),
             "latency_p50_ms": round(waits[len(waits) // 2], 1),
