@@ -1,0 +1,47 @@
+"""The command line of the distributed stack: ``simulate --bus`` and ``run``, and what they say
+when the broker or the arguments are wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from shared.bus.localbroker import free_port
+from shared.cli import app
+from tests.integration.conftest import scenario_run
+from tests.integration.test_bus_parity import without_stats
+
+SCENARIO = Path(__file__).parents[1] / "scenarios" / "volcano-gang-queue.yaml"
+runner = CliRunner()
+
+
+def test_simulate_on_the_bus_checks_and_writes_the_embedded_result(kafka_bootstrap: str, tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    result = runner.invoke(app, ["simulate", str(SCENARIO), "--bus", f"kafka://{kafka_bootstrap}", "--check",
+                                 "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "CHECK PASSED" in result.output
+    assert without_stats(json.loads(out.read_text())) == without_stats(scenario_run(SCENARIO).result())
+
+
+def test_simulate_with_a_broker_that_does_not_answer_is_exit_2() -> None:
+    result = runner.invoke(app, ["simulate", str(SCENARIO), "--bus", f"kafka://127.0.0.1:{free_port()}"])
+    assert result.exit_code == 2
+    assert "does not answer" in result.output
+
+
+def test_simulate_refuses_an_unknown_services_mode() -> None:
+    result = runner.invoke(app, ["simulate", str(SCENARIO), "--bus", "kafka://127.0.0.1:9", "--services", "threads"])
+    assert result.exit_code == 2 and "'tasks' or 'processes'" in result.output
+
+
+def test_run_refuses_an_unknown_service_and_a_missing_broker(monkeypatch) -> None:
+    monkeypatch.delenv("MUSTER_KAFKA", raising=False)
+    unknown = runner.invoke(app, ["run", "scheduler", "--kafka", "127.0.0.1:9092"])
+    assert unknown.exit_code == 2 and "unknown service 'scheduler'" in unknown.output
+    nowhere = runner.invoke(app, ["run", "queue"])
+    assert nowhere.exit_code == 2 and "MUSTER_KAFKA" in nowhere.output
+    bad = runner.invoke(app, ["run", "queue", "--kafka", "localhost"])
+    assert bad.exit_code == 2 and "host:port" in bad.output
