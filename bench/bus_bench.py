@@ -29,10 +29,10 @@ from bench import projector_bench, scenario_bench
 from shared.bus import codec
 from shared.bus.app import ensure_topics, service_app
 from shared.bus.config import BusConfig
-from shared.bus.driver import AioProducer, EventLoopThread, wait_for_projector
+from shared.bus.driver import AioProducer, EventLoopThread, gather_all, wait_for_projector
 from shared.bus.localbroker import LocalBroker
 from shared.bus.projector import projector_app
-from shared.bus.worker import Record
+from shared.bus.worker import Record, envelope_record
 from shared.events import Envelope, wrap
 from shared.policy import Policy
 from shared.scenario import parse_scenario
@@ -49,11 +49,11 @@ def _inputs(log: Iterable[Envelope]) -> list[Envelope]:
 
 
 def _records(config: BusConfig, envs: Iterable[Envelope]) -> list[Record]:
+    """Watch events as ingest writes them: to the log, then to each inbox they are routed to."""
     topics, out = config.topics, []
     for env in envs:
-        out.append(Record(topics.log, env.subject.encode(), codec.encode(env), codec.envelope_headers(env)))
-        for dest in destinations(env):
-            out.append(Record(topics.inbox(dest), env.subject.encode(), codec.encode(env), codec.envelope_headers(env)))
+        out.append(envelope_record(topics, topics.log, env))
+        out.extend(envelope_record(topics, topics.inbox(dest), env) for dest in destinations(env))
     return out
 
 
@@ -104,17 +104,13 @@ def _deciders(config: BusConfig) -> Iterator[tuple[EventLoopThread, AioProducer]
     producer = AioProducer(config)
     try:
         bus.run(ensure_topics(config))
-        bus.run(_each(app.start() for app in apps), timeout=120)
+        bus.run(gather_all(app.start() for app in apps), timeout=120)
         bus.run(producer.start())
         yield bus, producer
         bus.run(producer.stop())
     finally:
-        bus.run(_each(app.stop() for app in apps), timeout=60)
+        bus.run(gather_all(app.stop() for app in apps), timeout=60)
         bus.close()
-
-
-async def _each(coros: Iterable[Any]) -> None:
-    await asyncio.gather(*coros)
 
 
 def throughput(bootstrap: str) -> dict[str, Any]:
@@ -198,7 +194,7 @@ def projector(bootstrap: str) -> dict[str, Any]:
         producer = AioProducer(config)
         bus.run(producer.start())
         topic = config.topics.log
-        bus.run(producer.send_all([Record(topic, e.subject.encode(), codec.encode(e), codec.envelope_headers(e))
+        bus.run(producer.send_all([envelope_record(config.topics, topic, e)
                                    for e in log]))
         bus.run(producer.stop())
         from shared.store import schema

@@ -1,10 +1,10 @@
 """The Faust wiring: each service is a Faust app with one agent on its one inbox.
 
-``services/<name>/app.py`` builds its app here; ``muster run NAME`` runs it as a Faust worker. The
-agent does no scheduling: it rebuilds the worker from the inbox's past (``replay``), then feeds it
-each record (``InboxWorker.process``), while a second task fires the service's due timers into its
-own inbox. Faust commits the offset of a record once the agent has moved past it, i.e. after its
-outputs were acknowledged by the broker.
+``service_app(name, ...)`` is the one wiring for all four services; ``muster run NAME`` runs it as
+a Faust worker. The agent does no scheduling: it rebuilds the worker from the inbox's past
+(``replay``), then feeds it the records in batches (``InboxWorker.process_batch``), while a second
+task fires the service's due timers into its own inbox. Faust commits a batch's offsets once the
+agent has handled it, i.e. after its outputs were acknowledged by the broker.
 """
 
 from __future__ import annotations

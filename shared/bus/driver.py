@@ -32,15 +32,14 @@ from collections import defaultdict
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Literal, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Iterable, Literal, Sequence, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from shared.bus import codec
 from shared.bus.codec import Finished, Release
 from shared.bus.config import BusConfig
-from shared.bus.topics import key
-from shared.bus.worker import Record
+from shared.bus.worker import Record, envelope_record
 from shared.embedded import Delivery, EmbeddedRuntime, Outputs
 from shared.events import Envelope
 from shared.policy import Policy
@@ -77,7 +76,8 @@ class EventLoopThread:
             self.loop.close()
 
 
-async def _all(coros: Any) -> list[Any]:
+async def gather_all(coros: Iterable[Awaitable[Any]]) -> list[Any]:
+    """``asyncio.gather`` over an iterable, as one coroutine for ``EventLoopThread.run``."""
     return await asyncio.gather(*coros)
 
 
@@ -142,8 +142,8 @@ class RoundKeeper:
         for service, env in deliveries:
             if env.source not in SERVICES:  # made by the driver: not on the bus yet
                 if self.written.add(env.id):
-                    records.append(self._record(topics.log, env))
-                records.append(self._record(topics.inbox(service), env))
+                    records.append(envelope_record(topics, topics.log, env))
+                records.append(envelope_record(topics, topics.inbox(service), env))
             order[service].append(env.id)
         if records:
             await self.producer.send_all(records)
@@ -155,9 +155,6 @@ class RoundKeeper:
         last = await self._finished(set(order))
         wanted = {(service, env.id) for service, env in deliveries}
         return await self._outputs(last, wanted)
-
-    def _record(self, topic: str, env: Envelope) -> Record:
-        return Record(topic, key(topic, env, self.config.topics), codec.encode(env), codec.envelope_headers(env))
 
     async def _finished(self, services: set[str]) -> int:
         """Wait for every service's ``Finished`` of this round; the highest log offset they wrote."""
@@ -238,7 +235,7 @@ class ServiceHost:
             self.apps = [service_app(name, self.config, self.policy, ordering="rounds") for name in SERVICES]
             if self.store:
                 self.apps.append(projector_app(self.config, self.store))
-            self.bus.run(_all(app.start() for app in self.apps), timeout=60)
+            self.bus.run(gather_all(app.start() for app in self.apps), timeout=60)
             return
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             f.write(self.policy.model_dump_json())

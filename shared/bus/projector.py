@@ -19,7 +19,7 @@ from shared.bus import codec
 from shared.bus.app import FaustProducer, MusterApp, base_app
 from shared.bus.codec import BadRecord
 from shared.bus.config import BusConfig
-from shared.bus.worker import Record
+from shared.bus.worker import Incoming, Record, dead_letter_record
 from shared.events import Envelope
 from shared.store import rows
 from shared.store.writer import ProjectionWriter
@@ -49,9 +49,9 @@ def projector_app(config: BusConfig, store: str, *, batch: int = 5_000, within: 
                     if not isinstance(env, Envelope):
                         raise BadRecord("a control message does not belong in the log")
                 except BadRecord as exc:
-                    bad.append(Record(topics.deadletter, topics.log.encode(), codec.dead_letter(
-                        m.value, list(m.headers or ()), topic=m.topic, partition=m.partition, offset=m.offset,
-                        consumer=CONSUMER, error=str(exc)), []))
+                    bad.append(dead_letter_record(topics, Incoming(m.value, list(m.headers or ()), m.partition,
+                                                                   m.offset), topic=m.topic, consumer=CONSUMER,
+                                                  error=str(exc)))
                     continue
                 items.append(rows.Located(env, m.topic, m.partition, m.offset))
             if bad:

@@ -51,6 +51,18 @@ class Incoming:
     offset: int
 
 
+def envelope_record(topics: Topics, topic: str, env: Envelope) -> Record:
+    """``env`` as a record on ``topic``, keyed as ``topics.key`` says."""
+    return Record(topic, key(topic, env, topics), codec.encode(env), codec.envelope_headers(env))
+
+
+def dead_letter_record(topics: Topics, incoming: Incoming, *, topic: str, consumer: str, error: str) -> Record:
+    """The dead-letter record for a bad record read from ``topic`` by ``consumer``."""
+    return Record(topics.deadletter, topic.encode(), codec.dead_letter(
+        incoming.value, incoming.headers, topic=topic, partition=incoming.partition, offset=incoming.offset,
+        consumer=consumer, error=error), [])
+
+
 class Producer(Protocol):
     async def send_all(self, records: Sequence[Record]) -> list[int]:
         """Send in order and wait until the broker has every one; their offsets."""
@@ -139,9 +151,8 @@ class InboxWorker:
                     raise BadRecord("a Finished reply belongs on the control topic, not in an inbox")
             except BadRecord as exc:
                 self.dead_letters += 1
-                letters.append(Record(self.topics.deadletter, self.inbox.encode(), codec.dead_letter(
-                    incoming.value, incoming.headers, topic=self.inbox, partition=incoming.partition,
-                    offset=incoming.offset, consumer=self.service.name, error=str(exc)), []))
+                letters.append(dead_letter_record(self.topics, incoming, topic=self.inbox,
+                                                  consumer=self.service.name, error=str(exc)))
                 continue
             outputs.extend(self._handle(item))
             if isinstance(item, Release):
@@ -161,20 +172,17 @@ class InboxWorker:
         if not outputs:
             return -1
         log = self.topics.log
-        offsets = await producer.send_all([self.record(log, env) for env in outputs])
+        offsets = await producer.send_all([envelope_record(self.topics, log, env) for env in outputs])
         routed: list[Record] = []
         for env in outputs:
             for dest in destinations(env):
                 if dest == "clock":
                     self._arm(env)
                 else:
-                    routed.append(self.record(self.topics.destination(dest), env))
+                    routed.append(envelope_record(self.topics, self.topics.destination(dest), env))
         if routed:
             await producer.send_all(routed)
         return max(offsets)
-
-    def record(self, topic: str, env: Envelope) -> Record:
-        return Record(topic, key(topic, env, self.topics), codec.encode(env), codec.envelope_headers(env))
 
     async def fire_due(self, now: float, producer: Producer) -> int:
         """Send the timers due at ``now`` into the service's own inbox (and the log); how many."""
@@ -182,8 +190,8 @@ class InboxWorker:
             return 0
         fired = self.clock.due(now)
         if fired:
-            await producer.send_all([self.record(self.topics.log, env) for env in fired])
-            await producer.send_all([self.record(self.inbox, env) for env in fired])
+            await producer.send_all([envelope_record(self.topics, self.topics.log, env) for env in fired])
+            await producer.send_all([envelope_record(self.topics, self.inbox, env) for env in fired])
         return len(fired)
 
     # ------------------------------------------------------------------ common
