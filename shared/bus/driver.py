@@ -106,7 +106,11 @@ class RoundKeeper:
 
     config: BusConfig
     round_timeout: float = 120.0
+    nudge: float = 10.0
+    """Seconds without an answer before a round's ``Release`` is sent again to the silent services
+    (a service answers a repeated release without handling anything twice)."""
     round: int = 0
+    nudged: int = 0
     written: Seen = field(default_factory=Seen)
     """Ids of envelopes the driver made that are in the log already."""
 
@@ -147,24 +151,30 @@ class RoundKeeper:
             order[service].append(env.id)
         if records:
             await self.producer.send_all(records)
-        releases = []
+        releases = {}
         for service, ids in order.items():
             body, headers = codec.encode_control(Release(self.round, tuple(ids)))
-            releases.append(Record(topics.inbox(service), b"release", body, headers))
-        await self.producer.send_all(releases)
-        last = await self._finished(set(order))
+            releases[service] = Record(topics.inbox(service), b"release", body, headers)
+        await self.producer.send_all(list(releases.values()))
+        last = await self._finished(releases)
         wanted = {(service, env.id) for service, env in deliveries}
         return await self._outputs(last, wanted)
 
-    async def _finished(self, services: set[str]) -> int:
+    async def _finished(self, releases: dict[str, Record]) -> int:
         """Wait for every service's ``Finished`` of this round; the highest log offset they wrote."""
-        waiting, last = set(services), -1
+        waiting, last = set(releases), -1
         deadline = time.monotonic() + self.round_timeout
+        nudge_at = time.monotonic() + self.nudge
         while waiting:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
                 raise DriverError(f"round {self.round}: no answer from {', '.join(sorted(waiting))} within "
                                   f"{self.round_timeout:g}s (is the service running and reaching the broker?)")
+            if now >= nudge_at:
+                await self.producer.send_all([releases[s] for s in sorted(waiting)])
+                self.nudged += 1
+                nudge_at = now + self.nudge
             batch = await self.replies.getmany(self.control, timeout_ms=int(min(left, 1.0) * 1000))
             for message in batch.get(self.control, ()):
                 reply = codec.decode(message.value, message.headers)

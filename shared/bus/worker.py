@@ -7,8 +7,8 @@ Per batch of records (``InboxWorker.process_batch``), record by record:
     3. ``Service.handle``: dedupe by id, the pure core, outputs enveloped with derived ids
     4. once the batch is handled: its outputs to the log topic, acknowledged, *then* to their
        inboxes (the log never holds an effect before its cause); ``TimerSet`` to the clock
-    5. for each ``Release`` in the batch: ``Finished`` to the control topic, naming the last log
-       offset written
+    5. for each ``Release`` in the batch: ``Finished`` to the control topic, naming the highest
+       log offset written (a repeated ``Release`` is answered again, handling nothing twice)
 
 Restart: ``replay`` folds the inbox from its start up to the committed offset without sending
 anything (its outputs were sent before), which rebuilds the core, the dedupe window, the held
@@ -118,6 +118,8 @@ class InboxWorker:
         self.inbox = topics.inbox(service.name)
         self.dead_letters = 0
         self.replayed = 0
+        self.log_high = -1
+        """The highest log offset this worker has written (-1: none yet)."""
         self.wake = asyncio.Event()
         """Set when a timer was armed, so the clock task re-reads ``clock.next_at``."""
 
@@ -159,11 +161,13 @@ class InboxWorker:
                 rounds.append(item.round)
         if letters:
             await producer.send_all(letters)
-        log_offset = await self.emit(outputs, producer)
+        await self.emit(outputs, producer)
         if rounds:
+            # The highest offset ever written, not this batch's: a Release sent again (the driver
+            # got no answer) is answered too, and the round's outputs lie at or below it.
             replies = []
             for number in rounds:
-                body, control_headers = codec.encode_control(Finished(number, self.service.name, log_offset))
+                body, control_headers = codec.encode_control(Finished(number, self.service.name, self.log_high))
                 replies.append(Record(self.topics.control, self.service.name.encode(), body, control_headers))
             await producer.send_all(replies)
 
@@ -182,6 +186,7 @@ class InboxWorker:
                     routed.append(envelope_record(self.topics, self.topics.destination(dest), env))
         if routed:
             await producer.send_all(routed)
+        self.log_high = max(self.log_high, *offsets)
         return max(offsets)
 
     async def fire_due(self, now: float, producer: Producer) -> int:

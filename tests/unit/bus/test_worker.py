@@ -230,3 +230,15 @@ def test_replay_skips_a_bad_record_without_dead_lettering_it_again():
     worker = _worker()
     worker.replay(b"junk", None)
     assert (worker.replayed, worker.dead_letters) == (1, 0)
+
+
+def test_a_release_sent_again_is_answered_again_without_handling_anything_twice():
+    worker = _worker(ENQUEUED, ordering=Rounds())
+    _deliver(worker, a := _env("a"))
+    producer = FakeProducer()
+    producer.next_offset = 100
+    _release(worker, Release(0, (a.id,)), producer)
+    again = _release(worker, Release(0, (a.id,)))
+    ((control,),) = again.calls  # nothing logged or routed: only the answer
+    assert codec.decode(control.value, control.headers) == Finished(0, "queue", 100)
+    assert worker.service.core.handled == [a]
