@@ -125,12 +125,13 @@ def _simulate_on_bus(scenario: Any, policy: Optional[Policy], bus: str, services
         raise typer.Exit(2)
 
 
-SERVICE_NAMES = ("admission", "queue", "placement", "reconciler", "projector")
+SERVICE_NAMES = ("admission", "queue", "placement", "reconciler", "projector", "cluster")
 
 
 @app.command("run")
 def run_cmd(
-    service: str = typer.Argument(..., help="admission, queue, placement, reconciler or projector."),
+    service: str = typer.Argument(..., help="admission, queue, placement, reconciler, projector, or cluster "
+                                  "(the link to a Kubernetes API server: watch -> inboxes, effects -> API)."),
     kafka: Optional[str] = typer.Option(None, "--kafka", envvar="MUSTER_KAFKA",
                                         help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT] (default: $MUSTER_KAFKA)."),
     prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX",
@@ -140,6 +141,13 @@ def run_cmd(
     ordering: str = typer.Option("arrival", "--ordering", help="'arrival' (the deployment) or 'rounds' (as "
                                  "`simulate --bus` starts services: each round waits for the driver's release)."),
     loglevel: str = typer.Option("info", "--log-level", help="Faust worker log level."),
+    kube_url: Optional[str] = typer.Option(None, "--kube-url", envvar="MUSTER_KUBE_URL",
+                                           help="Cluster only: API server URL without auth (kubectl proxy)."),
+    kubeconfig: Optional[str] = typer.Option(None, "--kubeconfig", envvar="MUSTER_KUBECONFIG",
+                                             help="Cluster only: kubeconfig file (default: in-cluster service "
+                                             "account, else $KUBECONFIG or ~/.kube/config)."),
+    context: Optional[str] = typer.Option(None, "--context", envvar="MUSTER_KUBE_CONTEXT",
+                                          help="Cluster only: kubeconfig context."),
 ) -> None:
     """Run one service as a Faust worker on Kafka: it consumes its inbox and writes to the next ones."""
     import asyncio
@@ -172,6 +180,15 @@ def run_cmd(
         except StoreError as exc:
             raise _store_failed(exc) from None
         app_ = projector_app(config, url)
+    elif service == "cluster":
+        from shared.bus.cluster import KubeTarget, cluster_app, reachable
+
+        target = KubeTarget(kube_url, kubeconfig, context)
+        problem = asyncio.run(reachable(target))
+        if problem:
+            err.print(f"[red]error:[/] Kubernetes API: {escape(problem)}")
+            raise typer.Exit(2)
+        app_ = cluster_app(config, target)
     else:
         app_ = service_app(service, config, policy, ordering=ordering)  # type: ignore[arg-type]
     asyncio.run(ensure_topics(config))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, Mapping
 
-from shared.events import ObjectChanged
+from shared.events import SCHEMA_VERSION, Envelope, ObjectChanged, derive_id
+from shared.kube import meta
 
 Change = Literal["Added", "Modified", "Deleted"]
 
@@ -25,4 +26,23 @@ def observe(change: Change, obj: Mapping[str, Any]) -> ObjectChanged:
         namespace=_text(metadata.get("namespace")),
         name=_text(metadata.get("name")),
         object=dict(obj),
+    )
+
+
+def watch_envelope(change: Change, obj: Mapping[str, Any], at: float) -> Envelope:
+    """A watch event from a real API server as the envelope admission/placement read.
+
+    The id names the object's version (uid and resourceVersion), not the moment it was seen: a
+    watcher that restarts and lists everything again re-sends objects it sent before under the
+    same ids, and every consumer drops those copies. A deletion gets its own id, since a watcher
+    that missed the Deleted event reports the object's last version as deleted.
+    """
+    payload = observe(change, obj)
+    metadata = meta(obj)
+    version = (payload.kind, payload.api_version, payload.namespace, payload.name,
+               _text(metadata.get("uid")), _text(metadata.get("resourceVersion")))
+    event_id = derive_id("ingest", *version, "deleted" if change == "Deleted" else "")
+    return Envelope.model_construct(
+        id=event_id, type=payload.type, subject=payload.subject, source="ingest", occurred_at=at,
+        causation_id=None, correlation_id=event_id, schema_version=SCHEMA_VERSION, trace={}, payload=payload,
     )

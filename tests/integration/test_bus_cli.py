@@ -45,3 +45,13 @@ def test_run_refuses_an_unknown_service_and_a_missing_broker(monkeypatch) -> Non
     assert nowhere.exit_code == 2 and "MUSTER_KAFKA" in nowhere.output
     bad = runner.invoke(app, ["run", "queue", "--kafka", "localhost"])
     assert bad.exit_code == 2 and "host:port" in bad.output
+
+
+def test_run_cluster_says_when_the_api_server_cannot_be_used(tmp_path: Path) -> None:
+    silent = runner.invoke(app, ["run", "cluster", "--kafka", "127.0.0.1:9092",
+                                 "--kube-url", f"http://127.0.0.1:{free_port()}"])
+    assert silent.exit_code == 2 and "Kubernetes API" in silent.output and "does not answer" in silent.output
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
+    unloadable = runner.invoke(app, ["run", "cluster", "--kafka", "127.0.0.1:9092", "--kubeconfig", str(broken)])
+    assert unloadable.exit_code == 2 and "cannot load the client configuration" in unloadable.output

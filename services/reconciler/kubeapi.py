@@ -1,0 +1,328 @@
+"""The reconciler's hands and eyes on a real cluster: kubernetes-asyncio over HTTP.
+
+``KubeApplier`` performs one ``KubeEffect`` (decided by ``core.py``; nothing is decided here) and
+``Watcher`` lists and watches the resources admission and placement read (``resources.WATCHED``).
+``shared.bus.cluster`` wires both to Kafka (``muster run cluster``).
+
+Applying an effect twice changes nothing, so at-least-once delivery of effects is safe:
+
+=============  ================================================  ===================================
+op             request                                           when it was done before / is moot
+=============  ================================================  ===================================
+suspend,       merge-patch ``spec.suspend`` on the RayJob or     the same value again; a missing
+unsuspend      RayCluster                                        object is ``absent``
+annotate       merge-patch ``metadata.annotations``              the same values again
+bind           POST ``pods/NAME/binding`` (target node, the      409 with the pod on that node is
+               GPU annotations on the Binding, which the API     ``unchanged``; on another node it is
+               server copies onto the pod)                       a ``conflict`` (logged, not retried)
+evict          POST ``pods/NAME/eviction`` (respects PDBs)       404: the pod is gone already
+event          POST a core/v1 Event named after the effect's     409: that Event exists
+               envelope id
+=============  ================================================  ===================================
+
+Errors: 404 on every place a kind may live is ``absent`` (the object was deleted since: nothing to
+do); 429, 5xx and connection errors are ``Transient`` (the caller retries and does not commit);
+any other 4xx is ``Refused`` (the caller dead-letters the effect with the API server's message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+import os
+from typing import Any, Awaitable, Callable, Literal
+
+import aiohttp
+from kubernetes_asyncio import client, config as kube_config
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.watch import Watch
+
+from services.reconciler.ingest import Change
+from services.reconciler.resources import NODE, POD, Resource, candidates
+from shared.events import KubeEffect
+
+log = logging.getLogger("muster.cluster")
+
+Outcome = Literal["applied", "unchanged", "absent", "conflict"]
+MERGE_PATCH = "application/merge-patch+json"
+COMPONENT = "muster"
+
+
+class Transient(Exception):
+    """The API server could not take the request now (throttled, unavailable): try again later."""
+
+
+class Refused(Exception):
+    """The API server refused the request for good (forbidden, invalid): retrying cannot help."""
+
+
+def _failure(exc: ApiException, what: str) -> Exception:
+    message = f"{what}: {exc.status} {exc.reason}"
+    if exc.status == 429 or (exc.status or 0) >= 500:
+        return Transient(message)
+    return Refused(message)
+
+
+async def connect(url: str | None = None, kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
+    """An API client: a plain URL (``kubectl proxy``, tests), else the pod's service account when
+    running in a cluster, else a kubeconfig file (``$KUBECONFIG`` or ``~/.kube/config``)."""
+    if url:
+        configuration = client.Configuration(host=url.rstrip("/"))
+        return client.ApiClient(configuration)
+    configuration = client.Configuration()
+    if not kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        kube_config.load_incluster_config(client_configuration=configuration)
+    else:
+        await kube_config.load_kube_config(config_file=kubeconfig, context=context,
+                                           client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+async def _checked(call: Awaitable[Any]) -> dict[str, Any]:
+    """The body of a request made with ``_preload_content=False``, which the client does not check:
+    ``ApiException`` for a status that is not 2xx, as the client raises for the others."""
+    response = await call
+    try:
+        body = await response.read()
+    finally:
+        response.release()
+    if not 200 <= response.status <= 299:
+        raise ApiException(status=response.status, reason=response.reason)
+    return json.loads(body) if body else {}
+
+
+# --------------------------------------------------------------------------- effects
+class KubeApplier:
+    """Performs ``KubeEffect``s; see the module docstring for each op's request."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    async def apply(self, effect: KubeEffect, effect_id: str) -> Outcome:
+        try:
+            if effect.op in ("suspend", "unsuspend"):
+                return await self._patch(effect, {"spec": {"suspend": effect.op == "suspend"}})
+            if effect.op == "annotate":
+                return await self._patch(effect, {"metadata": {"annotations": dict(effect.annotations)}})
+            if effect.op == "bind":
+                return await self._bind(effect)
+            if effect.op == "evict":
+                return await self._evict(effect)
+            return await self._event(effect, effect_id)
+        except aiohttp.ClientError as exc:
+            raise Transient(f"{effect.op} {effect.subject}: {exc}") from exc
+
+    async def _patch(self, effect: KubeEffect, body: dict[str, Any]) -> Outcome:
+        for resource in candidates(effect.kind):
+            try:
+                if resource == POD:
+                    await self.core.patch_namespaced_pod(effect.name, effect.namespace, body,
+                                                         _content_type=MERGE_PATCH)
+                elif resource.namespaced:
+                    await self.custom.patch_namespaced_custom_object(
+                        resource.group, resource.version, effect.namespace, resource.plural, effect.name, body,
+                        _content_type=MERGE_PATCH)
+                else:
+                    await self.custom.patch_cluster_custom_object(
+                        resource.group, resource.version, resource.plural, effect.name, body,
+                        _content_type=MERGE_PATCH)
+                return "applied"
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise _failure(exc, f"{effect.op} {resource.kind} {effect.namespace}/{effect.name}") from None
+        return "absent"
+
+    async def _bind(self, effect: KubeEffect) -> Outcome:
+        body = client.V1Binding(
+            metadata=client.V1ObjectMeta(name=effect.name, namespace=effect.namespace,
+                                         annotations=dict(effect.annotations) or None),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=effect.node),
+        )
+        try:
+            # The API answers with a Status, which the generated model cannot read: take it raw.
+            await _checked(self.core.create_namespaced_pod_binding(effect.name, effect.namespace, body,
+                                                                   _preload_content=False))
+            return "applied"
+        except ApiException as exc:
+            if exc.status == 404:
+                return "absent"
+            if exc.status != 409:
+                raise _failure(exc, f"bind Pod {effect.namespace}/{effect.name}") from None
+        pod = await self._read_pod(effect.namespace, effect.name)
+        if pod is None:
+            return "absent"
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to == effect.node:
+            return "unchanged"
+        log.warning("pod %s/%s is bound to %s, not %s: left as it is", effect.namespace, effect.name,
+                    bound_to, effect.node)
+        return "conflict"
+
+    async def _evict(self, effect: KubeEffect) -> Outcome:
+        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=effect.name, namespace=effect.namespace))
+        try:
+            await _checked(self.core.create_namespaced_pod_eviction(effect.name, effect.namespace, body,
+                                                                    _preload_content=False))
+            return "applied"
+        except ApiException as exc:
+            if exc.status == 404:
+                return "absent"
+            raise _failure(exc, f"evict Pod {effect.namespace}/{effect.name}") from None
+
+    async def _event(self, effect: KubeEffect, effect_id: str) -> Outcome:
+        resource = next(iter(candidates(effect.kind)), None)
+        namespace = effect.namespace if resource is None or resource.namespaced else "default"
+        now = dt.datetime.now(dt.timezone.utc)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(name=f"{effect.name}.{effect_id[:16]}", namespace=namespace),
+            involved_object=client.V1ObjectReference(
+                kind=effect.kind or (resource.kind if resource else ""), name=effect.name,
+                namespace=effect.namespace if resource is None or resource.namespaced else None,
+                api_version=resource.api_version if resource else None),
+            reason=effect.reason, message=effect.message, type=effect.event_type,
+            source=client.V1EventSource(component=COMPONENT), reporting_component=COMPONENT,
+            first_timestamp=now, last_timestamp=now, count=1,
+        )
+        try:
+            await _checked(self.core.create_namespaced_event(namespace, body, _preload_content=False))
+            return "applied"
+        except ApiException as exc:
+            if exc.status == 409:
+                return "unchanged"
+            if exc.status == 404:
+                return "absent"
+            raise _failure(exc, f"event on {effect.subject}") from None
+
+    async def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await _checked(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _failure(exc, f"read Pod {namespace}/{name}") from None
+
+
+# --------------------------------------------------------------------------- watch
+Sink = Callable[[Change, dict[str, Any]], Awaitable[None]]
+_CHANGES: dict[str, Change] = {"ADDED": "Added", "MODIFIED": "Modified", "DELETED": "Deleted"}
+
+
+class Watcher:
+    """List, then watch from the list's resourceVersion, resuming each time the server ends a watch;
+    list again when the version has expired (410) or the connection failed.
+
+    What a relist finds is compared with what was seen: new objects are Added, changed ones
+    Modified, missing ones Deleted (with their last version), unchanged ones not sent again. A
+    resource the cluster does not serve (a CRD not installed: 404) is tried again every
+    ``absent_retry`` seconds, so installing Volcano later needs no restart.
+    """
+
+    def __init__(self, api: client.ApiClient, *, watch_timeout: int = 300, absent_retry: float = 30.0,
+                 error_retry: float = 2.0) -> None:
+        self.api = api
+        self.watch_timeout = watch_timeout
+        self.absent_retry = absent_retry
+        self.error_retry = error_retry
+        self.lists = 0
+        """How many list calls were made (a relist is visible in tests and logs)."""
+
+    async def probe(self) -> None:
+        """One cheap request (a list of at most one node): raises when the API server cannot be used."""
+        await _checked(self._call(NODE, limit=1, _preload_content=False))
+
+    async def run(self, resource: Resource, sink: Sink) -> None:
+        """Report every change of ``resource`` to ``sink``, forever."""
+        seen: dict[tuple[str, str], dict[str, Any]] = {}
+        version: str | None = None
+        absent_logged = False
+        while True:
+            try:
+                if version is None:
+                    version = await self._relist(resource, seen, sink)
+                    absent_logged = False
+                version = await self._watch(resource, version, seen, sink)
+            except ApiException as exc:
+                version = None
+                if exc.status == 404:
+                    if not absent_logged:
+                        log.info("%s (%s) is not served by this cluster; trying again every %ss",
+                                 resource.plural, resource.api_version, self.absent_retry)
+                        absent_logged = True
+                    await asyncio.sleep(self.absent_retry)
+                elif exc.status != 410:  # 410: the version expired; list again at once
+                    log.warning("watching %s: %s %s; listing again", resource.plural, exc.status, exc.reason)
+                    await asyncio.sleep(self.error_retry)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                version = None
+                log.warning("watching %s: %s; listing again", resource.plural, exc)
+                await asyncio.sleep(self.error_retry)
+
+    async def _relist(self, resource: Resource, seen: dict[tuple[str, str], dict[str, Any]], sink: Sink) -> str:
+        self.lists += 1
+        listing = await _checked(self._call(resource, _preload_content=False))
+        present: dict[tuple[str, str], dict[str, Any]] = {}
+        for item in listing.get("items") or []:
+            obj = _complete(item, resource)
+            present[_key(obj)] = obj
+        for key in [k for k in seen if k not in present]:
+            await sink("Deleted", seen.pop(key))
+        for key, obj in present.items():
+            before = seen.get(key)
+            if before is None or _version(before) != _version(obj):
+                seen[key] = obj
+                await sink("Added" if before is None else "Modified", obj)
+        return str((listing.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def _watch(self, resource: Resource, version: str, seen: dict[tuple[str, str], dict[str, Any]],
+                     sink: Sink) -> str:
+        """Follow one watch until the server ends it; the resourceVersion to resume from."""
+        watch = Watch(return_type="object")
+        async with watch:
+            stream = watch.stream(self._call, resource, resource_version=version, allow_watch_bookmarks=True,
+                                  timeout_seconds=self.watch_timeout)
+            async for event in stream:
+                change = _CHANGES.get(event["type"])
+                if change is None:
+                    continue  # BOOKMARK: only moves the resourceVersion on
+                obj = _complete(event["raw_object"], resource)
+                if change == "Deleted":
+                    seen.pop(_key(obj), None)
+                else:
+                    seen[_key(obj)] = obj
+                await sink(change, obj)
+        return str(watch.resource_version or version)
+
+    async def _call(self, resource: Resource, **kwargs: Any) -> Any:
+        """GET the resource's collection across namespaces (a list, or a watch with ``watch=True``)."""
+        core = client.CoreV1Api(self.api)
+        if resource.kind == "Pod":
+            return await core.list_pod_for_all_namespaces(**kwargs)
+        if resource.kind == "Node":
+            return await core.list_node(**kwargs)
+        if resource.kind == "PriorityClass":
+            return await client.SchedulingV1Api(self.api).list_priority_class(**kwargs)
+        return await client.CustomObjectsApi(self.api).list_cluster_custom_object(
+            resource.group, resource.version, resource.plural, **kwargs)
+
+    # Watch reads the return type from the function's docstring; it is told "object" instead.
+    _call.__doc__ = ":return: object"
+
+
+def _complete(obj: dict[str, Any], resource: Resource) -> dict[str, Any]:
+    """List items of built-in kinds come without kind/apiVersion; ingest reads the kind from there."""
+    obj.setdefault("kind", resource.kind)
+    obj.setdefault("apiVersion", resource.api_version)
+    return obj
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    return (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+
+
+def _version(obj: dict[str, Any]) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    return (str(metadata.get("uid") or ""), str(metadata.get("resourceVersion") or ""))

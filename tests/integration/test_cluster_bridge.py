@@ -1,0 +1,155 @@
+"""The stack pointed at a cluster: ``muster run cluster`` between a real broker and an API server.
+
+The API server is the emulator in tests/kubeapi.py (real HTTP, kubernetes-asyncio on the other
+end); the services run as the deployment runs them (arrival order, wall clock). The test plays
+the user and KubeRay: it creates a queue, a node and a suspended RayCluster, waits for muster to
+admit it (unsuspend + annotations), creates the pods KubeRay would, and waits for muster to bind
+every one of them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from shared import kube as k
+from shared.bus import codec
+from shared.bus.app import ensure_topics, service_app
+from shared.bus.cluster import KubeTarget, cluster_app
+from shared.bus.config import BusConfig
+from shared.bus.driver import EventLoopThread, gather_all
+from shared.events import KubeEffect, wrap
+from shared.policy import Policy
+from shared.topology import SERVICES
+from tests.builders import node, pod, ray_cluster, worker_group
+from tests.integration.test_bus_service import envelopes, read_until, send
+from tests.kubeapi import KubeApiEmulator
+
+QUEUE = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "research"},
+         "spec": {"weight": 1, "capability": {"cpu": "8", "memory": "16Gi"}}}
+
+
+@contextmanager
+def stack(config: BusConfig, url: str, services: tuple[str, ...] = SERVICES) -> Iterator[dict[str, Any]]:
+    bus = EventLoopThread()
+    try:
+        bus.run(ensure_topics(config))
+        apps = {name: service_app(name, config, Policy()) for name in services}
+        apps["cluster"] = cluster_app(config, KubeTarget(url=url))
+        bus.run(gather_all(app.start() for app in apps.values()), timeout=90)
+        try:
+            yield apps
+        finally:
+            bus.run(gather_all(app.stop() for app in apps.values()), timeout=60)
+    finally:
+        bus.close()
+
+
+def eventually(check: Callable[[], Any], what: str, timeout: float = 45.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"still waiting for {what} after {timeout}s"
+        time.sleep(0.1)
+
+
+def ray_pod(cluster: str, name: str, node_type: str, group: str, cpu: str) -> dict:
+    """A pod as KubeRay creates it for a RayCluster (what the test plays KubeRay with)."""
+    return pod(name, "team-a", requests={"cpu": cpu, "memory": "1Gi"}, labels={
+        k.RAY_CLUSTER: cluster, k.RAY_NODE_TYPE: node_type, k.RAY_GROUP: group,
+        k.RAY_ORIGIN_KIND: "RayCluster", k.RAY_ORIGIN_NAME: cluster})
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeApiEmulator]:
+    with KubeApiEmulator() as emulator:
+        yield emulator
+
+
+def test_a_suspended_ray_cluster_is_admitted_and_its_pods_bound_on_the_cluster(
+        kafka_bootstrap: str, topic_prefix: str, kube: KubeApiEmulator) -> None:
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    kube.create(node("n1", cpu="16", memory="64Gi"))
+    kube.create(QUEUE)
+    with stack(config, kube.url) as apps:
+        rc = ray_cluster("rc", "team-a", suspend=True, head={"cpu": "1", "memory": "1Gi"},
+                         workers=[worker_group("worker", 2, {"cpu": "2", "memory": "1Gi"})],
+                         labels={"ray.io/scheduler-name": "volcano", "volcano.sh/queue-name": "research"})
+        kube.create(rc)
+
+        def admitted() -> dict | None:
+            live = kube.get("RayCluster", "ray.io/v1", "team-a", "rc")
+            return live if live and live["spec"].get("suspend") is False else None
+
+        live = eventually(admitted, "the RayCluster to be unsuspended")
+        annotations = eventually(lambda: (kube.get("RayCluster", "ray.io/v1", "team-a", "rc") or {})
+                                 .get("metadata", {}).get("annotations", {}).get("muster.dev/status"), "status")
+        assert annotations.startswith("Admitted")
+        assert live["metadata"]["annotations"]["muster.dev/queue"] == "research"
+
+        # KubeRay's part: the pods of the unsuspended cluster appear, unbound.
+        pods = [ray_pod("rc", "rc-head-x1", "head", "headgroup", "1"),
+                ray_pod("rc", "rc-worker-worker-y1", "worker", "worker", "2"),
+                ray_pod("rc", "rc-worker-worker-y2", "worker", "worker", "2")]
+        for p in pods:
+            kube.create(p)
+
+        def bound() -> list[str] | None:
+            nodes = [(kube.get("Pod", "v1", "team-a", p["metadata"]["name"]) or {}).get("spec", {}).get("nodeName")
+                     for p in pods]
+            return nodes if all(nodes) else None
+
+        assert eventually(bound, "every pod to be bound") == ["n1", "n1", "n1"]
+        scheduled = eventually(lambda: [e for e in kube.items("Event") if e["reason"] == "Scheduled"], "event")
+        assert scheduled[0]["involvedObject"]["name"] == "rc"
+        bridge = apps["cluster"].muster_bridge
+        assert bridge.dead_letters == 0 and bridge.outcomes["applied"] >= 5  # unsuspend, annotations, 3 binds
+
+
+def test_restarting_the_bridge_sends_nothing_new_for_unchanged_objects(
+        kafka_bootstrap: str, topic_prefix: str, kube: KubeApiEmulator) -> None:
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    kube.create(node("n1"))
+    kube.create(QUEUE)
+    log = config.topics.log
+    with stack(config, kube.url, services=()):
+        first = envelopes(read_until(config, log, lambda rs: len(rs) >= 2))
+    with stack(config, kube.url, services=()):
+        kube.create(node("n2"))
+        again = envelopes(read_until(config, log, lambda rs: len(rs) >= 5))
+    ids = [e.id for e in again]
+    assert ids[:2] == [e.id for e in first]
+    # the restart listed n1 and the queue again under the ids they had; n2 is new
+    assert sorted(e.payload.name for e in again[2:]) == ["n1", "n2", "research"]
+    assert len(set(ids)) == 3
+
+
+def test_a_refused_effect_is_dead_lettered_and_the_next_is_applied(
+        kafka_bootstrap: str, topic_prefix: str, kube: KubeApiEmulator) -> None:
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    kube.create(ray_cluster("rc", "team-a", suspend=True))
+    topics = config.topics
+    with stack(config, kube.url, services=()) as apps:
+        bridge = apps["cluster"].muster_bridge
+        eventually(lambda: bridge.observed >= 1, "the watch to start")
+
+        def effect(op: str, index: int) -> bytes:
+            payload = KubeEffect(op=op, kind="RayCluster", namespace="team-a", name="rc")  # type: ignore[arg-type]
+            return codec.encode(wrap(payload, source="reconciler", cause=None, index=index, at=time.time()))
+
+        kube.fail(403, "Forbidden", method="PATCH")
+        send(config, topics.effects, effect("unsuspend", 1), b"{not json", effect("unsuspend", 2))
+        eventually(lambda: (kube.get("RayCluster", "ray.io/v1", "team-a", "rc") or {}).get("spec", {})
+                   .get("suspend") is False, "the second unsuspend")
+        letters = read_until(config, topics.deadletter, lambda rs: len(rs) >= 2)
+    errors = [json.loads(r.value)["error"] for r in letters]
+    assert "403 Forbidden" in errors[0] and "unsuspend" in errors[0]
+    assert errors[1].startswith("not a valid envelope")
+    assert bridge.dead_letters == 2
+

@@ -1,0 +1,241 @@
+"""The cluster adapter over real HTTP: kubernetes-asyncio against the API emulator (tests/kubeapi.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable, TypeVar
+
+import pytest
+
+from services.reconciler.kubeapi import KubeApplier, Refused, Transient, Watcher, connect
+from services.reconciler.resources import NODE, POD, RAY_CLUSTER, VOLCANO_QUEUE, Resource
+from tests.builders.sim import effect
+from tests.kubeapi import KubeApiEmulator
+
+T = TypeVar("T")
+
+
+@pytest.fixture
+def kube() -> Any:
+    with KubeApiEmulator() as emulator:
+        yield emulator
+
+
+def run(kube: KubeApiEmulator, work: Callable[[Any], Awaitable[T]]) -> T:
+    async def go() -> T:
+        api = await connect(kube.url)
+        async with api:
+            return await work(api)
+    return asyncio.run(go())
+
+
+def apply(kube: KubeApiEmulator, *effects: tuple[Any, str]) -> list[str]:
+    async def work(api: Any) -> list[str]:
+        applier = KubeApplier(api)
+        return [await applier.apply(e, effect_id) for e, effect_id in effects]
+    return run(kube, work)
+
+
+def ray_cluster(name: str, *, suspend: bool = True, annotations: dict[str, str] | None = None) -> dict:
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": name, "namespace": "team-a", "annotations": annotations or {"keep": "me"}},
+            "spec": {"suspend": suspend, "headGroupSpec": {}}}
+
+
+def pod(name: str, node: str = "") -> dict:
+    spec: dict = {"containers": [{"name": "c"}], "schedulerName": "muster"}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team-a"}, "spec": spec}
+
+
+# --------------------------------------------------------------------------- effects
+def test_unsuspend_and_annotate_a_workload_found_by_namespace_and_name(kube: KubeApiEmulator) -> None:
+    kube.create(ray_cluster("rc"))
+    outcomes = apply(kube, (effect("unsuspend", "", "rc", "team-a"), "e1"),
+                     (effect("annotate", "RayCluster", "rc", "team-a", annotations={"muster.dev/queue": "q"}), "e2"))
+    assert outcomes == ["applied", "applied"]
+    live = kube.get("RayCluster", "ray.io/v1", "team-a", "rc")
+    assert live["spec"]["suspend"] is False
+    assert live["metadata"]["annotations"] == {"keep": "me", "muster.dev/queue": "q"}
+
+
+def test_the_same_effect_twice_changes_nothing_more(kube: KubeApiEmulator) -> None:
+    kube.create(ray_cluster("rc"))
+    unsuspend = (effect("unsuspend", "RayCluster", "rc", "team-a"), "e1")
+    apply(kube, unsuspend)
+    version = kube.get("RayCluster", "ray.io/v1", "team-a", "rc")["metadata"]["resourceVersion"]
+    assert apply(kube, unsuspend) == ["applied"]
+    assert kube.get("RayCluster", "ray.io/v1", "team-a", "rc")["metadata"]["resourceVersion"] == version
+
+
+def test_bind_sets_the_node_and_the_gpu_annotations_once(kube: KubeApiEmulator) -> None:
+    kube.create(pod("p"))
+    bind = effect("bind", "Pod", "p", "team-a", node="n1", annotations={"gpu-fraction": "0.5"})
+    assert apply(kube, (bind, "e1"), (bind, "e1")) == ["applied", "unchanged"]
+    live = kube.get("Pod", "v1", "team-a", "p")
+    assert live["spec"]["nodeName"] == "n1"
+    assert live["metadata"]["annotations"] == {"gpu-fraction": "0.5"}
+
+
+def test_bind_of_a_pod_bound_elsewhere_is_a_conflict_left_alone(kube: KubeApiEmulator) -> None:
+    kube.create(pod("p", node="other"))
+    assert apply(kube, (effect("bind", "Pod", "p", "team-a", node="n1"), "e1")) == ["conflict"]
+    assert kube.get("Pod", "v1", "team-a", "p")["spec"]["nodeName"] == "other"
+
+
+def test_evict_deletes_the_pod_and_a_gone_pod_is_absent(kube: KubeApiEmulator) -> None:
+    kube.create(pod("p", node="n1"))
+    evict = (effect("evict", "Pod", "p", "team-a"), "e1")
+    assert apply(kube, evict, evict) == ["applied", "absent"]
+    assert kube.get("Pod", "v1", "team-a", "p") is None
+
+
+def test_events_are_named_after_the_effect_so_a_redelivery_adds_none(kube: KubeApiEmulator) -> None:
+    kube.create(ray_cluster("rc"))
+    event = effect("event", "RayCluster", "rc", "team-a", reason="Preempted", message="by team-b/big",
+                   event_type="Warning")
+    assert apply(kube, (event, "abc123"), (event, "abc123")) == ["applied", "unchanged"]
+    (recorded,) = kube.items("Event")
+    assert recorded["reason"] == "Preempted" and recorded["type"] == "Warning"
+    assert recorded["involvedObject"] == {"kind": "RayCluster", "name": "rc", "namespace": "team-a",
+                                          "apiVersion": "ray.io/v1"}
+    assert recorded["source"]["component"] == "muster"
+
+
+def test_a_cluster_scoped_queue_is_annotated_in_the_group_that_holds_it(kube: KubeApiEmulator) -> None:
+    kube.create({"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "q"}, "spec": {}})
+    rejected = effect("annotate", "Queue", "q", "", annotations={"muster.dev/status": "Rejected: bad"})
+    assert apply(kube, (rejected, "e1")) == ["applied"]
+    assert kube.get("Queue", "scheduling.run.ai/v2", "", "q")["metadata"]["annotations"] == {
+        "muster.dev/status": "Rejected: bad"}
+    event = effect("event", "Queue", "q", "", reason="Rejected", message="bad", event_type="Warning")
+    assert apply(kube, (event, "e2")) == ["applied"]
+    assert kube.items("Event")[0]["metadata"]["namespace"] == "default"
+
+
+def test_effects_on_missing_objects_are_absent_not_errors(kube: KubeApiEmulator) -> None:
+    outcomes = apply(kube, (effect("unsuspend", "", "gone", "team-a"), "e1"),
+                     (effect("bind", "Pod", "gone", "team-a", node="n1"), "e2"),
+                     (effect("annotate", "RayJob", "gone", "team-a", annotations={"a": "b"}), "e3"))
+    assert outcomes == ["absent", "absent", "absent"]
+
+
+def test_a_refusal_names_the_request_and_the_status(kube: KubeApiEmulator) -> None:
+    kube.create(ray_cluster("rc"))
+    kube.fail(403, "Forbidden")
+    with pytest.raises(Refused, match=r"unsuspend RayJob team-a/rc: 403 Forbidden"):
+        apply(kube, (effect("unsuspend", "", "rc", "team-a"), "e1"))
+
+
+@pytest.mark.parametrize("code", [429, 503])
+def test_throttling_and_outages_are_transient(kube: KubeApiEmulator, code: int) -> None:
+    kube.create(pod("p"))
+    kube.fail(code, "TooManyRequests" if code == 429 else "ServiceUnavailable")
+    with pytest.raises(Transient, match=str(code)):
+        apply(kube, (effect("bind", "Pod", "p", "team-a", node="n1"), "e1"))
+    assert apply(kube, (effect("bind", "Pod", "p", "team-a", node="n1"), "e1")) == ["applied"]
+
+
+# --------------------------------------------------------------------------- watch
+class Collector:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+        self.arrived = asyncio.Event()
+
+    async def __call__(self, change: str, obj: dict) -> None:
+        self.seen.append((change, obj["kind"], obj["metadata"]["name"]))
+        self.arrived.set()
+
+    async def until(self, count: int, timeout: float = 10) -> None:
+        async def wait() -> None:
+            while len(self.seen) < count:
+                self.arrived.clear()
+                await self.arrived.wait()
+        await asyncio.wait_for(wait(), timeout)
+
+
+def watch(kube: KubeApiEmulator, resources: tuple[Resource, ...],
+          script: Callable[[Collector, Watcher], Awaitable[None]], **options: Any) -> Collector:
+    async def work(api: Any) -> Collector:
+        collector = Collector()
+        watcher = Watcher(api, **options)
+        tasks = [asyncio.create_task(watcher.run(r, collector)) for r in resources]
+        try:
+            await script(collector, watcher)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return collector
+    return run(kube, work)
+
+
+async def later(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call the emulator's blocking test API off the event loop."""
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+def test_list_then_watch_reports_adds_changes_and_deletes(kube: KubeApiEmulator) -> None:
+    kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+    kube.create(ray_cluster("rc"))
+
+    async def script(c: Collector, w: Watcher) -> None:
+        await c.until(2)
+        await later(kube.patch, "RayCluster", "ray.io/v1", "team-a", "rc", {"spec": {"suspend": False}})
+        await later(kube.delete, "Node", "v1", "", "n1")
+        await c.until(4)
+
+    seen = watch(kube, (NODE, RAY_CLUSTER), script).seen
+    assert sorted(seen[:2]) == [("Added", "Node", "n1"), ("Added", "RayCluster", "rc")]
+    assert sorted(seen[2:]) == [("Deleted", "Node", "n1"), ("Modified", "RayCluster", "rc")]
+
+
+def test_an_expired_watch_lists_again_and_reports_only_what_changed(kube: KubeApiEmulator) -> None:
+    kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "stays"}})
+    kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "goes"}})
+
+    async def script(c: Collector, w: Watcher) -> None:
+        await c.until(2)
+        kube.compact()  # the next resume is too old: 410
+        await later(kube.delete, "Node", "v1", "", "goes")
+        kube.compact()
+        await later(kube.create, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "new"}})
+        kube.compact()
+        await c.until(4)
+        assert w.lists >= 2
+
+    seen = watch(kube, (NODE,), script, watch_timeout=1).seen
+    assert sorted(seen[:2]) == [("Added", "Node", "goes"), ("Added", "Node", "stays")]
+    assert sorted(seen[2:]) == [("Added", "Node", "new"), ("Deleted", "Node", "goes")]
+
+
+def test_a_resource_the_cluster_does_not_serve_is_retried_quietly() -> None:
+    with KubeApiEmulator(serves=(NODE,)) as kube:
+        kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+
+        async def script(c: Collector, w: Watcher) -> None:
+            await c.until(1)
+            await asyncio.sleep(0.3)
+
+        seen = watch(kube, (NODE, VOLCANO_QUEUE), script, absent_retry=0.1).seen
+    assert seen == [("Added", "Node", "n1")]
+
+
+def test_list_items_without_kind_get_it_from_the_resource(kube: KubeApiEmulator) -> None:
+    kube.create(pod("p"))
+    kinds: list[tuple[str, str]] = []
+
+    async def work(api: Any) -> None:
+        async def sink(change: str, obj: dict) -> None:
+            kinds.append((obj["kind"], obj["apiVersion"]))
+        task = asyncio.create_task(Watcher(api).run(POD, sink))
+        for _ in range(100):
+            if kinds:
+                break
+            await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    run(kube, work)
+    assert kinds == [("Pod", "v1")]

@@ -1,0 +1,364 @@
+"""A small Kubernetes API server for the cluster adapter's tests: real HTTP, in memory.
+
+kubernetes-asyncio talks to it exactly as to a cluster: the same paths, verbs, content types and
+status codes. What it implements is what muster uses, with the API server's semantics:
+
+- objects under ``/api/v1/...`` and ``/apis/GROUP/VERSION/...``, namespaced or cluster-scoped, for
+  the resources it ``serves`` (any other resource is a 404, as for a CRD that is not installed);
+- create (409 when the name is taken), get, list (items without kind/apiVersion for built-in
+  kinds, as the real server sends them), merge patch (RFC 7386; strategic merge is treated the
+  same: muster only patches maps), delete;
+- one global ``resourceVersion`` counter, ``uid``s, and watches that resume after a version,
+  start with the current objects when given none, end after ``timeoutSeconds``, and answer an
+  ERROR 410 (Gone) for a version older than ``compact()`` allows;
+- ``pods/NAME/binding`` (sets ``spec.nodeName`` and copies the Binding's annotations onto the pod;
+  409 when the pod is bound already) and ``pods/NAME/eviction`` (deletes the pod).
+
+It runs on a thread with its own event loop, so synchronous tests drive it with plain calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from services.reconciler.resources import WATCHED, Resource
+from shared.bus.localbroker import free_port
+
+CORE_EXTRA = (Resource("Event", "", "v1", "events", namespaced=True),)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: maps merge key by key, ``null`` removes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def _status(code: int, reason: str, message: str) -> web.Response:
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure" if code >= 400 else "Success",
+            "message": message, "reason": reason, "code": code}
+    return web.json_response(body, status=code)
+
+
+@dataclass
+class _Change:
+    version: int
+    resource: Resource
+    type: str
+    obj: dict[str, Any]
+
+
+@dataclass
+class _State:
+    objects: dict[tuple[Resource, str, str], dict[str, Any]] = field(default_factory=dict)
+    changes: list[_Change] = field(default_factory=list)
+    version: int = 0
+    compacted: int = 0
+    requests: list[tuple[str, str]] = field(default_factory=list)
+    failures: list[tuple[str, int, str]] = field(default_factory=list)
+    """Statuses the next requests get instead of an answer (``KubeApiEmulator.fail``)."""
+
+
+class KubeApiEmulator:
+    """Start with ``start()`` (or as a context manager); ``url`` is what a client connects to."""
+
+    def __init__(self, serves: tuple[Resource, ...] = WATCHED + CORE_EXTRA) -> None:
+        self.serves = serves
+        self.state = _State()
+        self._notify: asyncio.Condition | None = None
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="kube-emulator", daemon=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._runner: web.AppRunner | None = None
+        self._closing = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> "KubeApiEmulator":
+        self._thread.start()
+        self._call(self._start())
+        return self
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            self._call(self._shutdown(), timeout=30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> "KubeApiEmulator":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def _start(self) -> None:
+        self._notify = asyncio.Condition()
+        app = web.Application()
+        app.router.add_route("*", "/{path:.*}", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def _shutdown(self) -> None:
+        """End open watches first: the server waits for its handlers before it stops."""
+        assert self._notify is not None and self._runner is not None
+        async with self._notify:
+            self._closing = True
+            self._notify.notify_all()
+        await self._runner.cleanup()
+
+    def _call(self, coro: Any, timeout: float = 10) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    # ------------------------------------------------------------------ the test's side
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create ``obj`` (kind and apiVersion say where) as a user's ``kubectl create`` would."""
+        resource = self.resource_of(obj["kind"], obj.get("apiVersion", "v1"))
+        namespace = (obj.get("metadata") or {}).get("namespace") or ("default" if resource.namespaced else "")
+        return self._call(self._locked(self._create, resource, namespace, copy.deepcopy(obj)))
+
+    def patch(self, kind: str, api_version: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        resource = self.resource_of(kind, api_version)
+        return self._call(self._locked(self._patch, resource, namespace, name, patch))
+
+    def delete(self, kind: str, api_version: str, namespace: str, name: str) -> None:
+        resource = self.resource_of(kind, api_version)
+        self._call(self._locked(self._delete, resource, namespace, name))
+
+    def get(self, kind: str, api_version: str, namespace: str, name: str) -> dict[str, Any] | None:
+        resource = self.resource_of(kind, api_version)
+        obj = self.state.objects.get((resource, namespace if resource.namespaced else "", name))
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def items(self, kind: str, api_version: str = "v1") -> list[dict[str, Any]]:
+        resource = self.resource_of(kind, api_version)
+        return [copy.deepcopy(o) for (r, _, _), o in list(self.state.objects.items()) if r == resource]
+
+    def fail(self, code: int, reason: str, *, method: str = "", times: int = 1) -> None:
+        """Answer the next ``times`` requests (of ``method``, if given) with ``code``: a refusal,
+        throttling, an outage."""
+        self.state.failures.extend([(method, code, reason)] * times)
+
+    def compact(self) -> None:
+        """Forget every change so far: a watch resuming from an older version gets 410 Gone."""
+        self.state.compacted = self.state.version
+        self.state.changes.clear()
+
+    def resource_of(self, kind: str, api_version: str) -> Resource:
+        for resource in self.serves:
+            if resource.kind == kind and resource.api_version == api_version:
+                return resource
+        raise KeyError(f"{api_version} {kind} is not served")
+
+    async def _locked(self, fn: Any, *args: Any) -> Any:
+        assert self._notify is not None
+        async with self._notify:
+            result = fn(*args)
+            self._notify.notify_all()
+            return result
+
+    # ------------------------------------------------------------------ storage
+    def _bump(self, resource: Resource, change: str, obj: dict[str, Any]) -> dict[str, Any]:
+        self.state.version += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self.state.version)
+        self.state.changes.append(_Change(self.state.version, resource, change, copy.deepcopy(obj)))
+        return obj
+
+    def _create(self, resource: Resource, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        metadata = obj.setdefault("metadata", {})
+        key = (resource, namespace, metadata.get("name", ""))
+        if key in self.state.objects:
+            raise _Failure(409, "AlreadyExists", f'{resource.plural} "{key[2]}" already exists')
+        obj["kind"], obj["apiVersion"] = resource.kind, resource.api_version
+        if resource.namespaced:
+            metadata["namespace"] = namespace
+        metadata["uid"] = str(uuid.uuid4())
+        metadata.setdefault("creationTimestamp", "2026-11-23T00:00:00Z")
+        self.state.objects[key] = self._bump(resource, "ADDED", obj)
+        return obj
+
+    def _patch(self, resource: Resource, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        key = (resource, namespace, name)
+        if key not in self.state.objects:
+            raise _Failure(404, "NotFound", f'{resource.plural} "{name}" not found')
+        before = self.state.objects[key]
+        after = merge_patch(before, patch)
+        after["metadata"] = {**after.get("metadata", {}), "uid": before["metadata"]["uid"]}
+        if after == before:
+            return before  # a no-op patch does not bump the version, as on a real server
+        self.state.objects[key] = self._bump(resource, "MODIFIED", after)
+        return after
+
+    def _delete(self, resource: Resource, namespace: str, name: str) -> dict[str, Any]:
+        obj = self.state.objects.pop((resource, namespace, name), None)
+        if obj is None:
+            raise _Failure(404, "NotFound", f'{resource.plural} "{name}" not found')
+        return self._bump(resource, "DELETED", obj)
+
+    # ------------------------------------------------------------------ HTTP
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.state.requests.append((request.method, request.path))
+        failure = next((f for f in self.state.failures if f[0] in ("", request.method)), None)
+        if failure is not None:
+            self.state.failures.remove(failure)
+            return _status(failure[1], failure[2], f"{failure[2]} (injected by the test)")
+        try:
+            resource, namespace, name, sub = self._route(request.path)
+            if request.method == "GET" and name is None:
+                if request.query.get("watch", "").lower() in ("true", "1"):
+                    return await self._watch(request, resource, namespace)
+                return self._list(resource, namespace)
+            body = await request.json() if request.can_read_body else None
+            return await self._locked_response(request.method, resource, namespace, name, sub, body)
+        except _Failure as exc:
+            return _status(exc.code, exc.reason, exc.message)
+
+    def _route(self, path: str) -> tuple[Resource, str | None, str | None, str | None]:
+        parts = [p for p in path.split("/") if p]
+        if parts[:2] == ["api", "v1"]:
+            group, version, rest = "", "v1", parts[2:]
+        elif parts[:1] == ["apis"] and len(parts) >= 3:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise _Failure(404, "NotFound", f"no route {path}")
+        namespace = None
+        if len(rest) >= 2 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if not rest:
+            raise _Failure(404, "NotFound", f"no route {path}")
+        plural, name, sub = rest[0], (rest[1] if len(rest) > 1 else None), (rest[2] if len(rest) > 2 else None)
+        for resource in self.serves:
+            if (resource.group, resource.version, resource.plural) == (group, version, plural):
+                return resource, namespace, name, sub
+        raise _Failure(404, "NotFound", f"the server could not find the requested resource ({path})")
+
+    def _list(self, resource: Resource, namespace: str | None) -> web.Response:
+        items = []
+        for (r, ns, _), obj in self.state.objects.items():
+            if r == resource and (namespace is None or ns == namespace):
+                item = copy.deepcopy(obj)
+                if not resource.group:  # built-in kinds: list items carry no kind/apiVersion
+                    item.pop("kind", None)
+                    item.pop("apiVersion", None)
+                items.append(item)
+        return web.json_response({"kind": f"{resource.kind}List", "apiVersion": resource.api_version,
+                                  "metadata": {"resourceVersion": str(self.state.version)}, "items": items})
+
+    async def _locked_response(self, method: str, resource: Resource, namespace: str | None, name: str | None,
+                               sub: str | None, body: Any) -> web.Response:
+        assert self._notify is not None
+        ns = namespace or ""
+        async with self._notify:
+            if method == "POST" and name is None:
+                obj = self._create(resource, ns, body)
+                out = web.json_response(obj, status=201)
+            elif method == "POST" and resource.kind == "Pod" and sub == "binding":
+                out = self._bind(ns, name or "", body)
+            elif method == "POST" and resource.kind == "Pod" and sub == "eviction":
+                self._delete(resource, ns, name or "")
+                out = _status(201, "", "")
+            elif sub is not None:
+                raise _Failure(404, "NotFound", f"no subresource {sub}")
+            elif method == "GET":
+                obj = self.state.objects.get((resource, ns, name or ""))
+                if obj is None:
+                    raise _Failure(404, "NotFound", f'{resource.plural} "{name}" not found')
+                out = web.json_response(obj)
+            elif method == "PATCH":
+                out = web.json_response(self._patch(resource, ns, name or "", body))
+            elif method == "DELETE":
+                out = web.json_response(self._delete(resource, ns, name or ""))
+            else:
+                raise _Failure(405, "MethodNotAllowed", method)
+            self._notify.notify_all()
+            return out
+
+    def _bind(self, namespace: str, name: str, binding: dict[str, Any]) -> web.Response:
+        pod_resource = self.resource_of("Pod", "v1")
+        pod = self.state.objects.get((pod_resource, namespace, name))
+        if pod is None:
+            raise _Failure(404, "NotFound", f'pods "{name}" not found')
+        if (pod.get("spec") or {}).get("nodeName"):
+            raise _Failure(409, "Conflict", f"pod {name} is already assigned to node {pod['spec']['nodeName']!r}")
+        annotations = (binding.get("metadata") or {}).get("annotations") or {}
+        patch: dict[str, Any] = {"spec": {"nodeName": binding["target"]["name"]}}
+        if annotations:
+            patch["metadata"] = {"annotations": annotations}
+        self._patch(pod_resource, namespace, name, patch)
+        return _status(201, "", "")
+
+    async def _watch(self, request: web.Request, resource: Resource, namespace: str | None) -> web.StreamResponse:
+        assert self._notify is not None
+        since = request.query.get("resourceVersion", "")
+        timeout = float(request.query.get("timeoutSeconds", "0") or 0) or None
+        response = web.StreamResponse()
+        response.content_type = "application/json"
+        await response.prepare(request)
+
+        async def send(event: dict[str, Any]) -> None:
+            await response.write(json.dumps(event).encode() + b"\n")
+
+        async with self._notify:
+            if since in ("", "0"):
+                start = self.state.version
+                initial = [o for (r, ns, _), o in self.state.objects.items()
+                           if r == resource and (namespace is None or ns == namespace)]
+            else:
+                start, initial = int(since), []
+                if start < self.state.compacted:
+                    await send({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                                            "message": f"too old resource version: {start}",
+                                                            "reason": "Expired", "code": 410}})
+                    return response
+        try:
+            await self._follow(response, send, resource, namespace, initial, start, timeout)
+        except ConnectionError:
+            pass  # the client went away (a watcher cancelled or restarted)
+        return response
+
+    async def _follow(self, response: web.StreamResponse, send: Any, resource: Resource, namespace: str | None,
+                      initial: list[dict[str, Any]], start: int, timeout: float | None) -> None:
+        assert self._notify is not None
+        for obj in initial:
+            await send({"type": "ADDED", "object": copy.deepcopy(obj)})
+        deadline = None if timeout is None else self.loop.time() + timeout
+        position = start
+        while True:
+            async with self._notify:
+                pending = [c for c in self.state.changes if c.version > position and c.resource == resource
+                           and (namespace is None or c.obj["metadata"].get("namespace") == namespace)]
+                if self._closing:
+                    break
+                if not pending:
+                    remaining = None if deadline is None else deadline - self.loop.time()
+                    if remaining is not None and remaining <= 0:
+                        break
+                    try:
+                        await asyncio.wait_for(self._notify.wait(), remaining)
+                    except asyncio.TimeoutError:
+                        break
+                    continue
+                position = self.state.version
+            for change in pending:
+                await send({"type": change.type, "object": change.obj})
+        await response.write_eof()
+
+
+class _Failure(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
