@@ -12,7 +12,8 @@ status codes. What it implements is what muster uses, with the API server's sema
   start with the current objects when given none, end after ``timeoutSeconds``, and answer an
   ERROR 410 (Gone) for a version older than ``compact()`` allows;
 - ``pods/NAME/binding`` (sets ``spec.nodeName`` and copies the Binding's annotations onto the pod;
-  409 when the pod is bound already) and ``pods/NAME/eviction`` (deletes the pod).
+  409 when the pod is bound already) and ``pods/NAME/eviction`` (deletes the pod, or with
+  ``graceful`` marks it terminating until the test deletes it).
 
 It runs on a thread with its own event loop, so synchronous tests drive it with plain calls.
 """
@@ -76,8 +77,11 @@ class _State:
 class KubeApiEmulator:
     """Start with ``start()`` (or as a context manager); ``url`` is what a client connects to."""
 
-    def __init__(self, serves: tuple[Resource, ...] = WATCHED + CORE_EXTRA) -> None:
+    def __init__(self, serves: tuple[Resource, ...] = WATCHED + CORE_EXTRA, *, graceful: bool = False) -> None:
         self.serves = serves
+        self.graceful = graceful
+        """Evicted pods only get a ``deletionTimestamp``: they are gone when the test deletes them
+        (the kubelet's part), as pods with a termination grace period are."""
         self.state = _State()
         self._notify: asyncio.Condition | None = None
         self.loop = asyncio.new_event_loop()
@@ -269,7 +273,10 @@ class KubeApiEmulator:
             elif method == "POST" and resource.kind == "Pod" and sub == "binding":
                 out = self._bind(ns, name or "", body)
             elif method == "POST" and resource.kind == "Pod" and sub == "eviction":
-                self._delete(resource, ns, name or "")
+                if self.graceful:
+                    self._patch(resource, ns, name or "", {"metadata": {"deletionTimestamp": "2026-11-23T00:00:00Z"}})
+                else:
+                    self._delete(resource, ns, name or "")
                 out = _status(201, "", "")
             elif sub is not None:
                 raise _Failure(404, "NotFound", f"no subresource {sub}")

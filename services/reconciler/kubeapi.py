@@ -15,7 +15,9 @@ annotate       merge-patch ``metadata.annotations``              the same values
 bind           POST ``pods/NAME/binding`` (target node, the      409 with the pod on that node is
                GPU annotations on the Binding, which the API     ``unchanged``; on another node it is
                server copies onto the pod)                       a ``conflict`` (logged, not retried)
-evict          POST ``pods/NAME/eviction`` (respects PDBs)       404: the pod is gone already
+evict          POST ``pods/NAME/eviction`` (respects PDBs); a    404: the pod is gone already
+               later bind to its node waits until the watch
+               has seen it go (at most ``victim_wait``)
 event          POST a core/v1 Event named after the effect's     409: that Event exists
                envelope id
 =============  ================================================  ===================================
@@ -97,9 +99,22 @@ async def _checked(call: Awaitable[Any]) -> dict[str, Any]:
 class KubeApplier:
     """Performs ``KubeEffect``s; see the module docstring for each op's request."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, *, victim_wait: float = 120.0) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.victim_wait = victim_wait
+        self.leaving: dict[str, set[tuple[str, str]]] = {}
+        """node -> pods evicted from it that have not yet gone (a bind there waits for them)."""
+        self._gone = asyncio.Condition()
+
+    async def pod_gone(self, namespace: str, name: str) -> None:
+        """The watch saw a pod deleted: binds waiting for its node may go ahead."""
+        async with self._gone:
+            for node in [n for n, pods in self.leaving.items() if (namespace, name) in pods]:
+                self.leaving[node].discard((namespace, name))
+                if not self.leaving[node]:
+                    del self.leaving[node]
+            self._gone.notify_all()
 
     async def apply(self, effect: KubeEffect, effect_id: str) -> Outcome:
         try:
@@ -136,6 +151,7 @@ class KubeApplier:
         return "absent"
 
     async def _bind(self, effect: KubeEffect) -> Outcome:
+        await self._victims_gone(effect.node)
         body = client.V1Binding(
             metadata=client.V1ObjectMeta(name=effect.name, namespace=effect.namespace,
                                          annotations=dict(effect.annotations) or None),
@@ -162,15 +178,40 @@ class KubeApplier:
         return "conflict"
 
     async def _evict(self, effect: KubeEffect) -> Outcome:
+        pod = await self._read_pod(effect.namespace, effect.name)
+        if pod is None:
+            return "absent"
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:  # before the request: the watch may see the pod go before the request returns
+            async with self._gone:
+                self.leaving.setdefault(node, set()).add((effect.namespace, effect.name))
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=effect.name, namespace=effect.namespace))
         try:
             await _checked(self.core.create_namespaced_pod_eviction(effect.name, effect.namespace, body,
                                                                     _preload_content=False))
-            return "applied"
         except ApiException as exc:
+            await self.pod_gone(effect.namespace, effect.name)  # nothing will leave: do not wait for it
             if exc.status == 404:
                 return "absent"
             raise _failure(exc, f"evict Pod {effect.namespace}/{effect.name}") from None
+        return "applied"
+
+    async def _victims_gone(self, node: str) -> None:
+        """Placement counts a victim's resources free once it decides the preemption; the kubelet
+        does only once the victim's pod is gone. Wait for that (as KAI's binder does), at most
+        ``victim_wait`` seconds; then ask the API server, in case a deletion was not seen."""
+        async with self._gone:
+            try:
+                await asyncio.wait_for(self._gone.wait_for(lambda: not self.leaving.get(node)), self.victim_wait)
+                return
+            except asyncio.TimeoutError:
+                pass
+        for namespace, name in sorted(self.leaving.get(node, ())):
+            if await self._read_pod(namespace, name) is None:
+                await self.pod_gone(namespace, name)
+        if self.leaving.get(node):
+            log.warning("binding to %s while evicted pods are still there: %s", node,
+                        ", ".join(f"{ns}/{n}" for ns, n in sorted(self.leaving[node])))
 
     async def _event(self, effect: KubeEffect, effect_id: str) -> Outcome:
         resource = next(iter(candidates(effect.kind)), None)

@@ -136,6 +136,9 @@ class ClusterBridge:
         """The watcher's sink: event time is when the change was seen."""
         self.observed += 1
         await self._changes.put(watch_envelope(change, obj, time.time()))
+        if change == "Deleted" and obj.get("kind") == "Pod" and self.applier is not None:
+            metadata = obj.get("metadata") or {}
+            await self.applier.pod_gone(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
 
     async def watch(self, api: Any, watcher: Watcher | None = None) -> None:
         """Watch every resource and publish what changes, until cancelled."""

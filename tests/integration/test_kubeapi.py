@@ -239,3 +239,50 @@ def test_list_items_without_kind_get_it_from_the_resource(kube: KubeApiEmulator)
 
     run(kube, work)
     assert kinds == [("Pod", "v1")]
+
+
+def test_a_bind_waits_until_the_pods_evicted_from_its_node_are_gone() -> None:
+    with KubeApiEmulator(graceful=True) as kube:
+        kube.create(pod("victim", node="n1"))
+        kube.create(pod("other-node-victim", node="n2"))
+        kube.create(pod("preemptor"))
+
+        async def work(api: Any) -> list[str]:
+            applier = KubeApplier(api)
+            order: list[str] = []
+
+            async def sink(change: str, obj: dict) -> None:
+                if change == "Deleted":
+                    order.append(f"gone {obj['metadata']['name']}")
+                    await applier.pod_gone(obj["metadata"]["namespace"], obj["metadata"]["name"])
+
+            watching = asyncio.create_task(Watcher(api).run(POD, sink))
+            await applier.apply(effect("evict", "Pod", "victim", "team-a"), "e1")
+            await applier.apply(effect("evict", "Pod", "other-node-victim", "team-a"), "e2")
+            binding = asyncio.create_task(applier.apply(effect("bind", "Pod", "preemptor", "team-a", node="n1"), "e3"))
+            await asyncio.sleep(0.5)
+            assert not binding.done()  # the victim is still terminating on n1
+            assert kube.get("Pod", "v1", "team-a", "victim")["metadata"]["deletionTimestamp"]
+            await later(kube.delete, "Pod", "v1", "team-a", "victim")  # the kubelet's part
+            order.append(await asyncio.wait_for(binding, 10))
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+            return order
+
+        assert run(kube, work) == ["gone victim", "applied"]
+        assert kube.get("Pod", "v1", "team-a", "preemptor")["spec"]["nodeName"] == "n1"
+
+
+def test_a_bind_asks_the_server_when_no_deletion_was_seen() -> None:
+    with KubeApiEmulator() as kube:
+        kube.create(pod("victim", node="n1"))
+        kube.create(pod("preemptor"))
+
+        async def work(api: Any) -> str:
+            applier = KubeApplier(api, victim_wait=0.2)  # nobody tells it the victim went
+            await applier.apply(effect("evict", "Pod", "victim", "team-a"), "e1")
+            outcome = await applier.apply(effect("bind", "Pod", "preemptor", "team-a", node="n1"), "e2")
+            assert applier.leaving == {}
+            return outcome
+
+        assert run(kube, work) == "applied"
