@@ -90,6 +90,10 @@ class KubeApiEmulator:
         self.url = f"http://127.0.0.1:{self.port}"
         self._runner: web.AppRunner | None = None
         self._closing = False
+        self._held = False
+        self._epoch = 0
+        self.watching = 0
+        """Watches open now."""
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "KubeApiEmulator":
@@ -156,6 +160,20 @@ class KubeApiEmulator:
         """Answer the next ``times`` requests (of ``method``, if given) with ``code``: a refusal,
         throttling, an outage."""
         self.state.failures.extend([(method, code, reason)] * times)
+
+    def cut_watches(self) -> None:
+        """Open watches deliver nothing more, as behind a broken connection (``end_watches`` ends them)."""
+        self._held = True
+
+    def end_watches(self) -> None:
+        """End every open watch (the client resumes from the last version it saw) and deliver again."""
+        async def end() -> None:
+            assert self._notify is not None
+            async with self._notify:
+                self._epoch += 1
+                self._held = False
+                self._notify.notify_all()
+        self._call(end())
 
     def compact(self) -> None:
         """Forget every change so far: a watch resuming from an older version gets 410 Gone."""
@@ -331,10 +349,13 @@ class KubeApiEmulator:
                                                             "message": f"too old resource version: {start}",
                                                             "reason": "Expired", "code": 410}})
                     return response
+        self.watching += 1
         try:
             await self._follow(response, send, resource, namespace, initial, start, timeout)
         except ConnectionError:
             pass  # the client went away (a watcher cancelled or restarted)
+        finally:
+            self.watching -= 1
         return response
 
     async def _follow(self, response: web.StreamResponse, send: Any, resource: Resource, namespace: str | None,
@@ -343,13 +364,14 @@ class KubeApiEmulator:
         for obj in initial:
             await send({"type": "ADDED", "object": copy.deepcopy(obj)})
         deadline = None if timeout is None else self.loop.time() + timeout
-        position = start
+        position, epoch = start, self._epoch
         while True:
             async with self._notify:
-                pending = [c for c in self.state.changes if c.version > position and c.resource == resource
-                           and (namespace is None or c.obj["metadata"].get("namespace") == namespace)]
-                if self._closing:
+                if self._closing or self._epoch != epoch:
                     break
+                pending = [] if self._held else [
+                    c for c in self.state.changes if c.version > position and c.resource == resource
+                    and (namespace is None or c.obj["metadata"].get("namespace") == namespace)]
                 if not pending:
                     remaining = None if deadline is None else deadline - self.loop.time()
                     if remaining is not None and remaining <= 0:
@@ -359,7 +381,7 @@ class KubeApiEmulator:
                     except asyncio.TimeoutError:
                         break
                     continue
-                position = self.state.version
+                position = pending[-1].version
             for change in pending:
                 await send({"type": change.type, "object": change.obj})
         await response.write_eof()

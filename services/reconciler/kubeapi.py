@@ -348,9 +348,6 @@ class Watcher:
         return await client.CustomObjectsApi(self.api).list_cluster_custom_object(
             resource.group, resource.version, resource.plural, **kwargs)
 
-    # Watch reads the return type from the function's docstring; it is told "object" instead.
-    _call.__doc__ = ":return: object"
-
 
 def _complete(obj: dict[str, Any], resource: Resource) -> dict[str, Any]:
     """List items of built-in kinds come without kind/apiVersion; ingest reads the kind from there."""
