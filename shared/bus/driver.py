@@ -170,7 +170,8 @@ class RoundKeeper:
             left = deadline - now
             if left <= 0:
                 raise DriverError(f"round {self.round}: no answer from {', '.join(sorted(waiting))} within "
-                                  f"{self.round_timeout:g}s (is the service running and reaching the broker?)")
+                                  f"{self.round_timeout:g}s (is the service running and reaching the broker?); "
+                                  f"release sent {self.nudged + 1} times; {await self._where(waiting)}")
             if now >= nudge_at:
                 await self.producer.send_all([releases[s] for s in sorted(waiting)])
                 self.nudged += 1
@@ -182,6 +183,19 @@ class RoundKeeper:
                     waiting.discard(reply.service)
                     last = max(last, reply.log_offset)
         return last
+
+    async def _where(self, services: set[str]) -> str:
+        """How far each silent service got in its inbox: tells a stuck consumer from a lost record."""
+        from shared.bus.app import committed_offset
+
+        topics = self.config.topics
+        inboxes = [TopicPartition(topics.inbox(s), 0) for s in sorted(services)]
+        ends = await self.reader.end_offsets(inboxes)
+        parts = []
+        for service, tp in zip(sorted(services), inboxes):
+            committed = await committed_offset(self.config, f"{self.config.prefix}{service}", tp.topic)
+            parts.append(f"{service} inbox: {ends[tp]} records, committed up to {committed}")
+        return "; ".join(parts)
 
     async def _outputs(self, last: int, wanted: set[tuple[str, str]]) -> Outputs:
         """Read the log up to ``last``: the outputs of this round's deliveries, first copy of each."""

@@ -1,17 +1,20 @@
 """The driver's side of a round on a real broker: a service that does not answer its ``Release``
-is sent it again, and the round completes on the answer to the repeat."""
+is sent it again, and the round completes on the answer to the repeat; one that never answers is
+named, with how far it got in its inbox."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 
+import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from shared.bus import codec
 from shared.bus.app import ensure_topics
 from shared.bus.codec import Finished, Release
 from shared.bus.config import BusConfig
-from shared.bus.driver import AioProducer, RoundKeeper
+from shared.bus.driver import AioProducer, DriverError, RoundKeeper
 from shared.bus.worker import Record
 from shared.events import ObjectChanged, wrap
 
@@ -59,3 +62,25 @@ def test_a_silent_service_is_sent_its_release_again(kafka_bootstrap: str, topic_
     releases, outputs, nudged = asyncio.run(scenario())
     assert releases == [Release(1, (env.id,)), Release(1, (env.id,))]
     assert outputs == {} and nudged >= 1
+
+
+def test_a_service_that_never_answers_is_named_with_how_far_it_got(kafka_bootstrap: str, topic_prefix: str) -> None:
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    env = wrap(ObjectChanged(change="Added", kind="Node", name="n1", object={"kind": "Node"}),
+               source="ingest", cause=None, index=0, at=1.0)
+
+    async def scenario() -> None:
+        await ensure_topics(config)
+        keeper = RoundKeeper(config, round_timeout=1.5, nudge=0.5)
+        await keeper.start()
+        try:
+            await keeper.handle([("placement", env)])
+        finally:
+            await keeper.stop()
+
+    with pytest.raises(DriverError) as failed:
+        asyncio.run(scenario())
+    message = str(failed.value)
+    assert message.startswith("round 1: no answer from placement within 1.5s")
+    # the envelope and each release (sent, then sent again) are in the inbox; nobody consumed any
+    assert re.search(r"release sent [23] times; placement inbox: [34] records, committed up to 0$", message), message
