@@ -10,7 +10,7 @@ repeated here. ``Projector`` *is* a ``ResultProjection``, seeded from the stored
 workloads a batch touches, that folds each batch and reads rows off what changed. So the store
 and ``muster simulate``'s result cannot disagree about a workload's history.
 
-    prepare(batch, stored_ids)      -> Prepared: new envelopes, their workloads
+    prepare(batch, stored_ids[, consumed]) -> Prepared: new envelopes, their workloads
     projector.needs(prepared)       -> Needs: stored state it does not hold yet
     projector.seed(StoredState)     -> takes the rows the writer loaded
     projector.convert(prepared, consumer) -> RowOps: rows to insert or upsert, per table
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Container, Sequence
+from typing import Any, ClassVar, Container, NamedTuple, Sequence
 
 from pydantic import TypeAdapter
 
@@ -62,9 +62,10 @@ class JsonText(str):
 _EMPTY = JsonText("{}")
 
 
-@dataclass(frozen=True)
-class Located:
-    """An envelope and where the projector read it; all three None in the embedded runtime."""
+class Located(NamedTuple):
+    """An envelope and where the projector read it; all three None in the embedded runtime.
+    (A named tuple: the Kafka projector makes one per record, three times faster than a frozen
+    dataclass.)"""
 
     envelope: Envelope
     topic: str | None = None
@@ -172,21 +173,33 @@ class Prepared:
     skipped: int
 
 
-def prepare(batch: Sequence[Located], stored_ids: Container[str] = frozenset()) -> Prepared:
-    """Drop envelopes the store holds (``stored_ids``) or that repeat within the batch."""
+Position = tuple[str, int, int]
+"""(topic, partition, offset) of a record read."""
+
+
+def prepare(batch: Sequence[Located], stored_ids: Container[str] = frozenset(),
+            consumed: Sequence[Position] = ()) -> Prepared:
+    """Drop envelopes the store holds (``stored_ids``) or that repeat within the batch.
+
+    ``consumed``: records read with the batch that carried no envelope (dead-lettered); they
+    move the consumed offsets on too, so a restart does not read them again."""
     seen: set[str] = set()
     items: list[Located] = []
     keys: list[str | None] = []
     tree = False
     offsets: dict[tuple[str, int], int] = {}
+    for topic, partition, offset in consumed:
+        offsets[(topic, partition)] = max(offsets.get((topic, partition), 0), offset + 1)
     for item in batch:
-        env = item.envelope
-        if item.topic is not None and item.partition is not None and item.offset is not None:
-            where = (item.topic, item.partition)
-            offsets[where] = max(offsets.get(where, 0), item.offset + 1)
-        if env.id in seen or env.id in stored_ids:
+        env, topic, partition, offset = item
+        if topic is not None and partition is not None and offset is not None:
+            where = (topic, partition)
+            if offset >= offsets.get(where, 0):
+                offsets[where] = offset + 1
+        event_id = env.id
+        if event_id in seen or event_id in stored_ids:
             continue
-        seen.add(env.id)
+        seen.add(event_id)
         items.append(item)
         keys.append(workload_key(env))
         tree = tree or env.type in QUEUE_TREE_EVENTS

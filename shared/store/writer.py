@@ -8,7 +8,8 @@ Pipeline per batch (Armada's ingester; pyeventsourcing's tracking record):
     4. ``Projector.convert``: rows per table (pure)
     5. write them and the consumed offsets; commit
 
-``write_many`` overlaps step 4 of one batch with step 5 of the one before (Postgres only).
+``Pipeline`` (behind ``write_many`` and the Kafka projector) overlaps step 4 of one batch with
+step 5 of the one before (Postgres only).
 
 A redelivered envelope is skipped by its id, so writing a batch again, or a batch overlapping the
 last one, changes nothing but (at most) the offsets.
@@ -22,10 +23,11 @@ writer has been there or when a transaction failed.
 from __future__ import annotations
 
 import gc
+import threading
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from operator import itemgetter
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -103,17 +105,21 @@ class ProjectionWriter:
         if owned and not self._postgres:
             _begin_immediate(self.engine)
 
-    def write(self, batch: Iterable[Envelope | rows.Located]) -> WriteCounts:
-        """Store ``batch`` (in order) in one transaction; returns what was written."""
+    def write(self, batch: Iterable[Envelope | rows.Located], *,
+              consumed: Sequence[rows.Position] = ()) -> WriteCounts:
+        """Store ``batch`` (in order) in one transaction; returns what was written.
+
+        ``consumed``: where records read with the batch that were no envelopes were (the Kafka
+        projector dead-letters them); their offsets are stored as consumed too."""
         items = _locate(batch)
-        if not items:
+        if not items and not consumed:
             return WriteCounts()
         for attempt in range(1, self.retries + 1):
             try:
                 with errors_explained(self.engine), self.engine.begin() as conn:
                     self._lock(conn)
                     self._sync(conn)
-                    return self._store(conn, self._convert(conn, items))
+                    return self._store(conn, self._convert(conn, items, consumed=consumed))
             except IntegrityError:   # another writer stored some of these first: fold again on its state
                 self._go_cold()
                 if attempt == self.retries:
@@ -126,53 +132,20 @@ class ProjectionWriter:
     def write_many(self, batches: Iterable[Iterable[Envelope | rows.Located]]) -> WriteCounts:
         """Store batch after batch, each in its own transaction, as ``write`` would.
 
-        On Postgres the next batch is folded while the last one commits (the database works on
-        the other core). If a commit finds that another writer has been there, or stored some of
-        the same events, the two batches concerned are written again one at a time, cold.
+        On Postgres the next batch is folded while the last one commits (``Pipeline``).
         """
-        if not self._postgres:
-            total = WriteCounts()
-            for batch in batches:
-                total = total + self.write(batch)
-            return total
         total = WriteCounts()
-        flight: tuple[Future[WriteCounts], list[rows.Located]] | None = None
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="muster-projector")
-        try:
-            with errors_explained(self.engine), self.engine.connect() as read:
-                for batch in batches:
-                    items = _locate(batch)
-                    if not items:
-                        continue
-                    with read.begin():
-                        if flight is None:
-                            self._sync(read)
-                        ops = self._convert(read, items, in_flight=flight[1] if flight else ())
-                    if flight is not None:
-                        done, refused = self._land(flight)
-                        flight = None
-                        total = total + done
-                        if refused:  # this batch was folded on what the refused commit assumed: again, cold
-                            total = total + self.write(items)
-                            continue
-                    flight = (pool.submit(self._commit, ops), items)
-                if flight is not None:
-                    total = total + self._land(flight)[0]
-        except BaseException:
-            self._go_cold()
-            raise
-        finally:
-            pool.shutdown(wait=True)
-        return total
+        with Pipeline(self) as pipeline:
+            for batch in batches:
+                total = total + pipeline.put(batch)
+            return total + pipeline.flush()
 
-    def _land(self, flight: tuple["Future[WriteCounts]", list[rows.Located]]) -> tuple[WriteCounts, bool]:
-        """Wait for a pipelined commit. If it was refused (another writer had been there), write its
-        batch again, cold, and say so: whatever was folded meanwhile assumed the refused commit."""
-        try:
-            return flight[0].result(), False
-        except (_Incoherent, IntegrityError):
-            self._go_cold()
-            return self.write(flight[1]), True
+    def consumed_offsets(self, topic: str) -> dict[int, int]:
+        """The next offset to read per partition of ``topic``, as this writer's consumer stored it."""
+        t = ConsumedOffset.__table__
+        with errors_explained(self.engine), self.engine.connect() as conn:
+            return dict(conn.execute(select(t.c.partition, t.c.offset)  # type: ignore[arg-type]
+                                     .where(t.c.consumer == self.consumer, t.c.topic == topic)).all())
 
     def close(self) -> None:
         self.engine.dispose()
@@ -202,15 +175,15 @@ class ProjectionWriter:
             self._go_cold()
             self._high_water = seq
 
-    def _convert(self, conn: Connection, items: list[rows.Located],
-                 in_flight: Sequence[rows.Located] = ()) -> rows.RowOps:
+    def _convert(self, conn: Connection, items: list[rows.Located], in_flight: Sequence[rows.Located] = (),
+                 consumed: Sequence[rows.Position] = ()) -> rows.RowOps:
         ids = [item.envelope.id for item in items]
         stored = self.stored_ids(conn, ids) | ({i.envelope.id for i in in_flight} & set(ids))
-        prepared = rows.prepare(items, stored)
+        prepared = rows.prepare(items, stored, consumed)
         need = self.projector.needs(prepared)
         if need:
             self.projector.seed(self._load(conn, need))
-        with _gc_paused():
+        with gc_paused():
             return self.projector.convert(prepared, consumer=self.consumer)
 
     def _commit(self, ops: rows.RowOps) -> WriteCounts:
@@ -297,6 +270,102 @@ class ProjectionWriter:
         conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=update), values)
 
 
+@dataclass
+class _Flight:
+    """A batch whose transaction is being committed on the pipeline's thread."""
+
+    commit: "Future[WriteCounts]"
+    items: list[rows.Located]
+    consumed: Sequence[rows.Position]
+
+
+class Pipeline:
+    """``write_many`` one batch at a time, for a caller whose batches arrive over time (the Kafka
+    projector): ``put`` folds a batch while the one before commits on the pipeline's own thread.
+
+    Call ``put`` and ``flush`` from one thread. Postgres only overlaps; on SQLite ``put`` is
+    ``write``. If a commit finds that another writer has been there, or stored some of the same
+    events, the two batches concerned are written again one at a time, cold. When ``put`` or
+    ``flush`` raises, the batch in flight has ended (committed or not) and the writer is cold:
+    read again from the stored offsets.
+    """
+
+    def __init__(self, writer: ProjectionWriter) -> None:
+        self.writer = writer
+        self._flight: _Flight | None = None
+        self._pool = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="muster-projector")
+                      if writer._postgres else None)
+
+    def put(self, batch: Iterable[Envelope | rows.Located], *,
+            consumed: Sequence[rows.Position] = ()) -> WriteCounts:
+        """Fold ``batch`` and start its commit; returns what the batch before wrote, once committed."""
+        w = self.writer
+        items = _locate(batch)
+        if not items and not consumed:
+            return WriteCounts()
+        if self._pool is None:
+            return w.write(items, consumed=consumed)
+        try:
+            with errors_explained(w.engine):
+                with w.engine.connect() as read, read.begin():
+                    if self._flight is None:
+                        w._sync(read)
+                    ops = w._convert(read, items, in_flight=self._flight.items if self._flight else (),
+                                     consumed=consumed)
+                done = WriteCounts()
+                if self._flight is not None:
+                    done, refused = self._land()
+                    if refused:  # this batch was folded on what the refused commit assumed: again, cold
+                        return done + w.write(items, consumed=consumed)
+                self._flight = _Flight(self._pool.submit(w._commit, ops), items, consumed)
+                return done
+        except BaseException:
+            self._abandon()
+            raise
+
+    def flush(self) -> WriteCounts:
+        """Wait for the batch in flight; what it wrote."""
+        if self._flight is None:
+            return WriteCounts()
+        try:
+            with errors_explained(self.writer.engine):
+                return self._land()[0]
+        except BaseException:
+            self._abandon()
+            raise
+
+    def close(self) -> None:
+        """Wait for the batch in flight (whatever its outcome) and stop the thread."""
+        self._abandon(cold=False)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> "Pipeline":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _land(self) -> tuple[WriteCounts, bool]:
+        """Wait for the commit in flight. If it was refused (another writer had been there), write
+        its batch again, cold, and say so: whatever was folded meanwhile assumed the refused commit."""
+        assert self._flight is not None
+        flight, self._flight = self._flight, None
+        try:
+            return flight.commit.result(), False
+        except (_Incoherent, IntegrityError):
+            self.writer._go_cold()
+            return self.writer.write(flight.items, consumed=flight.consumed), True
+
+    def _abandon(self, *, cold: bool = True) -> None:
+        flight, self._flight = self._flight, None
+        if flight is not None:
+            wait([flight.commit])  # its outcome is in the store (or not): the caller reads offsets again
+            cold = cold or flight.commit.exception() is not None
+        if cold:
+            self.writer._go_cold()
+
+
 def _copy(conn: Connection, table: Table, values: list[dict[str, Any]], into: str | None = None) -> None:
     """Postgres ``COPY ... FROM STDIN`` on the transaction's own connection: the fastest bulk insert."""
     columns = [c for c in table.columns if c.name in values[0]]
@@ -331,18 +400,41 @@ def _copy_upsert(conn: Connection, table: Table, keys: list[str], values: list[d
                          f"ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO UPDATE SET {update}")
 
 
+_gc_lock = threading.Lock()
+_gc_holds = 0
+_gc_was_enabled = False
+
+
+def hold_gc() -> None:
+    """Pause cyclic garbage collection (the process's) until as many ``release_gc`` calls; holds
+    from several threads nest, and collection resumes only if it was on before the first."""
+    global _gc_holds, _gc_was_enabled
+    with _gc_lock:
+        if _gc_holds == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_holds += 1
+
+
+def release_gc() -> None:
+    global _gc_holds
+    with _gc_lock:
+        _gc_holds -= 1
+        if _gc_holds == 0 and _gc_was_enabled:
+            gc.enable()
+
+
 @contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a batch is converted. Its rows are plain dicts without
-    cycles (reference counting frees them), but there are many of them, and collections triggered
-    by them cost a sixth of the projector's time; collection resumes as soon as the batch is done."""
-    enabled = gc.isenabled()
-    gc.disable()
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a batch is decoded or converted. Its envelopes and rows
+    are plain objects without cycles (reference counting frees them), but there are many of them,
+    and collections triggered by them (full ones, as they survive long enough) cost a sixth of the
+    projector's time; collection resumes as soon as the batch is done."""
+    hold_gc()
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        release_gc()
 
 
 def _begin_immediate(engine: Engine) -> None:

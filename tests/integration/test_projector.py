@@ -1,0 +1,127 @@
+"""The Kafka projector (``muster run projector``): it resumes where the store says it stopped, a
+record read again changes nothing, bad records are dead-lettered and counted and move the offset
+on, and a store that fails for a while is waited out, not given up on."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import namedtuple
+from typing import Sequence
+
+from sqlalchemy import text
+
+from shared.bus import codec
+from shared.bus.config import BusConfig
+from shared.bus.driver import AioProducer, wait_for_projector
+from shared.bus.projector import LogProjector, projector_app
+from shared.bus.topics import Topics
+from shared.bus.worker import Record, envelope_record
+from shared.events import Envelope
+from shared.store import query
+from shared.store.engine import connect
+from shared.store.writer import ProjectionWriter
+from tests.integration.conftest import SCENARIOS, scenario_run
+from tests.integration.test_bus_service import read_until, running
+from tests.integration.test_writer import expected, histories
+
+FAIR_SHARE = next(p for p in SCENARIOS if p.stem == "fair-share-two-teams")
+
+
+def produce(config: BusConfig, records: Sequence[Record]) -> None:
+    async def go() -> None:
+        producer = AioProducer(config)
+        await producer.start()
+        try:
+            await producer.send_all(records)
+        finally:
+            await producer.stop()
+
+    asyncio.run(go())
+
+
+def log_records(config: BusConfig, envs: Sequence[Envelope]) -> list[Record]:
+    return [envelope_record(config.topics, config.topics.log, env) for env in envs]
+
+
+def caught_up(config: BusConfig, store: str, end: int, timeout: float = 60.0) -> None:
+    asyncio.run(wait_for_projector(config, store, end, timeout))
+
+
+def test_a_restarted_projector_reads_on_from_the_stored_offset(kafka_bootstrap: str, topic_prefix: str,
+                                                               pg_store: str) -> None:
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    log = scenario_run(FAIR_SHARE).runtime.log
+    half = len(log) // 2
+    with running(config, lambda: projector_app(config, pg_store, within=0.05)) as (app, _):
+        produce(config, log_records(config, log[:half]))
+        caught_up(config, pg_store, half)
+    assert app.muster_projector.written.events == half
+    # the second half, the last envelope of the first again (a producer's retry), and a bad record
+    bad = log_records(config, log[:1])[0]
+    bad = Record(bad.topic, bad.key, b'{"id": "truncated', bad.headers)
+    with running(config, lambda: projector_app(config, pg_store, within=0.05)) as (app, _):
+        produce(config, log_records(config, log[half:] + log[half - 1:half]) + [bad])
+        caught_up(config, pg_store, len(log) + 2)
+    projector = app.muster_projector
+    assert (projector.written.events, projector.written.skipped) == (len(log) - half, 1)  # nothing older read again
+    assert (projector.dead_letters, projector.failures) == (1, 0)
+    assert [e.id for e in query.read_log(pg_store)] == [e.id for e in log]
+    assert histories(pg_store, FAIR_SHARE) == expected(FAIR_SHARE)
+    letter = json.loads(read_until(config, config.topics.deadletter, lambda rs: len(rs) >= 1)[0].value)
+    assert (letter["offset"], letter["consumer"]) == (len(log) + 1, "projector")
+    assert "not a valid envelope" in letter["error"]
+
+
+def test_the_projector_waits_out_a_failing_store(kafka_bootstrap: str, topic_prefix: str, pg_store: str) -> None:
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    log = scenario_run(FAIR_SHARE).runtime.log
+    engine = connect(pg_store)
+    moved = False
+    try:
+        with engine.begin() as conn:   # the store is there but not usable: "relation event_log does not exist"
+            conn.execute(text("ALTER TABLE event_log RENAME TO event_log_away"))
+            moved = True
+        with running(config, lambda: projector_app(config, pg_store, within=0.05)) as (app, _):
+            produce(config, log_records(config, log))
+            deadline = time.monotonic() + 30
+            while app.muster_projector.failures < 2:
+                assert time.monotonic() < deadline, "the projector never tried to write"
+                time.sleep(0.1)
+            with engine.begin() as conn:
+                conn.execute(text("ALTER TABLE event_log_away RENAME TO event_log"))
+                moved = False
+            caught_up(config, pg_store, len(log))
+    finally:
+        if moved:
+            with engine.begin() as conn:
+                conn.execute(text("ALTER TABLE event_log_away RENAME TO event_log"))
+        engine.dispose()
+    assert [e.id for e in query.read_log(pg_store)] == [e.id for e in log]
+    assert histories(pg_store, FAIR_SHARE) == expected(FAIR_SHARE)
+
+
+Read = namedtuple("Read", "topic partition offset value headers")
+
+
+def test_whatever_a_record_makes_the_decoder_do_it_is_dead_lettered(sqlite_store: str) -> None:
+    topics = Topics()
+    good = scenario_run(FAIR_SHARE).runtime.log[0]
+    raw = codec.encode(good)
+    values = [
+        raw,
+        b"[" * 100_000,                                    # deeper than the parser goes (RecursionError)
+        None,                                              # a tombstone
+        raw.replace(b'"id":"', b'"id":"\\ud800', 1),      # half a surrogate pair: no database takes it
+        raw.replace(b'"id":"', b'"id":"\\ud83d\\ude00', 1),  # a whole one (an emoji) is fine
+    ]
+    reads = [Read(topics.log, 0, i, v, codec.envelope_headers(good)) for i, v in enumerate(values)]
+    reads.append(Read(topics.log, 0, 5, raw, [(codec.CONTROL_HEADER, b"release")]))
+    with ProjectionWriter(sqlite_store) as writer:
+        decoded = LogProjector(topics, writer).decode(reads)
+    assert [item.offset for item in decoded.items] == [0, 4]
+    assert [where[2] for where in decoded.consumed] == [1, 2, 3, 5]
+    assert [json.loads(r.value)["offset"] for r in decoded.letters] == [1, 2, 3, 5]
+    assert "RecursionError" in decoded.errors[0] and "not storable" in decoded.errors[2]
+    assert "control message" in decoded.errors[3]
