@@ -6,7 +6,11 @@ Per batch of records (``InboxWorker.process_batch``), record by record:
     2. ordering: arrival (now), or held until the driver's ``Release`` (``sequencing.py``)
     3. ``Service.handle``: dedupe by id, the pure core, outputs enveloped with derived ids
     4. once the batch is handled: its outputs to the log topic, acknowledged, *then* to their
-       inboxes (the log never holds an effect before its cause); ``TimerSet`` to the clock
+       inboxes (the log never holds an effect before its cause); ``TimerSet`` to the clock, and
+       a timer already due (a queue cycle "now") fires with the batch: its ``TimerFired`` is logged
+       right after its ``TimerSet``, its copy for the service's own inbox in the same request, and
+       when that copy lands right after the batch (the next record the worker would read) it is
+       handled at once rather than fetched back
     5. for each ``Release`` in the batch: ``Finished`` to the control topic, naming the highest
        log offset written (a repeated ``Release`` is answered again, handling nothing twice)
 
@@ -21,8 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import time
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from shared.bus import codec
 from shared.bus.codec import BadRecord, Finished, Release
@@ -56,6 +61,12 @@ def envelope_record(topics: Topics, topic: str, env: Envelope) -> Record:
     return Record(topic, key(topic, env, topics), codec.encode(env), codec.envelope_headers(env))
 
 
+def envelope_records(topics: Topics, env: Envelope, targets: Sequence[str]) -> list[Record]:
+    """``env`` as a record on each of ``targets``, encoded once."""
+    value, headers = codec.encode(env), codec.envelope_headers(env)
+    return [Record(topic, key(topic, env, topics), value, headers) for topic in targets]
+
+
 def dead_letter_record(topics: Topics, incoming: Incoming, *, topic: str, consumer: str, error: str) -> Record:
     """The dead-letter record for a bad record read from ``topic`` by ``consumer``."""
     return Record(topics.deadletter, topic.encode(), codec.dead_letter(
@@ -77,7 +88,9 @@ class Clock:
     restart re-armed it) delivers one timer: the copy is a duplicate to the service.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, now: Callable[[], float] = time.time) -> None:
+        self.now = now
+        """The wall clock (a fixed one in tests)."""
         self._heap: list[tuple[float, int, str, Envelope]] = []
         self._armed: set[tuple[str, float]] = set()
         self._seq = 0
@@ -104,6 +117,10 @@ class Clock:
 
     def __len__(self) -> int:
         return len(self._heap)
+
+
+_HAND_OVER_ROUNDS = 16
+"""How many rounds of timers fired and handed over at once one batch may take (see ``_emit``)."""
 
 
 class InboxWorker:
@@ -139,10 +156,12 @@ class InboxWorker:
                       producer: Producer) -> None:
         await self.process_batch([Incoming(value, headers, partition, offset)], producer)
 
-    async def process_batch(self, batch: Sequence["Incoming"], producer: Producer) -> None:
+    async def process_batch(self, batch: Sequence["Incoming"], producer: Producer) -> int | None:
         """Handle records in order, then send what they produced together: dead letters, the log,
         the routes, and a ``Finished`` for every round released in the batch. Sending a batch costs
-        two round trips to the broker instead of two per record."""
+        two round trips to the broker instead of two per record. Returns the highest inbox offset
+        now handled: the batch's last, or past it when timers fired into the inbox were handed
+        over at once (see ``_emit``); None for an empty batch."""
         outputs: list[Envelope] = []
         letters: list[Record] = []
         rounds: list[int] = []
@@ -161,7 +180,7 @@ class InboxWorker:
                 rounds.append(item.round)
         if letters:
             await producer.send_all(letters)
-        await self.emit(outputs, producer)
+        _, through = await self._emit(outputs, producer, batch[-1].offset if batch else None)
         if rounds:
             # The highest offset ever written, not this batch's: a Release sent again (the driver
             # got no answer) is answered too, and the round's outputs lie at or below it.
@@ -170,24 +189,64 @@ class InboxWorker:
                 body, control_headers = codec.encode_control(Finished(number, self.service.name, self.log_high))
                 replies.append(Record(self.topics.control, self.service.name.encode(), body, control_headers))
             await producer.send_all(replies)
+        return through
 
     async def emit(self, outputs: list[Envelope], producer: Producer) -> int:
-        """Log first, then route; returns the last log offset written (-1 for none)."""
-        if not outputs:
-            return -1
-        log = self.topics.log
-        offsets = await producer.send_all([envelope_record(self.topics, log, env) for env in outputs])
+        """Log first, then route; returns the last log offset written (-1 for none). See ``_emit``."""
+        return (await self._emit(outputs, producer, None))[0]
+
+    async def _emit(self, outputs: list[Envelope], producer: Producer, after: int | None) -> tuple[int, int | None]:
+        """Log first, then route: the last log offset written (-1 for none), and the highest inbox
+        offset handled (``after``, the last record handled before, unless timers came after it).
+
+        ``TimerSet`` goes to the clock; the timers due by now fire here rather than in the clock's
+        own task: each ``TimerFired`` is logged in the same request as (after) the ``TimerSet``
+        that caused it, and its copy for this service's own inbox rides in that request too. That
+        copy's effects can only be this service's, logged once it handles the copy, which it does
+        after this request is acknowledged: the log stays causal.
+
+        When the copies land right after ``after`` (nothing else came into the inbox meanwhile),
+        they are the very next records this service would read: it hands them over at once, in
+        that order, instead of fetching them back (the reader then skips them), and logs their
+        outputs in turn; the routes of every round go out together once the log has them all. So
+        a queue cycle "now" costs one more log write, not two writes and a fetch more; the inbox
+        holds the same records in the same order, so a replay folds exactly what was handled."""
+        topics = self.topics
         routed: list[Record] = []
-        for env in outputs:
-            for dest in destinations(env):
-                if dest == "clock":
-                    self._arm(env)
-                else:
-                    routed.append(envelope_record(self.topics, self.topics.destination(dest), env))
+        log_last = -1
+        for _ in range(_HAND_OVER_ROUNDS):
+            if not outputs:
+                break
+            logged: list[Record] = []
+            armed = False
+            for env in outputs:
+                targets = [topics.log]
+                for dest in destinations(env):
+                    if dest == "clock":
+                        self._arm(env)
+                        armed = True
+                    else:
+                        targets.append(topics.destination(dest))
+                first, *rest = envelope_records(topics, env, targets)
+                logged.append(first)
+                routed.extend(rest)
+            fired = self.clock.due(self.clock.now()) if armed and self.clock is not None else []
+            own = [envelope_records(topics, env, (topics.log, self.inbox)) for env in fired]
+            logged.extend(on_log for on_log, _ in own)
+            offsets = await producer.send_all(logged + [to_inbox for _, to_inbox in own])
+            log_last = max(log_last, *offsets[:len(logged)])
+            landed = offsets[len(logged):]
+            outputs = []
+            if fired and after is not None and landed == list(range(after + 1, after + 1 + len(landed))):
+                after = landed[-1]
+                outputs = [out for env in fired for out in self._handle(env)]
+        else:
+            if outputs:  # a core that keeps setting timers due at once: the rest goes out unhanded
+                log_last = max(log_last, await self.emit(outputs, producer))
         if routed:
             await producer.send_all(routed)
-        self.log_high = max(self.log_high, *offsets)
-        return max(offsets)
+        self.log_high = max(self.log_high, log_last)
+        return log_last, after
 
     async def fire_due(self, now: float, producer: Producer) -> int:
         """Send the timers due at ``now`` into the service's own inbox (and the log); how many."""
@@ -195,8 +254,9 @@ class InboxWorker:
             return 0
         fired = self.clock.due(now)
         if fired:
-            await producer.send_all([envelope_record(self.topics, self.topics.log, env) for env in fired])
-            await producer.send_all([envelope_record(self.topics, self.inbox, env) for env in fired])
+            records = [envelope_records(self.topics, env, (self.topics.log, self.inbox)) for env in fired]
+            await producer.send_all([logged for logged, _ in records])
+            await producer.send_all([routed for _, routed in records])
         return len(fired)
 
     # ------------------------------------------------------------------ common

@@ -148,6 +148,20 @@ def test_the_projector_dead_letters_what_is_not_an_envelope(kafka_bootstrap: str
     assert [env.id for env in query.read_log(pg_store)] == [good.id]
 
 
+def test_a_service_stopped_at_once_resumes_after_what_it_handled(kafka_bootstrap: str, topic_prefix: str) -> None:
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    topics = config.topics
+    created = ingest(ray_cluster("rc"), 1)
+    with running(config, lambda: service_app("admission", config, Policy())):
+        send(config, topics.inbox("admission"), codec.encode(created))
+        read_until(config, topics.log, lambda rs: len(rs) >= 1)
+        # stopped well within the commit interval: the stop lets the batch finish and commits it
+    with running(config, lambda: service_app("admission", config, Policy())) as (app, bus):
+        bus.run(asyncio.wait_for(app.muster_reader.ready.wait(), 30))
+        assert app.muster_worker.replayed == 1  # rebuilt from it, not handed it again
+        assert app.muster_worker.service.handled == 1
+
+
 def test_a_restarted_service_rebuilds_from_its_inbox(kafka_bootstrap: str, topic_prefix: str) -> None:
     config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
     topics = config.topics

@@ -11,8 +11,10 @@ from shared.bus.codec import (
     CONTROL_HEADER, BadRecord, Finished, Release, control_kind, dead_letter, decode, encode, encode_control,
     envelope_headers,
 )
-from shared.events import ObjectChanged, WorkloadDeleted
-from tests.builders.shared import at
+from shared.events import ObjectChanged, WorkloadDeleted, from_json
+from shared.scenario import load_scenario
+from shared.simulate import simulate
+from tests.builders.shared import VOLCANO, at, sample_payloads
 
 
 def _env():
@@ -56,6 +58,34 @@ def test_an_invalid_envelope_names_the_field():
     del raw["correlation_id"]
     with pytest.raises(BadRecord, match="correlation_id"):
         decode(json.dumps(raw).encode())
+
+
+def _same(a, b) -> bool:
+    """Equal, and of the same types all the way down (1 is not 1.0, a tuple is not a list)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if hasattr(type(a), "model_fields"):
+        return all(_same(getattr(a, name), getattr(b, name)) for name in type(a).model_fields)
+    return a == b
+
+
+def test_decode_reads_every_envelope_exactly_as_from_json():
+    # decode parses with pydantic-core, not json: the envelope must come out the same to the last type
+    envs = [at(payload, 1.0) for payload in sample_payloads().values()] + simulate(load_scenario(VOLCANO)).runtime.log
+    for env in envs:
+        value = encode(env)
+        assert _same(decode(value), from_json(value)), env.type
+
+
+@pytest.mark.parametrize("version", ['"1"', "1.0", "true", "2"], ids=["string", "float", "bool", "newer"])
+def test_a_schema_version_upcast_refuses_is_a_bad_record_as_before(version):
+    raw = encode(_env()).replace(b'"schema_version":1', b'"schema_version":' + version.encode())
+    with pytest.raises(BadRecord, match="not a valid envelope"):
+        decode(raw)
 
 
 def test_a_release_with_non_string_ids_is_a_bad_record():

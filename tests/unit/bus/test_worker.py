@@ -14,7 +14,7 @@ from shared.bus import codec
 from shared.bus.codec import Finished, Release
 from shared.bus.sequencing import Arrival, Ordering, Rounds
 from shared.bus.topics import Topics
-from shared.bus.worker import Clock, InboxWorker, Record
+from shared.bus.worker import Clock, InboxWorker, Incoming, Record
 from shared.events import Enqueued, TimerSet, WorkloadDeleted, WorkloadWithdrawn
 from shared.service import Service
 from tests.builders.shared import FakeCore, at
@@ -127,12 +127,49 @@ def test_outputs_go_to_the_log_then_to_their_inboxes():
 
 
 def test_a_timer_set_is_armed_not_sent():
-    clock = Clock()
+    clock = Clock(now=lambda: 5.0)
     worker = _worker(TimerSet(key="cycle", at=9.0), clock=clock)
     producer = _deliver(worker, _env())
     assert [[r.topic for r in call] for call in producer.calls] == [[TOPICS.log]]
     assert clock.next_at() == 9.0
     assert worker.wake.is_set()
+
+
+def test_a_timer_already_due_fires_with_its_batch():
+    clock = Clock(now=lambda: 10.0)
+    worker = _worker(TimerSet(key="cycle", at=9.0), ENQUEUED, clock=clock)
+    producer = _deliver(worker, _env())
+    first, routed = producer.calls
+    timer_set, enqueued, fired, own = (codec.decode(r.value) for r in first)
+    # logged right after the TimerSet that caused it; its copy for the service's own inbox rides along
+    assert [r.topic for r in first] == [TOPICS.log] * 3 + [TOPICS.inbox("queue")]
+    assert (timer_set.type, enqueued.type, fired.type) == ("TimerSet", "Enqueued", "TimerFired")
+    assert (fired.causation_id, fired.occurred_at) == (timer_set.id, 9.0)
+    assert own == fired
+    # the routes to other services only once the log has their envelopes
+    assert [r.topic for r in routed] == [TOPICS.inbox("reconciler")]
+    assert len(clock) == 0
+
+
+def test_the_log_offset_of_a_batch_ignores_the_timer_sent_to_the_own_inbox():
+    worker = _worker(TimerSet(key="cycle", at=9.0), clock=Clock(now=lambda: 10.0))
+    producer = FakeProducer()
+    producer.next_offset = 40
+    assert asyncio.run(worker.emit([at(TimerSet(key="cycle", at=9.0), 1.0, source="queue")], producer)) == 41
+    assert worker.log_high == 41  # the TimerSet at 40, the TimerFired at 41; the inbox copy's 42 is not the log's
+
+
+def test_the_clock_fires_what_came_due_later_into_the_log_then_the_inbox():
+    now = [5.0]
+    clock = Clock(now=lambda: now[0])
+    worker = _worker(TimerSet(key="cycle", at=9.0), clock=clock)
+    _deliver(worker, _env())
+    now[0] = 9.5
+    producer = FakeProducer()
+    assert asyncio.run(worker.fire_due(clock.now(), producer)) == 1
+    (log,), (inbox,) = producer.calls
+    assert (log.topic, inbox.topic) == (TOPICS.log, TOPICS.inbox("queue"))
+    assert codec.decode(log.value).type == "TimerFired" and log.value == inbox.value
 
 
 def test_a_bad_record_is_dead_lettered_and_counted():
@@ -242,3 +279,76 @@ def test_a_release_sent_again_is_answered_again_without_handling_anything_twice(
     ((control,),) = again.calls  # nothing logged or routed: only the answer
     assert codec.decode(control.value, control.headers) == Finished(0, "queue", 100)
     assert worker.service.core.handled == [a]
+
+
+# --------------------------------------------------------------------------- timers handed over at once
+class TopicProducer:
+    """Offsets count per topic, as a broker's partitions do; ``ahead`` puts records of others into topics first."""
+
+    def __init__(self, **ahead: int) -> None:
+        self.calls: list[list[Record]] = []
+        self.ends: dict[str, int] = {}
+        self.ahead = ahead
+
+    async def send_all(self, records: Sequence[Record]) -> list[int]:
+        self.calls.append(list(records))
+        offsets = []
+        for record in records:
+            end = self.ends.get(record.topic, 0) + self.ahead.pop(record.topic.rsplit(".", 1)[-1], 0)
+            offsets.append(end)
+            self.ends[record.topic] = end + 1
+        return offsets
+
+
+def _cycling_worker() -> InboxWorker:
+    """A queue whose core asks for a cycle now on a deletion and dequeues on the cycle."""
+    def react(env):
+        if env.type == "WorkloadDeleted":
+            return [ENQUEUED, TimerSet(key="cycle", at=env.occurred_at)]
+        if env.type == "TimerFired":
+            return [WITHDRAWN]
+        return []
+    return InboxWorker(Service(FakeCore("queue", [], react)), TOPICS, Arrival(), clock=Clock(now=lambda: 100.0))
+
+
+def _batch(worker: InboxWorker, producer, offset: int, *envs):
+    batch = [Incoming(codec.encode(env), codec.envelope_headers(env), 0, offset + i) for i, env in enumerate(envs)]
+    return asyncio.run(worker.process_batch(batch, producer))
+
+
+def test_a_timer_that_lands_right_after_the_batch_is_handled_at_once():
+    worker, producer = _cycling_worker(), TopicProducer()
+    producer.ends[TOPICS.inbox("queue")] = 5  # the batch below is the inbox's records 0..4
+    env = _env()
+    assert _batch(worker, producer, 4, env) == 5  # the TimerFired landed at 5: handled, the reader skips it
+    assert [e.type for e in worker.service.core.handled] == ["WorkloadDeleted", "TimerFired"]
+    first, second, routed = producer.calls
+    assert [(r.topic, codec.decode(r.value).type) for r in first] == [
+        (TOPICS.log, "Enqueued"), (TOPICS.log, "TimerSet"), (TOPICS.log, "TimerFired"), (TOPICS.inbox("queue"), "TimerFired")]
+    # the cycle's outputs are logged in turn, and every route goes out once the log has them all
+    assert [(r.topic, codec.decode(r.value).type) for r in second] == [(TOPICS.log, "WorkloadWithdrawn")]
+    assert [(r.topic, codec.decode(r.value).type) for r in routed] == [
+        (TOPICS.inbox("reconciler"), "Enqueued"), (TOPICS.inbox("placement"), "WorkloadWithdrawn")]
+
+
+def test_a_timer_behind_records_of_others_is_left_to_be_read_in_its_turn():
+    worker, producer = _cycling_worker(), TopicProducer(queue=1)  # another service wrote into the inbox first
+    producer.ends[TOPICS.inbox("queue")] = 5
+    assert _batch(worker, producer, 4, _env()) == 4
+    assert [e.type for e in worker.service.core.handled] == ["WorkloadDeleted"]
+    first, routed = producer.calls
+    assert (first[-1].topic, codec.decode(first[-1].value).type) == (TOPICS.inbox("queue"), "TimerFired")
+    assert [r.topic for r in routed] == [TOPICS.inbox("reconciler")]
+
+
+def test_a_replay_of_the_inbox_folds_what_was_handed_over_in_the_same_order():
+    live, producer = _cycling_worker(), TopicProducer()
+    producer.ends[TOPICS.inbox("queue")] = 1
+    env = _env()
+    _batch(live, producer, 0, env)
+    inbox = [(codec.encode(env), codec.envelope_headers(env))] + [
+        (r.value, r.headers) for call in producer.calls for r in call if r.topic == TOPICS.inbox("queue")]
+    again = _cycling_worker()
+    for value, headers in inbox:
+        again.replay(value, headers)
+    assert [e.id for e in again.service.core.handled] == [e.id for e in live.service.core.handled]
