@@ -27,7 +27,7 @@ import logging
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator, Literal, Sequence
+from typing import Any, Literal, Sequence
 
 import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -190,28 +190,6 @@ async def committed_offset(config: BusConfig, group: str, topic: str) -> int:
         await admin.close()
     meta = offsets.get(TopicPartition(topic, 0))
     return max(meta.offset, 0) if meta is not None else 0
-
-
-async def read_range(config: BusConfig, topic: str, end: int) -> AsyncIterator[Any]:
-    """Records of ``topic`` (partition 0) from its start up to ``end`` (exclusive)."""
-    if end <= 0:
-        return
-    tp = TopicPartition(topic, 0)
-    consumer = AIOKafkaConsumer(**config.aiokafka(), enable_auto_commit=False, fetch_max_wait_ms=config.fetch_wait_ms)
-    await consumer.start()
-    try:
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        while True:
-            batch = await consumer.getmany(tp, timeout_ms=1000, max_records=5000)
-            for message in batch.get(tp, ()):
-                if message.offset >= end:
-                    return
-                yield message
-            if await consumer.position(tp) >= end:
-                return
-    finally:
-        await consumer.stop()
 
 
 # --------------------------------------------------------------------------- reading in order
