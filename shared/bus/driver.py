@@ -125,6 +125,11 @@ class RoundKeeper:
         self.reader = await self._consumer(self.log)
         await self.replies.seek_to_end(self.control)
         await self.reader.seek_to_beginning(self.log)
+        # Records strictly in offset order: several producers write both topics at once (InOrder).
+        from shared.bus.app import InOrder
+
+        self._replies_order = InOrder(self.control, name="control")
+        self._log_order = InOrder(self.log, 0, name="log")
 
     async def _consumer(self, tp: TopicPartition) -> AIOKafkaConsumer:
         consumer = AIOKafkaConsumer(**self.config.aiokafka(), enable_auto_commit=False,
@@ -177,7 +182,7 @@ class RoundKeeper:
                 self.nudged += 1
                 nudge_at = now + self.nudge
             batch = await self.replies.getmany(self.control, timeout_ms=int(min(left, 1.0) * 1000))
-            for message in batch.get(self.control, ()):
+            for message in self._replies_order.take(self.replies, batch.get(self.control, ())):
                 reply = codec.decode(message.value, message.headers)
                 if isinstance(reply, Finished) and reply.round == self.round and reply.service in waiting:
                     waiting.discard(reply.service)
@@ -201,9 +206,9 @@ class RoundKeeper:
         """Read the log up to ``last``: the outputs of this round's deliveries, first copy of each."""
         outputs: Outputs = {}
         seen: set[str] = set()
-        while last >= 0 and await self.reader.position(self.log) <= last:
+        while last >= 0 and (self._log_order.next or 0) <= last:
             batch = await self.reader.getmany(self.log, timeout_ms=1000, max_records=10_000)
-            for message in batch.get(self.log, ()):
+            for message in self._log_order.take(self.reader, batch.get(self.log, ())):
                 env = codec.decode(message.value, message.headers)
                 if not isinstance(env, Envelope) or env.source not in SERVICES or env.id in seen:
                     continue

@@ -87,10 +87,15 @@ def test_a_suspended_ray_cluster_is_admitted_and_its_pods_bound_on_the_cluster(
             live = kube.get("RayCluster", "ray.io/v1", "team-a", "rc")
             return live if live and live["spec"].get("suspend") is False else None
 
-        live = eventually(admitted, "the RayCluster to be unsuspended")
-        annotations = eventually(lambda: (kube.get("RayCluster", "ray.io/v1", "team-a", "rc") or {})
-                                 .get("metadata", {}).get("annotations", {}).get("muster.dev/status"), "status")
-        assert annotations.startswith("Admitted")
+        eventually(admitted, "the RayCluster to be unsuspended")
+
+        def status() -> str:
+            live = kube.get("RayCluster", "ray.io/v1", "team-a", "rc") or {}
+            return live.get("metadata", {}).get("annotations", {}).get("muster.dev/status", "")
+
+        # the unsuspend and the status annotation are separate requests: the status may come a moment later
+        eventually(lambda: status().startswith("Admitted"), "the Admitted status")
+        live = kube.get("RayCluster", "ray.io/v1", "team-a", "rc")
         assert live["metadata"]["annotations"]["muster.dev/queue"] == "research"
 
         # KubeRay's part: the pods of the unsuspended cluster appear, unbound.
