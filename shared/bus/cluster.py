@@ -34,7 +34,7 @@ from shared.bus.app import BATCH, BATCH_WAIT, FaustProducer, MusterApp, base_app
 from shared.bus.codec import BadRecord
 from shared.bus.config import BusConfig
 from shared.bus.topics import Topics
-from shared.bus.worker import Incoming, Producer, Record, dead_letter_record, envelope_record
+from shared.bus.worker import Incoming, Producer, Record, dead_letter_record, envelope_records
 from shared.events import Envelope, KubeEffect
 from shared.service import Seen
 from shared.topology import destinations
@@ -163,9 +163,14 @@ class ClusterBridge:
 async def send_logged(topics: Topics, envelopes: Sequence[Envelope], producer: Producer) -> list[int]:
     """Write ``envelopes`` to the log, then to the inboxes they are routed to (the log never holds an
     effect before its cause); the log offsets."""
-    offsets = await producer.send_all([envelope_record(topics, topics.log, env) for env in envelopes])
-    routed = [envelope_record(topics, topics.destination(dest), env)
-              for env in envelopes for dest in destinations(env) if dest != "clock"]
+    logged: list[Record] = []
+    routed: list[Record] = []
+    for env in envelopes:
+        targets = [topics.log, *(topics.destination(d) for d in destinations(env) if d != "clock")]
+        first, *rest = envelope_records(topics, env, targets)  # encoded once for every target
+        logged.append(first)
+        routed.extend(rest)
+    offsets = await producer.send_all(logged)
     if routed:
         await producer.send_all(routed)
     return offsets

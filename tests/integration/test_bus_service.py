@@ -148,14 +148,18 @@ def test_the_projector_dead_letters_what_is_not_an_envelope(kafka_bootstrap: str
     assert [env.id for env in query.read_log(pg_store)] == [good.id]
 
 
+def admission_handles(config: BusConfig, env: Envelope, *, then_wait: float) -> None:
+    """Admission runs, handles ``env`` (its output reaches the log), lingers ``then_wait`` s, stops."""
+    with running(config, lambda: service_app("admission", config, Policy())):
+        send(config, config.topics.inbox("admission"), codec.encode(env))
+        read_until(config, config.topics.log, lambda rs: len(rs) >= 1)
+        time.sleep(then_wait)
+
+
 def test_a_service_stopped_at_once_resumes_after_what_it_handled(kafka_bootstrap: str, topic_prefix: str) -> None:
     config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
-    topics = config.topics
-    created = ingest(ray_cluster("rc"), 1)
-    with running(config, lambda: service_app("admission", config, Policy())):
-        send(config, topics.inbox("admission"), codec.encode(created))
-        read_until(config, topics.log, lambda rs: len(rs) >= 1)
-        # stopped well within the commit interval: the stop lets the batch finish and commits it
+    # stopped well within the commit interval: the stop lets the batch finish and commits it
+    admission_handles(config, ingest(ray_cluster("rc"), 1), then_wait=0.0)
     with running(config, lambda: service_app("admission", config, Policy())) as (app, bus):
         bus.run(asyncio.wait_for(app.muster_reader.ready.wait(), 30))
         assert app.muster_worker.replayed == 1  # rebuilt from it, not handed it again
@@ -166,10 +170,7 @@ def test_a_restarted_service_rebuilds_from_its_inbox(kafka_bootstrap: str, topic
     config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
     topics = config.topics
     created = ingest(ray_cluster("rc"), 1)
-    with running(config, lambda: service_app("admission", config, Policy())):
-        send(config, topics.inbox("admission"), codec.encode(created))
-        read_until(config, topics.log, lambda rs: len(rs) >= 1)
-        time.sleep(1.5)  # past the commit interval: the restart resumes after this record
+    admission_handles(config, created, then_wait=1.5)  # past the commit interval: resume after it
     deleted = ingest(ray_cluster("rc"), 2, change="Deleted")
     with running(config, lambda: service_app("admission", config, Policy())) as (app, _):
         # the same envelope again (a redelivery) and then the deletion
