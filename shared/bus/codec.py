@@ -86,17 +86,21 @@ def decode(value: bytes | None, headers: Headers | None = None) -> Envelope | Co
     kind = control_kind(headers)
     if kind is None:
         env = _parse_envelope(value)
-        if env is not None:
-            return env
-        try:
-            return from_json(value)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ())) or "envelope"
-            raise BadRecord(f"not a valid envelope: {where}: {first.get('msg', 'invalid')} "
-                            f"({exc.error_count()} error(s))") from None
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise BadRecord(f"not a valid envelope: {exc}") from None
+        if env is None:
+            try:
+                env = from_json(value)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first.get("loc", ())) or "envelope"
+                raise BadRecord(f"not a valid envelope: {where}: {first.get('msg', 'invalid')} "
+                                f"({exc.error_count()} error(s))") from None
+            except RecursionError:
+                raise BadRecord("not a valid envelope: nested too deeply to parse") from None
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise BadRecord(f"not a valid envelope: {exc}") from None
+        if _BACKSLASH in value and (b"\\ud" in value or b"\\uD" in value):
+            _encodable(env)
+        return env
     try:
         body = json.loads(value)
         if kind == "release":
@@ -106,9 +110,23 @@ def decode(value: bytes | None, headers: Headers | None = None) -> Envelope | Co
             return Release(round=int(body["round"]), ids=tuple(ids))
         if kind == "finished":
             return Finished(round=int(body["round"]), service=str(body["service"]), log_offset=int(body["log_offset"]))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BadRecord(f"not a valid {kind} control message: {exc}") from None
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise BadRecord(f"not a valid {kind} control message: {type(exc).__name__}: {exc}") from None
     raise BadRecord(f"unknown control message {kind!r}")
+
+
+_BACKSLASH = ord("\\")  # an int: ``in`` looks for one byte (memchr), 10 times faster than for b"\\"
+
+
+def _encodable(env: Envelope) -> None:
+    """JSON can escape half of a UTF-16 surrogate pair (``\\ud800``): Python reads it into a string
+    that cannot be encoded again, so every output caused by the envelope, and its row in the
+    history store, would fail for good. Bad input, told apart where records are read."""
+    try:
+        encode(env)
+    except ValueError as exc:  # pydantic's serialisation error is one
+        raise BadRecord(f"not a valid envelope: holds half a UTF-16 surrogate pair "
+                        f"({str(exc).splitlines()[0]})") from None
 
 
 def _parse_envelope(value: bytes) -> Envelope | None:

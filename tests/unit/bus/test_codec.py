@@ -103,6 +103,26 @@ def _dead(value: bytes) -> dict:
                                   consumer="queue", error="boom"))
 
 
+@pytest.mark.parametrize("value", [b"[" * 100_000, b'{"a":' * 100_000])
+def test_a_record_nested_deeper_than_the_parser_goes_is_a_bad_record(value):
+    with pytest.raises(BadRecord, match="nested too deeply"):
+        decode(value)
+
+
+def test_a_control_message_nested_too_deeply_is_a_bad_record():
+    with pytest.raises(BadRecord, match="release control message: RecursionError"):
+        decode(b"[" * 100_000, [(CONTROL_HEADER, b"release")])
+
+
+def test_half_a_surrogate_pair_is_a_bad_record_and_a_whole_one_is_not():
+    raw = encode(_env())
+    with pytest.raises(BadRecord, match="surrogate pair"):  # its id could never be written out again
+        decode(raw.replace(b'"id":"', b'"id":"\\ud800', 1))
+    whole = decode(raw.replace(b'"id":"', b'"id":"\\ud83d\\ude00', 1))
+    assert whole.id.startswith("\U0001f600")
+    assert decode(encode(whole)) == whole
+
+
 def test_a_dead_letter_says_where_the_record_was_read_and_why():
     assert _dead(b"{oops") == {
         "topic": "muster.queue", "partition": 0, "offset": 42, "consumer": "queue", "error": "boom",

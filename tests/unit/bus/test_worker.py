@@ -10,6 +10,8 @@ import asyncio
 import json
 from typing import Any, Sequence
 
+import pytest
+
 from shared.bus import codec
 from shared.bus.codec import Finished, Release
 from shared.bus.sequencing import Arrival, Ordering, Rounds
@@ -183,9 +185,12 @@ def test_a_bad_record_is_dead_lettered_and_counted():
     assert worker.dead_letters == 1
 
 
-def test_the_worker_keeps_working_after_a_bad_record():
+@pytest.mark.parametrize("bad", [None, b"[" * 100_000, codec.encode(_env()).replace(b'"id":"', b'"id":"\\udc00', 1)],
+                         ids=["tombstone", "nested-too-deeply", "half-a-surrogate-pair"])
+def test_the_worker_keeps_working_after_a_bad_record(bad):
     worker = _worker(ENQUEUED)
-    _process(worker, None)
+    letters = _process(worker, bad)
+    assert [r.topic for call in letters.calls for r in call] == [TOPICS.deadletter]
     producer = _deliver(worker, _env())
     assert len(worker.service.core.handled) == 1
     assert len(producer.calls) == 2
