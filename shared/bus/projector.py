@@ -22,13 +22,18 @@ advisory lock and coherence check keep two projectors on one store correct, the 
 doing the same work again.
 
 The consumer never stops: a bad record is dead-lettered; a store that fails (unreachable, a
-transaction refused) is logged and retried with backoff, reading again from the stored offsets.
+transaction refused) is logged and retried with backoff, reading again from the stored offsets. An
+envelope that decodes but that the store cannot hold (``Unstorable``: a NUL character in a name, an
+integer out of a column's range) would fail its batch for ever: the batches read up to the failure
+are read again and written a part at a time, halving what the store refuses down to that envelope,
+which is dead-lettered like a bad record (``put_carefully``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,7 +49,7 @@ from shared.bus.topics import Topics
 from shared.bus.worker import Incoming, Producer, Record, dead_letter_record
 from shared.events import Envelope
 from shared.store import rows
-from shared.store.engine import StoreError
+from shared.store.engine import StoreError, Unstorable
 from shared.store.writer import Pipeline, ProjectionWriter, WriteCounts, gc_paused, hold_gc, release_gc
 
 log = logging.getLogger("muster.projector")
@@ -75,6 +80,12 @@ class Decoded:
     """Where the dead-lettered records were: consumed too, stored with the batch's offsets."""
     errors: list[str] = field(default_factory=list)
     """What was wrong with each of them."""
+
+    def reject(self, topics: Topics, topic: str, record: Incoming, error: str) -> None:
+        """``record``, read from ``topic``, as a dead letter saying ``error``; its position consumed."""
+        self.letters.append(dead_letter_record(topics, record, topic=topic, consumer=CONSUMER, error=error))
+        self.consumed.append((topic, record.partition, record.offset))
+        self.errors.append(error)
 
 
 class GcWhileBusy:
@@ -136,14 +147,45 @@ class LogProjector:
                     raise BadRecord("a control message does not belong in the log")
             except Exception as exc:  # noqa: BLE001 - whatever a record makes the decoder raise, it is bad input
                 error = str(exc) if isinstance(exc, BadRecord) else f"cannot decode: {type(exc).__name__}: {exc}"
-                incoming = Incoming(r.value, list(r.headers or ()), r.partition, r.offset)
-                out.letters.append(dead_letter_record(self.topics, incoming, topic=r.topic, consumer=CONSUMER,
-                                                      error=error))
-                out.consumed.append((r.topic, r.partition, r.offset))
-                out.errors.append(error)
+                out.reject(self.topics, r.topic, Incoming(r.value, list(r.headers or ()), r.partition, r.offset), error)
                 continue
             out.items.append(rows.Located(env, r.topic, r.partition, r.offset))
         return out
+
+    def put_carefully(self, batch: Decoded) -> tuple[Record, Decoded] | None:
+        """``put`` once the store has refused data (``Unstorable``): ``batch`` written a part at a time,
+        each in a transaction of its own, a refused part halved down to the envelope the store
+        refuses. None when all of it is written. Else that envelope's dead letter and the rest of
+        the batch, unwritten, with the refused envelope's position as consumed: send the letter
+        first, then put the rest carefully too (a letter goes out before its offset is stored)."""
+        self.flush()
+        found = self._first_refused(batch.items)
+        if found is None:
+            if batch.consumed:
+                self.written = self.written + self.writer.write([], consumed=batch.consumed)
+            return None
+        at, error = found
+        item = batch.items[at]
+        refused = Decoded()
+        env = item.envelope
+        refused.reject(self.topics, item.topic or self.topics.log,
+                       Incoming(codec.encode(env), codec.envelope_headers(env), item.partition or 0, item.offset or 0),
+                       error)
+        return refused.letters[0], Decoded(items=batch.items[at + 1:], consumed=[*batch.consumed, *refused.consumed])
+
+    def _first_refused(self, items: Sequence[rows.Located], start: int = 0) -> tuple[int, str] | None:
+        """Write ``items`` in order, halving what the store refuses: the index of the first envelope
+        it refuses and why (all before it written, nothing after), or None when all is written."""
+        if not items:
+            return None
+        try:
+            self.written = self.written + self.writer.write(items)
+            return None
+        except Unstorable as exc:
+            if len(items) == 1:
+                return start, f"not storable: {exc}"
+        half = len(items) // 2
+        return self._first_refused(items[:half], start) or self._first_refused(items[half:], start + half)
 
     def put(self, batch: Decoded) -> None:
         self.written = self.written + self._pipeline.put(batch.items, consumed=batch.consumed)
@@ -181,6 +223,10 @@ class LogProjector:
         try:
             partitions: list[TopicPartition] = []
             orders: dict[TopicPartition, InOrder] = {}
+            put_through: dict[tuple[str, int], int] = {}
+            """The last offset put, per partition: a commit that fails is of a batch up to there."""
+            careful: dict[tuple[str, int], int] = {}
+            """After the store refused data: up to where the log is put carefully (``put_carefully``)."""
             delay, seek = RETRY_FIRST, True
             while True:
                 try:
@@ -205,8 +251,21 @@ class LogProjector:
                         self.dead_letters += len(decoded.letters)
                         log.warning("projector: %d record(s) of the log dead-lettered, e.g. offset %d: %s",
                                     len(decoded.letters), decoded.consumed[0][2], decoded.errors[0])
-                    await on_thread(self.put, decoded)
+                    for r in records:
+                        put_through[(r.topic, r.partition)] = r.offset
+                    if careful and any(r.offset <= careful.get((r.topic, r.partition), -1) for r in records):
+                        await self._put_carefully(decoded, producer, on_thread)
+                    else:
+                        await on_thread(self.put, decoded)
                     delay = RETRY_FIRST
+                except Unstorable as exc:  # one envelope or more the store cannot hold: find them, then go on
+                    self.failures += 1
+                    collection.idle()
+                    careful = dict(put_through)
+                    log.error("projector: %s; writing the log again from the stored offsets a part at a time, "
+                              "to dead-letter what the store refuses", exc)
+                    await on_thread(self.reset)
+                    seek = True
                 except Exception as exc:  # noqa: BLE001 - the store or the broker failed: retry, never stop
                     self.failures += 1
                     collection.idle()
@@ -225,6 +284,19 @@ class LogProjector:
             finally:
                 thread.shutdown(wait=False)
                 await consumer.stop()
+
+    async def _put_carefully(self, batch: Decoded, producer: Producer,
+                             on_thread: Callable[..., Awaitable[Any]]) -> None:
+        rest: Decoded | None = batch
+        while rest is not None:
+            refused = await on_thread(self.put_carefully, rest)
+            if refused is None:
+                return
+            letter, rest = refused
+            await producer.send_all([letter])
+            self.dead_letters += 1
+            log.warning("projector: the envelope at offset %d of the log dead-lettered: %s",
+                        rest.consumed[-1][2], json.loads(letter.value)["error"])
 
     async def _partitions(self, consumer: AIOKafkaConsumer) -> list[TopicPartition]:
         """Every partition of the log (waiting for the topic to exist)."""

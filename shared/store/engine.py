@@ -13,7 +13,10 @@ from typing import Any, Iterator
 
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, ProgrammingError
+import psycopg
+from sqlalchemy.exc import (
+    ArgumentError, DataError, DBAPIError, IntegrityError, NoSuchModuleError, OperationalError, ProgrammingError,
+)
 
 from shared.store.rows import JsonText
 
@@ -23,6 +26,12 @@ EXAMPLES = "sqlite:///history.db or postgresql+psycopg://postgres@127.0.0.1:5432
 
 class StoreError(Exception):
     """The store cannot be used: a bad URL, an unreachable server, tables missing or out of date."""
+
+
+class Unstorable(StoreError):
+    """The store refuses what was written, not the writer: a value it cannot hold (a NUL character
+    in text, an integer out of range) or a row at odds with its constraints. Writing the same again
+    fails the same way."""
 
 
 def dump_json(value: Any) -> str:
@@ -122,6 +131,8 @@ def errors_explained(url: str | URL | Engine) -> Iterator[None]:
         yield
     except StoreError:
         raise
+    except (DataError, IntegrityError, psycopg.DataError, OverflowError) as exc:  # COPY raises psycopg's own
+        raise Unstorable(f"the store at {where} refused the data: {_first_line(exc)}") from None
     except (OperationalError, ProgrammingError) as exc:
         text = _first_line(exc)
         if "no such table" in text or ("relation" in text and "does not exist" in text):

@@ -114,19 +114,20 @@ class ProjectionWriter:
         items = _locate(batch)
         if not items and not consumed:
             return WriteCounts()
-        for attempt in range(1, self.retries + 1):
-            try:
-                with errors_explained(self.engine), self.engine.begin() as conn:
-                    self._lock(conn)
-                    self._sync(conn)
-                    return self._store(conn, self._convert(conn, items, consumed=consumed))
-            except IntegrityError:   # another writer stored some of these first: fold again on its state
-                self._go_cold()
-                if attempt == self.retries:
+        with errors_explained(self.engine):
+            for attempt in range(1, self.retries + 1):
+                try:
+                    with self.engine.begin() as conn:
+                        self._lock(conn)
+                        self._sync(conn)
+                        return self._store(conn, self._convert(conn, items, consumed=consumed))
+                except IntegrityError:   # another writer stored some of these first: fold again on its state
+                    self._go_cold()
+                    if attempt == self.retries:
+                        raise
+                except BaseException:
+                    self._go_cold()
                     raise
-            except BaseException:
-                self._go_cold()
-                raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     def write_many(self, batches: Iterable[Iterable[Envelope | rows.Located]]) -> WriteCounts:

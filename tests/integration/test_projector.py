@@ -22,7 +22,7 @@ from shared.bus.app import ensure_topics
 from shared.bus.projector import LogProjector, projector_app
 from shared.bus.topics import Topics
 from shared.bus.worker import Record, envelope_record
-from shared.events import Envelope
+from shared.events import Envelope, ObjectChanged, wrap
 from shared.store import query
 from shared.store.engine import connect
 from shared.store.writer import ProjectionWriter
@@ -104,6 +104,28 @@ def test_the_projector_waits_out_a_failing_store(kafka_bootstrap: str, topic_pre
         engine.dispose()
     assert [e.id for e in query.read_log(pg_store)] == [e.id for e in log]
     assert histories(pg_store, FAIR_SHARE) == expected(FAIR_SHARE)
+
+
+def test_an_envelope_the_store_refuses_is_dead_lettered_and_the_rest_written(
+        kafka_bootstrap: str, topic_prefix: str, pg_store: str) -> None:
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    log = scenario_run(FAIR_SHARE).runtime.log
+    nul = wrap(ObjectChanged(change="Added", kind="ConfigMap", namespace="ns", name="a\x00b", object={}),
+               source="ingest", cause=None, index=0, at=log[40].occurred_at)  # Postgres text holds no NUL
+    sent = log[:40] + [nul] + log[40:]
+    with running(config, lambda: projector_app(config, pg_store, within=0.05)) as (app, _):
+        produce(config, log_records(config, sent))
+        caught_up(config, pg_store, len(sent))
+        assert app.muster_projector.written.events == len(log)
+        assert (app.muster_projector.dead_letters, app.muster_projector.failures) == (1, 1)
+        produce(config, log_records(config, log[:3]))  # the log goes on: redelivered envelopes change nothing
+        caught_up(config, pg_store, len(sent) + 3)
+    assert [e.id for e in query.read_log(pg_store)] == [e.id for e in log]
+    assert histories(pg_store, FAIR_SHARE) == expected(FAIR_SHARE)
+    (letter,) = [json.loads(r.value) for r in read_until(config, config.topics.deadletter, lambda rs: len(rs) >= 1)]
+    assert (letter["offset"], letter["consumer"]) == (40, "projector")
+    assert "not storable" in letter["error"] and "NUL" in letter["error"]
+    assert codec.decode(letter["value"].encode()) == nul
 
 
 class HandsOverALaterBatchFirst(AIOKafkaConsumer):

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 
 from shared.store import query, record
-from shared.store.engine import StoreError, connect
+from shared.events import ObjectChanged, wrap
+from shared.store.engine import StoreError, Unstorable, connect
 from shared.store.models import ConsumedOffset, TABLES
 from shared.store.rows import Located
 from shared.store.writer import ProjectionWriter, write_log
@@ -144,6 +146,38 @@ def test_a_failed_batch_leaves_no_rows_and_the_writer_recovers(sqlite_store, mon
     monkeypatch.undo()
     writer.write(log[60:])                          # cold again: reads state back and goes on
     writer.close()
+    assert histories(sqlite_store, PREEMPTION) == expected(PREEMPTION)
+
+
+def test_an_envelope_the_store_cannot_hold_is_unstorable_and_its_batch_changes_nothing(pg_store):
+    log = scenario_run(PREEMPTION).runtime.log
+    nul = wrap(ObjectChanged(change="Added", kind="ConfigMap", namespace="ns", name="a\x00b", object={}),
+               source="ingest", cause=None, index=0, at=log[60].occurred_at)
+    with ProjectionWriter(pg_store) as writer:
+        writer.write(log[:60])
+        before = counts(pg_store)
+        with pytest.raises(Unstorable, match="NUL"):  # a StoreError: the store is fine, the data is not
+            writer.write([*log[60:70], nul])
+        assert counts(pg_store) == before
+        writer.write(log[60:])
+    assert histories(pg_store, PREEMPTION) == expected(PREEMPTION)
+
+
+def test_a_batch_another_writer_stored_first_is_folded_again_and_written(sqlite_store, monkeypatch):
+    log = scenario_run(PREEMPTION).runtime.log
+    writer = ProjectionWriter(sqlite_store)
+    real_store, calls = writer._store, []
+
+    def raced(conn, ops):
+        calls.append(1)
+        if len(calls) == 1:
+            raise IntegrityError("INSERT", {}, Exception("UNIQUE constraint failed: event_log.event_id"))
+        return real_store(conn, ops)
+
+    monkeypatch.setattr(writer, "_store", raced)
+    assert writer.write(log).events == len(log)
+    writer.close()
+    assert len(calls) == 2
     assert histories(sqlite_store, PREEMPTION) == expected(PREEMPTION)
 
 
