@@ -43,6 +43,8 @@ def simulate_cmd(
                                       "this Kafka (kafka://HOST:PORT), the projector writing --store."),
     services: str = typer.Option("tasks", "--services", help="With --bus: run the services as 'tasks' in this "
                                  "process or as 'processes' (one `muster run` each)."),
+    keep_topics: bool = typer.Option(False, "--keep-topics", help="With --bus: leave the run's topics "
+                                     "(muster.sim.<scenario>.<id>.*) on the broker to look at; deleted otherwise."),
 ) -> None:
     """Run SCENARIO on the embedded stack (or, with --bus, on Kafka) with a simulated cluster and a virtual clock."""
     from shared.simulate import simulate
@@ -63,7 +65,7 @@ def simulate_cmd(
         policy = Policy.from_yaml(policy_file) if policy_file else None
         loaded = load_scenario(scenario)
         if bus is not None:
-            run = _simulate_on_bus(loaded, policy, bus, services, store, err)
+            run = _simulate_on_bus(loaded, policy, bus, services, store, keep_topics, err)
         else:
             run = simulate(loaded, policy)
     except (ScenarioError, PolicyError) as exc:
@@ -102,9 +104,10 @@ def simulate_cmd(
 
 
 def _simulate_on_bus(scenario: Any, policy: Optional[Policy], bus: str, services: str, store: Optional[str],
-                     err: Console) -> Any:
+                     keep_topics: bool, err: Console) -> Any:
     """The distributed run for ``simulate --bus``; broker trouble is exit code 2 with one line."""
     from shared.bus.config import BusConfig, BusConfigError
+    from shared.bus.app import delete_topics
     from shared.bus.driver import DriverError, run_prefix, simulate_on_bus
     from shared.bus.localbroker import kafka_answers
 
@@ -123,6 +126,9 @@ def _simulate_on_bus(scenario: Any, policy: Optional[Policy], bus: str, services
     except DriverError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)
+    finally:
+        if not keep_topics:  # the run's own (prefix of its own); the history, if asked for, is in --store
+            delete_topics(config)
 
 
 SERVICE_NAMES = ("admission", "queue", "placement", "reconciler", "projector", "cluster")

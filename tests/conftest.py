@@ -25,11 +25,9 @@ The fixtures are lazy: a run that needs neither Postgres nor Kafka never looks f
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import subprocess
-import threading
 import uuid
 from typing import Iterator
 
@@ -171,38 +169,12 @@ def kafka_bootstrap() -> Iterator[str]:
         broker.stop()
 
 
-def delete_topics(bootstrap: str, prefix: str, timeout: float = 10.0) -> list[str]:
-    """Delete every topic on ``bootstrap`` whose name starts with ``prefix``; return the names asked for.
+def delete_topics(bootstrap: str, prefix: str) -> list[str]:
+    """Delete every topic on ``bootstrap`` whose name starts with ``prefix`` (``shared.bus.app``)."""
+    from shared.bus.app import delete_topics as delete
+    from shared.bus.config import BusConfig
 
-    Cleanup must never fail or stall a test run: errors are ignored and the whole exchange runs on a
-    daemon thread bounded by ``timeout`` (so it works with or without a running event loop).
-    """
-    if not prefix:
-        raise ValueError("an empty prefix would delete every topic on the broker")
-    doomed: list[str] = []
-
-    async def run() -> None:
-        from aiokafka.admin import AIOKafkaAdminClient
-
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
-        try:
-            await admin.start()
-            doomed.extend(sorted(t for t in await admin.list_topics() if t.startswith(prefix)))
-            if doomed:
-                await admin.delete_topics(doomed, timeout_ms=int(timeout * 1000))
-        finally:
-            await asyncio.wait_for(admin.close(), 2.0)
-
-    def work() -> None:
-        try:
-            asyncio.run(asyncio.wait_for(run(), timeout))
-        except BaseException:  # cleanup is best effort: a failed delete leaves uniquely named topics
-            pass
-
-    worker = threading.Thread(target=work, name="delete-topics", daemon=True)
-    worker.start()
-    worker.join(timeout + 3.0)
-    return doomed
+    return delete(BusConfig(bootstrap, prefix=prefix))
 
 
 @pytest.fixture

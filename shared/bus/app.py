@@ -25,6 +25,7 @@ import asyncio
 import gc
 import logging
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Literal, Sequence
@@ -178,6 +179,40 @@ async def ensure_topics(config: BusConfig) -> list[str]:
         return sorted(missing)
     finally:
         await admin.close()
+
+
+def delete_topics(config: BusConfig, *, timeout: float = 10.0) -> list[str]:
+    """Delete every topic on the broker whose name starts with ``config.prefix``; the names asked for.
+
+    For what a run or a test made under a prefix of its own. Best effort, never failing nor stalling
+    the caller: errors are ignored and the exchange runs on a daemon thread bounded by ``timeout``
+    (so it works with or without a running event loop); left behind, the topics are only uniquely
+    named clutter."""
+    prefix = config.prefix
+    if not prefix:
+        raise ValueError("an empty prefix would delete every topic on the broker")
+    doomed: list[str] = []
+
+    async def run() -> None:
+        admin = AIOKafkaAdminClient(**config.aiokafka(), request_timeout_ms=int(timeout * 1000))
+        try:
+            await admin.start()
+            doomed.extend(sorted(t for t in await admin.list_topics() if t.startswith(prefix)))
+            if doomed:
+                await admin.delete_topics(doomed, timeout_ms=int(timeout * 1000))
+        finally:
+            await asyncio.wait_for(admin.close(), 2.0)
+
+    def work() -> None:
+        try:
+            asyncio.run(asyncio.wait_for(run(), timeout))
+        except BaseException:  # noqa: BLE001 - best effort, see above
+            pass
+
+    worker = threading.Thread(target=work, name="muster-delete-topics", daemon=True)
+    worker.start()
+    worker.join(timeout + 3.0)
+    return doomed
 
 
 async def committed_offset(config: BusConfig, group: str, topic: str) -> int:

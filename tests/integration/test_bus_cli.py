@@ -10,10 +10,13 @@ from typer.testing import CliRunner
 
 from shared.bus.localbroker import free_port
 from shared.cli import app
+from tests.conftest import delete_topics
 from tests.integration.conftest import scenario_run
+from tests.integration.test_localbroker import topics
 from tests.integration.test_bus_parity import without_stats
 
 SCENARIO = Path(__file__).parents[1] / "scenarios" / "volcano-gang-queue.yaml"
+RUN_TOPICS = "muster.sim.volcano-gang-queue."
 runner = CliRunner()
 
 
@@ -24,6 +27,16 @@ def test_simulate_on_the_bus_checks_and_writes_the_embedded_result(kafka_bootstr
     assert result.exit_code == 0, result.output
     assert "CHECK PASSED" in result.output
     assert without_stats(json.loads(out.read_text())) == without_stats(scenario_run(SCENARIO).result())
+    assert not {t for t in topics(kafka_bootstrap) if t.startswith(RUN_TOPICS)}  # the run cleans up after itself
+
+
+def test_simulate_on_the_bus_keeps_its_topics_when_asked(kafka_bootstrap: str) -> None:
+    result = runner.invoke(app, ["simulate", str(SCENARIO), "--bus", f"kafka://{kafka_bootstrap}", "--keep-topics"])
+    assert result.exit_code == 0, result.output
+    kept = {t for t in topics(kafka_bootstrap) if t.startswith(RUN_TOPICS)}
+    prefixes = {t[:t.rindex(".") + 1] for t in kept}
+    assert len(prefixes) == 1 and {t[len(next(iter(prefixes))):] for t in kept} >= {"events", "queue", "placement"}
+    delete_topics(kafka_bootstrap, next(iter(prefixes)))
 
 
 def test_simulate_with_a_broker_that_does_not_answer_is_exit_2() -> None:
