@@ -34,6 +34,7 @@ import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
+from aiokafka.partitioner import DefaultPartitioner
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from shared.bus.config import BusConfig
@@ -118,13 +119,18 @@ def base_app(app_id: str, config: BusConfig, *, cls: type[MusterApp] = MusterApp
     return app
 
 
+_PARTITIONER = DefaultPartitioner()
+"""The partition of a keyed record, as every Kafka client's default computes it (murmur2 of the key)."""
+
+
 async def send_records(producer: AIOKafkaProducer, records: Sequence[Record]) -> list[int]:
     """Send ``records`` and wait until the broker has every one; their offsets, in order.
 
     The records of one partition go out as one batch (more when they exceed ``BATCH_BYTES``), in
     the order given, and every partition's batch is queued before the producer next wakes, so one
     produce request carries the whole call: per record, this costs a few microseconds instead of a
-    future and a callback each (aiokafka's ``send``). Partitions are chosen as ``send`` chooses."""
+    future and a callback each (aiokafka's ``send``). Partitions are chosen as ``send`` chooses (the
+    default partitioner: muster configures no other)."""
     if not records:
         return []
     counts: dict[str, set[int]] = {}
@@ -133,8 +139,8 @@ async def send_records(producer: AIOKafkaProducer, records: Sequence[Record]) ->
         partitions = counts.get(record.topic)
         if partitions is None:
             partitions = counts[record.topic] = await producer.partitions_for(record.topic)
-        partition = next(iter(partitions)) if len(partitions) == 1 else producer._partition(
-            record.topic, None, record.key, record.value, record.key, record.value)
+        partition = next(iter(partitions)) if len(partitions) == 1 else _PARTITIONER(
+            record.key, sorted(partitions), sorted(partitions))
         by_partition.setdefault((record.topic, partition), []).append(index)
     offsets = [0] * len(records)
     sent: list[tuple[asyncio.Future[Any], list[int]]] = []

@@ -80,3 +80,48 @@ def test_a_call_larger_than_one_batch_goes_out_in_several(kafka_bootstrap: str, 
 
 def test_nothing_to_send_sends_nothing() -> None:
     assert asyncio.run(send_records(None, [])) == []  # type: ignore[arg-type]
+
+
+def test_a_keyed_record_lands_in_the_partition_aiokafka_send_would_choose(kafka_bootstrap: str,
+                                                                         topic_prefix: str) -> None:
+    """Muster's topics have one partition; one made with more (by an operator, say) still keeps
+    each key in one partition, the one any Kafka client's default partitioner picks."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    ours, theirs = f"{topic_prefix}wide", f"{topic_prefix}wide-send"
+    keys = [f"Pod/ns/p{i}".encode() for i in range(40)]
+
+    async def go() -> tuple[dict[bytes, int], dict[bytes, int]]:
+        admin = AIOKafkaAdminClient(**config.aiokafka())
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(ours, 4, 1), NewTopic(theirs, 4, 1)])
+        finally:
+            await admin.close()
+        producer = AIOKafkaProducer(**config.aiokafka(), enable_idempotence=False)
+        await producer.start()
+        try:
+            await send_records(producer, [Record(ours, k, b"v", []) for k in keys])
+            sent = {k: (await (await producer.send(theirs, b"v", key=k))).partition for k in keys}
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(**config.aiokafka(), enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            tps = [TopicPartition(ours, p) for p in range(4)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            landed: dict[bytes, int] = {}
+            deadline = time.monotonic() + 30
+            while len(landed) < len(keys):
+                assert time.monotonic() < deadline, f"{len(landed)} of {len(keys)} records"
+                for tp, got in (await consumer.getmany(timeout_ms=200)).items():
+                    landed.update({m.key: tp.partition for m in got})
+        finally:
+            await consumer.stop()
+        return landed, sent
+
+    landed, sent = asyncio.run(go())
+    assert landed == sent
+    assert len(set(landed.values())) > 1  # the keys did spread over the partitions
