@@ -34,10 +34,9 @@ from shared.bus.app import BATCH, BATCH_WAIT, FaustProducer, MusterApp, base_app
 from shared.bus.codec import BadRecord
 from shared.bus.config import BusConfig
 from shared.bus.topics import Topics
-from shared.bus.worker import Incoming, Producer, Record, dead_letter_record, envelope_records
+from shared.bus.worker import Incoming, Producer, Record, dead_letter_record, logged_and_routed
 from shared.events import Envelope, KubeEffect
 from shared.service import Seen
-from shared.topology import destinations
 
 log = logging.getLogger("muster.cluster")
 
@@ -165,9 +164,8 @@ async def send_logged(topics: Topics, envelopes: Sequence[Envelope], producer: P
     effect before its cause); the log offsets."""
     logged: list[Record] = []
     routed: list[Record] = []
-    for env in envelopes:
-        targets = [topics.log, *(topics.destination(d) for d in destinations(env) if d != "clock")]
-        first, *rest = envelope_records(topics, env, targets)  # encoded once for every target
+    for env in envelopes:  # watch events: none is for the clock
+        first, rest, _ = logged_and_routed(topics, env)
         logged.append(first)
         routed.extend(rest)
     offsets = await producer.send_all(logged)

@@ -67,6 +67,20 @@ def envelope_records(topics: Topics, env: Envelope, targets: Sequence[str]) -> l
     return [Record(topic, key(topic, env, topics), value, headers) for topic in targets]
 
 
+def logged_and_routed(topics: Topics, env: Envelope) -> tuple[Record, list[Record], bool]:
+    """``env`` as its log record, its records for the inboxes it is routed to (encoded once), and
+    whether it is also for the clock (a ``TimerSet``, which no topic carries: ``Clock``). Send the
+    log records first: the log never holds an effect before its cause."""
+    targets, timed = [topics.log], False
+    for dest in destinations(env):
+        if dest == "clock":
+            timed = True
+        else:
+            targets.append(topics.destination(dest))
+    first, *rest = envelope_records(topics, env, targets)
+    return first, rest, timed
+
+
 def dead_letter_record(topics: Topics, incoming: Incoming, *, topic: str, consumer: str, error: str) -> Record:
     """The dead-letter record for a bad record read from ``topic`` by ``consumer``."""
     return Record(topics.deadletter, topic.encode(), codec.dead_letter(
@@ -220,14 +234,10 @@ class InboxWorker:
             logged: list[Record] = []
             armed = False
             for env in outputs:
-                targets = [topics.log]
-                for dest in destinations(env):
-                    if dest == "clock":
-                        self._arm(env)
-                        armed = True
-                    else:
-                        targets.append(topics.destination(dest))
-                first, *rest = envelope_records(topics, env, targets)
+                first, rest, timed = logged_and_routed(topics, env)
+                if timed:
+                    self._arm(env)
+                    armed = True
                 logged.append(first)
                 routed.extend(rest)
             fired = self.clock.due(self.clock.now()) if armed and self.clock is not None else []
