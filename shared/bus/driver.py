@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -250,7 +251,8 @@ class ServiceHost:
         self.apps: list[Any] = []
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._policy_file: str | None = None
-        self.logs = Path(tempfile.mkdtemp(prefix="muster-services-"))
+        self.logs: Path | None = None
+        """Where each service process writes its output (``processes`` only)."""
 
     @property
     def names(self) -> list[str]:
@@ -269,6 +271,7 @@ class ServiceHost:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             f.write(self.policy.model_dump_json())
             self._policy_file = f.name
+        self.logs = Path(tempfile.mkdtemp(prefix="muster-services-"))
         for name in self.names:
             self.spawn(name)
 
@@ -280,6 +283,7 @@ class ServiceHost:
         else:
             args += ["--ordering", "rounds", "--policy", str(self._policy_file)]
         env = {**os.environ, **self.config.env(), "PYTHONUNBUFFERED": "1"}
+        assert self.logs is not None, "start() the host first"
         out = open(self.logs / f"{name}.log", "ab")
         self.processes[name] = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
                                                 cwd=Path(__file__).resolve().parents[2])
@@ -343,11 +347,12 @@ async def wait_for_projector(config: BusConfig, store: str, end: int, timeout: f
 
 def simulate_on_bus(scenario: Scenario, config: BusConfig, policy: Policy | None = None, *,
                     services: ServiceMode = "tasks", store: str | None = None, round_timeout: float = 120.0,
-                    before_round: Callable[[int, ServiceHost], None] | None = None) -> Run:
+                    before_round: Callable[[int, ServiceHost], None] | None = None, keep_logs: bool = False) -> Run:
     """Run ``scenario`` through the services on Kafka (topics under ``config.prefix``, created when
     missing); with ``store``, the projector writes the history there and the run waits for it.
     ``before_round(round, host)`` is called before each round is released (the crash test kills
-    and restarts services there)."""
+    and restarts services there). Service processes write their output to ``host.logs``: kept when
+    the run fails (its error names the folder) or with ``keep_logs``, removed otherwise."""
     from shared.bus.app import ensure_topics
 
     effective = scenario.effective_policy(policy)
@@ -360,7 +365,7 @@ def simulate_on_bus(scenario: Scenario, config: BusConfig, policy: Policy | None
     bus = EventLoopThread()
     host = ServiceHost(config, effective, services, bus, store)
     keeper = RoundKeeper(config, round_timeout)
-    started = False
+    started = succeeded = False
     try:
         bus.run(ensure_topics(config))
         host.start()
@@ -370,9 +375,16 @@ def simulate_on_bus(scenario: Scenario, config: BusConfig, policy: Policy | None
         run = play(scenario, effective, DistributedRuntime(effective, cluster, keeper, bus, before_round=hook))
         if store is not None:
             bus.run(wait_for_projector(config, store, bus.run(keeper.log_end()), round_timeout))
+        succeeded = True
         return run
+    except DriverError as exc:
+        if host.logs is not None:
+            raise DriverError(f"{exc} (the services' output: {host.logs})") from None
+        raise
     finally:
         if started:
             bus.run(keeper.stop())
         host.stop()
         bus.close()
+        if succeeded and not keep_logs and host.logs is not None:
+            shutil.rmtree(host.logs, ignore_errors=True)

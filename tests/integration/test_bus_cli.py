@@ -4,6 +4,7 @@ when the broker or the arguments are wrong."""
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -22,8 +23,10 @@ runner = CliRunner()
 
 def test_simulate_on_the_bus_checks_and_writes_the_embedded_result(kafka_bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "result.json"
+    folders = set(Path(tempfile.gettempdir()).glob("muster-services-*"))
     result = runner.invoke(app, ["simulate", str(SCENARIO), "--bus", f"kafka://{kafka_bootstrap}", "--check",
                                  "--json", str(out)])
+    assert set(Path(tempfile.gettempdir()).glob("muster-services-*")) == folders  # services as tasks: no output folder
     assert result.exit_code == 0, result.output
     assert "CHECK PASSED" in result.output
     assert without_stats(json.loads(out.read_text())) == without_stats(scenario_run(SCENARIO).result())
