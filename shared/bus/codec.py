@@ -110,7 +110,7 @@ def decode(value: bytes | None, headers: Headers | None = None) -> Envelope | Co
             return Release(round=int(body["round"]), ids=tuple(ids))
         if kind == "finished":
             return Finished(round=int(body["round"]), service=str(body["service"]), log_offset=int(body["log_offset"]))
-    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError, OverflowError) as exc:
         raise BadRecord(f"not a valid {kind} control message: {type(exc).__name__}: {exc}") from None
     raise BadRecord(f"unknown control message {kind!r}")
 

@@ -26,7 +26,8 @@ transaction refused) is logged and retried with backoff, reading again from the 
 envelope that decodes but that the store cannot hold (``Unstorable``: a NUL character in a name, an
 integer out of a column's range) would fail its batch for ever: the batches read up to the failure
 are read again and written a part at a time, halving what the store refuses down to that envelope,
-which is dead-lettered like a bad record (``put_carefully``).
+which is dead-lettered like a bad record (``put_carefully``) — unless the store refuses everything,
+when it is the store that is at fault and is waited out.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ records for as long as the wait lasts and, at 5 ms on a busy machine, answers a 
 FETCH_BYTES = 16 * 1024 * 1024
 """Up to this much of a partition per fetch: a batch of 10,000 envelopes is about 8 MiB."""
 RETRY_FIRST, RETRY_MAX = 0.5, 30.0
+REFUSED_IN_A_ROW = 100
+"""Envelopes the store may refuse one after the other, nothing written in between, before the
+projector stops dead-lettering them and takes the store to be at fault (``put_carefully``)."""
 BUSY, COLLECT_EVERY = 1_000, 250_000
 """While batches of at least ``BUSY`` records keep coming (a backlog, a replay), cyclic garbage
 collection is held off (``GcWhileBusy``) and run in full after every ``COLLECT_EVERY`` records."""
@@ -130,6 +134,8 @@ class LogProjector:
         self.failures = 0
         self.written = WriteCounts()
         """What the committed batches wrote."""
+        self.refused_in_a_row = 0
+        """Envelopes the store refused since it last took one (``put_carefully``)."""
         self._pipeline = Pipeline(writer)
 
     # ------------------------------------------------------------------ on the projector's thread
@@ -152,12 +158,17 @@ class LogProjector:
             out.items.append(rows.Located(env, r.topic, r.partition, r.offset))
         return out
 
-    def put_carefully(self, batch: Decoded) -> tuple[Record, Decoded] | None:
+    def put_carefully(self, batch: Decoded, records: Sequence[Any]) -> tuple[Record, Decoded] | None:
         """``put`` once the store has refused data (``Unstorable``): ``batch`` written a part at a time,
         each in a transaction of its own, a refused part halved down to the envelope the store
-        refuses. None when all of it is written. Else that envelope's dead letter and the rest of
-        the batch, unwritten, with the refused envelope's position as consumed: send the letter
-        first, then put the rest carefully too (a letter goes out before its offset is stored)."""
+        refuses. None when all of it is written. Else that envelope's dead letter (made of its
+        record, found in ``records``) and the rest of the batch, unwritten, with the refused
+        envelope's position as consumed: send the letter first, then put the rest carefully too (a
+        letter goes out before its offset is stored).
+
+        A store that refuses ``REFUSED_IN_A_ROW`` envelopes with nothing written in between is taken
+        to be at fault itself (a constraint or column its schema should not have): ``StoreError``,
+        retried with backoff like any failing store, rather than the whole log dead-lettered."""
         self.flush()
         found = self._first_refused(batch.items)
         if found is None:
@@ -165,12 +176,16 @@ class LogProjector:
                 self.written = self.written + self.writer.write([], consumed=batch.consumed)
             return None
         at, error = found
+        self.refused_in_a_row += 1
+        if self.refused_in_a_row > REFUSED_IN_A_ROW:
+            self.refused_in_a_row -= 1
+            raise StoreError(f"{error} — and so were the {REFUSED_IN_A_ROW} envelopes before it, with nothing "
+                             "written in between: the store itself looks at fault (check its schema)")
         item = batch.items[at]
+        record = next(r for r in records if (r.topic, r.partition, r.offset) == (item.topic, item.partition, item.offset))
         refused = Decoded()
-        env = item.envelope
-        refused.reject(self.topics, item.topic or self.topics.log,
-                       Incoming(codec.encode(env), codec.envelope_headers(env), item.partition or 0, item.offset or 0),
-                       error)
+        refused.reject(self.topics, record.topic, Incoming(record.value, list(record.headers or ()), record.partition,
+                                                           record.offset), error)
         return refused.letters[0], Decoded(items=batch.items[at + 1:], consumed=[*batch.consumed, *refused.consumed])
 
     def _first_refused(self, items: Sequence[rows.Located], start: int = 0) -> tuple[int, str] | None:
@@ -180,6 +195,7 @@ class LogProjector:
             return None
         try:
             self.written = self.written + self.writer.write(items)
+            self.refused_in_a_row = 0
             return None
         except Unstorable as exc:
             if len(items) == 1:
@@ -254,14 +270,16 @@ class LogProjector:
                     for r in records:
                         put_through[(r.topic, r.partition)] = r.offset
                     if careful and any(r.offset <= careful.get((r.topic, r.partition), -1) for r in records):
-                        await self._put_carefully(decoded, producer, on_thread)
+                        await self._put_carefully(decoded, records, producer, on_thread)
+                        careful = {where: last for where, last in careful.items()
+                                   if put_through.get(where, -1) < last}  # none left: back to pipelining
                     else:
                         await on_thread(self.put, decoded)
                     delay = RETRY_FIRST
                 except Unstorable as exc:  # one envelope or more the store cannot hold: find them, then go on
                     self.failures += 1
                     collection.idle()
-                    careful = dict(put_through)
+                    careful = {where: max(last, careful.get(where, -1)) for where, last in put_through.items()}
                     log.error("projector: %s; writing the log again from the stored offsets a part at a time, "
                               "to dead-letter what the store refuses", exc)
                     await on_thread(self.reset)
@@ -285,11 +303,11 @@ class LogProjector:
                 thread.shutdown(wait=False)
                 await consumer.stop()
 
-    async def _put_carefully(self, batch: Decoded, producer: Producer,
+    async def _put_carefully(self, batch: Decoded, records: Sequence[Any], producer: Producer,
                              on_thread: Callable[..., Awaitable[Any]]) -> None:
         rest: Decoded | None = batch
         while rest is not None:
-            refused = await on_thread(self.put_carefully, rest)
+            refused = await on_thread(self.put_carefully, rest, records)
             if refused is None:
                 return
             letter, rest = refused

@@ -14,9 +14,7 @@ from typing import Any, Iterator
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
 import psycopg
-from sqlalchemy.exc import (
-    ArgumentError, DataError, DBAPIError, IntegrityError, NoSuchModuleError, OperationalError, ProgrammingError,
-)
+from sqlalchemy.exc import ArgumentError, DataError, DBAPIError, IntegrityError, NoSuchModuleError
 
 from shared.store.rows import JsonText
 
@@ -123,23 +121,31 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(orig).__name__
 
 
+def refuses_data(exc: BaseException) -> bool:
+    """Whether the store refused what was written rather than the writer: SQLSTATE classes 22 (data
+    exception) and 23 (integrity), 54000 (a value too large to index), and a Python integer too
+    large for the driver. SQLAlchemy wraps the driver's errors; COPY raises psycopg's own."""
+    orig = getattr(exc, "orig", None) if isinstance(exc, DBAPIError) else exc
+    return isinstance(exc, (DataError, IntegrityError, OverflowError)) or isinstance(
+        orig, (psycopg.DataError, psycopg.IntegrityError, psycopg.errors.ProgramLimitExceeded))
+
+
 @contextmanager
 def errors_explained(url: str | URL | Engine) -> Iterator[None]:
-    """Re-raise database errors as ``StoreError`` naming the store and what to do."""
+    """Re-raise database errors as ``StoreError`` naming the store and what to do (``Unstorable``
+    when it is the data the store refuses)."""
     where = display(url)
     try:
         yield
     except StoreError:
         raise
-    except (DataError, IntegrityError, psycopg.DataError, OverflowError) as exc:  # COPY raises psycopg's own
-        raise Unstorable(f"the store at {where} refused the data: {_first_line(exc)}") from None
-    except (OperationalError, ProgrammingError) as exc:
+    except (DBAPIError, psycopg.Error, OverflowError) as exc:
         text = _first_line(exc)
+        if refuses_data(exc):
+            raise Unstorable(f"the store at {where} refused the data: {text}") from None
         if "no such table" in text or ("relation" in text and "does not exist" in text):
             raise StoreError(f"{where} holds no muster history tables ({text}); run `muster db upgrade`") from None
         raise StoreError(f"cannot use the store at {where}: {text}") from None
-    except DBAPIError as exc:
-        raise StoreError(f"cannot use the store at {where}: {_first_line(exc)}") from None
 
 
 def table_names(engine: Engine) -> set[str]:

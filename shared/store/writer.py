@@ -31,6 +31,7 @@ from operator import itemgetter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+import psycopg
 from sqlalchemy import (
     JSON, Connection, Engine, Table, any_, bindparam, case, event, func, insert, select, text,
 )
@@ -80,6 +81,11 @@ class _Incoherent(Exception):
     """Another writer changed the store since this writer's projector last saw it."""
 
 
+_RACED = (IntegrityError, psycopg.IntegrityError)
+"""A unique key another writer took first (COPY raises psycopg's own error): fold again, cold.
+Raised again after ``retries``, it is the data's (``Unstorable``)."""
+
+
 def _locate(batch: Iterable[Envelope | rows.Located]) -> list[rows.Located]:
     return [x if isinstance(x, rows.Located) else rows.Located(x) for x in batch]
 
@@ -121,7 +127,7 @@ class ProjectionWriter:
                         self._lock(conn)
                         self._sync(conn)
                         return self._store(conn, self._convert(conn, items, consumed=consumed))
-                except IntegrityError:   # another writer stored some of these first: fold again on its state
+                except _RACED:   # another writer stored some of these first: fold again on its state
                     self._go_cold()
                     if attempt == self.retries:
                         raise
@@ -354,7 +360,7 @@ class Pipeline:
         flight, self._flight = self._flight, None
         try:
             return flight.commit.result(), False
-        except (_Incoherent, IntegrityError):
+        except (_Incoherent, *_RACED):
             self.writer._go_cold()
             return self.writer.write(flight.items, consumed=flight.consumed), True
 

@@ -128,6 +128,37 @@ def test_an_envelope_the_store_refuses_is_dead_lettered_and_the_rest_written(
     assert codec.decode(letter["value"].encode()) == nul
 
 
+def test_a_store_that_refuses_everything_is_waited_out_not_dead_lettered_into(
+        kafka_bootstrap: str, topic_prefix: str, pg_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A schema at fault (here a constraint no row meets) refuses every envelope: the projector
+    dead-letters a few, then takes the store to be at fault and waits until it is mended."""
+    monkeypatch.setattr(projector_module, "REFUSED_IN_A_ROW", 3)
+    monkeypatch.setattr(projector_module, "RETRY_FIRST", 0.1)
+    monkeypatch.setattr(projector_module, "RETRY_MAX", 0.2)
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    log = scenario_run(FAIR_SHARE).runtime.log
+    engine = connect(pg_store)
+    try:
+        with engine.begin() as conn:  # COPY meets it as psycopg's own IntegrityError (a check violation)
+            conn.execute(text("ALTER TABLE event_log ADD CONSTRAINT refuse_all CHECK (false) NOT VALID"))
+        with running(config, lambda: projector_app(config, pg_store, within=0.05)) as (app, _):
+            produce(config, log_records(config, log))
+            projector = app.muster_projector
+            deadline = time.monotonic() + 30
+            while projector.failures < 4:  # the first refusal, then the store taken to be at fault, again and again
+                assert time.monotonic() < deadline, projector.failures
+                time.sleep(0.05)
+            assert (projector.dead_letters, projector.written.events) == (3, 0)
+            with engine.begin() as conn:
+                conn.execute(text("ALTER TABLE event_log DROP CONSTRAINT refuse_all"))
+            caught_up(config, pg_store, len(log))
+            # the three dead-lettered before their offsets were stored are read and written again
+            assert (projector.dead_letters, projector.written.events) == (3, len(log))
+    finally:
+        engine.dispose()
+    assert [e.id for e in query.read_log(pg_store)] == [e.id for e in log]
+
+
 class HandsOverALaterBatchFirst(AIOKafkaConsumer):
     """The consumer as Tansu can serve it while several producers write one partition: the first
     answer of several records lacks its first ones, and the position has moved past them."""

@@ -109,6 +109,12 @@ def test_a_record_nested_deeper_than_the_parser_goes_is_a_bad_record(value):
         decode(value)
 
 
+@pytest.mark.parametrize("body", [b'{"round": 1e400, "ids": []}', b'{"round": NaN, "ids": []}'])
+def test_a_release_whose_round_is_no_integer_is_a_bad_record(body):
+    with pytest.raises(BadRecord, match="release control message"):
+        decode(body, [(CONTROL_HEADER, b"release")])
+
+
 def test_a_control_message_nested_too_deeply_is_a_bad_record():
     with pytest.raises(BadRecord, match="release control message: RecursionError"):
         decode(b"[" * 100_000, [(CONTROL_HEADER, b"release")])
