@@ -33,7 +33,7 @@ SCHEMA_VERSION = 1
 
 # --------------------------------------------------------------------------- ingest
 class ObjectChanged(Frozen):
-    """A Kubernetes watch event, verbatim object included."""
+    """A Kubernetes watch event, the object included (as sent, but for ``metadata.managedFields``)."""
 
     type: Literal["ObjectChanged"] = "ObjectChanged"
     change: Literal["Added", "Modified", "Deleted"]

@@ -16,16 +16,24 @@ def _text(value: object) -> str:
 
 
 def observe(change: Change, obj: Mapping[str, Any]) -> ObjectChanged:
-    """Describe one watch event; kind, apiVersion, namespace and name come from the object itself."""
+    """Describe one watch event; kind, apiVersion, namespace and name come from the object itself.
+
+    The object is kept as the API server sent it but for ``metadata.managedFields``: server-side
+    apply's field ownership, often half of a real pod's bytes, read by no decision, and carried
+    otherwise by every inbox, the log and the history store (controller-runtime's caches drop it
+    too)."""
     metadata = obj.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
+    kept = dict(obj)
+    if "managedFields" in metadata:
+        kept["metadata"] = {k: v for k, v in metadata.items() if k != "managedFields"}
     return ObjectChanged(
         change=change,
         kind=_text(obj.get("kind")),
         api_version=_text(obj.get("apiVersion")),
         namespace=_text(metadata.get("namespace")),
         name=_text(metadata.get("name")),
-        object=dict(obj),
+        object=kept,
     )
 
 

@@ -26,6 +26,15 @@ def test_observe_is_pure_and_tolerates_malformed_objects():
     assert obj == {"kind": 3, "metadata": "nope"}
 
 
+def test_observe_drops_managed_fields_and_keeps_the_rest():
+    obj = ray_cluster("rc", namespace="team-a")
+    sent = {**obj, "metadata": {**obj["metadata"], "managedFields": [
+        {"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]}}
+    change = observe("Modified", sent)
+    assert change.object == obj
+    assert "managedFields" in sent["metadata"]  # the caller's object is left as it was
+
+
 def _versioned(obj: dict, uid: str, version: str) -> dict:
     obj["metadata"].update(uid=uid, resourceVersion=version)
     return obj
