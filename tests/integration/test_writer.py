@@ -163,6 +163,20 @@ def test_an_envelope_the_store_cannot_hold_is_unstorable_and_its_batch_changes_n
     assert histories(pg_store, PREEMPTION) == expected(PREEMPTION)
 
 
+def test_an_integer_too_large_for_its_column_is_unstorable(store):
+    log = scenario_run(PREEMPTION).runtime.log
+    at = next(i for i, e in enumerate(log) if e.type == "WorkloadSubmitted")
+    env = log[at]
+    huge = env.model_copy(update={"payload": env.payload.model_copy(update={
+        "workload": env.payload.workload.model_copy(update={"priority": 2 ** 70})})})
+    with ProjectionWriter(store) as writer:
+        writer.write(log[:at])
+        with pytest.raises(Unstorable):  # Postgres: integer out of range; SQLite: the driver's OverflowError
+            writer.write([huge])
+        writer.write(log[at:])
+    assert histories(store, PREEMPTION) == expected(PREEMPTION)
+
+
 def test_a_batch_another_writer_stored_first_is_folded_again_and_written(sqlite_store, monkeypatch):
     log = scenario_run(PREEMPTION).runtime.log
     writer = ProjectionWriter(sqlite_store)
