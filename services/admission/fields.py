@@ -63,7 +63,7 @@ def opt_list(value: object, where: str) -> list[Any]:
     return value
 
 
-def integer(value: object, where: str, *, default: int, minimum: int | None = 0) -> int:
+def integer(value: object, where: str, *, default: int, minimum: int | None = 0, maximum: int | None = None) -> int:
     """An integer field (a whole float is accepted, as JSON decoders produce them); None → default."""
     if value is None:
         return default
@@ -75,6 +75,8 @@ def integer(value: object, where: str, *, default: int, minimum: int | None = 0)
         value = int(value)
     if minimum is not None and value < minimum:
         raise Invalid(f"{where}: {value} is {'negative' if minimum == 0 else f'less than {minimum}'}")
+    if maximum is not None and value > maximum:
+        raise Invalid(f"{where}: {value} is more than {maximum}")
     return value
 
 

@@ -20,6 +20,8 @@ NON_PREEMPTIBLE_FROM = 100
 """KAI: a workload of priority ≥ 100 is non-preemptible unless its label says otherwise."""
 
 CLASS_LABELS = ("priorityClassName", "ray.io/priority-class-name")
+INT32 = (-2**31, 2**31 - 1)
+"""A PriorityClass value is a Kubernetes int32 (the API server refuses others)."""
 PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
 PREEMPTIBILITY_VALUES = {"preemptible": True, "non-preemptible": False}
 
@@ -60,7 +62,7 @@ class PriorityBook:
         try:
             if obj.get("value") is None:
                 raise Invalid("value: missing")
-            entry = _UserClass(value=integer(obj.get("value"), "value", default=0, minimum=None),
+            entry = _UserClass(value=integer(obj.get("value"), "value", default=0, minimum=INT32[0], maximum=INT32[1]),
                                global_default=obj.get("globalDefault") is True)
         except Invalid as exc:
             entry = _UserClass(value=None, global_default=False, error=exc.reason)

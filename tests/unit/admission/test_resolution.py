@@ -150,6 +150,14 @@ def test_invalid_priority_class_value_is_the_reason() -> None:
         "metadata.labels.priorityClassName: priority class 'bad' is invalid: value: 'high' is not an integer"
 
 
+def test_a_priority_class_value_beyond_int32_is_the_reason() -> None:
+    d = AdmissionDriver()
+    assert d.send(priority_class("huge", 2**40)) == []
+    assert d.rejected(ray_cluster(labels={"priorityClassName": "huge"})) == \
+        "metadata.labels.priorityClassName: priority class 'huge' is invalid: value: 1099511627776 is more than 2147483647"
+    assert d.send(priority_class("low", -2**31)) == []  # the int32 bounds themselves are fine
+
+
 def test_queue_defined_later_admits_a_workload_rejected_for_its_absence() -> None:
     d = AdmissionDriver(unknown_queue="reject")
     rc = ray_cluster(labels={"kai.scheduler/queue": "team"})
