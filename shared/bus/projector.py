@@ -176,11 +176,10 @@ class LogProjector:
                 self.written = self.written + self.writer.write([], consumed=batch.consumed)
             return None
         at, error = found
-        self.refused_in_a_row += 1
-        if self.refused_in_a_row > REFUSED_IN_A_ROW:
-            self.refused_in_a_row -= 1
+        if self.refused_in_a_row >= REFUSED_IN_A_ROW:
             raise StoreError(f"{error} — and so were the {REFUSED_IN_A_ROW} envelopes before it, with nothing "
                              "written in between: the store itself looks at fault (check its schema)")
+        self.refused_in_a_row += 1
         item = batch.items[at]
         record = next(r for r in records if (r.topic, r.partition, r.offset) == (item.topic, item.partition, item.offset))
         refused = Decoded()

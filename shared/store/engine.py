@@ -11,9 +11,9 @@ import os
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+import psycopg
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
-import psycopg
 from sqlalchemy.exc import ArgumentError, DataError, DBAPIError, IntegrityError, NoSuchModuleError
 
 from shared.store.rows import JsonText
