@@ -106,6 +106,11 @@ class ProjectionWriter:
         self.max_workloads = max_workloads
         self.projector = rows.Projector(max_workloads=max_workloads)
         self._high_water: int | None = None
+        self.check_ids = True
+        """Whether ``Pipeline`` asks the store for each batch's stored ids before folding it: after
+        a batch that held envelopes stored already (a redelivery, a replayed producer), until a
+        batch holds none. A fresh log skips the query (a tenth of a batch's time); a duplicate it
+        did not expect fails the commit on the unique event id and is written again, checked."""
         self._postgres = self.engine.dialect.name == "postgresql"
         self._chunk = 10_000 if self._postgres else 900
         if owned and not self._postgres:
@@ -124,8 +129,7 @@ class ProjectionWriter:
             for attempt in range(1, self.retries + 1):
                 try:
                     with self.engine.begin() as conn:
-                        self._lock(conn)
-                        self._sync(conn)
+                        self._sync(conn, self._take_lock(conn))
                         return self._store(conn, self._convert(conn, items, consumed=consumed))
                 except _RACED:   # another writer stored some of these first: fold again on its state
                     self._go_cold()
@@ -168,25 +172,45 @@ class ProjectionWriter:
         self.projector = rows.Projector(max_workloads=self.max_workloads)
         self._high_water = None
 
-    def _lock(self, conn: Connection) -> None:
-        if self._postgres:
-            conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": LOCK_ID})
+    def _take_lock(self, conn: Connection) -> int:
+        """Lock out other writers for the transaction; the highest ``event_log.seq`` then.
+
+        On Postgres one round trip also makes the session's staging tables (``_copy_upsert``): on
+        a busy projector every round trip of the committing thread waits for the GIL after it, a
+        few milliseconds each."""
+        if not self._postgres:
+            return self._seq(conn)
+        raw = conn.connection.driver_connection
+        if raw is None:  # pragma: no cover
+            raise StoreError("the database connection went away during a write")
+        with raw.cursor() as cursor:
+            cursor.execute(_PREAMBLE)
+            while cursor.nextset():
+                pass
+            row = cursor.fetchone()
+        assert row is not None
+        return int(row[0])
 
     def _seq(self, conn: Connection) -> int:
         return conn.execute(select(func.coalesce(func.max(EventLog.__table__.c.seq), 0))).scalar_one()
 
-    def _sync(self, conn: Connection) -> None:
-        """Start cold unless the store is exactly as this writer left it."""
-        seq = self._seq(conn)
+    def _sync(self, conn: Connection, seq: int | None = None) -> None:
+        """Start cold unless the store is exactly as this writer left it (at ``seq``, read if not given)."""
+        seq = self._seq(conn) if seq is None else seq
         if seq != self._high_water:
             self._go_cold()
             self._high_water = seq
 
     def _convert(self, conn: Connection, items: list[rows.Located], in_flight: Sequence[rows.Located] = (),
-                 consumed: Sequence[rows.Position] = ()) -> rows.RowOps:
+                 consumed: Sequence[rows.Position] = (), *, check: bool = True) -> rows.RowOps:
+        """``check``: ask ``event_log`` which of the batch's envelopes it holds already; unchecked
+        (``Pipeline``), one it holds makes the commit fail on the unique event id instead."""
         ids = [item.envelope.id for item in items]
-        stored = self.stored_ids(conn, ids) | ({i.envelope.id for i in in_flight} & set(ids))
+        stored = self.stored_ids(conn, ids) if check else set()
+        stored |= {i.envelope.id for i in in_flight} & set(ids)
         prepared = rows.prepare(items, stored, consumed)
+        if check:
+            self.check_ids = prepared.skipped > 0
         need = self.projector.needs(prepared)
         if need:
             self.projector.seed(self._load(conn, need))
@@ -196,8 +220,7 @@ class ProjectionWriter:
     def _commit(self, ops: rows.RowOps) -> WriteCounts:
         """A pipelined batch's own transaction (runs on the writer thread)."""
         with self.engine.begin() as conn:
-            self._lock(conn)
-            if self._seq(conn) != self._high_water:
+            if self._take_lock(conn) != self._high_water:
                 raise _Incoherent()
             return self._store(conn, ops)
 
@@ -318,7 +341,7 @@ class Pipeline:
                     if self._flight is None:
                         w._sync(read)
                     ops = w._convert(read, items, in_flight=self._flight.items if self._flight else (),
-                                     consumed=consumed)
+                                     consumed=consumed, check=w.check_ids)
                 done = WriteCounts()
                 if self._flight is not None:
                     done, refused = self._land()
@@ -362,6 +385,7 @@ class Pipeline:
             return flight.commit.result(), False
         except (_Incoherent, *_RACED):
             self.writer._go_cold()
+            self.writer.check_ids = True
             return self.writer.write(flight.items, consumed=flight.consumed), True
 
     def _abandon(self, *, cold: bool = True) -> None:
@@ -394,13 +418,22 @@ def _copy(conn: Connection, table: Table, values: list[dict[str, Any]], into: st
             write(record)
 
 
+_STAGED = tuple(_TABLES[name].name for name in ("workloads", "placements", "queues", "queue_usage"))
+"""The tables ``_copy_upsert`` writes through a staging table (every upsert but the offsets')."""
+_PREAMBLE = "; ".join([
+    f"SELECT pg_advisory_xact_lock({LOCK_ID})",
+    *(f"CREATE TEMP TABLE IF NOT EXISTS stage_{name} (LIKE {name}) ON COMMIT DELETE ROWS" for name in _STAGED),
+    "SELECT coalesce(max(seq), 0) FROM event_log"])
+"""A Postgres write transaction's first round trip (``ProjectionWriter._take_lock``)."""
+
+
 def _copy_upsert(conn: Connection, table: Table, keys: list[str], values: list[dict[str, Any]]) -> None:
-    """Postgres bulk upsert: COPY into a session temp table, then one INSERT ... ON CONFLICT."""
+    """Postgres bulk upsert: COPY into the session's staging table (made by ``_PREAMBLE``), then one
+    INSERT ... ON CONFLICT."""
     quote = conn.dialect.identifier_preparer.quote
     stage = quote(f"stage_{table.name}")
     names = [c.name for c in table.columns if c.name in values[0]]
     columns = ", ".join(quote(n) for n in names)
-    conn.exec_driver_sql(f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {quote(table.name)}) ON COMMIT DELETE ROWS")
     _copy(conn, table, values, into=stage)
     update = ", ".join(f"{quote(n)} = EXCLUDED.{quote(n)}" for n in names if n not in keys)
     conn.exec_driver_sql(f"INSERT INTO {quote(table.name)} ({columns}) SELECT {columns} FROM {stage} "

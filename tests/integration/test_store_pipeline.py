@@ -75,3 +75,19 @@ def test_a_failed_commit_resumes_from_the_stored_offsets(store: str, monkeypatch
                 again.put(items[i:i + size])
     assert counts(store)["event_log"] == len(items)
     assert histories(store, FAIR_SHARE) == expected(FAIR_SHARE)
+
+
+def test_a_duplicate_the_pipeline_did_not_check_for_is_written_again_checked(pg_store: str) -> None:
+    """After a batch of new envelopes the pipeline folds without asking which are stored; an old
+    envelope sent again (a producer's retry) then fails its commit and the batches are redone."""
+    items = located()
+    with ProjectionWriter(pg_store) as writer, Pipeline(writer) as pipeline:
+        total = pipeline.put(items[:40])             # checked (a fresh writer does not know the store)
+        assert not writer.check_ids                  # nothing was stored: the next ones go unchecked
+        total = total + pipeline.put(items[40:80])
+        total = total + pipeline.put(items[80:120] + items[10:11])  # an envelope of the first batch again
+        total = total + pipeline.put(items[120:])
+        total = total + pipeline.flush()
+    assert (total.events, total.skipped) == (len(items), 1)
+    assert [e.id for e in query.read_log(pg_store)] == [i.envelope.id for i in items]
+    assert histories(pg_store, FAIR_SHARE) == expected(FAIR_SHARE)
