@@ -2,8 +2,10 @@
 
 Pipeline per batch (Armada's ingester; pyeventsourcing's tracking record):
 
-    1. lock out other projectors (Postgres advisory lock, SQLite ``BEGIN IMMEDIATE``)
+    1. lock out other projectors (Postgres advisory lock, SQLite ``BEGIN IMMEDIATE``); on Postgres
+       the same round trip makes the staging tables and reads the highest seq (``_PREAMBLE``)
     2. which of the batch's event ids does ``event_log`` hold already?    -> skipped
+       (``Pipeline`` skips the question after a batch that held none: ``check_ids``)
     3. load what the projector does not hold yet (``Projector.needs``)
     4. ``Projector.convert``: rows per table (pure)
     5. write them and the consumed offsets; commit
