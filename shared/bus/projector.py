@@ -85,10 +85,11 @@ class Decoded:
     errors: list[str] = field(default_factory=list)
     """What was wrong with each of them."""
 
-    def reject(self, topics: Topics, topic: str, record: Incoming, error: str) -> None:
-        """``record``, read from ``topic``, as a dead letter saying ``error``; its position consumed."""
-        self.letters.append(dead_letter_record(topics, record, topic=topic, consumer=CONSUMER, error=error))
-        self.consumed.append((topic, record.partition, record.offset))
+    def reject(self, topics: Topics, record: Any, error: str) -> None:
+        """``record`` (as the consumer read it) as a dead letter saying ``error``; its position consumed."""
+        incoming = Incoming(record.value, list(record.headers or ()), record.partition, record.offset)
+        self.letters.append(dead_letter_record(topics, incoming, topic=record.topic, consumer=CONSUMER, error=error))
+        self.consumed.append((record.topic, record.partition, record.offset))
         self.errors.append(error)
 
 
@@ -153,7 +154,7 @@ class LogProjector:
                     raise BadRecord("a control message does not belong in the log")
             except Exception as exc:  # noqa: BLE001 - whatever a record makes the decoder raise, it is bad input
                 error = str(exc) if isinstance(exc, BadRecord) else f"cannot decode: {type(exc).__name__}: {exc}"
-                out.reject(self.topics, r.topic, Incoming(r.value, list(r.headers or ()), r.partition, r.offset), error)
+                out.reject(self.topics, r, error)
                 continue
             out.items.append(rows.Located(env, r.topic, r.partition, r.offset))
         return out
@@ -183,8 +184,7 @@ class LogProjector:
         item = batch.items[at]
         record = next(r for r in records if (r.topic, r.partition, r.offset) == (item.topic, item.partition, item.offset))
         refused = Decoded()
-        refused.reject(self.topics, record.topic, Incoming(record.value, list(record.headers or ()), record.partition,
-                                                           record.offset), error)
+        refused.reject(self.topics, record, error)
         return refused.letters[0], Decoded(items=batch.items[at + 1:], consumed=[*batch.consumed, *refused.consumed])
 
     def _first_refused(self, items: Sequence[rows.Located], start: int = 0) -> tuple[int, str] | None:
@@ -239,7 +239,7 @@ class LogProjector:
             partitions: list[TopicPartition] = []
             orders: dict[TopicPartition, InOrder] = {}
             put_through: dict[tuple[str, int], int] = {}
-            """The last offset put, per partition: a commit that fails is of a batch up to there."""
+            """The last offset read, per partition: a commit that fails is of a batch up to there."""
             careful: dict[tuple[str, int], int] = {}
             """After the store refused data: up to where the log is put carefully (``put_carefully``)."""
             delay, seek = RETRY_FIRST, True
@@ -252,7 +252,12 @@ class LogProjector:
                         orders = await self._seek(consumer, partitions, on_thread)
                         seek = False
                     got = await consumer.getmany(*partitions, timeout_ms=int(within * 1000), max_records=batch)
-                    records = [r for tp in sorted(got) for r in orders[tp].take(consumer, got[tp])]
+                    records: list[Any] = []
+                    for tp in sorted(got):
+                        taken = orders[tp].take(consumer, got[tp])
+                        if taken:
+                            records.extend(taken)
+                            put_through[(tp.topic, tp.partition)] = taken[-1].offset
                     if len(records) < BUSY:
                         collection.idle()
                     elif collection.busy(len(records)):
@@ -266,8 +271,6 @@ class LogProjector:
                         self.dead_letters += len(decoded.letters)
                         log.warning("projector: %d record(s) of the log dead-lettered, e.g. offset %d: %s",
                                     len(decoded.letters), decoded.consumed[0][2], decoded.errors[0])
-                    for r in records:
-                        put_through[(r.topic, r.partition)] = r.offset
                     if careful and any(r.offset <= careful.get((r.topic, r.partition), -1) for r in records):
                         await self._put_carefully(decoded, records, producer, on_thread)
                         careful = {where: last for where, last in careful.items()

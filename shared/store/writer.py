@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import psycopg
 from sqlalchemy import (
-    JSON, Connection, Engine, Table, any_, bindparam, case, event, func, insert, select, text,
+    JSON, Connection, Engine, Table, any_, bindparam, case, event, func, insert, select,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -182,10 +182,7 @@ class ProjectionWriter:
         few milliseconds each."""
         if not self._postgres:
             return self._seq(conn)
-        raw = conn.connection.driver_connection
-        if raw is None:  # pragma: no cover
-            raise StoreError("the database connection went away during a write")
-        with raw.cursor() as cursor:
+        with _driver(conn).cursor() as cursor:
             cursor.execute(_PREAMBLE)
             while cursor.nextset():
                 pass
@@ -399,6 +396,14 @@ class Pipeline:
             self.writer._go_cold()
 
 
+def _driver(conn: Connection) -> Any:
+    """The psycopg connection under ``conn``'s transaction (for COPY and multi-statement SQL)."""
+    raw = conn.connection.driver_connection
+    if raw is None:  # pragma: no cover
+        raise StoreError("the database connection went away during a write")
+    return raw
+
+
 def _copy(conn: Connection, table: Table, values: list[dict[str, Any]], into: str | None = None) -> None:
     """Postgres ``COPY ... FROM STDIN`` on the transaction's own connection: the fastest bulk insert."""
     columns = [c for c in table.columns if c.name in values[0]]
@@ -406,9 +411,7 @@ def _copy(conn: Connection, table: Table, values: list[dict[str, Any]], into: st
     as_json = [isinstance(c.type, JSON) for c in columns]  # JSONB variants are JSON too
     quote = conn.dialect.identifier_preparer.quote
     sql = f"COPY {into or quote(table.name)} ({', '.join(quote(n) for n in names)}) FROM STDIN"
-    raw = conn.connection.driver_connection
-    if raw is None:  # pragma: no cover
-        raise StoreError("the database connection went away during a write")
+    raw = _driver(conn)
     pick = itemgetter(*names)
     json_at = [i for i, j in enumerate(as_json) if j and not isinstance(values[0][names[i]], rows.JsonText)]
     with raw.cursor() as cursor, cursor.copy(sql) as copy:
