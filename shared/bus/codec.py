@@ -19,7 +19,8 @@ from typing import Any, Sequence
 import pydantic_core
 from pydantic import ValidationError
 
-from shared.events import _ENVELOPE, Envelope, from_json, to_json, upcast
+from shared.events import _ENVELOPE, SCHEMA_VERSION, Envelope, from_json, to_json, upcast
+from shared.projection import ENVELOPE_READ
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -144,6 +145,67 @@ def _parse_envelope(value: bytes) -> Envelope | None:
             return None
         return _VALIDATE(upcast(raw))
     except Exception:  # noqa: BLE001 - any trouble: the reference path decides
+        return None
+
+
+_VALIDATE_READ = ENVELOPE_READ.validator.validate_json
+
+
+def decode_to_fold(value: bytes | None, headers: Headers | None = None) -> tuple[Envelope | Control, str | None]:
+    """For a reader that folds envelopes and keeps them as they came (the history store's
+    projector): the envelope as the fold reads it (``EnvelopeRead``: a watch event without the parts
+    of its object nobody reads) and its payload's JSON text as written (``payload_text``).
+
+    ``decode``'s answer, and None for the text (serialise the payload from the envelope), for any
+    record ``decode`` might see otherwise: a control message, bad input, an older schema version, a
+    layout other than muster's encoder writes, or a backslash (an escape: half a surrogate pair, a
+    key spelled otherwise; see ``payload_text``)."""
+    if value is not None and control_kind(headers) is None:
+        text = payload_text(value)  # what it says holds for a valid record: the fold's validates it
+        if text is not None:
+            try:
+                env = _VALIDATE_READ(value)
+            except Exception:  # noqa: BLE001 - bad input: ``decode`` says what is wrong
+                env = None
+            if env is not None and env.schema_version == SCHEMA_VERSION:
+                return env, text
+    return decode(value, headers), None
+
+
+_PAYLOAD_KEY = b',"payload":{'
+_CLOSE = ord("}")
+_NOT_IN_PAYLOAD = (b"Infinity", b"NaN", b',"trace":{', _PAYLOAD_KEY)
+"""Non-finite numbers (kept on the wire, which JSON and the store's JSON do not hold), and the keys
+whose duplicates could follow the payload (an object's: the record ends ``}}``)."""
+
+
+def payload_text(value: bytes) -> str | None:
+    """The JSON text of a valid envelope record's payload, cut out of it, when the record is laid
+    out as muster's encoder writes one (``to_json``): no whitespace, ``trace`` then ``payload``
+    last. None otherwise: then serialise the payload from the envelope.
+
+    Why the cut is the payload: the first ``,"payload":{`` of a valid record is a key (a string
+    cannot hold an unescaped quote). With exactly two ``{`` and one ``}`` before it, the record's
+    and the trace's, it is the record's own key. What follows up to the record's closing brace is
+    its value unless duplicate keys follow it; a record of muster's holds none, and a duplicate
+    that could pass for the payload's end (an object ending ``}``) is refused by name
+    (``_NOT_IN_PAYLOAD``) or, escaped (``\\u0074race``), with every record holding a backslash.
+    Also refused: a payload holding a non-finite number (the payload is written with null there)."""
+    if _BACKSLASH in value:
+        return None
+    at = value.find(_PAYLOAD_KEY)
+    if at < 1 or value[at - 1] != _CLOSE or value[-1] != _CLOSE or value[-2] != _CLOSE:
+        return None
+    trace = value.find(b"{", 1, at)
+    if value.find(b"{", trace + 1, at) != -1 or value.find(b"}", 0, at - 1) != -1:
+        return None
+    cut = value[at + len(_PAYLOAD_KEY) - 1:-1]
+    for marker in _NOT_IN_PAYLOAD:
+        if marker in cut:
+            return None
+    try:
+        return cut.decode()
+    except UnicodeDecodeError:
         return None
 
 

@@ -149,14 +149,14 @@ class LogProjector:
         out = Decoded()
         for r in records:
             try:
-                env = codec.decode(r.value, r.headers)
-                if type(env) is not Envelope and not isinstance(env, Envelope):
+                env, text = codec.decode_to_fold(r.value, r.headers)
+                if not isinstance(env, Envelope):
                     raise BadRecord("a control message does not belong in the log")
             except Exception as exc:  # noqa: BLE001 - whatever a record makes the decoder raise, it is bad input
                 error = str(exc) if isinstance(exc, BadRecord) else f"cannot decode: {type(exc).__name__}: {exc}"
                 out.reject(self.topics, r, error)
                 continue
-            out.items.append(rows.Located(env, r.topic, r.partition, r.offset))
+            out.items.append(rows.Located(env, r.topic, r.partition, r.offset, text))
         return out
 
     def put_carefully(self, batch: Decoded, records: Sequence[Any]) -> tuple[Record, Decoded] | None:

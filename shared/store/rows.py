@@ -44,6 +44,8 @@ _FOLD_STATE = frozenset({"scenario", "workloads", "pods", "queues", "rejected_qu
 """ResultProjection's attributes: the store carries its workloads, pods, queues and rejected queues
 and has no use for the rest (counters, the scenario name, the latest time). Tests guard that there
 are no others, so state the projection gains cannot be silently dropped by the store."""
+_NOT_FOLD_STATE = {"key", "transitions"}
+"""A workload's key and transitions have columns and a table of their own: not in ``fold_state``."""
 _POD_FIELDS = ("name", "pod_set", "node", "gpu", "bound", "gone")
 """PodView's fields, each stored in ``placements`` (tests guard that it has no others)."""
 
@@ -71,6 +73,8 @@ class Located(NamedTuple):
     topic: str | None = None
     partition: int | None = None
     offset: int | None = None
+    payload: str | None = None
+    """The payload's JSON text as read (``codec.payload_text``), stored as it is; None: serialise it."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,7 @@ def workload_key(env: Envelope) -> str | None:
         return kube.workload_key_of_pod(p.object) if p.kind == "Pod" else None
     if kind in _BY_SPEC:
         return p.workload.key
-    key = getattr(p, "key", None)
+    key = vars(p).get("key")  # a payload's fields are its attributes; pydantic's miss raises, slowly
     return key if isinstance(key, str) else None
 
 
@@ -157,7 +161,7 @@ def decision_reason(env: Envelope) -> str:
         return f"{p.op} {target}" + (f": {text}" if text else "") + (f" -> {p.node}" if p.node else "")
     if env.type == "TimerSet":
         return f"wake {p.key} at {p.at:g}s"
-    return str(getattr(p, "reason", "") or "")
+    return str(vars(p).get("reason") or "")
 
 
 @dataclass(frozen=True)
@@ -191,7 +195,7 @@ def prepare(batch: Sequence[Located], stored_ids: Container[str] = frozenset(),
     for topic, partition, offset in consumed:
         offsets[(topic, partition)] = max(offsets.get((topic, partition), 0), offset + 1)
     for item in batch:
-        env, topic, partition, offset = item
+        env, topic, partition, offset, _ = item
         if topic is not None and partition is not None and offset is not None:
             where = (topic, partition)
             if offset >= offsets.get(where, 0):
@@ -389,7 +393,8 @@ class Projector(ResultProjection):
                 "occurred_at": env.occurred_at, "causation_id": env.causation_id,
                 "correlation_id": env.correlation_id, "schema_version": env.schema_version,
                 "trace": JsonText(json.dumps(env.trace, separators=(",", ":"))) if env.trace else _EMPTY,
-                "payload": JsonText(_payload_json(env.payload)), "workload_key": key,
+                "payload": JsonText(_payload_json(env.payload) if item.payload is None else item.payload),
+                "workload_key": key,
                 "topic": item.topic, "partition": item.partition, "offset": item.offset})
             if self.decisions > decisions:  # ResultProjection's own rule for what counts as a decision
                 add_decision({
@@ -454,7 +459,7 @@ class Projector(ResultProjection):
                 "first_seen_at": held["first_seen_at"],
                 "phase_since": view.transitions[-1]["t"] if view.transitions else held["phase_since"],
                 "last_event_at": last_event.get(key, last_t),
-                "fold_state": _VIEW.dump_python(view, mode="json", exclude={"key", "transitions"})}
+                "fold_state": JsonText(_VIEW.dump_json(view, exclude=_NOT_FOLD_STATE).decode())}
             ops.workloads.append(row)
             self.rows[key] = {k: row[k] for k in ("transition_count", "first_seen_at", "phase_since")}
             view.transitions.clear()  # written; the next batch numbers on from transition_count

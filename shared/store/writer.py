@@ -202,11 +202,13 @@ class ProjectionWriter:
 
     def _convert(self, conn: Connection, items: list[rows.Located], in_flight: Sequence[rows.Located] = (),
                  consumed: Sequence[rows.Position] = (), *, check: bool = True) -> rows.RowOps:
-        """``check``: ask ``event_log`` which of the batch's envelopes it holds already; unchecked
-        (``Pipeline``), one it holds makes the commit fail on the unique event id instead."""
-        ids = [item.envelope.id for item in items]
-        stored = self.stored_ids(conn, ids) if check else set()
-        stored |= {i.envelope.id for i in in_flight} & set(ids)
+        """``check``: ask ``event_log`` which of the batch's envelopes it holds already (or the batch
+        in flight, ``in_flight``, is storing); unchecked (``Pipeline``), one it holds makes the
+        commit fail on the unique event id instead."""
+        stored: set[str] = set()
+        if check:
+            ids = [item.envelope.id for item in items]
+            stored = self.stored_ids(conn, ids) | ({i.envelope.id for i in in_flight} & set(ids))
         prepared = rows.prepare(items, stored, consumed)
         if check:
             self.check_ids = prepared.skipped > 0

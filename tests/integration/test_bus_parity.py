@@ -16,8 +16,10 @@ import pytest
 from shared.bus.config import BusConfig
 from shared.bus.driver import simulate_on_bus
 from shared.simulate import Run
+from shared.events import to_json
 from shared.store import query
 from tests.integration.conftest import SCENARIOS, scenario_run
+from tests.integration.test_scenario_history import _as_json_stores_it
 
 
 def without_stats(result: dict) -> dict:
@@ -38,6 +40,9 @@ def assert_same_run(distributed: Run, embedded: Run, store: str | None = None) -
         assert stored.pop("workload") == key
         assert stored["transitions"] == expected["transitions"], key
         assert stored == expected, key
+    # each envelope as the bus carried it (the log's order is the services' interleaving, not the embedded run's)
+    stored_log = {e.id: to_json(e) for e in query.read_log(store)}
+    assert stored_log == {e.id: _as_json_stores_it(to_json(e)) for e in embedded.runtime.log}
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 import pytest
 
 from shared.bus.codec import (
-    CONTROL_HEADER, BadRecord, Finished, Release, control_kind, dead_letter, decode, encode, encode_control,
-    envelope_headers,
+    CONTROL_HEADER, BadRecord, Finished, Release, control_kind, dead_letter, decode, decode_to_fold, encode,
+    encode_control, envelope_headers, payload_text,
 )
 from shared.events import ObjectChanged, WorkloadDeleted, from_json
 from shared.scenario import load_scenario
@@ -140,3 +141,74 @@ def test_a_dead_letter_keeps_non_utf8_bytes_as_base64():
     letter = _dead(b"\xff\x00\xfe")
     assert letter["value_encoding"] == "base64"
     assert base64.b64decode(letter["value"]) == b"\xff\x00\xfe"
+
+
+# --------------------------------------------------------------------------- decode_to_fold, payload_text
+def test_decode_to_fold_cuts_every_payload_out_exactly_as_it_would_be_written():
+    envs = [at(payload, 1.0) for payload in sample_payloads().values()] + simulate(load_scenario(VOLCANO)).runtime.log
+    for env in envs:
+        read, text = decode_to_fold(encode(env), envelope_headers(env))
+        assert text == env.payload.model_dump_json(), env.type
+        assert read.id == env.id and read.type == env.type and read.payload.subject == env.payload.subject
+        if env.type != "ObjectChanged":
+            assert read.model_dump() == env.model_dump()
+
+
+def _laid_out_otherwise() -> dict[str, bytes]:
+    env = at(ObjectChanged(change="Added", kind="Pod", namespace="ns", name="p",
+                           object={"metadata": {"name": "p", "labels": {"a": "b"}}, "spec": {"x": {}}}), 1.0)
+    raw = json.loads(encode(env))
+    payload_first = {"payload": raw["payload"], **{k: v for k, v in raw.items() if k != "payload"}}
+    return {
+        "spaced": json.dumps(raw).encode(),
+        "payload-first": json.dumps(payload_first, separators=(",", ":")).encode(),
+        "trace-after-payload": json.dumps({**{k: v for k, v in raw.items() if k != "trace"}, "trace": {}},
+                                          separators=(",", ":")).encode(),
+        "no-trace": json.dumps({k: v for k, v in raw.items() if k != "trace"}, separators=(",", ":")).encode(),
+        "older-version": encode(env).replace(b'"schema_version":1', b'"schema_version":0'),
+        "infinity": encode(env.model_copy(update={"payload": env.payload.model_copy(
+            update={"object": {"spec": {"cpu": float("inf")}}})})),
+    }
+
+
+@pytest.mark.parametrize("name", list(_laid_out_otherwise()))
+def test_a_record_laid_out_otherwise_gets_decodes_answer_and_no_text(name):
+    value = _laid_out_otherwise()[name]
+    env, text = decode_to_fold(value)
+    assert text is None
+    assert _same(env, decode(value))
+
+
+@pytest.mark.parametrize("value", [None, b"not json", b'{"id": 1}', b"[" * 100_000],
+                         ids=["none", "not-json", "invalid", "deep"])
+def test_decode_to_fold_refuses_bad_records_as_decode_does(value):
+    with pytest.raises(BadRecord) as refused:
+        decode(value)
+    with pytest.raises(BadRecord, match=re.escape(str(refused.value))):
+        decode_to_fold(value)
+
+
+def test_decode_to_fold_refuses_what_decode_refuses_that_validates_as_json():
+    raw = encode(_env())
+    for bad in (raw.replace(b'"schema_version":1', b'"schema_version":2'), raw.replace(b'"id":"', b'"id":"\\ud800', 1)):
+        with pytest.raises(BadRecord):
+            decode(bad)
+        with pytest.raises(BadRecord):
+            decode_to_fold(bad)
+
+
+def test_decode_to_fold_hands_control_messages_on():
+    assert decode_to_fold(*encode_control(Release(round=3, ids=("a",)))) == (Release(round=3, ids=("a",)), None)
+
+
+@pytest.mark.parametrize("tail", [b',"trace":{}}', b',"tr\\u0061ce":{}}',
+                                  b',"payload":{"type":"WorkloadDeleted","key":"default/w","reason":"x"}}'],
+                         ids=["trace", "escaped-trace", "payload"])
+def test_a_duplicate_key_after_the_payload_is_no_payload_to_cut_out(tail):
+    raw = encode(_env())
+    assert json.loads(payload_text(raw)) == json.loads(raw)["payload"]
+    doubled = raw[:-1] + tail
+    assert decode(doubled).id == _env().id  # valid: the last of a duplicate key wins
+    assert payload_text(doubled) is None
+    env, text = decode_to_fold(doubled)
+    assert text is None and _same(env, decode(doubled))

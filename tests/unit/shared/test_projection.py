@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from shared.events import (
@@ -11,7 +13,7 @@ from shared.events import (
 )
 from shared.projection import PHASES, PodView, ResultProjection
 from tests.builders import gang, pod, pod_set, queue_spec, workload
-from tests.builders.shared import Clock, ray_pod, watch
+from tests.builders.shared import SCENARIOS, Clock, ray_pod, watch
 
 KEY = "ns/w"
 
@@ -323,3 +325,72 @@ def test_a_rejection_is_the_last_word_even_when_the_queue_said_waiting_in_betwee
     view = history.workloads["ns/a"]
     assert (view.phase, view.reason) == ("Rejected", "can never fit")
     assert history.result()["queues"]["default"]["pending"] == []
+
+
+# --------------------------------------------------------------------------- what the fold reads (EnvelopeRead)
+def _read(env):
+    from shared.events import to_json
+    from shared.projection import ENVELOPE_READ
+
+    return ENVELOPE_READ.validate_json(to_json(env))
+
+
+@pytest.mark.parametrize("path", sorted(SCENARIOS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_the_fold_reads_nothing_of_a_watched_object_but_what_envelope_read_keeps(path) -> None:
+    """The history store's projector folds ``EnvelopeRead``s: were the fold to read another part of
+    a pod, the store's history would drift from ``muster simulate``'s. Every scenario, both ways."""
+    from shared.scenario import load_scenario
+    from shared.simulate import simulate
+
+    log = simulate(load_scenario(path)).runtime.log
+    whole, read = ResultProjection("x"), ResultProjection("x")
+    for env in log:
+        whole.apply(env)
+        read.apply(_read(env))
+    assert read.result() == whole.result()
+    assert read.pods == whole.pods
+
+
+def test_envelope_read_keeps_the_namespace_labels_and_node_of_a_pod_and_nothing_else() -> None:
+    from shared.events import ObjectChanged
+    from shared.projection import ObjectChangedRead
+    from tests.builders import envelope
+
+    obj = {"apiVersion": "v1", "kind": "Pod", "spec": {"nodeName": "n1", "containers": [{"name": "ray"}]},
+           "metadata": {"name": "p", "namespace": "ns", "labels": {"ray.io/cluster": "rc"}, "uid": "u"},
+           "status": {"phase": "Running"}}
+    read = _read(envelope(ObjectChanged(change="Added", kind="Pod", name="p", namespace="ns", object=obj)))
+    assert isinstance(read.payload, ObjectChangedRead) and isinstance(read.payload, ObjectChanged)
+    assert read.payload.object == {"metadata": {"namespace": "ns", "labels": {"ray.io/cluster": "rc"}},
+                                   "spec": {"nodeName": "n1"}}
+
+
+@pytest.mark.parametrize("obj", [{}, {"metadata": "x", "spec": [1]}, {"metadata": {"labels": [1, 2]}},
+                                 {"metadata": None, "spec": {"nodeName": 7}}],
+                         ids=["empty", "not-objects", "labels-a-list", "null-and-a-number"])
+def test_envelope_read_takes_an_object_of_any_shape_as_envelope_does(obj) -> None:
+    """Accepting less than ``Envelope`` would dead-letter in the store what every service handled."""
+    from shared.events import ObjectChanged
+    from tests.builders import envelope
+
+    env = envelope(ObjectChanged(change="Added", kind="Pod", name="p", namespace="ns", object=obj))
+    assert _read(env).payload.object == obj
+
+
+def test_envelope_read_refuses_what_envelope_refuses() -> None:
+    from pydantic import ValidationError
+
+    from shared.events import _ENVELOPE, to_json
+    from shared.projection import ENVELOPE_READ
+    from tests.builders.shared import at, sample_payloads
+
+    for payload in sample_payloads().values():
+        raw = to_json(at(payload, 1.0))
+        assert ENVELOPE_READ.validate_json(raw).id == _ENVELOPE.validate_json(raw).id
+    watch_event = json.loads(to_json(at(sample_payloads()["ObjectChanged"], 1.0)))
+    for where, value in (("object", [watch_event["payload"]["object"]]), ("object", "a pod"),
+                         ("change", "Touched"), ("name", 7)):
+        bad = {**watch_event, "payload": {**watch_event["payload"], where: value}}
+        for adapter in (_ENVELOPE, ENVELOPE_READ):
+            with pytest.raises(ValidationError, match=where):
+                adapter.validate_json(json.dumps(bad))
