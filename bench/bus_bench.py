@@ -228,13 +228,39 @@ def _now(env: Envelope) -> Envelope:
     return wrap(env.payload, source="ingest", cause=None, index=hash(env.id) & 0xFFFFFFF, at=time.time())
 
 
+PROJECTOR_RUNS = 3
+"""The projector replay is timed this many times; the figure is the median. One replay takes a few
+seconds, and this 2-core machine's speed wanders by a quarter over minutes: one run alone said
+as much of the hour as of the projector."""
+
+
 def projector(bootstrap: str) -> dict[str, Any]:
-    """``muster run projector`` as deployed, a process of its own: this one holds the 100,000
-    envelopes and the simulated run they came from, and a projector sharing its heap measured
-    about a third less (every collection, every cache miss is the bench's as well). Timed from the
-    projector's first read of the log (its log line; the process start is not throughput) until the
-    store's consumed offset reaches the end."""
+    """``muster run projector`` as deployed, a process of its own, ``PROJECTOR_RUNS`` times (each
+    on topics and a database of its own): this process holds the 100,000 envelopes and the
+    simulated run they came from, and a projector sharing its heap measured about a third less
+    (every collection, every cache miss is the bench's as well). Timed from the projector's first
+    read of the log (its log line; the process start is not throughput) until the store's consumed
+    offset reaches the end."""
     log = projector_bench.event_log()
+    runs: list[dict[str, Any]] = []
+    for _ in range(PROJECTOR_RUNS):
+        run = _replay(bootstrap, log)
+        if "bus_projector_skipped" in run:
+            return run
+        runs.append(run)
+    per_second = sorted(r["events_per_second"] for r in runs)
+    median = per_second[len(per_second) // 2]
+    return {"bus_projector_events": projector_bench.EVENTS,
+            "bus_projector_events_per_second": median,
+            "bus_projector_runs_events_per_second": [r["events_per_second"] for r in runs],
+            "bus_projector_runs_wall_seconds": [r["wall_seconds"] for r in runs],
+            "bus_projector_target_events_per_second": 20_000, "bus_projector_process": "muster run projector",
+            "bus_projector_written": min(r["written"] for r in runs),
+            "bus_projector_troubles": sum(r["troubles"] for r in runs)}
+
+
+def _replay(bootstrap: str, log: Sequence[Envelope]) -> dict[str, Any]:
+    """One timed replay of ``log`` by a fresh ``muster run projector``."""
     config = BusConfig(bootstrap, prefix=f"bench.{uuid.uuid4().hex[:8]}.")
     with ExitStack() as stack:
         try:
@@ -251,7 +277,6 @@ def projector(bootstrap: str) -> dict[str, Any]:
         from shared.store import schema
 
         schema.ensure(url)
-        del log
         gc.collect()
         reading, lines = threading.Event(), []
         process = subprocess.Popen(
@@ -271,14 +296,12 @@ def projector(bootstrap: str) -> dict[str, Any]:
         if not reading.wait(120):
             raise RuntimeError("the projector did not start reading the log:\n" + "".join(lines[-20:]))
         started = time.perf_counter()
-        bus.run(wait_for_projector(config, url, projector_bench.EVENTS, timeout=300))
+        bus.run(wait_for_projector(config, url, len(log), timeout=300))
         wall = time.perf_counter() - started
         written = _events_in(url)
         troubles = [line.strip() for line in lines if "projector:" in line and ("[ERROR]" in line or "[WARNING]" in line)]
-    return {"bus_projector_events": projector_bench.EVENTS, "bus_projector_wall_seconds": round(wall, 2),
-            "bus_projector_events_per_second": round(projector_bench.EVENTS / wall),
-            "bus_projector_target_events_per_second": 20_000, "bus_projector_process": "muster run projector",
-            "bus_projector_written": written, "bus_projector_troubles": len(troubles)}
+    return {"events_per_second": round(len(log) / wall), "wall_seconds": round(wall, 2), "written": written,
+            "troubles": len(troubles)}
 
 
 def _events_in(url: str) -> int:
