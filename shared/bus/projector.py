@@ -5,8 +5,9 @@ by a plain aiokafka consumer of the projector's own, not by a Faust agent: a Fau
 about 200 µs of CPU per record on a 2-core machine, which alone held the projector near 3,000
 events/s. Per batch:
 
-    1. read: what the consumer holds, up to ``batch`` records (waiting at most ``within`` for any),
-       strictly in offset order (``InOrder``: several services write the log at once)
+    1. read: what the consumer holds, up to ``batch`` records (waiting at most ``within`` for any,
+       and reading on while a backlog keeps coming: ``MORE_WAIT``), strictly in offset order
+       (``InOrder``: several services write the log at once)
     2. decode, on the projector's thread (off the event loop): a record that is no envelope goes to
        the dead-letter topic with the error, counted, before its offset can be committed
     3. ``Pipeline.put`` (shared.store.writer), on the same thread: the batch is folded while the
@@ -58,13 +59,17 @@ log = logging.getLogger("muster.projector")
 T = TypeVar("T")
 
 CONSUMER = "projector"
-BATCH, BATCH_WAIT = 10_000, 0.2
+BATCH, BATCH_WAIT = 12_000, 0.2
+MORE_WAIT = 0.15
+"""How long to wait for the broker's next fetch while a backlog fills a batch. Tansu answers a fetch
+with about 7 MiB (some 5,800 envelopes), and a commit costs about fifteen round trips whatever its
+size: a batch of two fetches wrote a backlog about 3% faster than one of each."""
 FETCH_WAIT_MS = 100
 """The projector's fetch wait, at least: it is about throughput, not latency. Apache Kafka answers
 a fetch as soon as there is data (the wait only paces polls of an idle log), but Tansu gathers
 records for as long as the wait lasts and, at 5 ms on a busy machine, answers a few dozen at a time."""
 FETCH_BYTES = 16 * 1024 * 1024
-"""Up to this much of a partition per fetch: a batch of 10,000 envelopes is about 8 MiB."""
+"""Up to this much of a partition per fetch (a batch of 12,000 envelopes is about 10 MiB)."""
 RETRY_FIRST, RETRY_MAX = 0.5, 30.0
 REFUSED_IN_A_ROW = 100
 """Envelopes the store may refuse one after the other, nothing written in between, before the
@@ -251,13 +256,7 @@ class LogProjector:
                     if seek:
                         orders = await self._seek(consumer, partitions, on_thread)
                         seek = False
-                    got = await consumer.getmany(*partitions, timeout_ms=int(within * 1000), max_records=batch)
-                    records: list[Any] = []
-                    for tp in sorted(got):
-                        taken = orders[tp].take(consumer, got[tp])
-                        if taken:
-                            records.extend(taken)
-                            put_through[(tp.topic, tp.partition)] = taken[-1].offset
+                    records = await self._read(consumer, partitions, orders, put_through, batch, within)
                     if len(records) < BUSY:
                         collection.idle()
                     elif collection.busy(len(records)):
@@ -317,6 +316,26 @@ class LogProjector:
             self.dead_letters += 1
             log.warning("projector: the envelope at offset %d of the log dead-lettered: %s",
                         rest.consumed[-1][2], json.loads(letter.value)["error"])
+
+    async def _read(self, consumer: AIOKafkaConsumer, partitions: Sequence[TopicPartition],
+                    orders: dict[TopicPartition, InOrder], put_through: dict[tuple[str, int], int],
+                    batch: int, within: float) -> list[Any]:
+        """Up to ``batch`` records in offset order: what comes within ``within``, then, while a
+        backlog keeps coming (``BUSY`` records or more so far), what each next fetch brings."""
+        records: list[Any] = []
+        wait = within
+        while len(records) < batch:
+            got = await consumer.getmany(*partitions, timeout_ms=int(wait * 1000), max_records=batch - len(records))
+            before = len(records)
+            for tp in sorted(got):
+                taken = orders[tp].take(consumer, got[tp])
+                if taken:
+                    records.extend(taken)
+                    put_through[(tp.topic, tp.partition)] = taken[-1].offset
+            if len(records) == before or len(records) < BUSY:  # idle, or keeping up with a trickle
+                break
+            wait = MORE_WAIT
+        return records
 
     async def _partitions(self, consumer: AIOKafkaConsumer) -> list[TopicPartition]:
         """Every partition of the log (waiting for the topic to exist)."""
