@@ -3,12 +3,13 @@
 Pipeline per batch (Armada's ingester; pyeventsourcing's tracking record):
 
     1. lock out other projectors (Postgres advisory lock, SQLite ``BEGIN IMMEDIATE``); on Postgres
-       the same round trip makes the staging tables and reads the highest seq (``_PREAMBLE``)
+       the same round trip reads the highest seq (``_PREAMBLE``)
     2. which of the batch's event ids does ``event_log`` hold already?    -> skipped
        (``Pipeline`` skips the question after a batch that held none: ``check_ids``)
     3. load what the projector does not hold yet (``Projector.needs``)
     4. ``Projector.convert``: rows per table (pure)
-    5. write them and the consumed offsets; commit
+    5. write them and the consumed offsets; commit (on Postgres: ``event_log`` and ``decisions``
+       COPYed, every other table in one more round trip, ``_finish``)
 
 ``Pipeline`` (behind ``write_many`` and the Kafka projector) overlaps step 4 of one batch with
 step 5 of the one before (Postgres only).
@@ -31,14 +32,15 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from operator import itemgetter
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import psycopg
+import pydantic_core
+from psycopg import sql
 from sqlalchemy import (
     JSON, Connection, Engine, Table, any_, bindparam, case, event, func, insert, select,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
@@ -177,9 +179,8 @@ class ProjectionWriter:
     def _take_lock(self, conn: Connection) -> int:
         """Lock out other writers for the transaction; the highest ``event_log.seq`` then.
 
-        On Postgres one round trip also makes the session's staging tables (``_copy_upsert``): on
-        a busy projector every round trip of the committing thread waits for the GIL after it, a
-        few milliseconds each."""
+        On Postgres in one round trip: on a busy projector every round trip of the committing
+        thread waits for the GIL after it, a few milliseconds each."""
         if not self._postgres:
             return self._seq(conn)
         with _driver(conn).cursor() as cursor:
@@ -228,13 +229,19 @@ class ProjectionWriter:
     def _store(self, conn: Connection, ops: rows.RowOps) -> WriteCounts:
         self._insert(conn, "event_log", ops.event_log)
         self._insert(conn, "decisions", ops.decisions)
-        self._upsert(conn, "workloads", ops.workloads)
-        self._insert(conn, "transitions", ops.transitions)
-        self._upsert(conn, "placements", ops.placements)
-        self._upsert(conn, "queues", ops.queues)
-        self._upsert(conn, "queue_usage", ops.queue_usage)
-        self._upsert(conn, "offsets", ops.offsets, keep_larger="offset")
-        self._high_water = self._seq(conn)
+        if self._postgres:
+            self._high_water = _finish(conn, [
+                _Part("workloads", ops.workloads), _Part("transitions", ops.transitions, upsert=False),
+                _Part("placements", ops.placements), _Part("queues", ops.queues),
+                _Part("queue_usage", ops.queue_usage), _Part("offsets", ops.offsets, keep_larger="offset")])
+        else:
+            self._upsert(conn, "workloads", ops.workloads)
+            self._insert(conn, "transitions", ops.transitions)
+            self._upsert(conn, "placements", ops.placements)
+            self._upsert(conn, "queues", ops.queues)
+            self._upsert(conn, "queue_usage", ops.queue_usage)
+            self._upsert(conn, "offsets", ops.offsets, keep_larger="offset")
+            self._high_water = self._seq(conn)
         c = ops.counts()
         return WriteCounts(events=c["event_log"], skipped=ops.skipped, decisions=c["decisions"],
                            workloads=c["workloads"], transitions=c["transitions"], placements=c["placements"],
@@ -285,14 +292,12 @@ class ProjectionWriter:
 
     def _upsert(self, conn: Connection, name: str, values: list[dict[str, Any]], *,
                 keep_larger: str | None = None) -> None:
+        """SQLite's upserts (Postgres writes them in ``_finish``)."""
         if not values:
             return
         table = _TABLES[name]
         keys = [c.name for c in table.primary_key.columns]
-        if self._postgres and keep_larger is None:
-            _copy_upsert(conn, table, keys, values)
-            return
-        stmt = pg_insert(table) if self._postgres else sqlite_insert(table)
+        stmt = sqlite_insert(table)
         if keep_larger is not None:
             new, old = stmt.excluded[keep_larger], table.c[keep_larger]
             update = {keep_larger: case((new > old, new), else_=old)}
@@ -425,26 +430,59 @@ def _copy(conn: Connection, table: Table, values: list[dict[str, Any]], into: st
             write(record)
 
 
-_STAGED = tuple(_TABLES[name].name for name in ("workloads", "placements", "queues", "queue_usage"))
-"""The tables ``_copy_upsert`` writes through a staging table (every upsert but the offsets')."""
-_PREAMBLE = "; ".join([
-    f"SELECT pg_advisory_xact_lock({LOCK_ID})",
-    *(f"CREATE TEMP TABLE IF NOT EXISTS stage_{name} (LIKE {name}) ON COMMIT DELETE ROWS" for name in _STAGED),
-    "SELECT coalesce(max(seq), 0) FROM event_log"])
+_PREAMBLE = f"SELECT pg_advisory_xact_lock({LOCK_ID}); SELECT coalesce(max(seq), 0) FROM event_log"
 """A Postgres write transaction's first round trip (``ProjectionWriter._take_lock``)."""
 
 
-def _copy_upsert(conn: Connection, table: Table, keys: list[str], values: list[dict[str, Any]]) -> None:
-    """Postgres bulk upsert: COPY into the session's staging table (made by ``_PREAMBLE``), then one
-    INSERT ... ON CONFLICT."""
+class _Part(NamedTuple):
+    """A table's rows for ``_finish``: inserted, or upserted by primary key (every column
+    overwritten, or only ``keep_larger``, which keeps the larger value)."""
+
+    name: str
+    values: Sequence[dict[str, Any]]
+    upsert: bool = True
+    keep_larger: str | None = None
+
+
+def _finish(conn: Connection, parts: Sequence[_Part]) -> int:
+    """Postgres: every table but the two large ones (``event_log`` and ``decisions``, COPYed) in one
+    round trip, then the highest seq (``_Part``s written in order). The tables are
+    small per batch (a few hundred rows) and were a third of the commit as COPYs and upserts of
+    their own: on a busy projector every round trip waits a few ms for the GIL after it.
+
+    Rows travel as one JSON array per table (``json_to_recordset``); a value that is JSON text
+    already (``JsonText``) travels as a string and is cast back."""
     quote = conn.dialect.identifier_preparer.quote
-    stage = quote(f"stage_{table.name}")
-    names = [c.name for c in table.columns if c.name in values[0]]
-    columns = ", ".join(quote(n) for n in names)
-    _copy(conn, table, values, into=stage)
-    update = ", ".join(f"{quote(n)} = EXCLUDED.{quote(n)}" for n in names if n not in keys)
-    conn.exec_driver_sql(f"INSERT INTO {quote(table.name)} ({columns}) SELECT {columns} FROM {stage} "
-                         f"ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO UPDATE SET {update}")
+    statements = []
+    for name, values, upsert, keep_larger in parts:
+        if not values:
+            continue
+        table = _TABLES[name]
+        names = [c.name for c in table.columns if c.name in values[0]]
+        as_text = {n for n in names if isinstance(values[0][n], rows.JsonText)}
+        types = {n: table.c[n].type.compile(dialect=conn.dialect) for n in names}
+        columns = ", ".join(quote(n) for n in names)
+        shape = ", ".join(f"{quote(n)} {'text' if n in as_text else types[n]}" for n in names)
+        picked = ", ".join(f"r.{quote(n)}::{types[n]}" if n in as_text else f"r.{quote(n)}" for n in names)
+        data = pydantic_core.to_json(values, inf_nan_mode="strings").decode()
+        statement = (f"INSERT INTO {quote(table.name)} ({columns}) SELECT {picked} "
+                     f"FROM json_to_recordset({sql.Literal(data).as_string(_driver(conn))}) AS r({shape})")
+        keys = [c.name for c in table.primary_key.columns]
+        if keep_larger is not None:
+            statement += (f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO UPDATE SET {quote(keep_larger)} = "
+                          f"greatest({quote(table.name)}.{quote(keep_larger)}, EXCLUDED.{quote(keep_larger)})")
+        elif upsert:
+            update = ", ".join(f"{quote(n)} = EXCLUDED.{quote(n)}" for n in names if n not in keys)
+            statement += f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO UPDATE SET {update}"
+        statements.append(statement)
+    statements.append("SELECT coalesce(max(seq), 0) FROM event_log")
+    with _driver(conn).cursor() as cursor:
+        cursor.execute("; ".join(statements))
+        while cursor.nextset():
+            pass
+        row = cursor.fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 _gc_lock = threading.Lock()
