@@ -7,6 +7,10 @@ header ``muster-control`` and is never an event: it is not in the log and no cor
 
 A record that fails to parse or validate becomes a ``DeadLetter``: the original bytes (as text, or
 base64 when they are not UTF-8), where it was read, and the error.
+
+Every consumer decodes with ``decode``; the history store's projector with ``decode_to_fold``,
+which accepts and refuses the same records but builds only what the fold reads and keeps the
+payload's text as it came (``payload_text``).
 """
 
 from __future__ import annotations
