@@ -163,7 +163,9 @@ def decode_to_fold(value: bytes | None, headers: Headers | None = None) -> tuple
     ``decode``'s answer, and None for the text (serialise the payload from the envelope), for any
     record ``decode`` might see otherwise: a control message, bad input, an older schema version, a
     layout other than muster's encoder writes, or a backslash (an escape: half a surrogate pair, a
-    key spelled otherwise; see ``payload_text``)."""
+    key spelled otherwise; see ``payload_text``). One difference is left: a float field written as
+    an integer too large for a double (no encoder of muster's writes one) is read as infinity
+    here, where ``decode`` refuses it."""
     if value is not None and control_kind(headers) is None:
         text = payload_text(value)  # what it says holds for a valid record: the fold's validates it
         if text is not None:
@@ -177,10 +179,11 @@ def decode_to_fold(value: bytes | None, headers: Headers | None = None) -> tuple
 
 
 _PAYLOAD_KEY = b',"payload":{'
+_VERSION_THEN_TRACE = b',"schema_version":%d,"trace":{' % SCHEMA_VERSION
 _CLOSE = ord("}")
-_NOT_IN_PAYLOAD = (b"Infinity", b"NaN", b',"trace":{', _PAYLOAD_KEY)
-"""Non-finite numbers (kept on the wire, which JSON and the store's JSON do not hold), and the keys
-whose duplicates could follow the payload (an object's: the record ends ``}}``)."""
+_NOT_IN_PAYLOAD = (b"Infinity", b"NaN", b'"trace"', b'"payload"')
+"""Non-finite numbers (kept on the wire, which JSON and the store's JSON do not hold), and the names
+of the keys whose duplicates could follow the payload (an object's: the record ends ``}}``)."""
 
 
 def payload_text(value: bytes) -> str | None:
@@ -191,17 +194,22 @@ def payload_text(value: bytes) -> str | None:
     Why the cut is the payload: the first ``,"payload":{`` of a valid record is a key (a string
     cannot hold an unescaped quote). With exactly two ``{`` and one ``}`` before it, the record's
     and the trace's, it is the record's own key. What follows up to the record's closing brace is
-    its value unless duplicate keys follow it; a record of muster's holds none, and a duplicate
-    that could pass for the payload's end (an object ending ``}``) is refused by name
-    (``_NOT_IN_PAYLOAD``) or, escaped (``\\u0074race``), with every record holding a backslash.
-    Also refused: a payload holding a non-finite number (the payload is written with null there)."""
+    its value unless keys follow it. Any that did would end ``"}`` or a digit, refused, unless it
+    is a duplicate ``trace`` or ``payload`` (an object); so a cut naming either (``_NOT_IN_PAYLOAD``,
+    whatever the whitespace around it, and no record with a backslash, which could spell one
+    otherwise) is refused. Also refused: a payload holding a non-finite number (the payload is
+    written with null there).
+
+    The schema version must be written as the integer ``decode`` takes without upcasting
+    (``"schema_version":1`` just before the trace): pydantic would read "1", 1.0 or true as 1."""
     if _BACKSLASH in value:
         return None
     at = value.find(_PAYLOAD_KEY)
     if at < 1 or value[at - 1] != _CLOSE or value[-1] != _CLOSE or value[-2] != _CLOSE:
         return None
-    trace = value.find(b"{", 1, at)
-    if value.find(b"{", trace + 1, at) != -1 or value.find(b"}", 0, at - 1) != -1:
+    trace = value.find(_VERSION_THEN_TRACE, 1, at) + len(_VERSION_THEN_TRACE) - 1
+    if (trace < len(_VERSION_THEN_TRACE) or value.find(b"{", 1, trace) != -1
+            or value.find(b"{", trace + 1, at) != -1 or value.find(b"}", 0, at - 1) != -1):
         return None
     cut = value[at + len(_PAYLOAD_KEY) - 1:-1]
     for marker in _NOT_IN_PAYLOAD:

@@ -321,7 +321,7 @@ class LogProjector:
                     orders: dict[TopicPartition, InOrder], put_through: dict[tuple[str, int], int],
                     batch: int, within: float) -> list[Any]:
         """Up to ``batch`` records in offset order: what comes within ``within``, then, while a
-        backlog keeps coming (``BUSY`` records or more so far), what each next fetch brings."""
+        backlog keeps coming (each fetch brings ``BUSY`` records or more), what the next brings."""
         records: list[Any] = []
         wait = within
         while len(records) < batch:
@@ -332,7 +332,7 @@ class LogProjector:
                 if taken:
                     records.extend(taken)
                     put_through[(tp.topic, tp.partition)] = taken[-1].offset
-            if len(records) == before or len(records) < BUSY:  # idle, or keeping up with a trickle
+            if len(records) - before < BUSY:  # idle, or keeping up with a trickle: go with what came
                 break
             wait = MORE_WAIT
         return records

@@ -213,3 +213,43 @@ def test_whatever_a_record_makes_the_decoder_do_it_is_dead_lettered(sqlite_store
     assert [json.loads(r.value)["offset"] for r in decoded.letters] == [1, 2, 3, 5]
     assert "nested too deeply" in decoded.errors[0] and "surrogate" in decoded.errors[2]
     assert "control message" in decoded.errors[3]
+
+
+class Scripted:
+    """A consumer of one partition whose every fetch brings the next of ``sizes`` records (what
+    ``max_records`` leaves over is handed out first the next time, as a consumer's buffer is)."""
+
+    def __init__(self, tp: TopicPartition, sizes: list[int]) -> None:
+        self.tp, self.sizes, self.next, self.calls = tp, list(sizes), 0, 0
+
+    async def getmany(self, *partitions: TopicPartition, timeout_ms: int = 0,
+                      max_records: int | None = None) -> dict[TopicPartition, list]:
+        self.calls += 1
+        fetched = self.sizes.pop(0) if self.sizes else 0
+        size = min(fetched, max_records or 0)
+        if fetched > size:
+            self.sizes.insert(0, fetched - size)
+        records = [Read(self.tp.topic, 0, self.next + i, b"", []) for i in range(size)]
+        self.next += size
+        return {self.tp: records} if records else {}
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:  # pragma: no cover - offsets here have no gaps
+        raise AssertionError("no gap to fetch again")
+
+
+@pytest.mark.parametrize("sizes, batches", [
+    ([5_800, 5_800, 5_800, 100], [[5_800, 5_800, 400], [5_400, 100]]),   # a backlog: two fetches a batch
+    ([1_500, 3, 3, 3, 3], [[1_500, 3], [3], [3], [3]]),                  # then a trickle: no waiting for a full batch
+    ([10, 5_000], [[10], [5_000]]),                                       # a trickle first: what came, at once
+])
+def test_the_projector_reads_on_only_while_a_backlog_keeps_coming(sqlite_store: str, sizes, batches) -> None:
+    topics = Topics()
+    tp = TopicPartition(topics.log, 0)
+    consumer = Scripted(tp, sizes)
+    with ProjectionWriter(sqlite_store) as writer:
+        projector = LogProjector(topics, writer)
+        orders, through = {tp: projector_module.InOrder(tp, 0)}, {}
+        got = [asyncio.run(projector._read(consumer, [tp], orders, through, 12_000, 0.01)) for _ in batches]
+    assert [len(b) for b in got] == [sum(sizes_) for sizes_ in batches]
+    assert [r.offset for b in got for r in b] == list(range(sum(sizes)))
+    assert through == {(topics.log, 0): sum(sizes) - 1}

@@ -197,13 +197,24 @@ def test_decode_to_fold_refuses_what_decode_refuses_that_validates_as_json():
             decode_to_fold(bad)
 
 
+@pytest.mark.parametrize("version", [b'"1"', b"1.0", b"true"], ids=["string", "float", "bool"])
+def test_decode_to_fold_takes_the_schema_version_as_strictly_as_decode(version):
+    raw = encode(_env()).replace(b'"schema_version":1', b'"schema_version":' + version)
+    with pytest.raises(BadRecord):
+        decode(raw)
+    with pytest.raises(BadRecord):
+        decode_to_fold(raw)
+
+
 def test_decode_to_fold_hands_control_messages_on():
     assert decode_to_fold(*encode_control(Release(round=3, ids=("a",)))) == (Release(round=3, ids=("a",)), None)
 
 
-@pytest.mark.parametrize("tail", [b',"trace":{}}', b',"tr\\u0061ce":{}}',
-                                  b',"payload":{"type":"WorkloadDeleted","key":"default/w","reason":"x"}}'],
-                         ids=["trace", "escaped-trace", "payload"])
+@pytest.mark.parametrize("tail", [b',"trace":{}}', b',"tr\\u0061ce":{}}', b',"trace": {}}', b', "trace" :{}}',
+                                  b',"payload":{"type":"WorkloadDeleted","key":"default/w","reason":"x"}}',
+                                  b', "payload":{"type":"WorkloadDeleted","key":"default/w","reason":"x"}}'],
+                         ids=["trace", "escaped-trace", "spaced-trace", "spaced-colon-trace", "payload",
+                              "spaced-payload"])
 def test_a_duplicate_key_after_the_payload_is_no_payload_to_cut_out(tail):
     raw = encode(_env())
     assert json.loads(payload_text(raw)) == json.loads(raw)["payload"]
