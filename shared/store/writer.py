@@ -229,18 +229,17 @@ class ProjectionWriter:
     def _store(self, conn: Connection, ops: rows.RowOps) -> WriteCounts:
         self._insert(conn, "event_log", ops.event_log)
         self._insert(conn, "decisions", ops.decisions)
-        if self._postgres:
-            self._high_water = _finish(conn, [
-                _Part("workloads", ops.workloads), _Part("transitions", ops.transitions, upsert=False),
+        rest = [_Part("workloads", ops.workloads), _Part("transitions", ops.transitions, upsert=False),
                 _Part("placements", ops.placements), _Part("queues", ops.queues),
-                _Part("queue_usage", ops.queue_usage), _Part("offsets", ops.offsets, keep_larger="offset")])
+                _Part("queue_usage", ops.queue_usage), _Part("offsets", ops.offsets, keep_larger="offset")]
+        if self._postgres:
+            self._high_water = _finish(conn, rest)
         else:
-            self._upsert(conn, "workloads", ops.workloads)
-            self._insert(conn, "transitions", ops.transitions)
-            self._upsert(conn, "placements", ops.placements)
-            self._upsert(conn, "queues", ops.queues)
-            self._upsert(conn, "queue_usage", ops.queue_usage)
-            self._upsert(conn, "offsets", ops.offsets, keep_larger="offset")
+            for part in rest:
+                if part.upsert:
+                    self._upsert(conn, part.name, part.values, keep_larger=part.keep_larger)
+                else:
+                    self._insert(conn, part.name, part.values)
             self._high_water = self._seq(conn)
         c = ops.counts()
         return WriteCounts(events=c["event_log"], skipped=ops.skipped, decisions=c["decisions"],
@@ -282,7 +281,7 @@ class ProjectionWriter:
             state.next_ordinal = conn.execute(select(func.coalesce(func.max(w.c.ordinal) + 1, 0))).scalar_one()
         return state
 
-    def _insert(self, conn: Connection, name: str, values: list[dict[str, Any]]) -> None:
+    def _insert(self, conn: Connection, name: str, values: Sequence[dict[str, Any]]) -> None:
         if not values:
             return
         if self._postgres:
@@ -290,7 +289,7 @@ class ProjectionWriter:
         else:
             conn.execute(insert(_TABLES[name]), values)
 
-    def _upsert(self, conn: Connection, name: str, values: list[dict[str, Any]], *,
+    def _upsert(self, conn: Connection, name: str, values: Sequence[dict[str, Any]], *,
                 keep_larger: str | None = None) -> None:
         """SQLite's upserts (Postgres writes them in ``_finish``)."""
         if not values:
@@ -411,17 +410,17 @@ def _driver(conn: Connection) -> Any:
     return raw
 
 
-def _copy(conn: Connection, table: Table, values: list[dict[str, Any]], into: str | None = None) -> None:
+def _copy(conn: Connection, table: Table, values: Sequence[dict[str, Any]]) -> None:
     """Postgres ``COPY ... FROM STDIN`` on the transaction's own connection: the fastest bulk insert."""
     columns = [c for c in table.columns if c.name in values[0]]
     names = [c.name for c in columns]
     as_json = [isinstance(c.type, JSON) for c in columns]  # JSONB variants are JSON too
     quote = conn.dialect.identifier_preparer.quote
-    sql = f"COPY {into or quote(table.name)} ({', '.join(quote(n) for n in names)}) FROM STDIN"
+    statement = f"COPY {quote(table.name)} ({', '.join(quote(n) for n in names)}) FROM STDIN"
     raw = _driver(conn)
     pick = itemgetter(*names)
     json_at = [i for i, j in enumerate(as_json) if j and not isinstance(values[0][names[i]], rows.JsonText)]
-    with raw.cursor() as cursor, cursor.copy(sql) as copy:
+    with raw.cursor() as cursor, cursor.copy(statement) as copy:
         write = copy.write_row
         for row in values:
             record = pick(row)
@@ -452,7 +451,7 @@ def _finish(conn: Connection, parts: Sequence[_Part]) -> int:
 
     Rows travel as one JSON array per table (``json_to_recordset``); a value that is JSON text
     already (``JsonText``) travels as a string and is cast back."""
-    quote = conn.dialect.identifier_preparer.quote
+    quote, raw = conn.dialect.identifier_preparer.quote, _driver(conn)
     statements = []
     for name, values, upsert, keep_larger in parts:
         if not values:
@@ -466,7 +465,7 @@ def _finish(conn: Connection, parts: Sequence[_Part]) -> int:
         picked = ", ".join(f"r.{quote(n)}::{types[n]}" if n in as_text else f"r.{quote(n)}" for n in names)
         data = pydantic_core.to_json(values, inf_nan_mode="strings").decode()
         statement = (f"INSERT INTO {quote(table.name)} ({columns}) SELECT {picked} "
-                     f"FROM json_to_recordset({sql.Literal(data).as_string(_driver(conn))}) AS r({shape})")
+                     f"FROM json_to_recordset({sql.Literal(data).as_string(raw)}) AS r({shape})")
         keys = [c.name for c in table.primary_key.columns]
         if keep_larger is not None:
             statement += (f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO UPDATE SET {quote(keep_larger)} = "
@@ -476,7 +475,7 @@ def _finish(conn: Connection, parts: Sequence[_Part]) -> int:
             statement += f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO UPDATE SET {update}"
         statements.append(statement)
     statements.append("SELECT coalesce(max(seq), 0) FROM event_log")
-    with _driver(conn).cursor() as cursor:
+    with raw.cursor() as cursor:
         cursor.execute("; ".join(statements))
         while cursor.nextset():
             pass
