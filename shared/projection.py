@@ -41,7 +41,8 @@ def _or_as_is(parts: Any) -> Any:
 class ObjectRead(TypedDict, total=False):
     """The parts of a watched object the fold reads: a pod's namespace and labels (its workload,
     its pod set) and ``spec.nodeName`` (bound or not). ``ResultProjection._on_ObjectChanged`` must
-    read nothing else; ``tests/unit/shared/test_projection.py`` folds every scenario both ways to hold it."""
+    read nothing else; ``tests/unit/shared/test_projection.py`` folds every scenario both ways to
+    hold it."""
 
     __pydantic_config__ = _IGNORE_REST  # type: ignore[misc]
     metadata: _or_as_is(_MetaRead)  # type: ignore[valid-type]

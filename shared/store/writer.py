@@ -183,13 +183,7 @@ class ProjectionWriter:
         thread waits for the GIL after it, a few milliseconds each."""
         if not self._postgres:
             return self._seq(conn)
-        with _driver(conn).cursor() as cursor:
-            cursor.execute(_PREAMBLE)
-            while cursor.nextset():
-                pass
-            row = cursor.fetchone()
-        assert row is not None
-        return int(row[0])
+        return _last_number(conn, _PREAMBLE)
 
     def _seq(self, conn: Connection) -> int:
         return conn.execute(select(func.coalesce(func.max(EventLog.__table__.c.seq), 0))).scalar_one()
@@ -429,8 +423,21 @@ def _copy(conn: Connection, table: Table, values: Sequence[dict[str, Any]]) -> N
             write(record)
 
 
-_PREAMBLE = f"SELECT pg_advisory_xact_lock({LOCK_ID}); SELECT coalesce(max(seq), 0) FROM event_log"
+_HIGHEST_SEQ = "SELECT coalesce(max(seq), 0) FROM event_log"
+_PREAMBLE = f"SELECT pg_advisory_xact_lock({LOCK_ID}); {_HIGHEST_SEQ}"
 """A Postgres write transaction's first round trip (``ProjectionWriter._take_lock``)."""
+
+
+def _last_number(conn: Connection, statements: str) -> int:
+    """Run ``statements`` (several, one round trip, no parameters) on ``conn``'s transaction: the
+    number the last one selects."""
+    with _driver(conn).cursor() as cursor:
+        cursor.execute(statements)
+        while cursor.nextset():
+            pass
+        row = cursor.fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 class _Part(NamedTuple):
@@ -467,21 +474,14 @@ def _finish(conn: Connection, parts: Sequence[_Part]) -> int:
         statement = (f"INSERT INTO {quote(table.name)} ({columns}) SELECT {picked} "
                      f"FROM json_to_recordset({sql.Literal(data).as_string(raw)}) AS r({shape})")
         keys = [c.name for c in table.primary_key.columns]
+        conflict = f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO UPDATE SET"
         if keep_larger is not None:
-            statement += (f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO UPDATE SET {quote(keep_larger)} = "
-                          f"greatest({quote(table.name)}.{quote(keep_larger)}, EXCLUDED.{quote(keep_larger)})")
+            column = quote(keep_larger)
+            statement += f"{conflict} {column} = greatest({quote(table.name)}.{column}, EXCLUDED.{column})"
         elif upsert:
-            update = ", ".join(f"{quote(n)} = EXCLUDED.{quote(n)}" for n in names if n not in keys)
-            statement += f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO UPDATE SET {update}"
+            statement += conflict + " " + ", ".join(f"{quote(n)} = EXCLUDED.{quote(n)}" for n in names if n not in keys)
         statements.append(statement)
-    statements.append("SELECT coalesce(max(seq), 0) FROM event_log")
-    with raw.cursor() as cursor:
-        cursor.execute("; ".join(statements))
-        while cursor.nextset():
-            pass
-        row = cursor.fetchone()
-    assert row is not None
-    return int(row[0])
+    return _last_number(conn, "; ".join([*statements, _HIGHEST_SEQ]))
 
 
 _gc_lock = threading.Lock()
