@@ -7,7 +7,7 @@ replay of a stored log all build the same view from the same events.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Union, get_args
+from typing import Annotated, Any, Callable, ClassVar, Union, get_args
 
 from pydantic import ConfigDict, Field, TypeAdapter
 from typing_extensions import TypedDict
@@ -143,14 +143,24 @@ class ResultProjection:
         self.now = 0.0
 
     # ------------------------------------------------------------------ fold
+    _handlers: ClassVar[dict[str, Callable[[Any, Any, float], None]]] = {}
+    """Event type -> its ``_on_<type>`` handler, per class (``__init_subclass__``): the history
+    store's projector folds every envelope of the log through ``apply``."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._handlers = _handlers_of(cls)
+
     def apply(self, env: Envelope) -> None:
         self.events += 1
-        self.now = max(self.now, env.occurred_at)
-        if env.source not in ("ingest", "clock"):
+        at = env.occurred_at
+        if at > self.now:
+            self.now = at
+        if env.source not in _NOT_DECISIONS:
             self.decisions += 1
-        handler = getattr(self, f"_on_{env.type}", None)
+        handler = self._handlers.get(env.type)
         if handler is not None:
-            handler(env.payload, env.occurred_at)
+            handler(self, env.payload, at)
 
     def _workload(self, key: str, kind: str = "") -> WorkloadView:
         view = self.workloads.get(key)
@@ -278,10 +288,14 @@ class ResultProjection:
             view = pods[name] = PodView(name=name, pod_set=pod_set)
         return view
 
+    def _pod_workload(self, p: Any) -> str | None:
+        """The workload a pod's watch event belongs to (a subclass may know it already)."""
+        return kube.workload_key_of_pod(p.object)
+
     def _on_ObjectChanged(self, p: Any, t: float) -> None:
         if p.kind != "Pod":
             return
-        key = kube.workload_key_of_pod(p.object)
+        key = self._pod_workload(p)
         if key is None:
             return
         pod = self._pod(key, p.name, kube.pod_set_of_pod(p.object))
@@ -352,3 +366,14 @@ class ResultProjection:
             "queues": queues,
             "stats": {"events": self.events, "decisions": self.decisions, "wall_seconds": round(wall_seconds, 3)},
         }
+
+
+_NOT_DECISIONS = frozenset({"ingest", "clock"})
+"""Sources of envelopes that are not a service's decision: watch events and timers firing."""
+
+
+def _handlers_of(cls: type) -> dict[str, Callable[[Any, Any, float], None]]:
+    return {name[len("_on_"):]: getattr(cls, name) for name in dir(cls) if name.startswith("_on_")}
+
+
+ResultProjection._handlers = _handlers_of(ResultProjection)

@@ -217,16 +217,18 @@ def _payload_json(payload: Any) -> str:
     return payload.__pydantic_serializer__.to_json(payload).decode()
 
 
-_Charge = tuple[bool, str | None, tuple[tuple[str, int], ...]]
+_Charge = tuple[bool, str | None, dict[str, int]]
+"""What a workload charges to quota: (holds quota, queue, demand). Compared after every event of
+the workload (most are its pods'), so the demand is compared as a dict, and kept as a copy."""
 
 
-_NO_CHARGE: _Charge = (False, None, ())
+_NO_CHARGE: _Charge = (False, None, {})
 
 
 def _charge(view: WorkloadView) -> _Charge:
     if not view.holds_quota:
         return _NO_CHARGE   # queue and demand only matter while quota is held
-    return (True, view.queue, tuple(sorted(view.demand.items())))
+    return (True, view.queue, view.demand)
 
 
 def _pod_signature(pod: PodView | None) -> tuple | None:
@@ -266,6 +268,8 @@ class Projector(ResultProjection):
         self._touched: dict[str, None] = {}
         self._last_used: frozenset[str] = frozenset()
         self._pods_before: dict[tuple[str, str], tuple | None] = {}
+        self._folding: tuple[Any, str | None] = (None, None)
+        """The payload being folded and its workload key, as ``prepare`` found it."""
 
     # ------------------------------------------------------------------ loading
     def needs(self, batch: Prepared) -> Needs:
@@ -306,7 +310,8 @@ class Projector(ResultProjection):
         key = row["key"]
         if key not in self.workloads:
             view = self.workloads[key] = _VIEW.validate_python({**row["fold_state"], "key": key, "transitions": []})
-            self._charges[key] = _charge(view)
+            holds, queue, demand = _charge(view)
+            self._charges[key] = (holds, queue, dict(demand))
             self.rows[key] = {k: row[k] for k in ("transition_count", "first_seen_at", "phase_since")}
 
     # ------------------------------------------------------------------ guarded access (ResultProjection hooks)
@@ -321,6 +326,11 @@ class Projector(ResultProjection):
             view = super()._workload(key, kind)
         self._touched[key] = None
         return view
+
+    def _pod_workload(self, p: Any) -> str | None:
+        """The key ``prepare`` found for the envelope being folded (``workload_key``: the same rule)."""
+        payload, key = self._folding
+        return key if p is payload else super()._pod_workload(p)
 
     def _pod(self, key: str, name: str, pod_set: str) -> PodView:
         if key not in self.loaded:
@@ -379,15 +389,19 @@ class Projector(ResultProjection):
 
         workloads, apply = self.workloads, self.apply
         add_event, add_decision = ops.event_log.append, ops.decisions.append
+        at, t = None, 0.0
         for item, key in zip(batch.items, batch.keys):
             env = item.envelope
             view = workloads.get(key) if key is not None else None
             seen_transitions = len(view.transitions) if view is not None else 0
             decisions = self.decisions
 
+            self._folding = (env.payload, key)
             apply(env)
 
-            t = round(env.occurred_at, 6)
+            if env.occurred_at != at:  # many envelopes share a time; rounding is slow
+                at = env.occurred_at
+                t = round(at, 6)
             add_event({
                 "event_id": env.id, "type": env.type, "subject": env.subject, "source": env.source,
                 "occurred_at": env.occurred_at, "causation_id": env.causation_id,
@@ -410,7 +424,7 @@ class Projector(ResultProjection):
                         [env.id] * (len(view.transitions) - seen_transitions))
                 before, after = self._charges.get(key, _NO_CHARGE), _charge(view)
                 if after != before:
-                    self._charges[key] = after
+                    self._charges[key] = after = (after[0], after[1], dict(after[2]))
                     was, now = self.contribution(before), self.contribution(after)
                     names = sorted(set(was) | set(now))
                     merged = {name: dict(self.usage.get(name, {})) for name in names}
@@ -485,6 +499,7 @@ class Projector(ResultProjection):
         ops.queue_usage = [{"queue": q, "resource": r, "t": t, "used": v} for (q, r, t), v in usage_points.items()]
         ops.offsets = [{"consumer": consumer, "topic": topic, "partition": partition, "offset": offset}
                        for topic, partition, offset in batch.offsets]
+        self._folding = (None, None)
         self._evict(batch.workload_keys)
         return ops
 
