@@ -226,7 +226,7 @@ class Scripted:
                       max_records: int | None = None) -> dict[TopicPartition, list]:
         self.calls += 1
         fetched = self.sizes.pop(0) if self.sizes else 0
-        size = min(fetched, max_records or 0)
+        size = fetched if max_records is None else min(fetched, max_records)
         if fetched > size:
             self.sizes.insert(0, fetched - size)
         records = [Read(self.tp.topic, 0, self.next + i, b"", []) for i in range(size)]
@@ -238,9 +238,10 @@ class Scripted:
 
 
 @pytest.mark.parametrize("sizes, batches", [
-    ([5_800, 5_800, 5_800, 100], [[5_800, 5_800, 400], [5_400, 100]]),   # a backlog: two fetches a batch
+    ([5_800, 5_800, 5_800, 100], [[5_800, 5_800], [5_800, 100]]),        # a backlog: two whole fetches a batch
     ([1_500, 3, 3, 3, 3], [[1_500, 3], [3], [3], [3]]),                  # then a trickle: no waiting for a full batch
     ([10, 5_000], [[10], [5_000]]),                                       # a trickle first: what came, at once
+    ([9_000, 9_000, 50], [[9_000, 9_000], [50]]),                         # no fetch taken in part
 ])
 def test_the_projector_reads_on_only_while_a_backlog_keeps_coming(sqlite_store: str, sizes, batches) -> None:
     topics = Topics()
@@ -249,7 +250,8 @@ def test_the_projector_reads_on_only_while_a_backlog_keeps_coming(sqlite_store: 
     with ProjectionWriter(sqlite_store) as writer:
         projector = LogProjector(topics, writer)
         orders, through = {tp: projector_module.InOrder(tp, 0)}, {}
-        got = [asyncio.run(projector._read(consumer, [tp], orders, through, 12_000, 0.01)) for _ in batches]
+        got = [asyncio.run(projector._read(consumer, [tp], orders, through, projector_module.BATCH, 0.01))
+               for _ in batches]
     assert [len(b) for b in got] == [sum(sizes_) for sizes_ in batches]
     assert [r.offset for b in got for r in b] == list(range(sum(sizes)))
     assert through == {(topics.log, 0): sum(sizes) - 1}
