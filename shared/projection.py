@@ -143,9 +143,10 @@ class ResultProjection:
         self.now = 0.0
 
     # ------------------------------------------------------------------ fold
-    _handlers: ClassVar[dict[str, Callable[[Any, Any, float], None]]] = {}
-    """Event type -> its ``_on_<type>`` handler, per class (``__init_subclass__``): the history
-    store's projector folds every envelope of the log through ``apply``."""
+    _handlers: ClassVar[dict[str, Callable[[Any, Any, float], None]]]
+    """Event type -> its ``_on_<type>`` handler, per class (``__init_subclass__``, and below the
+    class for this one): the history store's projector folds every envelope of the log through
+    ``apply``."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -373,6 +374,7 @@ _NOT_DECISIONS = frozenset({"ingest", "clock"})
 
 
 def _handlers_of(cls: type) -> dict[str, Callable[[Any, Any, float], None]]:
+    """``cls``'s ``_on_<type>`` methods by event type, inherited ones and aliases included."""
     return {name[len("_on_"):]: getattr(cls, name) for name in dir(cls) if name.startswith("_on_")}
 
 

@@ -231,6 +231,12 @@ def _charge(view: WorkloadView) -> _Charge:
     return (True, view.queue, view.demand)
 
 
+def _kept(charge: _Charge) -> _Charge:
+    """``charge`` as the projector keeps it, to compare later ones with: its demand a copy."""
+    holds, queue, demand = charge
+    return (holds, queue, dict(demand))
+
+
 def _pod_signature(pod: PodView | None) -> tuple | None:
     if pod is None:
         return None
@@ -310,8 +316,7 @@ class Projector(ResultProjection):
         key = row["key"]
         if key not in self.workloads:
             view = self.workloads[key] = _VIEW.validate_python({**row["fold_state"], "key": key, "transitions": []})
-            holds, queue, demand = _charge(view)
-            self._charges[key] = (holds, queue, dict(demand))
+            self._charges[key] = _kept(_charge(view))
             self.rows[key] = {k: row[k] for k in ("transition_count", "first_seen_at", "phase_since")}
 
     # ------------------------------------------------------------------ guarded access (ResultProjection hooks)
@@ -424,7 +429,7 @@ class Projector(ResultProjection):
                         [env.id] * (len(view.transitions) - seen_transitions))
                 before, after = self._charges.get(key, _NO_CHARGE), _charge(view)
                 if after != before:
-                    self._charges[key] = after = (after[0], after[1], dict(after[2]))
+                    self._charges[key] = after = _kept(after)
                     was, now = self.contribution(before), self.contribution(after)
                     names = sorted(set(was) | set(now))
                     merged = {name: dict(self.usage.get(name, {})) for name in names}
