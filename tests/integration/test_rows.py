@@ -53,6 +53,19 @@ def test_prepare_drops_stored_and_repeated_envelopes_and_keeps_offsets():
     assert batch.offsets == [("t", 0, 10), ("t", 1, 100)]
 
 
+def test_a_projector_folding_outside_convert_finds_each_pods_workload_itself():
+    """``Projector`` takes a pod's workload from ``prepare`` while it converts; folded any other way
+    it must find it as ``ResultProjection`` does."""
+    log = scenario_run(PREEMPTION).runtime.log
+    batch = prepare([Located(e) for e in log])
+    projector, reference = Projector(), ResultProjection()
+    projector.seed(_cold(batch))
+    for env in log:
+        projector.apply(env)
+        reference.apply(env)
+    assert projector.pods and projector.pods == reference.pods
+
+
 def test_a_workload_that_was_not_loaded_is_refused_not_invented():
     log = scenario_run(PREEMPTION).runtime.log
     batch = prepare([Located(e) for e in log])
