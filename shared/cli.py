@@ -21,6 +21,8 @@ app.add_typer(schema_app, name="schema")
 db_app = typer.Typer(no_args_is_help=True, help="The history store's tables (Alembic migrations).")
 app.add_typer(db_app, name="db")
 
+SCHEDULER_NAMES_HELP = ("The spec.schedulerName values muster schedules pods for, comma-separated, e.g. "
+                        "muster,volcano; pods for any other scheduler only count as used capacity.")
 STORE_HELP = ("History store URL: sqlite:///history.db or postgresql+psycopg://user@host:5432/db "
               "(default: $MUSTER_STORE).")
 
@@ -45,6 +47,9 @@ def simulate_cmd(
                                  "process or as 'processes' (one `muster run` each)."),
     keep_topics: bool = typer.Option(False, "--keep-topics", help="With --bus: leave the run's topics "
                                      "(muster.sim.<scenario>.<id>.*) on the broker to look at; deleted otherwise."),
+    scheduler_names: Optional[str] = typer.Option(None, "--scheduler-names", help=SCHEDULER_NAMES_HELP + " "
+                                                  "Default here: also the name the simulated KubeRay gives its pods "
+                                                  "and default-scheduler (the scenario's policy: block wins)."),
 ) -> None:
     """Run SCENARIO on the embedded stack (or, with --bus, on Kafka) with a simulated cluster and a virtual clock."""
     from shared.simulate import simulate
@@ -63,6 +68,8 @@ def simulate_cmd(
             raise _store_failed(exc) from None
     try:
         policy = Policy.from_yaml(policy_file) if policy_file else None
+        if scheduler_names is not None:
+            policy = (policy or Policy()).with_scheduler_names(scheduler_names)
         loaded = load_scenario(scenario)
         if bus is not None:
             run = _simulate_on_bus(loaded, policy, bus, services, store, keep_topics, err)
@@ -154,6 +161,9 @@ def run_cmd(
                                              "account, else $KUBECONFIG or ~/.kube/config)."),
     context: Optional[str] = typer.Option(None, "--context", envvar="MUSTER_KUBE_CONTEXT",
                                           help="Cluster only: kubeconfig context."),
+    scheduler_names: Optional[str] = typer.Option(None, "--scheduler-names", envvar="MUSTER_SCHEDULER_NAMES",
+                                                  help=SCHEDULER_NAMES_HELP + " Default: the policy's "
+                                                  "scheduler_names (muster)."),
 ) -> None:
     """Run one service as a Faust worker on Kafka: it consumes its inbox and writes to the next ones."""
     import asyncio
@@ -169,7 +179,7 @@ def run_cmd(
         raise typer.Exit(2)
     try:
         config = BusConfig.from_env(kafka, prefix=prefix)
-        policy = Policy.from_yaml(policy_file) if policy_file else Policy()
+        policy = (Policy.from_yaml(policy_file) if policy_file else Policy()).with_scheduler_names(scheduler_names)
     except (BusConfigError, PolicyError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)

@@ -26,6 +26,9 @@ POD_GROUP_MIN = "pod-group.scheduling.sigs.k8s.io/min-available"
 
 GPU_FRACTION = "gpu-fraction"
 
+DEFAULT_SCHEDULER = "default-scheduler"
+"""What the API server writes into a pod's ``spec.schedulerName`` when the pod names none."""
+
 
 def mapping(value: Any) -> Mapping[str, Any]:
     """``value`` if it is a mapping, else empty: objects from users may have any shape."""

@@ -13,8 +13,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from shared.duration import DurationError, parse_duration
+from shared.kube import DEFAULT_SCHEDULER
 from shared.policy import Policy
 from shared.quantity import QuantityError, parse_resources
+from shared.sim.batchscheduler import Setting, implied, plugin
 
 
 class ScenarioError(ValueError):
@@ -61,9 +63,16 @@ class NodeSpec(_Strict):
         } for n in names]
 
 
+class KubeRaySpec(_Strict):
+    batch_scheduler: Setting | None = None
+    """KubeRay's ``--batch-scheduler`` (none, volcano, kai-scheduler, scheduler-plugins); unset: the
+    one the manifests imply (``batchscheduler.implied``)."""
+
+
 class ClusterSpec(_Strict):
     nodes: list[NodeSpec] = []
     pod_startup: float | None = None
+    kuberay: KubeRaySpec = KubeRaySpec()
 
     _startup = field_validator("pod_startup", mode="before")(lambda v: None if v is None else _seconds(v))
 
@@ -134,14 +143,30 @@ class Scenario(_Strict):
                 return value
         return 2.0
 
+    @property
+    def batch_scheduler(self) -> Setting:
+        """The simulated KubeRay's ``--batch-scheduler``: as the scenario says, else as its manifests imply."""
+        if self.cluster.kuberay.batch_scheduler is not None:
+            return self.cluster.kuberay.batch_scheduler
+        return implied([doc for i, step in enumerate(self.steps) if step.apply is not None
+                        for doc in step.objects(i) if doc.get("kind") in ("RayCluster", "RayJob")])
+
     def effective_policy(self, base: Policy | None = None) -> Policy:
-        """The scenario's ``policy:`` block layered over ``base`` (``--policy FILE``) or the defaults."""
+        """The scenario's ``policy:`` block layered over ``base`` (``--policy FILE``) or the defaults.
+
+        The simulated cluster has no scheduler but muster: unless the scenario or ``base`` names the
+        scheduler names muster answers to, it also answers to the one the simulated KubeRay gives its
+        pods and to ``default-scheduler`` (pods that name none), so the manifests mean what they did
+        before KubeRay's setting was simulated. Naming them shows pods left to another scheduler."""
         merged = (base or Policy()).model_dump(exclude_defaults=True)
         override = dict(self.policy or {})
         queues = {**merged.get("queues", {}), **(override.pop("queues", None) or {})}
         merged.update(override)
         if queues:
             merged["queues"] = queues
+        if "scheduler_names" not in override and (base is None or "scheduler_names" not in base.model_fields_set):
+            names = Policy().scheduler_names + (plugin(self.batch_scheduler).pod_scheduler, DEFAULT_SCHEDULER)
+            merged["scheduler_names"] = list(dict.fromkeys(names))
         try:
             return Policy.from_mapping(merged)
         except ValidationError as exc:

@@ -37,7 +37,7 @@ class Run:
 
 
 def new_cluster(scenario: Scenario, policy: Policy) -> SimCluster:
-    return SimCluster(pod_startup=scenario.startup_seconds, scheduler_name=policy.scheduler_name)
+    return SimCluster(pod_startup=scenario.startup_seconds, batch_scheduler=scenario.batch_scheduler)
 
 
 def simulate(scenario: Scenario, policy: Policy | None = None) -> Run:

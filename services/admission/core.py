@@ -81,7 +81,7 @@ class AdmissionCore:
         self.policy = policy
         self.queues = QueueBook()
         self.priorities = PriorityBook()
-        self.pod_gangs = PodGangBook(policy.scheduler_name)
+        self.pod_gangs = PodGangBook(policy.answers_to)
         self.workloads: dict[str, RayWorkload] = {}
         self._claims: dict[str, str] = {}
         self._seen: dict[str, None] = {}

@@ -1,8 +1,8 @@
 """Plain pod gangs (coscheduling style): which pods belong to group G, and how many it needs.
 
 A pod joins gang ``namespace/G`` through label ``scheduling.x-k8s.io/pod-group: G`` or
-``pod-group.scheduling.sigs.k8s.io/name: G``. Only pods for our scheduler (``spec.schedulerName``
-equal to the policy's, or unset) are members; before submission only unbound, unfinished members
+``pod-group.scheduling.sigs.k8s.io/name: G``. Only pods for a scheduler muster answers to
+(``Policy.answers_to`` of their ``spec.schedulerName``; unset is ``default-scheduler``) are members; before submission only unbound, unfinished members
 count toward min-available. The minimum comes from a ``scheduling.x-k8s.io`` PodGroup named G
 (``spec.minMember``), else the ``pod-group.scheduling.sigs.k8s.io/min-available`` label.
 The gang's pods need not be alike (an MPI launcher and its workers, a Spark driver and executors):
@@ -14,7 +14,7 @@ KubeRay's own pods (``ray.io/*`` labels) are never plain gang members: their Ray
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from services.admission.fields import Invalid, integer, show
 from services.admission.pods import pod_set
@@ -117,10 +117,11 @@ def group_of(pod: Mapping[str, Any]) -> str | None:
     return group if isinstance(group, str) and group else None
 
 
-def ours(pod: Mapping[str, Any], scheduler_name: str) -> bool:
+def scheduler_of(pod: Mapping[str, Any]) -> str | None:
+    """The pod's ``spec.schedulerName`` (None when unset or not a string)."""
     spec = pod.get("spec")
     name = spec.get("schedulerName") if isinstance(spec, Mapping) else None
-    return not name or name == scheduler_name
+    return name if isinstance(name, str) else None
 
 
 def is_coscheduling_podgroup(api_version: str, obj: Mapping[str, Any]) -> bool:
@@ -136,8 +137,9 @@ def is_coscheduling_podgroup(api_version: str, obj: Mapping[str, Any]) -> bool:
 class PodGangBook:
     """Pod groups by key, their members, and the PodGroup objects that give their minimum."""
 
-    def __init__(self, scheduler_name: str) -> None:
-        self.scheduler_name = scheduler_name
+    def __init__(self, answers_to: Callable[[str | None], bool]) -> None:
+        self.answers_to = answers_to
+        """``Policy.answers_to``: whether a pod's scheduler is one muster schedules for."""
         self.gangs: dict[str, PodGang] = {}
         self.podgroups: dict[str, Mapping[str, Any]] = {}
         self._pod_gang: dict[str, str] = {}
@@ -147,7 +149,7 @@ class PodGangBook:
         pod_key = f"{namespace}/{name}"
         touched: list[PodGang] = []
         old = self._pod_gang.get(pod_key)
-        group = None if change == "Deleted" or not ours(pod, self.scheduler_name) else group_of(pod)
+        group = None if change == "Deleted" or not self.answers_to(scheduler_of(pod)) else group_of(pod)
         new = f"{namespace}/{group}" if group else None
         if old is not None and old != new:
             gang = self.gangs.get(old)

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 from shared import kube
 from shared.events import KubeEffect
 from shared.sim import kubelet
+from shared.sim.batchscheduler import Setting, plugin
 from shared.sim.kuberay import KubeRay, sim_duration, sim_outcome, timestamp
 
 CLUSTER_SCOPED = frozenset({
@@ -91,6 +92,7 @@ class ApiServer:
         metadata["uid"] = str(uuid.UUID(bytes=digest.digest()))
         metadata["creationTimestamp"] = timestamp(now)
         metadata["generation"] = 1
+        _defaults(obj)
         self._stamp(obj)
         key = (kind, namespace, name)
         self._objects[key] = obj
@@ -106,6 +108,7 @@ class ApiServer:
         metadata = obj["metadata"]
         metadata["resourceVersion"] = kube.meta(live)["resourceVersion"]
         metadata["generation"] = kube.meta(live).get("generation", 1)
+        _defaults(obj)
         if obj == live:
             return False
         if obj.get("spec") != live.get("spec"):
@@ -173,6 +176,12 @@ class ApiServer:
         self._on_change(change, obj)
 
 
+def _defaults(obj: dict) -> None:
+    """What the API server fills in on every write: a pod that names no scheduler gets default-scheduler."""
+    if obj["kind"] == "Pod" and isinstance(obj.get("spec"), dict) and not obj["spec"].get("schedulerName"):
+        obj["spec"]["schedulerName"] = kube.DEFAULT_SCHEDULER
+
+
 def _validate(obj: object) -> None:
     """Refuse what the API server would refuse before any controller sees it."""
     if not isinstance(obj, dict):
@@ -211,11 +220,10 @@ def _validate(obj: object) -> None:
 class SimCluster:
     """API server + KubeRay + kubelet behind the interface the embedded runtime drives."""
 
-    def __init__(self, *, pod_startup: float = 2.0, scheduler_name: str = "muster") -> None:
+    def __init__(self, *, pod_startup: float = 2.0, batch_scheduler: Setting = "none") -> None:
         self.pod_startup = pod_startup
-        self.scheduler_name = scheduler_name
         self.api = ApiServer(self._changed)
-        self.kuberay = KubeRay(self.api, scheduler_name)
+        self.kuberay = KubeRay(self.api, plugin(batch_scheduler))
         self.events: list[dict] = []
         """core/v1 Events written by ``event`` effects, in order (not on the watch stream)."""
         self._history: dict[Key, list[tuple[float, dict[str, str]]]] = {}
@@ -333,7 +341,7 @@ class SimCluster:
             "involvedObject": {"apiVersion": involved.get("apiVersion", ""), "kind": kind, "namespace": namespace,
                                "name": name, "uid": uid},
             "reason": effect.reason, "message": effect.message, "type": effect.event_type,
-            "source": {"component": self.scheduler_name},
+            "source": {"component": "muster"},
             "firstTimestamp": timestamp(now), "lastTimestamp": timestamp(now), "count": 1,
             "simTime": now,
         })

@@ -14,7 +14,9 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
 
 from shared import kube
+from shared import quantity as q
 from shared.duration import parse_duration
+from shared.sim.batchscheduler import BatchScheduler
 
 if TYPE_CHECKING:
     from shared.sim.cluster import ApiServer
@@ -176,12 +178,44 @@ def _set_status(**values: Any) -> Callable[[dict], None]:
     return change
 
 
-class KubeRay:
-    """The RayCluster and RayJob controllers."""
+def desired_gang(cluster_spec: object) -> tuple[int, q.Resources] | None:
+    """What KubeRay's batch schedulers compute for a cluster spec: head + workers, and their requests
+    summed; None when KubeRay would refuse the spec."""
+    slots = pod_slots(cluster_spec)
+    if slots is None:
+        return None
+    total: q.Resources = {}
+    try:
+        for slot in slots:
+            total = q.add(total, kube.pod_requests(slot.template["spec"]))
+    except (q.QuantityError, AttributeError, TypeError, ValueError, ArithmeticError):
+        return None
+    return len(slots), total
 
-    def __init__(self, api: ApiServer, scheduler_name: str) -> None:
+
+def submitter_requests(job: Mapping[str, Any]) -> q.Resources:
+    """The submitter's requests, which a RayJob's PodGroup reserves on top of its cluster
+    (``getSubmitterResource``): the submitter template's (K8sJobMode), the default container's
+    (SidecarMode), nothing otherwise."""
+    spec = kube.mapping(job.get("spec"))
+    mode = spec.get("submissionMode") or "K8sJobMode"
+    template = _template({"template": spec.get("submitterPodTemplate")})
+    try:
+        if mode == "K8sJobMode" and template is not None:
+            return kube.pod_requests(template["spec"])
+        if mode in ("K8sJobMode", "SidecarMode"):
+            return kube.pod_requests({"containers": [submitter_container("")]})
+    except (q.QuantityError, AttributeError, TypeError, ValueError, ArithmeticError):
+        pass
+    return {}
+
+
+class KubeRay:
+    """The RayCluster and RayJob controllers, with one ``--batch-scheduler`` plugin (``batchscheduler``)."""
+
+    def __init__(self, api: ApiServer, batch: BatchScheduler) -> None:
         self.api = api
-        self.scheduler_name = scheduler_name
+        self.batch = batch
         self._slot_pods: dict[tuple[str, str, str, int], str] = {}
         """(namespace, cluster, group, index) -> name of the pod that fills the slot now."""
         self._generations: dict[tuple[str, ...], int] = {}
@@ -201,6 +235,8 @@ class KubeRay:
         slots = [] if suspended else pod_slots(spec)
         if slots is None:
             return  # KubeRay would refuse this spec: it creates nothing and deletes nothing
+        if not suspended:
+            self._ensure_pod_group(self.batch.submission(cluster, desired_gang(spec)), now)
         wanted = [self._ensure_pod(cluster, slot, now) for slot in slots]
         keep = set(wanted)
         uid = kube.meta(cluster)["uid"]
@@ -240,17 +276,26 @@ class KubeRay:
                   kube.RAY_CLUSTER: m["name"], kube.RAY_NODE_TYPE: slot.node_type, kube.RAY_GROUP: slot.group,
                   kube.RAY_ORIGIN_KIND: "RayJob" if from_job else "RayCluster",
                   kube.RAY_ORIGIN_NAME: cluster_labels[kube.RAY_ORIGIN_NAME] if from_job else m["name"]}
-        return {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": pod_name, "namespace": m["namespace"], "labels": labels,
-                             "annotations": _strings(template_meta.get("annotations")),
-                             "ownerReferences": [_owner_ref(cluster)]},
-                "spec": self._pod_spec(slot.template["spec"]), "status": {"phase": "Pending"}}
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": pod_name, "namespace": m["namespace"], "labels": labels,
+                            "annotations": _strings(template_meta.get("annotations")),
+                            "ownerReferences": [_owner_ref(cluster)]},
+               "spec": copy.deepcopy(dict(slot.template["spec"])), "status": {"phase": "Pending"}}
+        self.batch.decorate(cluster, pod, slot.group)
+        return pod
 
-    def _pod_spec(self, template_spec: Mapping[str, Any]) -> dict[str, Any]:
-        spec = copy.deepcopy(dict(template_spec))
-        if not spec.get("schedulerName"):
-            spec["schedulerName"] = self.scheduler_name
-        return spec
+    def _ensure_pod_group(self, pod_group: dict | None, now: float) -> None:
+        """Create the plugin's PodGroup, or bring its minMember and minResources up to date (``syncPodGroup``)."""
+        if pod_group is None:
+            return
+        m = pod_group["metadata"]
+        live = self.api.obj("PodGroup", m["namespace"], m["name"])
+        if live is None:
+            self.api.create(pod_group, now)
+        elif pod_group["apiVersion"].startswith("scheduling.volcano.sh/"):
+            wanted = {k: pod_group["spec"][k] for k in ("minMember", "minResources")}
+            self.api.patch("PodGroup", m["namespace"], m["name"],
+                           lambda obj: obj.setdefault("spec", {}).update(copy.deepcopy(wanted)))
 
     # ------------------------------------------------------------------ RayJob
     def sync_job(self, namespace: str, name: str, now: float) -> None:
@@ -269,6 +314,17 @@ class KubeRay:
             self._patch_job(job, jobDeploymentStatus="Suspended", jobStatus=None, rayClusterName=None,
                             startTime=None)
             return
+        if deployment in ("", "New", "Suspended", "Initializing"):
+            refusal = self.batch.refusal(job)
+            if refusal is not None:  # KubeRay's reconcile errors and requeues: no cluster, ever
+                self._patch_job(job, jobDeploymentStatus="Initializing", jobStatus=None, rayClusterName=None,
+                                startTime=None)
+                return
+            if not selected:
+                desired = desired_gang(spec.get("rayClusterSpec"))
+                if desired is not None:
+                    desired = (desired[0], q.add(desired[1], submitter_requests(job)))
+                self._ensure_pod_group(self.batch.submission(job, desired), now)
         cluster = self.api.obj("RayCluster", namespace, cluster_name)
         if cluster is None and not selected:
             cluster = self._create_cluster(job, cluster_name, now)
@@ -321,6 +377,10 @@ class KubeRay:
         for pod in self._submitter_pods(m["uid"]):
             self.api.patch("Pod", m["namespace"], kube.meta(pod)["name"], _set_status(phase=phase))
         spec = job["spec"]
+        if not self._selected_cluster(spec):
+            cluster = self.api.obj("RayCluster", m["namespace"], kube.rayjob_cluster_name(m["name"]))
+            left = desired_gang(cluster.get("spec")) if cluster is not None else None
+            self._ensure_pod_group(self.batch.completion(job, left or (0, {})), now)
         if spec.get("shutdownAfterJobFinishes") is not True or self._selected_cluster(spec):
             return
         ttl = spec.get("ttlSecondsAfterFinished", 0)
@@ -344,12 +404,15 @@ class KubeRay:
                 containers.append(submitter_container(_head_image(cluster_spec)))
         m = kube.meta(job)
         labels = {**_strings(m.get("labels")), kube.RAY_ORIGIN_KIND: "RayJob", kube.RAY_ORIGIN_NAME: m["name"]}
-        return self.api.create({
+        cluster = {
             "apiVersion": job.get("apiVersion", "ray.io/v1"), "kind": "RayCluster",
             "metadata": {"name": cluster_name, "namespace": m["namespace"], "labels": labels,
-                         "ownerReferences": [_owner_ref(job)]},
+                         "annotations": _strings(m.get("annotations")), "ownerReferences": [_owner_ref(job)]},
             "spec": cluster_spec,
-        }, now)
+        }
+        if (spec.get("submissionMode") or "K8sJobMode") == "K8sJobMode":
+            self.batch.decorate(job, cluster, "")
+        return self.api.create(cluster, now)
 
     def _ensure_submitter(self, job: Mapping[str, Any], now: float) -> dict:
         """The job's submitter pod (K8sJobMode), created with a fresh name if it is missing."""
@@ -375,16 +438,18 @@ class KubeRay:
         template = _template({"template": spec.get("submitterPodTemplate")})
         template_meta = template.get("metadata") if template is not None else None
         template_meta = template_meta if isinstance(template_meta, Mapping) else {}
-        pod_spec = (self._pod_spec(template["spec"]) if template is not None else
-                    self._pod_spec({"restartPolicy": "Never",
-                                    "containers": [submitter_container(_head_image(spec.get("rayClusterSpec")))]}))
+        pod_spec = (copy.deepcopy(dict(template["spec"])) if template is not None else
+                    {"restartPolicy": "Never",
+                     "containers": [submitter_container(_head_image(spec.get("rayClusterSpec")))]})
         labels = {**_strings(template_meta.get("labels")), kube.RAY_ORIGIN_KIND: "RayJob",
                   kube.RAY_ORIGIN_NAME: m["name"], kube.SUBMITTER_LABEL: SUBMITTER}
-        return {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": pod_name, "namespace": m["namespace"], "labels": labels,
-                             "annotations": _strings(template_meta.get("annotations")),
-                             "ownerReferences": [_owner_ref(job)]},
-                "spec": pod_spec, "status": {"phase": "Pending"}}
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": pod_name, "namespace": m["namespace"], "labels": labels,
+                            "annotations": _strings(template_meta.get("annotations")),
+                            "ownerReferences": [_owner_ref(job)]},
+               "spec": pod_spec, "status": {"phase": "Pending"}}
+        self.batch.decorate(job, pod, SUBMITTER)
+        return pod
 
     def _submitter_pods(self, job_uid: str) -> list[dict]:
         return [p for p in self.api.owned_by(job_uid)

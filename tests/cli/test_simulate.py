@@ -277,3 +277,23 @@ def test_timeline_shows_rejection_reason_verbatim(tmp_path):
     result = _invoke("simulate", write_scenario(tmp_path, scenario))
     _clean_exit(result, 0)
     assert "containers[ray-head].resources.requests.cpu: 'lots' is not a quantity" in _flat(result.stdout)
+
+
+def test_scheduler_names_narrow_what_muster_binds(tmp_path):
+    """Without the flag muster answers to what the simulated KubeRay names (volcano here); naming
+    only muster leaves the Volcano-named pods to a scheduler the simulated cluster does not run."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(Path(VOLCANO).read_text())
+    wide, narrow = tmp_path / "wide.json", tmp_path / "narrow.json"
+    _clean_exit(_invoke("simulate", scenario, "--json", wide, "-q"), 0)
+    _clean_exit(_invoke("simulate", scenario, "--json", narrow, "-q", "--scheduler-names", "muster"), 0)
+    bound = [any(p["bound"] for p in w["pods"]) for w in json.loads(wide.read_text())["workloads"].values()]
+    assert any(bound)
+    for w in json.loads(narrow.read_text())["workloads"].values():
+        assert all(not p["bound"] for p in w["pods"])
+
+
+def test_an_empty_scheduler_names_flag_exits_2():
+    result = _invoke("simulate", VOLCANO, "--scheduler-names", " ,")
+    _clean_exit(result, 2)
+    assert "--scheduler-names" in _flat(result.stderr)
