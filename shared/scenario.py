@@ -16,6 +16,7 @@ from shared.duration import DurationError, parse_duration
 from shared.kube import DEFAULT_SCHEDULER
 from shared.policy import Policy
 from shared.quantity import QuantityError, parse_resources
+from shared.sim import kinds
 from shared.sim.batchscheduler import Setting, implied, plugin
 
 
@@ -97,7 +98,8 @@ class Step(_Strict):
         return self
 
     def objects(self, index: int) -> list[dict[str, Any]]:
-        """The documents of an ``apply`` step; empty documents are skipped."""
+        """The documents of an ``apply`` step; empty documents are skipped. A kind the simulated API
+        server does not have in a group it serves (a typo) is an error (``shared.sim.kinds``)."""
         try:
             docs = [d for d in yaml.safe_load_all(self.apply or "") if d is not None]
         except yaml.YAMLError as exc:
@@ -105,7 +107,26 @@ class Step(_Strict):
         for n, doc in enumerate(docs):
             if not isinstance(doc, dict):
                 raise ScenarioError(f"steps[{index}].apply document {n + 1}: expected a mapping, got {type(doc).__name__}")
+            try:
+                kinds.check(doc)
+            except kinds.UnknownKind as exc:
+                raise ScenarioError(f"steps[{index}].apply document {n + 1} ({_named(doc)}): {exc}") from None
         return docs
+
+    def notes(self, index: int) -> list[str]:
+        """What is worth telling about the step's documents: kinds the simulated cluster ignores."""
+        out = []
+        for n, doc in enumerate(self.objects(index)):
+            note = kinds.check(doc)
+            if note:
+                out.append(f"steps[{index}].apply document {n + 1} ({_named(doc)}): {note}")
+        return out
+
+
+def _named(doc: dict[str, Any]) -> str:
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return f"{doc.get('kind')} {name}" if isinstance(name, str) else str(doc.get("kind"))
 
 
 class Expectation(_Strict):
@@ -142,6 +163,10 @@ class Scenario(_Strict):
             if value is not None:
                 return value
         return 2.0
+
+    def notes(self) -> list[str]:
+        """Things a reader of the scenario should know that do not stop it (``Step.notes``)."""
+        return [note for i, step in enumerate(self.steps) if step.apply is not None for note in step.notes(i)]
 
     @property
     def batch_scheduler(self) -> Setting:

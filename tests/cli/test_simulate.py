@@ -209,6 +209,15 @@ _BAD_SCENARIOS: list[tuple[str, Any, list[str]]] = [
      ["error:", "steps[0]: Node : metadata.name must be a non-empty string, got ''"]),
     ("invalid-policy-block", {"name": "x", "policy": {"queueng": "StrictFIFO"}},
      ["error:", "x: invalid policy: queueng: Extra inputs are not permitted"]),
+    ("misspelled-ray-kind", {"name": "x", "steps": [{"at": "1s", "apply": "apiVersion: ray.io/v1\nkind: RayClustr\n"
+                                                                        "metadata: {name: r}\n"}]},
+     ["error:", "steps[0].apply document 1 (RayClustr r): no kind 'RayClustr' in ray.io; did you mean RayCluster?"]),
+    ("wrong-ray-version", {"name": "x", "steps": [{"at": "1s", "apply": "apiVersion: ray.io/v2\nkind: RayJob\n"
+                                                                      "metadata: {name: r}\n"}]},
+     ["error:", "no version 'v2' of ray.io for RayJob (served: ray.io/v1, ray.io/v1alpha1)"]),
+    ("misspelled-core-kind", {"name": "x", "steps": [{"at": "1s", "apply": "apiVersion: v1\nkind: pod\n"
+                                                                         "metadata: {name: p}\n"}]},
+     ["error:", "no kind 'pod' in the core API; did you mean Pod?"]),
 ]
 
 
@@ -297,3 +306,21 @@ def test_an_empty_scheduler_names_flag_exits_2():
     result = _invoke("simulate", VOLCANO, "--scheduler-names", " ,")
     _clean_exit(result, 2)
     assert "--scheduler-names" in _flat(result.stderr)
+
+
+def test_a_kind_of_an_unknown_api_group_is_reported_and_ignored(tmp_path):
+    doc = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n"
+    scenario = minimal_scenario()
+    scenario["steps"].append({"at": "1s", "apply": doc})
+    result = _invoke("simulate", write_scenario(tmp_path, scenario), "-q")
+    _clean_exit(result, 0)
+    assert "note: steps[1].apply document 1 (Widget w): example.com/v1 Widget is not served by the simulated " \
+           "cluster (no such API group): ignored" in _flat(result.stderr)
+
+
+def test_an_unwritable_result_path_exits_2_before_the_run(tmp_path):
+    result = _invoke("simulate", VOLCANO, "--json", tmp_path / "missing" / "out.json")
+    _clean_exit(result, 2)
+    assert _flat(result.stderr) == f"error: cannot write the result document {tmp_path / 'missing' / 'out.json'}: " \
+                                   f"folder {tmp_path / 'missing'} does not exist"
+    assert result.stdout == ""

@@ -159,9 +159,23 @@ def test_db_upgrade_and_downgrade(tmp_path):
     up = _invoke("db", "upgrade", "--store", url)
     _clean_exit(up, 0)
     assert _flat(up.stdout) == f"{url}: schema at revision 0001"
-    down = _invoke("db", "downgrade", env={"MUSTER_STORE": url})
+    down = _invoke("db", "downgrade", "--yes", env={"MUSTER_STORE": url})
     _clean_exit(down, 0)
     assert _flat(down.stdout) == f"{url}: schema at revision base (no tables)"
+
+
+@pytest.mark.parametrize("answer, code, tables", [("", 1, True), ("n\n", 1, True), ("y\n", 0, False)])
+def test_db_downgrade_asks_first(tmp_path, answer, code, tables):
+    from shared.store import schema
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    _clean_exit(_invoke("db", "upgrade", "--store", url), 0)
+    result = CliRunner().invoke(app, ["db", "downgrade", "--store", url], input=answer)
+    _clean_exit(result, code)
+    assert "drop every muster table" in _flat(result.stderr)
+    assert (schema.current(url) == "0001") == tables
+    if code:
+        assert "nothing changed (pass --yes" in _flat(result.stderr)
 
 
 def test_db_upgrade_on_postgres(postgres_url):
