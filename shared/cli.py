@@ -186,6 +186,19 @@ def run_cmd(
     scheduler_names: Optional[str] = typer.Option(None, "--scheduler-names", envvar="MUSTER_SCHEDULER_NAMES",
                                                   help=SCHEDULER_NAMES_HELP + " Default: the policy's "
                                                   "scheduler_names (muster)."),
+    lease: Optional[str] = typer.Option(None, "--lease", envvar="MUSTER_LEASE",
+                                        help="Cluster only: the coordination.k8s.io Lease NAMESPACE/NAME that makes "
+                                        "one bridge the applier (default: $POD_NAMESPACE/muster-cluster, else "
+                                        "muster-system/muster-cluster); 'none' runs without one."),
+    identity: Optional[str] = typer.Option(None, "--identity", envvar="MUSTER_IDENTITY",
+                                           help="Cluster only: this bridge's name in the Lease (default: $POD_NAME, "
+                                           "else host-pid)."),
+    lease_duration: float = typer.Option(15.0, "--lease-duration", envvar="MUSTER_LEASE_DURATION",
+                                         help="Cluster only: seconds a standby waits for a silent holder."),
+    renew_deadline: float = typer.Option(10.0, "--renew-deadline", envvar="MUSTER_RENEW_DEADLINE",
+                                         help="Cluster only: seconds the holder may fail to renew before it stops."),
+    retry_period: float = typer.Option(2.0, "--retry-period", envvar="MUSTER_RETRY_PERIOD",
+                                       help="Cluster only: seconds between lease renewals and tries."),
 ) -> None:
     """Run one service as a Faust worker on Kafka: it consumes its inbox and writes to the next ones."""
     import asyncio
@@ -205,7 +218,19 @@ def run_cmd(
     except (BusConfigError, PolicyError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)
+    import logging
+
     from shared.bus.app import ensure_topics, run_app, service_app
+
+    quiet = logging.getLogger("aiokafka")
+    level, quiet.level = quiet.level, logging.CRITICAL  # its retries would print lines of their own
+    try:
+        asyncio.run(asyncio.wait_for(ensure_topics(config), 60))
+    except Exception as exc:  # noqa: BLE001 - unreachable, refused, misconfigured: one line, exit 2
+        raise _failed(f"Kafka at {','.join(config.servers)} cannot be used: "
+                      f"{' '.join(str(exc).split()) or type(exc).__name__}") from None
+    finally:
+        quiet.setLevel(level)
 
     if service == "projector":
         from shared.bus.projector import projector_app
@@ -219,27 +244,45 @@ def run_cmd(
             raise _failed(exc) from None
         app_ = projector_app(config, url)
     elif service == "cluster":
-        from shared.bus.cluster import KubeTarget, cluster_app, reachable
+        import socket
 
-        target = KubeTarget(kube_url, kubeconfig, context)
+        from services.reconciler.lease import LeaseElector
+        from shared.bus.cluster import KubeTarget, cluster_app, keep_lease, reachable, take_lease
+
+        who = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+        target = KubeTarget(kube_url, kubeconfig, context, identity=who)
         problem = asyncio.run(reachable(target))
         if problem:
             err.print(f"[red]error:[/] Kubernetes API: {escape(problem)}")
             raise typer.Exit(2)
+        elector = None
+        if (lease or "").lower() != "none":
+            where = lease or f"{os.environ.get('POD_NAMESPACE') or 'muster-system'}/muster-cluster"
+            namespace, _, name = where.partition("/")
+            if not namespace or not name or "/" in name:
+                raise _failed(f"--lease {where!r}: give it as NAMESPACE/NAME, or none")
+            try:
+                elector = LeaseElector(namespace, name, who, lease_duration=lease_duration,
+                                       renew_deadline=renew_deadline, retry_period=retry_period)
+            except ValueError as exc:
+                raise _failed(f"--lease-duration/--renew-deadline/--retry-period: {exc}") from None
+            try:
+                asyncio.run(take_lease(target, elector, say=lambda line: err.print(escape(line))))
+            except KeyboardInterrupt:
+                raise typer.Exit(130) from None
+            except Exception as exc:  # noqa: BLE001 - forbidden, unreachable: one line, exit 2
+                raise _failed(f"Kubernetes API: cannot take the lease {where}: "
+                              f"{' '.join(str(exc).split()) or type(exc).__name__}") from None
         app_ = cluster_app(config, target)
+        if elector is not None:
+            keeper = keep_lease(target, elector)
+            try:
+                run_app(app_, loglevel=loglevel)
+            finally:
+                keeper.stop()
+            return
     else:
         app_ = service_app(service, config, policy, ordering=ordering)  # type: ignore[arg-type]
-    import logging
-
-    quiet = logging.getLogger("aiokafka")
-    level, quiet.level = quiet.level, logging.CRITICAL  # its retries would print lines of their own
-    try:
-        asyncio.run(asyncio.wait_for(ensure_topics(config), 60))
-    except Exception as exc:  # noqa: BLE001 - unreachable, refused, misconfigured: one line, exit 2
-        raise _failed(f"Kafka at {','.join(config.servers)} cannot be used: "
-                            f"{' '.join(str(exc).split()) or type(exc).__name__}") from None
-    finally:
-        quiet.setLevel(level)
     run_app(app_, loglevel=loglevel)
 
 

@@ -7,7 +7,8 @@ status codes. What it implements is what muster uses, with the API server's sema
   the resources it ``serves`` (any other resource is a 404, as for a CRD that is not installed);
 - create (409 when the name is taken), get, list (items without kind/apiVersion for built-in
   kinds, as the real server sends them), merge patch (RFC 7386; strategic merge is treated the
-  same: muster only patches maps), delete;
+  same: muster only patches maps), replace (PUT; 409 Conflict when the body names a
+  ``resourceVersion`` that is not the current one, as for a Lease two candidates write), delete;
 - one global ``resourceVersion`` counter, ``uid``s, and watches that resume after a version,
   start with the current objects when given none, end after ``timeoutSeconds``, and answer an
   ERROR 410 (Gone) for a version older than ``compact()`` allows;
@@ -30,10 +31,10 @@ from typing import Any
 
 from aiohttp import web
 
-from services.reconciler.resources import WATCHED, Resource
+from services.reconciler.resources import LEASE, WATCHED, Resource
 from shared.bus.localbroker import free_port
 
-CORE_EXTRA = (Resource("Event", "", "v1", "events", namespaced=True),)
+CORE_EXTRA = (Resource("Event", "", "v1", "events", namespaced=True), LEASE)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -70,6 +71,8 @@ class _State:
     version: int = 0
     compacted: int = 0
     requests: list[tuple[str, str]] = field(default_factory=list)
+    writes: list[tuple[float, str, str, str]] = field(default_factory=list)
+    """(monotonic time, method, path, User-Agent) of every write request the server took."""
     failures: list[tuple[str, int, str]] = field(default_factory=list)
     """Statuses the next requests get instead of an answer (``KubeApiEmulator.fail``)."""
 
@@ -213,6 +216,28 @@ class KubeApiEmulator:
         self.state.objects[key] = self._bump(resource, "ADDED", obj)
         return obj
 
+    def _replace(self, resource: Resource, namespace: str, name: str, obj: dict[str, Any]) -> dict[str, Any]:
+        key = (resource, namespace, name)
+        before = self.state.objects.get(key)
+        if before is None:
+            raise _Failure(404, "NotFound", f'{resource.plural} "{name}" not found')
+        metadata = obj.setdefault("metadata", {})
+        wanted = metadata.get("resourceVersion")
+        if wanted and wanted != before["metadata"]["resourceVersion"]:
+            raise _Failure(409, "Conflict", f'Operation cannot be fulfilled on {resource.plural} "{name}": the object '
+                                            "has been modified; please apply your changes to the latest version and "
+                                            "try again")
+        obj["kind"], obj["apiVersion"] = resource.kind, resource.api_version
+        for kept in ("uid", "creationTimestamp", "namespace"):
+            if kept in before["metadata"]:
+                metadata[kept] = before["metadata"][kept]
+        metadata["name"] = name
+        metadata["resourceVersion"] = before["metadata"]["resourceVersion"]
+        if obj == before:
+            return before
+        self.state.objects[key] = self._bump(resource, "MODIFIED", obj)
+        return obj
+
     def _patch(self, resource: Resource, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         key = (resource, namespace, name)
         if key not in self.state.objects:
@@ -245,7 +270,11 @@ class KubeApiEmulator:
                     return await self._watch(request, resource, namespace)
                 return self._list(resource, namespace)
             body = await request.json() if request.can_read_body else None
-            return await self._locked_response(request.method, resource, namespace, name, sub, body)
+            response = await self._locked_response(request.method, resource, namespace, name, sub, body)
+            if request.method != "GET" and response.status < 300:
+                self.state.writes.append((self.loop.time(), request.method, request.path,
+                                          request.headers.get("User-Agent", "")))
+            return response
         except _Failure as exc:
             return _status(exc.code, exc.reason, exc.message)
 
@@ -305,6 +334,8 @@ class KubeApiEmulator:
                 out = web.json_response(obj)
             elif method == "PATCH":
                 out = web.json_response(self._patch(resource, ns, name or "", body))
+            elif method == "PUT":
+                out = web.json_response(self._replace(resource, ns, name or "", body))
             elif method == "DELETE":
                 out = web.json_response(self._delete(resource, ns, name or ""))
             else:

@@ -82,7 +82,7 @@ async def connect(url: str | None = None, kubeconfig: str | None = None, context
     return client.ApiClient(configuration)
 
 
-async def _checked(call: Awaitable[Any]) -> dict[str, Any]:
+async def checked(call: Awaitable[Any]) -> dict[str, Any]:
     """The body of a request made with ``_preload_content=False``, which the client does not check:
     ``ApiException`` for a status that is not 2xx, as the client raises for the others."""
     response = await call
@@ -159,7 +159,7 @@ class KubeApplier:
         )
         try:
             # The API answers with a Status, which the generated model cannot read: take it raw.
-            await _checked(self.core.create_namespaced_pod_binding(effect.name, effect.namespace, body,
+            await checked(self.core.create_namespaced_pod_binding(effect.name, effect.namespace, body,
                                                                    _preload_content=False))
             return "applied"
         except ApiException as exc:
@@ -187,7 +187,7 @@ class KubeApplier:
                 self.leaving.setdefault(node, set()).add((effect.namespace, effect.name))
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=effect.name, namespace=effect.namespace))
         try:
-            await _checked(self.core.create_namespaced_pod_eviction(effect.name, effect.namespace, body,
+            await checked(self.core.create_namespaced_pod_eviction(effect.name, effect.namespace, body,
                                                                     _preload_content=False))
         except ApiException as exc:
             await self.pod_gone(effect.namespace, effect.name)  # nothing will leave: do not wait for it
@@ -228,7 +228,7 @@ class KubeApplier:
             first_timestamp=now, last_timestamp=now, count=1,
         )
         try:
-            await _checked(self.core.create_namespaced_event(namespace, body, _preload_content=False))
+            await checked(self.core.create_namespaced_event(namespace, body, _preload_content=False))
             return "applied"
         except ApiException as exc:
             if exc.status == 409:
@@ -239,7 +239,7 @@ class KubeApplier:
 
     async def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return await _checked(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
+            return await checked(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -272,7 +272,7 @@ class Watcher:
 
     async def probe(self) -> None:
         """One cheap request (a list of at most one node): raises when the API server cannot be used."""
-        await _checked(self._call(NODE, limit=1, _preload_content=False))
+        await checked(self._call(NODE, limit=1, _preload_content=False))
 
     async def run(self, resource: Resource, sink: Sink) -> None:
         """Report every change of ``resource`` to ``sink``, forever."""
@@ -303,7 +303,7 @@ class Watcher:
 
     async def _relist(self, resource: Resource, seen: dict[tuple[str, str], dict[str, Any]], sink: Sink) -> str:
         self.lists += 1
-        listing = await _checked(self._call(resource, _preload_content=False))
+        listing = await checked(self._call(resource, _preload_content=False))
         present: dict[tuple[str, str], dict[str, Any]] = {}
         for item in listing.get("items") or []:
             obj = _complete(item, resource)

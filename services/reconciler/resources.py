@@ -46,6 +46,9 @@ ELASTIC_QUOTA_TREE = Resource("ElasticQuotaTree", "scheduling.sigs.k8s.io", "v1b
 POD_GROUP = Resource("PodGroup", "scheduling.x-k8s.io", "v1alpha1", "podgroups", namespaced=True)
 POD_GROUP_LEGACY = Resource("PodGroup", "scheduling.sigs.k8s.io", "v1alpha1", "podgroups", namespaced=True)
 
+LEASE = Resource("Lease", "coordination.k8s.io", "v1", "leases", namespaced=True)
+"""The lock that makes one ``muster run cluster`` the applier (``services.reconciler.lease``)."""
+
 WATCHED: tuple[Resource, ...] = (
     NODE, PRIORITY_CLASS, VOLCANO_QUEUE, KAI_QUEUE, ELASTIC_QUOTA_TREE,
     RAY_CLUSTER, RAY_JOB, POD_GROUP, POD_GROUP_LEGACY, POD,
