@@ -16,8 +16,8 @@ ADMISSION_KINDS = frozenset({
 PLACEMENT_KINDS = frozenset({"Node", "Pod"})
 
 ROUTES: dict[str, tuple[str, ...]] = {
-    "QueueDefined": ("queue", "placement"),
-    "QueueRemoved": ("queue", "placement"),
+    "QueueDefined": ("queue", "placement", "reconciler"),
+    "QueueRemoved": ("queue", "placement", "reconciler"),
     "QueueRejected": ("reconciler",),
     "WorkloadSubmitted": ("queue", "reconciler"),
     "WorkloadUpdated": ("queue", "placement", "reconciler"),
@@ -26,11 +26,11 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "WorkloadDeleted": ("queue", "reconciler"),
     "Enqueued": ("reconciler",),
     "BackedOff": ("reconciler",),
-    "Dequeued": ("placement",),
-    "ReclaimRequested": ("placement",),
-    "WorkloadWithdrawn": ("placement",),
+    "Dequeued": ("placement", "reconciler"),
+    "ReclaimRequested": ("placement", "reconciler"),
+    "WorkloadWithdrawn": ("placement", "reconciler"),
     "GangPlaced": ("queue", "reconciler"),
-    "PlacementFailed": ("queue",),
+    "PlacementFailed": ("queue", "reconciler"),
     "PodAssigned": ("reconciler",),
     "GangRunning": ("queue", "reconciler"),
     "GangDisrupted": ("reconciler",),

@@ -12,6 +12,8 @@ status codes. What it implements is what muster uses, with the API server's sema
 - one global ``resourceVersion`` counter, ``uid``s, and watches that resume after a version,
   start with the current objects when given none, end after ``timeoutSeconds``, and answer an
   ERROR 410 (Gone) for a version older than ``compact()`` allows;
+- a ``status`` subresource for every custom resource: a merge patch there changes only ``status``,
+  and ``status`` in a patch of the object itself is ignored, as for CRDs that declare the subresource;
 - ``pods/NAME/binding`` (sets ``spec.nodeName`` and copies the Binding's annotations onto the pod;
   409 when the pod is bound already) and ``pods/NAME/eviction`` (deletes the pod, or with
   ``graceful`` marks it terminating until the test deletes it).
@@ -31,23 +33,11 @@ from typing import Any
 
 from aiohttp import web
 
-from services.reconciler.resources import LEASE, WATCHED, Resource
+from services.reconciler.resources import LEASE, WATCHED, WRITTEN_ONLY, Resource
+from shared.kube import merge_patch
 from shared.bus.localbroker import free_port
 
 CORE_EXTRA = (Resource("Event", "", "v1", "events", namespaced=True), LEASE)
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: maps merge key by key, ``null`` removes, anything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
 
 
 def _status(code: int, reason: str, message: str) -> web.Response:
@@ -80,7 +70,8 @@ class _State:
 class KubeApiEmulator:
     """Start with ``start()`` (or as a context manager); ``url`` is what a client connects to."""
 
-    def __init__(self, serves: tuple[Resource, ...] = WATCHED + CORE_EXTRA, *, graceful: bool = False) -> None:
+    def __init__(self, serves: tuple[Resource, ...] = WATCHED + WRITTEN_ONLY + CORE_EXTRA, *,
+                 graceful: bool = False) -> None:
         self.serves = serves
         self.graceful = graceful
         """Evicted pods only get a ``deletionTimestamp``: they are gone when the test deletes them
@@ -325,6 +316,9 @@ class KubeApiEmulator:
                 else:
                     self._delete(resource, ns, name or "")
                 out = _status(201, "", "")
+            elif method == "PATCH" and sub == "status" and resource.group:
+                status = body.get("status") if isinstance(body, dict) else None
+                out = web.json_response(self._patch(resource, ns, name or "", {"status": status}))
             elif sub is not None:
                 raise _Failure(404, "NotFound", f"no subresource {sub}")
             elif method == "GET":
@@ -333,6 +327,8 @@ class KubeApiEmulator:
                     raise _Failure(404, "NotFound", f'{resource.plural} "{name}" not found')
                 out = web.json_response(obj)
             elif method == "PATCH":
+                if resource.group and isinstance(body, dict):  # custom resources have a status subresource:
+                    body = {k: v for k, v in body.items() if k != "status"}  # status goes through it only
                 out = web.json_response(self._patch(resource, ns, name or "", body))
             elif method == "PUT":
                 out = web.json_response(self._replace(resource, ns, name or "", body))

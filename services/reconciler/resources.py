@@ -44,6 +44,8 @@ KAI_QUEUE = Resource("Queue", "scheduling.run.ai", "v2", "queues", namespaced=Fa
 ELASTIC_QUOTA_TREE = Resource("ElasticQuotaTree", "scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees",
                               namespaced=True)
 POD_GROUP = Resource("PodGroup", "scheduling.x-k8s.io", "v1alpha1", "podgroups", namespaced=True)
+VOLCANO_POD_GROUP = Resource("PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", namespaced=True)
+"""Written (status), not watched: the PodGroup KubeRay makes for a Volcano gang."""
 POD_GROUP_LEGACY = Resource("PodGroup", "scheduling.sigs.k8s.io", "v1alpha1", "podgroups", namespaced=True)
 
 LEASE = Resource("Lease", "coordination.k8s.io", "v1", "leases", namespaced=True)
@@ -60,8 +62,18 @@ workloads that name them (order across resources is otherwise not guaranteed).""
 WORKLOAD_KINDS = (RAY_JOB, RAY_CLUSTER)
 
 
+WRITTEN_ONLY: tuple[Resource, ...] = (VOLCANO_POD_GROUP,)
+"""Resources muster writes without watching them."""
+
+
 def candidates(kind: str) -> tuple[Resource, ...]:
     """Where an object of ``kind`` may live, in the order to try; empty for a kind muster never writes."""
     if kind == "":
         return WORKLOAD_KINDS
-    return tuple(r for r in (*WATCHED,) if r.kind == kind)
+    return tuple(r for r in (*WATCHED, *WRITTEN_ONLY) if r.kind == kind)
+
+
+def located(kind: str, api_version: str = "") -> tuple[Resource, ...]:
+    """``candidates``, narrowed to one API group and version when the effect names it."""
+    found = candidates(kind)
+    return tuple(r for r in found if r.api_version == api_version) if api_version else found

@@ -286,6 +286,10 @@ class SimCluster:
                 self.api.remove(*target)
         elif effect.op == "event":
             self._record_event(target, effect, now)
+        elif effect.op == "status":
+            live = self.api.obj(*target)
+            if live is not None and (not effect.api_version or live.get("apiVersion") == effect.api_version):
+                self.api.patch(*target, lambda o: o.__setitem__("status", kube.merge_patch(o.get("status"), effect.status)))
         self._settle(now)
 
     def fire(self, key: str, now: float) -> None:
