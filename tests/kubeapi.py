@@ -14,6 +14,7 @@ status codes. What it implements is what muster uses, with the API server's sema
   ERROR 410 (Gone) for a version older than ``compact()`` allows;
 - a ``status`` subresource for every custom resource: a merge patch there changes only ``status``,
   and ``status`` in a patch of the object itself is ignored, as for CRDs that declare the subresource;
+- RBAC for one client when asked (``authorize``): a request its rules do not allow is 403;
 - ``pods/NAME/binding`` (sets ``spec.nodeName`` and copies the Binding's annotations onto the pod;
   409 when the pod is bound already) and ``pods/NAME/eviction`` (deletes the pod, or with
   ``graceful`` marks it terminating until the test deletes it).
@@ -33,11 +34,13 @@ from typing import Any
 
 from aiohttp import web
 
-from services.reconciler.resources import LEASE, WATCHED, WRITTEN_ONLY, Resource
+from services.reconciler.resources import EVENT, LEASE, WATCHED, WRITTEN_ONLY, Resource
 from shared.kube import merge_patch
 from shared.bus.localbroker import free_port
 
-CORE_EXTRA = (Resource("Event", "", "v1", "events", namespaced=True), LEASE)
+CORE_EXTRA = (EVENT, LEASE)
+DEFAULT_SERVES = WATCHED + WRITTEN_ONLY + CORE_EXTRA
+"""What muster reads and writes: the emulator serves these unless told otherwise."""
 
 
 def _status(code: int, reason: str, message: str) -> web.Response:
@@ -61,6 +64,8 @@ class _State:
     version: int = 0
     compacted: int = 0
     requests: list[tuple[str, str]] = field(default_factory=list)
+    forbidden: list[tuple[str, str, str, str]] = field(default_factory=list)
+    """(verb, group, resource, namespace) of every request ``authorize``'s rules refused."""
     writes: list[tuple[float, str, str, str]] = field(default_factory=list)
     """(monotonic time, method, path, User-Agent) of every write request the server took."""
     failures: list[tuple[str, int, str]] = field(default_factory=list)
@@ -70,8 +75,7 @@ class _State:
 class KubeApiEmulator:
     """Start with ``start()`` (or as a context manager); ``url`` is what a client connects to."""
 
-    def __init__(self, serves: tuple[Resource, ...] = WATCHED + WRITTEN_ONLY + CORE_EXTRA, *,
-                 graceful: bool = False) -> None:
+    def __init__(self, serves: tuple[Resource, ...] = DEFAULT_SERVES, *, graceful: bool = False) -> None:
         self.serves = serves
         self.graceful = graceful
         """Evicted pods only get a ``deletionTimestamp``: they are gone when the test deletes them
@@ -88,6 +92,7 @@ class KubeApiEmulator:
         self._epoch = 0
         self.watching = 0
         """Watches open now."""
+        self._rbac: tuple[str, list[dict[str, Any]], dict[str, list[dict[str, Any]]]] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "KubeApiEmulator":
@@ -256,6 +261,7 @@ class KubeApiEmulator:
             return _status(failure[1], failure[2], f"{failure[2]} (injected by the test)")
         try:
             resource, namespace, name, sub = self._route(request.path)
+            self._authorize(request, resource, namespace, name, sub)
             if request.method == "GET" and name is None:
                 if request.query.get("watch", "").lower() in ("true", "1"):
                     return await self._watch(request, resource, namespace)
@@ -268,6 +274,31 @@ class KubeApiEmulator:
             return response
         except _Failure as exc:
             return _status(exc.code, exc.reason, exc.message)
+
+    def authorize(self, agent_prefix: str, cluster_rules: list[dict[str, Any]],
+                  namespace_rules: dict[str, list[dict[str, Any]]]) -> None:
+        """From now on, requests whose User-Agent starts with ``agent_prefix`` are allowed only what
+        these RBAC rules allow (a ClusterRole's, and Roles' per namespace), as the API server allows a
+        service account; anything else is 403 Forbidden and recorded in ``state.forbidden``."""
+        self._rbac = (agent_prefix, cluster_rules, namespace_rules)
+
+    def _authorize(self, request: web.Request, resource: Resource, namespace: str | None, name: str | None,
+                   sub: str | None) -> None:
+        if self._rbac is None or not request.headers.get("User-Agent", "").startswith(self._rbac[0]):
+            return
+        verb = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}.get(request.method)
+        if verb is None:
+            watching = request.query.get("watch", "").lower() in ("true", "1")
+            verb = "get" if name is not None else ("watch" if watching else "list")
+        plural = f"{resource.plural}/{sub}" if sub else resource.plural
+        rules = self._rbac[1] + (self._rbac[2].get(namespace, []) if namespace else [])
+        for rule in rules:
+            if resource.group in rule.get("apiGroups", []) and plural in rule.get("resources", []) \
+                    and verb in rule.get("verbs", []):
+                return
+        self.state.forbidden.append((verb, resource.group, plural, namespace or ""))
+        raise _Failure(403, "Forbidden", f'{plural} is forbidden: cannot {verb} resource "{plural}" in API group '
+                                         f'"{resource.group}"' + (f' in the namespace "{namespace}"' if namespace else ""))
 
     def _route(self, path: str) -> tuple[Resource, str | None, str | None, str | None]:
         parts = [p for p in path.split("/") if p]

@@ -49,6 +49,7 @@ VOLCANO_POD_GROUP = Resource("PodGroup", "scheduling.volcano.sh", "v1beta1", "po
 POD_GROUP_LEGACY = Resource("PodGroup", "scheduling.sigs.k8s.io", "v1alpha1", "podgroups", namespaced=True)
 
 LEASE = Resource("Lease", "coordination.k8s.io", "v1", "leases", namespaced=True)
+EVENT = Resource("Event", "", "v1", "events", namespaced=True)
 """The lock that makes one ``muster run cluster`` the applier (``services.reconciler.lease``)."""
 
 WATCHED: tuple[Resource, ...] = (
@@ -77,3 +78,39 @@ def located(kind: str, api_version: str = "") -> tuple[Resource, ...]:
     """``candidates``, narrowed to one API group and version when the effect names it."""
     found = candidates(kind)
     return tuple(r for r in found if r.api_version == api_version) if api_version else found
+
+
+@dataclass(frozen=True)
+class Access:
+    """One permission ``muster run cluster`` needs, and the call that needs it: the RBAC in
+    deploy/k8s/base/rbac.yaml is exactly these (tests/integration/test_deploy.py checks it)."""
+
+    resource: Resource
+    verbs: tuple[str, ...]
+    why: str
+    subresource: str = ""
+
+    @property
+    def rule_resource(self) -> str:
+        return f"{self.resource.plural}/{self.subresource}" if self.subresource else self.resource.plural
+
+
+def access() -> tuple[Access, ...]:
+    """Every permission the cluster adapter uses (``kubeapi``, ``lease``), with its reason."""
+    watched = [Access(r, ("list", "watch"), "Watcher: list, then watch from the list's version") for r in WATCHED]
+    return (*watched,
+            Access(POD, ("get",), "KubeApplier: read a pod before evicting it, and after a 409 on its binding"),
+            Access(POD, ("create",), "KubeApplier: bind (POST pods/NAME/binding)", "binding"),
+            Access(POD, ("create",), "KubeApplier: evict (POST pods/NAME/eviction)", "eviction"),
+            Access(RAY_JOB, ("patch",), "KubeApplier: spec.suspend and muster.dev/* annotations"),
+            Access(RAY_CLUSTER, ("patch",), "KubeApplier: spec.suspend and muster.dev/* annotations"),
+            *(Access(r, ("patch",), "KubeApplier: annotate a refused queue definition; status where the CRD "
+                                    "has no status subresource") for r in (VOLCANO_QUEUE, KAI_QUEUE, ELASTIC_QUOTA_TREE)),
+            *(Access(r, ("patch",), "KubeApplier: queue status (services/reconciler/status.py)", "status")
+              for r in (VOLCANO_QUEUE, KAI_QUEUE, ELASTIC_QUOTA_TREE)),
+            Access(VOLCANO_POD_GROUP, ("patch",), "KubeApplier: a Volcano gang's PodGroup phase and conditions",
+                   "status"),
+            Access(VOLCANO_POD_GROUP, ("patch",), "KubeApplier: PodGroup status where the CRD has no status "
+                                                  "subresource"),
+            Access(EVENT, ("create",), "KubeApplier: an Event named after its effect"),
+            Access(LEASE, ("get", "create", "update"), "LeaseElector: read, create and renew the one-applier Lease"))
