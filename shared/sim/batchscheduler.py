@@ -61,20 +61,21 @@ LEGACY_SCHEDULER = "ray.io/scheduler-name"
 to ``volcano`` asks for Volcano."""
 
 
-def _labels(obj: dict) -> dict[str, str]:
+def _meta_map(obj: dict, field: str) -> dict[str, str]:
+    """``metadata.labels`` or ``metadata.annotations`` of an object being made, to write into."""
     meta = obj.setdefault("metadata", {})
-    labels = meta.get("labels")
-    if not isinstance(labels, dict):
-        labels = meta["labels"] = {}
-    return labels
+    values = meta.get(field)
+    if not isinstance(values, dict):
+        values = meta[field] = {}
+    return values
+
+
+def _labels(obj: dict) -> dict[str, str]:
+    return _meta_map(obj, "labels")
 
 
 def _annotations(obj: dict) -> dict[str, str]:
-    meta = obj.setdefault("metadata", {})
-    annotations = meta.get("annotations")
-    if not isinstance(annotations, dict):
-        annotations = meta["annotations"] = {}
-    return annotations
+    return _meta_map(obj, "annotations")
 
 
 def _set_scheduler(child: dict, name: str) -> None:
