@@ -121,3 +121,40 @@ def test_none_keeps_the_templates_scheduler():
     h = SimHarness().apply(cluster)
     assert [p["spec"]["schedulerName"] for p in h.pods()] == ["default-scheduler", "muster"]
     assert pod_groups(h) == {}
+
+
+SUSPENDED = {
+    # setting -> the suspended workload real KubeRay runs with it (KAI refuses K8sJobMode RayJobs,
+    # scheduler-plugins every RayJob)
+    "none": ray_job("w", labels={"volcano.sh/queue-name": "q"}),
+    "volcano": ray_job("w", labels={"volcano.sh/queue-name": "q"}),
+    "kai-scheduler": ray_job("w", labels={"kai.scheduler/queue": "q"}, submission_mode="SidecarMode"),
+    "scheduler-plugins": ray_cluster("w", suspend=True, labels={"ray.io/gang-scheduling-enabled": "true"}),
+}
+
+
+@pytest.mark.parametrize("setting", list(SUSPENDED))
+def test_a_suspend_gated_workload_is_admitted_and_runs_with_every_setting(setting):
+    import yaml
+
+    from shared.scenario import parse_scenario
+    from shared.simulate import simulate
+
+    queue = ({"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "q"},
+              "spec": {"resources": {r: {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+                                     for r in ("cpu", "gpu", "memory")}}}
+             if setting == "kai-scheduler" else
+             {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "q"},
+              "spec": {"weight": 1}})
+    scenario = parse_scenario(yaml.safe_dump({
+        "name": f"suspended-{setting}", "cluster": {"kuberay": {"batch_scheduler": setting},
+                                                   "nodes": [{"name": "n1", "capacity": {"cpu": "16", "memory": "64Gi"}}]},
+        "steps": [{"at": "0s", "apply": yaml.safe_dump_all([queue, SUSPENDED[setting]])}],
+        "until": "30s",
+        "expect": [{"at": "20s", "workload": "default/w", "phase": "Running", "pods_bound": 2}]}))
+    run = simulate(scenario)
+    assert run.check() == []
+    pods = run.runtime.cluster.api.objects("Pod", "default")
+    assert pods and {p["spec"]["schedulerName"] for p in pods} == {
+        "none": {"default-scheduler"}, "volcano": {"volcano"}, "kai-scheduler": {"kai-scheduler"},
+        "scheduler-plugins": {"scheduler-plugins-scheduler"}}[setting]
