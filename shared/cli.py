@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -14,6 +14,9 @@ from rich.markup import escape
 
 from shared.policy import Policy, PolicyError
 from shared.scenario import ScenarioError, load_scenario
+
+if TYPE_CHECKING:
+    from shared.bus.config import BusConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="muster: an event-sourced batch scheduler for Ray workloads on Kubernetes.")
@@ -218,19 +221,7 @@ def run_cmd(
     except (BusConfigError, PolicyError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)
-    import logging
-
-    from shared.bus.app import ensure_topics, run_app, service_app
-
-    quiet = logging.getLogger("aiokafka")
-    level, quiet.level = quiet.level, logging.CRITICAL  # its retries would print lines of their own
-    try:
-        asyncio.run(asyncio.wait_for(ensure_topics(config), 60))
-    except Exception as exc:  # noqa: BLE001 - unreachable, refused, misconfigured: one line, exit 2
-        raise _failed(f"Kafka at {','.join(config.servers)} cannot be used: "
-                      f"{' '.join(str(exc).split()) or type(exc).__name__}") from None
-    finally:
-        quiet.setLevel(level)
+    from shared.bus.app import run_app, service_app
 
     if service == "projector":
         from shared.bus.projector import projector_app
@@ -242,6 +233,7 @@ def run_cmd(
             schema.ensure(url)
         except StoreError as exc:
             raise _failed(exc) from None
+        _topics_or_exit(config)
         app_ = projector_app(config, url)
     elif service == "cluster":
         import socket
@@ -255,6 +247,7 @@ def run_cmd(
         if problem:
             err.print(f"[red]error:[/] Kubernetes API: {escape(problem)}")
             raise typer.Exit(2)
+        _topics_or_exit(config)
         elector = None
         if (lease or "").lower() != "none":
             where = lease or f"{os.environ.get('POD_NAMESPACE') or 'muster-system'}/muster-cluster"
@@ -282,8 +275,27 @@ def run_cmd(
                 keeper.stop()
             return
     else:
+        _topics_or_exit(config)
         app_ = service_app(service, config, policy, ordering=ordering)  # type: ignore[arg-type]
     run_app(app_, loglevel=loglevel)
+
+
+def _topics_or_exit(config: "BusConfig") -> None:
+    """Create the topics the service needs; an unusable Kafka is one line and exit code 2."""
+    import asyncio
+    import logging
+
+    from shared.bus.app import ensure_topics
+
+    quiet = logging.getLogger("aiokafka")
+    level, quiet.level = quiet.level, logging.CRITICAL  # its retries would print lines of their own
+    try:
+        asyncio.run(asyncio.wait_for(ensure_topics(config), 60))
+    except Exception as exc:  # noqa: BLE001 - unreachable, refused, misconfigured: one line, exit 2
+        raise _failed(f"Kafka at {','.join(config.servers)} cannot be used: "
+                      f"{' '.join(str(exc).split()) or type(exc).__name__}") from None
+    finally:
+        quiet.setLevel(level)
 
 
 @app.command("broker")

@@ -38,7 +38,7 @@ def recorded(tmp_path_factory) -> tuple[str, dict[str, Any]]:
     url, out = f"sqlite:///{folder / 'h.db'}", folder / "result.json"
     result = _invoke("simulate", VOLCANO, "--store", url, "--json", out, "--check")
     _clean_exit(result, 0)
-    assert f"history: 102 events written to {url}" in _flat(result.stdout)
+    assert f"history: 155 events written to {url}" in _flat(result.stdout)
     return url, json.loads(out.read_text())
 
 
