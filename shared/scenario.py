@@ -6,6 +6,7 @@ place named, never a traceback.
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -168,13 +169,17 @@ class Scenario(_Strict):
         """Things a reader of the scenario should know that do not stop it (``Step.notes``)."""
         return [note for i, step in enumerate(self.steps) if step.apply is not None for note in step.notes(i)]
 
-    @property
+    @cached_property
+    def documents(self) -> tuple[tuple[dict[str, Any], ...], ...]:
+        """Each step's ``apply`` documents, parsed once (empty for a ``delete``); read them, do not change them."""
+        return tuple(tuple(step.objects(i)) if step.apply is not None else () for i, step in enumerate(self.steps))
+
+    @cached_property
     def batch_scheduler(self) -> Setting:
         """The simulated KubeRay's ``--batch-scheduler``: as the scenario says, else as its manifests imply."""
         if self.cluster.kuberay.batch_scheduler is not None:
             return self.cluster.kuberay.batch_scheduler
-        return implied([doc for i, step in enumerate(self.steps) if step.apply is not None
-                        for doc in step.objects(i) if doc.get("kind") in ("RayCluster", "RayJob")])
+        return implied([doc for docs in self.documents for doc in docs if doc.get("kind") in ("RayCluster", "RayJob")])
 
     def effective_policy(self, base: Policy | None = None) -> Policy:
         """The scenario's ``policy:`` block layered over ``base`` (``--policy FILE``) or the defaults.
@@ -227,6 +232,5 @@ def parse_scenario(text: str, origin: str = "<scenario>") -> Scenario:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError(f"{origin}: {_first_error(exc)}") from None
-    for i, step in enumerate(scenario.steps):
-        step.objects(i)  # surface malformed YAML before anything runs
+    scenario.documents  # noqa: B018 - surface malformed YAML and unknown kinds before anything runs
     return scenario

@@ -97,6 +97,8 @@ class BatchScheduler:
     setting: Setting = "none"
     pod_scheduler: str = kube.DEFAULT_SCHEDULER
     """The ``schedulerName`` KubeRay's pods get (for none: what the API server gives a pod naming none)."""
+    makes_pod_groups = False
+    """Whether ``submission`` needs the gang KubeRay computes (the simulator skips the arithmetic otherwise)."""
 
     def refusal(self, job: Mapping[str, Any]) -> str | None:
         """Why the plugin's ``DoBatchSchedulingOnSubmission`` errors for this RayJob, or None."""
@@ -120,6 +122,7 @@ class Volcano(BatchScheduler):
 
     setting: Setting = "volcano"
     pod_scheduler = "volcano"
+    makes_pod_groups = True
 
     @staticmethod
     def group_name(obj: Mapping[str, Any]) -> str:
@@ -197,6 +200,7 @@ class SchedulerPlugins(BatchScheduler):
 
     setting: Setting = "scheduler-plugins"
     pod_scheduler = "scheduler-plugins-scheduler"
+    makes_pod_groups = True
 
     def refusal(self, job: Mapping[str, Any]) -> str | None:
         return "currently only RayCluster is supported, got *v1.RayJob"

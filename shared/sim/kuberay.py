@@ -223,6 +223,8 @@ class KubeRay:
         self._submitters: dict[tuple[str, str], str] = {}
         self._runs: dict[str, int] = {}
         """RayJob uid -> how often it started running (a finish timer of an older run is stale)."""
+        self._desired_by_uid: dict[str, tuple[int, tuple[int, q.Resources] | None]] = {}
+        """RayCluster uid -> (generation, its desired gang): KubeRay's arithmetic once per spec."""
 
     # ------------------------------------------------------------------ RayCluster
     def sync_cluster(self, namespace: str, name: str, now: float) -> None:
@@ -235,8 +237,8 @@ class KubeRay:
         slots = [] if suspended else pod_slots(spec)
         if slots is None:
             return  # KubeRay would refuse this spec: it creates nothing and deletes nothing
-        if not suspended:
-            self._ensure_pod_group(self.batch.submission(cluster, desired_gang(spec)), now)
+        if not suspended and self.batch.makes_pod_groups:
+            self._ensure_pod_group(self.batch.submission(cluster, self._desired(cluster)), now)
         wanted = [self._ensure_pod(cluster, slot, now) for slot in slots]
         keep = set(wanted)
         uid = kube.meta(cluster)["uid"]
@@ -246,6 +248,15 @@ class KubeRay:
         ready = bool(wanted) and all(_phase(self.api.obj("Pod", namespace, n)) == "Running" for n in wanted)
         state = "suspended" if suspended else ("ready" if ready else None)
         self.api.patch("RayCluster", namespace, name, _set_status(state=state))
+
+    def _desired(self, cluster: Mapping[str, Any]) -> tuple[int, q.Resources] | None:
+        """``desired_gang`` of the cluster's spec, computed once per spec generation (a sync runs often)."""
+        m = kube.meta(cluster)
+        uid, generation = str(m.get("uid")), int(m.get("generation") or 0)
+        known = self._desired_by_uid.get(uid)
+        if known is None or known[0] != generation:
+            known = self._desired_by_uid[uid] = (generation, desired_gang(cluster.get("spec")))
+        return known[1]
 
     def _ensure_pod(self, cluster: Mapping[str, Any], slot: PodSlot, now: float) -> str:
         """The name of the pod filling ``slot``, created (with a fresh name) if it is missing."""
@@ -294,8 +305,10 @@ class KubeRay:
             self.api.create(pod_group, now)
         elif pod_group["apiVersion"].startswith("scheduling.volcano.sh/"):
             wanted = {k: pod_group["spec"][k] for k in ("minMember", "minResources")}
-            self.api.patch("PodGroup", m["namespace"], m["name"],
-                           lambda obj: obj.setdefault("spec", {}).update(copy.deepcopy(wanted)))
+            spec = kube.mapping(live.get("spec"))
+            if any(spec.get(k) != v for k, v in wanted.items()):
+                self.api.patch("PodGroup", m["namespace"], m["name"],
+                               lambda obj: obj.setdefault("spec", {}).update(copy.deepcopy(wanted)))
 
     # ------------------------------------------------------------------ RayJob
     def sync_job(self, namespace: str, name: str, now: float) -> None:
@@ -320,7 +333,7 @@ class KubeRay:
                 self._patch_job(job, jobDeploymentStatus="Initializing", jobStatus=None, rayClusterName=None,
                                 startTime=None)
                 return
-            if not selected:
+            if not selected and self.batch.makes_pod_groups:
                 desired = desired_gang(spec.get("rayClusterSpec"))
                 if desired is not None:
                     desired = (desired[0], q.add(desired[1], submitter_requests(job)))
@@ -377,7 +390,7 @@ class KubeRay:
         for pod in self._submitter_pods(m["uid"]):
             self.api.patch("Pod", m["namespace"], kube.meta(pod)["name"], _set_status(phase=phase))
         spec = job["spec"]
-        if not self._selected_cluster(spec):
+        if not self._selected_cluster(spec) and self.batch.makes_pod_groups:
             cluster = self.api.obj("RayCluster", m["namespace"], kube.rayjob_cluster_name(m["name"]))
             left = desired_gang(cluster.get("spec")) if cluster is not None else None
             self._ensure_pod_group(self.batch.completion(job, left or (0, {})), now)
