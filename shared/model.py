@@ -121,6 +121,10 @@ class WorkloadSpec(Frozen):
     (``volcano.sh/preemptable: "false"`` on the object, a pod template, its PodGroup or a pod)."""
     gate: Literal["suspend", "pods"] = "pods"
     """``suspend``: held by ``spec.suspend`` (kube-queue/Kueue); ``pods``: pods wait unbound (Volcano/KAI)."""
+    preempts: bool = True
+    """May evict lower priorities of its own queue. Admission decides it by the queue's dialect: a
+    suspend-gated workload of a kube-queue (ElasticQuotaTree) or default queue only overtakes, as
+    kube-queue and Kueue (``withinClusterQueue: Never`` by default) do; Volcano and KAI preempt."""
     gang: Gang
     submitted_at: float = 0.0
     cluster_name: str = ""

@@ -301,7 +301,7 @@ class AdmissionCore:
                 raise Invalid(reason)
         return WorkloadSpec(key=f"{namespace}/{name}", kind=kind, namespace=namespace, name=name,  # type: ignore[arg-type]
                             queue=queue, priority=priority, priority_class=priority_class, preemptible=can_preempt,
-                            gate=gate, gang=gang, submitted_at=submitted_at, cluster_name=cluster_name)
+                            gate=gate, preempts=dialect.preempts(gate), gang=gang, submitted_at=submitted_at, cluster_name=cluster_name)
 
     def _accept(self, entity: RayWorkload | PodGang, spec: WorkloadSpec) -> list[Output]:
         """Submitted the first time; Updated when the spec changed or a rejection was cleared."""

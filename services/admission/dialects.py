@@ -9,6 +9,11 @@ docs/design.md ("Dialect rules") cites the peer source of every value.
   (``PriorityBuildNumber`` 100); the others have no priority cap: any PriorityClass value is
   preemptible by a higher priority unless the workload opts out.
 - ``guarantee_caps_non_preemptible``: KAI schedules non-preemptible jobs only within quota.
+- ``suspended_preempt``: whether a suspend-gated workload (one a queue controller unsuspends) evicts
+  lower priorities of its queue. Volcano's and KAI's preempt actions do; kube-queue and Kueue
+  (``withinClusterQueue: Never`` by default) only reorder, so it overtakes but evicts nothing. A
+  pod-gated workload is placed by the scheduler itself, which preempts lower priorities in every
+  dialect (capacity scheduling, kube-scheduler's PreemptLowerPriority).
 - ``reclaim_below_guarantee``: KAI reclaims a whole job from a queue over its share even when the queue
   ends below its quota; Volcano's capacity plugin never takes a victim's queue below ``guarantee``, and
   an ElasticQuotaTree ``min`` is guaranteed (ACK: reclaimed only from quotas whose usage exceeds their min).
@@ -31,6 +36,11 @@ class Dialect:
     non_preemptible_from: int | None
     guarantee_caps_non_preemptible: bool
     reclaim_below_guarantee: bool
+    suspended_preempt: bool
+
+    def preempts(self, gate: str) -> bool:
+        """Whether a workload with this gate may evict lower priorities of its own queue."""
+        return gate == "pods" or self.suspended_preempt
 
     def queue_fields(self) -> dict[str, Any]:
         """The QueueSpec fields this dialect fills."""
@@ -41,14 +51,14 @@ class Dialect:
 
 DIALECTS: dict[QueueDialect, Dialect] = {
     "volcano": Dialect(kind="Queue", limit_word="capability", guarantee_word="guarantee", non_preemptible_from=None,
-                       guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False),
+                       guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=True),
     "kai": Dialect(kind="Queue", limit_word="limit", guarantee_word="quota", non_preemptible_from=100,
-                   guarantee_caps_non_preemptible=True, reclaim_below_guarantee=True),
+                   guarantee_caps_non_preemptible=True, reclaim_below_guarantee=True, suspended_preempt=True),
     "elasticquotatree": Dialect(kind="ElasticQuotaTree", limit_word="max", guarantee_word="min",
                                 non_preemptible_from=None, guarantee_caps_non_preemptible=False,
-                                reclaim_below_guarantee=False),
+                                reclaim_below_guarantee=False, suspended_preempt=False),
     "builtin": Dialect(kind="Queue", limit_word="limit", guarantee_word="guarantee", non_preemptible_from=None,
-                       guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False),
+                       guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=False),
 }
 """``builtin`` is the implicit default queue: kube-queue / Kueue, preemptible by priority, no priority cap."""
 

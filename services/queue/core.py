@@ -403,7 +403,7 @@ class QueueCore:
                        out: Out) -> tuple[list[preemption.Holder] | None, str]:
         """The fewest lower-priority holders of ``w``'s leaf queue whose quota lets ``w`` pass the quota
         check; else None, with a note (and a wake-up) when only their minimum runtime stands in the way."""
-        holders = self._quota_holders(w, snap)
+        holders = self._quota_holders(w, snap) if w.spec.preempts else []
         if not holders:
             return None, ""
         chain = [spec.name for spec in self.tree.ancestry(w.queue)]

@@ -183,3 +183,16 @@ def test_the_implicit_default_queue_has_the_builtin_rules() -> None:
     assert (spec.guarantee_caps_non_preemptible, spec.reclaim_below_guarantee) == \
         (rules.guarantee_caps_non_preemptible, rules.reclaim_below_guarantee)
     assert (spec.limit_word, spec.guarantee_word) == (rules.limit_word, rules.guarantee_word)
+
+
+# --------------------------------------------------------------------------- who preempts for priority
+@pytest.mark.parametrize(("dialect", "suspended", "preempts"), [
+    ("volcano", True, True), ("kai", True, True),
+    ("elasticquotatree", True, False), ("builtin", True, False),
+    ("elasticquotatree", False, True), ("builtin", False, True),
+])
+def test_a_suspended_workload_preempts_only_where_its_dialect_does(dialect: str, suspended: bool,
+                                                                    preempts: bool) -> None:
+    d, labels = _driver(dialect)
+    spec = d.submitted(ray_job(labels=labels, suspend=suspended))
+    assert (spec.gate, spec.preempts) == ("suspend" if suspended else "pods", preempts)
