@@ -97,7 +97,7 @@ def test_no_preemption_when_even_all_victims_do_not_make_room():
     assert out[0].reason == (
         "1/1 tasks in gang unschedulable: pod group is not ready, 1 Pending, 1 minAvailable; "
         "1/1 tasks could not be placed: 0/1 nodes are available: 1 Insufficient cpu. "
-        "Preempting all 1 lower-priority workload(s) of queue team-a would not make room.")
+        "Lower-priority ns/keep (priority 10) of queue team-a would make room but is not preemptible.")
     # Rolled back: ns/low still holds its 2 CPU (1 free), and can still be preempted later.
     assert isinstance(d.dequeue(ray("ns/probe", 0, cpu="2"))[0], PlacementFailed)
     assert [p.key for p in of_type(d.dequeue(ray("ns/boss2", 50, cpu="3")), PreemptionRequested)] == ["ns/low"]
