@@ -257,10 +257,12 @@ class QueueCore:
         3. snapshot: usage rolled up the tree, non-preemptible usage, cluster free, fair shares;
         4. iterate: serve queues by (queue priority desc, dominant share asc, name), one head at
            a time, re-ranking the served queue after each decision;
-        5. quota: leaf and every ancestor within limit (and guarantee if non-preemptible); else
-           lower-priority preemptible holders of the same leaf queue that would make it fit are
-           named in ReclaimRequested (in-queue preemption, preemption.py); else BackedOff with
-           the gang line; StrictFIFO stops that queue, BestEffortFIFO moves on;
+        5. quota: leaf and every ancestor within limit (and guarantee if non-preemptible where the
+           dialect caps them); else, when an ancestor's limit blocks, queues above their share or
+           guarantee under it give back (reclaim across the tree, reclaim.py); else lower-priority
+           preemptible holders of the same leaf queue that would make it fit are named in
+           ReclaimRequested (in-queue preemption, preemption.py); else BackedOff with the gang line;
+           StrictFIFO stops that queue, BestEffortFIFO moves on;
         6. admit: Dequeued when free capacity covers the demand or no reclaim is possible, else
            ReclaimRequested(victims); both reserve quota in the snapshot for the next heads.
         """
