@@ -205,7 +205,7 @@ def choose_victims(needs: Mapping[str, Mapping[str, int]], running: list[Running
                     break
                 refusal = refusal or _below_floor(spec, name, left[name], w, wanted)
         if best is None:
-            return Choice(None, refusal)
+            return Choice(None, refusal or _kept_back(running, queues, usage, shares, requester, need, set(pool)))
         rank, name, victim = best
         by_guarantee = by_guarantee or -rank[0] <= 1
         pool[name].remove(victim)
@@ -226,6 +226,24 @@ def _below_floor(spec: QueueSpec | None, name: str, usage: Mapping[str, int], vi
             amount = "unlimited" if guarantee is None else q.human(r, guarantee)
             return (f"queue {name} would fall below its {word} {r} {amount} "
                     f"(used {q.human(r, usage.get(r, 0))}, {victim.key} holds {q.human(r, v)})")
+    return ""
+
+
+def _kept_back(running: list[Running], queues: Mapping[str, QueueSpec | None],
+               usage: Mapping[str, Mapping[str, int]], shares: Mapping[str, Mapping[str, int]], requester: str,
+               need: _Needs, weighed: set[str]) -> str:
+    """A queue above its share whose work that would help is all protected: not reclaimable, or not
+    preemptible (``weighed``: queues whose candidates the search already judged)."""
+    for name in sorted({w.queue for w in running if w.queue != requester and w.queue not in weighed}):
+        wanted = need.wanted(name)
+        helpful = [w for w in running if w.queue == name and any(w.demand.get(r, 0) > 0 for r in wanted)]
+        if not helpful or dominant_share(usage.get(name, {}), shares.get(name, {})) <= 1:
+            continue
+        spec = queues.get(name)
+        if spec is not None and not spec.reclaimable:
+            return f"queue {name} is above its share but not reclaimable"
+        if not any(w.preemptible for w in helpful):
+            return f"queue {name} is above its share but its work is not preemptible"
     return ""
 
 

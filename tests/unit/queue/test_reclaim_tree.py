@@ -200,3 +200,15 @@ def test_only_victims_under_the_blocking_ancestor_give_its_quota_back():
     assert choose_victims({"p": {GPU: 2000}, CLUSTER: {GPU: 4000}}, **kw).victims == ("ns/a1",)
     # nothing under the requester's own leaf can be reclaimed from others
     assert choose_victims({"b": {GPU: 2000}}, **kw).victims is None
+
+
+def test_a_refusal_names_a_queue_above_its_share_that_is_not_reclaimable_or_not_preemptible():
+    running = [_r("ns/x1", "x", 4, 1.0)]
+    usage, shares = {"x": {GPU: 4000}}, {"x": {GPU: 2000}}
+    kw = dict(usage=usage, shares=shares, requester="b", now=10.0)
+    kept = choose_victims({CLUSTER: {GPU: 2000}}, running, {"x": queue_spec("x", reclaimable=False)}, **kw)
+    assert (kept.victims, kept.refusal) == (None, "queue x is above its share but not reclaimable")
+    pinned = [Running(key="ns/x1", queue="x", priority=0, preemptible=False, started_at=1.0, min_runtime=0.0,
+                      demand={GPU: 4000})]
+    kept = choose_victims({CLUSTER: {GPU: 2000}}, pinned, {"x": queue_spec("x")}, **kw)
+    assert kept.refusal == "queue x is above its share but its work is not preemptible"
