@@ -20,6 +20,9 @@ schema_app = typer.Typer(no_args_is_help=True, help="The event contract.")
 app.add_typer(schema_app, name="schema")
 db_app = typer.Typer(no_args_is_help=True, help="The history store's tables (Alembic migrations).")
 app.add_typer(db_app, name="db")
+log_app = typer.Typer(no_args_is_help=True, help="The event log as a file: taken out of a deployment, or loaded "
+                      "into a store.")
+app.add_typer(log_app, name="log")
 
 STORE_HELP = ("History store URL: sqlite:///history.db or postgresql+psycopg://user@host:5432/db "
               "(default: $MUSTER_STORE).")
@@ -290,6 +293,110 @@ def db_downgrade(
     except StoreError as exc:
         raise _store_failed(exc) from None
     typer.echo(f"{display(url)}: schema at revision {now or 'base (no tables)'}")
+
+
+# --------------------------------------------------------------------------- audit (shared/audit)
+LOG_HELP = ("The log: an exported file (.jsonl or .jsonl.gz), a history store URL (sqlite:///h.db, "
+            "postgresql+psycopg://...) or a Kafka address (kafka://HOST:PORT).")
+PREFIX_HELP = "With a Kafka log: the stack's topic prefix (default: $MUSTER_TOPIC_PREFIX, else muster.)."
+
+
+def _audit_failed(exc: Exception) -> typer.Exit:
+    """An unusable log or store: one line, and the exit code of its kind (shared/audit/errors.py)."""
+    from shared.audit.errors import AuditError
+
+    Console(stderr=True, highlight=False).print(f"[red]error:[/] {escape(str(exc))}")
+    return typer.Exit(exc.exit_code if isinstance(exc, AuditError) else 2)
+
+
+def _audit_errors() -> tuple[type[Exception], ...]:
+    from shared.audit.errors import AuditError
+
+    return (AuditError, PolicyError, ScenarioError)
+
+
+def _policy(path: Optional[Path]) -> Optional[Policy]:
+    return Policy.from_yaml(path) if path else None
+
+
+@log_app.command("export")
+def log_export(
+    out: Path = typer.Option(..., "--out", help="The file to write (JSON Lines; gzip when it ends .gz)."),
+    source: Optional[str] = typer.Option(None, "--from", help="Where the log is: kafka://HOST:PORT, a store URL "
+                                         "or an exported file."),
+    store: Optional[str] = typer.Option(None, "--store", help="Export this history store's log (same as --from URL)."),
+    since: Optional[float] = typer.Option(None, "--since", help="Only envelopes at or after this event time (seconds)."),
+    until: Optional[float] = typer.Option(None, "--until", help="Only envelopes at or before this event time (seconds)."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the services ran with, for the "
+                                               "header (a Kafka log does not record it)."),
+    prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
+) -> None:
+    """Write the event log to a file: a header line (muster and schema version, the policy), one envelope a line."""
+    from shared.audit.export import export
+    from shared.audit.logfile import open_log
+    from shared.audit.progress import progress_of
+
+    if (source is None) == (store is None):
+        raise _audit_failed(ValueError("say where the log is: --from kafka://HOST:PORT | URL | FILE, or --store URL"))
+    try:
+        log = open_log(source or store or "", policy=_policy(policy_file), topic_prefix=prefix)
+        with progress_of(log, "exporting") as tick:
+            count = export(log, out, since=since, until=until, tick=tick)
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    typer.echo(f"wrote {count} events to {out}")
+
+
+@log_app.command("import")
+def log_import(
+    file: Path = typer.Argument(..., help="An exported log (.jsonl or .jsonl.gz)."),
+    store: Optional[str] = typer.Option(None, "--store", envvar="MUSTER_STORE", help=STORE_HELP),
+) -> None:
+    """Load an exported log into a history store (tables created in an empty one); exit 5 if it holds another run."""
+    from shared.audit.export import import_log
+    from shared.audit.logfile import LogFile
+    from shared.audit.progress import progress_of
+    from shared.store import StoreError
+    from shared.store.engine import display, resolve_url
+
+    try:
+        url = resolve_url(store)
+        log = LogFile(file)
+        with progress_of(log, "importing") as tick:
+            written, there = import_log(log, url, tick=tick)
+    except StoreError as exc:
+        raise _store_failed(exc) from None
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    typer.echo(f"{display(url)}: {written} events written" + (f", {there} were there already" if there else ""))
+
+
+@app.command("replay")
+def replay_cmd(
+    log: str = typer.Argument(..., metavar="LOG", help=LOG_HELP),
+    verify: bool = typer.Option(False, "--verify", help="Re-derive every decision and compare it, byte for byte, with "
+                                "the one recorded; exit 1 at the first that differs."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the log was made under, when it "
+                                               "does not record one (a Kafka log)."),
+    prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Replay an event log through the cores: --verify re-derives every decision."""
+    from shared.audit.logfile import open_log
+
+    console = Console(highlight=False, width=max(Console().width, 120), soft_wrap=True)
+    if not verify:
+        raise _audit_failed(ValueError("say what to do with the log: --verify"))
+    try:
+        source = open_log(log, policy=_policy(policy_file), topic_prefix=prefix)
+        source.header.whole("--verify")
+        policy = source.header.decided_with()
+        from shared.audit import verify as verifying
+
+        code = verifying.run(source, policy, console, progress=not quiet)
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    raise typer.Exit(code)
 
 
 @schema_app.command("export")
