@@ -76,11 +76,17 @@ def simulate_cmd(
         raise typer.Exit(2)
     result = run.result()
     written = None  # with --bus the projector wrote the history, from the log topic
-    if store is not None and bus is None:
+    if store is not None:
+        from shared.audit.header import LogHeader
         from shared.store import record
+        from shared.store.header import write_header
 
+        header = LogHeader.made_now(run.policy, origin="simulate", scenario=loaded.name, until=loaded.until)
         try:
-            written = record(store, run.runtime.log)
+            if bus is None:
+                written = record(store, run.runtime.log, header=header.for_store())
+            else:
+                write_header(store, header.for_store())
         except StoreError as exc:
             raise _store_failed(exc) from None
     if json_out:
@@ -186,6 +192,11 @@ def run_cmd(
         try:
             url = resolve_url(store)
             schema.ensure(url)
+            if policy_file:  # the services' policy: what `muster replay --verify` needs to rebuild them
+                from shared.audit.header import LogHeader
+                from shared.store.header import write_header
+
+                write_header(url, LogHeader.made_now(policy, origin="kafka").for_store())
         except StoreError as exc:
             raise _store_failed(exc) from None
         app_ = projector_app(config, url)
@@ -376,27 +387,177 @@ def replay_cmd(
     log: str = typer.Argument(..., metavar="LOG", help=LOG_HELP),
     verify: bool = typer.Option(False, "--verify", help="Re-derive every decision and compare it, byte for byte, with "
                                 "the one recorded; exit 1 at the first that differs."),
+    what_if: Optional[Path] = typer.Option(None, "--what-if", help="Run the history again under this policy (YAML, "
+                                           "layered over the recorded one) and compare."),
+    apply: list[Path] = typer.Option([], "--apply", help="With --what-if: manifests (queues, quotas, weights) that "
+                                     "stand in for the objects of the same kind and name."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="With --what-if: write the comparison as an HTML page."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="With --what-if: write the comparison as JSON."),
+    approximate: bool = typer.Option(False, "--approximate", help="With --what-if: go on when the recorded side does "
+                                     "not reproduce the log exactly (a real cluster), comparing against it anyway."),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the log was made under, when it "
                                                "does not record one (a Kafka log)."),
     prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
-    """Replay an event log through the cores: --verify re-derives every decision."""
+    """Replay an event log through the cores: --verify re-derives every decision; --what-if tries another policy."""
     from shared.audit.logfile import open_log
 
     console = Console(highlight=False, width=max(Console().width, 120), soft_wrap=True)
-    if not verify:
-        raise _audit_failed(ValueError("say what to do with the log: --verify"))
+    if not verify and what_if is None:
+        raise _audit_failed(ValueError("say what to do with the log: --verify, --what-if POLICY.yaml, or both"))
+    if what_if is None and (apply or html_out or json_out or approximate):
+        raise _audit_failed(ValueError("--apply, --html, --json and --approximate go with --what-if"))
     try:
         source = open_log(log, policy=_policy(policy_file), topic_prefix=prefix)
-        source.header.whole("--verify")
+        source.header.whole("--verify" if verify else "--what-if")
         policy = source.header.decided_with()
-        from shared.audit import verify as verifying
+        code = 0
+        if verify:
+            from shared.audit import verify as verifying
 
-        code = verifying.run(source, policy, console, progress=not quiet)
+            code = verifying.run(source, policy, console, progress=not quiet)
+        if what_if is not None and code == 0:
+            _what_if(source, policy, what_if, apply, html_out, json_out, approximate, console)
     except _audit_errors() as exc:
         raise _audit_failed(exc) from None
     raise typer.Exit(code)
+
+
+def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[Path], html_out: Optional[Path],
+             json_out: Optional[Path], approximate: bool, console: Console) -> None:
+    import yaml
+    from rich.table import Table
+
+    from shared.audit import whatif
+    from shared.audit.logfile import envelopes
+
+    Policy.from_yaml(change_file)  # every key checked, before the long part
+    change = yaml.safe_load(change_file.read_text()) or {}
+    extra: list[dict[str, Any]] = []
+    for path in extra_files:
+        try:
+            docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        except (OSError, yaml.YAMLError) as exc:
+            raise ScenarioError(f"cannot read {path}: {exc}") from None
+        if not all(isinstance(d, dict) and d.get("kind") and isinstance(d.get("metadata"), dict) for d in docs):
+            raise ScenarioError(f"{path}: every document must be a Kubernetes manifest (kind, metadata)")
+        extra.extend(docs)
+    header = source.header
+    outcome = whatif.what_if(list(envelopes(source)), name=header.scenario or "history", until=header.until,
+                             recorded_policy=policy, change=change, extra=extra, approximate=approximate)
+    doc = whatif.comparison(outcome, policy)
+    title = f"muster what-if: {doc['scenario']} under {change_file.name}" + (
+        f" + {', '.join(p.name for p in extra_files)}" if extra_files else "")
+    console.print(f"[bold]{escape(title)}[/]")
+    console.print("[green]the recorded side reproduces the log's decisions exactly[/]" if outcome.faithful else
+                  f"[yellow]approximate:[/] {escape(outcome.difference)}")
+    table = Table(title=f"per queue, recorded -> new (to {outcome.end:g}s)", title_justify="left")
+    table.add_column("queue")
+    for _, label in whatif.COLUMNS:
+        table.add_column(label)
+    for name, cells in whatif.table_rows(doc):
+        table.add_row(escape(name), *cells)
+    console.print(table)
+    console.print(f"{len(doc['changed'])} of {len(doc['workloads'])} workloads changed")
+    for key in doc["changed"]:
+        console.print(escape(f"  {key}: {'; '.join(doc['workloads'][key]['change'])}"))
+    if json_out:
+        json_out.write_text(json.dumps(doc, indent=2) + "\n")
+    if html_out:
+        html_out.write_text(whatif.render_html(doc, title), encoding="utf-8")
+
+
+def _log_of(store: Optional[str], log: Optional[str], policy_file: Optional[Path], prefix: Optional[str]) -> Any:
+    """The log ``--store``/``--log`` name (``$MUSTER_STORE`` when neither)."""
+    import os
+
+    from shared.audit.errors import SourceError
+    from shared.audit.logfile import open_log
+    from shared.store.engine import ENV
+
+    if store is not None and log is not None:
+        raise SourceError("give --store or --log, not both")
+    spec = log or store or os.environ.get(ENV)
+    if not spec:
+        raise SourceError(f"say where the log is: --store URL, --log FILE (or kafka://HOST:PORT), or set {ENV}")
+    return open_log(spec, policy=_policy(policy_file), topic_prefix=prefix)
+
+
+@app.command("explain")
+def explain_cmd(
+    workload: Optional[str] = typer.Argument(None, metavar="NAMESPACE/NAME", help="The workload to explain."),
+    store: Optional[str] = typer.Option(None, "--store", help=STORE_HELP),
+    log: Optional[str] = typer.Option(None, "--log", help="An exported log file (or kafka://HOST:PORT)."),
+    at: Optional[float] = typer.Option(None, "--at", help="At this event time (seconds; default: the end of the log)."),
+    queue: Optional[str] = typer.Option(None, "--queue", help="List this queue's waiting workloads in order instead."),
+    as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the log was made under, when it "
+                                               "does not record one (for queue positions)."),
+    prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
+) -> None:
+    """Why a workload is not running (or was preempted): phase, queue position, quota with numbers, nodes, backoff."""
+    from shared.audit.errors import CannotReproduce
+    from shared.audit.explain import UnknownWorkload, explain, fold_until, queue_lines
+    from shared.audit.logfile import envelopes
+
+    if (workload is None) == (queue is None):
+        raise _audit_failed(ValueError("name a workload (NAMESPACE/NAME) or a queue (--queue Q)"))
+    if workload is not None and (workload.count("/") != 1 or not all(workload.split("/"))):
+        raise _audit_failed(ValueError(f"{workload!r}: name the workload as NAMESPACE/NAME, e.g. default/my-job"))
+    try:
+        source = _log_of(store, log, policy_file, prefix)
+        try:
+            policy = source.header.decided_with()
+        except CannotReproduce:
+            policy = None  # positions then come from the result view
+        moment = fold_until(envelopes(source), at, policy)
+        doc: Any = queue_lines(moment, queue) if queue is not None else explain(moment, workload or "")
+    except UnknownWorkload as exc:
+        Console(stderr=True, highlight=False).print(
+            f"[red]error:[/] no workload {escape(exc.key)} in the log"
+            + (f"; did you mean {escape(', '.join(exc.similar))}?" if exc.similar else ""))
+        raise typer.Exit(1)
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    if as_json:
+        typer.echo(json.dumps({"queue": queue, "at": moment.at, "pending": doc} if queue is not None else doc, indent=2))
+        return
+    console = Console(highlight=False, width=max(Console().width, 120))
+    if queue is not None:
+        console.print(f"queue {escape(queue)} at {moment.at:g}s: {len(doc)} waiting")
+        for line in doc:
+            waited = f", waiting {line['waiting_seconds']:g}s" if line["waiting_seconds"] is not None else ""
+            backoff = f", backing off until {line['backoff_until']:g}s" if line["backoff_until"] else ""
+            console.print(escape(f"  {line['position']}. {line['workload']} priority {line['priority']}{waited}"
+                                 f"{backoff}: {line['reason']}"))
+        return
+    for text in doc["lines"]:
+        console.print(escape(text))
+
+
+@app.command("report")
+def report_cmd(
+    html_out: Path = typer.Option(..., "--html", help="The HTML file to write (self-contained: plotly.js inside)."),
+    store: Optional[str] = typer.Option(None, "--store", help=STORE_HELP),
+    log: Optional[str] = typer.Option(None, "--log", help="An exported log file (or kafka://HOST:PORT)."),
+    prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
+) -> None:
+    """Write one HTML page: workloads by phase, queue usage against guarantee and limit, waits, preemptions."""
+    from shared.audit.fold import fold
+    from shared.audit.logfile import envelopes
+    from shared.audit.report import write_report
+
+    try:
+        source = _log_of(store, log, None, prefix)
+        history = fold(envelopes(source), scenario=source.header.scenario or "", series=True)
+        end = max(history.now, source.header.until or 0.0)
+        write_report(history, html_out, title=f"muster report: {source.header.scenario or source.name}", end=end)
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    except OSError as exc:
+        raise _audit_failed(ValueError(f"cannot write {html_out}: {exc.strerror or exc}")) from None
+    typer.echo(f"wrote {html_out}")
 
 
 @schema_app.command("export")

@@ -86,6 +86,12 @@ def decode(record: Record) -> Envelope:
     return env
 
 
+def envelopes(source: LogSource) -> Iterator[Envelope]:
+    """Every envelope of ``source``, decoded (a bad one stops the reading, named)."""
+    for record in source.records():
+        yield decode(record)
+
+
 # --------------------------------------------------------------------------- files
 def is_compressed(path: Path) -> bool:
     return path.name.endswith(".gz")

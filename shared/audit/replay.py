@@ -30,7 +30,7 @@ import gc
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from shared.audit.logfile import LogSource, Record, decode
 from shared.embedded import build_cores
@@ -41,6 +41,36 @@ from shared.topology import SERVICES, destinations
 
 _ID_START, _ID_END = len(b'{"id":"'), len(b'{"id":"') + 24
 _DECIDERS = frozenset(SERVICES)
+
+
+class Router:
+    """Which services' inboxes an envelope of the log was in: ``shared.topology.destinations``, and a
+    ``TimerFired`` to the service whose ``TimerSet`` it answers (the log holds both, in that order)."""
+
+    def __init__(self) -> None:
+        self._timer_owner: dict[str, str] = {}
+
+    def targets(self, env: Envelope) -> tuple[str, ...] | None:
+        """The services (and ``cluster``) ``env`` was delivered to; None for a timer no service set."""
+        if env.type == "TimerFired":
+            owner = self._timer_owner.get(env.causation_id or "")
+            return None if owner is None else (owner,)
+        targets = destinations(env)
+        if targets == _CLOCK:
+            self._timer_owner[env.id] = env.source
+            return ()
+        return targets
+
+
+_CLOCK = ("clock",)
+
+
+def inbox(envelopes: Iterable[Envelope], service: str) -> Iterator[Envelope]:
+    """The envelopes of a log that were in ``service``'s inbox, in its order."""
+    router = Router()
+    for env in envelopes:
+        if service in (router.targets(env) or ()):
+            yield env
 
 
 @dataclass(slots=True)
@@ -109,7 +139,7 @@ class Replayer:
         self.tally = Tally()
         self._owed: dict[str, deque[Derived]] = {name: deque() for name in self.services}
         self._by_id: dict[str, Derived] = {}
-        self._timer_owner: dict[str, str] = {}
+        self.router = Router()
         self._recorded: set[str] = set()
 
     @property
@@ -191,22 +221,14 @@ class Replayer:
         return False
 
     def _deliver(self, env: Envelope, where: str) -> list[tuple[str, list[Envelope]]]:
-        targets: tuple[str, ...]
-        if env.type == "TimerFired":
-            owner = self._timer_owner.get(env.causation_id or "")
-            if owner is None:
-                if self.check:
-                    raise Divergence("unexpected", where, f"a timer fired ({env.payload.key}) that no service set "
-                                     f"earlier in the log (its TimerSet {env.causation_id} is missing)", recorded=env)
-                return []
-            targets = (owner,)
-        else:
-            targets = destinations(env)
+        targets = self.router.targets(env)
+        if targets is None:
+            if self.check:
+                raise Divergence("unexpected", where, f"a timer fired ({env.payload.key}) that no service set "
+                                 f"earlier in the log (its TimerSet {env.causation_id} is missing)", recorded=env)
+            return []
         outputs: list[tuple[str, list[Envelope]]] = []
         for target in targets:
-            if target == "clock":
-                self._timer_owner[env.id] = env.source
-                continue
             service = self.services.get(target)
             if service is None:  # "cluster": the Kubernetes side, not a core
                 continue
