@@ -316,7 +316,9 @@ def _audit_failed(exc: Exception) -> typer.Exit:
     """An unusable log or store: one line, and the exit code of its kind (shared/audit/errors.py)."""
     from shared.audit.errors import AuditError
 
-    Console(stderr=True, highlight=False).print(f"[red]error:[/] {escape(str(exc))}")
+    text = " ".join(line.strip() for line in str(exc).splitlines()
+                    if line.strip() and not line.strip().startswith("For further information"))
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/] {escape(text)}")
     return typer.Exit(exc.exit_code if isinstance(exc, AuditError) else 2)
 
 

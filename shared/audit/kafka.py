@@ -61,6 +61,10 @@ class KafkaLog:
     def size(self) -> tuple[int, str] | None:
         return (len(self._ordered), "events") if self._ordered is not None else None
 
+    def hint(self) -> str:
+        return (f"{self.skipped} record(s) of the log topic were not envelopes (dead-lettered), left out"
+                if self.skipped else "")
+
     def progress(self) -> int:
         return self._read
 

@@ -71,6 +71,10 @@ class LogSource(Protocol):
         """How much of ``size`` has been read so far."""
         ...
 
+    def hint(self) -> str:
+        """What to keep in mind when a replay of this log diverges ('' for nothing)."""
+        ...
+
 
 def decode(record: Record) -> Envelope:
     """The envelope of a record; ``NotAnEnvelope`` (or ``CannotReproduce`` for a newer schema) naming where."""
@@ -140,6 +144,9 @@ class LogFile:
         if isinstance(exc, gzip.BadGzipFile):
             return NotAnEnvelope(f"{self.path}: not a gzip file ({exc}), though its name ends .gz")
         return SourceError(f"{self.path}: cannot read line {line}: {exc}")
+
+    def hint(self) -> str:
+        return ""
 
     def size(self) -> tuple[int, str] | None:
         try:
@@ -248,6 +255,21 @@ class StoreLog:
 
     def size(self) -> tuple[int, str] | None:
         return self._total, "events"
+
+    def hint(self) -> str:
+        """A store the projector wrote from Kafka holds the log topic's order, in which two services'
+        outputs of one moment may stand the other way round from how a third service read them."""
+        from sqlalchemy import select
+
+        from shared.store.engine import opened
+        from shared.store.models import EventLog
+
+        e = EventLog.__table__
+        with opened(self.url, existing=True) as engine, engine.connect() as conn:
+            from_kafka = conn.execute(select(e.c.seq).where(e.c.topic.is_not(None)).limit(1)).first() is not None
+        return ("this store was written from the Kafka log topic, in the order the services wrote it, not always "
+                "the order each service read its inbox in: verify the Kafka log itself (kafka://HOST:PORT) or "
+                "`muster log export --from kafka://...`, which keep every inbox's order") if from_kafka else ""
 
     def progress(self) -> int:
         return self._read

@@ -41,9 +41,9 @@ def show_divergence(d: Divergence, source: LogSource, out: Console) -> None:
         out.print(f"  input       {escape(d.cause_where)}: {escape(_line(cause))}")
     if cause_id:
         chain = causes(source, cause_id, stop=d.where if d.kind != "unfinished" else None)
-        if chain:
-            out.print("  causes      " + escape(" <- ".join(
-                f"{where} {env.source} {env.type} {env.subject} ({env.id})" for where, env in chain)))
+        for i, (where, env) in enumerate(chain):
+            out.print(("  causes      " if i == 0 else "           <- ")
+                      + escape(f"{where} {env.source} {env.type} {env.subject} ({env.id})"))
 
 
 def run(source: LogSource, policy: Policy, out: Console, *, progress: bool = True) -> int:
@@ -59,6 +59,9 @@ def run(source: LogSource, policy: Policy, out: Console, *, progress: bool = Tru
     except Divergence as d:
         show_divergence(d, source, out)
         out.print(summary(replayer.tally))
+        hint = source.hint()
+        if hint:
+            out.print(f"[yellow]note:[/] {escape(hint)}")
         return DIVERGED
     out.print(f"[green]OK[/]: {summary(replayer.tally)}")
     return OK
