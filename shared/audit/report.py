@@ -62,6 +62,13 @@ def figures(history: AuditFold, end: float) -> dict[str, Any]:
                                    base=[s[1] for s in segments], x=[s[2] for s in segments],
                                    marker_color=COLOURS[phase],
                                    hovertemplate="%{y}<br>" + phase + " from %{base:g}s for %{x:g}s<extra></extra>"))
+    shown = {v.key for v in rows}
+    hits = [p for p in history.preemptions if p.victim in shown]
+    if hits:  # a preemption is an instant: marked where it struck
+        gantt.add_trace(go.Scatter(name="preempted", mode="markers", y=[p.victim for p in hits], x=[p.t for p in hits],
+                                   marker={"symbol": "x", "size": 11, "color": COLOURS["Preempted"]},
+                                   text=[f"by {p.preemptor} ({'reclaim' if p.reclaim else 'priority'})" for p in hits],
+                                   hovertemplate="%{y}<br>preempted at %{x:g}s %{text}<extra></extra>"))
     gantt.update_layout(barmode="overlay", title="Workloads by phase over time", xaxis_title="event time (s)",
                         yaxis={"categoryorder": "array", "categoryarray": [v.key for v in rows][::-1]},
                         height=max(300, 22 * len(rows) + 120), legend_title="phase")
