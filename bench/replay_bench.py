@@ -23,8 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from bench.projector_bench import generated_scenario
 from shared.audit.header import LogHeader
 from shared.audit.logfile import LogFile, decode
 from shared.audit.replay import Replayer
@@ -38,28 +37,6 @@ RUNS = int(os.environ.get("MUSTER_BENCH_REPLAY_RUNS", "3"))
 TARGET = 50_000
 EVENTS_PER_JOB = 74
 """About what one RayJob of this scenario adds to the log (measured), to size the scenario."""
-
-
-def generated_scenario(jobs: int, nodes: int = 2000, workers: int = 4, queues: int = 4) -> str:
-    docs = [{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": f"team-{i}"},
-             "spec": {"weight": 1}} for i in range(queues)]
-    steps: list[dict[str, Any]] = [{"at": "0s", "apply": yaml.safe_dump_all(docs)}]
-    for n in range(jobs):
-        job = {"apiVersion": "ray.io/v1", "kind": "RayJob",
-               "metadata": {"name": f"job-{n}", "namespace": "bench",
-                            "labels": {"volcano.sh/queue-name": f"team-{n % queues}"},
-                            "annotations": {"muster.dev/sim-duration": f"{30 + (n * 7) % 90}s"}},
-               "spec": {"entrypoint": "python train.py", "shutdownAfterJobFinishes": True, "rayClusterSpec": {
-                   "headGroupSpec": {"template": {"spec": {"containers": [
-                       {"name": "ray-head", "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}]}}},
-                   "workerGroupSpecs": [{"groupName": "worker", "replicas": workers, "template": {"spec": {
-                       "containers": [{"name": "ray-worker",
-                                       "resources": {"requests": {"cpu": "4", "memory": "8Gi"}}}]}}}]}}}
-        steps.append({"at": f"{1 + n * 0.05:.2f}s", "apply": yaml.safe_dump(job)})
-    return yaml.safe_dump({"name": f"replay-bench-{jobs}", "until": f"{jobs * 0.05 + 200:.0f}s",
-                           "cluster": {"nodes": [{"count": nodes, "name_prefix": "node-",
-                                                  "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"}}]},
-                           "steps": steps})
 
 
 class _Stream(list):
@@ -84,7 +61,8 @@ def log_file(events: int = EVENTS) -> Path:
     path = folder / f"replay-{jobs}-jobs.jsonl"
     if path.exists():
         return path
-    scenario = parse_scenario(generated_scenario(jobs), origin="generated")
+    scenario = parse_scenario(generated_scenario(2000, jobs, every=0.05, shutdown=True,
+                                                 name=f"replay-bench-{jobs}"), origin="generated")
     policy = scenario.effective_policy()
     header = LogHeader.made_now(policy, origin="simulate", scenario=scenario.name, until=scenario.until)
     partial = path.with_name(path.name + ".partial")

@@ -4,40 +4,15 @@ output, and the exit code of every kind of bad input (shared/audit/errors.py).""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
-from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from shared.cli import app
 from tests.builders.audit import decision_lines, exported, lines_of, rewritten, scenario_run
+from tests.builders.cli import clean_exit as _clean_exit, flat as _flat, invoke as _invoke
+from tests.builders.cli import one_line_error as _error
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 NAME = "kai-priority-preemption"
-
-
-def _invoke(*args: Any, env: dict[str, str] | None = None):
-    return CliRunner().invoke(app, [str(a) for a in args], env=env)
-
-
-def _flat(text: str) -> str:
-    return " ".join(_ANSI.sub("", text).split())
-
-
-def _clean_exit(result, code: int) -> None:
-    assert result.exit_code == code, (result.exit_code, result.output)
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert "Traceback" not in result.output
-
-
-def _error(result, code: int, text: str) -> None:
-    """One line on stderr naming the trouble, and the exit code of its kind."""
-    _clean_exit(result, code)
-    lines = [line for line in _ANSI.sub("", result.stderr).splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert text in _flat(result.stderr), result.stderr
 
 
 @pytest.fixture

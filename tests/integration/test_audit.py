@@ -8,35 +8,28 @@ services' outputs — exports to a file that verifies clean, and replays from Ka
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
 from shared.audit.kafka import KafkaLog
 from shared.audit.logfile import LogFile
 from shared.audit.replay import verify
 from shared.bus.config import BusConfig
 from shared.bus.driver import simulate_on_bus
-from shared.cli import app
 from shared.events import to_json
 from shared.topology import SERVICES
 from tests.builders.audit import exported, scenario_run
+from tests.builders.cli import clean_exit, flat, invoke as _invoke
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 SCENARIOS = Path(__file__).parents[1] / "scenarios"
 NAME = "kai-priority-preemption"
 
 
-def _invoke(*args: Any):
-    return CliRunner().invoke(app, [str(a) for a in args])
-
-
-def _ok(result) -> str:
-    assert result.exit_code == 0, (result.exit_code, result.output)
-    return " ".join(_ANSI.sub("", result.stdout).split())
+def _ok(result: Any) -> str:
+    clean_exit(result, 0)
+    return flat(result.stdout)
 
 
 def test_a_simulated_store_verifies_explains_and_reports(store: str, tmp_path: Path) -> None:

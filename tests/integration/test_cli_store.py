@@ -7,29 +7,10 @@ import re
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from shared.cli import app
+from tests.builders.cli import clean_exit as _clean_exit, flat as _flat, invoke as _invoke
 from shared.store import schema
 from tests.builders.shared import VOLCANO
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_BOX = re.compile(r"[\u2500-\u257f]")
-
-
-def _invoke(*args: Any, env: dict[str, str] | None = None):
-    return CliRunner().invoke(app, [str(a) for a in args], env=env)
-
-
-def _flat(text: str) -> str:
-    """Output without colour codes, table borders or line wrapping, for substring checks."""
-    return " ".join(_BOX.sub(" ", _ANSI.sub("", text)).split())
-
-
-def _clean_exit(result, code: int) -> None:
-    assert result.exit_code == code, (result.exit_code, result.output)
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert "Traceback" not in result.output
 
 
 @pytest.fixture(scope="module")
