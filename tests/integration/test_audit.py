@@ -16,8 +16,6 @@ import pytest
 from shared.audit.kafka import KafkaLog
 from shared.audit.logfile import LogFile
 from shared.audit.replay import verify
-from shared.bus.config import BusConfig
-from shared.bus.driver import simulate_on_bus
 from shared.events import to_json
 from shared.topology import SERVICES
 from tests.builders.audit import exported, scenario_run
@@ -43,6 +41,11 @@ def test_a_simulated_store_verifies_explains_and_reports(store: str, tmp_path: P
     page = tmp_path / "report.html"
     _ok(_invoke("report", "--store", store, "--html", page))
     assert 'id="chart-workloads"' in page.read_text()
+    change = tmp_path / "policy.yaml"
+    change.write_text("min_runtime_seconds: 600\n")
+    whatif = _ok(_invoke("replay", store, "--what-if", change, "--json", tmp_path / "w.json"))
+    assert "reproduces the log's decisions exactly" in whatif
+    assert json.loads((tmp_path / "w.json").read_text())["queues"]["new"]["team-a"]["preemptions"] == 0
     file = tmp_path / "log.jsonl.gz"
     _ok(_invoke("log", "export", "--store", store, "--out", file))
     assert [r.raw for r in LogFile(file).records()] == [to_json(e) for e in run.runtime.log]
@@ -61,19 +64,35 @@ def test_an_exported_file_imports_into_postgres_and_verifies_there(pg_store: str
 
 
 @pytest.fixture(scope="module")
-def kafka_run(kafka_bootstrap: str) -> Any:
-    """One scenario through the services on Kafka, its topics kept for the module."""
+def kafka_run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One scenario through the services on Kafka (``simulate --bus --store --keep-topics``): the run's
+    topic prefix and the store its projector wrote, topics kept for the module."""
     from tests.conftest import delete_topics
+    from tests.integration.test_localbroker import topics
 
-    prefix = "taudit."
-    run = simulate_on_bus(scenario_run(NAME).scenario, BusConfig(kafka_bootstrap, prefix=prefix))
-    yield run, prefix
+    store = f"sqlite:///{tmp_path_factory.mktemp('bus') / 'h.db'}"
+    before = topics(kafka_bootstrap)
+    _ok(_invoke("simulate", SCENARIOS / f"{NAME}.yaml", "--bus", f"kafka://{kafka_bootstrap}", "--store", store,
+                "--keep-topics", "-q"))
+    [log_topic] = [t for t in topics(kafka_bootstrap) - before if t.endswith(".events")]
+    prefix = log_topic[:-len("events")]
+    yield scenario_run(NAME), prefix, store
     delete_topics(kafka_bootstrap, prefix)
+
+
+def test_the_store_a_kafka_run_wrote_records_its_policy_and_explains(kafka_run: Any) -> None:
+    run, _, store = kafka_run
+    from shared.store.header import read_header
+
+    header = read_header(store)
+    assert header is not None and header["policy"] == run.policy.model_dump(mode="json")
+    explained = json.loads(_ok(_invoke("explain", "default/train-cluster", "--store", store, "--at", 40, "--json")))
+    assert explained["preempted"][0]["by"] == "default/build-cluster"
 
 
 def test_a_kafka_log_is_laid_out_so_every_inbox_keeps_its_order_and_verifies(kafka_run: Any,
                                                                               kafka_bootstrap: str) -> None:
-    run, prefix = kafka_run
+    run, prefix, _ = kafka_run
     source = KafkaLog(f"kafka://{kafka_bootstrap}", policy=run.policy, prefix=prefix)
     records = list(source.records())
     assert sorted(r.raw for r in records) == sorted(to_json(e) for e in run.runtime.log)  # each once, as carried
@@ -84,7 +103,7 @@ def test_a_kafka_log_is_laid_out_so_every_inbox_keeps_its_order_and_verifies(kaf
 
 
 def test_export_from_kafka_then_verify_the_file(kafka_run: Any, kafka_bootstrap: str, tmp_path: Path) -> None:
-    run, prefix = kafka_run
+    run, prefix, _ = kafka_run
     policy = tmp_path / "policy.yaml"
     policy.write_text(json.dumps(run.policy.model_dump(mode="json")))
     file = tmp_path / "kafka.jsonl"
@@ -97,6 +116,13 @@ def test_export_from_kafka_then_verify_the_file(kafka_run: Any, kafka_bootstrap:
     assert "0 different" in direct
     explained = json.loads(_ok(_invoke("explain", "default/train-cluster", "--log", file, "--at", 40, "--json")))
     assert explained["preempted"][0]["by"] == "default/build-cluster"
+    page = tmp_path / "report.html"
+    _ok(_invoke("report", "--log", file, "--html", page))
+    assert "default/train-cluster" in page.read_text()
+    change = tmp_path / "change.yaml"
+    change.write_text("min_runtime_seconds: 600\n")
+    whatif = _ok(_invoke("replay", file, "--what-if", change))
+    assert "reproduces the log's decisions exactly" in whatif and "2 of 2 workloads changed" in whatif
     without = _invoke("replay", file.with_name("none.jsonl"), "--verify")
     assert without.exit_code == 2
     no_policy = tmp_path / "nopolicy.jsonl"
