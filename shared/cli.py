@@ -517,7 +517,7 @@ def explain_cmd(
         doc: Any = queue_lines(moment, queue) if queue is not None else explain(moment, workload or "")
     except UnknownWorkload as exc:
         Console(stderr=True, highlight=False).print(
-            f"[red]error:[/] no workload {escape(exc.key)} in the log"
+            f"[red]error:[/] no workload {escape(exc.key)} in the log" + (f" up to {exc.at:g}s" if at is not None else "")
             + (f"; did you mean {escape(', '.join(exc.similar))}?" if exc.similar else ""))
         raise typer.Exit(1)
     except _audit_errors() as exc:

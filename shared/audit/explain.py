@@ -26,9 +26,11 @@ WAITING = ("Queued", "Preempted", None)
 
 
 class UnknownWorkload(LookupError):
-    def __init__(self, key: str, similar: list[str]) -> None:
+    """The log names no such workload (up to the time asked about); ``similar`` are names that come close."""
+
+    def __init__(self, key: str, similar: list[str], at: float | None = None) -> None:
         super().__init__(key)
-        self.key, self.similar = key, similar
+        self.key, self.similar, self.at = key, similar, at
 
 
 @dataclass
@@ -139,7 +141,7 @@ def explain(m: Moment, key: str) -> dict[str, Any]:
     view = h.workloads.get(key)
     if view is None:
         name = key.rpartition("/")[2]
-        raise UnknownWorkload(key, sorted(k for k in h.workloads if name and name in k)[:5])
+        raise UnknownWorkload(key, sorted(k for k in h.workloads if name and name in k)[:5], m.at)
     phase, reason = view.phase_at(m.at)
     since = _phase_since(view, m.at)
     doc: dict[str, Any] = {

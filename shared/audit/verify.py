@@ -35,7 +35,7 @@ def show_divergence(d: Divergence, source: LogSource, out: Console) -> None:
     out.print(f"  recorded    {escape(_line(d.recorded, d.recorded_raw)) if d.recorded else '(not in the log)'}")
     derived = d.derived
     out.print(f"  re-derived  {escape(derived.data.decode()) if derived else '(nothing: no service derived it)'}")
-    cause = d.cause or (None if d.recorded is None else None)
+    cause = d.cause
     cause_id = cause.id if cause is not None else (d.recorded.causation_id if d.recorded is not None else None)
     if cause is not None:
         out.print(f"  input       {escape(d.cause_where)}: {escape(_line(cause))}")
