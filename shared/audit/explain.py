@@ -111,6 +111,7 @@ def _quota(m: Moment, view: Any) -> list[dict[str, Any]]:
     """Per resource the workload asks for, at its queue and every ancestor: used, requested, guarantee, limit."""
     h = m.history
     usage = h.queue_usage()
+    default = m.queue.policy.default_queue if m.queue is not None else "default"
     lines = []
     name: str | None = view.queue
     seen: list[str] = []
@@ -129,7 +130,7 @@ def _quota(m: Moment, view: Any) -> list[dict[str, Any]]:
                 "limit": _amount(resource, limit) or "unlimited",
                 "limit_word": spec.limit_word if spec is not None else "limit",
                 "fits": limit is None or used.get(resource, 0) - mine + wanted <= limit,
-                "defined": spec is not None,
+                "defined": spec is not None or name == default,
             })
         name = spec.parent if spec is not None else None
     return lines

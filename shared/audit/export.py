@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from shared.audit.errors import OtherRun, SourceError
-from shared.audit.header import LogHeader
 from shared.audit.logfile import LogFile, LogSource, decode, write_log
 from shared.events import Envelope
 

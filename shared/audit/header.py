@@ -9,7 +9,8 @@ which the log does not carry: give the same file to ``muster log export --policy
 ``before`` are set when only a window of the history was exported (``--since``/``--until``): such a
 log can be read, explained and reported on, but not verified or replayed under another policy,
 which need the history from its start. The header holds no wall-clock time, so exporting the same
-history twice gives the same file.
+history twice gives the same file. A log read off Kafka names the exporting muster's versions (the
+log topic does not say which muster wrote it; every envelope carries its schema version).
 """
 
 from __future__ import annotations

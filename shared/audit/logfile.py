@@ -22,7 +22,6 @@ import gzip
 import io
 import json
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Iterable, Iterator, Protocol
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import gc
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from shared.audit.logfile import LogSource, Record, decode
@@ -116,6 +116,8 @@ class Divergence(Exception):
 
 @dataclass
 class Tally:
+    """What a replay went through (the summary ``--verify`` prints)."""
+
     events: int = 0
     derived: int = 0
     identical: int = 0
@@ -123,7 +125,6 @@ class Tally:
     delivered: int = 0
     """Envelope deliveries to a service (an envelope routed to two services counts twice)."""
     wall_seconds: float = 0.0
-    per_type: dict[str, int] = field(default_factory=dict)
 
     @property
     def events_per_second(self) -> float:
@@ -141,10 +142,6 @@ class Replayer:
         self._by_id: dict[str, Derived] = {}
         self.router = Router()
         self._recorded: set[str] = set()
-
-    @property
-    def cores(self) -> dict[str, object]:
-        return {name: service.core for name, service in self.services.items()}
 
     def step(self, record: Record) -> Step:
         """Read one record: check it if it is a decision, then deliver it to its services."""
