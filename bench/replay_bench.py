@@ -6,7 +6,8 @@ four workers arriving every 50 ms, each running 30-120 s and shutting its cluste
 capacity is used again and again (watch events with whole pod objects, effects, placements,
 timers: the real mix). The run streams its log straight into an exported file (a million envelopes
 held in memory would take gigabytes) under the system's temp folder, kept between benchmark runs
-(``MUSTER_BENCH_CACHE`` moves it); generating it takes minutes and is not measured.
+while the code that decides is the same (``MUSTER_BENCH_CACHE`` moves it); generating it takes
+minutes and is not measured.
 
 Measured: ``verify`` over the file, wall time, ``RUNS`` times, the median and the spread; and, as
 the floor of what is not the cores, reading and decoding the same file alone. Figures only, never
@@ -15,6 +16,7 @@ asserted. ``python -m bench.replay_bench 50000`` runs it on a smaller log.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import statistics
 import sys
@@ -53,14 +55,27 @@ class _Stream(list):
         self.count += 1
 
 
+def _code_digest() -> str:
+    """A digest of the code that makes the log's decisions: a cached log made by other code would not
+    verify (its decisions are the old code's), so it is made again."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.blake2b(digest_size=6)
+    for path in sorted([*root.glob("services/**/*.py"), *root.glob("shared/**/*.py"), Path(__file__)]):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def log_file(events: int = EVENTS) -> Path:
-    """The cached log of at least ``events`` envelopes, generated if missing."""
+    """The cached log of at least ``events`` envelopes, generated if missing (older ones removed)."""
     folder = Path(os.environ.get("MUSTER_BENCH_CACHE", Path(tempfile.gettempdir()) / "muster-bench"))
     folder.mkdir(parents=True, exist_ok=True)
     jobs = events // EVENTS_PER_JOB + 1
-    path = folder / f"replay-{jobs}-jobs.jsonl"
+    path = folder / f"replay-{jobs}-jobs-{_code_digest()}.jsonl"
     if path.exists():
         return path
+    for stale in folder.glob(f"replay-{jobs}-jobs-*.jsonl*"):
+        stale.unlink()
     scenario = parse_scenario(generated_scenario(2000, jobs, every=0.05, shutdown=True,
                                                  name=f"replay-bench-{jobs}"), origin="generated")
     policy = scenario.effective_policy()
