@@ -150,7 +150,7 @@ def test_db_upgrade_and_downgrade(tmp_path):
 def test_db_downgrade_asks_first(tmp_path, answer, code, tables):
     url = f"sqlite:///{tmp_path / 'h.db'}"
     _clean_exit(_invoke("db", "upgrade", "--store", url), 0)
-    result = CliRunner().invoke(app, ["db", "downgrade", "--store", url], input=answer)
+    result = _invoke("db", "downgrade", "--store", url, input=answer)
     _clean_exit(result, code)
     assert "drop every muster table" in _flat(result.stderr)
     assert (schema.current(url) == schema.head()) == tables
