@@ -336,9 +336,9 @@ def broker_cmd(
         broker.start()
     except BrokerError as exc:
         raise _failed(" ".join(str(exc).split())) from None
-    typer.echo(f"Kafka-protocol broker (Tansu, in memory) at {broker.bootstrap}; try: muster simulate "
-               f"examples/volcano-gang-queue.yaml --bus kafka://{broker.bootstrap}. Ctrl-C stops it.")
-    try:
+    try:  # from here on Ctrl-C stops the broker and is no error
+        typer.echo(f"Kafka-protocol broker (Tansu, in memory) at {broker.bootstrap}; try: muster simulate "
+                   f"examples/volcano-gang-queue.yaml --bus kafka://{broker.bootstrap}. Ctrl-C stops it.")
         while broker.running:
             time.sleep(0.5)
         raise _failed(f"the broker stopped: {' '.join(broker.log_tail(3).split()) or 'no output'}")
