@@ -280,7 +280,7 @@ def _replay(bootstrap: str, log: Sequence[Envelope]) -> dict[str, Any]:
         gc.collect()
         reading, lines = threading.Event(), []
         process = subprocess.Popen(
-            [sys.executable, "-m", "shared.cli", "run", "projector", "--kafka", bootstrap,
+            [sys.executable, "-m", "shared.cli", "run", "projector", "--metrics-port", "0", "--kafka", bootstrap,
              "--topic-prefix", config.prefix, "--store", url, "--log-level", "info"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         stack.callback(_stop, process)

@@ -18,7 +18,8 @@ def export_log(envelopes: Iterable[Envelope], *, epoch: float | None = None) -> 
     """Send the spans of a whole log (roots, phases and every service hop) to the OTLP endpoint the
     ``OTEL_*`` variables name; how many were sent. ``epoch``: where the log's time 0 is shown
     (default: a log in wall-clock time stays where it is, a simulated one starts now)."""
-    from shared.tracing.otel import SpanSink, epoch_for
+    from shared.tracing.config import epoch_for
+    from shared.tracing.otel import SpanSink
     from shared.tracing.spans import SpanBuilder
 
     envelopes = list(envelopes)

@@ -30,41 +30,13 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, _get_from_env_or
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from shared.tracing.config import check, enabled
 from shared.tracing.spans import SpanData
 
 log = logging.getLogger("muster.tracing")
 
-ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-PROTOCOLS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 SCOPE = InstrumentationScope("muster", "0.1.0")
 _KINDS = {"internal": SpanKind.INTERNAL, "consumer": SpanKind.CONSUMER}
-
-
-class TracingConfigError(ValueError):
-    """An ``OTEL_*`` setting muster cannot follow; the message names it."""
-
-
-def enabled(env: Mapping[str, str] | None = None) -> bool:
-    """True when an OTLP endpoint is set and nothing turns tracing off: nothing is exported (and
-    nothing is computed for it) otherwise."""
-    env = os.environ if env is None else env
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    if env.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() == "none":
-        return False
-    return any(env.get(name, "").strip() for name in ENDPOINTS)
-
-
-def check(env: Mapping[str, str] | None = None) -> None:
-    """Refuse, in one line, what would fail only once spans are sent."""
-    env = os.environ if env is None else env
-    for name in PROTOCOLS:
-        value = env.get(name, "").strip()
-        if value and value != "http/protobuf":
-            raise TracingConfigError(f"{name}={value!r}: muster sends OTLP over HTTP only; use http/protobuf")
-    exporter = env.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower()
-    if exporter not in ("otlp", "none", ""):
-        raise TracingConfigError(f"OTEL_TRACES_EXPORTER={exporter!r}: muster exports 'otlp' (or 'none')")
 
 
 def _exporter() -> SpanExporter:
@@ -143,9 +115,3 @@ class SpanSink:
 def sink_from_env(*, epoch: float = 0.0) -> SpanSink | None:
     """A sink when tracing is on (``enabled``), else None."""
     return SpanSink(epoch=epoch) if enabled() else None
-
-
-def epoch_for(first: float, now: float) -> float:
-    """Where a run's time 0 is shown: event times that are wall-clock times already (a deployment's
-    log) stay where they are; a simulated run's seconds are shown as if it had started ``now``."""
-    return 0.0 if first >= 1e9 else now
