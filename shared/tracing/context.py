@@ -36,8 +36,9 @@ STARTS = frozenset({"WorkloadSubmitted", "WorkloadRejected", "PreemptionRequeste
 """Outputs that begin an incarnation: a submission (or a refusal) of a workload not followed yet,
 a preemption, a running gang losing a member."""
 
-ENDS = frozenset({"WorkloadFinished", "WorkloadDeleted", "WorkloadWithdrawn"})
-"""After these a service forgets the workload's trace (a later object of the same name is new)."""
+ENDS = frozenset({"WorkloadFinished", "WorkloadDeleted", "WorkloadWithdrawn", "WorkloadRejected"})
+"""After these a service forgets the workload's trace: a later submission of the same name (the
+object fixed, or made anew) is a new incarnation."""
 
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})\Z")
 

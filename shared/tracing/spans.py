@@ -23,6 +23,7 @@ recorded with tracing off), so the ids agree either way. Pure: no OpenTelemetry 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -36,6 +37,11 @@ from shared.topology import SERVICES
 Attributes = dict[str, Any]
 
 GPU = "nvidia.com/gpu"
+ENDED_KEPT = 100_000
+CAUSES_KEPT = 200_000
+"""Outputs follow their cause closely in a log (a batch of a service at most), so a long-running
+fold (the projector's) keeps only the latest envelopes to find causes among."""
+_LEFT = frozenset({"WorkloadDeleted", "WorkloadFinished", "WorkloadRejected"})
 PHASES = ("queued", "placing", "binding", "starting")
 
 
@@ -127,19 +133,20 @@ class SpanBuilder:
     def __init__(self, *, hops: bool = True) -> None:
         self.hops = hops
         self._contexts: dict[str, TraceContexts] = {}
-        self._known: dict[str, SpanRef] = {}
-        """Envelope id -> its context (hops only: a cause is looked up when its outputs come)."""
         self._open: dict[str, _Incarnation] = {}
         """Trace id -> the incarnation still being followed."""
         self._current: dict[str, str] = {}
         """Workload key -> its latest trace."""
+        self._ended: OrderedDict[str, None] = OrderedDict()
+        """The traces ended last (their late events are dropped, not taken for a new incarnation)."""
         self._bound: dict[str, set[str]] = {}
         """Workload key -> names of its pods bound now."""
         self._pending_hop: tuple[str, str] | None = None
         self._hop_cause: Envelope | None = None
         self._hop_outputs: list[Envelope] = []
         self._hop_at = 0.0
-        self._by_id: dict[str, Envelope] = {}
+        self._by_id: OrderedDict[str, Envelope] = OrderedDict()
+        """The latest envelopes by id (``CAUSES_KEPT``): a cause is looked up when its outputs come."""
 
     # ------------------------------------------------------------------ the fold
     def apply(self, env: Envelope) -> list[SpanData]:
@@ -182,8 +189,9 @@ class SpanBuilder:
             if cause is not None:
                 contexts = self._contexts.setdefault(env.source, TraceContexts(env.source))
                 env = contexts.fill(cause, [env])[0]
-        if env.source in SERVICES or env.source in ("ingest", "clock"):
-            self._by_id[env.id] = env  # the cause of what comes next; the log holds it anyway
+        self._by_id[env.id] = env
+        if len(self._by_id) > CAUSES_KEPT:
+            self._by_id.popitem(last=False)
         return env
 
     # ------------------------------------------------------------------ hops
@@ -213,8 +221,10 @@ class SpanBuilder:
         inc = self._open.get(trace)
         t = env.occurred_at
         if inc is None:
-            if env.type not in STARTS or trace == self._current.get(key):
-                return []  # a late event of an incarnation already ended, or one begun before the stream
+            current = self._current.get(key)
+            if trace in self._ended or trace == current or (current is not None and env.type not in STARTS):
+                self._forget(env, key)
+                return []  # a late event of an incarnation already ended
             previous = self._open.get(self._current.get(key, ""))
             if previous is not None:  # preempted or disrupted before it ran
                 spans.extend(self._end(previous, t, outcome="Preempted" if env.type == "PreemptionRequested"
@@ -223,10 +233,15 @@ class SpanBuilder:
             inc = self._open[trace] = _Incarnation(trace, key, t, t, {"muster.workload": key})
         inc.last = t
         spans.extend(self._step(inc, env, key, t))
-        if env.type in ("WorkloadDeleted", "WorkloadFinished"):
-            self._current.pop(key, None)
-            self._bound.pop(key, None)
+        self._forget(env, key)
         return spans
+
+    def _forget(self, env: Envelope, key: str) -> None:
+        """The workload left, or was refused: whatever comes of that name next is a new incarnation."""
+        if env.type in _LEFT:
+            self._current.pop(key, None)
+            if env.type != "WorkloadRejected":
+                self._bound.pop(key, None)
 
     def _step(self, inc: _Incarnation, env: Envelope, key: str, t: float) -> list[SpanData]:
         """One event of an open incarnation; the spans it ends."""
@@ -301,6 +316,9 @@ class SpanBuilder:
 
     def _end(self, inc: _Incarnation, t: float, *, outcome: str, error: str | None = None) -> list[SpanData]:
         self._open.pop(inc.trace, None)
+        self._ended[inc.trace] = None
+        if len(self._ended) > ENDED_KEPT:
+            self._ended.popitem(last=False)
         root = root_span(inc.trace)
         service = {"queued": "muster-queue", "placing": "muster-placement", "binding": "muster-placement",
                    "starting": "muster-placement"}
