@@ -292,13 +292,14 @@ class InboxWorker:
         if not self.watchers and (self.tracer is None or not live):
             return [out for env in ready for out in self.service.handle(env)]
         outputs: list[Envelope] = []
+        tracer = self.tracer if live else None
         for env in ready:
-            started = time.time()
+            started = time.time() if tracer is not None else 0.0
             made = self.service.handle(env)
             for watch in self.watchers:
                 watch(env, made)
-            if live and self.tracer is not None:
-                self.tracer.handled(env, made, started, time.time())
+            if tracer is not None:
+                tracer.handled(env, made, started, time.time())
             outputs.extend(made)
         return outputs
 
