@@ -246,8 +246,8 @@ def run_cmd(
         if problem:
             err.print(f"[red]error:[/] Kubernetes API: {escape(problem)}")
             raise typer.Exit(2)
-        app_ = cluster_app(config, target)
-        exposition = metrics.plain_exposition()
+        app_ = cluster_app(config, target, sink=sink)
+        exposition = metrics.cluster_exposition(app_)
     else:
         app_ = service_app(service, config, policy, ordering=ordering, sink=sink)  # type: ignore[arg-type]
         exposition = metrics.service_exposition(app_, service)

@@ -8,7 +8,7 @@ reads the worker's state between two batches, never in the middle of one.
 - ``/healthz``: 200 while the event loop answers and every liveness check passes (``Health.live``;
   a task that died belongs here), else 503 with the reasons, one a line.
 - ``/readyz``: 200 once the service is caught up with its inbox: its past replayed and at most
-  ``READY_LAG`` records waiting (the projector: the log, the cluster link: started); else 503 with why.
+  ``READY_LAG`` records waiting (the projector: the log, the cluster link: connected to the API server); else 503 with why.
 
 Port: ``--metrics-port`` / ``MUSTER_METRICS_PORT``, default ``DEFAULT_PORT`` (9464, the port
 OpenTelemetry's Prometheus exporter uses); 0 turns the server off.
@@ -158,8 +158,15 @@ def projector_exposition(app: Any) -> Exposition:
     return exposition
 
 
-def plain_exposition() -> Exposition:
-    """For a process with no inbox of its own (the cluster link): the process metrics; ready at once."""
+def cluster_exposition(app: Any) -> Exposition:
+    """The cluster link's: effects applied, retries, dead letters, watch events; ready once connected
+    to the API server."""
+    from shared.metrics.stack import ClusterCollector
+
     exposition = Exposition()
     ProcessCollector(registry=exposition.registry)
+    bridge = app.muster_bridge
+    exposition.registry.register(ClusterCollector(bridge))
+    exposition.health.ready.append(
+        lambda: None if bridge.connected.is_set() else "not connected to the Kubernetes API server yet")
     return exposition

@@ -75,3 +75,24 @@ class ProjectorCollector(Collector):
                                   value=p.failures)
         yield GaugeMetricFamily("muster_projector_lag_records", "Records of the log not in the store yet",
                                 value=self.behind())
+
+
+class ClusterCollector(Collector):
+    """The cluster link's counters: effects applied by outcome, retries, dead letters, watch events."""
+
+    def __init__(self, bridge: Any) -> None:
+        self.bridge = bridge
+
+    def collect(self) -> Iterator[Any]:
+        b = self.bridge
+        applied = CounterMetricFamily("muster_cluster_effects",
+                                      "Effects the cluster link performed on the API server, per outcome",
+                                      labels=["outcome"])
+        for outcome, count in sorted(b.outcomes.items()):
+            applied.add_metric([outcome], count)
+        yield applied
+        yield CounterMetricFamily("muster_cluster_retries",
+                                  "API calls retried (throttled, server errors, connection failures)", value=b.retries)
+        yield CounterMetricFamily("muster_cluster_watch_events", "Watch events written to the inboxes",
+                                  value=b.observed)
+        yield _counter("muster_dead_letters", "Records sent to the dead-letter topic", "cluster", b.dead_letters)

@@ -1,4 +1,5 @@
-"""A running service's spans: one per hop (a service handling one record of its inbox), sent as it goes.
+"""A running service's spans: one per hop (a service handling one record of its inbox, or the
+cluster link applying one effect: ``apply <op>``), sent as it goes.
 
 Parent and trace come from the input envelope's context (its ``trace`` field, which the Kafka
 record's ``traceparent`` header repeats), the span's id from ``shared.tracing.context`` (the same
@@ -35,9 +36,10 @@ class HopTracer:
         """Where the record of ``env_id`` was read (it may be handled later: a held envelope)."""
         self._where[env_id] = (partition, offset)
 
-    def handled(self, cause: Envelope, outputs: Sequence[Envelope], started: float, ended: float) -> None:
+    def handled(self, cause: Envelope, outputs: Sequence[Envelope], started: float, ended: float, *,
+                name: str | None = None, extra: dict[str, Any] | None = None) -> None:
         where = self._where.pop(cause.id, None)
-        attributes: dict[str, Any] = {
+        attributes: dict[str, Any] = {**(extra or {}),
             "messaging.system": "kafka", "messaging.operation.type": "process", "messaging.operation.name": "process",
             "messaging.destination.name": self.topic, "messaging.consumer.group.name": self.group,
             "messaging.message.id": cause.id,
@@ -49,7 +51,7 @@ class HopTracer:
             start, end = started - self.sink.epoch, ended - self.sink.epoch
         else:
             start = end = cause.occurred_at
-        self.sink.send(hop_spans(self.service, cause, outputs, start, end, attributes))
+        self.sink.send(hop_spans(self.service, cause, outputs, start, end, attributes, name=name))
 
 
 class WorkloadSpans:

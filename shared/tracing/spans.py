@@ -72,12 +72,14 @@ def reason_of(payload: Any) -> str | None:
 
 
 def hop_spans(service: str, cause: Envelope, outputs: Sequence[Envelope], start: float, end: float,
-              attributes: Attributes | None = None, cause_ref: SpanRef | None = None) -> list[SpanData]:
+              attributes: Attributes | None = None, cause_ref: SpanRef | None = None,
+              name: str | None = None) -> list[SpanData]:
     """The spans of ``service`` handling ``cause`` into ``outputs``: one per trace its outputs went
     to (and one in the cause's own trace when it has one). In the cause's trace the span is the
     child of the cause's span; in another trace (a scheduling cycle deciding for a workload) it is
     the child of that trace's root and links to the cause: the decision's span points at the event
-    that caused it. ``cause_ref`` is the cause's context when it is not in its ``trace`` field."""
+    that caused it. ``cause_ref`` is the cause's context when it is not in its ``trace`` field;
+    ``name`` replaces ``<service> <cause type>``."""
     parent = cause_ref if cause_ref is not None else parse(cause.trace)
     groups: dict[str, list[Envelope]] = {}
     if parent is not None:
@@ -103,7 +105,7 @@ def hop_spans(service: str, cause: Envelope, outputs: Sequence[Envelope], start:
         spans.append(SpanData(
             trace_id=trace, span_id=hop_span(service, cause.id, trace),
             parent_id=parent.span_id if same and parent is not None else root_span(trace),
-            name=f"{service} {cause.type}", service=f"muster-{service}", start=start, end=end, kind="consumer",
+            name=name or f"{service} {cause.type}", service=f"muster-{service}", start=start, end=end, kind="consumer",
             attributes=attrs, links=[] if same or parent is None else [parent]))
     return spans
 

@@ -13,6 +13,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.bus.app import service_app
+from shared.bus.cluster import KubeTarget, cluster_app
 from shared.bus.config import BusConfig
 from shared.bus.projector import projector_app
 from shared.metrics import server
@@ -38,6 +39,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     expositions = [server.service_exposition(service_app(name, config, Policy()), name) for name in SERVICES]
     store = f"sqlite:///{tmp_path_factory.mktemp('store') / 'h.db'}"
     expositions.append(server.projector_exposition(projector_app(config, store)))
+    expositions.append(server.cluster_exposition(cluster_app(config, KubeTarget("http://127.0.0.1:9"))))
     names: set[str] = set()
     for exposition in expositions:
         for family in text_string_to_metric_families(generate_latest(exposition.registry).decode()):
