@@ -37,6 +37,7 @@ from tests.conftest import delete_topics
 from tests.integration.conftest import empty, scenario_run
 from tests.integration.test_bus_parity import without_stats
 from tests.otlp import OtlpReceiver, ReceivedSpan
+from tests.unit.tracing.test_spans import waits
 
 SCENARIO = Path(__file__).parents[1] / "scenarios" / "kai-priority-preemption.yaml"
 SCRAPE_CONFIG = Path(__file__).parents[2] / "deploy" / "prometheus" / "prometheus.yml"
@@ -132,20 +133,6 @@ def observed(kafka_bootstrap: str, postgres_url: str) -> Iterator[Observed]:
         seen.spans = receiver.wait_for(lambda spans: sum(s.parent_id is None for s in spans) >= roots
                                        and {s.service for s in spans} >= {f"muster-{h}" for h in HOPS})
     yield seen
-
-
-def waits(workload: dict) -> list[float]:
-    """Each incarnation's wait in the result document: first Queued to Admitted."""
-    out, since = [], None
-    for tr in workload["transitions"]:
-        if tr["phase"] == "Queued" and since is None:
-            since = tr["t"]
-        elif tr["phase"] == "Admitted" and since is not None:
-            out.append(round(tr["t"] - since, 6))
-            since = None
-        elif tr["phase"] == "Preempted":
-            since = None
-    return out
 
 
 def test_the_run_decides_as_the_embedded_one(observed: Observed) -> None:
