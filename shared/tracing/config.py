@@ -39,6 +39,31 @@ def check(env: Mapping[str, str] | None = None) -> None:
     exporter = env.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower()
     if exporter not in ("otlp", "none", ""):
         raise TracingConfigError(f"OTEL_TRACES_EXPORTER={exporter!r}: muster exports 'otlp' (or 'none')")
+    sampler(env)
+
+
+SAMPLERS = ("always_on", "always_off", "traceidratio")
+
+
+def sampler(env: Mapping[str, str] | None = None) -> tuple[str, float]:
+    """``OTEL_TRACES_SAMPLER`` as (root sampler, ratio). A ``parentbased_`` sampler decides as its
+    root one here: a workload's trace has no parent outside muster."""
+    env = os.environ if env is None else env
+    raw = env.get("OTEL_TRACES_SAMPLER", "").strip().lower() or "parentbased_always_on"
+    name = raw.removeprefix("parentbased_")
+    if name not in SAMPLERS:
+        raise TracingConfigError(f"OTEL_TRACES_SAMPLER={raw!r}: one of {', '.join(SAMPLERS)} "
+                                 "(or their parentbased_ forms)")
+    ratio = 1.0
+    if name == "traceidratio":
+        arg = env.get("OTEL_TRACES_SAMPLER_ARG", "").strip() or "1.0"
+        try:
+            ratio = float(arg)
+        except ValueError:
+            ratio = -1.0
+        if not 0.0 <= ratio <= 1.0:
+            raise TracingConfigError(f"OTEL_TRACES_SAMPLER_ARG={arg!r}: a ratio from 0 to 1")
+    return name, ratio
 
 
 def epoch_from_env(env: Mapping[str, str] | None = None) -> float:

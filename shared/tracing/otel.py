@@ -19,24 +19,27 @@ a whole trace in every process alike.
 
 from __future__ import annotations
 
-import logging
 import os
-from typing import Iterable, Mapping
+from typing import Iterable
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.sampling import Decision, Sampler, _get_from_env_or_default
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, Decision, Sampler, TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from shared.tracing.config import check, enabled
+from shared.tracing.config import check, sampler
 from shared.tracing.spans import SpanData
-
-log = logging.getLogger("muster.tracing")
 
 SCOPE = InstrumentationScope("muster", "0.1.0")
 _KINDS = {"internal": SpanKind.INTERNAL, "consumer": SpanKind.CONSUMER}
+
+
+def sampler_from_env() -> Sampler:
+    """The sampler ``OTEL_TRACES_SAMPLER`` names (``config.sampler`` checks it)."""
+    name, ratio = sampler()
+    return {"always_on": ALWAYS_ON, "always_off": ALWAYS_OFF}.get(name) or TraceIdRatioBased(ratio)
 
 
 def _exporter() -> SpanExporter:
@@ -55,7 +58,7 @@ class SpanSink:
                  sampler: Sampler | None = None) -> None:
         check()
         self.epoch = epoch
-        self.sampler = sampler if sampler is not None else _get_from_env_or_default()
+        self.sampler = sampler if sampler is not None else sampler_from_env()
         self.processor = BatchSpanProcessor(exporter if exporter is not None else _exporter())
         self._resources: dict[str, Resource] = {}
         self._sampled: dict[str, bool] = {}
@@ -110,8 +113,3 @@ class SpanSink:
 
     def close(self) -> None:
         self.processor.shutdown()
-
-
-def sink_from_env(*, epoch: float = 0.0) -> SpanSink | None:
-    """A sink when tracing is on (``enabled``), else None."""
-    return SpanSink(epoch=epoch) if enabled() else None

@@ -9,7 +9,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from shared.tracing.config import TracingConfigError, check, enabled, epoch_for, epoch_from_env
 from shared.tracing.context import SpanRef, trace_id
-from shared.tracing.otel import SpanSink
+from shared.tracing.otel import SpanSink, sampler_from_env
 from shared.tracing.spans import SpanData
 
 TRACE, ROOT, CHILD = "1" * 32, "2" * 16, "3" * 16
@@ -66,10 +66,21 @@ def test_tracing_is_on_only_with_an_endpoint_and_nothing_turning_it_off() -> Non
     ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTLP over HTTP only"),
     ({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"}, "http/protobuf"),
     ({"OTEL_TRACES_EXPORTER": "zipkin"}, "'otlp'"),
+    ({"OTEL_TRACES_SAMPLER": "sometimes"}, "one of always_on"),
+    ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "2"}, "a ratio from 0 to 1"),
 ])
 def test_settings_muster_cannot_follow_are_refused_in_one_line(env: dict, says: str) -> None:
     with pytest.raises(TracingConfigError, match=says):
         check(env)
+
+
+def test_the_sampler_is_read_from_the_standard_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
+    chosen = sampler_from_env()
+    assert isinstance(chosen, TraceIdRatioBased) and chosen.rate == 0.25
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    assert sampler_from_env() is ALWAYS_OFF
 
 
 def test_event_time_is_placed_by_an_epoch() -> None:
