@@ -8,7 +8,7 @@ Configured by the standard ``OTEL_*`` environment variables, read by the SDK its
 | ``OTEL_EXPORTER_OTLP_PROTOCOL`` / ``..._TRACES_PROTOCOL`` | ``http/protobuf`` (the one muster ships) |
 | ``OTEL_EXPORTER_OTLP_HEADERS``, ``..._TIMEOUT``, ``..._COMPRESSION``, ``..._CERTIFICATE`` | as the SDK reads them |
 | ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES`` | override ``service.name`` (default ``muster-<service>``) / add resource attributes |
-| ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG`` | ``always_on`` (default), ``always_off``, ``traceidratio`` 0.1, their ``parentbased_`` forms |
+| ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG`` | ``always_on`` (default), ``always_off``, ``traceidratio`` with a ratio 0..1, their ``parentbased_`` forms; others are refused |
 | ``OTEL_SDK_DISABLED=true``, ``OTEL_TRACES_EXPORTER=none`` | off, whatever else is set |
 
 Spans are built as data (``shared.tracing.spans.SpanData``) with ids derived from the events, so
