@@ -269,6 +269,8 @@ class LogProjector:
                         orders = await self._seek(consumer, partitions, on_thread)
                         seek = False
                     records = await self._read(consumer, partitions, orders, put_through, batch, within)
+                    self.behind = sum(max((consumer.highwater(tp) or 0) - (orders[tp].next or 0), 0)
+                                      for tp in partitions)
                     if len(records) < BUSY:
                         collection.idle()
                     elif collection.busy(len(records)):
@@ -345,7 +347,6 @@ class LogProjector:
                 if taken:
                     records.extend(taken)
                     put_through[(tp.topic, tp.partition)] = taken[-1].offset
-            self.behind = sum(max((consumer.highwater(tp) or 0) - (orders[tp].next or 0), 0) for tp in partitions)
             if len(records) - before < BUSY:  # idle, or keeping up with a trickle: go with what came
                 break
             wait = MORE_WAIT

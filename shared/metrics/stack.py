@@ -73,7 +73,7 @@ class ProjectorCollector(Collector):
         yield _counter("muster_dead_letters", "Records sent to the dead-letter topic", "projector", p.dead_letters)
         yield CounterMetricFamily("muster_projector_failures", "Batches the store or broker failed (retried)",
                                   value=p.failures)
-        yield GaugeMetricFamily("muster_projector_lag_records", "Records of the log not in the store yet",
+        yield GaugeMetricFamily("muster_projector_lag_records", "Records of the log the projector has not read yet",
                                 value=self.behind())
 
 
