@@ -208,6 +208,7 @@ class LogProjector:
         try:
             self.written = self.written + self.writer.write(items)
             self.refused_in_a_row = 0
+            self._watch(items)
             return None
         except Unstorable as exc:
             if len(items) == 1:
@@ -217,8 +218,11 @@ class LogProjector:
 
     def put(self, batch: Decoded) -> None:
         self.written = self.written + self._pipeline.put(batch.items, consumed=batch.consumed)
+        self._watch(batch.items)
+
+    def _watch(self, items: Sequence[rows.Located]) -> None:
         if self.watchers:
-            envelopes = [item.envelope for item in batch.items]
+            envelopes = [item.envelope for item in items]
             for watch in self.watchers:
                 watch(envelopes)
 
