@@ -72,3 +72,31 @@ def test_run_refuses_tracing_it_cannot_send(no_otel: pytest.MonkeyPatch) -> None
     no_otel.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
     result = runner.invoke(app, ["run", "queue", "--kafka", "127.0.0.1:9", "--metrics-port", "0"])
     assert result.exit_code == 2 and "OTLP over HTTP only" in result.output
+
+
+def test_replay_trace_sends_a_recorded_history_to_tempo_as_it_happened(no_otel: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    from shared.scenario import load_scenario
+    from shared.simulate import simulate
+    from tests.builders.audit import exported
+
+    run = simulate(load_scenario(Path(__file__).parents[1] / "scenarios" / "kai-priority-preemption.yaml"))
+    log = exported(run, tmp_path / "audit.jsonl.gz")
+    with OtlpReceiver() as receiver:
+        no_otel.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        result = runner.invoke(app, ["replay", str(log), "--trace", "--verify", "-q"])
+        assert result.exit_code == 0, result.output
+        assert "spans of the log sent over OTLP" in result.output
+        spans = receiver.spans
+    roots = Counter(s.attributes["muster.workload"] for s in spans if s.parent_id is None)
+    assert roots == {"default/train-cluster": 2, "default/build-cluster": 1}  # preempted: a second incarnation
+    # the same ids as the run traced live would have had: derived from the events
+    from shared.tracing.spans import SpanBuilder
+
+    live = {(s.trace_id, s.span_id) for s in SpanBuilder().build(simulate(run.scenario, traced=True).runtime.log)}
+    assert {(s.trace_id, s.span_id) for s in spans} == live
+
+
+def test_replay_trace_without_an_endpoint_is_exit_2(no_otel: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["replay", str(tmp_path / "missing.jsonl"), "--trace"])
+    assert result.exit_code == 2 and "OTEL_EXPORTER_OTLP_ENDPOINT" in result.output
