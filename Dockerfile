@@ -29,7 +29,9 @@ COPY migrations/ migrations/
 RUN useradd --create-home --uid 10001 muster
 USER 10001
 
-# /healthz answers while the service's event loop does (`--metrics-port`, MUSTER_METRICS_PORT).
+# `muster run SERVICE` serves /metrics, /healthz and /readyz here (--metrics-port, MUSTER_METRICS_PORT);
+# the HEALTHCHECK asks /healthz, which answers while the service's event loop does.
+EXPOSE 9464
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('MUSTER_METRICS_PORT', '9464'), timeout=4)"]
 

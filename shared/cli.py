@@ -74,6 +74,8 @@ def simulate_cmd(
     scheduler_names: Optional[str] = typer.Option(None, "--scheduler-names", help=SCHEDULER_NAMES_HELP + " "
                                                   "Default here: also the name the simulated KubeRay gives its pods "
                                                   "and default-scheduler (the scenario's policy: block wins)."),
+    trace: bool = typer.Option(False, "--trace", help="Send the run's traces (a trace per workload, in scenario "
+                               "time from now on) to the OTLP endpoint OTEL_EXPORTER_OTLP_ENDPOINT names."),
 ) -> None:
     """Run SCENARIO on the embedded stack (or, with --bus, on Kafka) with a simulated cluster and a virtual clock."""
     from shared.simulate import simulate
@@ -85,6 +87,8 @@ def simulate_cmd(
         raise typer.Exit(2)
     if json_out is not None:
         _writable(json_out, "the result document")
+    if trace:
+        _tracing_ready(err)
     if store is not None:
         from shared.store import StoreError, schema
 
@@ -100,13 +104,18 @@ def simulate_cmd(
         for note in loaded.notes():
             err.print(f"[yellow]note:[/] {escape(note)}")
         if bus is not None:
-            run = _simulate_on_bus(loaded, policy, bus, services, store, keep_topics, err)
+            run = _simulate_on_bus(loaded, policy, bus, services, store, keep_topics, err, trace)
         else:
-            run = simulate(loaded, policy)
+            run = simulate(loaded, policy, traced=trace)
     except (ScenarioError, PolicyError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)
     result = run.result()
+    if trace and bus is None:
+        from shared.tracing import export_log
+
+        sent = export_log(run.runtime.log)
+        console.print(f"[dim]traces: {sent} spans of {len(result['workloads'])} workload(s) sent over OTLP[/]")
     written = None  # with --bus the projector wrote the history, from the log topic
     if store is not None:
         from shared.audit.header import LogHeader
@@ -144,8 +153,23 @@ def simulate_cmd(
         raise typer.Exit(1)
 
 
+def _tracing_ready(err: Console) -> None:
+    """``--trace`` needs somewhere to send spans: exit 2 with what to set when it has none."""
+    from shared.tracing.config import TracingConfigError, check, enabled
+
+    try:
+        check()
+    except TracingConfigError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2)
+    if not enabled():
+        err.print("[red]error:[/] --trace: no OTLP endpoint; set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. "
+                  "http://localhost:4318; OTEL_SDK_DISABLED and OTEL_TRACES_EXPORTER=none turn tracing off)")
+        raise typer.Exit(2)
+
+
 def _simulate_on_bus(scenario: Any, policy: Optional[Policy], bus: str, services: str, store: Optional[str],
-                     keep_topics: bool, err: Console) -> Any:
+                     keep_topics: bool, err: Console, trace: bool = False) -> Any:
     """The distributed run for ``simulate --bus``; broker trouble is exit code 2 with one line."""
     from shared.bus.config import BusConfig, BusConfigError
     from shared.bus.app import delete_topics
@@ -162,12 +186,22 @@ def _simulate_on_bus(scenario: Any, policy: Optional[Policy], bus: str, services
         err.print(f"[red]error:[/] Kafka at {escape(bus)} does not answer: {escape(problem)}")
         raise typer.Exit(2)
     config = config.with_prefix(run_prefix(scenario.name))
+    sink = None
+    if trace:
+        import time
+
+        from shared.tracing.otel import SpanSink
+
+        sink = SpanSink(epoch=time.time())
     try:
-        return simulate_on_bus(scenario, config, policy, services=services, store=store)  # type: ignore[arg-type]
+        return simulate_on_bus(scenario, config, policy, services=services, store=store,  # type: ignore[arg-type]
+                               sink=sink)
     except DriverError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)
     finally:
+        if sink is not None:
+            sink.close()
         if not keep_topics:  # the run's own (prefix of its own); the history, if asked for, is in --store
             delete_topics(config)
 
@@ -211,11 +245,17 @@ def run_cmd(
                                          help="Cluster only: seconds the holder may fail to renew before it stops."),
     retry_period: float = typer.Option(2.0, "--retry-period", envvar="MUSTER_RETRY_PERIOD",
                                        help="Cluster only: seconds between lease renewals and tries."),
+    metrics_port: int = typer.Option(9464, "--metrics-port", envvar="MUSTER_METRICS_PORT",
+                                     help="Serve /metrics, /healthz and /readyz on this port (0: none)."),
 ) -> None:
-    """Run one service as a Faust worker on Kafka: it consumes its inbox and writes to the next ones."""
+    """Run one service as a Faust worker on Kafka: it consumes its inbox and writes to the next ones.
+
+    Tracing: set OTEL_EXPORTER_OTLP_ENDPOINT (and the other standard OTEL_* variables) to send spans."""
     import asyncio
 
     from shared.bus.config import BusConfig, BusConfigError
+    from shared.metrics.server import MetricsPortError, bind
+    from shared.tracing.config import TracingConfigError, check, enabled, epoch_from_env
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     if service not in SERVICE_NAMES:
@@ -224,13 +264,24 @@ def run_cmd(
     if ordering not in ("arrival", "rounds"):
         err.print(f"[red]error:[/] --ordering {escape(ordering)}: 'arrival' or 'rounds'")
         raise typer.Exit(2)
+    if not 0 <= metrics_port <= 65535:
+        err.print(f"[red]error:[/] --metrics-port {metrics_port}: a port from 1 to 65535, or 0 for none")
+        raise typer.Exit(2)
     try:
         config = BusConfig.from_env(kafka, prefix=prefix)
         policy = (Policy.from_yaml(policy_file) if policy_file else Policy()).with_scheduler_names(scheduler_names)
-    except (BusConfigError, PolicyError) as exc:
+        check()
+        epoch = epoch_from_env()
+    except (BusConfigError, PolicyError, TracingConfigError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)
+    sink = None
+    if enabled():
+        from shared.tracing.otel import SpanSink
+
+        sink = SpanSink(epoch=epoch)
     from shared.bus.app import run_app, service_app
+    from shared.metrics import server as metrics
 
     if service == "projector":
         from shared.bus.projector import projector_app
@@ -248,7 +299,8 @@ def run_cmd(
         except StoreError as exc:
             raise _failed(exc) from None
         _topics_or_exit(config)
-        app_ = projector_app(config, url)
+        app_ = projector_app(config, url, sink=sink)
+        exposition = metrics.projector_exposition(app_)
     elif service == "cluster":
         import socket
 
@@ -262,6 +314,8 @@ def run_cmd(
             err.print(f"[red]error:[/] Kubernetes API: {escape(problem)}")
             raise typer.Exit(2)
         _topics_or_exit(config)
+        app_ = cluster_app(config, target, sink=sink)
+        exposition = metrics.cluster_exposition(app_)
         elector = None
         if (lease or "").lower() != "none":
             where = lease or f"{os.environ.get('POD_NAMESPACE') or 'muster-system'}/muster-cluster"
@@ -273,25 +327,42 @@ def run_cmd(
                                        renew_deadline=renew_deadline, retry_period=retry_period)
             except ValueError as exc:
                 raise _failed(f"--lease-duration/--renew-deadline/--retry-period: {exc}") from None
+            standby = None
+            if metrics_port:  # a standby is alive and not ready
+                sock = _metrics_socket(bind, MetricsPortError, metrics_port, err)
+                waiting = metrics.Health(ready=[lambda: f"standing by for the lease {where}"])
+                standby = lambda: metrics.serve(sock, exposition.registry, waiting)  # noqa: E731
             try:
-                asyncio.run(take_lease(target, elector, say=lambda line: err.print(escape(line))))
+                asyncio.run(take_lease(target, elector, say=lambda line: err.print(escape(line)), meanwhile=standby))
             except KeyboardInterrupt:
                 raise typer.Exit(130) from None
             except Exception as exc:  # noqa: BLE001 - forbidden, unreachable: one line, exit 2
                 raise _failed(f"Kubernetes API: cannot take the lease {where}: "
                               f"{' '.join(str(exc).split()) or type(exc).__name__}") from None
-        app_ = cluster_app(config, target)
-        if elector is not None:
-            keeper = keep_lease(target, elector)
-            try:
-                run_app(app_, loglevel=loglevel)
-            finally:
-                keeper.stop()
-            return
     else:
         _topics_or_exit(config)
-        app_ = service_app(service, config, policy, ordering=ordering)  # type: ignore[arg-type]
-    run_app(app_, loglevel=loglevel)
+        app_ = service_app(service, config, policy, ordering=ordering, sink=sink)  # type: ignore[arg-type]
+        exposition = metrics.service_exposition(app_, service)
+        elector = None
+    if metrics_port:
+        exposition.attach(app_, _metrics_socket(bind, MetricsPortError, metrics_port, err))
+    keeper = keep_lease(target, elector) if service == "cluster" and elector is not None else None
+    try:
+        run_app(app_, loglevel=loglevel)
+    finally:
+        if keeper is not None:
+            keeper.stop()
+        if sink is not None:
+            sink.close()  # sends what is left
+
+
+def _metrics_socket(bind: Any, error: type[Exception], port: int, err: Console) -> Any:
+    """The metrics port, bound; a busy one is one line and exit code 2."""
+    try:
+        return bind(port)
+    except error as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2) from None
 
 
 def _topics_or_exit(config: "BusConfig") -> None:
@@ -526,7 +597,7 @@ def log_import(
         with progress_of(log, "importing") as tick:
             written, there = import_log(log, url, tick=tick)
     except StoreError as exc:
-        raise _store_failed(exc) from None
+        raise _failed(exc) from None
     except _audit_errors() as exc:
         raise _audit_failed(exc) from None
     typer.echo(f"{display(url)}: {written} events written" + (f", {there} were there already" if there else ""))
@@ -549,26 +620,39 @@ def replay_cmd(
                                                "does not record one (a Kafka log)."),
     prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    trace: bool = typer.Option(False, "--trace", help="Send the log's traces (a trace per workload incarnation, at "
+                               "the recorded times) to the OTLP endpoint OTEL_EXPORTER_OTLP_ENDPOINT names."),
 ) -> None:
-    """Replay an event log through the cores: --verify re-derives every decision; --what-if tries another policy."""
+    """Replay an event log through the cores: --verify re-derives every decision; --what-if tries another policy;
+    --trace sends the history's traces to Tempo."""
     from shared.audit.logfile import open_log
 
     console = Console(highlight=False, width=max(Console().width, 120), soft_wrap=True)
-    if not verify and what_if is None:
-        raise _audit_failed(ValueError("say what to do with the log: --verify, --what-if POLICY.yaml, or both"))
+    if not verify and what_if is None and not trace:
+        raise _audit_failed(ValueError("say what to do with the log: --verify, --what-if POLICY.yaml, --trace, "
+                                       "or several"))
     if what_if is None and (apply or html_out or json_out or approximate):
         raise _audit_failed(ValueError("--apply, --html, --json and --approximate go with --what-if"))
+    if trace:
+        _tracing_ready(Console(stderr=True, highlight=False))
     try:
         source = open_log(log, policy=_policy(policy_file), topic_prefix=prefix)
-        source.header.whole("--verify" if verify else "--what-if")
-        policy = source.header.decided_with()
         code = 0
+        if verify or what_if is not None:
+            source.header.whole("--verify" if verify else "--what-if")
+            policy = source.header.decided_with()
         if verify:
             from shared.audit import verify as verifying
 
             code = verifying.run(source, policy, console, progress=not quiet)
         if what_if is not None and code == 0:
             _what_if(source, policy, what_if, apply, html_out, json_out, approximate, console)
+        if trace and code == 0:
+            from shared.audit.logfile import envelopes
+            from shared.tracing import export_log
+
+            sent = export_log(envelopes(source))
+            console.print(f"traces: {sent} spans of the log sent over OTLP")
     except _audit_errors() as exc:
         raise _audit_failed(exc) from None
     raise typer.Exit(code)

@@ -21,6 +21,7 @@ from typing import Iterator
 import pytest
 
 from shared.bus.config import BusConfig
+from shared.bus.localbroker import free_port
 from tests.builders import node, ray_cluster, worker_group
 from tests.integration.test_cluster_bridge import QUEUE, eventually, ray_pod, stack
 from tests.kubeapi import KubeApiEmulator
@@ -35,12 +36,26 @@ def kube() -> Iterator[KubeApiEmulator]:
         yield emulator
 
 
-def bridge(config: BusConfig, kube: KubeApiEmulator, identity: str, log: Path) -> subprocess.Popen[bytes]:
+def bridge(config: BusConfig, kube: KubeApiEmulator, identity: str, log: Path, port: int) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "shared.cli", "run", "cluster", "--kube-url", kube.url, "--identity", identity,
             "--lease", "muster-system/muster-cluster", "--lease-duration", "4", "--renew-deadline", "3",
-            "--retry-period", "0.5", "--log-level", "warning"]
+            "--retry-period", "0.5", "--log-level", "warning", "--metrics-port", str(port)]
     env = {**os.environ, **config.env(), "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(args, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def probe(port: int, path: str) -> int:
+    """The status code of GET http://127.0.0.1:PORT/PATH (0 when nothing answers)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0
 
 
 def holder(kube: KubeApiEmulator) -> str:
@@ -71,12 +86,17 @@ def test_the_standby_takes_over_when_the_leader_dies_and_nothing_is_applied_twic
     bridges: dict[str, subprocess.Popen[bytes]] = {}
     try:
         with stack(config, kube.url, cluster=False):
+            ports = {"bridge-a": free_port(), "bridge-b": free_port()}
             for identity in ("bridge-a", "bridge-b"):
-                bridges[identity] = bridge(config, kube, identity, tmp_path / f"{identity}.log")
+                bridges[identity] = bridge(config, kube, identity, tmp_path / f"{identity}.log", ports[identity])
             first = eventually(lambda: holder(kube), "a bridge to take the lease", timeout=60)
             second = "bridge-b" if first == "bridge-a" else "bridge-a"
             admit(kube, "rc-1")
             assert holder(kube) == first
+            # the standby is alive and not ready; the leader is both (its Deployment's probes)
+            assert eventually(lambda: probe(ports[second], "/healthz") == 200, "the standby's /healthz")
+            assert probe(ports[second], "/readyz") == 503
+            assert eventually(lambda: probe(ports[first], "/readyz") == 200, "the leader's /readyz")
 
             bridges[first].send_signal(signal.SIGKILL)
             bridges[first].wait()
