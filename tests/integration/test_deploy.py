@@ -28,6 +28,8 @@ import yaml
 from services.reconciler.resources import LEASE, access
 from shared import kube as k
 from tests.builders import node, pod
+from shared.bus.localbroker import free_port
+from tests.integration.test_cluster_leader import probe
 from tests.kubeapi import DEFAULT_SERVES, KubeApiEmulator, Resource
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -245,6 +247,7 @@ def test_kubectl_apply_then_the_first_rayjob_is_admitted(
         policy.write_text(named(demo, "ConfigMap", "muster-policy")["data"]["policy.yaml"])
         secret = next(o for o in demo if o["kind"] == "Secret")
         processes: list[subprocess.Popen[bytes]] = []
+        ports: dict[str, int] = {}
         try:
             for deployment in [o for o in demo if o["kind"] == "Deployment"
                                and o["spec"]["template"]["spec"]["containers"][0]["image"].startswith("muster")]:
@@ -252,9 +255,10 @@ def test_kubectl_apply_then_the_first_rayjob_is_admitted(
                 if name == "muster-projector":
                     continue  # writes the history store; the admission path does not need it
                 container = deployment["spec"]["template"]["spec"]["containers"][0]
+                ports[name] = free_port()  # the probes' port, one per process on this one machine
                 overrides = {"MUSTER_KAFKA": kafka_bootstrap, "MUSTER_TOPIC_PREFIX": topic_prefix,
-                             "MUSTER_METRICS_PORT": "0", "POD_NAMESPACE": "muster-system", "POD_NAME": f"{name}-0",
-                             "MUSTER_KUBE_URL": api.url}
+                             "MUSTER_METRICS_PORT": str(ports[name]), "POD_NAMESPACE": "muster-system",
+                             "POD_NAME": f"{name}-0", "MUSTER_KUBE_URL": api.url}
                 log = (tmp_path / f"{name}.log").open("ab")
                 processes.append(subprocess.Popen([sys.executable, "-m", "shared.cli", *container["args"]],
                                                   env=_environment(container, secret, policy, overrides),
@@ -282,6 +286,10 @@ def test_kubectl_apply_then_the_first_rayjob_is_admitted(
             lease = api.get("Lease", "coordination.k8s.io/v1", "muster-system", "muster-cluster")
             assert lease["spec"]["holderIdentity"] == "muster-cluster-0"
             assert api.state.forbidden == []
+            # what the Deployments' probes ask, on the port their MUSTER_METRICS_PORT names
+            for name, port in ports.items():
+                _eventually(lambda port=port: probe(port, "/healthz") == 200, f"{name}'s /healthz", tmp_path)
+                _eventually(lambda port=port: probe(port, "/readyz") == 200, f"{name}'s /readyz", tmp_path)
         finally:
             for process in processes:
                 process.terminate()
