@@ -283,6 +283,10 @@ def run_cmd(
     from shared.bus.app import run_app, service_app
     from shared.metrics import server as metrics
 
+    def claim_port() -> Any:
+        """The metrics socket, once the service's own inputs checked out and before Kafka is asked."""
+        return _metrics_socket(bind, MetricsPortError, metrics_port, err) if metrics_port else None
+
     if service == "projector":
         from shared.bus.projector import projector_app
         from shared.store import StoreError, schema
@@ -298,6 +302,7 @@ def run_cmd(
                 write_header(url, LogHeader.made_now(policy, origin="kafka").for_store())
         except StoreError as exc:
             raise _failed(exc) from None
+        sock = claim_port()
         _topics_or_exit(config)
         app_ = projector_app(config, url, sink=sink)
         exposition = metrics.projector_exposition(app_)
@@ -313,6 +318,7 @@ def run_cmd(
         if problem:
             err.print(f"[red]error:[/] Kubernetes API: {escape(problem)}")
             raise typer.Exit(2)
+        sock = claim_port()
         _topics_or_exit(config)
         app_ = cluster_app(config, target, sink=sink)
         exposition = metrics.cluster_exposition(app_)
@@ -328,10 +334,9 @@ def run_cmd(
             except ValueError as exc:
                 raise _failed(f"--lease-duration/--renew-deadline/--retry-period: {exc}") from None
             standby = None
-            if metrics_port:  # a standby is alive and not ready
-                sock = _metrics_socket(bind, MetricsPortError, metrics_port, err)
+            if sock is not None:  # a standby is alive and not ready (on a copy: the server closes its socket)
                 waiting = metrics.Health(ready=[lambda: f"standing by for the lease {where}"])
-                standby = lambda: metrics.serve(sock, exposition.registry, waiting)  # noqa: E731
+                standby = lambda: metrics.serve(sock.dup(), exposition.registry, waiting)  # noqa: E731
             try:
                 asyncio.run(take_lease(target, elector, say=lambda line: err.print(escape(line)), meanwhile=standby))
             except KeyboardInterrupt:
@@ -340,12 +345,13 @@ def run_cmd(
                 raise _failed(f"Kubernetes API: cannot take the lease {where}: "
                               f"{' '.join(str(exc).split()) or type(exc).__name__}") from None
     else:
+        sock = claim_port()
         _topics_or_exit(config)
         app_ = service_app(service, config, policy, ordering=ordering, sink=sink)  # type: ignore[arg-type]
         exposition = metrics.service_exposition(app_, service)
         elector = None
-    if metrics_port:
-        exposition.attach(app_, _metrics_socket(bind, MetricsPortError, metrics_port, err))
+    if sock is not None:
+        exposition.attach(app_, sock)
     keeper = keep_lease(target, elector) if service == "cluster" and elector is not None else None
     try:
         run_app(app_, loglevel=loglevel)
