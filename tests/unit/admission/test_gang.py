@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from services.admission.fields import Invalid
-from services.admission.workloads import MAX_REPLICAS_DEFAULT, worker_count
+from services.admission.gang_rules import KUBERAY, RULES
+from services.admission.workloads import MAX_REPLICAS_DEFAULT, worker_counts
 from shared.kube import rayjob_cluster_name
 from shared.model import MatchExpression, PodSet, Toleration
 from shared.quantity import format_resources, parse_resources
@@ -23,30 +24,49 @@ def res(**amounts: str) -> dict[str, int]:
 @pytest.mark.parametrize(
     ("group", "autoscaling", "expected"),
     [
-        ({"replicas": 2}, False, 2),
-        ({}, False, 0),                                                     # replicas default 0, min 0
-        ({"minReplicas": 2}, False, 2),                                     # replicas missing → clamp up to min
-        ({"replicas": 1, "minReplicas": 3, "maxReplicas": 5}, False, 3),    # clamp up
-        ({"replicas": 9, "minReplicas": 1, "maxReplicas": 5}, False, 5),    # clamp down
-        ({"replicas": 2, "minReplicas": 2, "maxReplicas": 2}, False, 2),    # volcano scenario
-        ({"replicas": 2, "numOfHosts": 4}, False, 8),                       # multi-host (TPU) groups
-        ({"replicas": 3, "minReplicas": 1, "maxReplicas": 5, "numOfHosts": 2}, False, 6),
-        ({"replicas": 3, "suspend": True}, False, 0),                       # suspended group
-        ({"replicas": 3, "minReplicas": 2, "suspend": True}, True, 0),
-        ({"replicas": 5, "minReplicas": 1, "numOfHosts": 2}, True, 2),      # autoscaling: min × hosts
-        ({"replicas": 5}, True, 0),                                         # autoscaling, min default 0
-        ({"replicas": 5, "minReplicas": 5, "maxReplicas": 5}, True, 5),
-        ({"replicas": 2.0}, False, 2),                                      # whole float from a JSON decoder
-        ({"replicas": 3, "maxReplicas": MAX_REPLICAS_DEFAULT}, False, 3),
+        ({"replicas": 2}, False, (2, 2)),
+        ({}, False, (0, 0)),                                                     # replicas default 0, min 0
+        ({"minReplicas": 2}, False, (2, 2)),                                     # replicas missing → clamp up to min
+        ({"replicas": 1, "minReplicas": 3, "maxReplicas": 5}, False, (3, 3)),    # clamp up
+        ({"replicas": 9, "minReplicas": 1, "maxReplicas": 5}, False, (5, 5)),    # clamp down
+        ({"replicas": 2, "minReplicas": 2, "maxReplicas": 2}, False, (2, 2)),    # volcano scenario
+        ({"replicas": 2, "numOfHosts": 4}, False, (8, 8)),                       # multi-host (TPU) groups
+        ({"replicas": 3, "minReplicas": 1, "maxReplicas": 5, "numOfHosts": 2}, False, (6, 6)),
+        ({"replicas": 3, "suspend": True}, False, (0, 0)),                       # suspended group
+        ({"replicas": 3, "minReplicas": 2, "suspend": True}, True, (0, 0)),
+        ({"replicas": 5, "minReplicas": 1, "numOfHosts": 2}, True, (2, 10)),     # autoscaling: min × hosts, rest elastic
+        ({"replicas": 5}, True, (0, 5)),                                         # autoscaling, min default 0
+        ({"replicas": 5, "minReplicas": 5, "maxReplicas": 5}, True, (5, 5)),
+        ({"replicas": 2.0}, False, (2, 2)),                                      # whole float from a JSON decoder
+        ({"replicas": 3, "maxReplicas": MAX_REPLICAS_DEFAULT}, False, (3, 3)),
     ],
 )
-def test_worker_group_count(group: dict, autoscaling: bool, expected: int) -> None:
-    assert worker_count(group, "spec.workerGroupSpecs[g]", autoscaling) == expected
+def test_worker_group_counts_as_kuberay_and_volcano(group: dict, autoscaling: bool, expected: tuple[int, int]) -> None:
+    """(minimum, desired): KubeRay creates clamp(replicas) × hosts; Volcano's PodGroup counts minReplicas
+    when in-tree autoscaling is on (volcano_scheduler.go calculatePodGroupParams)."""
+    assert worker_counts(group, "spec.workerGroupSpecs[g]", autoscaling, KUBERAY) == expected
+
+
+@pytest.mark.parametrize(
+    ("dialect", "group", "autoscaling", "expected"),
+    [
+        ("kai", {"replicas": 4, "minReplicas": 1}, False, (1, 4)),           # KAI: minReplicas whenever it is set
+        ("kai", {"replicas": 4, "minReplicas": 1, "numOfHosts": 2}, True, (2, 8)),
+        ("kai", {"replicas": 4}, False, (4, 4)),                             # no minReplicas: the desired replicas
+        ("kai", {"replicas": 0, "minReplicas": 0}, False, (0, 0)),
+        ("volcano", {"replicas": 4, "minReplicas": 1}, False, (4, 4)),       # Volcano: min only with autoscaling
+        ("elasticquotatree", {"replicas": 4, "minReplicas": 1}, True, (4, 4)),  # kube-queue: head + Σ replicas
+        ("builtin", {"replicas": 4, "minReplicas": 1}, True, (1, 4)),
+    ],
+)
+def test_worker_group_counts_per_dialect(dialect: str, group: dict, autoscaling: bool,
+                                         expected: tuple[int, int]) -> None:
+    assert worker_counts(group, "spec.workerGroupSpecs[g]", autoscaling, RULES[dialect]) == expected
 
 
 def test_worker_count_rejects_min_above_max_instead_of_using_max() -> None:
     with pytest.raises(Invalid) as err:
-        worker_count({"replicas": 1, "minReplicas": 3, "maxReplicas": 2}, "spec.workerGroupSpecs[g]", False)
+        worker_counts({"replicas": 1, "minReplicas": 3, "maxReplicas": 2}, "spec.workerGroupSpecs[g]", False, KUBERAY)
     assert err.value.reason == "spec.workerGroupSpecs[g].minReplicas: 3 is greater than maxReplicas 2"
 
 

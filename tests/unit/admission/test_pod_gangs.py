@@ -23,7 +23,12 @@ def test_sigs_style_min_available_label_submits_at_the_last_needed_pod() -> None
     # p-0 asks 2 CPU, p-1 and p-2 the builder's default 1 CPU: one pod set per shape, first seen first
     assert spec.gang.pod_sets == (PodSet(name="pods", count=1, resources=parse_resources({"cpu": "2", "memory": "1Gi"})),
                                   PodSet(name="pods-2", count=2, resources=parse_resources({"cpu": "1", "memory": "1Gi"})))
-    assert d.send(gang_pod("p-3", "g", style="sigs", min_available="3"), at=5.0) == []   # more pods: no change
+    # a pod beyond the minimum is elastic: it runs alone when quota and nodes allow (Volcano's tasks beyond
+    # minAvailable); the gang's minimum and shapes stay as submitted
+    out = d.send(gang_pod("p-3", "g", style="sigs", min_available="3"), at=5.0)
+    assert len(out) == 1 and isinstance(out[0], WorkloadUpdated)
+    assert [(ps.name, ps.count, ps.elastic) for ps in out[0].workload.gang.pod_sets] == [("pods", 1, 0), ("pods-2", 2, 1)]
+    assert out[0].workload.gang.min_member == 3 and out[0].workload.submitted_at == 4.0
 
 
 def test_x_k8s_style_takes_min_member_from_the_podgroup_object() -> None:
@@ -96,7 +101,9 @@ def test_every_pod_gone_is_deleted_once_then_a_new_gang_may_start() -> None:
     d = AdmissionDriver()
     a, b = gang_pod("a", "g", min_available="2"), gang_pod("b", "g", min_available="2")
     d.add(a, b, at=1.0)
-    assert d.send(a, "Deleted") == []
+    held = d.send(a, "Deleted")   # fewer pods than the minimum: held until pods come again
+    assert len(held) == 1 and held[0].workload.not_ready == (
+        "Not enough valid tasks for gang-scheduling, valid: 1, min: 2 (pod group g waits for its pods)")
     assert d.send(b, "Deleted") == [WorkloadDeleted(key="default/g")]
     assert d.send(b, "Deleted") == []
     assert d.send(a, at=7.0) == []
