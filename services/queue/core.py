@@ -8,6 +8,7 @@ Where each decision is made:
 - ``backoff.py``: requeue_at as data; ``fairshare.py``: deserved shares and dominant share;
 - ``reclaim.py``: whether and from whom to reclaim; ``snapshot.py``: what one cycle sees;
 - ``preemption.py``: which lower priorities of the same queue give quota back when its limit blocks;
+- ``elastic.py``: who may grow by elastic pods, and which elastic pods go first as victims;
 - ``workload.py``: one workload's record here, and ``shrunk`` (what an edit leaves of an admission);
 - ``ledger.py``: per-queue pending index and usage totals, updated on every state change.
 
@@ -23,7 +24,7 @@ import math
 from operator import attrgetter
 from typing import Any, Callable
 
-from services.queue import backoff, preemption
+from services.queue import backoff, elastic, preemption
 from services.queue.ledger import Ledger
 from services.queue.ordering import blocks, serve_key
 from services.queue.reasons import preempted_by, waiting
@@ -36,9 +37,10 @@ from shared.model import shrunk
 from shared.victims import minimal_victims
 from shared import quantity as q
 from shared.events import (
-    BackedOff, CapacityChanged, Dequeued, Envelope, Enqueued, GangPlaced, GangRunning, PlacementFailed,
-    PreemptionRequested, QueueDefined, QueueRejected, QueueRemoved, ReclaimRequested, TimerFired, TimerSet,
-    WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWithdrawn,
+    BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, ElasticVictim, Envelope, Enqueued,
+    GangPlaced, GangRunning, PlacementFailed, PreemptionRequested, QueueDefined, QueueRejected, QueueRemoved,
+    ReclaimRequested, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted,
+    WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.model import WorkloadSpec
 from shared.policy import Policy
@@ -64,6 +66,8 @@ class QueueCore:
         self._armed: dict[float, None] = {}
         self._ripening: dict[float, None] = {}
         """Times at which a blocked reclaim's victims reach their minimum runtime: wake-ups, not just cycles."""
+        self._growing: dict[str, None] = {}
+        """Keys of quota holders whose owners want elastic pods (the cycle's grant step reads only these)."""
         self._seq = 0
         self._now = 0.0
         self._handlers: dict[str, Callable[[Any, float, Out], None]] = {
@@ -79,6 +83,7 @@ class QueueCore:
             "GangRunning": self._on_running,
             "PreemptionRequested": self._on_preempted,
             "CapacityChanged": self._on_capacity,
+            "ElasticReleased": self._on_elastic_released,
             "TimerFired": self._on_timer,
         }
 
@@ -149,12 +154,15 @@ class QueueCore:
             self._wake_all(now)  # quota came back: whatever waits for it may try at once
             self._request_cycle(now, out)
         w.latest = None if spec == w.spec else spec
+        if self._set_goal(w):
+            self._request_cycle(now, out)  # the owner wants more elastic pods: the cycle may grant them
 
     def _on_gone(self, p: WorkloadFinished | WorkloadDeleted | WorkloadRejected, now: float, out: Out) -> None:
         w = self._workloads.pop(p.key, None)
         if w is None:
             return
         self._ledger.unbook(w)
+        self._growing.pop(w.key, None)
         reclaimer = self._workloads.get(w.promised_to) if w.promised_to else None
         if reclaimer is not None:
             reclaimer.victims = tuple(v for v in reclaimer.victims if v != w.key)
@@ -185,6 +193,8 @@ class QueueCore:
             w.state = "admitted"
         w.attempts, w.requeue_at, w.preempted_by, w.held, w.reclaim_note = 0, None, "", "", ""
         self._unpromise(w)
+        if self._set_goal(w):
+            self._request_cycle(now, out)  # placement holds its slots now: elastic pods may follow
 
     def _on_running(self, p: GangRunning, now: float, out: Out) -> None:
         w = self._workloads.get(p.key)
@@ -194,6 +204,8 @@ class QueueCore:
             w.state = "running"
         if w.started_at is None:
             w.started_at = now
+        if self._set_goal(w):
+            self._request_cycle(now, out)
 
     def _on_placement_failed(self, p: PlacementFailed, now: float, out: Out) -> None:
         w = self._workloads.get(p.key)
@@ -201,8 +213,10 @@ class QueueCore:
             return
         with self._ledger.moving(w):
             w.state = "pending"
+            w.drop_elastic()
             if w.latest is not None:  # edited beyond what was reserved: it waits as the user has it now
                 w.respec(w.latest)
+        self._set_goal(w)
         self._unpromise(w)
         reason = f"{p.reason} {w.reclaim_note}" if w.reclaim_note else p.reason
         self._back_off(w, now, w.reason(reason), out)
@@ -215,8 +229,10 @@ class QueueCore:
         self._unpromise(w)
         with self._ledger.moving(w):
             w.state = "pending"
+            w.drop_elastic()
             if w.latest is not None:  # edited beyond what was admitted: it comes back as the user has it now
                 w.respec(w.latest)
+        self._set_goal(w)
         w.started_at, w.attempts, w.requeue_at, w.held = None, 0, None, ""
         w.preempted_by = preempted_by(p.preemptor, p.preemptor_priority, 
                                     reclaimed_for=self._queue_of(p.preemptor) if p.reclaim else None)
@@ -228,6 +244,29 @@ class QueueCore:
     def _queue_of(self, key: str) -> str:
         w = self._workloads.get(key)
         return w.queue if w is not None else "?"
+
+    def _on_elastic_released(self, p: ElasticReleased, now: float, out: Out) -> None:
+        """Placement gave back elastic pods' quota (no node for them, gone, unwanted, evicted). A release
+        of an earlier admission's pods is stale: the grants it answers were dropped with that admission."""
+        w = self._workloads.get(p.key)
+        if w is None or not w.holds_quota or w.reserved_seq != p.admission:
+            return
+        with self._ledger.moving(w):
+            w.set_elastic(p.pod_set, w.elastic.get(p.pod_set, 0) - p.count)
+        if p.refused:
+            w.elastic_waits = True  # no node for it now: it asks again when capacity is released
+        else:
+            self._wake_all(now)
+        self._request_cycle(now, out)
+
+    def _set_goal(self, w: Tracked) -> bool:
+        """Recompute what elastic pods ``w``'s owner wants; True when it wants some it was not granted."""
+        w.elastic_goal = elastic.goal(w)
+        if w.elastic_goal:
+            self._growing[w.key] = None
+        else:
+            self._growing.pop(w.key, None)
+        return bool(elastic.still_wanted(w)) and not w.elastic_waits
 
     def _on_capacity(self, p: CapacityChanged, now: float, out: Out) -> None:
         self._capacity = dict(p.total)
@@ -263,7 +302,7 @@ class QueueCore:
            ReclaimRequested(victims); both reserve quota in the snapshot for the next heads.
         """
         heads = self._heads(now, out)
-        if not heads:
+        if not heads and not self._growing:
             return
         snap = Snapshot.take(self.tree, self._ledger, self._capacity)
         ranking = [(self._rank(name, snap), name) for name in heads]
@@ -278,6 +317,53 @@ class QueueCore:
                 continue
             if cursor[name] < len(heads[name]):
                 heapq.heappush(ranking, (self._rank(name, snap), name))
+        self._grant_elastic(snap, out)
+
+    def _grant_elastic(self, snap: Snapshot, out: Out) -> None:
+        """7. elastic pods, after every gang of the cycle (elastic.py): one pod at a time, queues served
+        as for gangs, holders of a queue round robin; each pod within quota and the free capacity."""
+        members: dict[str, list[Tracked]] = {}
+        for key in self._growing:
+            w = self._workloads[key]
+            if w.holds_quota and not w.elastic_waits and not w.promised_to and elastic.still_wanted(w):
+                members.setdefault(w.queue, []).append(w)
+        if not members:
+            return
+        turns = {name: sorted(ws, key=_ORDER) for name, ws in members.items()}
+        ranking = [(self._rank(name, snap), name) for name in sorted(turns)]
+        heapq.heapify(ranking)
+        granted: dict[tuple[str, str], int] = {}
+        while ranking:
+            _, name = heapq.heappop(ranking)
+            queue = turns[name]
+            w = queue.pop(0)
+            if self._grant_one(w, snap, granted):
+                queue.append(w)  # round robin: it may take another once the others had their turn
+            if queue:
+                heapq.heappush(ranking, (self._rank(name, snap), name))
+        for (key, pod_set), count in granted.items():
+            w = self._workloads[key]
+            reason = (f"quota reserved in queue {w.queue} for {count} elastic pod(s) of {pod_set} "
+                      f"({amounts(w.demand)} held in all)")
+            out.append(ElasticGranted(key=key, queue=w.queue, pod_set=pod_set, count=count, admission=w.reserved_seq,
+                                      reason=reason))
+
+    def _grant_one(self, w: Tracked, snap: Snapshot, granted: dict[tuple[str, str], int]) -> bool:
+        """Grant ``w`` one more elastic pod of the first pod set that still wants one and fits; False
+        when none does (it gets no more turns this cycle)."""
+        for pod_set, _ in elastic.still_wanted(w):
+            ps = next(p for p in w.spec.gang.pod_sets if p.name == pod_set)
+            demand = ps.pod_demand
+            if quota_failure(self.tree, w.queue, demand, snap.usage, snap.protected, w.spec.preemptible) is not None:
+                continue
+            if shortage(demand, snap.free):
+                continue
+            snap.charge_amount(self.tree, w.queue, demand, w.spec.preemptible)
+            with self._ledger.moving(w):
+                w.set_elastic(pod_set, w.elastic.get(pod_set, 0) + 1)
+            granted[(w.key, pod_set)] = granted.get((w.key, pod_set), 0) + 1
+            return True
+        return False
 
     def _heads(self, now: float, out: Out) -> dict[str, list[Tracked]]:
         """Steps 1-2: per leaf queue that takes workloads, the ordered candidates of this cycle."""
@@ -309,10 +395,17 @@ class QueueCore:
         if failure is not None:
             return self._preempt_for_quota(w, failure, snap, now, out)
         short = shortage(w.demand, snap.free)
-        victims = self._victims(w, short, snap, now) if short else None
-        w.reclaim_note = self._ripening_reclaim(w, short, snap, now, out) if short and victims is None else ""
-        self._reserve(w, victims or (), snap)
-        if victims:
+        pods = self._elastic_reclaim(w, short, snap, now) if short else None
+        victims = self._victims(w, short, snap, now) if short and pods is None else None
+        stuck = short and victims is None and pods is None
+        w.reclaim_note = self._ripening_reclaim(w, short, snap, now, out) if stuck else ""
+        self._reserve(w, victims or (), snap, pods or [])
+        if pods:
+            w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
+                                     f"reclaiming {_elastic_text(pods)} from queues over their fair share")
+            out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=(),
+                                        elastic_victims=elastic.as_victims(pods), reason=w.last_reason))
+        elif victims:
             w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
                                      f"reclaiming {', '.join(victims)} from queues over their fair share")
             out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=victims,
@@ -322,9 +415,11 @@ class QueueCore:
             out.append(Dequeued(key=w.key, queue=w.queue, workload=w.spec, reason=w.last_reason))
         return True
 
-    def _reserve(self, w: Tracked, victims: tuple[str, ...], snap: Snapshot) -> None:
-        """``w`` takes its quota (ledger and snapshot). Its victims' nodes count as free for the rest
-        of the cycle (placement is the judge of capacity), but their quota stays held until
+    def _reserve(self, w: Tracked, victims: tuple[str, ...], snap: Snapshot,
+                 pods: list[elastic.ElasticPod] | None = None) -> None:
+        """``w`` takes its quota (ledger and snapshot). Its victims' nodes (whole workloads, or elastic
+        pods) count as free for the rest of the cycle (placement is the judge of capacity), but their
+        quota stays held until
         placement evicts them: if placement fails nothing was given back, so no later head of the
         cycle may be admitted against quota a victim still holds."""
         with self._ledger.moving(w):
@@ -339,11 +434,28 @@ class QueueCore:
                 victim.promised_to = w.key  # no one else may count on evicting it
                 snap.free_capacity_of(victim)
             snap.candidates = None  # promises changed
+        if pods:
+            w.victims = tuple(dict.fromkeys(pod.key for pod in pods))
+            for key in w.victims:
+                self._workloads[key].promised_to = w.key  # nor on its elastic pods, nor may it grow meanwhile
+            for pod in pods:
+                snap.free = q.add(snap.free, pod.demand)
+            snap.candidates = None
 
     def _preempt_for_quota(self, w: Tracked, failure: str, snap: Snapshot, now: float, out: Out) -> bool:
         """Step 5 failed: lower priorities of ``w``'s own leaf queue may give their quota back
-        (preemption.py). Then ``ReclaimRequested`` naming them (placement places ``w`` over them and
-        evicts them as in-queue preemption), else ``BackedOff`` with the quota reason."""
+        (preemption.py), their elastic pods before any whole gang (elastic.py). Then
+        ``ReclaimRequested`` naming them (placement places ``w`` over them and evicts them as in-queue
+        preemption), else ``BackedOff`` with the quota reason."""
+        pods = self._elastic_quota_victims(w, snap, now)
+        if pods is not None:
+            w.reclaim_note = ""
+            self._reserve(w, (), snap, pods)
+            w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
+                                     f"preempting {_elastic_text(pods)} to stay within {failure}")
+            out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=(),
+                                        elastic_victims=elastic.as_victims(pods), reason=w.last_reason))
+            return True
         victims, note = self._quota_victims(w, snap, now, out)
         if victims is None:
             self._back_off(w, now, w.reason(gang_line(w.spec.gang) + failure + note), out)
@@ -364,15 +476,13 @@ class QueueCore:
         holders = self._quota_holders(w, snap)
         if not holders:
             return None, ""
-        chain = [spec.name for spec in self.tree.ancestry(w.queue)]
         min_runtime = self._min_runtime(w.queue)
 
         def fits(victims: list[preemption.Holder]) -> bool:
             freed: dict[str, int] = {}
             for h in victims:
                 freed = q.add(freed, h.demand)
-            usage = {name: q.sub(snap.usage.get(name, {}), freed) for name in chain}
-            return quota_failure(self.tree, w.queue, w.demand, usage, snap.protected, w.spec.preemptible) is None
+            return self._fits_quota_without(w, snap, freed)
 
         ready = [h for h in holders if preemption.eligible(h, w.spec.priority, now, min_runtime)]
         victims = minimal_victims(preemption.victim_order(ready), fits)
@@ -390,6 +500,46 @@ class QueueCore:
             self._arm(ripe, now, out)
         return None, (f". Preempting {', '.join(h.key for h in later)} waits for the minimum runtime of queue "
                       f"{w.queue} (until {ripe:g}s).")
+
+    def _fits_quota_without(self, w: Tracked, snap: Snapshot, freed: dict[str, int]) -> bool:
+        """Would ``w`` pass the quota check of its queue and every ancestor with ``freed`` given back?"""
+        chain = [spec.name for spec in self.tree.ancestry(w.queue)]
+        usage = {name: q.sub(snap.usage.get(name, {}), freed) for name in chain}
+        return quota_failure(self.tree, w.queue, w.demand, usage, snap.protected, w.spec.preemptible) is None
+
+    def _elastic_quota_victims(self, w: Tracked, snap: Snapshot, now: float) -> list[elastic.ElasticPod] | None:
+        """The fewest elastic pods of lower-priority holders of ``w``'s leaf queue whose quota lets ``w``
+        pass (elastic pods go before any whole gang); None when they do not suffice."""
+        self._quota_holders(w, snap)
+        assert snap.holders is not None
+        min_runtime = self._min_runtime(w.queue)
+        pods = [pod for pod in elastic.elastic_pods(x for x in snap.holders.get(w.queue, []) if x.key != w.key)
+                if preemption.eligible(pod.holder, w.spec.priority, now, min_runtime)]
+        if not pods:
+            return None
+
+        def fits(chosen: list[elastic.ElasticPod]) -> bool:
+            freed: dict[str, int] = {}
+            for pod in chosen:
+                freed = q.add(freed, pod.demand)
+            return self._fits_quota_without(w, snap, freed)
+
+        return minimal_victims(pods, fits)
+
+    def _elastic_reclaim(self, w: Tracked, short: dict[str, int], snap: Snapshot,
+                         now: float) -> list[elastic.ElasticPod] | None:
+        """Reclaim for ``w`` from elastic pods alone (reclaim.py's rules, each pod as its own victim),
+        before any whole gang is considered; None when ``w``'s queue is not entitled or they do not cover."""
+        if not within_share(snap.usage.get(w.queue, {}), w.demand, snap.shares.get(w.queue, {})):
+            return None
+        pods = elastic.elastic_pods(x for x in self._ledger.running.values() if x.elastic and x.queue != w.queue)
+        if not pods:
+            return None
+        runtimes = {pod.queue: self._min_runtime(pod.queue) for pod in pods}
+        units = elastic.as_running(pods, runtimes)
+        queues = {pod.queue: self.tree.get(pod.queue) for pod in pods}
+        chosen = choose_victims(short, [r for r, _ in units.values()], queues, snap.usage, snap.shares, w.queue, now)
+        return [units[key][1] for key in chosen] if chosen else None
 
     def _quota_holders(self, w: Tracked, snap: Snapshot) -> list[preemption.Holder]:
         """Admitted and running workloads of ``w``'s leaf queue, as quota preemption sees them."""
@@ -465,11 +615,14 @@ class QueueCore:
         self._arm(w.requeue_at, now, out)
 
     def _wake_all(self, now: float) -> None:
-        """Capacity or quota came back: every backing-off workload may try again in this instant."""
+        """Capacity or quota came back: every backing-off workload may try again in this instant, and
+        holders whose elastic pods found no node may ask again."""
         for members in self._ledger.pending.values():
             for w in members.values():
                 if backoff.backing_off(w.requeue_at, now):
                     w.requeue_at = now
+        for key in self._growing:
+            self._workloads[key].elastic_waits = False
 
     def _unpromise(self, w: Tracked) -> None:
         """Placement answered ``w``'s reclaim (or ``w`` left): its victims are free to be chosen again."""
@@ -525,3 +678,8 @@ class QueueCore:
                 "backoff": [{"workload": w.key, "requeue_at": w.requeue_at} for w in resting],
             }
         return view
+
+
+def _elastic_text(pods: list[elastic.ElasticPod]) -> str:
+    """``2 elastic pod(s) of ns/a (worker), 1 elastic pod(s) of ns/b (small)`` for a reason."""
+    return ", ".join(f"{v.count} elastic pod(s) of {v.key} ({v.pod_set})" for v in elastic.as_victims(pods))

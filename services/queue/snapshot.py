@@ -46,19 +46,20 @@ class Snapshot:
 
     def charge(self, tree: QueueTree, w: Tracked) -> None:
         """Reserve ``w``'s demand at its leaf and every ancestor, and take it from the free pool."""
-        self._shift(tree, w, 1)
+        self.charge_amount(tree, w.queue, w.demand, w.spec.preemptible)
+
+    def charge_amount(self, tree: QueueTree, queue: str, demand: Mapping[str, int], preemptible: bool) -> None:
+        """Reserve ``demand`` (a workload's, or one elastic pod's) at ``queue`` and every ancestor."""
+        for name in [spec.name for spec in tree.ancestry(queue)] or [queue]:
+            self.usage[name] = q.add(self.usage.get(name, {}), demand, 1)
+            if not preemptible:
+                self.protected[name] = q.add(self.protected.get(name, {}), demand, 1)
+        self.free = q.add(self.free, demand, -1)
 
     def free_capacity_of(self, w: Tracked) -> None:
         """A promised victim: its nodes count as free for the rest of the cycle; its quota does not
         (only placement's eviction gives that back)."""
         self.free = q.add(self.free, w.demand, 1)
-
-    def _shift(self, tree: QueueTree, w: Tracked, sign: int) -> None:
-        for name in [spec.name for spec in tree.ancestry(w.queue)] or [w.queue]:
-            self.usage[name] = q.add(self.usage.get(name, {}), w.demand, sign)
-            if not w.spec.preemptible:
-                self.protected[name] = q.add(self.protected.get(name, {}), w.demand, sign)
-        self.free = q.add(self.free, w.demand, -sign)
 
     def dominant(self, queue: str) -> float:
         return dominant_share(self.usage.get(queue, {}), self.shares.get(queue, {}))

@@ -18,8 +18,9 @@ from typing import Any, Callable, Literal
 
 from shared import kube
 from shared.events import (
-    BackedOff, Enqueued, Envelope, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, KubeEffect, PodAssigned,
-    PreemptionRequested, QueueRejected, WorkloadDeleted, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated,
+    BackedOff, ElasticReleased, Enqueued, Envelope, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, KubeEffect,
+    PodAssigned, PreemptionRequested, QueueRejected, WorkloadDeleted, WorkloadRejected, WorkloadSubmitted,
+    WorkloadUpdated,
 )
 from shared.policy import Policy
 
@@ -92,6 +93,7 @@ class ReconcilerCore:
             "GangRunning": self._on_gang_running,
             "GangDisrupted": self._on_gang_disrupted,
             "PreemptionRequested": self._on_preemption,
+            "ElasticReleased": self._on_elastic_released,
             "WorkloadRejected": self._on_workload_rejected,
             "QueueRejected": self._on_queue_rejected,
             "WorkloadSubmitted": self._on_workload_known,
@@ -150,6 +152,15 @@ class ReconcilerCore:
         out = self._suspend(wl, True) if p.gate == "suspend" else self._evict_all(wl, p.pods)
         out += self._annotate(wl, {STATUS: _status("Preempted", p.reason)})
         return out + self._event(wl, "Warning", "Preempted", p.reason)
+
+    def _on_elastic_released(self, p: ElasticReleased, now: float) -> list[KubeEffect]:
+        """Elastic pods evicted for a workload that needed the room: evict them (the gang keeps running;
+        a controller's replacement waits for quota again) and say so on the workload."""
+        if not p.evicted:
+            return []
+        wl = self._workload(p.key)
+        message = f"{len(p.evicted)} elastic pod(s) of {p.pod_set} evicted: {p.reason}"
+        return self._evict_all(wl, p.evicted) + self._event(wl, "Warning", "Preempted", message)
 
     def _on_workload_rejected(self, p: WorkloadRejected, now: float) -> list[KubeEffect]:
         known = self._workloads.get(p.key)
