@@ -250,6 +250,8 @@ class PodAssigned(_WorkloadEvent):
     pod_set: str
     node: str
     gpu: GpuAssignment | None = None
+    elastic: bool = False
+    """An elastic pod (beyond the gang's minimum): the first to go when others need the room."""
 
 
 class GangRunning(_WorkloadEvent):

@@ -25,6 +25,7 @@ class _MetaRead(TypedDict, total=False):
     __pydantic_config__ = _IGNORE_REST  # type: ignore[misc]
     namespace: Any
     labels: Any
+    annotations: Any
 
 
 class _SpecRead(TypedDict, total=False):
@@ -39,8 +40,8 @@ def _or_as_is(parts: Any) -> Any:
 
 
 class ObjectRead(TypedDict, total=False):
-    """The parts of a watched object the fold reads: a pod's namespace and labels (its workload,
-    its pod set) and ``spec.nodeName`` (bound or not). ``ResultProjection._on_ObjectChanged`` must
+    """The parts of a watched object the fold reads: a pod's namespace, labels and annotations (its
+    workload, its pod set) and ``spec.nodeName`` (bound or not). ``ResultProjection._on_ObjectChanged`` must
     read nothing else; ``tests/unit/shared/test_projection.py`` folds every scenario both ways to
     hold it."""
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Literal, Mapping, Union
 from services.admission import fields
 from services.admission.fields import Invalid
 from services.admission.gang_rules import KUBERAY, rules_for
-from services.admission.podgangs import PodGang, PodGangBook, is_coscheduling_podgroup, ray_owner
+from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, ray_owner
 from services.admission.priority import PriorityBook, class_name, preemptible
 from services.admission.queues import QueueBook
 from services.admission.resolve import never_fits, queue_for
@@ -123,7 +123,7 @@ class AdmissionCore:
             owner = ray_owner(p.object)
             if owner is not None:
                 return self._on_ray_group(p, namespace, owner)
-            if not is_coscheduling_podgroup(api_version, p.object):
+            if not is_plain_podgroup(api_version, p.object):
                 return []
             gang = self.pod_gangs.observe_podgroup(p.change, f"{namespace}/{p.name}", p.object)
             return self._evaluate_gang(gang, now) if gang is not None else []
@@ -292,29 +292,36 @@ class AdmissionCore:
         first pods, every further live pod elastic, labels of the first pod; held while it has fewer
         live pods than its minimum."""
         self._claim(gang.key, gang.wid)
-        minimum = self.pod_gangs.min_available(gang)
-        if minimum is None:
+        minimums = self.pod_gangs.min_available(gang)
+        if minimums is None:
             return None
+        minimum, tasks = minimums
         if not gang.submitted:
-            waiting = gang.waiting()
-            if len(waiting) < minimum:
+            if not gang.ready(minimum, tasks):
                 return None
             if gang.ready_at is None:
                 gang.ready_at = now
-            gang.template = waiting[0]
+            gang.template = gang.waiting()[0]
         assert gang.template is not None and gang.ready_at is not None
-        pod_gang = gang.gang(minimum)
+        pod_gang = gang.gang(minimum, tasks)
         pod_name, pod = gang.template
         try:
             labels, annotations = fields.labels(pod), fields.annotations(pod)
             template_class = fields.string(pod["spec"].get("priorityClassName"), "spec.priorityClassName") or None
         except Invalid as exc:
             raise Invalid(f"pod {pod_name}: {exc.reason}") from None
-        queue = queue_for(labels, annotations, gang.namespace, self.queues, self.policy.default_queue)
+        template_field = f"pod {pod_name} spec.priorityClassName"
+        group = self.pod_gangs.group_spec(gang)
+        where = f"PodGroup {gang.key} spec"
+        group_class = fields.string(group.get("priorityClassName"), f"{where}.priorityClassName") or None
+        if group_class:
+            template_class, template_field = group_class, f"{where}.priorityClassName"
+        queue = queue_for(labels, annotations, gang.namespace, self.queues, self.policy.default_queue,
+                          group_queue=fields.string(group.get("queue"), f"{where}.queue") or None)
         return self._spec(kind=gang.kind, namespace=gang.namespace, name=gang.group, queue=queue, labels=labels,
-                          template_class=template_class, template_field=f"pod {pod_name} spec.priorityClassName",
-                          gang=pod_gang, gate="pods", cluster_name=gang.group, submitted_at=gang.ready_at, keep=keep,
-                          not_ready=gang.not_ready(minimum) if gang.submitted else "")
+                          template_class=template_class, template_field=template_field, gang=pod_gang, gate="pods",
+                          cluster_name=gang.group, submitted_at=gang.ready_at, keep=keep,
+                          not_ready=gang.not_ready(minimum, tasks) if gang.submitted else "")
 
     # ------------------------------------------------------------------ shared: queue, priority, fit
     def _spec(self, *, kind: str, namespace: str, name: str, queue: tuple[str, str], labels: Mapping[str, str],

@@ -1,17 +1,23 @@
-"""Plain pod gangs (coscheduling style) and single pods: which pods belong to a gang, and how many it needs.
+"""Plain pod gangs (coscheduling and Volcano style) and single pods: which pods belong to a gang, and
+how many it needs.
 
 A pod joins gang ``namespace/G`` through label ``scheduling.x-k8s.io/pod-group: G`` or
-``pod-group.scheduling.sigs.k8s.io/name: G``. Only pods for our scheduler (``spec.schedulerName``
-one muster answers to, or unset) are members; before submission only unbound, unfinished members
-count toward min-available. The minimum comes from a ``scheduling.x-k8s.io`` PodGroup named G
-(``spec.minMember``), else the ``pod-group.scheduling.sigs.k8s.io/min-available`` label.
+``pod-group.scheduling.sigs.k8s.io/name: G`` (coscheduling), or Volcano's annotation
+``scheduling.k8s.io/group-name: G``. Only pods for our scheduler (``spec.schedulerName`` one muster
+answers to, or unset) are members; before submission only unbound, unfinished members count toward
+the minimum. The minimum comes from a PodGroup named G (``scheduling.x-k8s.io`` or Volcano's
+``scheduling.volcano.sh``: ``spec.minMember``, and Volcano's ``spec.minTaskMember`` per task, the
+task named by the pod's ``volcano.sh/task-spec`` annotation), else the
+``pod-group.scheduling.sigs.k8s.io/min-available`` label. A Volcano PodGroup's ``spec.queue`` and
+``spec.priorityClassName`` choose the queue and the priority.
 
-The gang is the minimum, not every pod: the first min-available waiting pods, grouped by shape into
-pod sets ``pods``, ``pods-2``, ... (first shape seen first), make the gang's minimum, frozen at
-submission. Every further live pod of the group is elastic: it runs alone when quota and capacity
-allow (Volcano's tasks beyond minAvailable). A submitted gang whose live pods fall below its
-minimum (its evicted pods are not recreated: plain pods have no controller) is held, as Volcano's
-gang plugin holds a job with fewer valid tasks than minAvailable, until pods come again.
+The gang is the minimum, not every pod: each task's minTaskMember pods, then the first waiting pods
+up to minMember, grouped by task and shape into pod sets (``pods``, ``pods-2``, ... without a task;
+the task's name, ``<task>-2``, ... with one), make the gang's minimum, frozen at submission. Every
+further live pod of the group is elastic: it runs alone when quota and capacity allow (Volcano's
+tasks beyond minAvailable). A submitted gang whose valid pods fall below its minimum (its evicted
+pods are not recreated: plain pods have no controller) is held, as Volcano's gang plugin holds a
+job with fewer valid tasks than minAvailable, until pods come again.
 
 A pod addressed to muster by name (``spec.schedulerName``) with no group is a gang of one of its own
 (KAI's pod grouper and Volcano do the same): workload ``namespace/<pod name>`` of kind ``Pod``.
@@ -23,12 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
-from services.admission.fields import Invalid, integer, show
+from services.admission.fields import Invalid, integer, opt_mapping, show
 from services.admission.pods import pod_set
 from shared import kube
 from shared.model import Gang, PodSet, WorkloadSpec
 
-COSCHEDULING_GROUPS = ("scheduling.x-k8s.io", "scheduling.sigs.k8s.io")
+POD_GROUP_APIS = ("scheduling.x-k8s.io", "scheduling.sigs.k8s.io", "scheduling.volcano.sh")
 FINISHED_PHASES = ("Succeeded", "Failed")
 RAY_OWNERS = ("RayCluster", "RayJob")
 
@@ -47,11 +53,14 @@ class PodGang:
     ready_at: float | None = None
     template: tuple[str, Mapping[str, Any]] | None = None
     """(name, pod) whose labels give queue and priority; frozen once submitted."""
-    shapes: list[PodSet] = field(default_factory=list)
-    """One pod set per shape seen in this incarnation, first seen first (their names never change)."""
+    shapes: list[tuple[str, PodSet]] = field(default_factory=list)
+    """(task, pod set) per task and shape seen in this incarnation, first seen first (names never change)."""
+    sets: dict[str, PodSet] = field(default_factory=dict)
+    """Member name -> its pod set, read once: a pod's spec does not change, and what muster writes on it
+    when it binds it (``gpu-fraction``, ``muster.dev/*``) must not make it another shape."""
     minimums: dict[str, int] | None = None
     """Pods per pod set in the gang's minimum, frozen at submission."""
-    minimum: int = 0
+    minimum: tuple[int, tuple[tuple[str, int], ...]] = (0, ())
     """The minimum the frozen counts were taken for (a changed minMember takes them again)."""
     spec: WorkloadSpec | None = None
     rejected: str | None = None
@@ -83,52 +92,89 @@ class PodGang:
         return ("Failed" if failed else "Succeeded"), f"all {total} pods finished: {total - failed} Succeeded, {failed} Failed"
 
     def pod_set_of(self, pod_name: str, pod: Mapping[str, Any]) -> PodSet:
-        """The pod set of this pod's shape, registered the first time it is seen; raises ``Invalid``."""
+        """The pod set of this pod's task and shape, registered the first time it is seen; raises ``Invalid``."""
+        known_set = self.sets.get(pod_name)
+        if known_set is not None:
+            return known_set
+        self.sets[pod_name] = named = self._register(pod_name, pod)
+        return named
+
+    def _register(self, pod_name: str, pod: Mapping[str, Any]) -> PodSet:
         try:
             mine = pod_set("pods", 1, pod, "")
         except Invalid as exc:
             raise Invalid(f"pod {pod_name}: {exc.reason}") from None
-        for known in self.shapes:
+        task = task_of(pod)
+        same_task = [known for t, known in self.shapes if t == task]
+        for known in same_task:
             if known.shape == mine.shape:
                 return known
-        named = mine.model_copy(update={"name": "pods" if not self.shapes else f"pods-{len(self.shapes) + 1}"})
-        self.shapes.append(named)
+        base = task or "pods"
+        named = mine.model_copy(update={"name": base if not same_task else f"{base}-{len(same_task) + 1}"})
+        self.shapes.append((task, named))
         return named
 
-    def gang(self, minimum: int) -> Gang:
-        """The gang: frozen minimum counts per shape, every further live pod elastic.
+    def ready(self, minimum: int, tasks: Mapping[str, int]) -> bool:
+        """Enough waiting pods to submit: the minimum in all, and each task's own minimum."""
+        waiting = self.waiting()
+        return len(waiting) >= minimum and all(sum(1 for _, p in waiting if task_of(p) == task) >= n
+                                               for task, n in tasks.items())
 
-        Before submission the minimum is taken from the first ``minimum`` waiting pods (their shapes
-        are what has to start together); if the minimum later exceeds what was counted (a PodGroup's
-        minMember raised), the first shape counts the difference.
+    def gang(self, minimum: int, tasks: Mapping[str, int]) -> Gang:
+        """The gang: frozen minimum counts per pod set, every further live pod elastic.
+
+        Before submission the minimum is taken from the waiting pods in the order they came: each
+        task's minTaskMember pods first, then any up to minMember (their tasks and shapes are what has
+        to start together); if the minimum later exceeds what was counted (a PodGroup's minMember
+        raised), the first pod set counts the difference.
         """
-        if self.minimums is None or self.minimum != minimum:
+        wanted = (minimum, tuple(sorted(tasks.items())))
+        if self.minimums is None or self.minimum != wanted:
             counts: dict[str, int] = {}
-            for name, pod in self.waiting()[:minimum]:
-                ps = self.pod_set_of(name, pod)
-                counts[ps.name] = counts.get(ps.name, 0) + 1
+            taken: dict[str, None] = {}
+            waiting = self.waiting()
+            for task, n in tasks.items():
+                for name, pod in [(nm, p) for nm, p in waiting if task_of(p) == task][:n]:
+                    taken[name] = None
+            rest = max(minimum, sum(tasks.values())) - len(taken)
+            for name, _ in waiting:
+                if rest <= 0:
+                    break
+                if name not in taken:
+                    taken[name] = None
+                    rest -= 1
+            for name, pod in waiting:
+                if name in taken:
+                    ps = self.pod_set_of(name, pod)
+                    counts[ps.name] = counts.get(ps.name, 0) + 1
             if self.shapes:
-                first = self.shapes[0].name
-                counts[first] = counts.get(first, 0) + max(0, minimum - sum(counts.values()))
-            self.minimums, self.minimum = counts, minimum
+                first = self.shapes[0][1].name
+                counts[first] = counts.get(first, 0) + max(0, rest)
+            self.minimums, self.minimum = counts, wanted
         live: dict[str, int] = {}
         for name, pod in self.live():
             ps = self.pod_set_of(name, pod)
             live[ps.name] = live.get(ps.name, 0) + 1
         sets = []
-        for ps in self.shapes:
+        for _, ps in self.shapes:
             count = self.minimums.get(ps.name, 0)
             elastic = max(0, live.get(ps.name, 0) - count)
             if count or elastic:
                 sets.append(ps.model_copy(update={"count": count, "elastic": elastic}))
         return Gang(min_member=sum(ps.count for ps in sets), pod_sets=tuple(sets))
 
-    def not_ready(self, minimum: int) -> str:
-        """Why a submitted gang cannot start now: fewer live pods than its minimum ("" when it has them)."""
-        valid = sum(1 for p in self.members.values() if _phase(p) != "Failed")  # Volcano counts Succeeded too
-        if valid >= minimum:
+    def not_ready(self, minimum: int, tasks: Mapping[str, int]) -> str:
+        """Why a submitted gang cannot start now: fewer valid pods than its minimum, in all or of a task
+        (Volcano's gang plugin: Succeeded pods are valid too); "" when it has them."""
+        valid = [p for p in self.members.values() if _phase(p) != "Failed"]
+        for task, n in tasks.items():
+            have = sum(1 for p in valid if task_of(p) == task)
+            if have < n:
+                return (f"Not enough valid pods of each task for gang-scheduling: task {task} has {have}, "
+                        f"minTaskMember {n} (pod group {self.group} waits for its pods)")
+        if len(valid) >= minimum:
             return ""
-        return (f"Not enough valid tasks for gang-scheduling, valid: {valid}, min: {minimum} "
+        return (f"Not enough valid tasks for gang-scheduling, valid: {len(valid)}, min: {minimum} "
                 f"(pod group {self.group} waits for its pods)")
 
 
@@ -161,12 +207,14 @@ def is_ray_pod(pod: Mapping[str, Any]) -> bool:
 
 
 def group_of(pod: Mapping[str, Any]) -> str | None:
-    """G for a plain gang member, None for KubeRay pods and pods without a group label."""
-    if is_ray_pod(pod):
-        return None
-    labels = _labels(pod)
-    group = labels.get(kube.POD_GROUP_X) or labels.get(kube.POD_GROUP_NAME)
-    return group if isinstance(group, str) and group else None
+    """G for a plain gang member, None for KubeRay pods and pods that name no group."""
+    return None if is_ray_pod(pod) else kube.pod_group_of(pod)
+
+
+def task_of(pod: Mapping[str, Any]) -> str:
+    """The pod's Volcano task (``volcano.sh/task-spec``), "" when it names none."""
+    task = kube.annotations(pod).get(kube.VOLCANO_TASK)
+    return task if isinstance(task, str) else ""
 
 
 def scheduler_of(pod: Mapping[str, Any]) -> str:
@@ -175,9 +223,9 @@ def scheduler_of(pod: Mapping[str, Any]) -> str:
     return name if isinstance(name, str) else ""
 
 
-def is_coscheduling_podgroup(api_version: str, obj: Mapping[str, Any]) -> bool:
-    """A coscheduling PodGroup a user wrote (not Volcano's, not one KubeRay made for a RayCluster)."""
-    if api_version.split("/", 1)[0] not in COSCHEDULING_GROUPS:
+def is_plain_podgroup(api_version: str, obj: Mapping[str, Any]) -> bool:
+    """A coscheduling or Volcano PodGroup for plain pods (not one KubeRay made for a RayCluster/RayJob)."""
+    if api_version.split("/", 1)[0] not in POD_GROUP_APIS:
         return False
     return ray_owner(obj) is None
 
@@ -229,6 +277,7 @@ class PodGangBook:
         if old is not None and old != new:
             gang = self.gangs.get(old)
             if gang is not None and gang.members.pop(name, None) is not None:
+                gang.sets.pop(name, None)
                 touched.append(gang)
             del self._pod_gang[pod_key]
         if membership is not None and new is not None:
@@ -253,17 +302,20 @@ class PodGangBook:
         if self.gangs.get(gang.wid) is gang:
             del self.gangs[gang.wid]
 
-    def min_available(self, gang: PodGang) -> int | None:
-        """The gang's minimum, or None while nothing says it yet; raises ``Invalid`` for bad values."""
+    def min_available(self, gang: PodGang) -> tuple[int, dict[str, int]] | None:
+        """(the gang's minimum, each task's minimum), or None while nothing says it yet; raises
+        ``Invalid`` for bad values."""
         if gang.kind == "Pod":
-            return 1
+            return 1, {}
         podgroup = self.podgroups.get(gang.key)
         if podgroup is not None:
             spec = podgroup.get("spec")
-            where = f"PodGroup {gang.key} spec.minMember"
+            where = f"PodGroup {gang.key} spec"
             if not isinstance(spec, Mapping) or spec.get("minMember") is None:
-                raise Invalid(f"{where}: missing")
-            return integer(spec.get("minMember"), where, default=1, minimum=1)
+                raise Invalid(f"{where}.minMember: missing")
+            tasks = opt_mapping(spec.get("minTaskMember"), f"{where}.minTaskMember")
+            return (integer(spec.get("minMember"), f"{where}.minMember", default=1, minimum=1),
+                    {str(t): integer(n, f"{where}.minTaskMember.{t}", default=0) for t, n in tasks.items()})
         for name, pod in gang.members.items():
             raw = _labels(pod).get(kube.POD_GROUP_MIN)
             if raw is None:
@@ -273,5 +325,10 @@ class PodGangBook:
                 raw = int(raw.strip())
             if not isinstance(raw, int) or isinstance(raw, bool):
                 raise Invalid(f"{where}: {show(raw)} is not an integer")
-            return integer(raw, where, default=1, minimum=1)
+            return integer(raw, where, default=1, minimum=1), {}
         return None
+
+    def group_spec(self, gang: PodGang) -> Mapping[str, Any]:
+        """The spec of the PodGroup that defines the gang (queue, priorityClassName), empty without one."""
+        spec = self.podgroups.get(gang.key, {}).get("spec")
+        return spec if isinstance(spec, Mapping) else {}

@@ -806,7 +806,8 @@ class PlacementCore:
     def _pod_assigned(self, wrec: WorkloadRecord, rec: PodRecord, slot: Slot) -> PodAssigned:
         node = self.nodes.names[slot.node]
         return PodAssigned(key=wrec.key, pod_namespace=rec.facts.namespace, pod=rec.facts.name,
-                           pod_set=slot.pod_set, node=node, gpu=gpu.assignment(wrec.key, node, slot.devices))
+                           pod_set=slot.pod_set, node=node, gpu=gpu.assignment(wrec.key, node, slot.devices),
+                           elastic=slot.elastic)
 
 
 def _counts(pods: list[elastic.Victim]) -> dict[tuple[str, str], int]:

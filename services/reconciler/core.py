@@ -31,6 +31,8 @@ STATUS = "muster.dev/status"
 GPU_GROUP = "muster.dev/gpu-group"
 GPU_DEVICES = "muster.dev/gpu-devices"
 GPU_FRACTION = kube.GPU_FRACTION
+ELASTIC = "muster.dev/elastic"
+"""On a bound pod beyond its gang's minimum: it runs while quota and nodes allow, and goes first."""
 
 _NO_ANNOTATIONS = frozenset({"PodGroup"})
 """Kinds whose workload object muster does not annotate (a plain pod gang may have no object)."""
@@ -134,6 +136,8 @@ class ReconcilerCore:
         wl = self._workload(p.key)
         pod_id = self._pod_id(wl, p.pod_namespace, p.pod)
         annotations = gpu_annotations(p.gpu)
+        if p.elastic:
+            annotations[ELASTIC] = "true"
         if not self._remember(pod_id, "placement", ("bind", p.node, tuple(sorted(annotations.items())))):
             return []
         return [KubeEffect(op="bind", kind="Pod", namespace=p.pod_namespace or wl.namespace, name=p.pod,

@@ -11,7 +11,7 @@ from shared.kube import rayjob_cluster_name
 from shared.model import MatchExpression, PodSet, Toleration
 from shared.quantity import format_resources, parse_resources
 from tests.builders import container, pod_template, ray_cluster, ray_job, worker_group
-from tests.builders.admission import AdmissionDriver, kai_queue, volcano_queue
+from tests.builders.admission import AdmissionDriver, elastic_quota_tree, eqt_node, kai_queue, volcano_queue
 
 GI = 1024**3 * 1000
 
@@ -217,3 +217,45 @@ def test_node_selector_tolerations_and_required_affinity_come_from_the_template(
          MatchExpression(key="spot", operator="DoesNotExist")),
         (MatchExpression(key="pool", operator="Exists"),),
     )
+
+
+# --------------------------------------------------------------------------- what each dialect counts and charges
+def test_volcano_autoscaling_cluster_gang_is_min_replicas_and_the_rest_elastic() -> None:
+    d = AdmissionDriver()
+    d.send(volcano_queue("v"))
+    rc = ray_cluster(labels={"volcano.sh/queue-name": "v"}, enableInTreeAutoscaling=True,
+                     workers=[worker_group("w", 4, {"cpu": "1"}, min_replicas=1, max_replicas=8)])
+    gang = d.submitted(rc).gang
+    assert gang.min_member == 2 and [(ps.count, ps.elastic) for ps in gang.pod_sets] == [(1, 0), (1, 3)]
+    assert gang.quota_demand["cpu"] == 2000          # the minimum is charged; elastic pods as they bind
+
+
+def test_kai_cluster_gang_is_head_plus_min_replicas_with_or_without_autoscaling() -> None:
+    d = AdmissionDriver()
+    d.send(kai_queue("k"))
+    rc = ray_cluster(labels={"kai.scheduler/queue": "k"},
+                     workers=[worker_group("a", 3, min_replicas=1), worker_group("b", 2)])
+    gang = d.submitted(rc).gang
+    assert [(ps.name, ps.count, ps.elastic) for ps in gang.pod_sets] == [("head", 1, 0), ("a", 1, 2), ("b", 2, 0)]
+    assert gang.min_member == 4
+
+
+def test_kube_queue_rayjob_charges_head_and_replicas_but_not_the_submitter() -> None:
+    d = AdmissionDriver()
+    d.send(elastic_quota_tree(eqt_node("root", children=[eqt_node("video", namespaces=["video"])])))
+    job = ray_job("rj", "video", head={"cpu": "4"}, enableInTreeAutoscaling=True,
+                  workers=[worker_group("w", 2, {"cpu": "4"}, min_replicas=1)])
+    spec = d.submitted(job)
+    assert spec.queue == "video" and [(ps.count, ps.elastic) for ps in spec.gang.pod_sets] == [(1, 0), (2, 0), (1, 0)]
+    assert spec.gang.pod_sets[-1].charged is False
+    assert spec.gang.quota_demand == {"cpu": 12_000}   # the submitter's 500m CPU, 200Mi are not in it
+    assert spec.gang.resources["cpu"] == 12_500     # placed with the gang all the same: it needs a node
+
+
+def test_a_queue_defined_later_recounts_the_gang_by_its_dialect() -> None:
+    d = AdmissionDriver()
+    rc = ray_cluster(labels={"kai.scheduler/queue": "k"}, workers=[worker_group("a", 3, min_replicas=1)])
+    assert d.submitted(rc).gang.min_member == 4          # the queue is unknown yet: KubeRay's own count
+    out = d.send(kai_queue("k"))
+    updated = [x for x in out if x.type == "WorkloadUpdated"]
+    assert updated[0].workload.gang.min_member == 2
