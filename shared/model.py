@@ -55,6 +55,8 @@ class PodSet(Frozen):
     tolerations: tuple[Toleration, ...] = ()
     affinity: tuple[tuple[MatchExpression, ...], ...] = ()
     """Required node affinity: OR over terms, AND within a term."""
+    task: str = ""
+    """The Volcano task its pods name (``volcano.sh/task-spec``): pods of another task never fill its slots."""
 
     @property
     def constraint_key(self) -> tuple:

@@ -110,7 +110,8 @@ class PodGang:
             if known.shape == mine.shape:
                 return known
         base = task or "pods"
-        named = mine.model_copy(update={"name": base if not same_task else f"{base}-{len(same_task) + 1}"})
+        named = mine.model_copy(update={"name": base if not same_task else f"{base}-{len(same_task) + 1}",
+                                        "task": task})
         self.shapes.append((task, named))
         return named
 
@@ -176,11 +177,6 @@ class PodGang:
             return ""
         return (f"Not enough valid tasks for gang-scheduling, valid: {len(valid)}, min: {minimum} "
                 f"(pod group {self.group} waits for its pods)")
-
-
-def shape(ps: PodSet) -> tuple:
-    """What makes two pods interchangeable for placement: requests, GPU share and node constraints."""
-    return ps.shape
 
 
 def _phase(pod: Mapping[str, Any]) -> str:

@@ -348,7 +348,7 @@ class PlacementCore:
         if mine is None:
             return ""
         for ps in wrec.spec.gang.pod_sets:
-            if (ps.resources, ps.gpu_share, ps.constraint_key) == (mine.resources, mine.gpu_share, mine.constraint_key):
+            if ps.task == mine.task and ps.shape == mine.shape:
                 return ps.name
         return ""
 

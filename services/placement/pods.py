@@ -109,13 +109,15 @@ def _affinity(spec: Mapping[str, Any]) -> tuple[tuple[MatchExpression, ...], ...
 
 
 def pod_set_of(obj: Mapping[str, Any], name: str, facts: PodFacts) -> PodSet | None:
-    """A one-pod PodSet from the pod's own spec (to match a pod gang's pod to its pod set by shape); None if unreadable."""
+    """A one-pod PodSet from the pod's own spec and task (to match a pod gang's pod to its pod set by
+    task and shape); None if unreadable."""
     spec = _mapping(obj.get("spec"))
     try:
         resources = {k: v for k, v in facts.requests.items() if k != q.PODS}
+        task = kube.annotations(obj).get(kube.VOLCANO_TASK)
         return PodSet(name=name, count=1, resources=resources, gpu_share=facts.gpu_share,
                       node_selector=dict(spec.get("nodeSelector") or {}), tolerations=_tolerations(spec),
-                      affinity=_affinity(spec))
+                      affinity=_affinity(spec), task=task if isinstance(task, str) else "")
     except (ValidationError, KeyError, TypeError, AttributeError):
         return None
 

@@ -122,3 +122,21 @@ def test_a_gang_of_one_pod_is_placed_like_any_other():
     other = pod("web", requests={"cpu": "1"}, scheduler="default-scheduler")
     assert of_type(d.pod(other), PodAssigned) == []                   # another scheduler's pod: not muster's
     assert isinstance(d.dequeue(workload("default/web", kind="Pod"))[0], (GangPlaced, PlacementFailed))
+
+
+def test_a_pod_of_another_volcano_task_never_fills_a_tasks_slot_even_of_the_same_shape():
+    """minTaskMember: a gang with a launcher slot binds nothing while only workers of that shape wait."""
+    d = PlacementDriver(None, node("n1", cpu="8"))
+    launcher = pod_set("launcher", 1, cpu="1").model_copy(update={"task": "launcher"})
+    worker = pod_set("worker", 1, cpu="1").model_copy(update={"task": "worker"})
+    spec = workload("default/mpi", kind="PodGroup", gang_=gang(launcher, worker))
+
+    def member(name: str, task: str) -> dict:
+        return pod(name, requests={"cpu": "1"}, annotations={"scheduling.k8s.io/group-name": "mpi",
+                                                             "volcano.sh/task-spec": task})
+
+    d.pod(member("w-0", "worker"))
+    d.pod(member("w-1", "worker"))
+    assert of_type(d.dequeue(spec), PodAssigned) == []          # two workers, no launcher: nothing binds
+    assigned = of_type(d.pod(member("l-0", "launcher")), PodAssigned)
+    assert [(a.pod, a.pod_set) for a in assigned] == [("w-0", "worker"), ("l-0", "launcher")]
