@@ -209,6 +209,9 @@ class ElasticReleased(_WorkloadEvent):
     reason: str
     refused: bool = False
     evicted: tuple[str, ...] = ()
+    promoted: tuple[str, ...] = ()
+    """Elastic pods (``namespace/name``) that took the place of a gang pod that went away: they are the
+    gang's now (the gang stays whole, as Volcano counts only how many of a job's pods run)."""
 
 
 # --------------------------------------------------------------------------- placement

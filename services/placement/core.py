@@ -283,12 +283,30 @@ class PlacementCore:
             else:
                 slot.done = True
             return False, []
+        stand_in = self._stand_in(wrec, slot)
+        if stand_in is not None:  # a running elastic pod of the pod set takes the gang place
+            if was_reserving:
+                self.nodes.uncharge(slot.node, slot.demand, slot.devices)
+            wrec.slots.remove(slot)
+            stand_in.elastic, stand_in.in_gang = False, slot.in_gang
+            assert stand_in.pod is not None
+            return False, [self._elastic_released(wrec, slot.pod_set, 1,
+                                                  f"pod {stand_in.pod.partition('/')[2]} takes the gang place of "
+                                                  f"pod {rec.facts.name}", promoted=(stand_in.pod,))]
         if was_filled and self.nodes.present[slot.node]:
             self.nodes.charge(slot.node, slot.demand, slot.devices)
         elif was_filled:
             slot.lost = True
             self._displaced[wrec.key] = None
         return True, self._assign_waiting(wrec, slot.pod_set)
+
+    def _stand_in(self, wrec: WorkloadRecord, gone: Slot) -> Slot | None:
+        """The newest elastic slot of the same pod set holding a bound pod on a present node: the pod that
+        may take a gone gang pod's place (a gang is a count of running pods, not particular ones)."""
+        for slot in sorted(wrec.slots, key=lambda s: -s.index):
+            if slot.elastic and slot.pod_set == gone.pod_set and slot.filled and self.nodes.present[slot.node]:
+                return slot
+        return None
 
     def _attach(self, wrec: WorkloadRecord, rec: PodRecord) -> list[Any]:
         """Give a live pod of an admitted workload a slot; unbound pods are told where to go."""
@@ -750,9 +768,10 @@ class PlacementCore:
         return out
 
     def _elastic_released(self, wrec: WorkloadRecord, pod_set: str, count: int, reason: str, *,
-                          refused: bool = False, evicted: tuple[str, ...] = ()) -> ElasticReleased:
+                          refused: bool = False, evicted: tuple[str, ...] = (),
+                          promoted: tuple[str, ...] = ()) -> ElasticReleased:
         return ElasticReleased(key=wrec.key, pod_set=pod_set, count=count, admission=wrec.admission, reason=reason,
-                               refused=refused, evicted=evicted)
+                               refused=refused, evicted=evicted, promoted=promoted)
 
     def _evict(self, victim: WorkloadRecord, preemptor: WorkloadRecord, why: str) -> PreemptionRequested:
         """Bookkeeping after the statement released the victim: its pods no longer count or fill."""

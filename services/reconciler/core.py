@@ -159,12 +159,19 @@ class ReconcilerCore:
 
     def _on_elastic_released(self, p: ElasticReleased, now: float) -> list[KubeEffect]:
         """Elastic pods evicted for a workload that needed the room: evict them (the gang keeps running;
-        a controller's replacement waits for quota again) and say so on the workload."""
-        if not p.evicted:
-            return []
+        a controller's replacement waits for quota again) and say so on the workload. Elastic pods
+        that took a gang pod's place lose their elastic mark."""
         wl = self._workload(p.key)
+        out: list[KubeEffect] = []
+        for pod in p.promoted:  # it took a gang pod's place: no longer among the first to go
+            namespace, _, name = pod.rpartition("/")
+            if self._remember(self._pod_id(wl, namespace, name), f"annotation:{ELASTIC}", "false"):
+                out.append(KubeEffect(op="annotate", kind="Pod", namespace=namespace or wl.namespace, name=name,
+                                      annotations={ELASTIC: "false"}))
+        if not p.evicted:
+            return out
         message = f"{len(p.evicted)} elastic pod(s) of {p.pod_set} evicted: {p.reason}"
-        return self._evict_all(wl, p.evicted) + self._event(wl, "Warning", "Preempted", message)
+        return out + self._evict_all(wl, p.evicted) + self._event(wl, "Warning", "Preempted", message)
 
     def _on_workload_rejected(self, p: WorkloadRejected, now: float) -> list[KubeEffect]:
         known = self._workloads.get(p.key)

@@ -253,6 +253,8 @@ class InvariantWatcher:
             self.disrupted.discard(p.key)
         if env.type == "PodAssigned" and p.gpu is not None:
             self.gpu[f"{p.pod_namespace}/{p.pod}"] = p.gpu
+        if env.type == "ElasticReleased":
+            self.elastic.difference_update(p.promoted)
         if env.type == "PodAssigned":
             if p.elastic:
                 self.elastic.add(f"{p.pod_namespace}/{p.pod}")

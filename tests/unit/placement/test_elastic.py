@@ -140,3 +140,15 @@ def test_a_pod_of_another_volcano_task_never_fills_a_tasks_slot_even_of_the_same
     assert of_type(d.dequeue(spec), PodAssigned) == []          # two workers, no launcher: nothing binds
     assigned = of_type(d.pod(member("l-0", "launcher")), PodAssigned)
     assert [(a.pod, a.pod_set) for a in assigned] == [("w-0", "worker"), ("l-0", "launcher")]
+
+
+def test_a_running_elastic_pod_takes_the_place_of_a_gang_pod_that_went_away():
+    """The Ray autoscaler may delete any worker: the gang is a count of running pods, not particular ones."""
+    d = PlacementDriver(None, node("n1", cpu="8"))
+    spec = _elastic("default/rc", 1)
+    (extra,) = _running(d, spec, 1)
+    out = d.pod(bound(ray_pod("rc", "worker", 0), "n1", "Running"), "Deleted")
+    release = one(out, ElasticReleased)
+    assert release.promoted == (f"default/{extra['metadata']['name']}",)
+    assert release.reason == "pod rc-worker-worker-10 takes the gang place of pod rc-worker-worker-0"
+    assert of_type(d.settle(), GangRunning) == [] and d.pod(ray_pod("rc", "worker", 20)) == []

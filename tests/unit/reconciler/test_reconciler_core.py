@@ -256,3 +256,16 @@ def test_elastic_pods_evicted_for_another_workload_are_evicted_and_told_on_the_w
     ]
     quiet = released.model_copy(update={"evicted": (), "reason": "went away"})
     assert c.handle(envelope(quiet, at=8.0)) == []          # a pod that went away by itself: nothing to do
+
+
+def test_an_elastic_pod_that_took_a_gang_place_loses_its_elastic_mark():
+    from shared.events import ElasticReleased
+
+    c = core()
+    bind = c.handle(envelope(PodAssigned(key="default/rc", pod_namespace="default", pod="rc-w-x", pod_set="w",
+                                         node="n1", elastic=True), at=1.0))
+    assert bind == [eff("bind", "Pod", "rc-w-x", node="n1", annotations={"muster.dev/elastic": "true"})]
+    promoted = ElasticReleased(key="default/rc", pod_set="w", count=1, admission=2, reason="took a place",
+                               promoted=("default/rc-w-x",))
+    assert c.handle(envelope(promoted, at=2.0)) == [eff("annotate", "Pod", "rc-w-x",
+                                                        annotations={"muster.dev/elastic": "false"})]
