@@ -2,7 +2,8 @@
 
 Where each decision is made:
 - gang arithmetic (RayCluster / RayJob): ``workloads.py``; one pod template → PodSet: ``pods.py``
-- what each queue dialect counts as the gang and charges: ``gang_rules.py``
+- each queue dialect's rules (what the gang counts and charges, who is preemptible, who preempts):
+  ``dialects.py``
 - queue objects (Volcano / KAI / ElasticQuotaTree) and the book of defined queues: ``queues.py``
 - queue resolution and "can never fit": ``resolve.py``; priority classes, preemptibility: ``priority.py``
 - plain pod gangs and single pods (membership, min-available): ``podgangs.py``
@@ -19,9 +20,9 @@ from typing import Any, Callable, Literal, Mapping, Union
 
 from services.admission import fields
 from services.admission.fields import Invalid
-from services.admission.gang_rules import KUBERAY, rules_for
+from services.admission.dialects import KUBERAY, dialect_of
 from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, ray_owner
-from services.admission.priority import PriorityBook, class_name, preemptible
+from services.admission.priority import PriorityBook, class_name, preemptible, ray_pod_metas, volcano_pinned
 from services.admission.queues import QueueBook
 from services.admission.resolve import never_fits, queue_for
 from services.admission.workloads import (
@@ -229,7 +230,7 @@ class AdmissionCore:
         where = _where_group(self.ray_groups.get(wid), w.namespace)
         queue = queue_for(labels, annotations, w.namespace, self.queues, self.policy.default_queue,
                           group_queue=(fields.string(group.get("queue"), f"{where} spec.queue") or None))
-        rules = rules_for(self._dialect(queue[0]))
+        rules = dialect_of(self.queues.specs.get(queue[0])).gang
         if rules != KUBERAY:
             shape = parse(w.name, w.obj, rules)
         gang, template_class, template_field = shape.gang, shape.head_priority_class, shape.head_priority_field
@@ -239,9 +240,13 @@ class AdmissionCore:
         group_class = fields.string(group.get("priorityClassName"), f"{where} spec.priorityClassName") or None
         if group_class:
             template_class, template_field = group_class, f"{where} spec.priorityClassName"
+        metas = ray_pod_metas(w.kind, w.obj)
+        if wid in self.ray_groups:
+            metas.append((f"{where} metadata", self.ray_groups[wid].get("metadata")))
         return self._spec(kind=w.kind, namespace=w.namespace, name=w.name, queue=queue, labels=labels,
                           template_class=template_class, template_field=template_field, gang=gang, gate=w.gate,
-                          cluster_name=shape.cluster_name, submitted_at=w.first_seen, keep=keep)
+                          cluster_name=shape.cluster_name, submitted_at=w.first_seen,
+                          pinned=volcano_pinned(metas), keep=keep)
 
     def _on_ray_group(self, p: ObjectChanged, namespace: str, owner: tuple[str, str]) -> list[Output]:
         """A PodGroup KubeRay made for a RayCluster or RayJob (Volcano's, or scheduler-plugins' for the
@@ -263,10 +268,6 @@ class AdmissionCore:
         if w is None or w.deleted or w.finished:
             return []
         return self._evaluate(w)
-
-    def _dialect(self, queue: str) -> Any:
-        spec = self.queues.specs.get(queue)
-        return spec.dialect if spec is not None else None
 
     # ------------------------------------------------------------------ plain pod gangs
     def _evaluate_gang(self, gang: PodGang, now: float, again: bool = False) -> list[Output]:
@@ -318,16 +319,23 @@ class AdmissionCore:
             template_class, template_field = group_class, f"{where}.priorityClassName"
         queue = queue_for(labels, annotations, gang.namespace, self.queues, self.policy.default_queue,
                           group_queue=fields.string(group.get("queue"), f"{where}.queue") or None)
+        metas = [(f"pod {name} metadata", pod.get("metadata")) for name, pod in gang.live()]
+        if gang.kind == "PodGroup":
+            metas.append((f"PodGroup {gang.key} metadata", self.pod_gangs.podgroups.get(gang.key, {}).get("metadata")))
         return self._spec(kind=gang.kind, namespace=gang.namespace, name=gang.group, queue=queue, labels=labels,
                           template_class=template_class, template_field=template_field, gang=pod_gang, gate="pods",
-                          cluster_name=gang.group, submitted_at=gang.ready_at, keep=keep,
+                          cluster_name=gang.group, submitted_at=gang.ready_at, pinned=volcano_pinned(metas), keep=keep,
                           not_ready=gang.not_ready(minimum, tasks) if gang.submitted else "")
 
     # ------------------------------------------------------------------ shared: queue, priority, fit
     def _spec(self, *, kind: str, namespace: str, name: str, queue: tuple[str, str], labels: Mapping[str, str],
               template_class: str | None, template_field: str, gang: Gang, gate: Gate, cluster_name: str,
-              submitted_at: float, keep: WorkloadSpec | None = None, not_ready: str = "") -> WorkloadSpec:
-        """Queue, priority and the can-never-fit check, common to every workload kind.
+              submitted_at: float, pinned: bool = False, keep: WorkloadSpec | None = None,
+              not_ready: str = "") -> WorkloadSpec:
+        """Queue, priority, preemptibility and the can-never-fit check, common to every workload kind.
+
+        Preemptibility follows the queue's dialect (``dialects.py``) and the user's opt-outs (``pinned``:
+        ``volcano.sh/preemptable: "false"`` somewhere on the workload).
 
         ``keep``: the spec a submitted workload has while queues or PriorityClasses changed under it.
         Staying in its queue it is not checked again (a lowered limit or a removed queue leaves it
@@ -347,17 +355,20 @@ class AdmissionCore:
             if keep is None or cls != keep.priority_class:
                 raise
             priority, priority_class = keep.priority, keep.priority_class
-        can_preempt = preemptible(priority, labels)
+        dialect = dialect_of(self.queues.specs.get(queue))
+        can_preempt = preemptible(priority, labels, dialect.non_preemptible_from) and not pinned
         if gang.desired_count > self.policy.max_gang_pods:
             raise Invalid(f"gang of {gang.desired_count} pods is larger than muster accepts "
                           f"(policy max_gang_pods {self.policy.max_gang_pods})")
-        reason = never_fits(gang.quota_demand, self.queues.chain(queue)) if moved else None
-        if reason is not None:
-            raise Invalid(reason)
+        pinned_now = not can_preempt and (keep is None or keep.preemptible)
+        if moved or pinned_now:  # as if it had come after the definition that moved or pinned it
+            reason = never_fits(gang.quota_demand, self.queues.chain(queue), preemptible=can_preempt)
+            if reason is not None:
+                raise Invalid(reason)
         return WorkloadSpec(key=f"{namespace}/{name}", kind=kind, namespace=namespace, name=name,  # type: ignore[arg-type]
                             queue=queue, priority=priority, priority_class=priority_class, preemptible=can_preempt,
-                            gate=gate, gang=gang, submitted_at=submitted_at, cluster_name=cluster_name,
-                            not_ready=not_ready)
+                            gate=gate, preempts=dialect.preempts(gate), gang=gang, submitted_at=submitted_at,
+                            cluster_name=cluster_name, not_ready=not_ready)
 
     def _accept(self, entity: RayWorkload | PodGang, spec: WorkloadSpec) -> list[Output]:
         """Submitted the first time; Updated when the spec changed or a rejection was cleared."""

@@ -3,7 +3,7 @@
 The pods are KubeRay's (``utils.CalculateDesiredReplicas``): head 1; per worker group
 clamp(replicas, minReplicas, maxReplicas) × numOfHosts, 0 when the group is suspended; a K8sJobMode
 RayJob adds its submitter pod outside the gang. Which of them form the gang's minimum and which are
-elastic, and whether the submitter is charged, is the queue dialect's rule (``gang_rules``); a
+elastic, and whether the submitter is charged, is the queue dialect's rule (``dialects.py``); a
 PodGroup KubeRay made for the workload overrides the minimum with its ``minMember``. Unlike KubeRay,
 minReplicas > maxReplicas is a rejection (KubeRay silently uses maxReplicas). Like KubeRay, a RayJob
 that is suspended while ``shutdownAfterJobFinishes`` is not true is refused.
@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
+from services.admission.dialects import GangRules
 from services.admission.fields import Invalid, boolean, integer, mapping, opt_list, opt_mapping, show, string
-from services.admission.gang_rules import GangRules
 from services.admission.pods import pod_set
 from shared import kube
 from shared import quantity as q

@@ -22,22 +22,23 @@ from __future__ import annotations
 import heapq
 import math
 from operator import attrgetter
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from services.queue import backoff, elastic, preemption
 from services.queue.ledger import Ledger
 from services.queue.ordering import blocks, serve_key
 from services.queue.reasons import preempted_by, waiting
 from shared.reasons import amounts, gang_line
-from services.queue.reclaim import Running, choose_victims, shortage, within_share
-from services.queue.snapshot import Snapshot
-from services.queue.tree import QueueTree, quota_failure
+from services.queue.reclaim import (CLUSTER, Choice, Running, choose_victims, shortage, within_guarantee,
+                                    within_share)
+from services.queue.snapshot import Freed, Snapshot
+from services.queue.tree import QueueTree, cap_failure, over_limits, quota_failure
 from services.queue.workload import Tracked
 from shared.model import shrunk
 from shared.victims import minimal_victims
 from shared import quantity as q
 from shared.events import (
-    BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, ElasticVictim, Envelope, Enqueued,
+    BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, Envelope, Enqueued,
     GangPlaced, GangRunning, PlacementFailed, PreemptionRequested, QueueDefined, QueueRejected, QueueRemoved,
     ReclaimRequested, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted,
     WorkloadUpdated, WorkloadWithdrawn,
@@ -46,7 +47,6 @@ from shared.model import WorkloadSpec
 from shared.policy import Policy
 
 CYCLE = "cycle"
-_QUEUE_KIND = {"elasticquotatree": "ElasticQuotaTree"}
 _ORDER = attrgetter("order")
 
 Out = list[Any]
@@ -68,6 +68,8 @@ class QueueCore:
         """Times at which a blocked reclaim's victims reach their minimum runtime: wake-ups, not just cycles."""
         self._growing: dict[str, None] = {}
         """Keys of quota holders whose owners want elastic pods (the cycle's grant step reads only these)."""
+        self._reclaiming: dict[str, None] = {}
+        """Reserved workloads whose named victims may still hold quota (until placement answers)."""
         self._seq = 0
         self._now = 0.0
         self._handlers: dict[str, Callable[[Any, float, Out], None]] = {
@@ -102,7 +104,7 @@ class QueueCore:
     def _on_queue_defined(self, p: QueueDefined, now: float, out: Out) -> None:
         problem = self.tree.define(p.queue)
         if problem is not None:
-            out.append(QueueRejected(name=p.queue.name, kind=_QUEUE_KIND.get(p.queue.dialect, "Queue"), reason=problem))
+            out.append(QueueRejected(name=p.queue.name, kind=p.queue.kind, reason=problem))
             return
         self._request_cycle(now, out)  # limits, state or shape changed: the cycle re-tells waits
 
@@ -166,6 +168,7 @@ class QueueCore:
         reclaimer = self._workloads.get(w.promised_to) if w.promised_to else None
         if reclaimer is not None:
             reclaimer.victims = tuple(v for v in reclaimer.victims if v != w.key)
+            reclaimer.elastic_victims = tuple(v for v in reclaimer.elastic_victims if v.key != w.key)
         self._unpromise(w)
         reason = p.reason or (p.outcome if isinstance(p, WorkloadFinished) else "deleted")
         out.append(WorkloadWithdrawn(key=w.key, reason=reason))
@@ -294,17 +297,22 @@ class QueueCore:
         3. snapshot: usage rolled up the tree, non-preemptible usage, cluster free, fair shares;
         4. iterate: serve queues by (queue priority desc, dominant share asc, name), one head at
            a time, re-ranking the served queue after each decision;
-        5. quota: leaf and every ancestor within limit (and guarantee if non-preemptible); else
-           lower-priority preemptible holders of the same leaf queue that would make it fit are
-           named in ReclaimRequested (in-queue preemption, preemption.py); else BackedOff with
-           the gang line; StrictFIFO stops that queue, BestEffortFIFO moves on;
+        5. quota: leaf and every ancestor within limit (and guarantee if non-preemptible where the
+           dialect caps them); else, when an ancestor's limit blocks, queues above their share or
+           guarantee under it give back (reclaim across the tree, reclaim.py); else lower-priority
+           preemptible holders of the same leaf queue that would make it fit are named in
+           ReclaimRequested (in-queue preemption, preemption.py); else BackedOff with the gang line;
+           StrictFIFO stops that queue, BestEffortFIFO moves on;
         6. admit: Dequeued when free capacity covers the demand or no reclaim is possible, else
-           ReclaimRequested(victims); both reserve quota in the snapshot for the next heads.
+           ReclaimRequested(victims); both reserve quota in the snapshot for the next heads. Every
+           reclaim and preemption names elastic pods alone first (elastic.py), whole gangs only when
+           those do not cover;
+        7. elastic pods of holders, one at a time (``_grant_elastic``).
         """
         heads = self._heads(now, out)
         if not heads and not self._growing:
             return
-        snap = Snapshot.take(self.tree, self._ledger, self._capacity)
+        snap = self._snapshot()
         ranking = [(self._rank(name, snap), name) for name in heads]
         heapq.heapify(ranking)
         cursor = {name: 0 for name in heads}
@@ -389,64 +397,104 @@ class QueueCore:
         spec = self.tree.get(name)
         return serve_key(spec.priority if spec else 0, snap.dominant(name), name)
 
+    def _snapshot(self) -> Snapshot:
+        return Snapshot.take(self.tree, self._ledger, self._capacity,
+                             [(w, self._freed_by(w)) for w in (self._workloads[k] for k in self._reclaiming)])
+
+    def _freed_by(self, w: Tracked) -> list[Freed]:
+        """What ``w``'s victims that still hold quota and are still promised to it give back once placement
+        evicts them: a whole victim's demand, or the named elastic pods it still holds."""
+        out: list[Freed] = []
+        for key in w.victims:
+            v = self._workloads.get(key)
+            if v is not None and v.holds_quota and v.promised_to == w.key:
+                out.append((v.queue, v.demand))
+        for unit in w.elastic_victims:
+            v = self._workloads.get(unit.key)
+            if v is not None and v.holds_quota and v.promised_to == w.key:
+                demand = v.elastic_demand(unit.pod_set, unit.count)
+                if demand:
+                    out.append((v.queue, demand))
+        return out
+
     def _try(self, w: Tracked, snap: Snapshot, now: float, out: Out) -> bool:
         """Steps 5-6 for one head; True when it took quota."""
         failure = quota_failure(self.tree, w.queue, w.demand, snap.usage, snap.protected, w.spec.preemptible)
-        if failure is not None:
-            return self._preempt_for_quota(w, failure, snap, now, out)
         short = shortage(w.demand, snap.free)
-        pods = self._elastic_reclaim(w, short, snap, now) if short else None
-        victims = self._victims(w, short, snap, now) if short and pods is None else None
-        stuck = short and victims is None and pods is None
-        w.reclaim_note = self._ripening_reclaim(w, short, snap, now, out) if stuck else ""
-        self._reserve(w, victims or (), snap, pods or [])
-        if pods:
-            w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
-                                     f"reclaiming {_elastic_text(pods)} from queues over their fair share")
-            out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=(),
-                                        elastic_victims=elastic.as_victims(pods), reason=w.last_reason))
-        elif victims:
-            w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
-                                     f"reclaiming {', '.join(victims)} from queues over their fair share")
-            out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=victims,
-                                        reason=w.last_reason))
+        if failure is not None:
+            return self._over_quota(w, failure, short, snap, now, out)
+        choice, pods = self._reclaim(w, {CLUSTER: short}, snap, now) if short else (Choice(None), [])
+        if short and choice.victims is None:
+            w.reclaim_note = self._ripening_reclaim(w, {CLUSTER: short}, snap, now, out) or _refused(choice.refusal)
+        else:
+            w.reclaim_note = ""
+        self._reserve(w, choice.victims or (), snap, pods)
+        if choice.victims is not None:
+            self._ask_reclaim(w, choice, pods, "", out)
         else:
             w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)})")
             out.append(Dequeued(key=w.key, queue=w.queue, workload=w.spec, reason=w.last_reason))
         return True
 
+    def _over_quota(self, w: Tracked, failure: str, short: dict[str, int], snap: Snapshot, now: float,
+                    out: Out) -> bool:
+        """Step 5 failed on a limit. When that limit is an ancestor's (shared with other queues), queues
+        using more than their share under it give the quota back first (reclaim across the tree, what
+        the ACK doc calls reclaiming a quota's minimum from quotas above theirs; their elastic pods before
+        any whole gang); else lower priorities of ``w``'s own queue (in-queue preemption for quota); else
+        ``BackedOff`` saying why."""
+        needs = over_limits(self.tree, w.queue, w.demand, snap.usage)
+        note = ""
+        if needs and w.queue not in needs and cap_failure(self.tree, w.queue, w.demand, snap.protected,
+                                                          w.spec.preemptible) is None:
+            if short:
+                needs[CLUSTER] = short
+            choice, pods = self._reclaim(w, needs, snap, now)
+            if choice.victims is not None:
+                w.reclaim_note = ""
+                self._reserve(w, choice.victims, snap, pods)
+                self._ask_reclaim(w, choice, pods, f" to stay within {failure}", out)
+                return True
+            note = self._ripening_reclaim(w, needs, snap, now, out) or _refused(choice.refusal)
+        return self._preempt_for_quota(w, failure, snap, now, out, note)
+
+    def _ask_reclaim(self, w: Tracked, choice: Choice, pods: list[elastic.ElasticPod], within: str, out: Out) -> None:
+        """``ReclaimRequested`` for a reservation that takes back what other queues hold."""
+        named = _elastic_text(pods) if pods else ", ".join(choice.victims or ())
+        w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
+                                 f"reclaiming {named} from {_givers(choice)}{within}")
+        out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=w.victims,
+                                    elastic_victims=w.elastic_victims, reason=w.last_reason))
+
     def _reserve(self, w: Tracked, victims: tuple[str, ...], snap: Snapshot,
-                 pods: list[elastic.ElasticPod] | None = None) -> None:
-        """``w`` takes its quota (ledger and snapshot). Its victims' nodes (whole workloads, or elastic
-        pods) count as free for the rest of the cycle (placement is the judge of capacity), but their
-        quota stays held until
-        placement evicts them: if placement fails nothing was given back, so no later head of the
-        cycle may be admitted against quota a victim still holds."""
+                 pods: Sequence[elastic.ElasticPod] = ()) -> None:
+        """``w`` takes its quota (ledger and snapshot). What its victims free (whole workloads, or elastic
+        pods) counts as free nodes for the rest of the cycle (placement is the judge of capacity), but
+        their quota stays held until placement evicts them: if placement fails nothing was given back, so
+        no later head of the cycle may be admitted against quota a victim still holds. Only where ``w``
+        and a victim share a level (a common parent) does that level count the larger of the two
+        (``Snapshot.credit``)."""
         with self._ledger.moving(w):
             w.state = "reserved"
         w.requeue_at, w.held = None, ""
         w.reserved_seq = self._next_seq()
-        snap.charge(self.tree, w)
-        if victims:
-            w.victims = victims
-            for key in victims:
-                victim = self._workloads[key]
-                victim.promised_to = w.key  # no one else may count on evicting it
-                snap.free_capacity_of(victim)
+        w.victims, w.elastic_victims = victims, elastic.as_victims(pods)
+        for key in dict.fromkeys([*victims, *(unit.key for unit in w.elastic_victims)]):
+            self._workloads[key].promised_to = w.key  # no one else may count on evicting it, nor may it grow
+        freed = self._freed_by(w)
+        snap.charge(self.tree, w, freed)
+        if victims or pods:
+            self._reclaiming[w.key] = None
+            for _, demand in freed:
+                snap.free_capacity_of(demand)
             snap.candidates = None  # promises changed
-        if pods:
-            w.victims = tuple(dict.fromkeys(pod.key for pod in pods))
-            for key in w.victims:
-                self._workloads[key].promised_to = w.key  # nor on its elastic pods, nor may it grow meanwhile
-            for pod in pods:
-                snap.free = q.add(snap.free, pod.demand)
-            snap.candidates = None
 
-    def _preempt_for_quota(self, w: Tracked, failure: str, snap: Snapshot, now: float, out: Out) -> bool:
-        """Step 5 failed: lower priorities of ``w``'s own leaf queue may give their quota back
-        (preemption.py), their elastic pods before any whole gang (elastic.py). Then
-        ``ReclaimRequested`` naming them (placement places ``w`` over them and evicts them as in-queue
-        preemption), else ``BackedOff`` with the quota reason."""
+    def _preempt_for_quota(self, w: Tracked, failure: str, snap: Snapshot, now: float, out: Out,
+                           refused: str = "") -> bool:
+        """Lower priorities of ``w``'s own leaf queue may give their quota back (preemption.py), their
+        elastic pods before any whole gang (elastic.py). Then ``ReclaimRequested`` naming them (placement
+        places ``w`` over them and evicts them as in-queue preemption), else ``BackedOff`` with the quota
+        reason (and ``refused``: why no reclaim)."""
         pods = self._elastic_quota_victims(w, snap, now)
         if pods is not None:
             w.reclaim_note = ""
@@ -454,11 +502,12 @@ class QueueCore:
             w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
                                      f"preempting {_elastic_text(pods)} to stay within {failure}")
             out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=(),
-                                        elastic_victims=elastic.as_victims(pods), reason=w.last_reason))
+                                        elastic_victims=w.elastic_victims, reason=w.last_reason))
             return True
         victims, note = self._quota_victims(w, snap, now, out)
         if victims is None:
-            self._back_off(w, now, w.reason(gang_line(w.spec.gang) + failure + note), out)
+            tail = " ".join(part for part in (note, refused) if part)
+            self._back_off(w, now, w.reason(gang_line(w.spec.gang) + failure + (f". {tail}" if tail else "")), out)
             return False
         keys = tuple(h.key for h in victims)
         w.reclaim_note = ""
@@ -473,7 +522,7 @@ class QueueCore:
                        out: Out) -> tuple[list[preemption.Holder] | None, str]:
         """The fewest lower-priority holders of ``w``'s leaf queue whose quota lets ``w`` pass the quota
         check; else None, with a note (and a wake-up) when only their minimum runtime stands in the way."""
-        holders = self._quota_holders(w, snap)
+        holders = self._quota_holders(w, snap) if w.spec.preempts else []
         if not holders:
             return None, ""
         min_runtime = self._min_runtime(w.queue)
@@ -498,7 +547,7 @@ class QueueCore:
         if ripe not in self._ripening:
             self._ripening[ripe] = None
             self._arm(ripe, now, out)
-        return None, (f". Preempting {', '.join(h.key for h in later)} waits for the minimum runtime of queue "
+        return None, (f"Preempting {', '.join(h.key for h in later)} waits for the minimum runtime of queue "
                       f"{w.queue} (until {ripe:g}s).")
 
     def _fits_quota_without(self, w: Tracked, snap: Snapshot, freed: dict[str, int]) -> bool:
@@ -509,7 +558,9 @@ class QueueCore:
 
     def _elastic_quota_victims(self, w: Tracked, snap: Snapshot, now: float) -> list[elastic.ElasticPod] | None:
         """The fewest elastic pods of lower-priority holders of ``w``'s leaf queue whose quota lets ``w``
-        pass (elastic pods go before any whole gang); None when they do not suffice."""
+        pass (elastic pods go before any whole gang); None when they do not suffice or ``w`` may not preempt."""
+        if not w.spec.preempts:
+            return None
         self._quota_holders(w, snap)
         assert snap.holders is not None
         min_runtime = self._min_runtime(w.queue)
@@ -526,21 +577,6 @@ class QueueCore:
 
         return minimal_victims(pods, fits)
 
-    def _elastic_reclaim(self, w: Tracked, short: dict[str, int], snap: Snapshot,
-                         now: float) -> list[elastic.ElasticPod] | None:
-        """Reclaim for ``w`` from elastic pods alone (reclaim.py's rules, each pod as its own victim),
-        before any whole gang is considered; None when ``w``'s queue is not entitled or they do not cover."""
-        if not within_share(snap.usage.get(w.queue, {}), w.demand, snap.shares.get(w.queue, {})):
-            return None
-        pods = elastic.elastic_pods(x for x in self._ledger.running.values() if x.elastic and x.queue != w.queue)
-        if not pods:
-            return None
-        runtimes = {pod.queue: self._min_runtime(pod.queue) for pod in pods}
-        units = elastic.as_running(pods, runtimes)
-        queues = {pod.queue: self.tree.get(pod.queue) for pod in pods}
-        chosen = choose_victims(short, [r for r, _ in units.values()], queues, snap.usage, snap.shares, w.queue, now)
-        return [units[key][1] for key in chosen] if chosen else None
-
     def _quota_holders(self, w: Tracked, snap: Snapshot) -> list[preemption.Holder]:
         """Admitted and running workloads of ``w``'s leaf queue, as quota preemption sees them."""
         if snap.holders is None:
@@ -553,10 +589,22 @@ class QueueCore:
                                   promised=bool(x.promised_to))
                 for x in snap.holders.get(w.queue, []) if x.key != w.key]
 
-    def _victims(self, w: Tracked, short: dict[str, int], snap: Snapshot, now: float) -> tuple[str, ...] | None:
-        """Reclaim for ``w`` (see reclaim.py), or None when its queue is not entitled or it cannot cover."""
-        if not within_share(snap.usage.get(w.queue, {}), w.demand, snap.shares.get(w.queue, {})):
-            return None
+    def _reclaim(self, w: Tracked, needs: dict[str, dict[str, int]], snap: Snapshot,
+                 now: float) -> tuple[Choice, list[elastic.ElasticPod]]:
+        """Reclaim for ``w`` (see reclaim.py): what covers ``needs``, or why nothing does. Elastic pods of
+        other queues first, each a victim of its own under the same rules (elastic.py); only when they
+        do not cover, whole workloads (``Choice.victims`` then names them, and no pods)."""
+        units = elastic.as_running(
+            elastic.elastic_pods(x for x in self._ledger.running.values() if x.elastic and x.queue != w.queue),
+            self._min_runtime)
+        if units:
+            choice = self._choose(w, needs, snap, now, [r for r, _ in units.values()])
+            if choice.victims:
+                return Choice((), by_guarantee=choice.by_guarantee), [units[key][1] for key in choice.victims]
+        return self._choose(w, needs, snap, now, self._candidates(snap)), []
+
+    def _candidates(self, snap: Snapshot) -> list[Running]:
+        """Running workloads as reclaim sees them, whole (built once per cycle, again after a reclaim)."""
         if snap.candidates is None:
             snap.candidates = [
                 Running(key=x.key, queue=x.queue, priority=x.spec.priority, preemptible=x.spec.preemptible,
@@ -564,14 +612,43 @@ class QueueCore:
                         admitted_seq=x.reserved_seq, promised=bool(x.promised_to))
                 for x in self._ledger.running.values()
             ]
-        queues = {x.queue: self.tree.get(x.queue) for x in snap.candidates}
-        return choose_victims(short, snap.candidates, queues, snap.usage, snap.shares, w.queue, now)
+        return snap.candidates
 
-    def _ripening_reclaim(self, w: Tracked, short: dict[str, int], snap: Snapshot, now: float, out: Out) -> str:
+    def _choose(self, w: Tracked, needs: dict[str, dict[str, int]], snap: Snapshot, now: float,
+                candidates: list[Running]) -> Choice:
+        """Victims among ``candidates`` covering ``needs``, or why there are none.
+
+        ``w``'s queue must stay within its fair share; staying within its guarantee too, it is starved, and
+        queues above their guarantee give as well."""
+        usage = snap.usage.get(w.queue, {})
+        names = list(dict.fromkeys(x.queue for x in candidates))
+        queues = {name: self.tree.get(name) for name in names}
+        share = snap.shares.get(w.queue, {})
+        if not within_share(usage, w.demand, share):
+            return Choice(None, self._beyond_share(w, usage, share, names, snap))
+        scopes = {name: frozenset(spec.name for spec in self.tree.ancestry(name)) for name in names}
+        contested = {r for amounts in needs.values() for r in amounts}
+        starved = within_guarantee(usage, w.demand, self.tree.get(w.queue), contested)
+        return choose_victims(needs, candidates, queues, snap.usage, snap.shares, w.queue, now, scopes=scopes,
+                              starved=starved)
+
+    def _beyond_share(self, w: Tracked, usage: dict[str, int], share: dict[str, int], names: list[str],
+                      snap: Snapshot) -> str:
+        """Why ``w``'s queue reclaims nothing although some other queue is above its share ("" if none is)."""
+        if not any(name != w.queue and snap.dominant(name) > 1 for name in names):
+            return ""
+        for r, v in sorted(w.demand.items()):
+            if v > 0 and usage.get(r, 0) + v > share.get(r, 0):
+                return (f"queue {w.queue} would go over its fair share {r} {q.human(r, share.get(r, 0))} "
+                        f"(used {q.human(r, usage.get(r, 0))}, requested {q.human(r, v)})")
+        return ""
+
+    def _ripening_reclaim(self, w: Tracked, needs: dict[str, dict[str, int]], snap: Snapshot, now: float,
+                          out: Out) -> str:
         """No reclaim now: would there be one once the victims have run their minimum runtime (KAI's
         preemptMinRuntime / reclaimMinRuntime)? Then wake everyone up at that time, not only when a
         backoff expires, and say so in the reason ("" when age is not what blocks it)."""
-        later = self._victims(w, short, snap, math.inf)
+        later = self._choose(w, needs, snap, math.inf, self._candidates(snap)).victims
         if not later or snap.candidates is None:
             return ""
         ripe = max(c.started_at + c.min_runtime for c in snap.candidates if c.key in later)
@@ -626,12 +703,13 @@ class QueueCore:
 
     def _unpromise(self, w: Tracked) -> None:
         """Placement answered ``w``'s reclaim (or ``w`` left): its victims are free to be chosen again."""
-        for key in w.victims:
+        for key in [*w.victims, *(unit.key for unit in w.elastic_victims)]:
             victim = self._workloads.get(key)
             if victim is not None and victim.promised_to == w.key:
                 victim.promised_to = ""
-        w.victims = ()
+        w.victims, w.elastic_victims = (), ()
         w.promised_to = ""
+        self._reclaiming.pop(w.key, None)
 
     def _request_cycle(self, now: float, out: Out) -> None:
         self._arm(now, now, out)
@@ -652,7 +730,7 @@ class QueueCore:
     # ------------------------------------------------------------------ read-only view
     def status(self) -> dict[str, dict]:
         """Per queue: usage (rolled up), guarantee, limit, fair share, active, pending, backoff."""
-        snap = Snapshot.take(self.tree, self._ledger, self._capacity)
+        snap = Snapshot.take(self.tree, self._ledger, self._capacity)  # what is held, credits aside
         members: dict[str, list[Tracked]] = {}
         for w in self._workloads.values():
             members.setdefault(w.queue, []).append(w)
@@ -680,6 +758,14 @@ class QueueCore:
         return view
 
 
-def _elastic_text(pods: list[elastic.ElasticPod]) -> str:
+def _elastic_text(pods: Sequence[elastic.ElasticPod]) -> str:
     """``2 elastic pod(s) of ns/a (worker), 1 elastic pod(s) of ns/b (small)`` for a reason."""
     return ", ".join(f"{v.count} elastic pod(s) of {v.key} ({v.pod_set})" for v in elastic.as_victims(pods))
+
+
+def _refused(refusal: str) -> str:
+    return f"Reclaim refused: {refusal}." if refusal else ""
+
+
+def _givers(choice: Choice) -> str:
+    return "queues over their guarantee" if choice.by_guarantee else "queues over their fair share"

@@ -25,7 +25,7 @@ asking for more pods of an admitted pod set) are elastic. Rules, in the order th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from services.queue.preemption import Holder
 from services.queue.reclaim import Running
@@ -86,14 +86,15 @@ def elastic_pods(holders: Iterable[Tracked]) -> list[ElasticPod]:
     return [pod for _, pod in pods]
 
 
-def as_running(pods: list[ElasticPod], min_runtime_of: dict[str, float]) -> dict[str, tuple[Running, ElasticPod]]:
-    """The pods as reclaim's candidates (``reclaim.choose_victims``), each under a key of its own."""
+def as_running(pods: list[ElasticPod], min_runtime_of: Callable[[str], float]) -> dict[str, tuple[Running, ElasticPod]]:
+    """The pods as reclaim's candidates (``reclaim.choose_victims``), each under a key of its own that
+    keeps their victim order among a workload's pods (the holder's key, then the pod's place here)."""
     out: dict[str, tuple[Running, ElasticPod]] = {}
     for i, pod in enumerate(pods):
         h = pod.holder
-        key = f"{h.key}\x1f{pod.pod_set}\x1f{i}"
+        key = f"{h.key}\x1f{i:08d}"
         out[key] = (Running(key=key, queue=pod.queue, priority=h.priority, preemptible=h.preemptible,
-                            started_at=h.started_at or 0.0, min_runtime=min_runtime_of[pod.queue], demand=h.demand,
+                            started_at=h.started_at or 0.0, min_runtime=min_runtime_of(pod.queue), demand=h.demand,
                             admitted_seq=h.admitted_seq, promised=h.promised), pod)
     return out
 

@@ -7,7 +7,7 @@ decision in the cycle sees the reservations made before it in the same cycle.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping, Sequence
 
 from services.queue.fairshare import deserved, dominant_share
 from services.queue.ledger import Ledger
@@ -17,6 +17,9 @@ from services.queue.workload import Tracked
 from shared import quantity as q
 
 Resources = dict[str, int]
+Freed = tuple[str, Mapping[str, int]]
+"""What a promised victim gives back once placement evicts it: (its leaf queue, the demand) — a whole
+workload's demand, or that of the elastic pods of it that were named."""
 
 
 @dataclass
@@ -36,17 +39,27 @@ class Snapshot:
     """Admitted and running workloads per leaf queue (quota preemption); built on first need."""
 
     @classmethod
-    def take(cls, tree: QueueTree, ledger: Ledger, capacity: Mapping[str, int]) -> "Snapshot":
+    def take(cls, tree: QueueTree, ledger: Ledger, capacity: Mapping[str, int],
+             reclaims: Iterable[tuple[Tracked, Sequence[Freed]]] = ()) -> "Snapshot":
+        """``reclaims``: reservations whose victims still hold quota (placement has not answered yet),
+        with what those victims free; their parents count them as ``charge`` did in the cycle that made them."""
         wanted: dict[str, Resources] = {}
         for name, amounts in ledger.demand.items():
             # a queue that takes no workloads asks for no share on behalf of its waiting ones
             wanted[name] = amounts if tree.wait_reason(name) is None else ledger.held.get(name, {})
-        return cls(usage=tree.roll_up(ledger.held), protected=tree.roll_up(ledger.protected),
+        snap = cls(usage=tree.roll_up(ledger.held), protected=tree.roll_up(ledger.protected),
                    free=q.sub(dict(capacity), ledger.in_use), shares=deserved(tree, capacity, wanted))
+        for w, freed in reclaims:
+            snap.credit(tree, w, freed)
+            for _, demand in freed:
+                snap.free_capacity_of(demand)
+        return snap
 
-    def charge(self, tree: QueueTree, w: Tracked) -> None:
-        """Reserve ``w``'s demand at its leaf and every ancestor, and take it from the free pool."""
+    def charge(self, tree: QueueTree, w: Tracked, freed: Sequence[Freed] = ()) -> None:
+        """Reserve ``w``'s demand at its leaf and every ancestor, and take it from the free pool; a level
+        that also holds what ``w``'s victims free counts the larger of the two, not both (``credit``)."""
         self.charge_amount(tree, w.queue, w.demand, w.spec.preemptible)
+        self.credit(tree, w, freed)
 
     def charge_amount(self, tree: QueueTree, queue: str, demand: Mapping[str, int], preemptible: bool) -> None:
         """Reserve ``demand`` (a workload's, or one elastic pod's) at ``queue`` and every ancestor."""
@@ -56,10 +69,28 @@ class Snapshot:
                 self.protected[name] = q.add(self.protected.get(name, {}), demand, 1)
         self.free = q.add(self.free, demand, -1)
 
-    def free_capacity_of(self, w: Tracked) -> None:
-        """A promised victim: its nodes count as free for the rest of the cycle; its quota does not
-        (only placement's eviction gives that back)."""
-        self.free = q.add(self.free, w.demand, 1)
+    def credit(self, tree: QueueTree, w: Tracked, freed: Sequence[Freed]) -> None:
+        """A level holding both ``w`` and some of what its victims free (their common ancestors; the leaf
+        itself for in-queue preemption) counts max(w, victims) per resource instead of w + victims: once
+        placement places ``w`` the victims are gone, and if it fails ``w`` gives its reservation back, so
+        the level never holds both. Without this, a second preemption or reclaim under the same parent in
+        the same instant would evict again what the first one's victims free anyway."""
+        if not freed:
+            return
+        chains = [{spec.name for spec in tree.ancestry(queue)} or {queue} for queue, _ in freed]
+        for name in [spec.name for spec in tree.ancestry(w.queue)] or [w.queue]:
+            given: Resources = {}
+            for (_, demand), chain in zip(freed, chains):
+                if name in chain:
+                    given = q.add(given, demand)
+            credit = {r: min(w.demand.get(r, 0), v) for r, v in given.items() if min(w.demand.get(r, 0), v) > 0}
+            if credit:
+                self.usage[name] = q.sub(self.usage.get(name, {}), credit)
+
+    def free_capacity_of(self, demand: Mapping[str, int]) -> None:
+        """What a promised victim frees: its nodes count as free for the rest of the cycle; its quota does
+        not (only placement's eviction gives that back)."""
+        self.free = q.add(self.free, demand, 1)
 
     def dominant(self, queue: str) -> float:
         return dominant_share(self.usage.get(queue, {}), self.shares.get(queue, {}))

@@ -12,6 +12,7 @@ from typing import Literal
 
 from services.queue.ordering import pending_key
 from shared import quantity as q
+from shared.events import ElasticVictim
 from shared.model import WorkloadSpec
 
 State = Literal["pending", "reserved", "admitted", "running"]
@@ -36,6 +37,9 @@ class Tracked:
     """Admission order (for the status view)."""
     started_at: float | None = None
     victims: tuple[str, ...] = ()
+    """Workloads its reclaim or preemption named as victims, whole (until placement answers)."""
+    elastic_victims: tuple[ElasticVictim, ...] = ()
+    """Elastic pods of holders it named as victims instead (until placement answers)."""
     promised_to: str = ""
     """Key of the workload whose reclaim named this one as a victim (until placement answers)."""
     held: str = ""
@@ -74,6 +78,12 @@ class Tracked:
         """The admission ended (preempted, placement failed): no elastic pod holds quota any more."""
         self.elastic, self.elastic_waits = {}, False
         self._charge()
+
+    def elastic_demand(self, pod_set: str, count: int) -> dict[str, int]:
+        """What ``count`` of its granted elastic pods of ``pod_set`` charge (never more than it was granted)."""
+        ps = next((p for p in self.spec.gang.pod_sets if p.name == pod_set), None)
+        n = min(count, self.elastic.get(pod_set, 0))
+        return q.add({}, ps.pod_demand, n) if ps is not None and n > 0 else {}
 
     def _charge(self) -> None:
         demand = self.spec.gang.quota_demand

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.admission.fields import Invalid
-from services.admission.gang_rules import KUBERAY, RULES
+from services.admission.dialects import DIALECTS, KUBERAY
 from services.admission.workloads import MAX_REPLICAS_DEFAULT, worker_counts
 from shared.kube import rayjob_cluster_name
 from shared.model import MatchExpression, PodSet, Toleration
@@ -61,7 +61,7 @@ def test_worker_group_counts_as_kuberay_and_volcano(group: dict, autoscaling: bo
 )
 def test_worker_group_counts_per_dialect(dialect: str, group: dict, autoscaling: bool,
                                          expected: tuple[int, int]) -> None:
-    assert worker_counts(group, "spec.workerGroupSpecs[g]", autoscaling, RULES[dialect]) == expected
+    assert worker_counts(group, "spec.workerGroupSpecs[g]", autoscaling, DIALECTS[dialect].gang) == expected
 
 
 def test_worker_count_rejects_min_above_max_instead_of_using_max() -> None:
