@@ -316,7 +316,6 @@ class InvariantWatcher:
         self.mask_known_bugs = mask_known_bugs
         """Workload keys the scenario re-applies (spec edits); reported apart from the others."""
         self.disrupted: set[str] = set()
-        self.known_bug_gangs: set[str] = set()
         """Gangs that lost a bound pod with its node (node deleted, or GangDisrupted) and are not Running
         again yet: legitimately partly bound until the replacements run (README, Placement)."""
         self.bound_now: dict[str, int] = {}
@@ -358,12 +357,6 @@ class InvariantWatcher:
                 self.known_bug_queues.add(name)
                 spec = self.history.queues.get(name)
                 name = spec.parent if spec else None
-        if env.type == "PreemptionRequested" and self.mask_known_bugs:
-            view = self.history.workloads.get(p.key)
-            if view is not None and view.kind == "PodGroup":
-                # Known bug (tests/property/failures/same-name-podgang-raycluster-partly-bound.yaml):
-                # evicted plain pods never come back, and the re-admitted gang binds the rest.
-                self.known_bug_gangs.add(p.key)
         if env.type == "PreemptionRequested" or (env.type == "ElasticReleased" and p.evicted):
             self._check_eviction(p, env.occurred_at)
         if env.type in ("WorkloadSubmitted", "WorkloadUpdated"):
@@ -439,8 +432,7 @@ class InvariantWatcher:
         for kkey, n in sorted(bound_by_workload.items()):
             kind, key = kkey.split(":", 1)
             view = self.history.workloads.get(key)
-            if view and view.kind == kind and view.min_member and n < view.min_member and key not in self.disrupted \
-                    and key not in self.known_bug_gangs:
+            if view and view.kind == kind and view.min_member and n < view.min_member and key not in self.disrupted:
                 edited = " (edited)" if key in self.edited else ""
                 self.violations.append(f"t={t}: gang {key}{edited} partly bound: {n}/{view.min_member}")
         self.bound_now = bound_by_workload
