@@ -44,17 +44,16 @@ KAI_QUEUE = Resource("Queue", "scheduling.run.ai", "v2", "queues", namespaced=Fa
 ELASTIC_QUOTA_TREE = Resource("ElasticQuotaTree", "scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees",
                               namespaced=True)
 POD_GROUP = Resource("PodGroup", "scheduling.x-k8s.io", "v1alpha1", "podgroups", namespaced=True)
-VOLCANO_POD_GROUP = Resource("PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", namespaced=True)
-"""Written (status), not watched: the PodGroup KubeRay makes for a Volcano gang."""
 POD_GROUP_LEGACY = Resource("PodGroup", "scheduling.sigs.k8s.io", "v1alpha1", "podgroups", namespaced=True)
+VOLCANO_POD_GROUP = Resource("PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", namespaced=True)
 
 LEASE = Resource("Lease", "coordination.k8s.io", "v1", "leases", namespaced=True)
-EVENT = Resource("Event", "", "v1", "events", namespaced=True)
 """The lock that makes one ``muster run cluster`` the applier (``services.reconciler.lease``)."""
+EVENT = Resource("Event", "", "v1", "events", namespaced=True)
 
 WATCHED: tuple[Resource, ...] = (
     NODE, PRIORITY_CLASS, VOLCANO_QUEUE, KAI_QUEUE, ELASTIC_QUOTA_TREE,
-    RAY_CLUSTER, RAY_JOB, POD_GROUP, POD_GROUP_LEGACY, POD,
+    RAY_CLUSTER, RAY_JOB, POD_GROUP, POD_GROUP_LEGACY, VOLCANO_POD_GROUP, POD,
 )
 """Everything admission and placement read (``shared.topology``: ADMISSION_KINDS, PLACEMENT_KINDS).
 Queues and priorities come first so a restarted watcher tells admission about queues before the
@@ -62,9 +61,9 @@ workloads that name them (order across resources is otherwise not guaranteed).""
 
 WORKLOAD_KINDS = (RAY_JOB, RAY_CLUSTER)
 
-
-WRITTEN_ONLY: tuple[Resource, ...] = (VOLCANO_POD_GROUP,)
-"""Resources muster writes without watching them."""
+WRITTEN_ONLY: tuple[Resource, ...] = ()
+"""Resources muster writes without watching them (none now: the Volcano PodGroups whose status it
+writes are watched too, admission reads the ones KubeRay makes)."""
 
 
 def candidates(kind: str) -> tuple[Resource, ...]:
