@@ -20,7 +20,9 @@ pods are not recreated: plain pods have no controller) is held, as Volcano's gan
 job with fewer valid tasks than minAvailable, until pods come again.
 
 A pod addressed to muster by name (``spec.schedulerName``) with no group is a gang of one of its own
-(KAI's pod grouper and Volcano do the same): workload ``namespace/<pod name>`` of kind ``Pod``.
+(KAI's pod grouper and Volcano do the same): workload ``namespace/<pod name>`` of kind ``Pod``. A pod
+that names no scheduler (``default-scheduler``) never is, even where muster answers to that name (the
+simulator, standing in for kube-scheduler for KubeRay's pods): it is kube-scheduler's.
 KubeRay's own pods (``ray.io/*`` labels) are never plain gang members: their RayCluster is.
 """
 
@@ -256,8 +258,9 @@ class PodGangBook:
         group = group_of(pod)
         if group is not None:
             return (f"{namespace}/{group}", "PodGroup") if self.answers_to(scheduler) else None
-        if is_ray_pod(pod) or not self.answers_to(scheduler):
-            return None
+        if is_ray_pod(pod) or (scheduler or kube.DEFAULT_SCHEDULER) == kube.DEFAULT_SCHEDULER \
+                or not self.answers_to(scheduler):
+            return None  # a gang of one names its scheduler: kube-scheduler's own pods are never one
         key = f"{namespace}/{name}"
         if f"Pod:{key}" not in self.gangs and (_bound(pod) or _phase(pod) in FINISHED_PHASES):
             return None  # a single pod is a workload only when muster saw it wait for a node

@@ -179,18 +179,32 @@ def _set_status(**values: Any) -> Callable[[dict], None]:
 
 
 def desired_gang(cluster_spec: object) -> tuple[int, q.Resources] | None:
-    """What KubeRay's batch schedulers compute for a cluster spec: head + workers, and their requests
-    summed; None when KubeRay would refuse the spec."""
-    slots = pod_slots(cluster_spec)
-    if slots is None:
+    """What KubeRay's Volcano and scheduler-plugins plugins put in a PodGroup for a cluster spec
+    (``calculatePodGroupParams``): with in-tree autoscaling head + Σ minReplicas × numOfHosts and
+    their requests (``CalculateMinReplicas``, ``CalculateMinResources``), else head + the desired
+    workers (``CalculateDesiredReplicas``, clamped) and the requests of ``replicas`` × numOfHosts as
+    written (``CalculateDesiredResources`` does not clamp); suspended groups count nothing. None when
+    KubeRay would refuse the spec."""
+    if pod_slots(cluster_spec) is None:
         return None
-    total: q.Resources = {}
+    assert isinstance(cluster_spec, Mapping)
+    autoscaling = cluster_spec.get("enableInTreeAutoscaling") is True
     try:
-        for slot in slots:
-            total = q.add(total, kube.pod_requests(slot.template["spec"]))
-    except (q.QuantityError, AttributeError, TypeError, ValueError, ArithmeticError):
+        total = kube.pod_requests(_template(cluster_spec.get("headGroupSpec"))["spec"])  # type: ignore[index]
+        members = 1
+        for group in cluster_spec.get("workerGroupSpecs") or []:
+            if group.get("suspend") is True:
+                continue
+            hosts = _count(group, "numOfHosts", 1) or 0
+            if autoscaling:
+                count = charged = (_count(group, "minReplicas", 0) or 0) * hosts
+            else:
+                count, charged = worker_count(group) or 0, (_count(group, "replicas", 0) or 0) * hosts
+            members += count
+            total = q.add(total, kube.pod_requests(group["template"]["spec"]), charged)
+    except (q.QuantityError, AttributeError, TypeError, ValueError, ArithmeticError, KeyError):
         return None
-    return len(slots), total
+    return members, total
 
 
 def submitter_requests(job: Mapping[str, Any]) -> q.Resources:
