@@ -22,7 +22,6 @@ Every producer here (``FaustProducer``) sends a call's records as one batch per 
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import tempfile
 import threading
@@ -42,7 +41,7 @@ from shared.bus.sequencing import Arrival, Rounds
 from shared.bus.worker import Clock, InboxWorker, Incoming, Producer, Record
 from shared.embedded import CORE_CLASSES
 from shared.policy import Policy
-from shared.service import Service
+from shared.service import Service, collect_less
 
 log = logging.getLogger("muster.bus")
 
@@ -64,15 +63,6 @@ COMMIT_INTERVAL = 1.0
 GAP_PATIENCE = 2.0
 """Seconds a reader keeps fetching again at a gap in a partition's offsets before it takes the gap
 as real (``InOrder``)."""
-
-GC_THRESHOLD = (10_000, 2, 50)
-"""The cyclic collector's thresholds while a service runs (Python's are 700, 10, 10). A service
-keeps a large long-lived state and allocates fast (every record decoded, every output enveloped),
-so at 700 a full collection — a walk over the whole state, 0.2–0.3 s on a 2-core machine — came
-several times a second under load: a fifth of the CPU of a burst. Generation 1 stays small (every
-second young collection) so its pauses stay near 10 ms: at 10 it held up to 100,000 objects and
-stopped the loop for 30 ms, a p99 of its own. Memory is freed by reference counting as before;
-only cycles wait a little longer."""
 
 
 # --------------------------------------------------------------------------- Faust, tuned
@@ -309,8 +299,7 @@ class InboxReader:
 
     async def run(self) -> None:
         self._task = asyncio.current_task()
-        if gc.get_threshold()[0] < GC_THRESHOLD[0]:
-            gc.set_threshold(*GC_THRESHOLD)
+        collect_less()
         consumer = self._consumer = AIOKafkaConsumer(
             **self.config.aiokafka(), group_id=self.group, enable_auto_commit=False, auto_offset_reset="earliest",
             fetch_max_wait_ms=self.config.fetch_wait_ms, session_timeout_ms=6_000, heartbeat_interval_ms=1_000,
