@@ -8,7 +8,9 @@ Two loops in one Faust app (group ``<prefix>cluster``), neither deciding anythin
   ``shared.topology.destinations`` names. A restarted bridge lists everything again and re-sends
   unchanged objects under the same ids, which the services drop as copies.
 - **effects → API**: an agent on ``muster.effects`` performs each ``KubeEffect`` with
-  ``KubeApplier``. An effect the API server cannot take now (throttled, unavailable) is retried with
+  ``KubeApplier``: each object's effects in their order, different objects' side by side (up to
+  ``EFFECT_CONCURRENCY`` requests in flight), an eviction after everything before it and before
+  everything after it. An effect the API server cannot take now (throttled, unavailable) is retried with
   backoff and holds the batch, so its offset is not committed before it is done; one it refuses for
   good (forbidden, invalid) goes to the dead-letter topic with the server's answer, as does a record
   that is not an effect. Effects are idempotent, so a batch handled again after a crash changes
@@ -40,9 +42,8 @@ from shared.service import Seen
 
 log = logging.getLogger("muster.cluster")
 
-BIND_CONCURRENCY = 32
-"""Bind requests in flight at once (``ClusterBridge._apply_binds``): a round trip to the API server
-takes milliseconds, most of it waiting; one after another, 9,000 binds took longer than deciding."""
+EFFECT_CONCURRENCY = 32
+"""Requests to the API server in flight at once (``ClusterBridge._apply_side_by_side``)."""
 
 
 @dataclass(frozen=True)
@@ -96,11 +97,12 @@ class ClusterBridge:
 
     # ------------------------------------------------------------------ effects -> API
     async def apply_batch(self, batch: Sequence[Incoming], producer: Producer) -> None:
-        """Apply a batch's effects in order, but for consecutive binds, which go out together."""
+        """Apply a batch's effects: in order for each object, objects side by side (``_apply_side_by_side``);
+        an eviction waits for everything before it and holds back everything after it."""
         assert self.applier is not None, "connect() first"
         letters: list[Record | None] = []
-        binds: list[tuple[Incoming, Envelope]] = []
-        waiting: set[str] = set()
+        run: list[tuple[Incoming, Envelope]] = []
+        queued: set[str] = set()
         for incoming in batch:
             try:
                 env = codec.decode(incoming.value, incoming.headers)
@@ -109,31 +111,40 @@ class ClusterBridge:
             except BadRecord as exc:
                 letters.append(self._dead_letter(incoming, str(exc)))
                 continue
-            if env.id in self.seen or env.id in waiting:
+            if env.id in self.seen or env.id in queued:
                 continue
-            if env.payload.op == "bind":
-                binds.append((incoming, env))
-                waiting.add(env.id)
-                continue
-            letters += await self._apply_binds(binds)
-            binds, waiting = [], set()
-            letters.append(await self._apply_one(incoming, env))
-        letters += await self._apply_binds(binds)
+            if env.payload.op == "evict":
+                letters += await self._apply_side_by_side(run)
+                run, queued = [], set()
+                letters.append(await self._apply_one(incoming, env))
+            else:
+                run.append((incoming, env))
+                queued.add(env.id)
+        letters += await self._apply_side_by_side(run)
         if any(letters):
             await producer.send_all([letter for letter in letters if letter is not None])
 
-    async def _apply_binds(self, binds: Sequence[tuple[Incoming, Envelope]]) -> list[Record | None]:
-        """Binds of different pods commute: up to ``BIND_CONCURRENCY`` in flight at once, as
-        kube-scheduler binds in goroutines of its own, instead of one round trip after another.
-        Every other effect waits for them (an eviction before a bind, a bind before an annotation)."""
-        if len(binds) <= 1:
-            return [await self._apply_one(incoming, env) for incoming, env in binds]
-        slots = asyncio.Semaphore(BIND_CONCURRENCY)
+    async def _apply_side_by_side(self, run: Sequence[tuple[Incoming, Envelope]]) -> list[Record | None]:
+        """Effects on different objects commute: each object's effects go one after another, in their
+        order, and up to ``EFFECT_CONCURRENCY`` requests are in flight at once, as kube-scheduler binds
+        in goroutines of its own; one round trip after another, binding 9,000 pods took longer than
+        deciding where they go. Evictions are left out (``apply_batch``): a bind to a node waits for
+        the pods evicted from it, which it knows of only once their eviction has started.
+        The dead letters, in the order of ``run``."""
+        if len(run) <= 1:
+            return [await self._apply_one(incoming, env) for incoming, env in run]
+        chains: dict[tuple[str, str, str], list[int]] = {}
+        for index, (_, env) in enumerate(run):
+            chains.setdefault(_object_of(env.payload), []).append(index)
+        letters: list[Record | None] = [None] * len(run)
+        slots = asyncio.Semaphore(EFFECT_CONCURRENCY)
 
-        async def one(incoming: Incoming, env: Envelope) -> Record | None:
-            async with slots:
-                return await self._apply_one(incoming, env)
-        return list(await asyncio.gather(*(one(incoming, env) for incoming, env in binds)))
+        async def chain(indexes: list[int]) -> None:
+            for index in indexes:
+                async with slots:
+                    letters[index] = await self._apply_one(*run[index])
+        await asyncio.gather(*(chain(indexes) for indexes in chains.values()))
+        return letters
 
     async def _apply_one(self, incoming: Incoming, env: Envelope) -> Record | None:
         """Apply one effect; its dead letter when the API server refuses it for good."""
@@ -190,6 +201,13 @@ class ClusterBridge:
             while not self._changes.empty() and len(burst) < BATCH:
                 burst.append(self._changes.get_nowait())
             await send_logged(self.topics, burst, producer)
+
+
+def _object_of(effect: KubeEffect) -> tuple[str, str, str]:
+    """The object an effect writes: a workload's effects (``kind`` "" means RayJob, else RayCluster)
+    and an Event about an object count as that object's."""
+    kind = "workload" if effect.kind in ("", "RayJob", "RayCluster") else effect.kind
+    return kind, effect.namespace, effect.name
 
 
 async def send_logged(topics: Topics, envelopes: Sequence[Envelope], producer: Producer) -> list[int]:
