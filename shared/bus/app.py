@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Awaitable, Literal, Sequence
 
 import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -273,29 +273,39 @@ class InOrder:
         return True
 
 
-# --------------------------------------------------------------------------- a service
-class InboxReader:
-    """A service's inbox on a plain aiokafka consumer, in the app's own loop (see the module docstring).
+# --------------------------------------------------------------------------- one partition, read
+class PartitionReader:
+    """Partition 0 of one topic on a plain aiokafka consumer in group ``group``, in the app's own loop.
 
-    ``run`` joins group ``group`` (one inbox partition: one member reads it, another instance waits),
-    replays the past on the first assignment, then handles batches until it is cancelled; ``stop``
-    lets the batch in hand finish (its outputs sent, its offset committed) and then ends ``run``."""
+    ``run`` joins the group, calls ``_assigned`` on an assignment, then hands every batch of records,
+    in offset order (``InOrder``), to ``_handle`` until it is cancelled; ``_handle`` sets ``processed``
+    (the offset after what is done), which is committed every ``commit_interval`` seconds, when the
+    partition is revoked and at the end. ``stop`` lets the batch in hand finish and then ends ``run``.
+    A service's inbox (``InboxReader``) and ``muster run cluster``'s effects (``EffectsReader``) are
+    read so."""
 
-    def __init__(self, config: BusConfig, group: str, worker: InboxWorker, producer: Producer, *,
-                 batch: int = BATCH, commit_interval: float = COMMIT_INTERVAL) -> None:
-        self.config, self.group, self.worker, self.producer = config, group, worker, producer
+    def __init__(self, config: BusConfig, group: str, topic: str, name: str, *, batch: int = BATCH,
+                 commit_interval: float = COMMIT_INTERVAL) -> None:
+        self.config, self.group, self.name = config, group, name
         self.batch, self.commit_interval = batch, commit_interval
-        self.tp = TopicPartition(worker.inbox, 0)
-        self.ready = asyncio.Event()
-        """Set once the past is replayed: live records (and the clock) may go."""
+        self.tp = TopicPartition(topic, 0)
         self.processed: int | None = None
-        """The offset after the last record handled live (sent and acknowledged): what to commit."""
+        """The offset after the last record handled (its outputs sent and acknowledged): what to commit."""
         self.committed: int | None = None
-        self._replay_end: int | None = None
-        self._in_order = InOrder(self.tp, name=f"{worker.service.name} inbox")
+        self._in_order = InOrder(self.tp, name=name)
         self._lock = asyncio.Lock()
         self._task: asyncio.Future[Any] | None = None
         self._consumer: AIOKafkaConsumer | None = None
+
+    async def _handle(self, records: Sequence[Any]) -> None:
+        raise NotImplementedError
+
+    async def _assigned(self, consumer: AIOKafkaConsumer) -> None:
+        raise NotImplementedError
+
+    def _helpers(self) -> list[Awaitable[Any]]:
+        """Loops that run beside the reading (the clock's), cancelled with it."""
+        return []
 
     async def run(self) -> None:
         self._task = asyncio.current_task()
@@ -305,11 +315,10 @@ class InboxReader:
             fetch_max_wait_ms=self.config.fetch_wait_ms, session_timeout_ms=6_000, heartbeat_interval_ms=1_000,
             rebalance_timeout_ms=2_000)
         consumer.subscribe([self.tp.topic], listener=_Rebalance(self))
-        await consumer.start()
-        helpers = [asyncio.ensure_future(self._commit_every())]
-        if self.worker.clock is not None:
-            helpers.append(asyncio.ensure_future(self._fire_timers()))
-        try:
+        helpers: list[asyncio.Future[Any]] = []
+        try:  # stopped while it joins its group, it still stops its consumer
+            await consumer.start()
+            helpers = [asyncio.ensure_future(helper) for helper in (self._commit_every(), *self._helpers())]
             while True:
                 fetched = await consumer.getmany(timeout_ms=1_000, max_records=self.batch)
                 records = self._in_order.take(consumer, fetched.get(self.tp, ()))
@@ -330,6 +339,54 @@ class InboxReader:
         async with self._lock:  # not in the middle of a batch
             task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+    async def _commit(self) -> None:
+        offset, consumer = self.processed, self._consumer
+        if offset is None or offset == self.committed or consumer is None:
+            return
+        try:
+            await consumer.commit({self.tp: offset})
+            self.committed = offset
+        except KafkaError as exc:  # a rebalance under way: the next commit (or the new owner) catches up
+            log.warning("%s: offset %d not committed: %r", self.name, offset, exc)
+
+    async def _commit_every(self) -> None:
+        while True:
+            await asyncio.sleep(self.commit_interval)
+            await self._commit()
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, reader: PartitionReader) -> None:
+        self.reader = reader
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        if self.reader.tp in revoked:
+            async with self.reader._lock:
+                await self.reader._commit()
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        if self.reader.tp in assigned and self.reader._consumer is not None:
+            await self.reader._assigned(self.reader._consumer)
+
+
+# --------------------------------------------------------------------------- a service
+class InboxReader(PartitionReader):
+    """A service's inbox (see the module docstring and ``PartitionReader``): on the first assignment
+    it replays the past, then handles batches live; one inbox partition, so one member of the group
+    reads it and another instance waits."""
+
+    def __init__(self, config: BusConfig, group: str, worker: InboxWorker, producer: Producer, *,
+                 batch: int = BATCH, commit_interval: float = COMMIT_INTERVAL) -> None:
+        super().__init__(config, group, worker.inbox, f"{worker.service.name} inbox", batch=batch,
+                         commit_interval=commit_interval)
+        self.worker, self.producer = worker, producer
+        self.ready = asyncio.Event()
+        """Set once the past is replayed: live records (and the clock) may go."""
+        self._replay_end: int | None = None
+
+    def _helpers(self) -> list[Awaitable[Any]]:
+        return [self._fire_timers()] if self.worker.clock is not None else []
 
     async def _handle(self, records: Sequence[Any]) -> None:
         replay_end = self._replay_end or 0
@@ -365,21 +422,6 @@ class InboxReader:
         else:
             self._rebuilt()
 
-    async def _commit(self) -> None:
-        offset, consumer = self.processed, self._consumer
-        if offset is None or offset == self.committed or consumer is None:
-            return
-        try:
-            await consumer.commit({self.tp: offset})
-            self.committed = offset
-        except KafkaError as exc:  # a rebalance under way: the next commit (or the new owner) catches up
-            log.warning("%s: offset %d not committed: %r", self.worker.service.name, offset, exc)
-
-    async def _commit_every(self) -> None:
-        while True:
-            await asyncio.sleep(self.commit_interval)
-            await self._commit()
-
     async def _fire_timers(self) -> None:
         await self.ready.wait()
         worker, clock = self.worker, self.worker.clock
@@ -395,20 +437,6 @@ class InboxReader:
                 await asyncio.wait_for(worker.wake.wait(), timeout)
             except asyncio.TimeoutError:
                 pass
-
-
-class _Rebalance(ConsumerRebalanceListener):
-    def __init__(self, reader: InboxReader) -> None:
-        self.reader = reader
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        if self.reader.tp in revoked:
-            async with self.reader._lock:
-                await self.reader._commit()
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        if self.reader.tp in assigned and self.reader._consumer is not None:
-            await self.reader._assigned(self.reader._consumer)
 
 
 class ServiceApp(MusterApp):

@@ -26,14 +26,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka import AIOKafkaConsumer
 
 from services.reconciler.ingest import Change, watch_envelope
 from services.reconciler.kubeapi import KubeApplier, Refused, Transient, Watcher, connect
 from services.reconciler.resources import WATCHED
 from shared.bus import codec
-from shared.bus.app import BATCH, BATCH_WAIT, COMMIT_INTERVAL, FaustProducer, InOrder, MusterApp, base_app
+from shared.bus.app import BATCH, BATCH_WAIT, FaustProducer, MusterApp, PartitionReader, base_app
 from shared.bus.codec import BadRecord
 from shared.bus.config import BusConfig
 from shared.bus.topics import Topics
@@ -238,94 +237,31 @@ async def send_logged(topics: Topics, envelopes: Sequence[Envelope], producer: P
     return offsets
 
 
-class EffectsReader:
-    """``muster.effects`` on a plain aiokafka consumer in group ``<prefix>cluster``, as a service's
-    inbox is read (``InboxReader``): Faust's stream cost ≈ 300 µs of CPU a record, and a RayCluster
-    of 9 pods brings 13 effects. Nothing to rebuild on assignment (the bridge keeps no state but its
+class EffectsReader(PartitionReader):
+    """``muster.effects`` on a plain consumer in group ``<prefix>cluster``, as a service's inbox is
+    read (``PartitionReader``): Faust's stream cost ≈ 300 µs of CPU a record, and a RayCluster of 9
+    pods brings 13 effects. Nothing to rebuild on assignment (the bridge keeps no state but its
     dedupe): it resumes at the committed offset, which only ever passes applied batches."""
 
-    def __init__(self, config: BusConfig, bridge: ClusterBridge, producer: Producer, *, batch: int = BATCH,
-                 commit_interval: float = COMMIT_INTERVAL) -> None:
-        self.config, self.bridge, self.producer = config, bridge, producer
-        self.batch, self.commit_interval = batch, commit_interval
-        self.tp = TopicPartition(config.topics.effects, 0)
-        self.group = f"{config.prefix}cluster"
-        self.processed: int | None = None
-        self.committed: int | None = None
-        self._in_order = InOrder(self.tp, name="effects")
-        self._lock = asyncio.Lock()
-        self._task: asyncio.Future[Any] | None = None
-        self._consumer: AIOKafkaConsumer | None = None
+    def __init__(self, config: BusConfig, bridge: ClusterBridge, producer: Producer) -> None:
+        super().__init__(config, f"{config.prefix}cluster", config.topics.effects, "effects")
+        self.bridge, self.producer = bridge, producer
 
     async def run(self) -> None:
-        self._task = asyncio.current_task()
+        self._task = asyncio.current_task()  # ``stop`` ends it while it waits for the API server too
         await self.bridge.connected.wait()
-        consumer = self._consumer = AIOKafkaConsumer(
-            **self.config.aiokafka(), group_id=self.group, enable_auto_commit=False, auto_offset_reset="earliest",
-            fetch_max_wait_ms=self.config.fetch_wait_ms, session_timeout_ms=6_000, heartbeat_interval_ms=1_000,
-            rebalance_timeout_ms=2_000)
-        consumer.subscribe([self.tp.topic], listener=_EffectsRebalance(self))
-        await consumer.start()
-        committer = asyncio.ensure_future(self._commit_every())
-        try:
-            while True:
-                fetched = await consumer.getmany(timeout_ms=1_000, max_records=self.batch)
-                records = self._in_order.take(consumer, fetched.get(self.tp, ()))
-                if records:
-                    async with self._lock:
-                        await self.bridge.apply_batch(
-                            [Incoming(m.value, m.headers, m.partition, m.offset) for m in records], self.producer)
-                        self.processed = records[-1].offset + 1
-        finally:
-            committer.cancel()
-            await asyncio.gather(committer, return_exceptions=True)
-            await self._commit()
-            await consumer.stop()
+        await super().run()
 
-    async def stop(self) -> None:
-        """Let the batch in hand be applied and committed, then end ``run``."""
-        task = self._task
-        if task is None or task.done():
-            return
-        async with self._lock:
-            task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    async def _handle(self, records: Sequence[Any]) -> None:
+        await self.bridge.apply_batch([Incoming(m.value, m.headers, m.partition, m.offset) for m in records],
+                                      self.producer)
+        self.processed = records[-1].offset + 1
 
-    async def assigned(self) -> None:
+    async def _assigned(self, consumer: AIOKafkaConsumer) -> None:
         """Read on from the committed offset (from the start when none is)."""
-        assert self._consumer is not None
-        committed = await self._consumer.committed(self.tp)
+        committed = await consumer.committed(self.tp)
         self._in_order.next = committed if committed is not None else \
-            (await self._consumer.beginning_offsets([self.tp]))[self.tp]
-
-    async def _commit(self) -> None:
-        offset, consumer = self.processed, self._consumer
-        if offset is None or offset == self.committed or consumer is None:
-            return
-        try:
-            await consumer.commit({self.tp: offset})
-            self.committed = offset
-        except KafkaError as exc:  # a rebalance under way: the next commit (or the new owner) catches up
-            log.warning("effects: offset %d not committed: %r", offset, exc)
-
-    async def _commit_every(self) -> None:
-        while True:
-            await asyncio.sleep(self.commit_interval)
-            await self._commit()
-
-
-class _EffectsRebalance(ConsumerRebalanceListener):
-    def __init__(self, reader: EffectsReader) -> None:
-        self.reader = reader
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        if self.reader.tp in revoked:
-            async with self.reader._lock:
-                await self.reader._commit()
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        if self.reader.tp in assigned:
-            await self.reader.assigned()
+            (await consumer.beginning_offsets([self.tp]))[self.tp]
 
 
 class ClusterApp(MusterApp):
