@@ -69,9 +69,25 @@ def _serve(conn: Connection) -> None:
                 conn.send(dict(api.state.bound_at))
             elif command == "count":
                 conn.send(len(api.state.bound_at))
+            elif command == "requests":
+                conn.send(_request_kinds(api.state.requests))
             else:
                 conn.send(None)
                 return
+
+
+def _request_kinds(requests: list[tuple[str, str]]) -> dict[str, int]:
+    """Requests by what they did: ``POST binding``, ``PATCH rayclusters``, ``GET pods`` (watches and
+    lists included)..."""
+    counts: dict[str, int] = {}
+    for method, path in requests:
+        parts = [p for p in path.split("/") if p]
+        rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+        if rest[:1] == ["namespaces"] and len(rest) > 2:
+            rest = rest[2:]
+        what = f"{method} {rest[2] if len(rest) > 2 else rest[0] if rest else path}"
+        counts[what] = counts.get(what, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 class ApiServer:
@@ -100,6 +116,10 @@ class ApiServer:
 
     def count(self) -> int:
         return self._ask("count")
+
+    def requests(self) -> dict[str, int]:
+        """How many requests of each kind the API server answered."""
+        return self._ask("requests")
 
     def close(self) -> None:
         self._ask("stop")
@@ -205,8 +225,9 @@ def loaded_latency(bootstrap: str, rate: float = 50.0, workloads: int = 500, fil
                    runs: int = RUNS) -> dict[str, Any]:
     """Submission → last pod bound, at ``rate`` workloads a second on a cluster kept 80 % full."""
     p50s, p99s, fills = [], [], []
+    requests: dict[str, float] = {}
     for _ in range(runs):
-        waits, fill_seconds = _loaded_run(bootstrap, rate, workloads, fill, waiting)
+        waits, fill_seconds, requests = _loaded_run(bootstrap, rate, workloads, fill, waiting)
         p50s.append(percentile(waits, 0.50))
         p99s.append(percentile(waits, 0.99))
         fills.append(fill_seconds)
@@ -216,11 +237,14 @@ def loaded_latency(bootstrap: str, rate: float = 50.0, workloads: int = 500, fil
             "loaded_latency_cluster_full_percent": round(100 * share, 1), "loaded_latency_waiting_workloads": waiting,
             "loaded_latency_rate_per_second": rate, "loaded_latency_workloads": workloads,
             "loaded_latency_p50_ms": spread(p50s, 1), "loaded_latency_p99_ms": spread(p99s, 1),
-            "loaded_latency_fill_seconds": spread(fills, 1), "loaded_latency_target_p99_ms": 100}
+            "loaded_latency_fill_seconds": spread(fills, 1),
+            "loaded_latency_api_requests_per_workload": requests, "loaded_latency_target_p99_ms": 100}
 
 
-def _loaded_run(bootstrap: str, rate: float, workloads: int, fill: int, waiting: int) -> tuple[list[float], float]:
-    """One run: fill, then measure; (each workload's wait in ms, sorted; seconds the fill took)."""
+def _loaded_run(bootstrap: str, rate: float, workloads: int, fill: int,
+                waiting: int) -> tuple[list[float], float, dict[str, float]]:
+    """One run: fill, then measure; (each workload's wait in ms, sorted; seconds the fill took;
+    requests the API server answered while measuring, per submitted workload, by kind)."""
     per_cluster = HEAD_CPU + WORKERS * WORKER_CPU
     api = ApiServer()
     try:
@@ -237,6 +261,7 @@ def _loaded_run(bootstrap: str, rate: float, workloads: int, fill: int, waiting:
             time.sleep(2.0)  # the waiting ones are queued and have backed off before the clock starts
             submitted: dict[str, tuple[float, list[str]]] = {}
             first = fill + waiting + 1
+            before = api.requests()
             start = time.monotonic()
             for i in range(workloads):
                 delay = start + i / rate - time.monotonic()
@@ -249,10 +274,12 @@ def _loaded_run(bootstrap: str, rate: float, workloads: int, fill: int, waiting:
             expected = (fill + 1 + workloads) * (WORKERS + 1)
             _wait_bound(api, expected)
             bound = api.bound()
+            after = api.requests()
     finally:
         api.close()
     waits = sorted(1000 * (max(bound[("bench", p)] for p in pods) - at) for at, pods in submitted.values())
-    return waits, fill_seconds
+    requests = {k: round((n - before.get(k, 0)) / workloads, 1) for k, n in after.items() if n > before.get(k, 0)}
+    return waits, fill_seconds, requests
 
 
 def run() -> dict[str, Any]:
