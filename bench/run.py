@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench import (bus_bench, contention_bench, e2e_bench, kueue_bench, placement_bench, projector_bench,
-                   scenario_bench)
+                   replay_bench, scenario_bench)
 from bench.stats import load, measured
 
 
@@ -22,7 +22,8 @@ def main() -> None:
     }
     for name, bench in (("placement", placement_bench), ("simulate", scenario_bench),
                         ("contention", contention_bench), ("kueue", kueue_bench),
-                        ("projector", projector_bench), ("bus", bus_bench), ("e2e", e2e_bench)):
+                        ("projector", projector_bench), ("bus", bus_bench), ("e2e", e2e_bench),
+                        ("replay", replay_bench)):
         print(f"running {name} benchmark ...", flush=True)
         figures[name] = measured(bench.run)
         print(json.dumps(figures[name], indent=2), flush=True)

@@ -20,6 +20,9 @@ schema_app = typer.Typer(no_args_is_help=True, help="The event contract.")
 app.add_typer(schema_app, name="schema")
 db_app = typer.Typer(no_args_is_help=True, help="The history store's tables (Alembic migrations).")
 app.add_typer(db_app, name="db")
+log_app = typer.Typer(no_args_is_help=True, help="The event log as a file: taken out of a deployment, or loaded "
+                      "into a store.")
+app.add_typer(log_app, name="log")
 
 STORE_HELP = ("History store URL: sqlite:///history.db or postgresql+psycopg://user@host:5432/db "
               "(default: $MUSTER_STORE).")
@@ -45,6 +48,8 @@ def simulate_cmd(
                                  "process or as 'processes' (one `muster run` each)."),
     keep_topics: bool = typer.Option(False, "--keep-topics", help="With --bus: leave the run's topics "
                                      "(muster.sim.<scenario>.<id>.*) on the broker to look at; deleted otherwise."),
+    trace: bool = typer.Option(False, "--trace", help="Send the run's traces (a trace per workload, in scenario "
+                               "time from now on) to the OTLP endpoint OTEL_EXPORTER_OTLP_ENDPOINT names."),
 ) -> None:
     """Run SCENARIO on the embedded stack (or, with --bus, on Kafka) with a simulated cluster and a virtual clock."""
     from shared.simulate import simulate
@@ -54,6 +59,8 @@ def simulate_cmd(
     if services not in ("tasks", "processes"):
         err.print(f"[red]error:[/] --services {escape(services)!s}: 'tasks' or 'processes'")
         raise typer.Exit(2)
+    if trace:
+        _tracing_ready(err)
     if store is not None:
         from shared.store import StoreError, schema
 
@@ -65,19 +72,30 @@ def simulate_cmd(
         policy = Policy.from_yaml(policy_file) if policy_file else None
         loaded = load_scenario(scenario)
         if bus is not None:
-            run = _simulate_on_bus(loaded, policy, bus, services, store, keep_topics, err)
+            run = _simulate_on_bus(loaded, policy, bus, services, store, keep_topics, err, trace)
         else:
-            run = simulate(loaded, policy)
+            run = simulate(loaded, policy, traced=trace)
     except (ScenarioError, PolicyError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)
     result = run.result()
-    written = None  # with --bus the projector wrote the history, from the log topic
-    if store is not None and bus is None:
-        from shared.store import record
+    if trace and bus is None:
+        from shared.tracing import export_log
 
+        sent = export_log(run.runtime.log)
+        console.print(f"[dim]traces: {sent} spans of {len(result['workloads'])} workload(s) sent over OTLP[/]")
+    written = None  # with --bus the projector wrote the history, from the log topic
+    if store is not None:
+        from shared.audit.header import LogHeader
+        from shared.store import record
+        from shared.store.header import write_header
+
+        header = LogHeader.made_now(run.policy, origin="simulate", scenario=loaded.name, until=loaded.until)
         try:
-            written = record(store, run.runtime.log)
+            if bus is None:
+                written = record(store, run.runtime.log, header=header.for_store())
+            else:
+                write_header(store, header.for_store())
         except StoreError as exc:
             raise _store_failed(exc) from None
     if json_out:
@@ -103,8 +121,23 @@ def simulate_cmd(
         raise typer.Exit(1)
 
 
+def _tracing_ready(err: Console) -> None:
+    """``--trace`` needs somewhere to send spans: exit 2 with what to set when it has none."""
+    from shared.tracing.config import TracingConfigError, check, enabled
+
+    try:
+        check()
+    except TracingConfigError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2)
+    if not enabled():
+        err.print("[red]error:[/] --trace: no OTLP endpoint; set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. "
+                  "http://localhost:4318; OTEL_SDK_DISABLED and OTEL_TRACES_EXPORTER=none turn tracing off)")
+        raise typer.Exit(2)
+
+
 def _simulate_on_bus(scenario: Any, policy: Optional[Policy], bus: str, services: str, store: Optional[str],
-                     keep_topics: bool, err: Console) -> Any:
+                     keep_topics: bool, err: Console, trace: bool = False) -> Any:
     """The distributed run for ``simulate --bus``; broker trouble is exit code 2 with one line."""
     from shared.bus.config import BusConfig, BusConfigError
     from shared.bus.app import delete_topics
@@ -121,12 +154,22 @@ def _simulate_on_bus(scenario: Any, policy: Optional[Policy], bus: str, services
         err.print(f"[red]error:[/] Kafka at {escape(bus)} does not answer: {escape(problem)}")
         raise typer.Exit(2)
     config = config.with_prefix(run_prefix(scenario.name))
+    sink = None
+    if trace:
+        import time
+
+        from shared.tracing.otel import SpanSink
+
+        sink = SpanSink(epoch=time.time())
     try:
-        return simulate_on_bus(scenario, config, policy, services=services, store=store)  # type: ignore[arg-type]
+        return simulate_on_bus(scenario, config, policy, services=services, store=store,  # type: ignore[arg-type]
+                               sink=sink)
     except DriverError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)
     finally:
+        if sink is not None:
+            sink.close()
         if not keep_topics:  # the run's own (prefix of its own); the history, if asked for, is in --store
             delete_topics(config)
 
@@ -154,11 +197,17 @@ def run_cmd(
                                              "account, else $KUBECONFIG or ~/.kube/config)."),
     context: Optional[str] = typer.Option(None, "--context", envvar="MUSTER_KUBE_CONTEXT",
                                           help="Cluster only: kubeconfig context."),
+    metrics_port: int = typer.Option(9464, "--metrics-port", envvar="MUSTER_METRICS_PORT",
+                                     help="Serve /metrics, /healthz and /readyz on this port (0: none)."),
 ) -> None:
-    """Run one service as a Faust worker on Kafka: it consumes its inbox and writes to the next ones."""
+    """Run one service as a Faust worker on Kafka: it consumes its inbox and writes to the next ones.
+
+    Tracing: set OTEL_EXPORTER_OTLP_ENDPOINT (and the other standard OTEL_* variables) to send spans."""
     import asyncio
 
     from shared.bus.config import BusConfig, BusConfigError
+    from shared.metrics.server import MetricsPortError, bind
+    from shared.tracing.config import TracingConfigError, check, enabled, epoch_from_env
 
     err = Console(stderr=True, highlight=False)
     if service not in SERVICE_NAMES:
@@ -167,13 +216,24 @@ def run_cmd(
     if ordering not in ("arrival", "rounds"):
         err.print(f"[red]error:[/] --ordering {escape(ordering)}: 'arrival' or 'rounds'")
         raise typer.Exit(2)
+    if not 0 <= metrics_port <= 65535:
+        err.print(f"[red]error:[/] --metrics-port {metrics_port}: a port from 1 to 65535, or 0 for none")
+        raise typer.Exit(2)
     try:
         config = BusConfig.from_env(kafka, prefix=prefix)
         policy = Policy.from_yaml(policy_file) if policy_file else Policy()
-    except (BusConfigError, PolicyError) as exc:
+        check()
+        epoch = epoch_from_env()
+    except (BusConfigError, PolicyError, TracingConfigError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)
+    sink = None
+    if enabled():
+        from shared.tracing.otel import SpanSink
+
+        sink = SpanSink(epoch=epoch)
     from shared.bus.app import ensure_topics, run_app, service_app
+    from shared.metrics import server as metrics
 
     if service == "projector":
         from shared.bus.projector import projector_app
@@ -183,9 +243,15 @@ def run_cmd(
         try:
             url = resolve_url(store)
             schema.ensure(url)
+            if policy_file:  # the services' policy: what `muster replay --verify` needs to rebuild them
+                from shared.audit.header import LogHeader
+                from shared.store.header import write_header
+
+                write_header(url, LogHeader.made_now(policy, origin="kafka").for_store())
         except StoreError as exc:
             raise _store_failed(exc) from None
-        app_ = projector_app(config, url)
+        app_ = projector_app(config, url, sink=sink)
+        exposition = metrics.projector_exposition(app_)
     elif service == "cluster":
         from shared.bus.cluster import KubeTarget, cluster_app, reachable
 
@@ -194,11 +260,23 @@ def run_cmd(
         if problem:
             err.print(f"[red]error:[/] Kubernetes API: {escape(problem)}")
             raise typer.Exit(2)
-        app_ = cluster_app(config, target)
+        app_ = cluster_app(config, target, sink=sink)
+        exposition = metrics.cluster_exposition(app_)
     else:
-        app_ = service_app(service, config, policy, ordering=ordering)  # type: ignore[arg-type]
+        app_ = service_app(service, config, policy, ordering=ordering, sink=sink)  # type: ignore[arg-type]
+        exposition = metrics.service_exposition(app_, service)
+    if metrics_port:
+        try:
+            exposition.attach(app_, bind(metrics_port))
+        except MetricsPortError as exc:
+            err.print(f"[red]error:[/] {escape(str(exc))}")
+            raise typer.Exit(2)
     asyncio.run(ensure_topics(config))
-    run_app(app_, loglevel=loglevel)
+    try:
+        run_app(app_, loglevel=loglevel)
+    finally:
+        if sink is not None:
+            sink.close()  # sends what is left
 
 
 @app.command("history")
@@ -290,6 +368,275 @@ def db_downgrade(
     except StoreError as exc:
         raise _store_failed(exc) from None
     typer.echo(f"{display(url)}: schema at revision {now or 'base (no tables)'}")
+
+
+# --------------------------------------------------------------------------- audit (shared/audit)
+LOG_HELP = ("The log: an exported file (.jsonl or .jsonl.gz), a history store URL (sqlite:///h.db, "
+            "postgresql+psycopg://...) or a Kafka address (kafka://HOST:PORT).")
+PREFIX_HELP = "With a Kafka log: the stack's topic prefix (default: $MUSTER_TOPIC_PREFIX, else muster.)."
+
+
+def _audit_failed(exc: Exception) -> typer.Exit:
+    """An unusable log or store: one line, and the exit code of its kind (shared/audit/errors.py)."""
+    from shared.audit.errors import AuditError
+
+    text = " ".join(line.strip() for line in str(exc).splitlines()
+                    if line.strip() and not line.strip().startswith("For further information"))
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/] {escape(text)}")
+    return typer.Exit(exc.exit_code if isinstance(exc, AuditError) else 2)
+
+
+def _audit_errors() -> tuple[type[Exception], ...]:
+    from shared.audit.errors import AuditError
+
+    return (AuditError, PolicyError, ScenarioError)
+
+
+def _policy(path: Optional[Path]) -> Optional[Policy]:
+    return Policy.from_yaml(path) if path else None
+
+
+@log_app.command("export")
+def log_export(
+    out: Path = typer.Option(..., "--out", help="The file to write (JSON Lines; gzip when it ends .gz)."),
+    source: Optional[str] = typer.Option(None, "--from", help="Where the log is: kafka://HOST:PORT, a store URL "
+                                         "or an exported file."),
+    store: Optional[str] = typer.Option(None, "--store", help="Export this history store's log (same as --from URL)."),
+    since: Optional[float] = typer.Option(None, "--since", help="Only envelopes at or after this event time (seconds)."),
+    until: Optional[float] = typer.Option(None, "--until", help="Only envelopes at or before this event time (seconds)."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the services ran with, for the "
+                                               "header (a Kafka log does not record it)."),
+    prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
+) -> None:
+    """Write the event log to a file: a header line (muster and schema version, the policy), one envelope a line."""
+    from shared.audit.export import export
+    from shared.audit.logfile import open_log
+    from shared.audit.progress import progress_of
+
+    if (source is None) == (store is None):
+        raise _audit_failed(ValueError("say where the log is: --from kafka://HOST:PORT | URL | FILE, or --store URL"))
+    try:
+        log = open_log(source or store or "", policy=_policy(policy_file), topic_prefix=prefix)
+        with progress_of(log, "exporting") as tick:
+            count = export(log, out, since=since, until=until, tick=tick)
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    typer.echo(f"wrote {count} events to {out}")
+
+
+@log_app.command("import")
+def log_import(
+    file: Path = typer.Argument(..., help="An exported log (.jsonl or .jsonl.gz)."),
+    store: Optional[str] = typer.Option(None, "--store", envvar="MUSTER_STORE", help=STORE_HELP),
+) -> None:
+    """Load an exported log into a history store (tables created in an empty one); exit 5 if it holds another run."""
+    from shared.audit.export import import_log
+    from shared.audit.logfile import LogFile
+    from shared.audit.progress import progress_of
+    from shared.store import StoreError
+    from shared.store.engine import display, resolve_url
+
+    try:
+        url = resolve_url(store)
+        log = LogFile(file)
+        with progress_of(log, "importing") as tick:
+            written, there = import_log(log, url, tick=tick)
+    except StoreError as exc:
+        raise _store_failed(exc) from None
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    typer.echo(f"{display(url)}: {written} events written" + (f", {there} were there already" if there else ""))
+
+
+@app.command("replay")
+def replay_cmd(
+    log: str = typer.Argument(..., metavar="LOG", help=LOG_HELP),
+    verify: bool = typer.Option(False, "--verify", help="Re-derive every decision and compare it, byte for byte, with "
+                                "the one recorded; exit 1 at the first that differs."),
+    what_if: Optional[Path] = typer.Option(None, "--what-if", help="Run the history again under this policy (YAML, "
+                                           "layered over the recorded one) and compare."),
+    apply: list[Path] = typer.Option([], "--apply", help="With --what-if: manifests (queues, quotas, weights) that "
+                                     "stand in for the objects of the same kind and name."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="With --what-if: write the comparison as an HTML page."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="With --what-if: write the comparison as JSON."),
+    approximate: bool = typer.Option(False, "--approximate", help="With --what-if: go on when the recorded side does "
+                                     "not reproduce the log exactly (a real cluster), comparing against it anyway."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the log was made under, when it "
+                                               "does not record one (a Kafka log)."),
+    prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    trace: bool = typer.Option(False, "--trace", help="Send the log's traces (a trace per workload incarnation, at "
+                               "the recorded times) to the OTLP endpoint OTEL_EXPORTER_OTLP_ENDPOINT names."),
+) -> None:
+    """Replay an event log through the cores: --verify re-derives every decision; --what-if tries another policy;
+    --trace sends the history's traces to Tempo."""
+    from shared.audit.logfile import open_log
+
+    console = Console(highlight=False, width=max(Console().width, 120), soft_wrap=True)
+    if not verify and what_if is None and not trace:
+        raise _audit_failed(ValueError("say what to do with the log: --verify, --what-if POLICY.yaml, --trace, "
+                                       "or several"))
+    if what_if is None and (apply or html_out or json_out or approximate):
+        raise _audit_failed(ValueError("--apply, --html, --json and --approximate go with --what-if"))
+    if trace:
+        _tracing_ready(Console(stderr=True, highlight=False))
+    try:
+        source = open_log(log, policy=_policy(policy_file), topic_prefix=prefix)
+        code = 0
+        if verify or what_if is not None:
+            source.header.whole("--verify" if verify else "--what-if")
+            policy = source.header.decided_with()
+        if verify:
+            from shared.audit import verify as verifying
+
+            code = verifying.run(source, policy, console, progress=not quiet)
+        if what_if is not None and code == 0:
+            _what_if(source, policy, what_if, apply, html_out, json_out, approximate, console)
+        if trace and code == 0:
+            from shared.audit.logfile import envelopes
+            from shared.tracing import export_log
+
+            sent = export_log(envelopes(source))
+            console.print(f"traces: {sent} spans of the log sent over OTLP")
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    raise typer.Exit(code)
+
+
+def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[Path], html_out: Optional[Path],
+             json_out: Optional[Path], approximate: bool, console: Console) -> None:
+    import yaml
+    from rich.table import Table
+
+    from shared.audit import whatif
+    from shared.audit.logfile import envelopes
+
+    Policy.from_yaml(change_file)  # every key checked, before the long part
+    change = yaml.safe_load(change_file.read_text()) or {}
+    extra: list[dict[str, Any]] = []
+    for path in extra_files:
+        try:
+            docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        except (OSError, yaml.YAMLError) as exc:
+            raise ScenarioError(f"cannot read {path}: {exc}") from None
+        if not all(isinstance(d, dict) and d.get("kind") and isinstance(d.get("metadata"), dict) for d in docs):
+            raise ScenarioError(f"{path}: every document must be a Kubernetes manifest (kind, metadata)")
+        extra.extend(docs)
+    header = source.header
+    outcome = whatif.what_if(list(envelopes(source)), name=header.scenario or "history", until=header.until,
+                             recorded_policy=policy, change=change, extra=extra, approximate=approximate)
+    doc = whatif.comparison(outcome, policy)
+    title = f"muster what-if: {doc['scenario']} under {change_file.name}" + (
+        f" + {', '.join(p.name for p in extra_files)}" if extra_files else "")
+    console.print(f"[bold]{escape(title)}[/]")
+    console.print("[green]the recorded side reproduces the log's decisions exactly[/]" if outcome.faithful else
+                  f"[yellow]approximate:[/] {escape(outcome.difference)}")
+    table = Table(title=f"per queue, recorded -> new (to {outcome.end:g}s)", title_justify="left")
+    table.add_column("queue")
+    for _, label in whatif.COLUMNS:
+        table.add_column(label)
+    for name, cells in whatif.table_rows(doc):
+        table.add_row(escape(name), *cells)
+    console.print(table)
+    console.print(f"{len(doc['changed'])} of {len(doc['workloads'])} workloads changed")
+    for key in doc["changed"]:
+        console.print(escape(f"  {key}: {'; '.join(doc['workloads'][key]['change'])}"))
+    if json_out:
+        json_out.write_text(json.dumps(doc, indent=2) + "\n")
+    if html_out:
+        html_out.write_text(whatif.render_html(doc, title), encoding="utf-8")
+
+
+def _log_of(store: Optional[str], log: Optional[str], policy_file: Optional[Path], prefix: Optional[str]) -> Any:
+    """The log ``--store``/``--log`` name (``$MUSTER_STORE`` when neither)."""
+    import os
+
+    from shared.audit.errors import SourceError
+    from shared.audit.logfile import open_log
+    from shared.store.engine import ENV
+
+    if store is not None and log is not None:
+        raise SourceError("give --store or --log, not both")
+    spec = log or store or os.environ.get(ENV)
+    if not spec:
+        raise SourceError(f"say where the log is: --store URL, --log FILE (or kafka://HOST:PORT), or set {ENV}")
+    return open_log(spec, policy=_policy(policy_file), topic_prefix=prefix)
+
+
+@app.command("explain")
+def explain_cmd(
+    workload: Optional[str] = typer.Argument(None, metavar="NAMESPACE/NAME", help="The workload to explain."),
+    store: Optional[str] = typer.Option(None, "--store", help=STORE_HELP),
+    log: Optional[str] = typer.Option(None, "--log", help="An exported log file (or kafka://HOST:PORT)."),
+    at: Optional[float] = typer.Option(None, "--at", help="At this event time (seconds; default: the end of the log)."),
+    queue: Optional[str] = typer.Option(None, "--queue", help="List this queue's waiting workloads in order instead."),
+    as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the log was made under, when it "
+                                               "does not record one (for queue positions)."),
+    prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
+) -> None:
+    """Why a workload is not running (or was preempted): phase, queue position, quota with numbers, nodes, backoff."""
+    from shared.audit.errors import CannotReproduce
+    from shared.audit.explain import UnknownWorkload, explain, fold_until, queue_lines
+    from shared.audit.logfile import envelopes
+
+    if (workload is None) == (queue is None):
+        raise _audit_failed(ValueError("name a workload (NAMESPACE/NAME) or a queue (--queue Q)"))
+    if workload is not None and (workload.count("/") != 1 or not all(workload.split("/"))):
+        raise _audit_failed(ValueError(f"{workload!r}: name the workload as NAMESPACE/NAME, e.g. default/my-job"))
+    try:
+        source = _log_of(store, log, policy_file, prefix)
+        try:
+            policy = source.header.decided_with()
+        except CannotReproduce:
+            policy = None  # positions then come from the result view
+        moment = fold_until(envelopes(source), at, policy)
+        doc: Any = queue_lines(moment, queue) if queue is not None else explain(moment, workload or "")
+    except UnknownWorkload as exc:
+        Console(stderr=True, highlight=False).print(
+            f"[red]error:[/] no workload {escape(exc.key)} in the log" + (f" up to {exc.at:g}s" if at is not None else "")
+            + (f"; did you mean {escape(', '.join(exc.similar))}?" if exc.similar else ""))
+        raise typer.Exit(1)
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    if as_json:
+        typer.echo(json.dumps({"queue": queue, "at": moment.at, "pending": doc} if queue is not None else doc, indent=2))
+        return
+    console = Console(highlight=False, width=max(Console().width, 120))
+    if queue is not None:
+        console.print(f"queue {escape(queue)} at {moment.at:g}s: {len(doc)} waiting")
+        for line in doc:
+            waited = f", waiting {line['waiting_seconds']:g}s" if line["waiting_seconds"] is not None else ""
+            backoff = f", backing off until {line['backoff_until']:g}s" if line["backoff_until"] else ""
+            console.print(escape(f"  {line['position']}. {line['workload']} priority {line['priority']}{waited}"
+                                 f"{backoff}: {line['reason']}"))
+        return
+    for text in doc["lines"]:
+        console.print(escape(text))
+
+
+@app.command("report")
+def report_cmd(
+    html_out: Path = typer.Option(..., "--html", help="The HTML file to write (self-contained: plotly.js inside)."),
+    store: Optional[str] = typer.Option(None, "--store", help=STORE_HELP),
+    log: Optional[str] = typer.Option(None, "--log", help="An exported log file (or kafka://HOST:PORT)."),
+    prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
+) -> None:
+    """Write one HTML page: workloads by phase, queue usage against guarantee and limit, waits, preemptions."""
+    from shared.audit.fold import fold
+    from shared.audit.logfile import envelopes
+    from shared.audit.report import write_report
+
+    try:
+        source = _log_of(store, log, None, prefix)
+        history = fold(envelopes(source), scenario=source.header.scenario or "", series=True)
+        end = max(history.now, source.header.until or 0.0)
+        write_report(history, html_out, title=f"muster report: {source.header.scenario or source.name}", end=end)
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    except OSError as exc:
+        raise _audit_failed(ValueError(f"cannot write {html_out}: {exc.strerror or exc}")) from None
+    typer.echo(f"wrote {html_out}")
 
 
 @schema_app.command("export")
