@@ -262,3 +262,19 @@ def test_a_manifest_that_contains_itself_is_refused_with_its_name():
     data["self"] = data  # what a YAML alias inside its own anchor loads as
     with pytest.raises(ScenarioError, match="ConfigMap default/cm: nested too deeply"):
         SimCluster().apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": data}, 0.0)
+
+
+def test_a_pod_change_the_controllers_cannot_act_on_does_not_run_them():
+    """Binding a pod (no new phase) and the cluster's own new pods queue no sync; a phase does."""
+    h = SimHarness()
+    h.apply(node("n1"), at=0.0)
+    synced: list[str] = []
+    sync = h.sim.kuberay.sync_cluster
+    h.sim.kuberay.sync_cluster = lambda ns, name, now: (synced.append(name), sync(ns, name, now))[1]  # type: ignore[method-assign]
+    h.apply(ray_cluster("rc", workers=[worker_group("w", 2)]), at=1.0)
+    assert synced == ["rc"]  # once for the cluster; not again for each of the 3 pods it created
+    h.bind_all("n1", at=2.0)
+    assert synced == ["rc"] and len(h.pod_names(cluster="rc")) == 3
+    h.advance(4.0)  # the pods turn Running: a phase the controller reads (then its own status changes)
+    assert synced[1:] == ["rc"] * 4
+    assert h.sim.get("RayCluster", "default", "rc")["status"]["state"] == "ready"
