@@ -9,9 +9,8 @@ how often it was filled (``kube.short_hash``), never random.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, NamedTuple
 
 from shared import kube
 from shared import quantity as q
@@ -61,9 +60,9 @@ def sim_outcome(job: Mapping[str, Any]) -> Literal["Succeeded", "Failed"]:
 
 
 # --------------------------------------------------------------------------- desired pods
-@dataclass(frozen=True)
-class PodSlot:
-    """One pod a RayCluster wants: head, or worker ``index`` of ``group``."""
+class PodSlot(NamedTuple):
+    """One pod a RayCluster wants: head, or worker ``index`` of ``group``. A tuple: every sync of a
+    cluster lists its slots again, and a frozen dataclass cost five times as much to make."""
 
     node_type: Literal["head", "worker"]
     group: str
@@ -305,7 +304,7 @@ class KubeRay:
                "metadata": {"name": pod_name, "namespace": m["namespace"], "labels": labels,
                             "annotations": _strings(template_meta.get("annotations")),
                             "ownerReferences": [_owner_ref(cluster)]},
-               "spec": copy.deepcopy(dict(slot.template["spec"])), "status": {"phase": "Pending"}}
+               "spec": dict(slot.template["spec"]), "status": {"phase": "Pending"}}
         self.batch.decorate(cluster, pod, slot.group)
         return pod
 
