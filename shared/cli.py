@@ -402,6 +402,8 @@ def broker_cmd(
 
     from shared.bus.localbroker import BrokerError, LocalBroker
 
+    if not 1 <= port <= 65535:
+        raise _failed(f"--port {port}: a port from 1 to 65535")
     with socket.socket() as probe:
         try:
             probe.bind(("127.0.0.1", port))
