@@ -111,11 +111,15 @@ def simulate_cmd(
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)
     result = run.result()
+    not_sent = None  # said last: the run, its document and its history are kept all the same
     if trace and bus is None:
-        from shared.tracing import export_log
+        from shared.tracing import TracesNotSent, export_log
 
-        sent = export_log(run.runtime.log)
-        console.print(f"[dim]traces: {sent} spans of {len(result['workloads'])} workload(s) sent over OTLP[/]")
+        try:
+            sent = export_log(run.runtime.log)
+            console.print(f"[dim]traces: {sent} spans of {len(result['workloads'])} workload(s) sent over OTLP[/]")
+        except TracesNotSent as exc:
+            not_sent = exc
     written = None  # with --bus the projector wrote the history, from the log topic
     if store is not None:
         from shared.audit.header import LogHeader
@@ -149,6 +153,8 @@ def simulate_cmd(
             from shared.store.engine import display
 
             console.print(f"[dim]history: the projector wrote the event log to {escape(display(store))}[/]")
+    if not_sent is not None:
+        raise _failed(f"--trace: {not_sent}")
     if failures:
         raise typer.Exit(1)
 
@@ -657,9 +663,12 @@ def replay_cmd(
             _what_if(source, policy, what_if, apply, html_out, json_out, approximate, console)
         if trace and code == 0:
             from shared.audit.logfile import envelopes
-            from shared.tracing import export_log
+            from shared.tracing import TracesNotSent, export_log
 
-            sent = export_log(envelopes(source))
+            try:
+                sent = export_log(envelopes(source))
+            except TracesNotSent as exc:
+                raise _failed(f"--trace: {exc}") from None
             console.print(f"traces: {sent} spans of the log sent over OTLP")
     except _audit_errors() as exc:
         raise _audit_failed(exc) from None
