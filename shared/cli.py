@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -32,6 +33,14 @@ SCHEDULER_NAMES_HELP = ("The spec.schedulerName values muster schedules pods for
                         "muster,volcano; pods for any other scheduler only count as used capacity.")
 STORE_HELP = ("History store URL: sqlite:///history.db or postgresql+psycopg://user@host:5432/db "
               "(default: $MUSTER_STORE).")
+
+
+def _finite(value: Optional[float]) -> Optional[float]:
+    """A time option (``--at``, ``--since``, ``--until``) is a number of seconds: ``nan`` and ``inf``,
+    which a float option takes, are a usage error instead of a nonsense answer."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a number of seconds")
+    return value
 
 
 def _failed(exc: Exception | str) -> typer.Exit:
@@ -468,7 +477,7 @@ def history_cmd(
 @app.command("queues")
 def queues_cmd(
     store: Optional[str] = typer.Option(None, "--store", envvar="MUSTER_STORE", help=STORE_HELP),
-    at: Optional[float] = typer.Option(None, "--at", help="Usage at this scenario time (seconds) instead of now."),
+    at: Optional[float] = typer.Option(None, "--at", callback=_finite, help="Usage at this scenario time (seconds) instead of now."),
     as_json: bool = typer.Option(False, "--json", help="Print the queues as JSON."),
 ) -> None:
     """Print each queue's usage against its guarantee and limit, from the history store."""
@@ -571,8 +580,8 @@ def log_export(
     source: Optional[str] = typer.Option(None, "--from", help="Where the log is: kafka://HOST:PORT, a store URL "
                                          "or an exported file."),
     store: Optional[str] = typer.Option(None, "--store", help="Export this history store's log (same as --from URL)."),
-    since: Optional[float] = typer.Option(None, "--since", help="Only envelopes at or after this event time (seconds)."),
-    until: Optional[float] = typer.Option(None, "--until", help="Only envelopes at or before this event time (seconds)."),
+    since: Optional[float] = typer.Option(None, "--since", callback=_finite, help="Only envelopes at or after this event time (seconds)."),
+    until: Optional[float] = typer.Option(None, "--until", callback=_finite, help="Only envelopes at or before this event time (seconds)."),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the services ran with, for the "
                                                "header (a Kafka log does not record it)."),
     prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
@@ -740,7 +749,7 @@ def explain_cmd(
     workload: Optional[str] = typer.Argument(None, metavar="NAMESPACE/NAME", help="The workload to explain."),
     store: Optional[str] = typer.Option(None, "--store", help=STORE_HELP),
     log: Optional[str] = typer.Option(None, "--log", help="An exported log file (or kafka://HOST:PORT)."),
-    at: Optional[float] = typer.Option(None, "--at", help="At this event time (seconds; default: the end of the log)."),
+    at: Optional[float] = typer.Option(None, "--at", callback=_finite, help="At this event time (seconds; default: the end of the log)."),
     queue: Optional[str] = typer.Option(None, "--queue", help="List this queue's waiting workloads in order instead."),
     as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON."),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the log was made under, when it "
@@ -749,7 +758,7 @@ def explain_cmd(
 ) -> None:
     """Why a workload is not running (or was preempted): phase, queue position, quota with numbers, nodes, backoff."""
     from shared.audit.errors import CannotReproduce
-    from shared.audit.explain import UnknownWorkload, explain, fold_until, queue_lines
+    from shared.audit.explain import UnknownQueue, UnknownWorkload, explain, fold_until, queue_lines
     from shared.audit.logfile import envelopes
 
     if (workload is None) == (queue is None):
@@ -765,8 +774,9 @@ def explain_cmd(
         moment = fold_until(envelopes(source), at, policy)
         doc: Any = queue_lines(moment, queue) if queue is not None else explain(moment, workload or "")
     except UnknownWorkload as exc:
-        Console(stderr=True, highlight=False).print(
-            f"[red]error:[/] no workload {escape(exc.key)} in the log" + (f" up to {exc.at:g}s" if at is not None else "")
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"[red]error:[/] no {'queue' if isinstance(exc, UnknownQueue) else 'workload'} {escape(exc.key)} in the log"
+            + (f" up to {exc.at:g}s" if at is not None else "")
             + (f"; did you mean {escape(', '.join(exc.similar))}?" if exc.similar else ""))
         raise typer.Exit(1)
     except _audit_errors() as exc:

@@ -120,6 +120,10 @@ def test_explain_a_workload_a_queue_and_an_unknown_one(log: Path) -> None:
     _clean_exit(unknown, 1)
     assert "did you mean default/train-cluster" in _flat(unknown.stderr)
     _error(_invoke("explain", "no-slash", "--log", log), 2, "NAMESPACE/NAME")
+    _error(_invoke("explain", "--queue", "team-b", "--log", log), 1, "no queue team-b in the log; did you mean team-a?")
+    nan = _invoke("explain", "default/train-cluster", "--log", log, "--at", "nan")
+    _clean_exit(nan, 2)
+    assert "nan is not a number of seconds" in _flat(nan.output)
 
 
 def test_report_writes_one_page(log: Path, tmp_path: Path) -> None:
