@@ -120,7 +120,7 @@ class Policy(BaseModel):
         try:
             return cls.from_mapping(data)
         except ValidationError as exc:
-            raise PolicyError(f"invalid policy {path}: {first_errors(exc)}") from None
+            raise PolicyError(f"invalid policy {path}: {first_errors(exc, values=True)}") from None
 
 
 class PolicyError(ValueError):
