@@ -219,6 +219,9 @@ def _simulate_on_bus(scenario: Any, policy: Optional[Policy], bus: str, services
             sink.close()
         if not keep_topics:  # the run's own (prefix of its own); the history, if asked for, is in --store
             delete_topics(config)
+        else:  # the prefix has a random part: without it nobody finds them again
+            err.print(f"topics kept: {escape(config.prefix)}* (e.g. muster log export --from {escape(bus)} "
+                      f"--topic-prefix {escape(config.prefix)} --out log.jsonl)", soft_wrap=True)
 
 
 SERVICE_NAMES = ("admission", "queue", "placement", "reconciler", "projector", "cluster")
