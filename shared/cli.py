@@ -54,6 +54,8 @@ def _writable(path: Path, what: str) -> None:
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise _failed(f"cannot write {what} {path}: folder {folder} does not exist")
+    if path.is_dir():
+        raise _failed(f"cannot write {what} {path}: it is a folder")
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise _failed(f"cannot write {what} {path}: permission denied")
 
@@ -659,6 +661,9 @@ def replay_cmd(
                                        "or several"))
     if what_if is None and (apply or html_out or json_out or approximate):
         raise _audit_failed(ValueError("--apply, --html, --json and --approximate go with --what-if"))
+    for path, what in ((html_out, "the what-if page"), (json_out, "the what-if comparison")):
+        if path is not None:
+            _writable(path, what)  # before the long part, not a traceback after it
     if trace:
         _tracing_ready(Console(stderr=True, highlight=False))
     try:

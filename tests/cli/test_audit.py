@@ -148,6 +148,16 @@ def test_what_if_prints_the_comparison_and_writes_json_and_html(log: Path, tmp_p
     _error(_invoke("replay", log, "--what-if", policy), 2, "queueing")
 
 
+def test_what_if_outputs_that_cannot_be_written_are_one_line_before_the_run(log: Path, tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text("min_runtime_seconds: 600\n")
+    missing = tmp_path / "no-such-folder"
+    _error(_invoke("replay", log, "--what-if", policy, "--html", missing / "w.html"), 2,
+           f"cannot write the what-if page {missing / 'w.html'}: folder {missing} does not exist")
+    _error(_invoke("replay", log, "--what-if", policy, "--json", tmp_path), 2,
+           f"cannot write the what-if comparison {tmp_path}: it is a folder")
+
+
 def test_replay_needs_something_to_do(log: Path) -> None:
     _error(_invoke("replay", log), 2, "--verify")
     _error(_invoke("replay", "sqlite:////nonexistent/dir/h.db", "--verify"), 2, "no database file")
