@@ -417,6 +417,7 @@ def broker_cmd(
     wheel (installed with muster's dev tools, as the tests use it). For `simulate --bus` and trying the
     services without a Kafka cluster; everything it holds is gone when it stops."""
     import logging
+    import signal
     import socket
     import time
 
@@ -435,6 +436,11 @@ def broker_cmd(
         broker.start()
     except BrokerError as exc:
         raise _failed(" ".join(str(exc).split())) from None
+    def stopped(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # `kill PID` (and a closed terminal) stop it as Ctrl-C does, Tansu with it
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stopped)
     try:  # from here on Ctrl-C stops the broker and is no error
         typer.echo(f"Kafka-protocol broker (Tansu, in memory) at {broker.bootstrap}; try: muster simulate "
                    f"examples/volcano-gang-queue.yaml --bus kafka://{broker.bootstrap}. Ctrl-C stops it.")
