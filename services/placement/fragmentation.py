@@ -37,10 +37,11 @@ MIX_WINDOW = 10_000
 MAX_SHAPES = 128
 """GPU shapes the measure keeps: the most frequent (ties by shape). FGD keeps the "typical" ones that
 make up 95% of the pods; on the openb trace every shape helps (see bench/gpu_trace.md), so muster
-keeps them all up to this bound on the cost of rebuilding the mix (openb's lists have at most 126)."""
+keeps them all up to this bound on the cost of rebuilding the mix (openb's lists have at most 126;
+docs/design.md has the figures)."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class MixArrays:
     """The kept shapes as arrays for the vectorised measure; every order in them is sorted, never arrival."""
 
@@ -58,17 +59,35 @@ class MixArrays:
     """(Q, 1) devices each group needs with that room."""
     needs: np.ndarray
     """(G, 1) distinct per-device needs in thousandths (1000 for whole GPUs)."""
+    index: tuple[dict, dict, dict]
+    """Positions of each group, cpu level and memory level, to add a count in place."""
+
+    def add(self, shape: Shape, count: int) -> bool:
+        """Count ``count`` more (or fewer) pods of ``shape`` in place; False when its group or a level is
+        new (then the arrays must be built again). A level left without shapes weighs nothing."""
+        if not (shape[2] or shape[3]):
+            self.total += count
+            return True
+        groups, cpu_levels, memory_levels = self.index
+        q, i, j = groups.get(_group(shape)), cpu_levels.get(shape[0]), memory_levels.get(shape[1])
+        if q is None or i is None or j is None:
+            return False
+        self.fitting[q, i + 1:, j + 1:] += count
+        self.total += count
+        return True
 
 
 class Mix:
-    """The shapes of recently arrived pods, counted once per workload, over a window of ``window`` pods."""
+    """The shapes of recently arrived pods, counted once per workload, over a window of ``window`` pods;
+    the measure keeps the ``limit`` most frequent GPU shapes."""
 
-    def __init__(self, window: int = MIX_WINDOW) -> None:
-        self.window = window
+    def __init__(self, window: int = MIX_WINDOW, limit: int = MAX_SHAPES) -> None:
+        self.window, self.limit = window, limit
         self._entries: deque[tuple[str, tuple[tuple[Shape, int], ...]]] = deque()
         self._keys: dict[str, None] = {}
         self.counts: dict[Shape, int] = {}
         self.pods = 0
+        self._gpu_shapes = 0
         self._arrays: MixArrays | None = None
 
     def observe(self, key: str, pods: Iterable[tuple[Shape, int]]) -> None:
@@ -83,7 +102,6 @@ class Mix:
             old_key, old = self._entries.popleft()
             del self._keys[old_key]
             self._count(old, -1)
-        self._arrays = None
 
     def _count(self, entry: tuple[tuple[Shape, int], ...], sign: int) -> None:
         for shape, count in entry:
@@ -93,10 +111,16 @@ class Mix:
             else:
                 del self.counts[shape]
             self.pods += sign * count
+            if shape[2] or shape[3]:
+                self._gpu_shapes += (left > 0) - (left - sign * count > 0)
+            # Counted in place while every GPU shape is kept, else built again. Arrays built with shapes
+            # cut are never patched: the next change still finds more GPU shapes than the limit.
+            if self._arrays is not None and (self._gpu_shapes > self.limit or not self._arrays.add(shape, sign * count)):
+                self._arrays = None
 
     def arrays(self) -> MixArrays:
         if self._arrays is None:
-            self._arrays = mix_arrays(self.counts)
+            self._arrays = mix_arrays(self.counts, self.limit)
         return self._arrays
 
 
@@ -106,26 +130,32 @@ def kept(counts: dict[Shape, int], limit: int = MAX_SHAPES) -> dict[Shape, int]:
     return {**{s: w for s, w in counts.items() if not (s[2] or s[3])}, **dict(ranked[:limit])}
 
 
-def mix_arrays(counts: dict[Shape, int]) -> MixArrays:
+def mix_arrays(counts: dict[Shape, int], limit: int = MAX_SHAPES) -> MixArrays:
     """The measure's view of shape counts, as arrays."""
-    shapes = kept(counts)
+    shapes = kept(counts, limit)
     gpu_shapes = sorted(s for s in shapes if s[2] or s[3])
-    groups = sorted({_group(s) for s in gpu_shapes})
-    needs = sorted({need for need, _ in groups})
-    cpu_levels = sorted({s[0] for s in gpu_shapes})
-    memory_levels = sorted({s[1] for s in gpu_shapes})
+    groups = _positions(_group(s) for s in gpu_shapes)
+    needs = _positions(need for need, _ in groups)
+    cpu_levels = _positions(s[0] for s in gpu_shapes)
+    memory_levels = _positions(s[1] for s in gpu_shapes)
     fitting = np.zeros((len(groups), len(cpu_levels) + 1, len(memory_levels) + 1))
-    for s in gpu_shapes:
-        fitting[groups.index(_group(s)), cpu_levels.index(s[0]) + 1, memory_levels.index(s[1]) + 1] += shapes[s]
+    np.add.at(fitting, ([groups[_group(s)] for s in gpu_shapes], [cpu_levels[s[0]] + 1 for s in gpu_shapes],
+                        [memory_levels[s[1]] + 1 for s in gpu_shapes]), [shapes[s] for s in gpu_shapes])
     return MixArrays(
         total=float(sum(shapes.values())),
-        cpu_levels=np.array(cpu_levels, np.int64),
-        memory_levels=np.array(memory_levels, np.int64),
+        cpu_levels=np.array(list(cpu_levels), np.int64),
+        memory_levels=np.array(list(memory_levels), np.int64),
         fitting=fitting.cumsum(axis=1).cumsum(axis=2),
-        group_need=np.array([needs.index(need) for need, _ in groups], np.intp),
+        group_need=np.array([needs[need] for need, _ in groups], np.intp),
         group_devices=np.array([devices for _, devices in groups], np.int64).reshape(-1, 1),
-        needs=np.array(needs, np.int64).reshape(-1, 1),
+        needs=np.array(list(needs), np.int64).reshape(-1, 1),
+        index=(groups, cpu_levels, memory_levels),
     )
+
+
+def _positions(values: Iterable) -> dict:
+    """Distinct values in ascending order, each with its position."""
+    return {v: i for i, v in enumerate(sorted(set(values)))}
 
 
 def _group(shape: Shape) -> tuple[int, int]:

@@ -95,6 +95,21 @@ def test_a_cpu_pod_that_leaves_too_little_cpu_for_the_gpu_pods_raises_fragmentat
     assert rise.tolist() == [2000.0, 0.0]   # the GPU node strands both devices; the other has none
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from([HALF, WHOLE, CPU_ONLY, (2000, 0, 0, 500), (2000, 1000, 2, 0),
+                                                     (3000, 0, 0, 250)]), st.integers(1, 3)),
+                         min_size=1, max_size=3), min_size=1, max_size=30),
+       st.integers(1, 12), st.integers(1, 6))
+def test_the_mix_counted_in_place_measures_as_one_built_afresh(arrivals, window, limit):
+    free = np.array([[1000, 500, 250], [700, 0, 0], [1000, 1000, 0]], np.int64)
+    cpu, mem = np.array([1000, 3000, 8000]), np.array([0, 1000, 5000])
+    mix = fr.Mix(window=window, limit=limit)
+    for n, pods in enumerate(arrivals):
+        mix.observe(f"ns/w{n}", pods)
+        assert fr.fragmentation(free, cpu, mem, mix.arrays()).tolist() == \
+            fr.fragmentation(free, cpu, mem, fr.mix_arrays(mix.counts, limit)).tolist()
+
+
 shapes = st.tuples(st.sampled_from([0, 1000, 2000]), st.sampled_from([0, 1000]),
                    st.sampled_from([(0, 0), (1, 0), (2, 0), (0, 250), (0, 500), (0, 600)]))
 rooms = st.sampled_from([0, 100, 250, 500, 750, 1000])
