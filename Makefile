@@ -12,8 +12,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+DEMO := build/demo
+
 demo: $(STAMP)
 	@for f in examples/*.yaml; do $(BIN)/muster simulate $$f --check || exit 1; done
+	@mkdir -p $(DEMO) && rm -f $(DEMO)/history.db*
+	@$(BIN)/muster simulate examples/fair-share-two-teams.yaml -q --store sqlite:///$(DEMO)/history.db
+	@$(BIN)/muster report --store sqlite:///$(DEMO)/history.db --html $(DEMO)/report.html > /dev/null
+	@echo "report of examples/fair-share-two-teams.yaml (open it in a browser): $(CURDIR)/$(DEMO)/report.html"
 
 test: $(STAMP)
 	$(BIN)/lint-imports

@@ -35,7 +35,10 @@ BATCH = 10_000
 TARGET = 20_000
 
 
-def generated_scenario(nodes: int = 1000, jobs: int = 1750, workers: int = 4, queues: int = 4) -> str:
+def generated_scenario(nodes: int = 1000, jobs: int = 1750, workers: int = 4, queues: int = 4, *,
+                       every: float = 0.1, shutdown: bool = False, name: str = "projector-bench") -> str:
+    """Volcano queues, RayJobs of a head and ``workers`` workers arriving every ``every`` seconds, each
+    running 30-120 s; with ``shutdown`` a finished job's cluster goes away, freeing its nodes."""
     docs = [{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": f"team-{i}"},
              "spec": {"weight": 1}} for i in range(queues)]
     steps: list[dict[str, Any]] = [{"at": "0s", "apply": yaml.safe_dump_all(docs)}]
@@ -44,14 +47,15 @@ def generated_scenario(nodes: int = 1000, jobs: int = 1750, workers: int = 4, qu
                "metadata": {"name": f"job-{n}", "namespace": "bench",
                             "labels": {"volcano.sh/queue-name": f"team-{n % queues}"},
                             "annotations": {"muster.dev/sim-duration": f"{30 + (n * 7) % 90}s"}},
-               "spec": {"entrypoint": "python train.py", "rayClusterSpec": {
+               "spec": {"entrypoint": "python train.py", **({"shutdownAfterJobFinishes": True} if shutdown else {}),
+                        "rayClusterSpec": {
                    "headGroupSpec": {"template": {"spec": {"containers": [
                        {"name": "ray-head", "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}]}}},
                    "workerGroupSpecs": [{"groupName": "worker", "replicas": workers, "template": {"spec": {
                        "containers": [{"name": "ray-worker",
                                        "resources": {"requests": {"cpu": "4", "memory": "8Gi"}}}]}}}]}}}
-        steps.append({"at": f"{1 + n * 0.1:.2f}s", "apply": yaml.safe_dump(job)})
-    return yaml.safe_dump({"name": "projector-bench", "until": f"{jobs * 0.1 + 200:.0f}s",
+        steps.append({"at": f"{1 + n * every:.2f}s", "apply": yaml.safe_dump(job)})
+    return yaml.safe_dump({"name": name, "until": f"{jobs * every + 200:.0f}s",
                            "cluster": {"nodes": [{"count": nodes, "name_prefix": "node-",
                                                   "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"}}]},
                            "steps": steps})

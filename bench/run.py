@@ -7,7 +7,7 @@ import platform
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench import bus_bench, gpu_trace, placement_bench, projector_bench, scenario_bench
+from bench import bus_bench, gpu_trace, placement_bench, projector_bench, replay_bench, scenario_bench
 
 
 def main() -> None:
@@ -16,7 +16,8 @@ def main() -> None:
         "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
     }
     for name, bench in (("placement", placement_bench), ("simulate", scenario_bench),
-                        ("projector", projector_bench), ("bus", bus_bench), ("gpu_trace", gpu_trace)):
+                        ("projector", projector_bench), ("bus", bus_bench), ("replay", replay_bench),
+                        ("gpu_trace", gpu_trace)):
         print(f"running {name} benchmark ...", flush=True)
         figures[name] = bench.run()
         print(json.dumps(figures[name], indent=2), flush=True)

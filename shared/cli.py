@@ -20,6 +20,9 @@ schema_app = typer.Typer(no_args_is_help=True, help="The event contract.")
 app.add_typer(schema_app, name="schema")
 db_app = typer.Typer(no_args_is_help=True, help="The history store's tables (Alembic migrations).")
 app.add_typer(db_app, name="db")
+log_app = typer.Typer(no_args_is_help=True, help="The event log as a file: taken out of a deployment, or loaded "
+                      "into a store.")
+app.add_typer(log_app, name="log")
 
 STORE_HELP = ("History store URL: sqlite:///history.db or postgresql+psycopg://user@host:5432/db "
               "(default: $MUSTER_STORE).")
@@ -73,11 +76,17 @@ def simulate_cmd(
         raise typer.Exit(2)
     result = run.result()
     written = None  # with --bus the projector wrote the history, from the log topic
-    if store is not None and bus is None:
+    if store is not None:
+        from shared.audit.header import LogHeader
         from shared.store import record
+        from shared.store.header import write_header
 
+        header = LogHeader.made_now(run.policy, origin="simulate", scenario=loaded.name, until=loaded.until)
         try:
-            written = record(store, run.runtime.log)
+            if bus is None:
+                written = record(store, run.runtime.log, header=header.for_store())
+            else:
+                write_header(store, header.for_store())
         except StoreError as exc:
             raise _store_failed(exc) from None
     if json_out:
@@ -183,6 +192,11 @@ def run_cmd(
         try:
             url = resolve_url(store)
             schema.ensure(url)
+            if policy_file:  # the services' policy: what `muster replay --verify` needs to rebuild them
+                from shared.audit.header import LogHeader
+                from shared.store.header import write_header
+
+                write_header(url, LogHeader.made_now(policy, origin="kafka").for_store())
         except StoreError as exc:
             raise _store_failed(exc) from None
         app_ = projector_app(config, url)
@@ -290,6 +304,262 @@ def db_downgrade(
     except StoreError as exc:
         raise _store_failed(exc) from None
     typer.echo(f"{display(url)}: schema at revision {now or 'base (no tables)'}")
+
+
+# --------------------------------------------------------------------------- audit (shared/audit)
+LOG_HELP = ("The log: an exported file (.jsonl or .jsonl.gz), a history store URL (sqlite:///h.db, "
+            "postgresql+psycopg://...) or a Kafka address (kafka://HOST:PORT).")
+PREFIX_HELP = "With a Kafka log: the stack's topic prefix (default: $MUSTER_TOPIC_PREFIX, else muster.)."
+
+
+def _audit_failed(exc: Exception) -> typer.Exit:
+    """An unusable log or store: one line, and the exit code of its kind (shared/audit/errors.py)."""
+    from shared.audit.errors import AuditError
+
+    text = " ".join(line.strip() for line in str(exc).splitlines()
+                    if line.strip() and not line.strip().startswith("For further information"))
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/] {escape(text)}")
+    return typer.Exit(exc.exit_code if isinstance(exc, AuditError) else 2)
+
+
+def _audit_errors() -> tuple[type[Exception], ...]:
+    from shared.audit.errors import AuditError
+
+    return (AuditError, PolicyError, ScenarioError)
+
+
+def _policy(path: Optional[Path]) -> Optional[Policy]:
+    return Policy.from_yaml(path) if path else None
+
+
+@log_app.command("export")
+def log_export(
+    out: Path = typer.Option(..., "--out", help="The file to write (JSON Lines; gzip when it ends .gz)."),
+    source: Optional[str] = typer.Option(None, "--from", help="Where the log is: kafka://HOST:PORT, a store URL "
+                                         "or an exported file."),
+    store: Optional[str] = typer.Option(None, "--store", help="Export this history store's log (same as --from URL)."),
+    since: Optional[float] = typer.Option(None, "--since", help="Only envelopes at or after this event time (seconds)."),
+    until: Optional[float] = typer.Option(None, "--until", help="Only envelopes at or before this event time (seconds)."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the services ran with, for the "
+                                               "header (a Kafka log does not record it)."),
+    prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
+) -> None:
+    """Write the event log to a file: a header line (muster and schema version, the policy), one envelope a line."""
+    from shared.audit.export import export
+    from shared.audit.logfile import open_log
+    from shared.audit.progress import progress_of
+
+    if (source is None) == (store is None):
+        raise _audit_failed(ValueError("say where the log is: --from kafka://HOST:PORT | URL | FILE, or --store URL"))
+    try:
+        log = open_log(source or store or "", policy=_policy(policy_file), topic_prefix=prefix)
+        with progress_of(log, "exporting") as tick:
+            count = export(log, out, since=since, until=until, tick=tick)
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    typer.echo(f"wrote {count} events to {out}")
+
+
+@log_app.command("import")
+def log_import(
+    file: Path = typer.Argument(..., help="An exported log (.jsonl or .jsonl.gz)."),
+    store: Optional[str] = typer.Option(None, "--store", envvar="MUSTER_STORE", help=STORE_HELP),
+) -> None:
+    """Load an exported log into a history store (tables created in an empty one); exit 5 if it holds another run."""
+    from shared.audit.export import import_log
+    from shared.audit.logfile import LogFile
+    from shared.audit.progress import progress_of
+    from shared.store import StoreError
+    from shared.store.engine import display, resolve_url
+
+    try:
+        url = resolve_url(store)
+        log = LogFile(file)
+        with progress_of(log, "importing") as tick:
+            written, there = import_log(log, url, tick=tick)
+    except StoreError as exc:
+        raise _store_failed(exc) from None
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    typer.echo(f"{display(url)}: {written} events written" + (f", {there} were there already" if there else ""))
+
+
+@app.command("replay")
+def replay_cmd(
+    log: str = typer.Argument(..., metavar="LOG", help=LOG_HELP),
+    verify: bool = typer.Option(False, "--verify", help="Re-derive every decision and compare it, byte for byte, with "
+                                "the one recorded; exit 1 at the first that differs."),
+    what_if: Optional[Path] = typer.Option(None, "--what-if", help="Run the history again under this policy (YAML, "
+                                           "layered over the recorded one) and compare."),
+    apply: list[Path] = typer.Option([], "--apply", help="With --what-if: manifests (queues, quotas, weights) that "
+                                     "stand in for the objects of the same kind and name."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="With --what-if: write the comparison as an HTML page."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="With --what-if: write the comparison as JSON."),
+    approximate: bool = typer.Option(False, "--approximate", help="With --what-if: go on when the recorded side does "
+                                     "not reproduce the log exactly (a real cluster), comparing against it anyway."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the log was made under, when it "
+                                               "does not record one (a Kafka log)."),
+    prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Replay an event log through the cores: --verify re-derives every decision; --what-if tries another policy."""
+    from shared.audit.logfile import open_log
+
+    console = Console(highlight=False, width=max(Console().width, 120), soft_wrap=True)
+    if not verify and what_if is None:
+        raise _audit_failed(ValueError("say what to do with the log: --verify, --what-if POLICY.yaml, or both"))
+    if what_if is None and (apply or html_out or json_out or approximate):
+        raise _audit_failed(ValueError("--apply, --html, --json and --approximate go with --what-if"))
+    try:
+        source = open_log(log, policy=_policy(policy_file), topic_prefix=prefix)
+        source.header.whole("--verify" if verify else "--what-if")
+        policy = source.header.decided_with()
+        code = 0
+        if verify:
+            from shared.audit import verify as verifying
+
+            code = verifying.run(source, policy, console, progress=not quiet)
+        if what_if is not None and code == 0:
+            _what_if(source, policy, what_if, apply, html_out, json_out, approximate, console)
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    raise typer.Exit(code)
+
+
+def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[Path], html_out: Optional[Path],
+             json_out: Optional[Path], approximate: bool, console: Console) -> None:
+    import yaml
+    from rich.table import Table
+
+    from shared.audit import whatif
+    from shared.audit.logfile import envelopes
+
+    Policy.from_yaml(change_file)  # every key checked, before the long part
+    change = yaml.safe_load(change_file.read_text()) or {}
+    extra: list[dict[str, Any]] = []
+    for path in extra_files:
+        try:
+            docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        except (OSError, yaml.YAMLError) as exc:
+            raise ScenarioError(f"cannot read {path}: {exc}") from None
+        if not all(isinstance(d, dict) and d.get("kind") and isinstance(d.get("metadata"), dict) for d in docs):
+            raise ScenarioError(f"{path}: every document must be a Kubernetes manifest (kind, metadata)")
+        extra.extend(docs)
+    header = source.header
+    outcome = whatif.what_if(list(envelopes(source)), name=header.scenario or "history", until=header.until,
+                             recorded_policy=policy, change=change, extra=extra, approximate=approximate)
+    doc = whatif.comparison(outcome, policy)
+    title = f"muster what-if: {doc['scenario']} under {change_file.name}" + (
+        f" + {', '.join(p.name for p in extra_files)}" if extra_files else "")
+    console.print(f"[bold]{escape(title)}[/]")
+    console.print("[green]the recorded side reproduces the log's decisions exactly[/]" if outcome.faithful else
+                  f"[yellow]approximate:[/] {escape(outcome.difference)}")
+    table = Table(title=f"per queue, recorded -> new (to {outcome.end:g}s)", title_justify="left")
+    table.add_column("queue")
+    for _, label in whatif.COLUMNS:
+        table.add_column(label)
+    for name, cells in whatif.table_rows(doc):
+        table.add_row(escape(name), *cells)
+    console.print(table)
+    console.print(f"{len(doc['changed'])} of {len(doc['workloads'])} workloads changed")
+    for key in doc["changed"]:
+        console.print(escape(f"  {key}: {'; '.join(doc['workloads'][key]['change'])}"))
+    if json_out:
+        json_out.write_text(json.dumps(doc, indent=2) + "\n")
+    if html_out:
+        html_out.write_text(whatif.render_html(doc, title), encoding="utf-8")
+
+
+def _log_of(store: Optional[str], log: Optional[str], policy_file: Optional[Path], prefix: Optional[str]) -> Any:
+    """The log ``--store``/``--log`` name (``$MUSTER_STORE`` when neither)."""
+    import os
+
+    from shared.audit.errors import SourceError
+    from shared.audit.logfile import open_log
+    from shared.store.engine import ENV
+
+    if store is not None and log is not None:
+        raise SourceError("give --store or --log, not both")
+    spec = log or store or os.environ.get(ENV)
+    if not spec:
+        raise SourceError(f"say where the log is: --store URL, --log FILE (or kafka://HOST:PORT), or set {ENV}")
+    return open_log(spec, policy=_policy(policy_file), topic_prefix=prefix)
+
+
+@app.command("explain")
+def explain_cmd(
+    workload: Optional[str] = typer.Argument(None, metavar="NAMESPACE/NAME", help="The workload to explain."),
+    store: Optional[str] = typer.Option(None, "--store", help=STORE_HELP),
+    log: Optional[str] = typer.Option(None, "--log", help="An exported log file (or kafka://HOST:PORT)."),
+    at: Optional[float] = typer.Option(None, "--at", help="At this event time (seconds; default: the end of the log)."),
+    queue: Optional[str] = typer.Option(None, "--queue", help="List this queue's waiting workloads in order instead."),
+    as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the log was made under, when it "
+                                               "does not record one (for queue positions)."),
+    prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
+) -> None:
+    """Why a workload is not running (or was preempted): phase, queue position, quota with numbers, nodes, backoff."""
+    from shared.audit.errors import CannotReproduce
+    from shared.audit.explain import UnknownWorkload, explain, fold_until, queue_lines
+    from shared.audit.logfile import envelopes
+
+    if (workload is None) == (queue is None):
+        raise _audit_failed(ValueError("name a workload (NAMESPACE/NAME) or a queue (--queue Q)"))
+    if workload is not None and (workload.count("/") != 1 or not all(workload.split("/"))):
+        raise _audit_failed(ValueError(f"{workload!r}: name the workload as NAMESPACE/NAME, e.g. default/my-job"))
+    try:
+        source = _log_of(store, log, policy_file, prefix)
+        try:
+            policy = source.header.decided_with()
+        except CannotReproduce:
+            policy = None  # positions then come from the result view
+        moment = fold_until(envelopes(source), at, policy)
+        doc: Any = queue_lines(moment, queue) if queue is not None else explain(moment, workload or "")
+    except UnknownWorkload as exc:
+        Console(stderr=True, highlight=False).print(
+            f"[red]error:[/] no workload {escape(exc.key)} in the log" + (f" up to {exc.at:g}s" if at is not None else "")
+            + (f"; did you mean {escape(', '.join(exc.similar))}?" if exc.similar else ""))
+        raise typer.Exit(1)
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    if as_json:
+        typer.echo(json.dumps({"queue": queue, "at": moment.at, "pending": doc} if queue is not None else doc, indent=2))
+        return
+    console = Console(highlight=False, width=max(Console().width, 120))
+    if queue is not None:
+        console.print(f"queue {escape(queue)} at {moment.at:g}s: {len(doc)} waiting")
+        for line in doc:
+            waited = f", waiting {line['waiting_seconds']:g}s" if line["waiting_seconds"] is not None else ""
+            backoff = f", backing off until {line['backoff_until']:g}s" if line["backoff_until"] else ""
+            console.print(escape(f"  {line['position']}. {line['workload']} priority {line['priority']}{waited}"
+                                 f"{backoff}: {line['reason']}"))
+        return
+    for text in doc["lines"]:
+        console.print(escape(text))
+
+
+@app.command("report")
+def report_cmd(
+    html_out: Path = typer.Option(..., "--html", help="The HTML file to write (self-contained: plotly.js inside)."),
+    store: Optional[str] = typer.Option(None, "--store", help=STORE_HELP),
+    log: Optional[str] = typer.Option(None, "--log", help="An exported log file (or kafka://HOST:PORT)."),
+    prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
+) -> None:
+    """Write one HTML page: workloads by phase, queue usage against guarantee and limit, waits, preemptions."""
+    from shared.audit.fold import fold
+    from shared.audit.logfile import envelopes
+    from shared.audit.report import write_report
+
+    try:
+        source = _log_of(store, log, None, prefix)
+        history = fold(envelopes(source), scenario=source.header.scenario or "", series=True)
+        end = max(history.now, source.header.until or 0.0)
+        write_report(history, html_out, title=f"muster report: {source.header.scenario or source.name}", end=end)
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    except OSError as exc:
+        raise _audit_failed(ValueError(f"cannot write {html_out}: {exc.strerror or exc}")) from None
+    typer.echo(f"wrote {html_out}")
 
 
 @schema_app.command("export")

@@ -116,8 +116,15 @@ class WorkloadSpec(Frozen):
     priority: int = 0
     priority_class: str | None = None
     preemptible: bool = True
+    """May be a victim of preemption or reclaim. Admission decides it by the queue's dialect (KAI: priority
+    below 100 unless ``kai.scheduler/preemptibility`` says otherwise) and the opt-outs users write
+    (``volcano.sh/preemptable: "false"`` on the object, a pod template, its PodGroup or a pod)."""
     gate: Literal["suspend", "pods"] = "pods"
     """``suspend``: held by ``spec.suspend`` (kube-queue/Kueue); ``pods``: pods wait unbound (Volcano/KAI)."""
+    preempts: bool = True
+    """May evict lower priorities of its own queue. Admission decides it by the queue's dialect: a
+    suspend-gated workload of a kube-queue (ElasticQuotaTree) or default queue only overtakes, as
+    kube-queue and Kueue (``withinClusterQueue: Never`` by default) do; Volcano and KAI preempt."""
     gang: Gang
     submitted_at: float = 0.0
     cluster_name: str = ""
@@ -147,10 +154,20 @@ class QueueSpec(Frozen):
     min_runtime: float | None = None
     """Seconds a workload of this queue runs before it may be preempted or reclaimed (None: policy)."""
 
-    @property
-    def limit_word(self) -> str:
-        """What users of this dialect call the upper bound, for reasons they recognise."""
-        return {"volcano": "capability", "kai": "limit", "elasticquotatree": "max"}.get(self.dialect, "limit")
+    # Rule values: admission fills them from the dialect (services/admission/dialects.py); the cores
+    # read them and never test ``dialect``. The defaults are the implicit default queue's (kube-queue / Kueue).
+    kind: str = "Queue"
+    """The kind of object that defines such a queue (where a rejection of it is reported)."""
+    limit_word: str = "limit"
+    """What users of this dialect call the upper bound, for reasons they recognise (Volcano ``capability``)."""
+    guarantee_word: str = "guarantee"
+    """What they call the lower bound (KAI ``quota``, ElasticQuotaTree ``min``)."""
+    guarantee_caps_non_preemptible: bool = False
+    """Non-preemptible workloads run only within the guarantee (KAI: nobody could take them back)."""
+    reclaim_below_guarantee: bool = False
+    """Reclaim may take a whole job from this queue, while it is over its share, even when the queue ends
+    below its guarantee (KAI). False: a victim never takes its queue below its guarantee (Volcano capacity,
+    ElasticQuotaTree min)."""
 
     def limit_of(self, resource: str) -> int | None:
         value = self.limit.get(resource)

@@ -18,7 +18,8 @@ from typing import Any, Callable, Literal, Mapping, Union
 from services.admission import fields
 from services.admission.fields import Invalid
 from services.admission.podgangs import PodGang, PodGangBook, gang_pod_sets, is_coscheduling_podgroup
-from services.admission.priority import PriorityBook, class_name, preemptible
+from services.admission.dialects import dialect_of
+from services.admission.priority import PriorityBook, class_name, preemptible, ray_pod_metas, volcano_pinned
 from services.admission.queues import QueueBook
 from services.admission.resolve import never_fits, queue_for
 from services.admission.workloads import (
@@ -207,7 +208,8 @@ class AdmissionCore:
         return self._spec(kind=w.kind, namespace=w.namespace, name=w.name, labels=fields.labels(w.obj),
                           annotations=fields.annotations(w.obj), template_class=shape.head_priority_class,
                           template_field=shape.head_priority_field, gang=shape.gang, gate=w.gate,
-                          cluster_name=shape.cluster_name, submitted_at=w.first_seen, keep=keep)
+                          cluster_name=shape.cluster_name, submitted_at=w.first_seen,
+                          pinned=volcano_pinned(ray_pod_metas(w.kind, w.obj)), keep=keep)
 
     # ------------------------------------------------------------------ plain pod gangs
     def _evaluate_gang(self, gang: PodGang, now: float, again: bool = False) -> list[Output]:
@@ -251,17 +253,23 @@ class AdmissionCore:
             template_class = fields.string(pod["spec"].get("priorityClassName"), "spec.priorityClassName") or None
         except Invalid as exc:
             raise Invalid(f"pod {pod_name}: {exc.reason}") from None
+        metas = [(f"pod {name} metadata", pod.get("metadata")) for name, pod in gang.chosen]
+        metas.append((f"PodGroup {gang.key} metadata", (self.pod_gangs.podgroups.get(gang.key) or {}).get("metadata")))
         return self._spec(kind="PodGroup", namespace=gang.namespace, name=gang.group, labels=labels,
                           annotations=annotations, template_class=template_class,
                           template_field=f"pod {pod_name} spec.priorityClassName",
                           gang=Gang(min_member=minimum, pod_sets=pod_sets), gate="pods", cluster_name=gang.group,
-                          submitted_at=gang.ready_at, keep=keep)
+                          submitted_at=gang.ready_at, pinned=volcano_pinned(metas), keep=keep)
 
     # ------------------------------------------------------------------ shared: queue, priority, fit
     def _spec(self, *, kind: str, namespace: str, name: str, labels: Mapping[str, str],
               annotations: Mapping[str, str], template_class: str | None, template_field: str, gang: Gang,
-              gate: Gate, cluster_name: str, submitted_at: float, keep: WorkloadSpec | None = None) -> WorkloadSpec:
-        """Queue, priority and the can-never-fit check, common to every workload kind.
+              gate: Gate, cluster_name: str, submitted_at: float, pinned: bool = False,
+              keep: WorkloadSpec | None = None) -> WorkloadSpec:
+        """Queue, priority, preemptibility and the can-never-fit check, common to every workload kind.
+
+        Preemptibility follows the queue's dialect (``dialects.py``) and the user's opt-outs (``pinned``:
+        ``volcano.sh/preemptable: "false"`` somewhere on the workload).
 
         ``keep``: the spec a submitted workload has while queues or PriorityClasses changed under it.
         Staying in its queue it is not checked again (a lowered limit or a removed queue leaves it
@@ -281,16 +289,19 @@ class AdmissionCore:
             if keep is None or cls != keep.priority_class:
                 raise
             priority, priority_class = keep.priority, keep.priority_class
-        can_preempt = preemptible(priority, labels)
+        dialect = dialect_of(self.queues.specs.get(queue))
+        can_preempt = preemptible(priority, labels, dialect.non_preemptible_from) and not pinned
         if gang.pod_count > self.policy.max_gang_pods:
             raise Invalid(f"gang of {gang.pod_count} pods is larger than muster accepts "
                           f"(policy max_gang_pods {self.policy.max_gang_pods})")
-        reason = never_fits(gang.quota_demand, self.queues.chain(queue)) if moved else None
-        if reason is not None:
-            raise Invalid(reason)
+        pinned_now = not can_preempt and (keep is None or keep.preemptible)
+        if moved or pinned_now:  # as if it had come after the definition that moved or pinned it
+            reason = never_fits(gang.quota_demand, self.queues.chain(queue), preemptible=can_preempt)
+            if reason is not None:
+                raise Invalid(reason)
         return WorkloadSpec(key=f"{namespace}/{name}", kind=kind, namespace=namespace, name=name,  # type: ignore[arg-type]
                             queue=queue, priority=priority, priority_class=priority_class, preemptible=can_preempt,
-                            gate=gate, gang=gang, submitted_at=submitted_at, cluster_name=cluster_name)
+                            gate=gate, preempts=dialect.preempts(gate), gang=gang, submitted_at=submitted_at, cluster_name=cluster_name)
 
     def _accept(self, entity: RayWorkload | PodGang, spec: WorkloadSpec) -> list[Output]:
         """Submitted the first time; Updated when the spec changed or a rejection was cleared."""

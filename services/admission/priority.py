@@ -4,26 +4,33 @@ Where the class name comes from: the object's label ``priorityClassName`` or
 ``ray.io/priority-class-name``, else the head (or pod) template's ``spec.priorityClassName``.
 A user PriorityClass overrides a built-in of the same name. Workloads that name none get the
 ``globalDefault`` class (the lowest value if several claim it, as Kubernetes does), else 0.
+
+Preemptibility: the queue's dialect may make a priority non-preemptible (KAI: 100 and above); the
+label ``kai.scheduler/preemptibility`` overrides that; ``volcano.sh/preemptable: "false"`` (annotation,
+else label, as Volcano reads it) on the object, any of its pod templates, its PodGroup or one of its
+pods makes the whole gang non-preemptible (Volcano never evicts such a pod, so the gang is not a
+victim at all). Explicit opt-outs hold in every queue: a user who wrote "never evict" is never overruled.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from services.admission.fields import Invalid, integer, show
 
 BUILTIN_CLASSES: dict[str, int] = {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
 """KAI Scheduler's default PriorityClasses."""
 
-NON_PREEMPTIBLE_FROM = 100
-"""KAI: a workload of priority ≥ 100 is non-preemptible unless its label says otherwise."""
-
 CLASS_LABELS = ("priorityClassName", "ray.io/priority-class-name")
 INT32 = (-2**31, 2**31 - 1)
 """A PriorityClass value is a Kubernetes int32 (the API server refuses others)."""
 PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
 PREEMPTIBILITY_VALUES = {"preemptible": True, "non-preemptible": False}
+VOLCANO_PREEMPTABLE = "volcano.sh/preemptable"
+GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
+            "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
+"""What Go's ``strconv.ParseBool`` accepts: Volcano reads ``volcano.sh/preemptable`` with it."""
 
 
 @dataclass(frozen=True)
@@ -41,14 +48,66 @@ def class_name(labels: Mapping[str, str], template_class: str | None, template_f
     return template_class, template_field
 
 
-def preemptible(priority: int, labels: Mapping[str, str]) -> bool:
+def preemptible(priority: int, labels: Mapping[str, str], non_preemptible_from: int | None) -> bool:
+    """By the queue's dialect (``non_preemptible_from``: KAI 100, others none), then the KAI label."""
     raw = labels.get(PREEMPTIBILITY_LABEL)
     if raw is None:
-        return priority < NON_PREEMPTIBLE_FROM
+        return non_preemptible_from is None or priority < non_preemptible_from
     if raw not in PREEMPTIBILITY_VALUES:
         raise Invalid(f"metadata.labels.{PREEMPTIBILITY_LABEL}: {show(raw)} is not one of "
                       f"{', '.join(PREEMPTIBILITY_VALUES)}")
     return PREEMPTIBILITY_VALUES[raw]
+
+
+def volcano_pinned(metas: Iterable[tuple[str, Mapping[str, Any]]]) -> bool:
+    """True when any ``(where, metadata)`` says ``volcano.sh/preemptable: "false"``.
+
+    As Volcano's ``GetPodPreemptable``: the annotation wins over the label. Volcano reads a value
+    ``strconv.ParseBool`` refuses as false; muster rejects it naming the field instead (a typo must not
+    silently pin a gang).
+    """
+    pinned = False
+    for where, meta in metas:
+        if not isinstance(meta, Mapping):
+            continue
+        for part in ("annotations", "labels"):
+            values = meta.get(part)
+            raw = values.get(VOLCANO_PREEMPTABLE) if isinstance(values, Mapping) else None
+            if raw is None:
+                continue
+            if not isinstance(raw, str) or raw not in GO_BOOLS:
+                raise Invalid(f"{where}.{part}.{VOLCANO_PREEMPTABLE}: {show(raw)} is not true or false")
+            pinned = pinned or not GO_BOOLS[raw]
+            break
+    return pinned
+
+
+def ray_pod_metas(kind: str, obj: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The metadata of a RayCluster / RayJob and of each pod template in it (head, workers, submitter)."""
+    out: list[tuple[str, Mapping[str, Any]]] = [("metadata", _meta(obj))]
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return out
+    prefix, cluster = "spec", spec
+    if kind == "RayJob":
+        prefix, cluster = "spec.rayClusterSpec", spec.get("rayClusterSpec")
+        out.append(("spec.submitterPodTemplate.metadata", _meta(spec.get("submitterPodTemplate"))))
+    if not isinstance(cluster, Mapping):
+        return out
+    head = cluster.get("headGroupSpec")
+    if isinstance(head, Mapping):
+        out.append((f"{prefix}.headGroupSpec.template.metadata", _meta(head.get("template"))))
+    groups = cluster.get("workerGroupSpecs")
+    for i, group in enumerate(groups if isinstance(groups, list) else []):
+        if isinstance(group, Mapping):
+            name = group.get("groupName") or i
+            out.append((f"{prefix}.workerGroupSpecs[{name}].template.metadata", _meta(group.get("template"))))
+    return out
+
+
+def _meta(obj: object) -> Mapping[str, Any]:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return meta if isinstance(meta, Mapping) else {}
 
 
 class PriorityBook:

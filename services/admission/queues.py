@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Any, Mapping
 
+from services.admission.dialects import queue_fields
 from services.admission.fields import (Invalid, boolean, integer, mapping, opt_list, opt_mapping, quantities, show,
                                       string)
 from shared import quantity as q
@@ -83,7 +84,7 @@ def volcano_queue(name: str, obj: Mapping[str, Any], defined: Mapping[str, Queue
     if parent == "root" and "root" not in defined and name != "root":
         parent = None
     return QueueSpec(
-        name=name, parent=_known_parent(name, parent, "spec.parent", defined), dialect="volcano",
+        name=name, parent=_known_parent(name, parent, "spec.parent", defined), **queue_fields("volcano"),
         guarantee=guarantee, limit=resources(spec.get("capability"), "spec.capability"),
         weight=integer(spec.get("weight"), "spec.weight", default=1, minimum=1) * WEIGHT_UNIT,
         priority=integer(spec.get("priority"), "spec.priority", default=0, minimum=None),
@@ -154,7 +155,7 @@ def kai_queue(name: str, obj: Mapping[str, Any], defined: Mapping[str, QueueSpec
     runtimes = [go_duration(spec[f], f"spec.{f}") for f in ("preemptMinRuntime", "reclaimMinRuntime") if spec.get(f) is not None]
     parent = string(spec.get("parentQueue"), "spec.parentQueue") or None
     return QueueSpec(
-        name=name, parent=_known_parent(name, parent, "spec.parentQueue", defined), dialect="kai",
+        name=name, parent=_known_parent(name, parent, "spec.parentQueue", defined), **queue_fields("kai"),
         guarantee=guarantee, limit=limit, weight=weights.get("gpu", weights.get("cpu", WEIGHT_UNIT)),
         priority=integer(spec.get("priority"), "spec.priority", default=0, minimum=None),
         min_runtime=max(runtimes) if runtimes else None,
@@ -189,7 +190,7 @@ def _eqt_node(node: Mapping[str, Any], where: str, parent: QueueSpec | None, out
         if parent is not None and lo > parent.guarantee.get(r, 0):
             raise Invalid(f"{where}.min.{r}: {q.human(r, lo)} is greater than parent {parent.name} min "
                           f"{q.human(r, parent.guarantee.get(r, 0))}", subject=name)
-    me = QueueSpec(name=name, parent=parent.name if parent else None, dialect="elasticquotatree",
+    me = QueueSpec(name=name, parent=parent.name if parent else None, **queue_fields("elasticquotatree"),
                    guarantee=minimum, limit=maximum, namespaces=namespaces)
     out.append(me)
     children = [_eqt_node(mapping(raw, f"{where}.children[{i}]"), _child_where(where, raw, i), me, out)

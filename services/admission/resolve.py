@@ -12,7 +12,7 @@ from typing import Mapping
 
 from services.admission.queues import QueueBook
 from shared import quantity as q
-from shared.model import QueueSpec
+from shared.model import UNLIMITED, QueueSpec
 
 QUEUE_SOURCES: tuple[tuple[str, str], ...] = (
     ("labels", "volcano.sh/queue-name"),
@@ -51,13 +51,24 @@ def _ordered(demand: Mapping[str, int]) -> list[str]:
     return first + sorted(r for r in demand if r not in _RESOURCE_ORDER)
 
 
-def never_fits(demand: Mapping[str, int], chain: list[QueueSpec]) -> str | None:
-    """Reason when ``demand`` exceeds the limit of the queue or an ancestor for some resource (leaf first)."""
+def never_fits(demand: Mapping[str, int], chain: list[QueueSpec], preemptible: bool = True) -> str | None:
+    """Reason when ``demand`` exceeds the limit of the queue or an ancestor for some resource (leaf first),
+    or, for a non-preemptible workload where the dialect caps those by the guarantee (KAI), the guarantee:
+    such a workload could wait for ever, so it is told at once which cap and by how much."""
     for depth, spec in enumerate(chain):
+        who = f"queue {spec.name}" + (f" (ancestor of {chain[0].name})" if depth else "")
         for resource in _ordered(demand):
             limit = spec.limit_of(resource)
             if limit is not None and demand[resource] > limit:
-                who = f"queue {spec.name}" + (f" (ancestor of {chain[0].name})" if depth else "")
                 return (f"can never fit: {who} {spec.limit_word} {resource} {q.human(resource, limit)}, "
                         f"gang requests {resource} {q.human(resource, demand[resource])}")
+        if preemptible or not spec.guarantee_caps_non_preemptible:
+            continue
+        for resource in _ordered(demand):
+            guarantee = spec.guarantee.get(resource)
+            if guarantee is not None and guarantee != UNLIMITED and demand[resource] > guarantee:
+                return (f"can never fit: {who} {spec.guarantee_word} {resource} {q.human(resource, guarantee)} "
+                        f"caps non-preemptible workloads, gang requests {resource} "
+                        f"{q.human(resource, demand[resource])} (a preemptible priority or "
+                        f"kai.scheduler/preemptibility: preemptible lets it borrow above the {spec.guarantee_word})")
     return None

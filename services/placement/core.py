@@ -464,15 +464,30 @@ class PlacementCore:
             ripening, note = self._ripening_preemption(rec, candidates, strategy, now, min_runtime)
             if note:
                 reason += note
-            elif candidates:
-                reason += (f" Preempting all {len(candidates)} lower-priority workload(s) of queue {rec.queue}"
-                           f" would not make room.")
+            else:
+                reason += self._pinned_note(rec, candidates, strategy)
+                if candidates and not reason.endswith("not preemptible."):
+                    reason += (f" Preempting all {len(candidates)} lower-priority workload(s) of queue {rec.queue}"
+                               f" would not make room.")
             return restored + ripening + [PlacementFailed(key=rec.key, queue=rec.queue, reason=reason,
                                                           capacity_short=attempt.capacity_short)]
         why = f"preempted by {rec.key} (priority {rec.spec.priority}) in queue {rec.queue}"
         out = self._place_over(rec, victims, why, "preempting", strategy, now)
         assert out is not None  # the trial above placed it with exactly these victims gone
         return restored + out
+
+    def _pinned_note(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str) -> str:
+        """Lower priorities of the queue that would make room but are not preemptible (KAI's non-preemptible,
+        ``volcano.sh/preemptable: "false"``): say so, since the wait then lasts as long as they run."""
+        if not rec.spec.preempts:
+            return ""
+        pinned = [w for w in self.workloads.values() if w.admitted and w.queue == rec.queue and w is not rec
+                  and not w.spec.preemptible and w.spec.priority < rec.spec.priority]
+        if not pinned or not self._fits_without(rec, candidates + pinned, strategy):
+            return ""
+        names = ", ".join(f"{w.key} (priority {w.spec.priority})" for w in pinned)
+        verb = "is" if len(pinned) == 1 else "are"
+        return f" Lower-priority {names} of queue {rec.queue} would make room but {verb} not preemptible."
 
     def _ripening_preemption(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str, now: float,
                              min_runtime: float) -> tuple[list[Any], str]:

@@ -1,7 +1,9 @@
 """In-queue priority preemption: which admitted workloads may make room, and the fewest of them.
 
-Who may be a victim (all must hold): same queue as the preemptor, lower priority, preemptible,
-admitted here, and ran at least its min runtime (time since GangRunning; with a min runtime of 0
+Who may be a victim (all must hold): the preemptor may preempt (``WorkloadSpec.preempts``: not a
+suspended workload of a kube-queue or default queue), same queue as the preemptor, lower priority,
+preemptible (``volcano.sh/preemptable: "false"`` and KAI's non-preemptible never are), admitted here,
+and ran at least its min runtime (time since GangRunning; with a min runtime of 0
 an admitted workload that is not Running yet qualifies too).
 
 Which victims: candidates ordered by priority ascending, newest first; add them one by one until
@@ -19,7 +21,7 @@ from services.placement.workloads import WorkloadRecord
 
 def eligible(victim: WorkloadRecord, preemptor: WorkloadRecord, now: float, min_runtime: float) -> bool:
     spec = victim.spec
-    if victim is preemptor or not victim.admitted or victim.queue != preemptor.queue:
+    if victim is preemptor or not victim.admitted or victim.queue != preemptor.queue or not preemptor.spec.preempts:
         return False
     if not spec.preemptible or spec.priority >= preemptor.spec.priority:
         return False

@@ -28,9 +28,10 @@ from services.queue.ledger import Ledger
 from services.queue.ordering import blocks, serve_key
 from services.queue.reasons import preempted_by, waiting
 from shared.reasons import amounts, gang_line
-from services.queue.reclaim import Running, choose_victims, shortage, within_share
+from services.queue.reclaim import (CLUSTER, Choice, Running, choose_victims, shortage, within_guarantee,
+                                    within_share)
 from services.queue.snapshot import Snapshot
-from services.queue.tree import QueueTree, quota_failure
+from services.queue.tree import QueueTree, cap_failure, over_limits, quota_failure
 from services.queue.workload import Tracked
 from shared.model import shrunk
 from shared.victims import minimal_victims
@@ -44,7 +45,6 @@ from shared.model import WorkloadSpec
 from shared.policy import Policy
 
 CYCLE = "cycle"
-_QUEUE_KIND = {"elasticquotatree": "ElasticQuotaTree"}
 _ORDER = attrgetter("order")
 
 Out = list[Any]
@@ -64,6 +64,8 @@ class QueueCore:
         self._armed: dict[float, None] = {}
         self._ripening: dict[float, None] = {}
         """Times at which a blocked reclaim's victims reach their minimum runtime: wake-ups, not just cycles."""
+        self._reclaiming: dict[str, None] = {}
+        """Reserved workloads whose named victims may still hold quota (until placement answers)."""
         self._seq = 0
         self._now = 0.0
         self._handlers: dict[str, Callable[[Any, float, Out], None]] = {
@@ -97,7 +99,7 @@ class QueueCore:
     def _on_queue_defined(self, p: QueueDefined, now: float, out: Out) -> None:
         problem = self.tree.define(p.queue)
         if problem is not None:
-            out.append(QueueRejected(name=p.queue.name, kind=_QUEUE_KIND.get(p.queue.dialect, "Queue"), reason=problem))
+            out.append(QueueRejected(name=p.queue.name, kind=p.queue.kind, reason=problem))
             return
         self._request_cycle(now, out)  # limits, state or shape changed: the cycle re-tells waits
 
@@ -255,17 +257,19 @@ class QueueCore:
         3. snapshot: usage rolled up the tree, non-preemptible usage, cluster free, fair shares;
         4. iterate: serve queues by (queue priority desc, dominant share asc, name), one head at
            a time, re-ranking the served queue after each decision;
-        5. quota: leaf and every ancestor within limit (and guarantee if non-preemptible); else
-           lower-priority preemptible holders of the same leaf queue that would make it fit are
-           named in ReclaimRequested (in-queue preemption, preemption.py); else BackedOff with
-           the gang line; StrictFIFO stops that queue, BestEffortFIFO moves on;
+        5. quota: leaf and every ancestor within limit (and guarantee if non-preemptible where the
+           dialect caps them); else, when an ancestor's limit blocks, queues above their share or
+           guarantee under it give back (reclaim across the tree, reclaim.py); else lower-priority
+           preemptible holders of the same leaf queue that would make it fit are named in
+           ReclaimRequested (in-queue preemption, preemption.py); else BackedOff with the gang line;
+           StrictFIFO stops that queue, BestEffortFIFO moves on;
         6. admit: Dequeued when free capacity covers the demand or no reclaim is possible, else
            ReclaimRequested(victims); both reserve quota in the snapshot for the next heads.
         """
         heads = self._heads(now, out)
         if not heads:
             return
-        snap = Snapshot.take(self.tree, self._ledger, self._capacity)
+        snap = self._snapshot()
         ranking = [(self._rank(name, snap), name) for name in heads]
         heapq.heapify(ranking)
         cursor = {name: 0 for name in heads}
@@ -303,50 +307,90 @@ class QueueCore:
         spec = self.tree.get(name)
         return serve_key(spec.priority if spec else 0, snap.dominant(name), name)
 
+    def _snapshot(self) -> Snapshot:
+        return Snapshot.take(self.tree, self._ledger, self._capacity,
+                             [(w, self._holding_victims(w)) for w in (self._workloads[k] for k in self._reclaiming)])
+
+    def _holding_victims(self, w: Tracked) -> list[Tracked]:
+        """``w``'s victims that still hold quota and are still promised to it."""
+        return [v for key in w.victims if (v := self._workloads.get(key)) is not None
+                and v.holds_quota and v.promised_to == w.key]
+
     def _try(self, w: Tracked, snap: Snapshot, now: float, out: Out) -> bool:
         """Steps 5-6 for one head; True when it took quota."""
         failure = quota_failure(self.tree, w.queue, w.demand, snap.usage, snap.protected, w.spec.preemptible)
-        if failure is not None:
-            return self._preempt_for_quota(w, failure, snap, now, out)
         short = shortage(w.demand, snap.free)
-        victims = self._victims(w, short, snap, now) if short else None
-        w.reclaim_note = self._ripening_reclaim(w, short, snap, now, out) if short and victims is None else ""
-        self._reserve(w, victims or (), snap)
-        if victims:
+        if failure is not None:
+            return self._over_quota(w, failure, short, snap, now, out)
+        choice = self._reclaim(w, {CLUSTER: short}, snap, now) if short else Choice(None)
+        if short and choice.victims is None:
+            w.reclaim_note = self._ripening_reclaim(w, {CLUSTER: short}, snap, now, out) or _refused(choice.refusal)
+        else:
+            w.reclaim_note = ""
+        self._reserve(w, choice.victims or (), snap)
+        if choice.victims:
             w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
-                                     f"reclaiming {', '.join(victims)} from queues over their fair share")
-            out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=victims,
+                                     f"reclaiming {', '.join(choice.victims)} from {_givers(choice)}")
+            out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=choice.victims,
                                         reason=w.last_reason))
         else:
             w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)})")
             out.append(Dequeued(key=w.key, queue=w.queue, workload=w.spec, reason=w.last_reason))
         return True
 
+    def _over_quota(self, w: Tracked, failure: str, short: dict[str, int], snap: Snapshot, now: float,
+                    out: Out) -> bool:
+        """Step 5 failed on a limit. When that limit is an ancestor's (shared with other queues), queues
+        using more than their share under it give the quota back first (reclaim across the tree, what
+        the ACK doc calls reclaiming a quota's minimum from quotas above theirs); else lower priorities
+        of ``w``'s own queue (in-queue preemption for quota); else ``BackedOff`` saying why."""
+        needs = over_limits(self.tree, w.queue, w.demand, snap.usage)
+        note = ""
+        if needs and w.queue not in needs and cap_failure(self.tree, w.queue, w.demand, snap.protected,
+                                                          w.spec.preemptible) is None:
+            if short:
+                needs[CLUSTER] = short
+            choice = self._reclaim(w, needs, snap, now)
+            if choice.victims:
+                w.reclaim_note = ""
+                self._reserve(w, choice.victims, snap)
+                w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); reclaiming "
+                                         f"{', '.join(choice.victims)} from {_givers(choice)} to stay within {failure}")
+                out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=choice.victims,
+                                            reason=w.last_reason))
+                return True
+            note = self._ripening_reclaim(w, needs, snap, now, out) or _refused(choice.refusal)
+        return self._preempt_for_quota(w, failure, snap, now, out, note)
+
     def _reserve(self, w: Tracked, victims: tuple[str, ...], snap: Snapshot) -> None:
         """``w`` takes its quota (ledger and snapshot). Its victims' nodes count as free for the rest
         of the cycle (placement is the judge of capacity), but their quota stays held until
         placement evicts them: if placement fails nothing was given back, so no later head of the
-        cycle may be admitted against quota a victim still holds."""
+        cycle may be admitted against quota a victim still holds. Only where ``w`` and a victim share a
+        level (a common parent) does that level count the larger of the two (``Snapshot.credit``)."""
         with self._ledger.moving(w):
             w.state = "reserved"
         w.requeue_at, w.held = None, ""
         w.reserved_seq = self._next_seq()
-        snap.charge(self.tree, w)
+        named = [self._workloads[key] for key in victims]
+        snap.charge(self.tree, w, named)
         if victims:
             w.victims = victims
-            for key in victims:
-                victim = self._workloads[key]
+            self._reclaiming[w.key] = None
+            for victim in named:
                 victim.promised_to = w.key  # no one else may count on evicting it
                 snap.free_capacity_of(victim)
             snap.candidates = None  # promises changed
 
-    def _preempt_for_quota(self, w: Tracked, failure: str, snap: Snapshot, now: float, out: Out) -> bool:
-        """Step 5 failed: lower priorities of ``w``'s own leaf queue may give their quota back
-        (preemption.py). Then ``ReclaimRequested`` naming them (placement places ``w`` over them and
-        evicts them as in-queue preemption), else ``BackedOff`` with the quota reason."""
+    def _preempt_for_quota(self, w: Tracked, failure: str, snap: Snapshot, now: float, out: Out,
+                           refused: str = "") -> bool:
+        """Lower priorities of ``w``'s own leaf queue may give their quota back (preemption.py). Then
+        ``ReclaimRequested`` naming them (placement places ``w`` over them and evicts them as in-queue
+        preemption), else ``BackedOff`` with the quota reason (and ``refused``: why no reclaim)."""
         victims, note = self._quota_victims(w, snap, now, out)
         if victims is None:
-            self._back_off(w, now, w.reason(gang_line(w.spec.gang) + failure + note), out)
+            tail = " ".join(part for part in (note, refused) if part)
+            self._back_off(w, now, w.reason(gang_line(w.spec.gang) + failure + (f". {tail}" if tail else "")), out)
             return False
         keys = tuple(h.key for h in victims)
         w.reclaim_note = ""
@@ -361,7 +405,7 @@ class QueueCore:
                        out: Out) -> tuple[list[preemption.Holder] | None, str]:
         """The fewest lower-priority holders of ``w``'s leaf queue whose quota lets ``w`` pass the quota
         check; else None, with a note (and a wake-up) when only their minimum runtime stands in the way."""
-        holders = self._quota_holders(w, snap)
+        holders = self._quota_holders(w, snap) if w.spec.preempts else []
         if not holders:
             return None, ""
         chain = [spec.name for spec in self.tree.ancestry(w.queue)]
@@ -388,7 +432,7 @@ class QueueCore:
         if ripe not in self._ripening:
             self._ripening[ripe] = None
             self._arm(ripe, now, out)
-        return None, (f". Preempting {', '.join(h.key for h in later)} waits for the minimum runtime of queue "
+        return None, (f"Preempting {', '.join(h.key for h in later)} waits for the minimum runtime of queue "
                       f"{w.queue} (until {ripe:g}s).")
 
     def _quota_holders(self, w: Tracked, snap: Snapshot) -> list[preemption.Holder]:
@@ -403,10 +447,12 @@ class QueueCore:
                                   promised=bool(x.promised_to))
                 for x in snap.holders.get(w.queue, []) if x.key != w.key]
 
-    def _victims(self, w: Tracked, short: dict[str, int], snap: Snapshot, now: float) -> tuple[str, ...] | None:
-        """Reclaim for ``w`` (see reclaim.py), or None when its queue is not entitled or it cannot cover."""
-        if not within_share(snap.usage.get(w.queue, {}), w.demand, snap.shares.get(w.queue, {})):
-            return None
+    def _reclaim(self, w: Tracked, needs: dict[str, dict[str, int]], snap: Snapshot, now: float) -> Choice:
+        """Reclaim for ``w`` (see reclaim.py): victims covering ``needs``, or why there are none.
+
+        Its queue must stay within its fair share; staying within its guarantee too, it is starved, and
+        queues above their guarantee give as well."""
+        usage = snap.usage.get(w.queue, {})
         if snap.candidates is None:
             snap.candidates = [
                 Running(key=x.key, queue=x.queue, priority=x.spec.priority, preemptible=x.spec.preemptible,
@@ -414,14 +460,34 @@ class QueueCore:
                         admitted_seq=x.reserved_seq, promised=bool(x.promised_to))
                 for x in self._ledger.running.values()
             ]
-        queues = {x.queue: self.tree.get(x.queue) for x in snap.candidates}
-        return choose_victims(short, snap.candidates, queues, snap.usage, snap.shares, w.queue, now)
+        names = list(dict.fromkeys(x.queue for x in snap.candidates))
+        queues = {name: self.tree.get(name) for name in names}
+        share = snap.shares.get(w.queue, {})
+        if not within_share(usage, w.demand, share):
+            return Choice(None, self._beyond_share(w, usage, share, names, snap))
+        scopes = {name: frozenset(spec.name for spec in self.tree.ancestry(name)) for name in names}
+        contested = {r for amounts in needs.values() for r in amounts}
+        starved = within_guarantee(usage, w.demand, self.tree.get(w.queue), contested)
+        return choose_victims(needs, snap.candidates, queues, snap.usage, snap.shares, w.queue, now, scopes=scopes,
+                              starved=starved)
 
-    def _ripening_reclaim(self, w: Tracked, short: dict[str, int], snap: Snapshot, now: float, out: Out) -> str:
+    def _beyond_share(self, w: Tracked, usage: dict[str, int], share: dict[str, int], names: list[str],
+                      snap: Snapshot) -> str:
+        """Why ``w``'s queue reclaims nothing although some other queue is above its share ("" if none is)."""
+        if not any(name != w.queue and snap.dominant(name) > 1 for name in names):
+            return ""
+        for r, v in sorted(w.demand.items()):
+            if v > 0 and usage.get(r, 0) + v > share.get(r, 0):
+                return (f"queue {w.queue} would go over its fair share {r} {q.human(r, share.get(r, 0))} "
+                        f"(used {q.human(r, usage.get(r, 0))}, requested {q.human(r, v)})")
+        return ""
+
+    def _ripening_reclaim(self, w: Tracked, needs: dict[str, dict[str, int]], snap: Snapshot, now: float,
+                          out: Out) -> str:
         """No reclaim now: would there be one once the victims have run their minimum runtime (KAI's
         preemptMinRuntime / reclaimMinRuntime)? Then wake everyone up at that time, not only when a
         backoff expires, and say so in the reason ("" when age is not what blocks it)."""
-        later = self._victims(w, short, snap, math.inf)
+        later = self._reclaim(w, needs, snap, math.inf).victims
         if not later or snap.candidates is None:
             return ""
         ripe = max(c.started_at + c.min_runtime for c in snap.candidates if c.key in later)
@@ -479,6 +545,7 @@ class QueueCore:
                 victim.promised_to = ""
         w.victims = ()
         w.promised_to = ""
+        self._reclaiming.pop(w.key, None)
 
     def _request_cycle(self, now: float, out: Out) -> None:
         self._arm(now, now, out)
@@ -499,7 +566,7 @@ class QueueCore:
     # ------------------------------------------------------------------ read-only view
     def status(self) -> dict[str, dict]:
         """Per queue: usage (rolled up), guarantee, limit, fair share, active, pending, backoff."""
-        snap = Snapshot.take(self.tree, self._ledger, self._capacity)
+        snap = Snapshot.take(self.tree, self._ledger, self._capacity)  # what is held, credits aside
         members: dict[str, list[Tracked]] = {}
         for w in self._workloads.values():
             members.setdefault(w.queue, []).append(w)
@@ -525,3 +592,11 @@ class QueueCore:
                 "backoff": [{"workload": w.key, "requeue_at": w.requeue_at} for w in resting],
             }
         return view
+
+
+def _refused(refusal: str) -> str:
+    return f"Reclaim refused: {refusal}." if refusal else ""
+
+
+def _givers(choice: Choice) -> str:
+    return "queues over their guarantee" if choice.by_guarantee else "queues over their fair share"

@@ -3,6 +3,8 @@ workload, lower-priority holders of the SAME leaf queue give their quota back (V
 in-queue preemption when the queue is full).
 
 Rules, in the order they are applied:
+- the requester may preempt (``WorkloadSpec.preempts``: a suspended workload of a kube-queue or
+  default queue only overtakes, the core asks nobody for it);
 - candidates hold quota as admitted or running (a mere reservation is not evicted), are
   preemptible, have a lower priority than the requester, are not already promised to another
   reclaim or preemption, and have run the queue's minimum runtime (one admitted but not Running

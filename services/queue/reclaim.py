@@ -1,17 +1,28 @@
-"""Reclaim: taking back over-share resources from other queues for a queue still within its share.
+"""Reclaim: taking back resources from other queues for a queue still within its share.
+
+What must be freed (``needs``): per scope, per resource. Scope ``CLUSTER`` is what the cluster's
+free capacity lacks (any victim's nodes help); a queue name is a level of the requester's chain whose
+limit the demand breaks (the usual tree whose root max is the cluster's size): only victims in that
+level's subtree give its quota back.
 
 Rules, in the order they are applied:
-- never when the cluster's free capacity already covers the demand (the caller checks that);
-- the requesting queue must stay within its fair share: usage + demand <= share, every resource;
-- victims are running, preemptible workloads of *other* leaf queues that are ``reclaimable`` and
-  whose dominant share is above 1 (re-evaluated after every victim taken);
-- the queue furthest above its share gives first; within it lowest priority, then newest
-  (started_at desc, then admitted last);
-- never a workload younger than its min runtime, never one whose removal would bring its queue
-  below its guarantee on a resource being reclaimed (an UNLIMITED guarantee protects it fully),
-  never one already promised to another reclaim, never one that frees nothing the cluster is
-  short of;
-- victims are added until free + reclaimed covers the demand; if that cannot be reached, none;
+- the requesting queue must stay within its fair share: usage + demand <= share, every resource
+  (the caller checks that);
+- victims are running, preemptible workloads of *other* leaf queues that are ``reclaimable``,
+  have run their minimum runtime, are not already promised to another reclaim and free something a
+  scope they belong to needs;
+- a queue gives while it is above its fair share (dominant share > 1), or, when the requester stays
+  within its own guarantee (``starved``), while it is above its guarantee on a needed resource (ACK:
+  "reclaims resources from other quotas whose actual usage exceeds their minimum"; KAI's
+  GuaranteeDeservedQuota strategy). Re-evaluated after every victim taken;
+- the queue furthest above its share gives first; queues tied on share, and the victims within a
+  queue, go lowest priority first, then newest (started_at desc, then admitted last), then key;
+- a victim never takes its queue below its guarantee on a resource being reclaimed (an UNLIMITED
+  guarantee protects it fully; Volcano's capacity plugin, ElasticQuotaTree ``min``), unless the
+  queue's dialect reclaims below it (``QueueSpec.reclaim_below_guarantee``, KAI: a whole job of a
+  queue over its share goes even if the queue ends below its quota);
+- victims are added until every need is covered; if that cannot be reached, none (and ``refusal``
+  says which queue and which rule stood in the way, with the numbers);
 - then victims the others already cover for are dropped again (the last taken first), so no
   workload is evicted only to be admitted again in the same cycle.
 """
@@ -19,13 +30,15 @@ Rules, in the order they are applied:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from services.queue.fairshare import dominant_share
 from shared import quantity as q
 from shared.model import QueueSpec
 
 Resources = dict[str, int]
+CLUSTER = ""
+"""The scope of what the cluster's free capacity lacks."""
 
 
 @dataclass(frozen=True)
@@ -44,10 +57,38 @@ class Running:
     promised: bool = False
     """Already named as a victim of a reclaim that placement has not answered yet."""
 
+    @property
+    def order(self) -> tuple[int, float, int, str]:
+        """Who goes first: lowest priority, then newest (latest start, admitted last), then key."""
+        return (self.priority, -self.started_at, -self.admitted_seq, self.key)
+
+
+@dataclass(frozen=True)
+class Choice:
+    victims: tuple[str, ...] | None
+    """None: no reclaim."""
+    refusal: str = ""
+    """Why not, when a queue above its share held work a rule kept from being taken ("" otherwise)."""
+    by_guarantee: bool = False
+    """Some victim's queue gave while at or below its fair share, being above its guarantee."""
+
 
 def within_share(usage: Mapping[str, int], demand: Mapping[str, int], share: Mapping[str, int]) -> bool:
     """A queue may reclaim only for a workload that keeps it within its fair share."""
     return all(usage.get(r, 0) + v <= share.get(r, 0) for r, v in demand.items() if v > 0)
+
+
+def within_guarantee(usage: Mapping[str, int], demand: Mapping[str, int], queue: QueueSpec | None,
+                     contested: Iterable[str]) -> bool:
+    """The demand keeps its queue within its guarantee on every ``contested`` resource (what reclaim must
+    free): a starved queue asks for what it was promised. Resources nobody lacks do not count."""
+    if queue is None:
+        return False
+    for r in contested:
+        guarantee = queue.guarantee_of(r)
+        if demand.get(r, 0) > 0 and guarantee is not None and usage.get(r, 0) + demand[r] > guarantee:
+            return False
+    return True
 
 
 def shortage(demand: Mapping[str, int], free: Mapping[str, int]) -> Resources:
@@ -63,14 +104,14 @@ def _eligible(w: Running, requester: str, queue: QueueSpec | None, now: float) -
     return now - w.started_at >= w.min_runtime
 
 
-def _keeps_guarantee(usage: Mapping[str, int], demand: Mapping[str, int], queue: QueueSpec | None,
-                     need: Mapping[str, int]) -> bool:
-    """Taking ``demand`` away must leave the queue at or above its guarantee on what is reclaimed.
+def _floor_kept(usage: Mapping[str, int], demand: Mapping[str, int], queue: QueueSpec | None,
+                need: Mapping[str, int]) -> bool:
+    """Taking ``demand`` away leaves the queue at or above its guarantee on what is reclaimed.
 
-    Only the resources the reclaimer is short of count: what the victim frees besides them is
-    not contested, so its owner can have it back at once.
+    Only the resources the reclaimer needs count: what the victim frees besides them is not
+    contested, so its owner can have it back at once.
     """
-    if queue is None:
+    if queue is None or queue.reclaim_below_guarantee:
         return True
     for r, v in demand.items():
         if v <= 0 or r not in need:
@@ -81,52 +122,141 @@ def _keeps_guarantee(usage: Mapping[str, int], demand: Mapping[str, int], queue:
     return True
 
 
-def choose_victims(short: Mapping[str, int], running: list[Running], queues: Mapping[str, QueueSpec | None],
-                   usage: Mapping[str, Mapping[str, int]], shares: Mapping[str, Mapping[str, int]],
-                   requester: str, now: float) -> tuple[str, ...] | None:
-    """Victims whose release covers ``short``, furthest-above-share queue first; None if impossible."""
-    need = {r: v for r, v in short.items() if v > 0}
+def _above_guarantee(usage: Mapping[str, int], queue: QueueSpec | None, need: Mapping[str, int]) -> bool:
+    if queue is None:
+        return False
+    for r in need:
+        guarantee = queue.guarantee_of(r)
+        if guarantee is not None and usage.get(r, 0) > guarantee:
+            return True
+    return False
+
+
+class _Needs:
+    """What is still to be freed, per scope; which scopes a victim's queue belongs to."""
+
+    def __init__(self, needs: Mapping[str, Mapping[str, int]], scopes: Mapping[str, frozenset[str]]) -> None:
+        self.left = {s: {r: v for r, v in amounts.items() if v > 0} for s, amounts in needs.items()}
+        self.left = {s: a for s, a in self.left.items() if a}
+        self.original = {s: dict(a) for s, a in self.left.items()}
+        self.scopes = scopes
+
+    def touched(self, queue: str) -> list[str]:
+        mine = self.scopes.get(queue, frozenset((queue,)))
+        return [s for s in self.left if s == CLUSTER or s in mine]
+
+    def wanted(self, queue: str) -> Resources:
+        """Per resource, the most any scope this queue can help still needs."""
+        out: Resources = {}
+        for s in self.touched(queue):
+            for r, v in self.left[s].items():
+                out[r] = max(out.get(r, 0), v)
+        return out
+
+    def take(self, victim: Running) -> None:
+        for s in self.touched(victim.queue):
+            rest = {r: v - victim.demand.get(r, 0) for r, v in self.left[s].items()}
+            self.left[s] = {r: v for r, v in rest.items() if v > 0}
+        self.left = {s: a for s, a in self.left.items() if a}
+
+    def covered_by(self, victims: list[Running]) -> bool:
+        for s, amounts in self.original.items():
+            inside = [w for w in victims if s == CLUSTER or s in self.scopes.get(w.queue, frozenset((w.queue,)))]
+            if any(sum(w.demand.get(r, 0) for w in inside) < v for r, v in amounts.items()):
+                return False
+        return True
+
+
+def choose_victims(needs: Mapping[str, Mapping[str, int]], running: list[Running],
+                   queues: Mapping[str, QueueSpec | None], usage: Mapping[str, Mapping[str, int]],
+                   shares: Mapping[str, Mapping[str, int]], requester: str, now: float, *,
+                   scopes: Mapping[str, frozenset[str]] | None = None, starved: bool = False) -> Choice:
+    """Victims whose release covers every need, furthest-above-share queue first; else why not.
+
+    ``scopes``: per candidate queue, the names of its chain (which level's quota a victim gives back);
+    ``starved``: the requester stays within its guarantee, so queues above theirs give too.
+    """
+    need = _Needs(needs, scopes or {})
     pool: dict[str, list[Running]] = {}
-    for w in sorted(running, key=lambda w: (w.priority, -w.started_at, -w.admitted_seq, w.key)):
+    for w in sorted(running, key=lambda w: w.order):
         if _eligible(w, requester, queues.get(w.queue), now):
             pool.setdefault(w.queue, []).append(w)
     left = {name: dict(usage.get(name, {})) for name in pool}
-    short_of = {r: v for r, v in short.items() if v > 0}
     taken: list[Running] = []
-    while need:
-        best: tuple[float, str, Running] | None = None
+    refusal = ""
+    by_guarantee = False
+    while need.left:
+        best: tuple[tuple, str, Running] | None = None
         for name in sorted(pool):
-            share = dominant_share(left[name], shares.get(name, {}))
-            if share <= 1 or (best is not None and share <= best[0]):
+            wanted = need.wanted(name)
+            if not wanted:
                 continue
-            victim = next((w for w in pool[name]
-                           if any(w.demand.get(r, 0) > 0 for r in need)
-                           and _keeps_guarantee(left[name], w.demand, queues.get(name), need)), None)
-            if victim is not None:
-                best = (share, name, victim)
+            share = dominant_share(left[name], shares.get(name, {}))
+            spec = queues.get(name)
+            if share <= 1 and not (starved and _above_guarantee(left[name], spec, wanted)):
+                continue
+            for w in pool[name]:
+                if not any(w.demand.get(r, 0) > 0 for r in wanted):
+                    continue
+                if _floor_kept(left[name], w.demand, spec, wanted):
+                    rank = (-share, *w.order)
+                    if best is None or rank < best[0]:
+                        best = (rank, name, w)
+                    break
+                refusal = refusal or _below_floor(spec, name, left[name], w, wanted)
         if best is None:
-            return None
-        _, name, victim = best
+            return Choice(None, refusal or _kept_back(running, queues, usage, shares, requester, need, set(pool)))
+        rank, name, victim = best
+        by_guarantee = by_guarantee or -rank[0] <= 1
         pool[name].remove(victim)
         left[name] = q.sub(left[name], victim.demand)
-        need = {r: v - victim.demand.get(r, 0) for r, v in need.items() if v - victim.demand.get(r, 0) > 0}
+        need.take(victim)
         taken.append(victim)
-    return tuple(w.key for w in _without_needless(taken, short_of))
+    return Choice(tuple(w.key for w in _without_needless(taken, need)), by_guarantee=by_guarantee)
 
 
-def _without_needless(taken: list[Running], short: Mapping[str, int]) -> list[Running]:
+def _below_floor(spec: QueueSpec | None, name: str, usage: Mapping[str, int], victim: Running,
+                 wanted: Mapping[str, int]) -> str:
+    """``queue a would fall below its guarantee nvidia.com/gpu 4 (used 6, ns/a1 holds 4)``."""
+    word = spec.guarantee_word if spec is not None else "guarantee"
+    for r in sorted(wanted):
+        v = victim.demand.get(r, 0)
+        guarantee = spec.guarantee_of(r) if spec is not None else 0
+        if v > 0 and (guarantee is None or usage.get(r, 0) - v < guarantee):
+            amount = "unlimited" if guarantee is None else q.human(r, guarantee)
+            return (f"queue {name} would fall below its {word} {r} {amount} "
+                    f"(used {q.human(r, usage.get(r, 0))}, {victim.key} holds {q.human(r, v)})")
+    return ""
+
+
+def _kept_back(running: list[Running], queues: Mapping[str, QueueSpec | None],
+               usage: Mapping[str, Mapping[str, int]], shares: Mapping[str, Mapping[str, int]], requester: str,
+               need: _Needs, weighed: set[str]) -> str:
+    """A queue above its share whose work that would help is all protected: not reclaimable, or not
+    preemptible (``weighed``: queues whose candidates the search already judged)."""
+    for name in sorted({w.queue for w in running if w.queue != requester and w.queue not in weighed}):
+        wanted = need.wanted(name)
+        helpful = [w for w in running if w.queue == name and any(w.demand.get(r, 0) > 0 for r in wanted)]
+        if not helpful or dominant_share(usage.get(name, {}), shares.get(name, {})) <= 1:
+            continue
+        spec = queues.get(name)
+        if spec is not None and not spec.reclaimable:
+            return f"queue {name} is above its share but not reclaimable"
+        if not any(w.preemptible for w in helpful):
+            return f"queue {name} is above its share but its work is not preemptible"
+    return ""
+
+
+def _without_needless(taken: list[Running], need: _Needs) -> list[Running]:
     """Drop every victim the others already cover for, the last taken first.
 
     Greedy order may take a small victim from the queue furthest above its share before a larger
     one that alone covers the shortage; evicting the small one would only see it admitted again
     in the same cycle (its room is not needed), so it stays.
     """
-    def covers(victims: list[Running]) -> bool:
-        return all(sum(w.demand.get(r, 0) for w in victims) >= v for r, v in short.items())
-
     chosen = list(taken)
     for victim in reversed(taken):
         rest = [w for w in chosen if w is not victim]
-        if covers(rest):
+        if need.covered_by(rest):
             chosen = rest
     return chosen

@@ -2,7 +2,9 @@
 
 Every quota decision the queue core makes goes through ``quota_failure`` here: a workload fits
 when, at its leaf and at every ancestor, usage + demand stays within the limit (a parent's limit
-binds its whole subtree) and, for a non-preemptible workload, within the guarantee.
+binds its whole subtree) and, for a non-preemptible workload of a queue whose dialect caps them
+(KAI), within the guarantee. ``over_limits`` says by how much each level is exceeded (what reclaim
+across the tree must free there).
 """
 
 from __future__ import annotations
@@ -13,14 +15,6 @@ from shared import quantity as q
 from shared.model import QueueSpec, UNLIMITED
 
 Resources = dict[str, int]
-
-_GUARANTEE_WORD = {"volcano": "guarantee", "kai": "quota", "elasticquotatree": "min"}
-
-
-def guarantee_word(spec: QueueSpec) -> str:
-    """What users of this dialect call the lower bound (the twin of ``QueueSpec.limit_word``)."""
-    return _GUARANTEE_WORD.get(spec.dialect, "guarantee")
-
 
 class QueueTree:
     """QueueSpecs by name plus the implicit, unlimited default queue (until one is defined)."""
@@ -129,8 +123,9 @@ def quota_failure(tree: QueueTree, queue: str, demand: Mapping[str, int], usage:
 
     Levels leaf first, resources by name: ``queue Q <limit_word> cpu 4: used 3, requested 3``.
     ``usage`` is rolled-up usage of quota holders; ``protected`` the same for non-preemptible
-    ones. A non-preemptible workload may only use what its queues guarantee (resources a queue
-    names in its guarantee), since nobody could take it back later.
+    ones. Where the queue's dialect says so (``guarantee_caps_non_preemptible``, KAI), a
+    non-preemptible workload may only use what its queues guarantee (resources a queue names in its
+    guarantee), since nobody could take it back later.
     """
     wanted = sorted(r for r, v in demand.items() if v > 0)
     for spec in tree.ancestry(queue):
@@ -141,15 +136,50 @@ def quota_failure(tree: QueueTree, queue: str, demand: Mapping[str, int], usage:
                 return (f"queue {spec.name} {spec.limit_word} {resource} {q.human(resource, limit)}: "
                         f"used {q.human(resource, used.get(resource, 0))}, "
                         f"requested {q.human(resource, demand[resource])}")
-        if preemptible:
-            continue
-        held = protected.get(spec.name, {})
-        for resource in wanted:
-            if resource not in spec.guarantee or spec.guarantee[resource] == UNLIMITED:
-                continue
-            guarantee = spec.guarantee[resource]
-            if held.get(resource, 0) + demand[resource] > guarantee:
-                return (f"queue {spec.name} {guarantee_word(spec)} {resource} {q.human(resource, guarantee)}: "
-                        f"non-preemptible used {q.human(resource, held.get(resource, 0))}, "
-                        f"requested {q.human(resource, demand[resource])}")
+        capped = _guarantee_cap(spec, wanted, demand, protected, preemptible)
+        if capped is not None:
+            return capped
     return None
+
+
+def cap_failure(tree: QueueTree, queue: str, demand: Mapping[str, int], protected: Mapping[str, Mapping[str, int]],
+                preemptible: bool) -> str | None:
+    """The guarantee cap a non-preemptible demand breaks (only its own queue's kind can give that back)."""
+    wanted = sorted(r for r, v in demand.items() if v > 0)
+    for spec in tree.ancestry(queue):
+        capped = _guarantee_cap(spec, wanted, demand, protected, preemptible)
+        if capped is not None:
+            return capped
+    return None
+
+
+def _guarantee_cap(spec: QueueSpec, wanted: list[str], demand: Mapping[str, int],
+                   protected: Mapping[str, Mapping[str, int]], preemptible: bool) -> str | None:
+    if preemptible or not spec.guarantee_caps_non_preemptible:
+        return None
+    held = protected.get(spec.name, {})
+    for resource in wanted:
+        if resource not in spec.guarantee or spec.guarantee[resource] == UNLIMITED:
+            continue
+        guarantee = spec.guarantee[resource]
+        if held.get(resource, 0) + demand[resource] > guarantee:
+            return (f"queue {spec.name} {spec.guarantee_word} {resource} {q.human(resource, guarantee)}: "
+                    f"non-preemptible used {q.human(resource, held.get(resource, 0))}, "
+                    f"requested {q.human(resource, demand[resource])}")
+    return None
+
+
+def over_limits(tree: QueueTree, queue: str, demand: Mapping[str, int],
+                usage: Mapping[str, Mapping[str, int]]) -> dict[str, Resources]:
+    """Per level of ``queue``'s chain whose limit ``demand`` breaks: by how much, per resource (leaf first).
+
+    What reclaim must free inside that level's subtree for the demand to pass the limit check.
+    """
+    out: dict[str, Resources] = {}
+    for spec in tree.ancestry(queue):
+        used = usage.get(spec.name, {})
+        for resource, amount in sorted(demand.items()):
+            limit = spec.limit_of(resource)
+            if amount > 0 and limit is not None and used.get(resource, 0) + amount > limit:
+                out.setdefault(spec.name, {})[resource] = used.get(resource, 0) + amount - limit
+    return out

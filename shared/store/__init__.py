@@ -4,6 +4,7 @@
     rows.py     envelopes -> rows: a pure fold (ResultProjection's rules, not a second copy)
     writer.py   ProjectionWriter: a batch per transaction, with the consumed offsets
     query.py    reading it back: a workload's timeline, queue usage, the event log
+    header.py   the ``log_header`` row: muster and schema version, the policy the log was made under
     schema.py   Alembic upgrade/downgrade, creating an empty store
     engine.py   URLs, engines, errors a person can act on
 
@@ -12,25 +13,29 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from shared.events import Envelope
-from shared.store.engine import ENV, StoreError, display
+from shared.store.engine import ENV, OtherHistory, StoreError, display
 from shared.store.writer import ProjectionWriter, WriteCounts, write_log
 
-__all__ = ["ENV", "ProjectionWriter", "StoreError", "WriteCounts", "record"]
+__all__ = ["ENV", "OtherHistory", "ProjectionWriter", "StoreError", "WriteCounts", "record"]
 
 
-def record(url: str, log: Sequence[Envelope], *, batch_size: int = 5_000) -> WriteCounts:
-    """Write one run's event log into the store at ``url`` (tables created if it is empty).
+def record(url: str, log: Sequence[Envelope], *, batch_size: int = 5_000, header: dict[str, Any] | None = None,
+           progress: Callable[[int], None] | None = None) -> WriteCounts:
+    """Write one run's event log into the store at ``url`` (tables created if it is empty), with
+    the ``header`` it was made under (``shared.store.header``) when given.
 
     A store holds one history: recording the same run again changes nothing, but a store that
-    already holds a different run is refused (two runs would mix workloads of the same names).
+    already holds a different run is refused (``OtherHistory``: two runs would mix workloads of
+    the same names).
     """
     from sqlalchemy import func, select
 
     from shared.store import schema
     from shared.store.engine import errors_explained
+    from shared.store.header import write_header
     from shared.store.models import EventLog
 
     schema.ensure(url)
@@ -41,7 +46,10 @@ def record(url: str, log: Sequence[Envelope], *, batch_size: int = 5_000) -> Wri
                 ids = {env.id for env in log}
                 present = len(writer.stored_ids(conn, sorted(ids)))
                 if present != len(ids) or held != present:
-                    raise StoreError(f"the store at {display(url)} already holds another history ({held} events); "
-                                     "give each run a store of its own (e.g. a new sqlite:/// file)")
+                    raise OtherHistory(f"the store at {display(url)} already holds another history ({held} events); "
+                                       "give each run a store of its own (e.g. a new sqlite:/// file)")
                 return WriteCounts(skipped=len(log))
-        return write_log(writer, log, batch_size=batch_size)
+        counts = write_log(writer, log, batch_size=batch_size, progress=progress)
+    if header is not None:
+        write_header(url, header)
+    return counts

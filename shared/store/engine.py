@@ -26,6 +26,10 @@ class StoreError(Exception):
     """The store cannot be used: a bad URL, an unreachable server, tables missing or out of date."""
 
 
+class OtherHistory(StoreError):
+    """The store holds a history other than the one being written (a store holds one run)."""
+
+
 class Unstorable(StoreError):
     """The store refuses what was written, not the writer: a value it cannot hold (a NUL character
     in text, an integer out of range) or a row at odds with its constraints. Writing the same again

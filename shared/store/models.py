@@ -16,6 +16,7 @@ integration tests compare the migrated schema with this metadata, so the two can
     queue_usage           usage per queue and resource over time
     decisions             every service output, with its service, input event and reason
     consumed_offsets      how far the projector has read each topic partition
+    log_header            what the log was made under: muster and schema version, the policy
 """
 
 from __future__ import annotations
@@ -238,6 +239,26 @@ class ConsumedOffset(Base):
     topic: Mapped[str] = mapped_column(Text, primary_key=True)
     partition: Mapped[int] = mapped_column(Integer, primary_key=True)
     offset: Mapped[int] = mapped_column(BigInteger)
+
+
+class LogHeader(Base):
+    """What the history was made under, one row (``id`` 1): the muster and event schema versions and
+    the policy the services decided with. An exported log carries the same as its first line, so
+    ``muster replay --verify`` can build the cores the log was made with. Written by ``muster
+    simulate --store``, ``muster log import`` and a projector started with ``--policy``; a store
+    the projector wrote without one has no row (``policy`` unknown)."""
+
+    __tablename__ = "log_header"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    muster_version: Mapped[str]
+    schema_version: Mapped[int]
+    policy: Mapped[dict[str, Any] | None]
+    origin: Mapped[str] = mapped_column(String(32))
+    """Who made the log: ``simulate``, ``kafka`` (a deployment), ``import``."""
+    scenario: Mapped[str | None]
+    until: Mapped[float | None]
+    """The scenario time the run went to (a simulated run), else NULL."""
 
 
 TABLES = tuple(Base.metadata.sorted_tables)

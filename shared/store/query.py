@@ -57,6 +57,11 @@ def similar_workloads(url: str | Engine, key: str, limit: int = 5) -> list[str]:
                                  .order_by(w.c.key).limit(limit)).scalars())
 
 
+def event_count(url: str | Engine) -> int:
+    with errors_explained(url), opened(url, existing=True) as engine, engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(EventLog.__table__)).scalar_one()
+
+
 def workload_count(url: str | Engine) -> int:
     with errors_explained(url), opened(url, existing=True) as engine, engine.connect() as conn:
         return conn.execute(select(func.count()).select_from(Workload.__table__)).scalar_one()
@@ -111,13 +116,14 @@ def queue_report(url: str | Engine, at: float | None = None) -> dict[str, dict[s
 
 
 def read_log(url: str | Engine, workload: str | None = None) -> Iterator[Envelope]:
-    """The stored envelopes in the order they were written (one workload's, or all)."""
+    """The stored envelopes in the order they were written (one workload's, or all), read a few
+    thousand rows at a time (``muster replay --store`` reads millions)."""
     e = EventLog.__table__
     stmt = select(e).order_by(e.c.seq)
     if workload is not None:
         stmt = stmt.where(e.c.workload_key == workload)
     with errors_explained(url), opened(url, existing=True) as engine, engine.connect() as conn:
-        for row in conn.execute(stmt).mappings():
+        for row in conn.execution_options(yield_per=5_000).execute(stmt).mappings():  # streamed, not all at once
             yield Envelope.model_validate({
                 "id": row["event_id"], "type": row["type"], "subject": row["subject"], "source": row["source"],
                 "occurred_at": row["occurred_at"], "causation_id": row["causation_id"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from services.admission.dialects import queue_fields
 from shared.events import Envelope, wrap
 from shared.model import Gang, PodSet, QueueSpec, WorkloadSpec
 from shared.quantity import parse_resources
@@ -131,7 +132,7 @@ def workload(key: str = "default/w", *, queue: str = "default", priority: int = 
 
 def queue_spec(name: str, *, parent: str | None = None, guarantee: dict | None = None, limit: dict | None = None,
                weight: int = 1000, priority: int = 0, reclaimable: bool = True, dialect: str = "volcano", **kw: Any) -> QueueSpec:
-    return QueueSpec(name=name, parent=parent, dialect=dialect, guarantee=parse_resources(guarantee or {}),
+    return QueueSpec(name=name, parent=parent, **queue_fields(dialect), guarantee=parse_resources(guarantee or {}),
                      limit=parse_resources(limit or {}), weight=weight, priority=priority, reclaimable=reclaimable, **kw)
 
 

@@ -9,27 +9,9 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from shared.cli import app
+from tests.builders.cli import clean_exit as _clean_exit, flat as _flat, invoke as _invoke
 from tests.builders.shared import VOLCANO, minimal_scenario, ray_cluster_manifest, volcano_scenario, write_scenario
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def _invoke(*args: Any):
-    return CliRunner().invoke(app, [str(a) for a in args])
-
-
-def _flat(text: str) -> str:
-    """Output without colour codes, box drawing or line wrapping, for substring checks."""
-    return " ".join(_ANSI.sub("", text).split())
-
-
-def _clean_exit(result, code: int) -> None:
-    assert result.exit_code == code, (result.exit_code, result.output)
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert "Traceback" not in result.output
 
 
 # --------------------------------------------------------------------------- the result document

@@ -7,28 +7,10 @@ import re
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from shared.cli import app
+from tests.builders.cli import clean_exit as _clean_exit, flat as _flat, invoke as _invoke
+from shared.store import schema
 from tests.builders.shared import VOLCANO
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_BOX = re.compile(r"[\u2500-\u257f]")
-
-
-def _invoke(*args: Any, env: dict[str, str] | None = None):
-    return CliRunner().invoke(app, [str(a) for a in args], env=env)
-
-
-def _flat(text: str) -> str:
-    """Output without colour codes, table borders or line wrapping, for substring checks."""
-    return " ".join(_BOX.sub(" ", _ANSI.sub("", text)).split())
-
-
-def _clean_exit(result, code: int) -> None:
-    assert result.exit_code == code, (result.exit_code, result.output)
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert "Traceback" not in result.output
 
 
 @pytest.fixture(scope="module")
@@ -158,16 +140,14 @@ def test_db_upgrade_and_downgrade(tmp_path):
     url = f"sqlite:///{tmp_path / 'h.db'}"
     up = _invoke("db", "upgrade", "--store", url)
     _clean_exit(up, 0)
-    assert _flat(up.stdout) == f"{url}: schema at revision 0001"
+    assert _flat(up.stdout) == f"{url}: schema at revision {schema.head()}"
     down = _invoke("db", "downgrade", env={"MUSTER_STORE": url})
     _clean_exit(down, 0)
     assert _flat(down.stdout) == f"{url}: schema at revision base (no tables)"
 
 
 def test_db_upgrade_on_postgres(postgres_url):
-    from shared.store import schema
-
     result = _invoke("db", "upgrade", env={"MUSTER_STORE": postgres_url})
     _clean_exit(result, 0)
-    assert schema.current(postgres_url) == "0001"
+    assert schema.current(postgres_url) == schema.head()
     assert "***" in result.stdout or "@" in result.stdout   # passwords are never printed

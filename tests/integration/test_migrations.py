@@ -19,7 +19,7 @@ from shared.store.models import Base, TABLE_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED_TABLES = {"event_log", "workloads", "workload_transitions", "placements", "queue_usage", "decisions",
-                   "consumed_offsets", "queues"}
+                   "consumed_offsets", "queues", "log_header"}
 
 
 def _tables(url: str) -> set[str]:
@@ -58,8 +58,8 @@ def _up_and_down(url: str) -> None:
     assert schema.current(url) is None
     schema.upgrade(url)
     assert _tables(url) == EXPECTED_TABLES
-    assert schema.current(url) == schema.head() == "0001"
-    assert _drift(url) == [], "migration 0001 and shared/store/models.py disagree"
+    assert schema.current(url) == schema.head() == "0002"
+    assert _drift(url) == [], "the migrations and shared/store/models.py disagree"
     expected_ix = {(t.name, ix.name) for t in Base.metadata.sorted_tables for ix in t.indexes}
     assert expected_ix <= _indexes(url)
     schema.downgrade(url)

@@ -4,7 +4,11 @@ Checked at the end of every instant (when virtual time moves on), from the event
 - no node holds more than its allocatable of any resource;
 - no GPU device carries more than 1.0 of fractional shares;
 - no gang is partly bound (0 or all of its minMember pods);
-- no queue's held quota exceeds its limit, at any level of the tree.
+- no queue's held quota exceeds its limit, at any level of the tree;
+- no pod a dialect protects is evicted (``volcano.sh/preemptable: "false"``, KAI's non-preemptible);
+- no workload in a Volcano queue waits while a lower-priority preemptible gang of its queue holds what
+  it needs, and no queue below its guarantee waits while another queue above its own holds a gang its
+  rules let go that would make room, for longer than one backoff (``dialects.GRACE``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from shared.model import UNLIMITED
 from shared.projection import ResultProjection
 from shared.scenario import Scenario, parse_scenario
 from shared.simulate import simulate
+from tests.property.dialects import GRACE, Cluster, chain, deliverable, fits_limits, protected
 
 MAX_EXAMPLES = int(os.environ.get("MUSTER_PROPERTY_EXAMPLES", "200"))
 KNOWN_BUGS = os.environ.get("MUSTER_PROPERTY_KNOWN_BUGS") == "1"
@@ -38,6 +43,9 @@ GPU_KIND = st.sampled_from(["none", "none", "quarter", "half", "whole"])
 PRIORITIES = st.sampled_from([None, "train", "build", "inference"])
 NS = "p"
 KINDS = st.sampled_from(["RayCluster", "RayCluster", "RayJob", "PodGang"])
+PREEMPTABLE = "volcano.sh/preemptable"
+PINS = st.sampled_from([None, None, None, None, "object", "template"])
+"""Where a workload opts out of preemption (a PodGang pins its first pod for either)."""
 
 
 def _node(name: str, cpu: int, gpu: int) -> dict[str, Any]:
@@ -51,10 +59,24 @@ def _queues(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[tuple[str, str]
     docs: list[dict[str, Any]] = []
     choices: list[tuple[str, str]] = []
     for i in range(draw(st.integers(0, 2))):
+        capability = draw(st.integers(4, 30))
+        spec: dict[str, Any] = {"weight": draw(st.integers(1, 3)), "capability": {"cpu": str(capability)}}
+        if draw(st.booleans()):
+            spec["guarantee"] = {"resource": {"cpu": str(draw(st.integers(1, capability)))}}
         docs.append({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": f"q{i}"},
-                     "spec": {"weight": draw(st.integers(1, 3)),
-                              "capability": {"cpu": str(draw(st.integers(4, 30)))}}})
+                     "spec": spec})
         choices.append(("volcano.sh/queue-name", f"q{i}"))
+    if draw(st.integers(0, 2)) == 0:
+        # kube-queue: a root whose max is about the cluster's size, two leaves guaranteed part of it
+        total = draw(st.integers(4, 24))
+        mins = [draw(st.integers(0, total // 2)) for _ in range(2)]
+        leaves = [{"name": f"e{i}", "min": {"cpu": str(m)}, "max": {"cpu": str(draw(st.integers(max(m, 1), total)))},
+                   "namespaces": [f"eqt-{i}"]} for i, m in enumerate(mins)]
+        docs.append({"apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+                     "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
+                     "spec": {"root": {"name": "eroot", "min": {"cpu": str(total)}, "max": {"cpu": str(total)},
+                                       "children": leaves}}})
+        choices += [("quota.scheduling.alibabacloud.com/name", "e0"), ("quota.scheduling.alibabacloud.com/name", "e1")]
     if draw(st.booleans()) or not docs:
         def res(lo: int, hi: int) -> dict[str, Any]:
             quota = draw(st.sampled_from([-1, 0, 1000 * draw(st.integers(lo, hi))]))
@@ -99,6 +121,14 @@ def _ray_spec(draw: st.DrawFn, replicas: int) -> dict[str, Any]:
             "workerGroupSpecs": [{"groupName": "g", "replicas": replicas, "template": template}]}
 
 
+def _pinned(spec: dict[str, Any], pin: str | None) -> dict[str, Any]:
+    """``volcano.sh/preemptable: "false"`` on the worker template (``pin == "template"``)."""
+    if pin == "template":
+        template = spec["workerGroupSpecs"][0]["template"]
+        template.setdefault("metadata", {}).setdefault("annotations", {})[PREEMPTABLE] = "false"
+    return spec
+
+
 @st.composite
 def scenarios(draw: st.DrawFn) -> str:
     """Nodes that join and leave, Volcano and KAI queues, RayClusters (edited up and down, deleted),
@@ -132,6 +162,7 @@ def scenarios(draw: st.DrawFn) -> str:
         prio = draw(PRIORITIES)
         if prio:
             labels["priorityClassName"] = prio
+        pin = draw(PINS)      # volcano.sh/preemptable: "false" on the object, a pod template or a pod
         at = draw(st.integers(1, 40))
         if kind == "PodGang":
             minimum = draw(st.integers(1, 3))
@@ -144,6 +175,8 @@ def scenarios(draw: st.DrawFn) -> str:
                 meta: dict[str, Any] = {"name": pod_name, "namespace": NS,
                                         "labels": {**labels, kube.POD_GROUP_NAME: name,
                                                    kube.POD_GROUP_MIN: str(minimum)}}
+                if pin is not None and i == 0:
+                    meta["labels"][PREEMPTABLE] = "false"
                 if annotations:
                     meta["annotations"] = annotations
                 pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
@@ -156,15 +189,19 @@ def scenarios(draw: st.DrawFn) -> str:
                                 "annotations": {"muster.dev/sim-duration": f"{draw(st.integers(5, 80))}s"}},
                    "spec": {"entrypoint": "python main.py", "suspend": draw(st.booleans()),
                             "shutdownAfterJobFinishes": True,
-                            "rayClusterSpec": _ray_spec(draw, draw(st.integers(0, 3)))}}
+                            "rayClusterSpec": _pinned(_ray_spec(draw, draw(st.integers(0, 3))), pin)}}
+            if pin == "object":
+                job["metadata"]["annotations"][PREEMPTABLE] = "false"
             steps.append({"at": at, "apply": yaml.safe_dump(job)})
             if draw(st.integers(0, 4)) == 0:
                 steps.append({"at": at + draw(st.integers(1, 60)),
                               "delete": {"kind": "RayJob", "namespace": NS, "name": name}})
             continue
-        spec = {"suspend": draw(st.booleans()), **_ray_spec(draw, draw(st.integers(0, 3)))}
+        spec = {"suspend": draw(st.booleans()), **_pinned(_ray_spec(draw, draw(st.integers(0, 3))), pin)}
         rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
               "metadata": {"name": name, "namespace": NS, "labels": labels}, "spec": spec}
+        if pin == "object":
+            rc["metadata"]["annotations"] = {PREEMPTABLE: "false"}
         steps.append({"at": at, "apply": yaml.safe_dump(rc)})
         last = at
         for _ in range(draw(st.integers(0, 2))):      # edits: replicas up or down
@@ -180,6 +217,76 @@ def scenarios(draw: st.DrawFn) -> str:
         s["at"] = f"{s['at']}s"
         s.pop("edit", None)
     return yaml.safe_dump({"name": "random", "cluster": {"nodes": nodes}, "steps": steps, "until": "150s"})
+
+
+def _contended_queues(draw: st.DrawFn, cpu: int) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """Two leaf queues of one dialect sharing a cluster of ``cpu`` CPUs, with guarantees (or not)."""
+    dialect = draw(st.sampled_from(["volcano", "kai", "eqt"]))
+    mins = [draw(st.integers(cpu // 4, cpu // 2)) for _ in range(2)]
+    if dialect == "volcano":
+        docs = [{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": f"v{i}"},
+                 "spec": {"weight": draw(st.integers(1, 2)), **({"guarantee": {"resource": {"cpu": str(m)}}}
+                                                                 if m else {})}}
+                for i, m in enumerate(mins)]
+        return docs, [("volcano.sh/queue-name", "v0"), ("volcano.sh/queue-name", "v1")]
+    if dialect == "kai":
+        unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+        docs = [{"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "dept"},
+                 "spec": {"resources": {"cpu": {"quota": -1, "limit": cpu * 1000, "overQuotaWeight": 1},
+                                        "memory": unlimited, "gpu": unlimited}}}]
+        docs += [{"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": f"t{i}"},
+                  "spec": {"parentQueue": "dept", "resources": {
+                      "cpu": {"quota": m * 1000, "limit": -1, "overQuotaWeight": 1},
+                      "memory": unlimited, "gpu": unlimited}}} for i, m in enumerate(mins)]
+        return docs, [("kai.scheduler/queue", "t0"), ("kai.scheduler/queue", "t1")]
+    leaves = [{"name": f"l{i}", "min": {"cpu": str(m)}, "max": {"cpu": str(cpu)}, "namespaces": [f"ns-{i}"]}
+              for i, m in enumerate(mins)]
+    return ([{"apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+              "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
+              "spec": {"root": {"name": "root", "min": {"cpu": str(cpu)}, "max": {"cpu": str(cpu)},
+                                "children": leaves}}}],
+            [("quota.scheduling.alibabacloud.com/name", "l0"), ("quota.scheduling.alibabacloud.com/name", "l1")])
+
+
+@st.composite
+def contended(draw: st.DrawFn) -> str:
+    """A cluster filled by long-running gangs, then pressed by later ones: higher priorities in the same
+    queue, queues below their guarantee, opt-outs; what the dialect invariants need to bite."""
+    nodes = [{"name": f"n{i}", "capacity": {"cpu": str(draw(st.integers(2, 6))), "memory": "32Gi", "pods": "110"}}
+             for i in range(draw(st.integers(1, 3)))]
+    cpu = sum(int(n["capacity"]["cpu"]) for n in nodes)
+    docs, choices = _contended_queues(draw, cpu)
+    docs.append({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "high"},
+                 "value": 1000})
+    steps: list[dict[str, Any]] = [{"at": 0, "apply": yaml.safe_dump_all(docs)}]
+    for n in range(draw(st.integers(2, 6))):
+        label, queue = draw(st.sampled_from(choices))
+        labels = {label: queue}
+        prio = draw(st.sampled_from([None, "train", "build"] if n < 2 else [None, "high", "high", "build"]))
+        if prio:
+            labels["priorityClassName"] = prio
+        pin = draw(PINS)
+        workers = draw(st.integers(0, 2))
+        container = {"name": "w", "resources": {"requests": {"cpu": draw(st.sampled_from(["1", "2"])),
+                                                             "memory": "1Gi"}}}
+        spec = {"headGroupSpec": {"template": {"spec": {"containers": [
+                    {"name": "h", "resources": {"requests": {"cpu": draw(st.sampled_from(["1", "2"]))}}}]}}},
+                "workerGroupSpecs": [{"groupName": "g", "replicas": workers,
+                                      "template": {"spec": {"containers": [container]}}}]}
+        rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+              "metadata": {"name": f"c{n}", "namespace": NS, "labels": labels},
+              "spec": {"suspend": draw(st.booleans()), **_pinned(spec, pin)}}
+        if pin == "object":
+            rc["metadata"]["annotations"] = {PREEMPTABLE: "false"}
+        steps.append({"at": draw(st.integers(1, 5)) if n < 2 else draw(st.integers(10, 40)),
+                      "apply": yaml.safe_dump(rc)})
+        if draw(st.integers(0, 5)) == 0:
+            steps.append({"at": draw(st.integers(60, 120)),
+                          "delete": {"kind": "RayCluster", "namespace": NS, "name": f"c{n}"}})
+    steps.sort(key=lambda s: s["at"])
+    for step in steps:
+        step["at"] = f"{step['at']}s"
+    return yaml.safe_dump({"name": "contended", "cluster": {"nodes": nodes}, "steps": steps, "until": "150s"})
 
 
 class InvariantWatcher:
@@ -203,6 +310,14 @@ class InvariantWatcher:
         self.pods: dict[str, dict[str, Any]] = {}
         self.gpu: dict[str, Any] = {}
         self.history = ResultProjection()
+        self.manifests: dict[tuple[str, str], dict[str, Any]] = {}
+        """(kind, namespace/name) -> the RayCluster / RayJob as last applied."""
+        self.slots: dict[str, list[tuple[str, str]]] = {}
+        """Admitted workload -> (pod set, node) of every slot placement gave it (reservations until bound)."""
+        self.specs: dict[str, Any] = {}
+        self.waiting_since: dict[str, tuple[float, str]] = {}
+        """Workloads muster could start by evicting a gang its rules let go: since when, and which."""
+        self.starved: set[str] = set()
         self.last_t = 0.0
         self.violations: list[str] = []
 
@@ -228,6 +343,14 @@ class InvariantWatcher:
                 # Known bug (tests/property/failures/same-name-podgang-raycluster-partly-bound.yaml):
                 # evicted plain pods never come back, and the re-admitted gang binds the rest.
                 self.known_bug_gangs.add(p.key)
+        if env.type == "PreemptionRequested":
+            self._check_eviction(p, env.occurred_at)
+        if env.type in ("WorkloadSubmitted", "WorkloadUpdated"):
+            self.specs[p.workload.key] = p.workload
+        elif env.type == "GangPlaced":
+            self.slots[p.key] = [(s.pod_set, s.node) for s in p.slots]
+        elif env.type in ("PreemptionRequested", "WorkloadWithdrawn", "PlacementFailed"):
+            self.slots.pop(p.key, None)
         if env.type == "GangDisrupted":
             self.disrupted.add(p.key)
         elif env.type in ("GangRunning", "WorkloadDeleted", "WorkloadFinished", "PreemptionRequested"):
@@ -237,6 +360,11 @@ class InvariantWatcher:
         if env.type != "ObjectChanged":
             return
         name = f"{p.namespace}/{p.name}"
+        if p.kind in ("RayCluster", "RayJob"):
+            if p.change == "Deleted":
+                self.manifests.pop((p.kind, name), None)
+            else:
+                self.manifests[(p.kind, name)] = p.object
         if p.kind == "Node":
             status = p.object.get("status") or {}
             if p.change == "Deleted":
@@ -288,6 +416,7 @@ class InvariantWatcher:
                 edited = " (edited)" if key in self.edited else ""
                 self.violations.append(f"t={t}: gang {key}{edited} partly bound: {n}/{view.min_member}")
         self.bound_now = bound_by_workload
+        self.check_starvation(t)
         for queue, usage in sorted(self.history.queue_usage().items()):
             spec = self.history.queues.get(queue)
             if spec is None or queue in self.known_bug_queues:
@@ -297,9 +426,121 @@ class InvariantWatcher:
                 if limit is not None and limit != UNLIMITED and v > limit:
                     self.violations.append(f"t={t}: queue {queue} holds {r}={v} over its limit {limit}")
 
-    def check_end(self) -> None:
-        """At the end: every workload that ends Running has its whole (admitted) gang bound."""
+    # ------------------------------------------------------------------ dialect invariants
+    def _pods_of(self, kind: str, key: str) -> list[dict[str, Any]]:
+        return [pod for pod in self.pods.values() if kube.workload_key_of_pod(pod) == key and pod_kind(pod) == kind]
+
+    def _protected(self, view: Any) -> str | None:
+        manifest = self.manifests.get((view.kind, view.key)) if view.kind != "PodGroup" else None
+        return protected(view, manifest, self._pods_of(view.kind, view.key), self.history.queues.get(view.queue))
+
+    def _check_eviction(self, p: Any, t: float) -> None:
+        view = self.history.workloads.get(p.key)
+        if view is None or p.key in self.edited:
+            return
+        why = self._protected(view)
+        if why is not None:
+            self.violations.append(f"t={t}: {p.key} evicted ({p.reason}) though {why}")
+
+    def _unfilled(self, view: Any) -> dict[str, dict[str, int]]:
+        """Per node, what an admitted workload's slots reserve beyond its pods bound there."""
+        spec = self.specs.get(view.key)
+        if spec is None:
+            return {}
+        per_pod = {ps.name: ps.resources for ps in spec.gang.pod_sets}
+        bound: dict[tuple[str, str], int] = {}
+        for pod in self._pods_of(view.kind, view.key):
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                k = (kube.pod_set_of_pod(pod), node)
+                bound[k] = bound.get(k, 0) + 1
+        out: dict[str, dict[str, int]] = {}
+        for pod_set, node in self.slots.get(view.key, []):
+            if bound.get((pod_set, node), 0) > 0:
+                bound[(pod_set, node)] -= 1
+                continue
+            out[node] = q.add(out.get(node, {}), per_pod.get(pod_set, {}))
+        return out
+
+    def check_starvation(self, t: float) -> None:
+        """Waiting workloads muster could start by evicting one gang its dialect lets go (see dialects.py)."""
+        views = self.history.workloads
+        queues = self.history.queues
+        usage = self.history.queue_usage()
+        cluster = Cluster(self.nodes, self.pods, self.gpu, pod_kind)
+        for view in views.values():
+            if view.phase == "Admitted":    # placed, pods not all bound yet: its slots hold their nodes
+                cluster.reserve(self._unfilled(view))
+        free = {r: sum(f[r] for f in cluster.free.values()) for r in (q.CPU, q.MEMORY, q.GPU)}
+        capacity = {r: sum(n.get(r, 0) for n in self.nodes.values()) for r in free}
+        running = [v for v in views.values() if v.phase == "Running" and v.key not in self.edited
+                   and self._protected(v) is None]
+        for view in views.values():
+            spec = queues.get(view.queue or "")
+            why = None
+            if view.phase == "Queued" and spec is not None and view.key not in self.edited \
+                    and view.demand.get(q.GPU, 0) == view.resources.get(q.GPU, 0):  # no fractions
+                why = self._volcano_victim(view, spec, running, usage, cluster) or \
+                    self._guarantee_victim(view, spec, running, usage, cluster, free, capacity)
+            if why is None:
+                self.waiting_since.pop(view.key, None)
+                continue
+            since, _ = self.waiting_since.setdefault(view.key, (t, why))
+            if t - since > GRACE and view.key not in self.starved:
+                self.starved.add(view.key)
+                self.violations.append(f"t={t}: {view.key} (queue {view.queue}, priority {view.priority}) waits "
+                                       f"since {since} though {why}")
+
+    @staticmethod
+    def _volcano_victim(view: Any, spec: Any, running: list[Any], usage: dict, cluster: Cluster) -> str | None:
+        if spec.dialect != "volcano":
+            return None
+        for gang in running:
+            if gang.queue == view.queue and gang.priority < view.priority \
+                    and fits_limits([spec], usage, view.demand, gang.demand, {spec.name}) \
+                    and cluster.room_without((gang.kind, gang.key), view.resources):
+                return f"{gang.key} (priority {gang.priority}) of its Volcano queue holds what it needs"
+        return None
+
+    def _guarantee_victim(self, view: Any, spec: Any, running: list[Any], usage: dict, cluster: Cluster,
+                          free: dict[str, int], capacity: dict[str, int]) -> str | None:
+        queues = self.history.queues
+        mine = usage.get(spec.name, {})
+        demand = {r: v for r, v in view.demand.items() if v > 0}
+        promised = {r: spec.guarantee[r] for r in demand if r in spec.guarantee}
+        if any(g != UNLIMITED and mine.get(r, 0) + demand[r] > g for r, g in promised.items()):
+            return None                          # not below its guarantee with this demand
+        levels = chain(queues, spec.name)
+        contested = {r for r, v in demand.items() if v > free.get(r, 0)
+                     or not fits_limits(levels, usage, {r: v}, {}, set())}
+        if not contested or not contested <= set(promised) \
+                or not all(deliverable(queues, r, capacity.get(r, 0)) for r in contested):
+            return None                          # short of something it was never promised
+        for gang in running:
+            other = queues.get(gang.queue or "")
+            if other is None or other.name == spec.name or not other.reclaimable:
+                continue
+            held = usage.get(other.name, {})
+            guarantees = {r: other.guarantee.get(r, 0) for r in contested}
+            if not any(g != UNLIMITED and held.get(r, 0) > g for r, g in guarantees.items()):
+                continue                         # not above its own guarantee on what is short
+            if other.dialect != "kai" and any(gang.demand.get(r, 0) > 0 and
+                                              (g == UNLIMITED or held.get(r, 0) - gang.demand[r] < g)
+                                              for r, g in guarantees.items()):
+                continue                         # Volcano / ElasticQuotaTree never go below the guarantee
+            under = {s.name for s in chain(queues, other.name)}
+            if fits_limits(levels, usage, demand, gang.demand, under) \
+                    and cluster.room_without((gang.kind, gang.key), view.resources):
+                return (f"queue {spec.name} is below its guarantee while {gang.key} of queue {other.name} "
+                        f"(above its own) would make room")
+        return None
+
+    def check_end(self, until: float | None = None) -> None:
+        """At the end: every workload that ends Running has its whole (admitted) gang bound; and nothing
+        changed between the last event and ``until``, so whoever still starves has starved till then."""
         self.check(self.last_t)
+        if until is not None and until > self.last_t:
+            self.check_starvation(until)
         for key, view in sorted(self.history.workloads.items()):
             n = self.bound_now.get(f"{view.kind}:{key}", 0)
             if view.phase == "Running" and n < view.min_member:
@@ -336,7 +577,7 @@ def run_and_check(text: str, mask_known_bugs: bool = not KNOWN_BUGS) -> tuple[li
     watcher = InvariantWatcher(edited_keys(scenario), mask_known_bugs)
     for env in run.runtime.log:
         watcher(env)
-    watcher.check_end()
+    watcher.check_end(scenario.until)
     return watcher.violations, run
 
 
@@ -348,3 +589,11 @@ def test_random_scenarios_keep_every_invariant_and_replay_identically(text: str)
     assert not violations, "\n".join(violations[:10]) + "\n" + text
     again = simulate(parse_scenario(text))
     assert [to_json(e) for e in again.runtime.log] == [to_json(e) for e in run.runtime.log]
+
+
+@settings(max_examples=MAX_EXAMPLES // 2, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=True, database=None)
+@given(contended())
+def test_contended_clusters_keep_every_invariant_and_deliver_what_the_dialects_promise(text: str) -> None:
+    violations, _ = run_and_check(text)
+    assert not violations, "\n".join(violations[:10]) + "\n" + text

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from shared.audit.replay import inbox
 from shared.embedded import build_cores
 from shared.events import Envelope, to_json, wrap
 from shared.scenario import load_scenario
 from shared.simulate import Run, simulate
-from shared.topology import SERVICES, destinations
+from shared.topology import SERVICES
 
 SCENARIOS = sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml"))
 GOLDEN = Path(__file__).parent / "golden"
@@ -42,18 +43,6 @@ def test_same_scenario_same_log_and_result(run: Run) -> None:
     assert _strip_wall(again.result()) == _strip_wall(run.result())
 
 
-def _inbox(log: list[Envelope], service: str) -> list[Envelope]:
-    timer_owner = {e.id: e.source for e in log if e.type == "TimerSet"}
-    inbox = []
-    for env in log:
-        if env.type == "TimerFired":
-            if timer_owner.get(env.causation_id or "") == service:
-                inbox.append(env)
-        elif service in destinations(env):
-            inbox.append(env)
-    return inbox
-
-
 @pytest.mark.parametrize("service", SERVICES)
 def test_replaying_an_inbox_reproduces_every_output(run: Run, service: str) -> None:
     log = run.runtime.log
@@ -64,7 +53,7 @@ def test_replaying_an_inbox_reproduces_every_output(run: Run, service: str) -> N
     core = build_cores(run.policy)[service]
     seen: set[str] = set()
     replayed_count = 0
-    for env in _inbox(log, service):
+    for env in inbox(log, service):  # the rule muster replay uses
         if env.id in seen:
             continue
         seen.add(env.id)

@@ -82,7 +82,7 @@ def test_queue_and_priority_come_from_the_first_pod() -> None:
     d.send(first)
     out = d.send(gang_pod("b", "g", min_available="2", labels={"kai.scheduler/queue": "elsewhere"}))
     spec = out[0].workload
-    assert (spec.queue, spec.priority, spec.priority_class, spec.preemptible) == ("gangs", 500, "hi", False)
+    assert (spec.queue, spec.priority, spec.priority_class, spec.preemptible) == ("gangs", 500, "hi", True)
 
 
 def test_gpu_fraction_and_node_selector_of_the_first_pod() -> None:

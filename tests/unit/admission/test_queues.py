@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from services.admission.dialects import queue_fields
 from shared.events import QueueDefined, QueueRejected, QueueRemoved
 from shared.model import UNLIMITED, QueueSpec
 from tests.builders.admission import (
@@ -29,7 +30,7 @@ def only_defined(out: list) -> list[QueueSpec]:
 def test_volcano_queue_fields() -> None:
     out = AdmissionDriver().send(volcano_queue("q", capability={"cpu": 4, "memory": "6Gi"},
                                                guarantee={"cpu": "1"}, weight=3, reclaimable=False, priority=7))
-    assert only_defined(out) == [QueueSpec(name="q", dialect="volcano", guarantee={"cpu": 1000},
+    assert only_defined(out) == [QueueSpec(name="q", **queue_fields("volcano"), guarantee={"cpu": 1000},
                                            limit={"cpu": 4000, "memory": 6 * GI}, weight=3000, priority=7,
                                            reclaimable=False, state="Open")]
 
@@ -89,7 +90,7 @@ def test_kai_units_cpu_millicores_memory_megabytes_gpu_devices() -> None:
                   memory=kai_resource(quota=1000, limit=-1, over_quota_weight=None),
                   gpu=kai_resource(quota=0.5, limit=2, over_quota_weight=3))
     [spec] = only_defined(AdmissionDriver().send(q))
-    assert spec == QueueSpec(name="team", dialect="kai", priority=5, weight=3000,
+    assert spec == QueueSpec(name="team", **queue_fields("kai"), priority=5, weight=3000,
                              guarantee={"cpu": 2000, "memory": 1000 * MB, "nvidia.com/gpu": 500},
                              limit={"cpu": 4500, "memory": UNLIMITED, "nvidia.com/gpu": 2000})
     assert spec.limit_of("memory") is None and spec.limit_of("cpu") == 4500
@@ -215,7 +216,7 @@ def test_elastic_quota_tree_changes_define_what_changed_and_remove_what_is_gone(
     assert [(type(e).__name__, e.queue.name) for e in out] == [("QueueDefined", "video")]
     smaller = elastic_quota_tree(eqt_node("root", min={"cpu": 100}))
     assert d.send(smaller, "Modified") == [QueueRemoved(name="video"), QueueRemoved(name="algorithm"),
-                                           QueueDefined(queue=QueueSpec(name="root", dialect="elasticquotatree",
+                                           QueueDefined(queue=QueueSpec(name="root", **queue_fields("elasticquotatree"),
                                                                         guarantee={"cpu": 100_000}))]
     assert d.send(smaller, "Deleted") == [QueueRemoved(name="root")]
     assert d.send(smaller, "Deleted") == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.admission.dialects import queue_fields
 from shared.events import (QueueDefined, QueueRejected, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated)
 from shared.model import QueueSpec, WorkloadSpec
 from tests.builders import ray_cluster, ray_job, worker_group
@@ -148,7 +149,7 @@ def test_global_default_priority_class_that_comes_second_still_applies() -> None
     assert told(first) == told(second)
     spec = told(first)["default/rc"]
     assert isinstance(spec, WorkloadSpec)
-    assert (spec.priority, spec.priority_class, spec.preemptible) == (500, "normal", False)
+    assert (spec.priority, spec.priority_class, spec.preemptible) == (500, "normal", True)  # no cap: default queue
 
 
 def test_a_user_class_overriding_a_builtin_that_comes_second_still_applies() -> None:
@@ -161,22 +162,22 @@ def test_a_user_class_overriding_a_builtin_that_comes_second_still_applies() -> 
 
 def test_class_value_changes_update_and_a_class_that_stops_resolving_keeps_the_priority() -> None:
     d = AdmissionDriver()
-    d.send(priority_class("urgent", 900))
-    d.submitted(ray_cluster(labels={"priorityClassName": "urgent"}))
+    d.add(kai_queue("k"), priority_class("urgent", 900))
+    d.submitted(ray_cluster(labels={"priorityClassName": "urgent", "kai.scheduler/queue": "k"}))
     [out] = d.send(priority_class("urgent", 800), "Modified")
     assert isinstance(out, WorkloadUpdated) and (out.workload.priority, out.workload.preemptible) == (800, False)
     assert d.send(priority_class("urgent", 800), "Deleted") == []          # like a pod, it keeps its priority
     assert d.send(priority_class("other", 1)) == []                        # and nothing is repeated later
     d.send(priority_class("train", 5))
-    d.submitted(ray_cluster("t", labels={"priorityClassName": "train"}))
+    d.submitted(ray_cluster("t", labels={"priorityClassName": "train", "kai.scheduler/queue": "k"}))
     [out] = d.send(priority_class("train", 5), "Deleted")                  # the built-in train comes back
     assert out.workload.priority == 50
 
 
 def test_same_priority_under_another_default_class_name_is_an_update_of_the_class_only() -> None:
     d = AdmissionDriver()
-    d.send(priority_class("a", 300, global_default=True))
-    d.submitted(ray_cluster())
+    d.add(kai_queue("k"), priority_class("a", 300, global_default=True))
+    d.submitted(ray_cluster(labels={"kai.scheduler/queue": "k"}))
     assert d.send(priority_class("b", 300, global_default=True)) == []   # a tie keeps the first default
     [out] = d.send(priority_class("a", 300, global_default=True), "Deleted")
     assert isinstance(out, WorkloadUpdated)
@@ -216,7 +217,7 @@ def test_a_parent_cycle_is_rejected_naming_it_and_the_previous_definition_stays(
     d.add(volcano_queue("a", capability={"cpu": 4}), volcano_queue("b", parent="a"))
     assert d.send(volcano_queue("a", capability={"cpu": 8}, parent="b"), "Modified") == [
         QueueRejected(name="a", kind="Queue", reason="spec.parent: 'b' would make a cycle (a -> b -> a)")]
-    assert d.core.queues.specs["a"] == QueueSpec(name="a", dialect="volcano", limit={"cpu": 4000})
+    assert d.core.queues.specs["a"] == QueueSpec(name="a", **queue_fields("volcano"), limit={"cpu": 4000})
     assert d.send(volcano_queue("a", capability={"cpu": 8}), "Modified")[0].queue.limit == {"cpu": 8000}
 
 

@@ -9,6 +9,7 @@ from shared.policy import Policy
 from tests.builders import ray_cluster, ray_job
 from tests.builders.admission import (
     AdmissionDriver,
+    kai_queue,
     elastic_quota_tree,
     eqt_node,
     priority_class,
@@ -65,8 +66,12 @@ def test_rayjob_queue_comes_from_its_own_labels() -> None:
     [("train", 50, True), ("build-preemptible", 75, True), ("build", 100, False), ("inference", 125, False)],
 )
 def test_kai_builtin_priority_classes(name: str, priority: int, preemptible: bool) -> None:
-    spec = AdmissionDriver().submitted(ray_cluster(labels={"priorityClassName": name}))
+    d = AdmissionDriver()
+    d.send(kai_queue("k"))
+    spec = d.submitted(ray_cluster(labels={"priorityClassName": name, "kai.scheduler/queue": "k"}))
     assert (spec.priority, spec.priority_class, spec.preemptible) == (priority, name, preemptible)
+    other = AdmissionDriver().submitted(ray_cluster(labels={"priorityClassName": name}))  # default queue: no cap
+    assert (other.priority, other.preemptible) == (priority, True)
 
 
 def test_no_class_means_priority_zero_and_preemptible() -> None:
@@ -110,7 +115,7 @@ def test_global_default_applies_to_workloads_naming_none_lowest_value_wins() -> 
     d.add(priority_class("normal", 500, global_default=True), priority_class("meh", 300, global_default=True),
           priority_class("other", 7))
     spec = d.submitted(ray_cluster())
-    assert (spec.priority, spec.priority_class, spec.preemptible) == (300, "meh", False)
+    assert (spec.priority, spec.priority_class, spec.preemptible) == (300, "meh", True)
     assert d.submitted(ray_cluster("named", labels={"priorityClassName": "other"})).priority == 7
 
 
@@ -125,10 +130,10 @@ def test_deleted_priority_class_falls_back_to_the_builtin() -> None:
     ("priority", "label", "expected"),
     [(99, None, True), (100, None, False), (125, "preemptible", True), (50, "non-preemptible", False)],
 )
-def test_preemptibility(priority: int, label: str | None, expected: bool) -> None:
+def test_preemptibility_in_a_kai_queue(priority: int, label: str | None, expected: bool) -> None:
     d = AdmissionDriver()
-    d.send(priority_class("p", priority))
-    labels = {"priorityClassName": "p"}
+    d.add(kai_queue("k"), priority_class("p", priority))
+    labels = {"priorityClassName": "p", "kai.scheduler/queue": "k"}
     if label:
         labels["kai.scheduler/preemptibility"] = label
     assert d.submitted(ray_cluster(labels=labels)).preemptible is expected

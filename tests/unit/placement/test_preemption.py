@@ -97,7 +97,7 @@ def test_no_preemption_when_even_all_victims_do_not_make_room():
     assert out[0].reason == (
         "1/1 tasks in gang unschedulable: pod group is not ready, 1 Pending, 1 minAvailable; "
         "1/1 tasks could not be placed: 0/1 nodes are available: 1 Insufficient cpu. "
-        "Preempting all 1 lower-priority workload(s) of queue team-a would not make room.")
+        "Lower-priority ns/keep (priority 10) of queue team-a would make room but is not preemptible.")
     # Rolled back: ns/low still holds its 2 CPU (1 free), and can still be preempted later.
     assert isinstance(d.dequeue(ray("ns/probe", 0, cpu="2"))[0], PlacementFailed)
     assert [p.key for p in of_type(d.dequeue(ray("ns/boss2", 50, cpu="3")), PreemptionRequested)] == ["ns/low"]
@@ -212,3 +212,25 @@ def test_a_reclaim_request_naming_victims_of_the_same_queue_is_an_in_queue_preem
     assert out[0].reason == "preempted by ns/high (priority 90) in queue q"
     assert out[0].pods == ("low-head-0",)
     assert out[1].reason == "1/1 pods placed on 1 node(s) (binpack) after preempting ns/low"
+
+
+def test_a_volcano_non_preemptable_gang_is_never_a_victim():
+    """``volcano.sh/preemptable: "false"`` reaches placement as ``preemptible=False``: the higher priority
+    waits rather than evicting it, whatever the priorities."""
+    d = PlacementDriver(None, node("n1", cpu="8", gpu="1"))
+    d.now = 1.0
+    running(d, ray("default/pinned", 0, preemptible=False, **{GPU: "1"}))
+    d.now = 30.0
+    out = d.dequeue(ray("default/urgent", 100000, **{GPU: "1"}))
+    assert [type(p) for p in out] == [PlacementFailed] and not of_type(out, PreemptionRequested)
+
+
+def test_a_workload_that_may_not_preempt_only_waits():
+    """A suspended RayJob of a kube-queue or default queue (``preempts=False``) overtakes but evicts nobody."""
+    d = PlacementDriver(None, node("n1", cpu="8", gpu="1"))
+    d.now = 1.0
+    running(d, ray("default/low", 0, **{GPU: "1"}))
+    d.now = 30.0
+    jumper = ray("default/jumper", 500, **{GPU: "1"}).model_copy(update={"preempts": False, "gate": "suspend"})
+    out = d.dequeue(jumper)
+    assert [type(p) for p in out] == [PlacementFailed]

@@ -98,15 +98,16 @@ def test_a_victim_that_has_not_started_yet_is_one_only_without_a_minimum_runtime
     assert isinstance(out[0], ReclaimRequested) and out[0].victims == ("ns/low",)
 
 
-def test_only_the_same_leaf_queue_gives_when_an_ancestor_limit_blocks():
+def test_beyond_its_share_a_queue_takes_nothing_across_an_ancestor_limit_only_its_own_lower_priorities():
     parent = queue_spec("p", dialect="volcano", limit={"cpu": "4"})
     a = queue_spec("a", parent="p", dialect="volcano")
     b = queue_spec("b", parent="p", dialect="volcano")
     d = _queue("4", parent, a, b)
     _run(d, "ns/low-a", "3", 1.0, queue="a", priority=10)
-    out = _ask(d, "ns/high-b", "3", 10.0, queue="b", priority=90)
+    out = _ask(d, "ns/high-b", "3", 10.0, queue="b", priority=90)  # shares a 2, b 2: b asks 3
     assert [x.type for x in out] == ["BackedOff"]
-    assert out[0].reason.endswith("queue p capability cpu 4: used 3, requested 3")
+    assert out[0].reason.endswith("queue p capability cpu 4: used 3, requested 3. Reclaim refused: queue b would "
+                                  "go over its fair share cpu 2 (used 0, requested 3).")
     out = _ask(d, "ns/high-a", "3", 20.0, queue="a", priority=90)
     assert isinstance(out[0], ReclaimRequested) and out[0].victims == ("ns/low-a",)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.queue.reclaim import Running, choose_victims
+from services.queue.reclaim import CLUSTER, Running, choose_victims
 from shared.events import Dequeued, ReclaimRequested
 from shared.policy import Policy
 from tests.builders import queue_spec
@@ -13,6 +13,11 @@ GPU = {"nvidia.com/gpu": "1"}
 
 def _gpu_job(key: str, queue: str, at: float, priority: int = 0, preemptible: bool | None = None):
     return job(key, queue, at=at, priority=priority, preemptible=preemptible, gang_=cpu_gang("1", **GPU))
+
+
+def _pick(short: dict, *args, **kw):
+    """The victims ``choose_victims`` names for a cluster shortage of ``short`` (None: no reclaim)."""
+    return choose_victims({CLUSTER: short}, *args, **kw).victims
 
 
 def _cluster(gpus: int, *queues, **policy) -> QueueDriver:
@@ -53,9 +58,22 @@ def test_the_queue_furthest_above_its_share_gives_first_and_ranks_are_re_evaluat
     d = _cluster(13)
     _run(d, "a", 7)
     _run(d, "b", 6, start=20.0)
-    # shares: c 3, a 5, b 5 -> a 7/5 = 1.4, b 6/5 = 1.2; after a7 both 1.2 (a wins by name), then b
+    # shares: c 3, a 5, b 5 -> a 7/5 = 1.4, b 6/5 = 1.2; after a7 both 1.2: tied, the newer of their next
+    # victims goes (b6 started at 25, a6 at 6), then a (6/5) is furthest above again
     out = _ask(d, "ns/c1", "c", 3)
-    assert out[0].victims == ("ns/a7", "ns/a6", "ns/b6")
+    assert out[0].victims == ("ns/a7", "ns/b6", "ns/a6")
+
+
+def test_queues_tied_on_share_give_their_lowest_priority_then_newest_not_by_name():
+    d = _cluster(8)
+    _run(d, "a", 4, start=20.0)                    # a1..a4 started at 20..23, priority 0
+    _run(d, "b", 4, priorities={1: 0, 2: 5, 3: 5, 4: 5})  # b1 (priority 0, started 1) is the only low one
+    # shares a 3, b 3, c 2: a and b tie at 4/3. Lowest priority first: a4 (started 23) before b1 (started 1)
+    assert _ask(d, "ns/c1", "c", 1)[0].victims == ("ns/a4",)
+    d = _cluster(8)
+    _run(d, "a", 4, start=20.0, priorities={1: 5, 2: 5, 3: 5, 4: 5})
+    _run(d, "b", 4, priorities={1: 0, 2: 5, 3: 5, 4: 5})
+    assert _ask(d, "ns/c1", "c", 1)[0].victims == ("ns/b1",)  # b1's priority is the lowest, though b is older
 
 
 def test_never_one_that_would_bring_its_queue_below_guarantee():
@@ -67,18 +85,18 @@ def test_never_one_that_would_bring_its_queue_below_guarantee():
               shares={"a": {"nvidia.com/gpu": 4000}}, requester="c", now=100.0)
     # newest first would be a-big, but 5 - 2 < guarantee 4: the older a-small (5 - 1 = 4) goes
     guarded = {"a": queue_spec("a", guarantee={"nvidia.com/gpu": "4"})}
-    assert choose_victims({"nvidia.com/gpu": 1000}, queues=guarded, **kw) == ("ns/a-small",)
-    assert choose_victims({"nvidia.com/gpu": 1000}, queues={"a": queue_spec("a")}, **kw) == ("ns/a-big",)
+    assert _pick({"nvidia.com/gpu": 1000}, queues=guarded, **kw) == ("ns/a-small",)
+    assert _pick({"nvidia.com/gpu": 1000}, queues={"a": queue_spec("a")}, **kw) == ("ns/a-big",)
     # needing 2 cannot be reached without going below the guarantee: no reclaim at all
-    assert choose_victims({"nvidia.com/gpu": 2000}, queues=guarded, **kw) is None
+    assert _pick({"nvidia.com/gpu": 2000}, queues=guarded, **kw) is None
 
 
 def test_a_queue_that_is_not_reclaimable_keeps_its_workloads():
     for reclaimable, victim in ((True, "ns/a7"), (False, "ns/b7")):
         d = _cluster(14, queue_spec("a", reclaimable=reclaimable), queue_spec("b"), queue_spec("c"))
-        _run(d, "a", 7)
-        _run(d, "b", 7, start=20.0)
-        out = _ask(d, "ns/c1", "c", 1)  # shares c 1, a 6.5, b 6.5: both over, a first by name
+        _run(d, "b", 7)
+        _run(d, "a", 7, start=20.0)
+        out = _ask(d, "ns/c1", "c", 1)  # shares c 1, a 6.5, b 6.5: both over, a's a7 is the newest
         assert out[0].victims == (victim,)
 
 
@@ -132,8 +150,8 @@ def test_a_queue_at_or_below_its_share_gives_nothing():
     kw = dict(running=[w], queues={"a": queue_spec("a")}, requester="b", now=100.0)
     at_share = dict(usage={"a": {"nvidia.com/gpu": 4000}}, shares={"a": {"nvidia.com/gpu": 4000}})
     above = dict(usage={"a": {"nvidia.com/gpu": 4001}}, shares={"a": {"nvidia.com/gpu": 4000}})
-    assert choose_victims({"nvidia.com/gpu": 1000}, **at_share, **kw) is None
-    assert choose_victims({"nvidia.com/gpu": 1000}, **above, **kw) == ("ns/a1",)
+    assert _pick({"nvidia.com/gpu": 1000}, **at_share, **kw) is None
+    assert _pick({"nvidia.com/gpu": 1000}, **above, **kw) == ("ns/a1",)
 
 
 def test_started_at_the_same_instant_the_last_admitted_is_the_newest():
@@ -152,11 +170,11 @@ def test_started_at_the_same_instant_the_last_admitted_is_the_newest():
 def test_the_guarantee_floor_counts_on_reclaimed_resources_only_and_unlimited_protects_fully():
     w = Running(key="ns/a1", queue="a", priority=0, preemptible=True, started_at=0.0, min_runtime=0.0,
                 demand={"cpu": 4000, "memory": 8000})
-    team = unlimited(queue_spec("a", guarantee={"cpu": "4"}, dialect="kai"), guarantee=("memory",))
+    team = unlimited(queue_spec("a", guarantee={"cpu": "4"}, dialect="volcano"), guarantee=("memory",))
     kw = dict(running=[w], queues={"a": team}, requester="b", now=100.0,
               usage={"a": {"cpu": 16000, "memory": 32000}}, shares={"a": {"cpu": 8000, "memory": 32000}})
-    assert choose_victims({"cpu": 4000}, **kw) == ("ns/a1",)  # 16 - 4 >= 4; memory is not contested
-    assert choose_victims({"memory": 8000}, **kw) is None  # memory guarantee is UNLIMITED
+    assert _pick({"cpu": 4000}, **kw) == ("ns/a1",)  # 16 - 4 >= 4; memory is not contested
+    assert _pick({"memory": 8000}, **kw) is None  # memory guarantee is UNLIMITED
 
 
 def test_a_victim_the_others_cover_for_is_not_evicted():
@@ -170,10 +188,11 @@ def test_a_victim_the_others_cover_for_is_not_evicted():
     queues = {"keep": queue_spec("keep"), "give": queue_spec("give")}
     usage = {"keep": {"cpu": 7000}, "give": {"cpu": 5000}}
     shares = {"keep": {"cpu": 4500}, "give": {"cpu": 4500}, "fresh": {"cpu": 3000}}
-    # keep (7/4.5) gives k3 first, then give (5/4.5 ties keep's 5/4.5, name order) gives g2: g2 alone covers 3
-    assert choose_victims({"cpu": 3000}, running_, queues, usage, shares, "fresh", 100.0) == ("g2",)
+    # keep (7/4.5) gives k3 first; then give and keep tie at 5/4.5, and of their next victims (g2, k2: equal
+    # priority and start) g2 goes by key; g2 alone covers 3
+    assert _pick({"cpu": 3000}, running_, queues, usage, shares, "fresh", 100.0) == ("g2",)
     # when the first victim is needed too, both stay
-    assert choose_victims({"cpu": 4000}, running_, queues, usage, shares, "fresh", 100.0) == ("k3", "g2")
+    assert _pick({"cpu": 4000}, running_, queues, usage, shares, "fresh", 100.0) == ("k3", "g2")
 
 
 def test_a_reclaim_blocked_by_minimum_runtime_is_retried_when_the_victims_ripen():
@@ -203,5 +222,6 @@ def test_no_minimum_runtime_note_when_age_is_not_what_blocks_reclaim():
     _run(d, "a", 8)
     out = _ask(d, "ns/b1", "b", 6, at=30.0)  # beyond b's share (4): not entitled to reclaim at all
     assert isinstance(out[0], Dequeued)
-    assert d.core._workloads["ns/b1"].reclaim_note == ""
+    assert d.core._workloads["ns/b1"].reclaim_note == ("Reclaim refused: queue b would go over its fair share "
+                                                       "nvidia.com/gpu 4 (used 0, requested 6).")
     assert not any(t > 100.0 for t in d.timers)  # no wake-up for victims that would not be taken anyway

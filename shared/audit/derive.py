@@ -1,0 +1,203 @@
+"""A scenario from a log: the cluster's nodes over time, every object as users applied it and when,
+each RayJob's observed run time — so the history can be run again through the simulator, under the
+policy it was made with (which must give the log's decisions back exactly) or under another.
+
+What users did is told apart from what the cluster did by who owns an object and what changed:
+
+- objects with an owner (pods KubeRay made, a RayJob's RayCluster) are the simulator's to make again;
+- an object's first watch event is an ``apply`` step of it as it was (without what the API server
+  stamps on it: uid, resourceVersion, creationTimestamp, generation, managedFields);
+- a later change is a user's edit when it changes what a user writes: anything but the status of
+  a RayJob, RayCluster or Pod (KubeRay's and the kubelet's), ``spec.suspend`` of a RayJob/RayCluster
+  (muster's gate), a pod's ``spec.nodeName`` (muster binds), and the annotations muster's effects
+  wrote (``KubeEffect`` in the log names each); the step applies the object as the edit left it;
+- a deletion is the user's unless muster evicted the pod (an ``evict`` effect) or the node it was
+  bound to went away at that instant (the pod garbage collector);
+- what happened at one instant with no decision in between is one step (the simulator settles and
+  the services decide after each step, so the grouping is what reproduces the log).
+
+A RayJob that finished without ``muster.dev/sim-duration`` gets its observed run time (its last
+run, from its status turning Running to Complete/Failed) and outcome, so the simulated job takes
+as long as the real one did. Pods start as long after binding as the log shows most often.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from typing import Any, Iterable
+
+import yaml
+
+from shared import kube
+from shared.events import Envelope
+from shared.sim.kuberay import DURATION, OUTCOME
+from shared.topology import SERVICES
+
+_STAMPED = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "deletionTimestamp")
+_GATED = ("RayJob", "RayCluster")
+_CONTROLLED = ("RayJob", "RayCluster", "Pod")
+"""Kinds whose status a controller writes (KubeRay, the kubelet), never a user."""
+
+
+def manifest(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as applied again: without what the API server stamps on it. Its status stays: a
+    Node's is its capacity, a Volcano Queue's its state, and a workload's or pod's is what the
+    object had at that moment anyway (applying it changes nothing the controllers would not)."""
+    out = copy.deepcopy(obj)
+    meta = out.get("metadata")
+    if isinstance(meta, dict):
+        for name in _STAMPED:
+            meta.pop(name, None)
+    return out
+
+
+def _owned(obj: dict[str, Any]) -> bool:
+    return bool(kube.meta(obj).get("ownerReferences"))
+
+
+def user_view(obj: dict[str, Any], muster_keys: set[str]) -> Any:
+    """What a user's edit changes (see the module docstring)."""
+    view = manifest(obj)
+    if view.get("kind") in _CONTROLLED:
+        view.pop("status", None)
+    meta = view.get("metadata")
+    if isinstance(meta, dict) and isinstance(meta.get("annotations"), dict):
+        meta["annotations"] = {k: v for k, v in meta["annotations"].items() if k not in muster_keys}
+        if not meta["annotations"]:
+            del meta["annotations"]
+    spec = view.get("spec")
+    if isinstance(spec, dict):
+        if view.get("kind") in _GATED:
+            spec.pop("suspend", None)
+        if view.get("kind") == "Pod":
+            spec.pop("nodeName", None)
+    return view
+
+
+def _ref(kind: str, namespace: str, name: str) -> tuple[str, str, str]:
+    return kind, namespace, name
+
+
+class Deriver:
+    """Folds a log into the scenario's steps (``add`` each envelope, then ``scenario``)."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, Any]] = []
+        self._open: dict[str, Any] | None = None
+        """The ``apply`` step still taking documents (until a decision or a delete)."""
+        self._seen: dict[tuple[str, str, str], Any] = {}
+        self._muster_keys: dict[tuple[str, str, str], set[str]] = {}
+        self._evicted: set[tuple[str, str]] = set()
+        self._gone_nodes: tuple[float, set[str]] = (-1.0, set())
+        self._bound_at: dict[tuple[str, str], float] = {}
+        self.startups: Counter[float] = Counter()
+        self._job_started: dict[tuple[str, str], float] = {}
+        self.job_runs: dict[tuple[str, str], tuple[float, str]] = {}
+        self.last_at = 0.0
+
+    def add(self, env: Envelope) -> None:
+        self.last_at = max(self.last_at, env.occurred_at)
+        if env.source in SERVICES:
+            self._open = None  # a decision ends the step: the services decided on what came before
+            if env.type == "KubeEffect":
+                self._effect(env.payload)
+            return
+        if env.type == "ObjectChanged":
+            self._changed(env.payload, env.occurred_at)
+
+    def _effect(self, effect: Any) -> None:
+        key = (effect.kind, effect.namespace if effect.kind != "Node" else "", effect.name)
+        if effect.annotations:
+            for kind in ((effect.kind,) if effect.kind else _GATED):
+                self._muster_keys.setdefault((kind, key[1], key[2]), set()).update(effect.annotations)
+        if effect.op == "evict":
+            self._evicted.add((effect.namespace, effect.name))
+
+    def _changed(self, p: Any, t: float) -> None:
+        obj = p.object
+        ref = _ref(p.kind, p.namespace, p.name)
+        self._observe(p, obj, t)
+        if _owned(obj):
+            return
+        if p.change == "Deleted":
+            if p.kind == "Node":
+                at, names = self._gone_nodes
+                self._gone_nodes = (t, names | {p.name} if at == t else {p.name})
+            if self._seen.pop(ref, None) is None or self._not_users_delete(p, obj, t):
+                return
+            self._open = None  # a delete is a step of its own
+            self.steps.append({"at": t, "delete": {"kind": p.kind, "name": p.name,
+                                                   **({"namespace": p.namespace} if p.namespace else {})}})
+            return
+        view = user_view(obj, self._muster_keys.get(ref, set()))
+        if self._seen.get(ref) == view:
+            return
+        self._seen[ref] = view
+        self._step(t).append(manifest(obj))
+
+    def _not_users_delete(self, p: Any, obj: dict[str, Any], t: float) -> bool:
+        if p.kind != "Pod":
+            return False
+        if (p.namespace, p.name) in self._evicted:
+            return True
+        node = kube.mapping(obj.get("spec")).get("nodeName")
+        at, names = self._gone_nodes
+        return at == t and node in names
+
+    def _step(self, t: float) -> list[dict[str, Any]]:
+        """The documents of the ``apply`` step open at ``t``."""
+        if self._open is None or self._open["at"] != t:
+            self._open = {"at": t, "apply": []}
+            self.steps.append(self._open)
+        return self._open["apply"]
+
+    def _observe(self, p: Any, obj: dict[str, Any], t: float) -> None:
+        """Pod start-up times and RayJob run times, as the watch shows them."""
+        status = kube.mapping(obj.get("status"))
+        if p.kind == "Pod" and p.change != "Deleted":
+            key = (p.namespace, p.name)
+            if kube.mapping(obj.get("spec")).get("nodeName") and key not in self._bound_at:
+                self._bound_at[key] = t
+            if status.get("phase") == "Running" and key in self._bound_at:
+                self.startups[round(t - self._bound_at.pop(key), 6)] += 1
+        elif p.kind == "RayJob":
+            key = (p.namespace, p.name)
+            state = status.get("jobDeploymentStatus")
+            if state == "Running" and key not in self._job_started:
+                self._job_started[key] = t
+            elif state in ("Complete", "Failed") and key in self._job_started:
+                self.job_runs[key] = (round(t - self._job_started.pop(key), 6),
+                                      "Failed" if state == "Failed" else "Succeeded")
+            elif state not in ("Running", "Complete", "Failed"):
+                self._job_started.pop(key, None)
+
+    def scenario(self, name: str, until: float | None) -> dict[str, Any]:
+        """The scenario document (``shared.scenario`` format)."""
+        steps = [step if "delete" in step else
+                 {"at": step["at"], "apply": yaml.safe_dump_all([self._timed(d) for d in step["apply"]], sort_keys=False)}
+                 for step in self.steps]
+        startup = self.startups.most_common(1)[0][0] if self.startups else 2.0
+        return {"name": name, "description": "derived from an event log by muster replay --what-if",
+                "cluster": {"nodes": [], "pod_startup": startup}, "steps": steps,
+                "until": until if until is not None else self.last_at}
+
+    def _timed(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """A RayJob that ran without a simulated run time gets the one the log observed."""
+        if doc.get("kind") != "RayJob":
+            return doc
+        meta = doc.setdefault("metadata", {})
+        annotations = meta.get("annotations") or {}
+        run = self.job_runs.get((meta.get("namespace", "default"), meta.get("name", "")))
+        if run is None or DURATION in annotations:
+            return doc
+        meta["annotations"] = {**annotations, DURATION: f"{run[0]:g}s",
+                               **({OUTCOME: run[1]} if run[1] == "Failed" else {})}
+        return doc
+
+
+def derive(envelopes: Iterable[Envelope], *, name: str, until: float | None) -> dict[str, Any]:
+    deriver = Deriver()
+    for env in envelopes:
+        deriver.add(env)
+    return deriver.scenario(name, until)

@@ -1,0 +1,107 @@
+"""``muster log export`` and ``muster log import``: a log taken out of a deployment, or put into a store.
+
+Export writes the envelopes' bytes as the source holds them (the bus's own JSON; a store gives each
+back serialised as the bus carried it), in replay order, under a header naming what they were made
+under; ``--since``/``--until`` keep a window of event time (marked in the header: such a log cannot
+be verified, which needs the whole history). Import decodes every line (a bad one stops it with
+the line named, before anything is written to an empty store), writes the envelopes through the
+projector's writer (the same rows ``muster run projector`` writes) and records the header.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterator
+
+from shared.audit.errors import OtherRun, SourceError
+from shared.audit.logfile import LogFile, LogSource, decode, write_log
+from shared.events import Envelope
+
+_AT_KEY = b',"occurred_at":'
+
+
+def occurred_at(raw: bytes) -> float:
+    """An envelope's event time, read off its bytes (muster's layout), else by decoding it."""
+    at = raw.find(_AT_KEY)
+    if at > 0:
+        start = at + len(_AT_KEY)
+        end = raw.find(b",", start)
+        try:
+            return float(raw[start:end])
+        except ValueError:
+            pass
+    import json
+
+    return float(json.loads(raw)["occurred_at"])
+
+
+def export(source: LogSource, out: Path, *, since: float | None = None, until: float | None = None,
+           tick: Callable[[], None] | None = None) -> int:
+    """Write ``source`` to ``out`` (see the module docstring); the number of envelopes written."""
+    header = source.header
+    if since is not None or until is not None:
+        header = header.model_copy(update={
+            "since": since if since is not None else header.since,
+            "before": until if until is not None else header.before})
+
+    def keep(raw: bytes) -> bool:
+        if since is None and until is None:
+            return True
+        t = occurred_at(raw)
+        return (since is None or t >= since) and (until is None or t <= until)
+
+    def records() -> Iterator[bytes]:
+        n = 0
+        for record in source.records():
+            decode(record)  # a line that is not an envelope stops the export, named
+            yield record.raw
+            n += 1
+            if tick is not None and n % 4096 == 0:
+                tick()
+
+    return write_log(out, header, records(), keep)
+
+
+def import_log(source: LogFile, url: str, *, batch_size: int = 5_000,
+               tick: Callable[[], None] | None = None) -> tuple[int, int]:
+    """Load the exported log ``source`` into the store at ``url``: (envelopes written, already there).
+
+    A store holds one history: one that holds envelopes this log does not have is another run's
+    (``OtherRun``); one that holds a part of this log (an import cut short) is completed."""
+    from sqlalchemy import func, select
+
+    from shared.store import StoreError, schema
+    from shared.store.engine import display, errors_explained
+    from shared.store.header import write_header
+    from shared.store.models import EventLog
+    from shared.store.writer import ProjectionWriter
+
+    source.header.whole("import into a store")
+
+    def batches() -> Iterator[list[Envelope]]:
+        batch: list[Envelope] = []
+        for n, record in enumerate(source.records(), 1):
+            batch.append(decode(record))
+            if len(batch) >= batch_size:
+                yield batch
+                batch = []
+            if tick is not None and n % 4096 == 0:
+                tick()
+        if batch:
+            yield batch
+
+    try:
+        schema.ensure(url)
+        with ProjectionWriter(url) as writer:
+            with errors_explained(writer.engine), writer.engine.connect() as conn:
+                held = conn.execute(select(func.count()).select_from(EventLog.__table__)).scalar_one()
+                if held:
+                    found = sum(len(writer.stored_ids(conn, [e.id for e in batch])) for batch in batches())
+                    if found != held:
+                        raise OtherRun(f"the store at {display(url)} already holds another history ({held} events, "
+                                       f"{found} of them in this log): import into a store of its own")
+            counts = writer.write_many(batches())
+        write_header(url, source.header.for_store())
+    except StoreError as exc:
+        raise SourceError(str(exc)) from None
+    return counts.events, counts.skipped

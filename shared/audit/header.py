@@ -1,0 +1,117 @@
+"""The first line of an exported log (and the store's ``log_header`` row): what it was made under.
+
+``{"muster_log": 1, "muster_version": "0.1.0", "schema_version": 1, "policy": {...}, "origin":
+"simulate", "scenario": "fair-share-two-teams", "until": 300.0, "since": null, "before": null}``
+
+``policy`` is the policy the services decided with, as ``Policy`` serialises it, or null when
+nothing recorded it (a Kafka deployment's services get theirs from ``--policy``/``MUSTER_POLICY``,
+which the log does not carry: give the same file to ``muster log export --policy``). ``since`` and
+``before`` are set when only a window of the history was exported (``--since``/``--until``): such a
+log can be read, explained and reported on, but not verified or replayed under another policy,
+which need the history from its start. The header holds no wall-clock time, so exporting the same
+history twice gives the same file. A log read off Kafka names the exporting muster's versions (the
+log topic does not say which muster wrote it; every envelope carries its schema version).
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from shared.audit.errors import CannotReproduce, NotAnEnvelope
+from shared.events import SCHEMA_VERSION
+from shared.policy import Policy
+
+FORMAT = 1
+"""Version of the file layout (header, envelope lines, end line)."""
+
+Origin = Literal["simulate", "kafka", "store", "import"]
+
+
+def muster_version() -> str:
+    try:
+        return metadata.version("muster")
+    except metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree without install
+        return "unknown"
+
+
+class LogHeader(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    muster_log: int = FORMAT
+    muster_version: str
+    schema_version: int = SCHEMA_VERSION
+    policy: dict[str, Any] | None = None
+    origin: str = "simulate"
+    scenario: str | None = None
+    until: float | None = None
+    """Scenario time the run went to (a simulated run; what-if runs its twins as far)."""
+    since: float | None = None
+    before: float | None = None
+    """The exported window (``--since``/``--until``) when the log is not the whole history."""
+
+    @classmethod
+    def made_now(cls, policy: Policy | None, *, origin: str, scenario: str | None = None,
+                 until: float | None = None) -> "LogHeader":
+        """The header for a log this muster makes (with this muster's versions)."""
+        return cls(muster_version=muster_version(), policy=None if policy is None else policy.model_dump(mode="json"),
+                   origin=origin, scenario=scenario, until=until)
+
+    @classmethod
+    def parse(cls, line: bytes, where: str) -> "LogHeader":
+        """The header from its JSON line; ``NotAnEnvelope`` when it is not one, ``CannotReproduce``
+        when it is one of a newer layout or schema."""
+        import json
+
+        try:
+            raw = json.loads(line)
+        except ValueError as exc:
+            raise NotAnEnvelope(f"{where}: not a muster log header ({exc})") from None
+        if not isinstance(raw, dict) or "muster_log" not in raw:
+            raise NotAnEnvelope(f"{where}: not a muster log: the first line must be its header "
+                                '({"muster_log": 1, ...}), as `muster log export` writes it')
+        if isinstance(raw.get("muster_log"), int) and raw["muster_log"] > FORMAT:
+            raise CannotReproduce(f"{where}: log layout {raw['muster_log']} is newer than this muster reads ({FORMAT})")
+        try:
+            header = cls.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise NotAnEnvelope(f"{where}: a bad log header: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        if header.schema_version > SCHEMA_VERSION:
+            raise CannotReproduce(f"{where}: the log's event schema version {header.schema_version} is newer than "
+                                  f"this muster's ({SCHEMA_VERSION}, muster {muster_version()}); use muster "
+                                  f"{header.muster_version} or later")
+        return header
+
+    def line(self) -> bytes:
+        return self.model_dump_json().encode() + b"\n"
+
+    @property
+    def windowed(self) -> bool:
+        return self.since is not None or self.before is not None
+
+    def whole(self, what: str) -> None:
+        """Refuse a window of a history where ``what`` needs all of it."""
+        if self.windowed:
+            raise CannotReproduce(f"the log is a window of a history (exported with --since/--until): {what} needs "
+                                  "the whole history from its start")
+
+    def decided_with(self, override: Policy | None = None) -> Policy:
+        """The policy the log's decisions were made with (``override`` wins: ``--policy``)."""
+        if override is not None:
+            return override
+        if self.policy is None:
+            raise CannotReproduce("the log does not record the policy it was made under (a Kafka deployment's "
+                                  "services take theirs from --policy): pass the same file with --policy")
+        try:
+            return Policy.from_mapping(self.policy)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise CannotReproduce(f"the log's policy is not one this muster reads: {'.'.join(map(str, first['loc']))}: "
+                                  f"{first['msg']}") from None
+
+    def for_store(self) -> dict[str, Any]:
+        return {"muster_version": self.muster_version, "schema_version": self.schema_version, "policy": self.policy,
+                "origin": self.origin, "scenario": self.scenario, "until": self.until}

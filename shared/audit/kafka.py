@@ -1,0 +1,197 @@
+"""A log read off Kafka: ``muster.events``, put in an order in which every inbox is the log's own.
+
+The log topic holds every envelope once (copies a restarted service sent again are dropped by id,
+as the projector drops them), causes before effects, and each service's outputs in the order it
+made them. What it does not hold is the order in which each service *read* its inputs: several
+services write at once, so the log interleaves their outputs in whatever order they were written,
+while each inbox has its own — the order the service handled, in arrival order (the deployment),
+or in the order the ``simulate --bus`` driver released each round in (``shared.bus.sequencing``).
+Replaying the log in its topic order could hand a service two inputs the other way round.
+
+So the inboxes are read too, each into the order its service handled it (the same ``Arrival`` and
+``Rounds`` the workers use), and the log is laid out again: causes before effects, every service's
+outputs in the order it made them, every inbox in the order it was handled, and otherwise as close
+to the topic's own order as those allow (a topological sort that always takes the earliest offset
+it can). In that order the log *is* each inbox, filtered by ``shared.topology``, which is what
+``shared.audit.replay`` and an exported file rely on. In the deployment two services may read two
+envelopes both were sent in opposite orders; then no one order keeps both inboxes, and the log
+cannot be written as one file (``Unordered``, naming the envelopes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from typing import Any, Iterator
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from shared.audit.errors import SourceError, Unordered
+from shared.audit.header import LogHeader
+from shared.audit.logfile import Record
+from shared.bus import codec
+from shared.bus.codec import BadRecord, Release
+from shared.bus.config import BusConfig, BusConfigError
+from shared.bus.sequencing import Arrival, Ordering, Rounds, SequencingError
+from shared.events import Envelope
+from shared.policy import Policy
+from shared.topology import SERVICES
+
+
+class KafkaLog:
+    """``kafka://HOST:PORT``: the stack's log topic (and inboxes), read to their ends once."""
+
+    def __init__(self, spec: str, *, policy: Policy | None = None, prefix: str | None = None) -> None:
+        from shared.bus.localbroker import kafka_answers
+
+        try:
+            self.config = BusConfig.from_env(spec, prefix=prefix)
+        except BusConfigError as exc:
+            raise SourceError(str(exc)) from None
+        problem = kafka_answers(",".join(self.config.servers))
+        if problem:
+            raise SourceError(f"Kafka at {spec} does not answer: {problem}")
+        self.name = f"{spec} ({self.config.topics.log})"
+        self.header = LogHeader.made_now(policy, origin="kafka")
+        self.skipped = 0
+        """Records of the log topic that are not envelopes (the projector dead-lettered them)."""
+        self._ordered: list[tuple[int, bytes]] | None = None
+        self._read = 0
+
+    def size(self) -> tuple[int, str] | None:
+        return (len(self._ordered), "events") if self._ordered is not None else None
+
+    def hint(self) -> str:
+        return (f"{self.skipped} record(s) of the log topic were not envelopes (dead-lettered), left out"
+                if self.skipped else "")
+
+    def progress(self) -> int:
+        return self._read
+
+    def records(self) -> Iterator[Record]:
+        if self._ordered is None:
+            self._ordered = asyncio.run(self._load())
+        self._read = 0
+        for offset, raw in self._ordered:
+            self._read += 1
+            yield Record(f"offset {offset}", raw)
+
+    async def _load(self) -> list[tuple[int, bytes]]:
+        topics = self.config.topics
+        try:
+            log = await read_topic(self.config, topics.log)
+            inboxes = {s: await read_topic(self.config, topics.inbox(s)) for s in SERVICES}
+        except SourceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a broker that fails mid-read: one line
+            raise SourceError(f"reading {topics.log} from {self.config.bootstrap}: {type(exc).__name__}: {exc}") from None
+        entries: list[tuple[int, bytes, Envelope]] = []
+        seen: set[str] = set()
+        for offset, value, headers in log:
+            try:
+                env = codec.decode(value, headers)
+            except BadRecord:
+                self.skipped += 1
+                continue
+            if isinstance(env, Envelope) and env.id not in seen:
+                seen.add(env.id)
+                entries.append((offset, value or b"", env))
+        handled = {s: handling_order(records, s) for s, records in inboxes.items()}
+        return [(entries[i][0], entries[i][1]) for i in replay_order([e[2] for e in entries], handled)]
+
+
+async def read_topic(config: BusConfig, topic: str) -> list[tuple[int, bytes | None, Any]]:
+    """Every record of partition 0 of ``topic`` up to its end when asked: (offset, value, headers)."""
+    from shared.bus.app import InOrder
+
+    tp = TopicPartition(topic, 0)
+    consumer = AIOKafkaConsumer(**config.aiokafka(), enable_auto_commit=False, fetch_max_wait_ms=100,
+                                max_partition_fetch_bytes=16 * 1024 * 1024)
+    await consumer.start()
+    try:
+        if topic not in await consumer.topics():
+            raise SourceError(f"there is no topic {topic} on {config.bootstrap} (is the topic prefix right? "
+                              "--topic-prefix / MUSTER_TOPIC_PREFIX)")
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        order = InOrder(tp, 0, name=topic)
+        out: list[tuple[int, bytes | None, Any]] = []
+        while order.next is not None and order.next < end:
+            batch = await consumer.getmany(tp, timeout_ms=1000, max_records=10_000)
+            for message in order.take(consumer, batch.get(tp, ())):
+                if message.offset < end:
+                    out.append((message.offset, message.value, message.headers))
+        return out
+    finally:
+        await consumer.stop()
+
+
+def handling_order(records: list[tuple[int, bytes | None, Any]], service: str) -> list[str]:
+    """The ids ``service`` handled, in the order it handled them: arrival order, or the order of the
+    driver's releases when the inbox holds any (``simulate --bus``). Each id once (the dedupe)."""
+    decoded: list[Envelope | Release] = []
+    for _, value, headers in records:
+        try:
+            item = codec.decode(value, headers)
+        except BadRecord:
+            continue  # dead-lettered by the service: never handled
+        if isinstance(item, (Envelope, Release)):
+            decoded.append(item)
+    ordering: Ordering = Rounds() if any(isinstance(i, Release) for i in decoded) else Arrival()
+    ids: dict[str, None] = {}
+    for item in decoded:
+        try:
+            taken = ordering.release(item) if isinstance(item, Release) else ordering.offer(item)
+        except SequencingError as exc:
+            raise SourceError(f"the {service} inbox: {exc}") from None
+        for env in taken:
+            ids.setdefault(env.id, None)
+    return list(ids)
+
+
+def replay_order(log: list[Envelope], handled: dict[str, list[str]]) -> list[int]:
+    """Indexes of ``log`` (topic order) in replay order: a topological sort of causes before effects,
+    each producer's outputs in its order, each inbox in its handling order; ties by topic order."""
+    index = {env.id: i for i, env in enumerate(log)}
+    after: list[list[int]] = [[] for _ in log]
+    before = [0] * len(log)
+
+    def edge(a: int, b: int) -> None:
+        after[a].append(b)
+        before[b] += 1
+
+    last_of: dict[str, int] = {}
+    for i, env in enumerate(log):
+        cause = index.get(env.causation_id or "")
+        if cause is not None and cause != i:
+            edge(cause, i)
+        if env.source in SERVICES or env.source == "ingest":  # one producer each: its order stands
+            if env.source in last_of:
+                edge(last_of[env.source], i)
+            last_of[env.source] = i
+    for service, ids in handled.items():
+        prev = None
+        for event_id in ids:
+            i = index.get(event_id)
+            if i is None:
+                continue
+            if prev is not None:
+                edge(prev, i)
+            prev = i
+    ready = [i for i in range(len(log)) if before[i] == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in after[i]:
+            before[j] -= 1
+            if before[j] == 0:
+                heapq.heappush(ready, j)
+    if len(order) != len(log):
+        stuck = sorted(i for i in range(len(log)) if before[i] > 0)[:2]
+        names = ", ".join(f"{log[i].type} {log[i].subject} ({log[i].id})" for i in stuck)
+        raise Unordered(f"the log cannot be laid out in one order that keeps every inbox's own: {names} and what "
+                        "waits on them reached two services in opposite orders")
+    return order

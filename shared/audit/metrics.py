@@ -1,0 +1,105 @@
+"""What a history amounts to, per workload and per queue: admission waits, preemptions, GPU-hours,
+jobs finished. Read off the folded log (``fold.AuditFold``), for ``muster report`` and the what-if.
+
+A *wait* runs from the moment a workload is Queued (submitted, or sent back by a preemption) to
+the moment its gang is Admitted; a wait still open at the end, or ended by a deletion, counts in
+the workload's time waited but is not an admission wait (it never got one).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from shared.audit.fold import AuditFold
+
+WAITING = ("Queued", "Preempted")
+FINISHED = ("Succeeded", "Failed")
+
+
+@dataclass
+class WorkloadFigures:
+    key: str
+    queue: str | None
+    phase: str | None
+    waits: list[float] = field(default_factory=list)
+    """Admission waits, each from Queued to Admitted."""
+    waited: float = 0.0
+    """Every second spent waiting, open waits included (up to the end)."""
+    first_admitted: float | None = None
+    preempted: int = 0
+    gpu_hours: float = 0.0
+    finished: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {"queue": self.queue, "phase": self.phase, "waits": self.waits, "waited": round(self.waited, 6),
+                "first_admitted": self.first_admitted, "preempted": self.preempted,
+                "gpu_hours": round(self.gpu_hours, 6), "finished": self.finished}
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """Nearest-rank percentile (a value that occurred); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def workload_figures(history: AuditFold, end: float) -> dict[str, WorkloadFigures]:
+    """Per workload, up to event time ``end``."""
+    out: dict[str, WorkloadFigures] = {}
+    preempted: dict[str, int] = {}
+    for p in history.preemptions:
+        preempted[p.victim] = preempted.get(p.victim, 0) + 1
+    for key in sorted(history.workloads):
+        view = history.workloads[key]
+        figures = WorkloadFigures(key, view.queue, view.phase, preempted=preempted.get(key, 0),
+                                  finished=view.phase in FINISHED)
+        since: float | None = None
+        for tr in view.transitions:
+            if tr["phase"] in WAITING:
+                if since is None:
+                    since = tr["t"]
+            elif since is not None:
+                figures.waited += tr["t"] - since
+                if tr["phase"] == "Admitted":
+                    figures.waits.append(round(tr["t"] - since, 6))
+                since = None
+            if tr["phase"] == "Admitted" and figures.first_admitted is None:
+                figures.first_admitted = tr["t"]
+        if since is not None:
+            figures.waited += max(0.0, end - since)
+        for pod in history.pods_of(key):
+            gpus = len(pod.gpu["devices"]) * pod.gpu["fraction"] if pod.gpu else 0.0
+            if gpus:
+                for start, stop in pod.bound:
+                    if start is not None:
+                        figures.gpu_hours += gpus * (min(stop if stop is not None else end, end) - start) / 3600
+        out[key] = figures
+    return out
+
+
+def summary(figures: Iterable[WorkloadFigures]) -> dict[str, Any]:
+    """Admission wait p50/p95/max, preemptions, GPU-hours, jobs finished, over ``figures``."""
+    figures = list(figures)
+    waits = [w for f in figures for w in f.waits]
+    return {
+        "workloads": len(figures),
+        "admissions": len(waits),
+        "wait_p50": percentile(waits, 50), "wait_p95": percentile(waits, 95), "wait_max": max(waits, default=None),
+        "preemptions": sum(f.preempted for f in figures),
+        "gpu_hours": round(sum(f.gpu_hours for f in figures), 6),
+        "finished": sum(1 for f in figures if f.finished),
+        "still_waiting": sum(1 for f in figures if f.phase in WAITING),
+    }
+
+
+def per_queue(figures: dict[str, WorkloadFigures]) -> dict[str, dict[str, Any]]:
+    """``summary`` for each queue, and ``(all)`` for every workload."""
+    queues: dict[str, list[WorkloadFigures]] = {}
+    for f in figures.values():
+        queues.setdefault(f.queue or "(none)", []).append(f)
+    out = {name: summary(members) for name, members in sorted(queues.items())}
+    out["(all)"] = summary(figures.values())
+    return out

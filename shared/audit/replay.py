@@ -1,0 +1,309 @@
+"""Re-deriving a log's decisions: every service's inbox rebuilt from the log, the cores run again.
+
+Why the log is enough: each service's state and outputs are a fold over its one inbox
+(ARCHITECTURE.md, principle 2), and the inbox of a service is the log's envelopes routed to it
+(``shared.topology.destinations``; a ``TimerFired`` goes to the service whose ``TimerSet`` it
+answers) in log order — the embedded runtime publishes every envelope to the log and to its
+inboxes in one step, breadth first, and a log read from Kafka is first put in an order that keeps
+every inbox's own (``shared.audit.kafka``). So a replay reads the log once, front to back, and hands
+each envelope to the services it was routed to *as soon as it is read*: a decision is always
+written after its cause, so by the time the log shows a service's decision, the replay has derived
+it already, and only has to compare the two.
+
+``replay`` is that loop as a generator of ``Step`` (an envelope of the log and what each service
+derived from it), so other readers can walk a replay too (``muster replay --trace`` builds spans
+from it); ``verify`` drives it to the end and sums it up. A decision is compared as bytes: the
+recorded line against ``shared.events.to_json`` of the derived envelope — ids, times, reasons,
+everything. Services' outputs come out in the order they handled their inputs (one producer per
+service), so each service's pending derivations form a queue, and the first recorded decision that
+is not the head of its service's queue is where the log and the cores part:
+
+    differs      the same id, other bytes (a decision altered)
+    missing      the service derived another decision first (one dropped, or moved later)
+    unexpected   no service derived it: a duplicate, moved before its cause, or made up
+    unfinished   the log ends while derived decisions are still owed (dropped at the end)
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+from shared.audit.logfile import LogSource, Record, decode
+from shared.embedded import build_cores
+from shared.events import Envelope, to_json
+from shared.policy import Policy
+from shared.service import Service
+from shared.topology import SERVICES, destinations
+
+_ID_START, _ID_END = len(b'{"id":"'), len(b'{"id":"') + 24
+_DECIDERS = frozenset(SERVICES)
+
+
+class Router:
+    """Which services' inboxes an envelope of the log was in: ``shared.topology.destinations``, and a
+    ``TimerFired`` to the service whose ``TimerSet`` it answers (the log holds both, in that order)."""
+
+    def __init__(self) -> None:
+        self._timer_owner: dict[str, str] = {}
+
+    def targets(self, env: Envelope) -> tuple[str, ...] | None:
+        """The services (and ``cluster``) ``env`` was delivered to; None for a timer no service set."""
+        if env.type == "TimerFired":
+            owner = self._timer_owner.get(env.causation_id or "")
+            return None if owner is None else (owner,)
+        targets = destinations(env)
+        if targets == _CLOCK:
+            self._timer_owner[env.id] = env.source
+            return ()
+        return targets
+
+
+_CLOCK = ("clock",)
+
+
+def inbox(envelopes: Iterable[Envelope], service: str) -> Iterator[Envelope]:
+    """The envelopes of a log that were in ``service``'s inbox, in its order."""
+    router = Router()
+    for env in envelopes:
+        if service in (router.targets(env) or ()):
+            yield env
+
+
+@dataclass(slots=True)
+class Derived:
+    """A decision a service derived and the log still owes."""
+
+    service: str
+    envelope: Envelope
+    data: bytes
+    cause: Envelope
+    cause_where: str
+    seq: int
+    """Order of derivation (the earliest owed decision is named when the log ends)."""
+
+
+@dataclass
+class Step:
+    """One envelope of the log, where it was, and what each service it was delivered to derived from it."""
+
+    where: str
+    envelope: Envelope
+    outputs: list[tuple[str, list[Envelope]]]
+
+
+@dataclass
+class Divergence(Exception):
+    """Where the log and the re-derived decisions part (see the module docstring for ``kind``)."""
+
+    kind: str
+    where: str
+    """Where in the log: the recorded decision's place, or the end of the log."""
+    message: str
+    recorded: Envelope | None = None
+    recorded_raw: bytes | None = None
+    derived: Derived | None = None
+    cause: Envelope | None = None
+    """The input the decision answers (the derived one's, else the recorded one's if in the log)."""
+    cause_where: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+@dataclass
+class Tally:
+    """What a replay went through (the summary ``--verify`` prints)."""
+
+    events: int = 0
+    derived: int = 0
+    identical: int = 0
+    different: int = 0
+    delivered: int = 0
+    """Envelope deliveries to a service (an envelope routed to two services counts twice)."""
+    wall_seconds: float = 0.0
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.wall_seconds if self.wall_seconds else 0.0
+
+
+class Replayer:
+    """The four services, fed a log envelope by envelope, each decision checked as it comes."""
+
+    def __init__(self, policy: Policy, *, check: bool = True) -> None:
+        self.services = {name: Service(core) for name, core in build_cores(policy).items()}
+        self.check = check
+        self.tally = Tally()
+        self._owed: dict[str, deque[Derived]] = {name: deque() for name in self.services}
+        self._by_id: dict[str, Derived] = {}
+        self.router = Router()
+        self._recorded: set[str] = set()
+
+    def step(self, record: Record) -> Step:
+        """Read one record: check it if it is a decision, then deliver it to its services."""
+        where, raw = record
+        tally = self.tally
+        tally.events += 1
+        derived = self._by_id.pop(raw[_ID_START:_ID_END].decode("ascii", "replace"), None) \
+            if self.check and raw.startswith(b'{"id":"') else None
+        if derived is not None:
+            env = self._matched(derived, record)
+        else:
+            env = decode(record)
+            if self.check:
+                if env.causation_id in self._by_id:
+                    raise self._before_cause(env, record)
+                if env.source in _DECIDERS:
+                    raise self._unexpected(env, record)
+        return Step(where, env, self._deliver(env, where))
+
+    def _matched(self, derived: Derived, record: Record) -> Envelope:
+        owed = self._owed[derived.service]
+        if owed[0] is not derived:
+            first = owed[0]
+            recorded = decode(record)
+            raise Divergence(
+                "missing", record.where,
+                f"{first.service} derived {first.envelope.type} {first.envelope.subject} ({first.envelope.id}) "
+                f"from {first.cause.type} {first.cause.subject} at {first.cause_where} before this "
+                f"{recorded.type} {recorded.subject}, but the log does not have it here: the decision was "
+                "dropped, or the log's order is not the order it was decided in",
+                recorded=recorded, recorded_raw=record.raw, derived=first, cause=first.cause,
+                cause_where=first.cause_where)
+        owed.popleft()
+        if derived.data != record.raw:
+            recorded = decode(record)
+            raise Divergence(
+                "differs", record.where,
+                f"{derived.service}'s {derived.envelope.type} {derived.envelope.subject} ({derived.envelope.id}) "
+                f"differs from the one recorded", recorded=recorded, recorded_raw=record.raw, derived=derived,
+                cause=derived.cause, cause_where=derived.cause_where)
+        self.tally.identical += 1
+        self._recorded.add(derived.envelope.id)
+        return derived.envelope
+
+    def _before_cause(self, env: Envelope, record: Record) -> Divergence:
+        """``env`` answers a decision a service derived that the log has not shown yet."""
+        cause = self._by_id[env.causation_id or ""]
+        return Divergence(
+            "missing", record.where,
+            f"{env.type} {env.subject} ({env.id}) answers {cause.service}'s {cause.envelope.type} "
+            f"{cause.envelope.subject} ({cause.envelope.id}), derived from {cause.cause.type} {cause.cause.subject} "
+            f"at {cause.cause_where}, which is not in the log before it: the decision was dropped or moved later",
+            recorded=env, recorded_raw=record.raw, derived=cause, cause=cause.cause, cause_where=cause.cause_where)
+
+    def _unexpected(self, env: Envelope, record: Record) -> Divergence:
+        if env.id in self._recorded:
+            why = "a second copy of a decision the log has already (a duplicate)"
+        elif env.causation_id and not self._seen_cause(env):
+            why = f"its cause {env.causation_id} is not earlier in the log (moved before its cause, or made up)"
+        else:
+            why = (f"{env.source} did not derive it from its cause {env.causation_id}: altered (its id, cause or "
+                   "position changed) or made up")
+        owed = self._owed.get(env.source)
+        first = owed[0] if owed else None
+        return Divergence("unexpected", record.where, f"{env.source}'s {env.type} {env.subject} ({env.id}): {why}",
+                          recorded=env, recorded_raw=record.raw, derived=first,
+                          cause=first.cause if first else None, cause_where=first.cause_where if first else "")
+
+    def _seen_cause(self, env: Envelope) -> bool:
+        """Whether ``env``'s cause was handled already (a cause some service derived outputs from)."""
+        for service in self.services.values():
+            if env.causation_id in service.seen:
+                return True
+        return False
+
+    def _deliver(self, env: Envelope, where: str) -> list[tuple[str, list[Envelope]]]:
+        targets = self.router.targets(env)
+        if targets is None:
+            if self.check:
+                raise Divergence("unexpected", where, f"a timer fired ({env.payload.key}) that no service set "
+                                 f"earlier in the log (its TimerSet {env.causation_id} is missing)", recorded=env)
+            return []
+        outputs: list[tuple[str, list[Envelope]]] = []
+        for target in targets:
+            service = self.services.get(target)
+            if service is None:  # "cluster": the Kubernetes side, not a core
+                continue
+            self.tally.delivered += 1
+            outs = service.handle(env)
+            if outs:
+                outputs.append((target, outs))
+                if self.check:
+                    owed = self._owed[target]
+                    seq = self.tally.derived
+                    for out in outs:
+                        seq += 1
+                        derived = Derived(target, out, to_json(out), env, where, seq)
+                        owed.append(derived)
+                        self._by_id[out.id] = derived
+                    self.tally.derived += len(outs)
+        return outputs
+
+    def finish(self, where: str) -> None:
+        """The log ended: every derived decision must have been recorded."""
+        if not self.check:
+            return
+        owed = [d for queue in self._owed.values() for d in queue]
+        if owed:
+            first = min(owed, key=lambda d: d.seq)
+            raise Divergence("unfinished", where,
+                             f"the log ends, but {len(owed)} decision(s) derived from it are not in it; the first: "
+                             f"{first.service}'s {first.envelope.type} {first.envelope.subject} ({first.envelope.id}) "
+                             f"from {first.cause.type} {first.cause.subject} at {first.cause_where} (dropped, or "
+                             "in flight when the log was taken)", derived=first, cause=first.cause,
+                             cause_where=first.cause_where)
+
+
+    def run(self, source: LogSource, tick: Callable[[], None] | None = None, every: int = 4096) -> Iterator[Step]:
+        """Every envelope of ``source`` through ``step``, then ``finish``. ``tick`` is called every
+        ``every`` envelopes (a progress bar). Cyclic garbage collection waits while a stretch of
+        the log is read: envelopes and the cores' state are freed by reference counting, and
+        collections over a million live envelopes would cost more than the replay itself."""
+        started = time.perf_counter()
+        where = "the start of the log"
+        n = 0
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            for record in source.records():
+                where = record[0]
+                yield self.step(record)
+                n += 1
+                if n % every == 0:
+                    if tick is not None:
+                        tick()
+                    if was_enabled and n % (every * 16) == 0:
+                        gc.collect(0)
+            self.finish(f"after {where}")
+        except Divergence:
+            self.tally.different = 1  # the replay stops at the first
+            raise
+        finally:
+            if was_enabled:
+                gc.enable()
+            self.tally.wall_seconds += time.perf_counter() - started
+
+
+def replay(source: LogSource, policy: Policy, *, check: bool = True,
+           tick: Callable[[], None] | None = None) -> Iterator[Step]:
+    """Replay ``source`` through fresh cores built with ``policy``: one ``Step`` per envelope, the
+    hook for readers that walk a replay (tracing builds its spans from it).
+
+    With ``check`` every recorded decision is compared with the derived one and the first
+    difference raises ``Divergence``; without, the log is only fed to the cores."""
+    return Replayer(policy, check=check).run(source, tick)
+
+
+def verify(source: LogSource, policy: Policy, *, tick: Callable[[], None] | None = None,
+           replayer: Replayer | None = None) -> Tally:
+    """Re-derive every decision of ``source``; the tally when all are identical, else ``Divergence``
+    (pass ``replayer`` to read its tally afterwards either way)."""
+    replayer = replayer or Replayer(policy, check=True)
+    for _ in replayer.run(source, tick):
+        pass
+    return replayer.tally

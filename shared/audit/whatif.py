@@ -1,0 +1,210 @@
+"""``muster replay LOG --what-if POLICY.yaml [--apply EXTRA.yaml]``: the same history under another policy.
+
+The log becomes a scenario (``derive``), which the simulator runs twice: under the policy the log
+was made with — whose decisions must be the log's, service by service, byte for byte (that is the
+check that the scenario was derived faithfully; a log whose cluster the simulator does not behave
+like, a real one, is refused unless ``approximate``) — and under the new one: the policy file
+layered over the recorded policy (the rule ``muster simulate`` uses for a scenario's ``policy:``
+block), with ``--apply`` manifests standing in for the objects of the same kind and name (each
+apply of that object uses the given version; new objects are applied first, at 0s).
+
+Compared per queue and overall: admission wait p50/p95/max, preemptions, GPU-hours, jobs finished
+(``metrics``); and per workload what changed.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import yaml
+
+from shared import kube
+from shared.audit.derive import derive
+from shared.audit.errors import CannotReproduce
+from shared.audit.fold import fold
+from shared.audit.metrics import WorkloadFigures, per_queue, workload_figures
+from shared.events import Envelope, to_json
+from shared.policy import Policy
+from shared.scenario import Scenario, ScenarioError, parse_scenario
+from shared.simulate import Run, simulate
+from shared.topology import SERVICES
+
+
+@dataclass
+class Outcome:
+    scenario: dict[str, Any]
+    recorded: Run
+    new: Run
+    faithful: bool
+    difference: str
+    """Where the recorded side first differs from the log ('' when it does not)."""
+    end: float
+
+    def figures(self) -> tuple[dict[str, WorkloadFigures], dict[str, WorkloadFigures]]:
+        return (workload_figures(fold(self.recorded.runtime.log), self.end),
+                workload_figures(fold(self.new.runtime.log), self.end))
+
+
+def decisions_by_service(log: Iterable[Envelope]) -> dict[str, list[bytes]]:
+    out: dict[str, list[bytes]] = {s: [] for s in SERVICES}
+    for env in log:
+        if env.source in out:
+            out[env.source].append(to_json(env))
+    return out
+
+
+def first_difference(recorded: dict[str, list[bytes]], simulated: dict[str, list[bytes]]) -> str:
+    """'' when every service made the same decisions in the same order, else where they part."""
+    for service in SERVICES:
+        a, b = recorded[service], simulated[service]
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return f"{service}'s decision {i + 1}: the log has {x[:160].decode(errors='replace')}..., the simulation " \
+                       f"{y[:160].decode(errors='replace')}..."
+        if len(a) != len(b):
+            return f"{service} made {len(a)} decisions in the log, {len(b)} in the simulation"
+    return ""
+
+
+def with_extra(doc: dict[str, Any], extra: list[dict[str, Any]]) -> dict[str, Any]:
+    """The derived scenario with ``extra`` manifests standing in for theirs (see the module docstring)."""
+    def ref(obj: dict[str, Any]) -> tuple[str, str, str]:
+        meta = kube.meta(obj)
+        return str(obj.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name"))
+
+    given = {ref(d): d for d in extra}
+    used: set[tuple[str, str, str]] = set()
+    steps = []
+    for step in doc["steps"]:
+        if "apply" in step:
+            docs = []
+            for d in yaml.safe_load_all(step["apply"]):
+                r = ref(d)
+                if r in given:
+                    used.add(r)
+                    d = given[r]
+                docs.append(d)
+            step = {**step, "apply": yaml.safe_dump_all(docs, sort_keys=False)}
+        steps.append(step)
+    fresh = [d for r, d in given.items() if r not in used]
+    if fresh:
+        steps.insert(0, {"at": 0.0, "apply": yaml.safe_dump_all(fresh, sort_keys=False)})
+    return {**doc, "steps": steps}
+
+
+def _scenario(doc: dict[str, Any]) -> Scenario:
+    return parse_scenario(yaml.safe_dump(doc, sort_keys=False), origin="the scenario derived from the log")
+
+
+def what_if(log: list[Envelope], *, name: str, until: float | None, recorded_policy: Policy,
+            change: dict[str, Any] | None, extra: list[dict[str, Any]], approximate: bool = False) -> Outcome:
+    """Run the derived scenario under the recorded policy and under ``change`` (a policy mapping
+    layered over it) with ``extra`` manifests; ``CannotReproduce`` when the recorded side does not
+    give the log's decisions back (unless ``approximate``)."""
+    doc = derive(log, name=name, until=until)
+    try:
+        recorded = simulate(_scenario(doc), recorded_policy)
+        difference = first_difference(decisions_by_service(log), decisions_by_service(recorded.runtime.log))
+        if difference and not approximate:
+            raise CannotReproduce("the scenario derived from the log does not give its decisions back under the "
+                                  f"recorded policy: {difference} (a real cluster's timing the simulator cannot "
+                                  "follow? --approximate compares against the simulated recording instead)")
+        new_doc = with_extra(doc, extra)
+        if change:
+            new_doc = {**new_doc, "policy": change}
+        new = simulate(_scenario(new_doc), recorded_policy)
+    except ScenarioError as exc:
+        raise CannotReproduce(f"the scenario derived from the log does not run: {exc}") from None
+    end = max(doc["until"], recorded.runtime.now)
+    return Outcome(doc, recorded, new, not difference, difference, end)
+
+
+# --------------------------------------------------------------------------- the comparison
+def comparison(outcome: Outcome, policy: Policy) -> dict[str, Any]:
+    """The ``--json`` document: per queue both sides, per workload what changed."""
+    before, after = outcome.figures()
+    workloads: dict[str, Any] = {}
+    for key in sorted(set(before) | set(after)):
+        a, b = before.get(key), after.get(key)
+        change = _change(a, b)
+        workloads[key] = {"recorded": a.as_json() if a else None, "new": b.as_json() if b else None,
+                          "change": change}
+    return {
+        "scenario": outcome.scenario["name"], "until": outcome.end, "faithful": outcome.faithful,
+        "difference": outcome.difference or None,
+        "policy": {"recorded": outcome.recorded.policy.model_dump(mode="json"),
+                   "new": outcome.new.policy.model_dump(mode="json")},
+        "queues": {"recorded": per_queue(before), "new": per_queue(after)},
+        "workloads": workloads,
+        "changed": sorted(k for k, w in workloads.items() if w["change"]),
+    }
+
+
+def _change(a: WorkloadFigures | None, b: WorkloadFigures | None) -> list[str]:
+    """What changed for one workload, in words."""
+    if a is None or b is None:
+        return ["only in the new run" if a is None else "only in the recorded run"]
+    out = []
+    delta = round(b.waited - a.waited, 6)
+    if delta:
+        out.append(f"waited {'longer' if delta > 0 else 'shorter'} by {abs(delta):g}s ({a.waited:g}s -> {b.waited:g}s)")
+    if a.preempted != b.preempted:
+        out.append("preempted" if not a.preempted else ("no longer preempted" if not b.preempted else
+                                                         f"preempted {a.preempted} -> {b.preempted} times"))
+    if a.finished != b.finished:
+        out.append("finished" if b.finished else "no longer finished by the end")
+    if a.phase != b.phase:
+        out.append(f"ends {b.phase} (was {a.phase})")
+    return out
+
+
+def _cell(v: Any) -> str:
+    return "-" if v is None else (f"{v:g}" if isinstance(v, float) else str(v))
+
+
+COLUMNS = (("wait_p50", "wait p50 (s)"), ("wait_p95", "wait p95 (s)"), ("wait_max", "wait max (s)"),
+           ("preemptions", "preemptions"), ("gpu_hours", "GPU-hours"), ("finished", "finished"))
+
+
+def table_rows(doc: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """Per queue (and ``(all)``): each figure as ``recorded -> new``."""
+    rec, new = doc["queues"]["recorded"], doc["queues"]["new"]
+    rows = []
+    for name in sorted(set(rec) | set(new), key=lambda n: (n == "(all)", n)):
+        a, b = rec.get(name, {}), new.get(name, {})
+        rows.append((name, [f"{_cell(a.get(k))} -> {_cell(b.get(k))}" for k, _ in COLUMNS]))
+    return rows
+
+
+def render_html(doc: dict[str, Any], title: str) -> str:
+    import plotly.graph_objects as go
+
+    from shared.audit.report import chart, page
+
+    rec, new = doc["queues"]["recorded"], doc["queues"]["new"]
+    names = sorted(set(rec) | set(new), key=lambda n: (n == "(all)", n))
+    waits = go.Figure()
+    for side, data, colour in (("recorded", rec, "#7f8c8d"), ("new", new, "#2e86de")):
+        for stat, pattern in (("wait_p50", ""), ("wait_p95", "/"), ("wait_max", "x")):
+            waits.add_trace(go.Bar(name=f"{side} {stat[5:]}", x=names, y=[data.get(n, {}).get(stat) or 0 for n in names],
+                                   marker_color=colour, marker_pattern_shape=pattern, offsetgroup=f"{side}{stat}"))
+    waits.update_layout(title="Admission wait per queue: recorded against new", yaxis_title="seconds", height=420)
+    totals = go.Figure()
+    for side, data, colour in (("recorded", rec, "#7f8c8d"), ("new", new, "#2e86de")):
+        totals.add_trace(go.Bar(name=side, x=[f"{n} {k}" for n in names for k in ("preemptions", "finished")],
+                                y=[data.get(n, {}).get(k) or 0 for n in names for k in ("preemptions", "finished")],
+                                marker_color=colour))
+    totals.update_layout(title="Preemptions and finished jobs per queue", barmode="group", height=380)
+    head = "<tr><th>queue</th>" + "".join(f"<th>{html.escape(label)}</th>" for _, label in COLUMNS) + "</tr>"
+    body = "".join(f"<tr><td>{html.escape(n)}</td>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
+                   for n, cells in table_rows(doc))
+    changes = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape('; '.join(doc['workloads'][k]['change']))}</td></tr>"
+                      for k in doc["changed"]) or '<tr><td colspan="2">no workload changed</td></tr>'
+    verdict = ("the recorded side reproduces the log's decisions exactly" if doc["faithful"]
+               else f"approximate: the recorded side differs from the log ({doc['difference']})")
+    return page(title, f"""<p class="note">{html.escape(verdict)}; both runs to {doc['until']:g}s.</p>
+<h2>Per queue (recorded -> new)</h2><table id="queues">{head}{body}</table>
+{chart("chart-whatif-waits", waits)}{chart("chart-whatif-totals", totals)}
+<h2>Workloads that changed</h2><table id="changes"><tr><th>workload</th><th>change</th></tr>{changes}</table>""")

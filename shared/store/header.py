@@ -1,0 +1,33 @@
+"""The store's ``log_header`` row: what its history was made under (see ``models.LogHeader``).
+
+Plain dicts in and out (``muster_version``, ``schema_version``, ``policy``, ``origin``, ``scenario``,
+``until``): the audit commands give them their meaning (``shared.audit.header``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, delete, insert, select
+
+from shared.store.engine import errors_explained, opened
+from shared.store.models import LogHeader
+
+FIELDS = ("muster_version", "schema_version", "policy", "origin", "scenario", "until")
+
+
+def read_header(url: str | Engine) -> dict[str, Any] | None:
+    """The stored header, or None when nothing recorded one."""
+    table = LogHeader.__table__
+    with errors_explained(url), opened(url, existing=True) as engine, engine.connect() as conn:
+        row = conn.execute(select(table).where(table.c.id == 1)).mappings().first()
+    return None if row is None else {name: row[name] for name in FIELDS}
+
+
+def write_header(url: str | Engine, header: dict[str, Any]) -> None:
+    """Record (or replace) the header: a store holds one history, so one header."""
+    table = LogHeader.__table__
+    values = {name: header.get(name) for name in FIELDS}
+    with errors_explained(url), opened(url) as engine, engine.begin() as conn:
+        conn.execute(delete(table))
+        conn.execute(insert(table).values(id=1, **values))

@@ -1,0 +1,49 @@
+"""Builders for the audit tests: each scenario's run once, its log as an exported file, and a file's
+lines to tamper with (every tamper keeps the end line's count honest, so only the tamper shows)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from shared.audit.header import LogHeader
+from shared.audit.logfile import write_log
+from shared.events import to_json
+from shared.scenario import load_scenario
+from shared.simulate import Run, simulate
+from tests.builders.shared import SCENARIOS
+
+SCENARIO_FILES = sorted(SCENARIOS.glob("*.yaml"))
+
+
+@lru_cache(maxsize=None)
+def scenario_run(name: str) -> Run:
+    """``tests/scenarios/NAME.yaml`` simulated once per session (runs are deterministic)."""
+    return simulate(load_scenario(SCENARIOS / f"{name}.yaml"))
+
+
+def header_of(run: Run) -> LogHeader:
+    return LogHeader.made_now(run.policy, origin="simulate", scenario=run.scenario.name, until=run.scenario.until)
+
+
+def exported(run: Run, path: Path) -> Path:
+    """``run``'s log as ``muster log export`` writes it."""
+    write_log(path, header_of(run), (to_json(e) for e in run.runtime.log))
+    return path
+
+
+def lines_of(path: Path) -> list[bytes]:
+    """The envelope lines (header and end line apart)."""
+    return path.read_bytes().splitlines(keepends=True)[1:-1]
+
+
+def rewritten(path: Path, lines: list[bytes], out: Path) -> Path:
+    """``path``'s header, then ``lines``, then an end line counting them."""
+    header = path.read_bytes().splitlines(keepends=True)[0]
+    out.write_bytes(header + b"".join(lines) + b'{"muster_log_end":{"events":%d}}\n' % len(lines))
+    return out
+
+
+def decision_lines(lines: list[bytes], source: bytes = b"queue") -> list[int]:
+    """Indexes of the lines that are decisions of ``source`` with a reason."""
+    return [i for i, line in enumerate(lines) if b'"source":"%s"' % source in line and b'"reason":"' in line]

@@ -1,0 +1,149 @@
+"""``muster log export|import``, ``muster replay``, ``muster explain``, ``muster report`` through CliRunner:
+output, and the exit code of every kind of bad input (shared/audit/errors.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.builders.audit import decision_lines, exported, lines_of, rewritten, scenario_run
+from tests.builders.cli import clean_exit as _clean_exit, flat as _flat, invoke as _invoke
+from tests.builders.cli import one_line_error as _error
+
+NAME = "kai-priority-preemption"
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    return exported(scenario_run(NAME), tmp_path / "log.jsonl")
+
+
+def test_verify_a_clean_log(log: Path) -> None:
+    result = _invoke("replay", log, "--verify")
+    _clean_exit(result, 0)
+    n = len(scenario_run(NAME).runtime.log)
+    assert f"OK: {n} events, 95 decisions re-derived: 95 identical, 0 different" in _flat(result.stdout)
+
+
+def test_a_divergence_prints_both_envelopes_the_input_and_the_causes_and_exits_1(log: Path, tmp_path: Path) -> None:
+    lines = lines_of(log)
+    i = decision_lines(lines)[3]
+    lines[i] = lines[i].replace(b'"reason":"', b'"reason":"forged ', 1)
+    result = _invoke("replay", rewritten(log, lines, tmp_path / "bad.jsonl"), "--verify")
+    _clean_exit(result, 1)
+    out = _flat(result.stdout)
+    assert f"DIVERGED at line {i + 2} (differs)" in out
+    assert "recorded " + _flat(lines[i].decode()) in out
+    assert "re-derived " + _flat(lines_of(log)[i].decode()) in out
+    assert "input line" in out and "causes line" in out and "ingest ObjectChanged" in out
+    assert "1 different" in out
+
+
+@pytest.mark.parametrize("tamper, code, text", [
+    ("cut", 3, "was cut short"),
+    ("no-end", 3, "no end line"),
+    ("garbage", 4, "line 5: not a valid envelope"),
+    ("newer-schema", 2, "newer than this muster"),
+    ("no-header", 4, "not a muster log"),
+])
+def test_bad_files_give_one_line_and_their_exit_code(log: Path, tmp_path: Path, tamper: str, code: int,
+                                                     text: str) -> None:
+    raw = log.read_bytes().splitlines(keepends=True)
+    bad = tmp_path / "bad.jsonl"
+    if tamper == "cut":
+        bad.write_bytes(log.read_bytes()[:-30])
+    elif tamper == "no-end":
+        bad.write_bytes(b"".join(raw[:-1]))
+    elif tamper == "garbage":
+        lines = lines_of(log)
+        lines[3] = b"{not an envelope\n"
+        rewritten(log, lines, bad)
+    elif tamper == "newer-schema":
+        bad.write_bytes(json.dumps({**json.loads(raw[0]), "schema_version": 99}).encode() + b"\n" + b"".join(raw[1:]))
+    else:
+        bad.write_bytes(b"".join(raw[1:]))
+    for command in (["replay", bad, "--verify"], ["explain", "default/train-cluster", "--log", bad],
+                    ["report", "--log", bad, "--html", tmp_path / "r.html"]):
+        _error(_invoke(*command), code, text)
+
+
+def test_a_log_without_its_policy_needs_one(log: Path, tmp_path: Path) -> None:
+    raw = log.read_bytes().splitlines(keepends=True)
+    bare = tmp_path / "bare.jsonl"
+    bare.write_bytes(json.dumps({**json.loads(raw[0]), "policy": None}).encode() + b"\n" + b"".join(raw[1:]))
+    _error(_invoke("replay", bare, "--verify"), 2, "does not record the policy")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("{}\n")
+    _clean_exit(_invoke("replay", bare, "--verify", "--policy", policy), 0)
+
+
+def test_export_windows_and_compresses(log: Path, tmp_path: Path) -> None:
+    out = tmp_path / "w.jsonl.gz"
+    result = _invoke("log", "export", "--from", log, "--since", 30, "--out", out)
+    _clean_exit(result, 0)
+    assert result.stdout.startswith("wrote ") and out.exists()
+    _error(_invoke("replay", out, "--verify"), 2, "window of a history")
+    _clean_exit(_invoke("explain", "default/train-cluster", "--log", out), 0)
+
+
+def test_import_into_a_store_then_verify_explain_and_report_from_it(log: Path, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    n = len(lines_of(log))
+    result = _invoke("log", "import", log, "--store", url)
+    _clean_exit(result, 0)
+    assert f"{n} events written" in result.stdout
+    again = _invoke("log", "import", log, "--store", url)
+    _clean_exit(again, 0)
+    assert f"0 events written, {n} were there already" in again.stdout
+    _clean_exit(_invoke("replay", url, "--verify"), 0)
+    explained = _invoke("explain", "default/train-cluster", "--store", url, "--at", 40, "--json")
+    _clean_exit(explained, 0)
+    assert json.loads(explained.stdout)["preempted"][0]["by"] == "default/build-cluster"
+    exported_again = tmp_path / "again.jsonl"
+    _clean_exit(_invoke("log", "export", "--store", url, "--out", exported_again), 0)
+    assert exported_again.read_bytes() == log.read_bytes()
+    other = exported(scenario_run("volcano-gang-queue"), tmp_path / "other.jsonl")
+    _error(_invoke("log", "import", other, "--store", url), 5, "already holds another history")
+
+
+def test_explain_a_workload_a_queue_and_an_unknown_one(log: Path) -> None:
+    result = _invoke("explain", "default/train-cluster", "--log", log, "--at", 40)
+    _clean_exit(result, 0)
+    out = _flat(result.stdout)
+    assert "Queued for 10s (since 30s)" in out and "preempted at 30s by default/build-cluster" in out
+    queue = _invoke("explain", "--queue", "team-a", "--log", log, "--at", 40, "--json")
+    _clean_exit(queue, 0)
+    assert [p["workload"] for p in json.loads(queue.stdout)["pending"]] == ["default/train-cluster"]
+    unknown = _invoke("explain", "default/train", "--log", log)
+    _clean_exit(unknown, 1)
+    assert "did you mean default/train-cluster" in _flat(unknown.stderr)
+    _error(_invoke("explain", "no-slash", "--log", log), 2, "NAMESPACE/NAME")
+
+
+def test_report_writes_one_page(log: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    result = _invoke("report", "--log", log, "--html", out)
+    _clean_exit(result, 0)
+    assert result.stdout.strip() == f"wrote {out}"
+    assert 'id="chart-workloads"' in out.read_text()
+
+
+def test_what_if_prints_the_comparison_and_writes_json_and_html(log: Path, tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text("min_runtime_seconds: 600\n")
+    doc, page = tmp_path / "w.json", tmp_path / "w.html"
+    result = _invoke("replay", log, "--what-if", policy, "--json", doc, "--html", page)
+    _clean_exit(result, 0)
+    out = _flat(result.stdout)
+    assert "reproduces the log's decisions exactly" in out and "2 of 2 workloads changed" in out
+    assert json.loads(doc.read_text())["queues"]["new"]["team-a"]["preemptions"] == 0
+    assert 'id="chart-whatif-waits"' in page.read_text()
+    policy.write_text("queueing: Lottery\n")
+    _error(_invoke("replay", log, "--what-if", policy), 2, "queueing")
+
+
+def test_replay_needs_something_to_do(log: Path) -> None:
+    _error(_invoke("replay", log), 2, "--verify")
+    _error(_invoke("replay", "sqlite:////nonexistent/dir/h.db", "--verify"), 2, "no database file")

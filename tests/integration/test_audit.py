@@ -1,0 +1,139 @@
+"""The audit commands against real stores (SQLite and PostgreSQL) and a real Kafka log.
+
+A store ``muster simulate --store`` wrote, and one ``muster log import`` loaded, verify, explain and
+report as the file does; a log read off Kafka after ``simulate --bus`` — whose topic interleaves the
+services' outputs — exports to a file that verifies clean, and replays from Kafka directly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.audit.kafka import KafkaLog
+from shared.audit.logfile import LogFile
+from shared.audit.replay import verify
+from shared.events import to_json
+from shared.topology import SERVICES
+from tests.builders.audit import exported, scenario_run
+from tests.builders.cli import clean_exit, flat, invoke as _invoke
+
+SCENARIOS = Path(__file__).parents[1] / "scenarios"
+NAME = "kai-priority-preemption"
+
+
+def _ok(result: Any) -> str:
+    clean_exit(result, 0)
+    return flat(result.stdout)
+
+
+def test_a_simulated_store_verifies_explains_and_reports(store: str, tmp_path: Path) -> None:
+    """``store`` is a migrated SQLite file or the session's PostgreSQL database (both, parametrised)."""
+    _ok(_invoke("simulate", SCENARIOS / f"{NAME}.yaml", "--store", store, "-q"))
+    run = scenario_run(NAME)
+    out = _ok(_invoke("replay", store, "--verify", "-q"))
+    assert f"OK: {len(run.runtime.log)} events" in out and "0 different" in out
+    explained = json.loads(_ok(_invoke("explain", "default/train-cluster", "--store", store, "--at", 40, "--json")))
+    assert explained["preempted"][0]["by"] == "default/build-cluster" and explained["position"]["position"] == 1
+    page = tmp_path / "report.html"
+    _ok(_invoke("report", "--store", store, "--html", page))
+    assert 'id="chart-workloads"' in page.read_text()
+    change = tmp_path / "policy.yaml"
+    change.write_text("min_runtime_seconds: 600\n")
+    whatif = _ok(_invoke("replay", store, "--what-if", change, "--json", tmp_path / "w.json"))
+    assert "reproduces the log's decisions exactly" in whatif
+    assert json.loads((tmp_path / "w.json").read_text())["queues"]["new"]["team-a"]["preemptions"] == 0
+    file = tmp_path / "log.jsonl.gz"
+    _ok(_invoke("log", "export", "--store", store, "--out", file))
+    assert [r.raw for r in LogFile(file).records()] == [to_json(e) for e in run.runtime.log]
+    assert LogFile(file).header.policy == run.policy.model_dump(mode="json")
+
+
+def test_an_exported_file_imports_into_postgres_and_verifies_there(pg_store: str, tmp_path: Path) -> None:
+    run = scenario_run("fair-share-two-teams")
+    file = exported(run, tmp_path / "log.jsonl")
+    out = _ok(_invoke("log", "import", file, "--store", pg_store))
+    assert f"{len(run.runtime.log)} events written" in out
+    assert "0 different" in _ok(_invoke("replay", pg_store, "--verify", "-q"))
+    other = exported(scenario_run(NAME), tmp_path / "other.jsonl")
+    refused = _invoke("log", "import", other, "--store", pg_store)
+    assert refused.exit_code == 5 and "already holds another history" in refused.stderr
+
+
+@pytest.fixture(scope="module")
+def kafka_run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One scenario through the services on Kafka (``simulate --bus --store --keep-topics``): the run's
+    topic prefix and the store its projector wrote, topics kept for the module."""
+    from tests.conftest import delete_topics
+    from tests.integration.test_localbroker import topics
+
+    store = f"sqlite:///{tmp_path_factory.mktemp('bus') / 'h.db'}"
+    before = topics(kafka_bootstrap)
+    _ok(_invoke("simulate", SCENARIOS / f"{NAME}.yaml", "--bus", f"kafka://{kafka_bootstrap}", "--store", store,
+                "--keep-topics", "-q"))
+    [log_topic] = [t for t in topics(kafka_bootstrap) - before if t.endswith(".events")]
+    prefix = log_topic[:-len("events")]
+    yield scenario_run(NAME), prefix, store
+    delete_topics(kafka_bootstrap, prefix)
+
+
+def test_the_store_a_kafka_run_wrote_records_its_policy_and_explains(kafka_run: Any) -> None:
+    run, _, store = kafka_run
+    from shared.store.header import read_header
+
+    header = read_header(store)
+    assert header is not None and header["policy"] == run.policy.model_dump(mode="json")
+    explained = json.loads(_ok(_invoke("explain", "default/train-cluster", "--store", store, "--at", 40, "--json")))
+    assert explained["preempted"][0]["by"] == "default/build-cluster"
+
+
+def test_a_kafka_log_is_laid_out_so_every_inbox_keeps_its_order_and_verifies(kafka_run: Any,
+                                                                              kafka_bootstrap: str) -> None:
+    run, prefix, _ = kafka_run
+    source = KafkaLog(f"kafka://{kafka_bootstrap}", policy=run.policy, prefix=prefix)
+    records = list(source.records())
+    assert sorted(r.raw for r in records) == sorted(to_json(e) for e in run.runtime.log)  # each once, as carried
+    assert all(r.where.startswith("offset ") for r in records)
+    tally = verify(source, run.policy)
+    decisions = sum(1 for e in run.runtime.log if e.source in SERVICES)
+    assert (tally.identical, tally.different) == (decisions, 0)
+
+
+def test_export_from_kafka_then_verify_the_file(kafka_run: Any, kafka_bootstrap: str, tmp_path: Path) -> None:
+    run, prefix, _ = kafka_run
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(json.dumps(run.policy.model_dump(mode="json")))
+    file = tmp_path / "kafka.jsonl"
+    _ok(_invoke("log", "export", "--from", f"kafka://{kafka_bootstrap}", "--topic-prefix", prefix,
+                "--policy", policy, "--out", file))
+    assert LogFile(file).header.origin == "kafka"
+    assert "0 different" in _ok(_invoke("replay", file, "--verify", "-q"))
+    direct = _ok(_invoke("replay", f"kafka://{kafka_bootstrap}", "--topic-prefix", prefix, "--policy", policy,
+                         "--verify", "-q"))
+    assert "0 different" in direct
+    explained = json.loads(_ok(_invoke("explain", "default/train-cluster", "--log", file, "--at", 40, "--json")))
+    assert explained["preempted"][0]["by"] == "default/build-cluster"
+    page = tmp_path / "report.html"
+    _ok(_invoke("report", "--log", file, "--html", page))
+    assert "default/train-cluster" in page.read_text()
+    change = tmp_path / "change.yaml"
+    change.write_text("min_runtime_seconds: 600\n")
+    whatif = _ok(_invoke("replay", file, "--what-if", change))
+    assert "reproduces the log's decisions exactly" in whatif and "2 of 2 workloads changed" in whatif
+    without = _invoke("replay", file.with_name("none.jsonl"), "--verify")
+    assert without.exit_code == 2
+    no_policy = tmp_path / "nopolicy.jsonl"
+    _ok(_invoke("log", "export", "--from", f"kafka://{kafka_bootstrap}", "--topic-prefix", prefix, "--out", no_policy))
+    refused = _invoke("replay", no_policy, "--verify")
+    assert refused.exit_code == 2 and "does not record the policy" in refused.stderr
+
+
+def test_a_kafka_address_with_no_such_topics_is_one_line(kafka_bootstrap: str, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("{}\n")
+    result = _invoke("replay", f"kafka://{kafka_bootstrap}", "--topic-prefix", "nothing-here.", "--policy", policy,
+                     "--verify")
+    assert result.exit_code == 2 and "there is no topic nothing-here.events" in " ".join(result.stderr.split())

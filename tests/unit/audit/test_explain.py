@@ -1,0 +1,88 @@
+"""shared/audit/explain.py: every wait in every scenario is explained, with numbers."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from shared.audit.explain import UnknownWorkload, explain, fold_until, queue_lines
+from tests.builders.audit import SCENARIO_FILES, scenario_run
+
+NUMBER = re.compile(r"\d")
+
+
+def _waiting_moments(name: str) -> list[tuple[float, str]]:
+    """(time, workload) for every workload waiting at the end of the run or at an expectation's time."""
+    run = scenario_run(name)
+    end = run.history.result()
+    moments = [(run.runtime.now, key) for key, w in end["workloads"].items() if w["phase"] in ("Queued", "Preempted")]
+    for e in run.scenario.expect:
+        phase, _ = run.history.workloads[e.workload].phase_at(e.at) if e.workload in run.history.workloads else (None, "")
+        if phase in ("Queued", "Preempted"):
+            moments.append((e.at, e.workload))
+    return moments
+
+
+@pytest.mark.parametrize("name", [p.stem for p in SCENARIO_FILES])
+def test_every_pending_workload_has_an_explanation_with_numbers(name: str) -> None:
+    run = scenario_run(name)
+    for at, key in _waiting_moments(name):
+        doc = explain(fold_until(run.runtime.log, at, run.policy), key)
+        assert doc["phase"] in ("Queued", "Preempted"), (at, key)
+        body = doc["lines"][1:]
+        assert body, (at, key)
+        assert doc["reason"], (at, key)
+        assert any(NUMBER.search(line) for line in body if not line.startswith("  why:")), (at, key, doc["lines"])
+        assert doc["quota"], (at, key)
+        assert doc.get("position") or doc["reason"], (at, key)
+
+
+def test_a_preempted_workload_says_by_whom_under_which_rule_with_the_decisions() -> None:
+    run = scenario_run("kai-priority-preemption")
+    doc = explain(fold_until(run.runtime.log, 40.0, run.policy), "default/train-cluster")
+    assert (doc["phase"], doc["since"], doc["for_seconds"]) == ("Queued", 30.0, 10.0)
+    [p] = doc["preempted"]
+    assert (p["by"], p["priority"], p["rule"], p["t"]) == ("default/build-cluster", 100, "priority preemption", 30.0)
+    ids = {e.id: e for e in run.runtime.log}
+    assert ids[p["decision"]].type == "PreemptionRequested" and ids[p["preemptor_decision"]].type in (
+        "Dequeued", "ReclaimRequested")
+    assert doc["nodes"]["reason"].endswith("0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")
+    assert ids[doc["nodes"]["decision"]].type == "PlacementFailed"
+    assert doc["backoff"]["until"] > 40.0
+    assert doc["position"] == {"queue": "team-a", "position": 1, "of": 1, "ahead": []}
+    assert doc["gang"]["line"] == "2/2 tasks in gang unschedulable: pod group is not ready, 2 Pending, 2 minAvailable"
+    assert any(line.startswith("  preempted at 30s by default/build-cluster (priority 100)") for line in doc["lines"])
+
+
+def test_a_quota_wait_shows_usage_and_limit_up_the_tree() -> None:
+    run = scenario_run("volcano-gang-queue")
+    doc = explain(fold_until(run.runtime.log, 60.0, run.policy), "default/test-cluster-1")
+    cpu = next(line for line in doc["quota"] if line["resource"] == "cpu")
+    assert (cpu["queue"], cpu["used"], cpu["requested"], cpu["limit"], cpu["limit_word"], cpu["fits"]) == (
+        "kuberay-test-queue", "3", "3", "4", "capability", False)
+    assert "  quota kuberay-test-queue cpu: used 3 + requested 3 against capability 4: over" in doc["lines"]
+    assert doc["nodes"] is None  # the quota stops it before placement is asked
+
+
+def test_the_queue_lists_its_waiting_workloads_in_order() -> None:
+    run = scenario_run("strict-vs-besteffort-fifo")
+    moment = fold_until(run.runtime.log, None, run.policy)
+    for queue in {w.queue for w in moment.history.workloads.values() if w.queue}:
+        lines = queue_lines(moment, queue)
+        assert [line["position"] for line in lines] == list(range(1, len(lines) + 1))
+        assert all(moment.history.workloads[line["workload"]].queue == queue for line in lines)
+
+
+def test_without_the_policy_positions_come_from_the_result_view() -> None:
+    run = scenario_run("volcano-gang-queue")
+    with_core = explain(fold_until(run.runtime.log, 60.0, run.policy), "default/test-cluster-1")
+    without = explain(fold_until(run.runtime.log, 60.0, None), "default/test-cluster-1")
+    assert with_core["position"] == without["position"]
+
+
+def test_an_unknown_workload_names_the_ones_that_come_close() -> None:
+    run = scenario_run("volcano-gang-queue")
+    with pytest.raises(UnknownWorkload) as caught:
+        explain(fold_until(run.runtime.log, None, run.policy), "default/test-cluster")
+    assert caught.value.similar == ["default/test-cluster-0", "default/test-cluster-1"]
