@@ -359,14 +359,24 @@ class NodeTable:
             part = (self.gpu_load[sl] + demand.gpu_need) / self.gpu_div[sl]
             total = part if total is None else total + part
         if total is None:
-            total = np.zeros(len(range(*sl.indices(self.n))) if isinstance(sl, slice) else len(sl), np.float64)
+            total = np.zeros(self._count(sl), np.float64)
         return total
 
     def _fragmentation_rise(self, demand: Demand, sl: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        cpu, memory, whole, share = demand.shape
-        return fragmentation.increase(
-            fragmentation.free_shares(self.gpu_used[sl]), self.free[self.col[q.CPU], sl],
-            self.free[self.col[q.MEMORY], sl], self.mix.arrays(), cpu, memory, whole, share)
+        """``fragmentation.increase`` on the rows with GPUs; a node without any has no fragment to grow."""
+        rows = np.arange(self.n)[sl] if isinstance(sl, slice) else sl
+        with_gpus = np.flatnonzero(self.gpu_count[rows] > 0)
+        rise, device = np.zeros(len(rows)), np.full(len(rows), -1, np.intp)
+        if with_gpus.size:
+            at = rows[with_gpus]
+            cpu, memory, whole, share = demand.shape
+            rise[with_gpus], device[with_gpus] = fragmentation.increase(
+                fragmentation.free_shares(self.gpu_used[at]), self.free[self.col[q.CPU], at],
+                self.free[self.col[q.MEMORY], at], self.mix.arrays(), cpu, memory, whole, share)
+        return rise, device
+
+    def _count(self, sl: slice | np.ndarray) -> int:
+        return len(range(*sl.indices(self.n))) if isinstance(sl, slice) else len(sl)
 
     def devices_for(self, i: int, demand: Demand, strategy: str) -> gpu.GpuCharge | None:
         """The devices a pod placed on node ``i`` gets; None when it cannot host it (the caller filtered).
