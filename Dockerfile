@@ -22,5 +22,8 @@ RUN pip install --no-cache-dir -e .
 RUN useradd --create-home --uid 10001 muster
 USER muster
 
+# `muster run SERVICE` serves /metrics, /healthz and /readyz here (--metrics-port, MUSTER_METRICS_PORT).
+EXPOSE 9464
+
 ENTRYPOINT ["muster"]
 CMD ["--help"]

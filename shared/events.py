@@ -155,13 +155,37 @@ class Dequeued(_WorkloadEvent):
     reason: str
 
 
+class ElasticVictim(Frozen):
+    """``count`` elastic pods of one pod set of an admitted workload, named as victims (newest go first)."""
+
+    key: str
+    pod_set: str
+    count: int
+
+
 class ReclaimRequested(_WorkloadEvent):
-    """Quota reserved by taking back over-share resources from other queues' ``victims``."""
+    """Quota reserved by taking back over-share resources from other queues' ``victims``; elastic pods
+    of holders (``elastic_victims``) are taken before any whole gang."""
 
     type: Literal["ReclaimRequested"] = "ReclaimRequested"
     queue: str
     workload: WorkloadSpec
     victims: tuple[str, ...]
+    reason: str
+    elastic_victims: tuple[ElasticVictim, ...] = ()
+
+
+class ElasticGranted(_WorkloadEvent):
+    """Quota is reserved for ``count`` more elastic pods of a pod set of an admitted workload:
+    placement places them one by one (each alone, as far as nodes allow)."""
+
+    type: Literal["ElasticGranted"] = "ElasticGranted"
+    queue: str
+    pod_set: str
+    count: int
+    admission: int
+    """Which admission of the workload the grant belongs to (the queue's reservation number): a
+    release of an earlier admission's pods never touches a later one's quota."""
     reason: str
 
 
@@ -170,6 +194,24 @@ class WorkloadWithdrawn(_WorkloadEvent):
 
     type: Literal["WorkloadWithdrawn"] = "WorkloadWithdrawn"
     reason: str
+
+
+class ElasticReleased(_WorkloadEvent):
+    """``count`` elastic pods of a pod set no longer hold quota: placement found no node for them
+    (``refused``: the queue grants the workload no more until capacity is released), they went away,
+    the owner wants fewer, or placement evicts them (``evicted``, as ``namespace/name``) for a
+    workload that needs the room."""
+
+    type: Literal["ElasticReleased"] = "ElasticReleased"
+    pod_set: str
+    count: int
+    admission: int
+    reason: str
+    refused: bool = False
+    evicted: tuple[str, ...] = ()
+    promoted: tuple[str, ...] = ()
+    """Elastic pods (``namespace/name``) that took the place of a gang pod that went away: they are the
+    gang's now (the gang stays whole, as Volcano counts only how many of a job's pods run)."""
 
 
 # --------------------------------------------------------------------------- placement
@@ -211,6 +253,8 @@ class PodAssigned(_WorkloadEvent):
     pod_set: str
     node: str
     gpu: GpuAssignment | None = None
+    elastic: bool = False
+    """An elastic pod (beyond the gang's minimum): the first to go when others need the room."""
 
 
 class GangRunning(_WorkloadEvent):
@@ -300,6 +344,7 @@ Payload = Annotated[
         WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
         ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
         GangDisrupted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
+        ElasticGranted, ElasticReleased,
     ],
     Field(discriminator="type"),
 ]
@@ -311,6 +356,7 @@ PAYLOAD_TYPES: dict[str, type[BaseModel]] = {
         WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
         ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
         GangDisrupted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
+        ElasticGranted, ElasticReleased,
     )
 }
 

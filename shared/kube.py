@@ -19,10 +19,14 @@ RAY_ORIGIN_KIND = "ray.io/originated-from-crd"      # RayCluster | RayJob
 RAY_ORIGIN_NAME = "ray.io/originated-from-cr-name"
 SUBMITTER_LABEL = "muster.dev/pod-set"      # the simulated submitter pod says pod_set=submitter
 
-# Plain pod gangs (coscheduling).
+# Plain pod gangs (coscheduling labels; Volcano's annotations).
 POD_GROUP_X = "scheduling.x-k8s.io/pod-group"
 POD_GROUP_NAME = "pod-group.scheduling.sigs.k8s.io/name"
 POD_GROUP_MIN = "pod-group.scheduling.sigs.k8s.io/min-available"
+VOLCANO_GROUP = "scheduling.k8s.io/group-name"
+"""Volcano's pod annotation naming its PodGroup (KubeRay's volcano batch scheduler writes it too)."""
+VOLCANO_TASK = "volcano.sh/task-spec"
+"""Volcano's pod annotation naming its task (role): a PodGroup's ``minTaskMember`` counts per task."""
 
 GPU_FRACTION = "gpu-fraction"
 
@@ -80,10 +84,17 @@ def workload_key_of_pod(pod: Mapping[str, Any]) -> str | None:
         return f"{ns}/{lab[RAY_ORIGIN_NAME]}"
     if lab.get(RAY_CLUSTER):
         return f"{ns}/{lab[RAY_CLUSTER]}"
-    group = lab.get(POD_GROUP_X) or lab.get(POD_GROUP_NAME)
+    group = pod_group_of(pod)
     if group:
         return f"{ns}/{group}"
     return None
+
+
+def pod_group_of(pod: Mapping[str, Any]) -> str | None:
+    """The plain pod group a (non-KubeRay) pod names: coscheduling's label, else Volcano's annotation."""
+    lab = labels(pod)
+    group = lab.get(POD_GROUP_X) or lab.get(POD_GROUP_NAME) or annotations(pod).get(VOLCANO_GROUP)
+    return group if isinstance(group, str) and group else None
 
 
 def workload_kind_of_pod(pod: Mapping[str, Any]) -> str | None:
@@ -97,7 +108,7 @@ def workload_kind_of_pod(pod: Mapping[str, Any]) -> str | None:
         return str(origin)
     if lab.get(RAY_CLUSTER):
         return "RayCluster"
-    if lab.get(POD_GROUP_X) or lab.get(POD_GROUP_NAME):
+    if pod_group_of(pod):
         return "PodGroup"
     return None
 

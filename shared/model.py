@@ -38,8 +38,15 @@ class PodSet(Frozen):
 
     name: str
     count: int
+    """Pods of this set in the gang's minimum: placed all together with the rest of the gang, or not at all."""
+    elastic: int = 0
+    """Pods beyond ``count`` the owner wants too (Ray workers above minReplicas, pod-group pods beyond
+    minMember): each runs alone when quota and capacity allow, and is the first to go when others need
+    the room (Volcano's elastic tasks, KAI's min-available subgroups)."""
     in_gang: bool = True
     """False for pods that are placed with the gang but do not count toward minMember (submitter)."""
+    charged: bool = True
+    """Whether these pods count against queue quota (a kube-queue RayJob's submitter does not)."""
     resources: dict[str, int] = {}
     """Per pod, milli-units (see ``shared.quantity``), sum over regular containers."""
     gpu_share: int = 0
@@ -48,11 +55,33 @@ class PodSet(Frozen):
     tolerations: tuple[Toleration, ...] = ()
     affinity: tuple[tuple[MatchExpression, ...], ...] = ()
     """Required node affinity: OR over terms, AND within a term."""
+    task: str = ""
+    """The Volcano task its pods name (``volcano.sh/task-spec``): pods of another task never fill its slots."""
 
     @property
     def constraint_key(self) -> tuple:
         """Everything that restricts which nodes may host this pod set (used to cache filters)."""
         return (tuple(sorted(self.node_selector.items())), self.tolerations, self.affinity)
+
+    @property
+    def shape(self) -> tuple:
+        """What makes two pods interchangeable: requests, GPU share and node constraints."""
+        return (tuple(sorted(self.resources.items())), self.gpu_share, self.constraint_key)
+
+    @property
+    def desired(self) -> int:
+        """Every pod of the set the owner wants: the gang's part and the elastic ones."""
+        return self.count + self.elastic
+
+    @property
+    def pod_demand(self) -> dict[str, int]:
+        """What one pod of the set charges against quota (a fractional GPU as GPU); nothing when not charged."""
+        if not self.charged:
+            return {}
+        demand = {k: v for k, v in self.resources.items() if v}
+        if self.gpu_share:
+            demand[q.GPU] = demand.get(q.GPU, 0) + self.gpu_share
+        return demand
 
 
 class Gang(Frozen):
@@ -74,25 +103,34 @@ class Gang(Frozen):
 
     @property
     def quota_demand(self) -> dict[str, int]:
-        """What the gang charges against queue quota: resources plus fractional GPUs as GPU."""
-        demand = dict(self.resources)
-        if self.gpu_share_total:
-            demand[q.GPU] = demand.get(q.GPU, 0) + self.gpu_share_total
-        return demand
+        """What the gang's minimum charges against queue quota: resources plus fractional GPUs as GPU,
+        of the pod sets that are charged (elastic pods are charged one by one while they hold a node)."""
+        demand: dict[str, int] = {}
+        for ps in self.pod_sets:
+            if ps.count:
+                demand = q.add(demand, ps.pod_demand, ps.count)
+        return {k: v for k, v in demand.items() if v}
 
     @property
     def pod_count(self) -> int:
+        """Pods placed together at admission (the submitter included)."""
         return sum(ps.count for ps in self.pod_sets)
+
+    @property
+    def desired_count(self) -> int:
+        """Every pod the owner wants: the gang's and the elastic ones."""
+        return sum(ps.desired for ps in self.pod_sets)
 
 
 def shrunk(admitted: Gang, edited: Gang) -> Gang | None:
     """What an admitted gang becomes after an edit: each pod set keeps its admitted shape and count
-    unless the edit asks for fewer pods of it (a pod set the edit no longer has counts 0); None when
-    the edit shrinks nothing (it grows, reshapes or leaves the gang alone: what was admitted stays).
+    unless the edit asks for fewer pods of it in all (gang and elastic; a pod set the edit no longer
+    has counts 0); None when the edit shrinks nothing (it grows, reshapes or leaves the gang alone:
+    what was admitted stays).
 
     Queue (quota), placement (slots) and the history all apply this one rule, so they stay in step.
     """
-    wanted = {ps.name: ps.count for ps in edited.pod_sets}
+    wanted = {ps.name: ps.desired for ps in edited.pod_sets}
     sets = tuple(ps.model_copy(update={"count": wanted.get(ps.name, 0)}) if wanted.get(ps.name, 0) < ps.count else ps
                  for ps in admitted.pod_sets)
     if sets == admitted.pod_sets:
@@ -101,7 +139,22 @@ def shrunk(admitted: Gang, edited: Gang) -> Gang | None:
     return Gang(min_member=min(admitted.min_member, members), pod_sets=sets)
 
 
-WorkloadKind = Literal["RayCluster", "RayJob", "PodGroup"]
+def elastic_wanted(admitted: Gang, latest: Gang) -> dict[str, int]:
+    """Per admitted pod set, the elastic pods the owner wants now: what the latest spec desires beyond
+    the admitted count, for a pod set whose pods still have the admitted shape (a reshaped or new pod
+    set waits for the next admission). Queue (grants) and placement (slots) apply this one rule."""
+    latest_sets = {ps.name: ps for ps in latest.pod_sets}
+    out: dict[str, int] = {}
+    for ps in admitted.pod_sets:
+        now = latest_sets.get(ps.name)
+        if now is not None and now.shape == ps.shape and now.charged == ps.charged and now.in_gang == ps.in_gang:
+            extra = now.desired - ps.count
+            if extra > 0:
+                out[ps.name] = extra
+    return out
+
+
+WorkloadKind = Literal["RayCluster", "RayJob", "PodGroup", "Pod"]
 
 
 class WorkloadSpec(Frozen):
@@ -129,6 +182,9 @@ class WorkloadSpec(Frozen):
     submitted_at: float = 0.0
     cluster_name: str = ""
     """Name of the RayCluster whose pods form the gang (a RayJob's generated cluster)."""
+    not_ready: str = ""
+    """Why the workload cannot start now although it was submitted (a pod group with fewer pods than
+    its minimum: Volcano's "Not enough valid tasks"); "" when nothing but quota and nodes decide."""
 
 
 QueueDialect = Literal["volcano", "kai", "elasticquotatree", "builtin"]

@@ -51,6 +51,11 @@ class Policy(BaseModel):
     not become a workload that can never be placed or that swamps the scheduler."""
     queues: dict[str, QueuePolicy] = {}
 
+    def answers_to(self, scheduler_name: str) -> bool:
+        """Whether a pod's ``spec.schedulerName`` is one muster schedules for: the one place that says
+        it, so a set of names can stand where the one name stands today."""
+        return bool(scheduler_name) and scheduler_name == self.scheduler_name
+
     def queueing_for(self, queue: str) -> Queueing:
         override = self.queues.get(queue)
         return override.queueing if override and override.queueing else self.queueing

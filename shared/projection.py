@@ -25,6 +25,7 @@ class _MetaRead(TypedDict, total=False):
     __pydantic_config__ = _IGNORE_REST  # type: ignore[misc]
     namespace: Any
     labels: Any
+    annotations: Any
 
 
 class _SpecRead(TypedDict, total=False):
@@ -39,8 +40,8 @@ def _or_as_is(parts: Any) -> Any:
 
 
 class ObjectRead(TypedDict, total=False):
-    """The parts of a watched object the fold reads: a pod's namespace and labels (its workload,
-    its pod set) and ``spec.nodeName`` (bound or not). ``ResultProjection._on_ObjectChanged`` must
+    """The parts of a watched object the fold reads: a pod's namespace, labels and annotations (its
+    workload, its pod set) and ``spec.nodeName`` (bound or not). ``ResultProjection._on_ObjectChanged`` must
     read nothing else; ``tests/unit/shared/test_projection.py`` folds every scenario both ways to
     hold it."""
 
@@ -109,6 +110,10 @@ class WorkloadView:
     """Why admission last refused it (kept so a later withdrawal can restore the verdict)."""
     admitted: Gang | None = None
     """The gang quota was reserved for; an edit only ever shrinks it (``shared.model.shrunk``)."""
+    elastic: dict[str, int] = field(default_factory=dict)
+    """Elastic pods granted per pod set of the admitted gang, charged on top of it (``demand`` includes them)."""
+    elastic_admission: int | None = None
+    """The queue's number of the admission those grants belong to (a release of another is stale)."""
     queue_state: str = ""          # pending | backoff | active | ""
     requeue_at: float | None = None
     order: int = 0
@@ -179,6 +184,21 @@ class ResultProjection:
         view.resources = spec.gang.resources
         view.demand = spec.gang.quota_demand
 
+    @staticmethod
+    def _recharge(view: WorkloadView) -> None:
+        """``demand``: the admitted gang plus its granted elastic pods, one pod's demand each (the queue's sum)."""
+        if view.admitted is None:
+            return
+        demand = view.admitted.quota_demand
+        for ps in view.admitted.pod_sets:
+            if view.elastic.get(ps.name):
+                demand = q.add(demand, ps.pod_demand, view.elastic[ps.name])
+        view.demand = demand
+
+    @staticmethod
+    def _no_elastic(view: WorkloadView) -> None:
+        """The admission ended: no elastic pod holds quota any more."""
+        view.elastic, view.elastic_admission = {}, None
     def _on_QueueDefined(self, p: Any, t: float) -> None:
         self.queues[p.queue.name] = p.queue
         self.rejected_queues.pop(p.queue.name, None)
@@ -194,6 +214,8 @@ class ResultProjection:
         view = self._workload(p.workload.key)
         view.rejected = ""
         self._describe(view, p.workload)
+        if p.workload.kind == "Pod":  # a gang of one: the pod is the workload's from the start
+            self._pod(p.workload.key, p.workload.name, "pods")
 
     def _on_WorkloadUpdated(self, p: Any, t: float) -> None:
         view = self._workload(p.workload.key)
@@ -204,7 +226,8 @@ class ResultProjection:
         smaller = shrunk(view.admitted, p.workload.gang) if view.admitted is not None else None
         if smaller is not None:  # quota follows what was admitted, shrunk by an edit asking for fewer pods
             view.admitted = smaller
-            view.min_member, view.resources, view.demand = smaller.min_member, smaller.resources, smaller.quota_demand
+            view.min_member, view.resources = smaller.min_member, smaller.resources
+            self._recharge(view)
 
     def _on_WorkloadRejected(self, p: Any, t: float) -> None:
         view = self._workload(p.key, p.kind)
@@ -223,6 +246,7 @@ class ResultProjection:
         (admission and the queue answer in their own order): the rejection is the last word."""
         view = self._workload(p.key)
         view.holds_quota, view.queue_state = False, ""
+        self._no_elastic(view)
         if view.phase == "Queued" and view.rejected:
             view.transition(t, "Rejected", view.rejected)
 
@@ -237,17 +261,41 @@ class ResultProjection:
         view.transition(t, "Queued", p.reason)
         view.queue_state, view.requeue_at = "backoff", p.requeue_at
         view.holds_quota = False
+        self._no_elastic(view)
 
     def _on_Dequeued(self, p: Any, t: float) -> None:
         view = self._workload(p.key)
         self._describe(view, p.workload)
         view.admitted = p.workload.gang
         view.holds_quota, view.queue_state = True, "active"
+        self._no_elastic(view)
 
     _on_ReclaimRequested = _on_Dequeued
 
+    def _on_ElasticGranted(self, p: Any, t: float) -> None:
+        view = self._workload(p.key)
+        if not view.holds_quota:
+            return
+        if view.elastic_admission != p.admission:
+            view.elastic, view.elastic_admission = {}, p.admission
+        view.elastic[p.pod_set] = view.elastic.get(p.pod_set, 0) + p.count
+        self._recharge(view)
+
+    def _on_ElasticReleased(self, p: Any, t: float) -> None:
+        view = self._workload(p.key)
+        if not view.holds_quota or view.elastic_admission != p.admission:
+            return  # the queue ignores a release of another admission's grants too
+        left = view.elastic.get(p.pod_set, 0) - p.count
+        if left > 0:
+            view.elastic[p.pod_set] = left
+        else:
+            view.elastic.pop(p.pod_set, None)
+        self._recharge(view)
+
     def _on_PlacementFailed(self, p: Any, t: float) -> None:
-        self._workload(p.key).holds_quota = False
+        view = self._workload(p.key)
+        view.holds_quota = False
+        self._no_elastic(view)
 
     def _on_GangPlaced(self, p: Any, t: float) -> None:
         view = self._workload(p.key)
@@ -263,16 +311,19 @@ class ResultProjection:
     def _on_PreemptionRequested(self, p: Any, t: float) -> None:
         view = self._workload(p.key)
         view.holds_quota, view.queue_state = False, ""
+        self._no_elastic(view)
         view.transition(t, "Preempted", p.reason)
 
     def _on_WorkloadFinished(self, p: Any, t: float) -> None:
         view = self._workload(p.key)
         view.holds_quota, view.queue_state = False, ""
+        self._no_elastic(view)
         view.transition(t, p.outcome, p.reason)
 
     def _on_WorkloadDeleted(self, p: Any, t: float) -> None:
         view = self._workload(p.key)
         view.holds_quota, view.queue_state = False, ""
+        self._no_elastic(view)
         view.transition(t, "Deleted", p.reason)
 
     def _on_PodAssigned(self, p: Any, t: float) -> None:
@@ -291,7 +342,7 @@ class ResultProjection:
 
     def _pod_workload(self, p: Any) -> str | None:
         """The workload a pod's watch event belongs to (a subclass may know it already)."""
-        return kube.workload_key_of_pod(p.object)
+        return pod_workload_key(p)
 
     def _on_ObjectChanged(self, p: Any, t: float) -> None:
         if p.kind != "Pod":
@@ -299,6 +350,10 @@ class ResultProjection:
         key = self._pod_workload(p)
         if key is None:
             return
+        if kube.workload_kind_of_pod(p.object) is None:  # a plain pod is a workload only as a gang of one
+            view = self.workloads.get(key)
+            if view is None or view.kind != "Pod":
+                return
         pod = self._pod(key, p.name, kube.pod_set_of_pod(p.object))
         node = kube.mapping(p.object.get("spec")).get("nodeName")
         open_interval = bool(pod.bound) and pod.bound[-1][1] is None
@@ -367,6 +422,16 @@ class ResultProjection:
             "queues": queues,
             "stats": {"events": self.events, "decisions": self.decisions, "wall_seconds": round(wall_seconds, 3)},
         }
+
+
+def pod_workload_key(p: Any) -> str:
+    """The workload key a pod's watch event folds into: its KubeRay or pod-group workload, else the
+    pod's own ``namespace/name`` (a gang of one, if admission made it one)."""
+    key = kube.workload_key_of_pod(p.object)
+    if key is not None:
+        return key
+    namespace = p.namespace or kube.meta(p.object).get("namespace") or "default"
+    return f"{namespace}/{p.name}"
 
 
 _NOT_DECISIONS = frozenset({"ingest", "clock"})

@@ -13,6 +13,7 @@ from collections import OrderedDict
 
 from shared.core import Core
 from shared.events import Envelope, wrap
+from shared.tracing.context import TraceContexts
 
 DEDUPE_WINDOW = 1_000_000
 """Handled ids a service remembers. Redeliveries come from a restart re-reading its inbox from the
@@ -48,12 +49,15 @@ class Seen:
 class Service:
     """A named core with its dedupe: ``handle(envelope) -> output envelopes``."""
 
-    def __init__(self, core: Core, *, dedupe_window: int = DEDUPE_WINDOW) -> None:
+    def __init__(self, core: Core, *, dedupe_window: int = DEDUPE_WINDOW, traced: bool = False) -> None:
         self.core = core
         self.name = core.service
         self.seen = Seen(dedupe_window)
         self.handled = 0
         self.duplicates = 0
+        self.contexts = TraceContexts(self.name) if traced else None
+        """With tracing on, each output's ``trace`` (``shared.tracing.context``); off, outputs keep
+        their cause's (empty) one and nothing is computed."""
 
     def handled_before(self, env: Envelope) -> bool:
         """True (and counted) for a copy of an envelope this service has handled already."""
@@ -68,4 +72,5 @@ class Service:
             self.duplicates += 1
             return []
         self.handled += 1
-        return [wrap(payload, source=self.name, cause=env, index=i) for i, payload in enumerate(self.core.handle(env))]
+        outputs = [wrap(payload, source=self.name, cause=env, index=i) for i, payload in enumerate(self.core.handle(env))]
+        return outputs if self.contexts is None else self.contexts.fill(env, outputs)

@@ -40,10 +40,11 @@ def new_cluster(scenario: Scenario, policy: Policy) -> SimCluster:
     return SimCluster(pod_startup=scenario.startup_seconds, scheduler_name=policy.scheduler_name)
 
 
-def simulate(scenario: Scenario, policy: Policy | None = None) -> Run:
-    """Run ``scenario`` to its ``until``; bad manifests raise ``ScenarioError`` naming the step."""
+def simulate(scenario: Scenario, policy: Policy | None = None, *, traced: bool = False) -> Run:
+    """Run ``scenario`` to its ``until``; bad manifests raise ``ScenarioError`` naming the step.
+    ``traced``: every output carries its trace context (``shared.tracing.context``)."""
     effective = scenario.effective_policy(policy)
-    return play(scenario, effective, EmbeddedRuntime(effective, new_cluster(scenario, effective)))
+    return play(scenario, effective, EmbeddedRuntime(effective, new_cluster(scenario, effective), traced=traced))
 
 
 def play(scenario: Scenario, policy: Policy, runtime: EmbeddedRuntime) -> Run:

@@ -29,6 +29,8 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "Dequeued": ("placement",),
     "ReclaimRequested": ("placement",),
     "WorkloadWithdrawn": ("placement",),
+    "ElasticGranted": ("placement",),
+    "ElasticReleased": ("queue", "reconciler"),
     "GangPlaced": ("queue", "reconciler"),
     "PlacementFailed": ("queue",),
     "PodAssigned": ("reconciler",),
@@ -41,17 +43,23 @@ ROUTES: dict[str, tuple[str, ...]] = {
 }
 
 
-def is_pod_gang_member(obj: dict) -> bool:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    return "scheduling.x-k8s.io/pod-group" in labels or "pod-group.scheduling.sigs.k8s.io/name" in labels
+RAY_POD_LABELS = ("ray.io/cluster", "ray.io/node-type", "ray.io/originated-from-crd")
+
+
+def admission_reads_pod(obj: dict) -> bool:
+    """Every pod but KubeRay's: a plain pod may be a gang member or a gang of one (admission decides by
+    its labels and ``spec.schedulerName``); KubeRay's pods belong to their RayCluster / RayJob."""
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    return not (isinstance(labels, dict) and any(labels.get(k) for k in RAY_POD_LABELS))
 
 
 def destinations(env: Envelope) -> tuple[str, ...]:
-    """Inboxes an envelope goes to. Watch events split by kind; pods of plain pod gangs go to both."""
+    """Inboxes an envelope goes to. Watch events split by kind; plain pods (not KubeRay's) go to both."""
     if env.type == "ObjectChanged":
         kind = env.payload.kind
         if kind == "Pod":
-            return ("admission", "placement") if is_pod_gang_member(env.payload.object) else ("placement",)
+            return ("admission", "placement") if admission_reads_pod(env.payload.object) else ("placement",)
         if kind == "Node":
             return ("placement",)
         return ("admission",)

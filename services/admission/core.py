@@ -2,9 +2,12 @@
 
 Where each decision is made:
 - gang arithmetic (RayCluster / RayJob): ``workloads.py``; one pod template → PodSet: ``pods.py``
+- each queue dialect's rules (what the gang counts and charges, who is preemptible, who preempts):
+  ``dialects.py``
 - queue objects (Volcano / KAI / ElasticQuotaTree) and the book of defined queues: ``queues.py``
 - queue resolution and "can never fit": ``resolve.py``; priority classes, preemptibility: ``priority.py``
-- plain pod gangs (membership, min-available): ``podgangs.py``
+- plain pod gangs and single pods (membership, min-available): ``podgangs.py``
+- PodGroups KubeRay made for a RayCluster / RayJob (their minMember and queue): here, ``_on_ray_group``
 - lifecycle (Submitted / Updated / Rejected / Finished / Deleted, dedup) and composition: here.
 
 Every input error is an ``Invalid`` turned into a Rejected event; nothing here raises on user input.
@@ -17,8 +20,8 @@ from typing import Any, Callable, Literal, Mapping, Union
 
 from services.admission import fields
 from services.admission.fields import Invalid
-from services.admission.podgangs import PodGang, PodGangBook, gang_pod_sets, is_coscheduling_podgroup
-from services.admission.dialects import dialect_of
+from services.admission.dialects import KUBERAY, dialect_of
+from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, ray_owner
 from services.admission.priority import PriorityBook, class_name, preemptible, ray_pod_metas, volcano_pinned
 from services.admission.queues import QueueBook
 from services.admission.resolve import never_fits, queue_for
@@ -28,6 +31,7 @@ from services.admission.workloads import (
     parse_ray_job,
     rayjob_outcome,
     spec_suspended,
+    with_minimum,
 )
 from shared.events import (
     Envelope,
@@ -82,8 +86,12 @@ class AdmissionCore:
         self.policy = policy
         self.queues = QueueBook()
         self.priorities = PriorityBook()
-        self.pod_gangs = PodGangBook(policy.scheduler_name)
+        self.pod_gangs = PodGangBook(policy.answers_to)
         self.workloads: dict[str, RayWorkload] = {}
+        self.ray_groups: dict[str, Mapping[str, Any]] = {}
+        """``Kind:namespace/name`` of a RayCluster / RayJob -> the PodGroup KubeRay made for it."""
+        self.job_clusters: dict[str, str] = {}
+        """``namespace/cluster`` of a RayJob's own RayCluster -> the RayJob's name."""
         self._claims: dict[str, str] = {}
         self._seen: dict[str, None] = {}
 
@@ -113,7 +121,10 @@ class AdmissionCore:
                 out += self._evaluate_gang(gang, now)
             return out
         if p.kind == "PodGroup":
-            if not is_coscheduling_podgroup(api_version, p.object):
+            owner = ray_owner(p.object)
+            if owner is not None:
+                return self._on_ray_group(p, namespace, owner)
+            if not is_plain_podgroup(api_version, p.object):
                 return []
             gang = self.pod_gangs.observe_podgroup(p.change, f"{namespace}/{p.name}", p.object)
             return self._evaluate_gang(gang, now) if gang is not None else []
@@ -134,6 +145,11 @@ class AdmissionCore:
     # ------------------------------------------------------------------ RayCluster / RayJob lifecycle
     def _on_ray(self, p: ObjectChanged, namespace: str, now: float) -> list[Output]:
         if p.kind == "RayCluster" and is_rayjob_cluster(p.object):
+            job = _rayjob_of(p.object)
+            if job and p.change != "Deleted":  # a PodGroup KubeRay makes for this cluster is the RayJob's
+                self.job_clusters[f"{namespace}/{p.name}"] = job
+            elif p.change == "Deleted":
+                self.job_clusters.pop(f"{namespace}/{p.name}", None)
             return []
         key = f"{namespace}/{p.name}"
         wid = f"{p.kind}:{key}"
@@ -203,20 +219,61 @@ class AdmissionCore:
         return build(None)
 
     def _ray_spec(self, w: RayWorkload, keep: WorkloadSpec | None = None) -> WorkloadSpec:
-        self._claim(w.key, f"{w.kind}:{w.key}")
-        shape = (parse_ray_cluster if w.kind == "RayCluster" else parse_ray_job)(w.name, w.obj)
-        return self._spec(kind=w.kind, namespace=w.namespace, name=w.name, labels=fields.labels(w.obj),
-                          annotations=fields.annotations(w.obj), template_class=shape.head_priority_class,
-                          template_field=shape.head_priority_field, gang=shape.gang, gate=w.gate,
+        """The gang as the queue's dialect counts it; a PodGroup KubeRay made for the workload (its
+        ``--batch-scheduler`` is volcano or scheduler-plugins) gives the minimum and the queue."""
+        wid = f"{w.kind}:{w.key}"
+        self._claim(w.key, wid)
+        parse = parse_ray_cluster if w.kind == "RayCluster" else parse_ray_job
+        shape = parse(w.name, w.obj, KUBERAY)  # the spec is checked before anything is read from it
+        labels, annotations = fields.labels(w.obj), fields.annotations(w.obj)
+        group = _group_spec(self.ray_groups.get(wid))
+        where = _where_group(self.ray_groups.get(wid), w.namespace)
+        queue = queue_for(labels, annotations, w.namespace, self.queues, self.policy.default_queue,
+                          group_queue=(fields.string(group.get("queue"), f"{where} spec.queue") or None))
+        rules = dialect_of(self.queues.specs.get(queue[0])).gang
+        if rules != KUBERAY:
+            shape = parse(w.name, w.obj, rules)
+        gang, template_class, template_field = shape.gang, shape.head_priority_class, shape.head_priority_field
+        if group.get("minMember") is not None:
+            gang = with_minimum(gang, fields.integer(group.get("minMember"), f"{where} spec.minMember",
+                                                     default=1, minimum=0))
+        group_class = fields.string(group.get("priorityClassName"), f"{where} spec.priorityClassName") or None
+        if group_class:
+            template_class, template_field = group_class, f"{where} spec.priorityClassName"
+        metas = ray_pod_metas(w.kind, w.obj)
+        if wid in self.ray_groups:
+            metas.append((f"{where} metadata", self.ray_groups[wid].get("metadata")))
+        return self._spec(kind=w.kind, namespace=w.namespace, name=w.name, queue=queue, labels=labels,
+                          template_class=template_class, template_field=template_field, gang=gang, gate=w.gate,
                           cluster_name=shape.cluster_name, submitted_at=w.first_seen,
-                          pinned=volcano_pinned(ray_pod_metas(w.kind, w.obj)), keep=keep)
+                          pinned=volcano_pinned(metas), keep=keep)
+
+    def _on_ray_group(self, p: ObjectChanged, namespace: str, owner: tuple[str, str]) -> list[Output]:
+        """A PodGroup KubeRay made for a RayCluster or RayJob (Volcano's, or scheduler-plugins' for the
+        RayJob's own cluster): the workload's gang definition. Its pods stay the Ray workload's; the
+        group is never a gang of its own."""
+        kind, name = owner
+        job = self.job_clusters.get(f"{namespace}/{name}") if kind == "RayCluster" else None
+        if job is not None:
+            kind, name = "RayJob", job
+        wid = f"{kind}:{namespace}/{name}"
+        if p.change == "Deleted":
+            if self.ray_groups.pop(wid, None) is None:
+                return []
+        else:
+            if self.ray_groups.get(wid) == p.object:
+                return []
+            self.ray_groups[wid] = p.object
+        w = self.workloads.get(wid)
+        if w is None or w.deleted or w.finished:
+            return []
+        return self._evaluate(w)
 
     # ------------------------------------------------------------------ plain pod gangs
     def _evaluate_gang(self, gang: PodGang, now: float, again: bool = False) -> list[Output]:
-        wid = f"PodGroup:{gang.key}"
         if not gang.members:
             self.pod_gangs.forget(gang)
-            self._release(gang.key, wid)
+            self._release(gang.key, gang.wid)
             return [WorkloadDeleted(key=gang.key)] if gang.submitted or gang.rejected is not None else []
         if gang.finished:
             return []
@@ -228,44 +285,53 @@ class AdmissionCore:
             spec = self._settled(lambda keep: self._gang_spec(gang, now, keep=keep),
                                  gang.spec if gang.rejected is None else None, again)
         except Invalid as exc:
-            return self._reject(gang, "PodGroup", exc.reason)
+            return self._reject(gang, gang.kind, exc.reason)
         return self._accept(gang, spec) if spec is not None else []
 
     def _gang_spec(self, gang: PodGang, now: float, keep: WorkloadSpec | None = None) -> WorkloadSpec | None:
-        """The gang's spec once min-available pods wait (None before); pod sets by shape, labels of the first pod."""
-        self._claim(gang.key, f"PodGroup:{gang.key}")
-        minimum = self.pod_gangs.min_available(gang)
-        if minimum is None:
+        """The gang's spec once min-available pods wait (None before): its minimum by the shapes of the
+        first pods, every further live pod elastic, labels of the first pod; held while it has fewer
+        live pods than its minimum."""
+        self._claim(gang.key, gang.wid)
+        minimums = self.pod_gangs.min_available(gang)
+        if minimums is None:
             return None
+        minimum, tasks = minimums
         if not gang.submitted:
-            waiting = gang.waiting()
-            if len(waiting) < minimum:
+            if not gang.ready(minimum, tasks):
                 return None
             if gang.ready_at is None:
                 gang.ready_at = now
-            gang.template = waiting[0]
-            gang.chosen = tuple(waiting[:minimum])
+            gang.template = gang.waiting()[0]
         assert gang.template is not None and gang.ready_at is not None
-        pod_sets = gang_pod_sets(gang.chosen, minimum)
+        pod_gang = gang.gang(minimum, tasks)
         pod_name, pod = gang.template
         try:
             labels, annotations = fields.labels(pod), fields.annotations(pod)
             template_class = fields.string(pod["spec"].get("priorityClassName"), "spec.priorityClassName") or None
         except Invalid as exc:
             raise Invalid(f"pod {pod_name}: {exc.reason}") from None
-        metas = [(f"pod {name} metadata", pod.get("metadata")) for name, pod in gang.chosen]
-        metas.append((f"PodGroup {gang.key} metadata", (self.pod_gangs.podgroups.get(gang.key) or {}).get("metadata")))
-        return self._spec(kind="PodGroup", namespace=gang.namespace, name=gang.group, labels=labels,
-                          annotations=annotations, template_class=template_class,
-                          template_field=f"pod {pod_name} spec.priorityClassName",
-                          gang=Gang(min_member=minimum, pod_sets=pod_sets), gate="pods", cluster_name=gang.group,
-                          submitted_at=gang.ready_at, pinned=volcano_pinned(metas), keep=keep)
+        template_field = f"pod {pod_name} spec.priorityClassName"
+        group = self.pod_gangs.group_spec(gang)
+        where = f"PodGroup {gang.key} spec"
+        group_class = fields.string(group.get("priorityClassName"), f"{where}.priorityClassName") or None
+        if group_class:
+            template_class, template_field = group_class, f"{where}.priorityClassName"
+        queue = queue_for(labels, annotations, gang.namespace, self.queues, self.policy.default_queue,
+                          group_queue=fields.string(group.get("queue"), f"{where}.queue") or None)
+        metas = [(f"pod {name} metadata", pod.get("metadata")) for name, pod in gang.live()]
+        if gang.kind == "PodGroup":
+            metas.append((f"PodGroup {gang.key} metadata", self.pod_gangs.podgroups.get(gang.key, {}).get("metadata")))
+        return self._spec(kind=gang.kind, namespace=gang.namespace, name=gang.group, queue=queue, labels=labels,
+                          template_class=template_class, template_field=template_field, gang=pod_gang, gate="pods",
+                          cluster_name=gang.group, submitted_at=gang.ready_at, pinned=volcano_pinned(metas), keep=keep,
+                          not_ready=gang.not_ready(minimum, tasks) if gang.submitted else "")
 
     # ------------------------------------------------------------------ shared: queue, priority, fit
-    def _spec(self, *, kind: str, namespace: str, name: str, labels: Mapping[str, str],
-              annotations: Mapping[str, str], template_class: str | None, template_field: str, gang: Gang,
-              gate: Gate, cluster_name: str, submitted_at: float, pinned: bool = False,
-              keep: WorkloadSpec | None = None) -> WorkloadSpec:
+    def _spec(self, *, kind: str, namespace: str, name: str, queue: tuple[str, str], labels: Mapping[str, str],
+              template_class: str | None, template_field: str, gang: Gang, gate: Gate, cluster_name: str,
+              submitted_at: float, pinned: bool = False, keep: WorkloadSpec | None = None,
+              not_ready: str = "") -> WorkloadSpec:
         """Queue, priority, preemptibility and the can-never-fit check, common to every workload kind.
 
         Preemptibility follows the queue's dialect (``dialects.py``) and the user's opt-outs (``pinned``:
@@ -277,7 +343,7 @@ class AdmissionCore:
         (deleted, made invalid) leaves it the priority it had, as Kubernetes leaves a pod's; moving to another
         queue it is checked like a new workload (it would have been rejected had that queue come first).
         """
-        queue, source = queue_for(labels, annotations, namespace, self.queues, self.policy.default_queue)
+        queue, source = queue
         moved = keep is None or queue != keep.queue
         known = queue == self.policy.default_queue or self.queues.exists(queue)
         if moved and not known and self.policy.unknown_queue == "reject":
@@ -291,8 +357,8 @@ class AdmissionCore:
             priority, priority_class = keep.priority, keep.priority_class
         dialect = dialect_of(self.queues.specs.get(queue))
         can_preempt = preemptible(priority, labels, dialect.non_preemptible_from) and not pinned
-        if gang.pod_count > self.policy.max_gang_pods:
-            raise Invalid(f"gang of {gang.pod_count} pods is larger than muster accepts "
+        if gang.desired_count > self.policy.max_gang_pods:
+            raise Invalid(f"gang of {gang.desired_count} pods is larger than muster accepts "
                           f"(policy max_gang_pods {self.policy.max_gang_pods})")
         pinned_now = not can_preempt and (keep is None or keep.preemptible)
         if moved or pinned_now:  # as if it had come after the definition that moved or pinned it
@@ -301,7 +367,8 @@ class AdmissionCore:
                 raise Invalid(reason)
         return WorkloadSpec(key=f"{namespace}/{name}", kind=kind, namespace=namespace, name=name,  # type: ignore[arg-type]
                             queue=queue, priority=priority, priority_class=priority_class, preemptible=can_preempt,
-                            gate=gate, preempts=dialect.preempts(gate), gang=gang, submitted_at=submitted_at, cluster_name=cluster_name)
+                            gate=gate, preempts=dialect.preempts(gate), gang=gang, submitted_at=submitted_at,
+                            cluster_name=cluster_name, not_ready=not_ready)
 
     def _accept(self, entity: RayWorkload | PodGang, spec: WorkloadSpec) -> list[Output]:
         """Submitted the first time; Updated when the spec changed or a rejection was cleared."""
@@ -366,6 +433,33 @@ def _namespace(p: ObjectChanged) -> str:
     meta = p.object.get("metadata")
     ns = meta.get("namespace") if isinstance(meta, Mapping) else None
     return ns if isinstance(ns, str) and ns else "default"
+
+
+def _rayjob_of(cluster: Mapping[str, Any]) -> str:
+    """The RayJob a RayCluster was made for (KubeRay's origin label, else its owner), "" if unknown."""
+    meta = cluster.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    labels = meta.get("labels")
+    name = labels.get("ray.io/originated-from-cr-name") if isinstance(labels, Mapping) else None
+    if isinstance(name, str) and name:
+        return name
+    owners = meta.get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else []:
+        if isinstance(owner, Mapping) and owner.get("kind") == "RayJob" and isinstance(owner.get("name"), str):
+            return owner["name"]
+    return ""
+
+
+def _group_spec(group: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """A KubeRay-made PodGroup's spec (empty when there is none)."""
+    spec = group.get("spec") if group is not None else None
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _where_group(group: Mapping[str, Any] | None, namespace: str) -> str:
+    meta = group.get("metadata") if group is not None else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return f"PodGroup {namespace}/{name}"
 
 
 def _uid(obj: Mapping[str, Any]) -> str:

@@ -1,9 +1,12 @@
 """Where Volcano, KAI Scheduler, kube-queue's ElasticQuotaTree and the implicit default queue differ, as data.
 
-A workload's rules come from the dialect of the queue it lands in. Each dialect states them here once;
-admission writes them on the QueueSpec (``queue_fields``) and uses them for the WorkloadSpec
-(``non_preemptible_from``); the queue and placement cores read the values and never test a name.
-docs/design.md ("Dialect rules") cites the peer source of every value.
+A workload's rules come from the dialect of the queue it lands in. Each dialect states them here once,
+in one row of ``DIALECTS``: admission writes them on the QueueSpec (``queue_fields``), uses them for
+the WorkloadSpec (``non_preemptible_from``, ``preempts``) and counts the gang by them (``gang``:
+``PodSet.count`` / ``elastic`` / ``charged``); the queue and placement cores read the values and never
+test a name. docs/design.md ("Dialect rules") cites the peer source of every value.
+
+Preemption and reclaim:
 
 - ``non_preemptible_from``: the priority from which a workload is non-preemptible. KAI only
   (``PriorityBuildNumber`` 100); the others have no priority cap: any PriorityClass value is
@@ -17,14 +20,53 @@ docs/design.md ("Dialect rules") cites the peer source of every value.
 - ``reclaim_below_guarantee``: KAI reclaims a whole job from a queue over its share even when the queue
   ends below its quota; Volcano's capacity plugin never takes a victim's queue below ``guarantee``, and
   an ElasticQuotaTree ``min`` is guaranteed (ACK: reclaimed only from quotas whose usage exceeds their min).
+
+What a Ray workload's gang counts and what it charges (``gang``):
+
+- Volcano (KubeRay's volcano batch scheduler, ``volcano_scheduler.go`` ``calculatePodGroupParams``):
+  minMember = head + Σ desired workers, or head + Σ minReplicas when in-tree autoscaling is on;
+  workers above that are elastic. The submitter is in the PodGroup's minResources: charged.
+- KAI (the podgrouper's Ray plugin, ``ray_grouper.go`` ``calcJobNumOfPodsAndSubGroups``): a worker
+  group's minimum is minReplicas × numOfHosts when minReplicas is set, else its desired replicas;
+  workers above it are elastic, autoscaling or not.
+- ElasticQuotaTree (ACK kube-queue, "Automate RayJobs in ACK clusters"): a RayJob's demand is head +
+  Σ replicas × pod request; the whole cluster is admitted at once (no elastic part) and the
+  submitter pod is not charged to the quota.
+- The implicit default queue counts as KubeRay itself does (Volcano's rule above).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from shared.model import QueueDialect, QueueSpec
+
+RayMinimum = Literal["desired", "min-when-autoscaling", "min-replicas"]
+
+
+@dataclass(frozen=True)
+class GangRules:
+    """How a dialect counts a Ray workload's gang: the part of it admission reads before the queue is known
+    is KubeRay's (``KUBERAY``), so these values are grouped to compare them at once."""
+
+    ray_minimum: RayMinimum
+    """A worker group's part of the gang: its desired pods (``desired``), minReplicas when in-tree
+    autoscaling is on (``min-when-autoscaling``), or minReplicas whenever it is set (``min-replicas``)."""
+    charge_submitter: bool
+    """Whether a RayJob's submitter pod counts against queue quota."""
+
+    def worker_minimum(self, desired: int, min_replicas: int, hosts: int, autoscaling: bool) -> int:
+        """Pods of one worker group in the gang's minimum (never more than it desires)."""
+        if self.ray_minimum == "min-when-autoscaling" and autoscaling:
+            return min(desired, min_replicas * hosts)
+        if self.ray_minimum == "min-replicas" and min_replicas > 0:
+            return min(desired, min_replicas * hosts)
+        return desired
+
+
+KUBERAY = GangRules(ray_minimum="min-when-autoscaling", charge_submitter=True)
+"""KubeRay's own arithmetic (its volcano batch scheduler's)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +79,7 @@ class Dialect:
     guarantee_caps_non_preemptible: bool
     reclaim_below_guarantee: bool
     suspended_preempt: bool
+    gang: GangRules
 
     def preempts(self, gate: str) -> bool:
         """Whether a workload with this gate may evict lower priorities of its own queue."""
@@ -51,16 +94,21 @@ class Dialect:
 
 DIALECTS: dict[QueueDialect, Dialect] = {
     "volcano": Dialect(kind="Queue", limit_word="capability", guarantee_word="guarantee", non_preemptible_from=None,
-                       guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=True),
+                       guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=True,
+                       gang=KUBERAY),
     "kai": Dialect(kind="Queue", limit_word="limit", guarantee_word="quota", non_preemptible_from=100,
-                   guarantee_caps_non_preemptible=True, reclaim_below_guarantee=True, suspended_preempt=True),
+                   guarantee_caps_non_preemptible=True, reclaim_below_guarantee=True, suspended_preempt=True,
+                   gang=GangRules(ray_minimum="min-replicas", charge_submitter=True)),
     "elasticquotatree": Dialect(kind="ElasticQuotaTree", limit_word="max", guarantee_word="min",
                                 non_preemptible_from=None, guarantee_caps_non_preemptible=False,
-                                reclaim_below_guarantee=False, suspended_preempt=False),
+                                reclaim_below_guarantee=False, suspended_preempt=False,
+                                gang=GangRules(ray_minimum="desired", charge_submitter=False)),
     "builtin": Dialect(kind="Queue", limit_word="limit", guarantee_word="guarantee", non_preemptible_from=None,
-                       guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=False),
+                       guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=False,
+                       gang=KUBERAY),
 }
-"""``builtin`` is the implicit default queue: kube-queue / Kueue, preemptible by priority, no priority cap."""
+"""``builtin`` is the implicit default queue: kube-queue / Kueue, preemptible by priority, no priority cap,
+KubeRay's gang arithmetic."""
 
 
 def dialect_of(spec: QueueSpec | None) -> Dialect:

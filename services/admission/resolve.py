@@ -1,6 +1,7 @@
 """Which queue a workload goes to, and whether its gang could ever fit that queue's limits.
 
-Resolution order, first match wins: label ``volcano.sh/queue-name`` (or Volcano's annotation
+Resolution order, first match wins: ``spec.queue`` of a PodGroup KubeRay made for the workload
+(Volcano schedules by the PodGroup's queue), label ``volcano.sh/queue-name`` (or Volcano's annotation
 ``scheduling.volcano.sh/queue-name``), label ``kai.scheduler/queue``, label
 ``quota.scheduling.alibabacloud.com/name``, the ElasticQuotaTree leaf listing the namespace, else
 ``policy.default_queue``.
@@ -25,8 +26,10 @@ _RESOURCE_ORDER = (q.CPU, q.MEMORY, q.GPU)
 
 
 def queue_for(labels: Mapping[str, str], annotations: Mapping[str, str], namespace: str, book: QueueBook,
-              default_queue: str) -> tuple[str, str]:
+              default_queue: str, group_queue: str | None = None) -> tuple[str, str]:
     """(queue name, where it came from) — the source is quoted in 'does not exist' reasons."""
+    if group_queue:
+        return group_queue, "spec.queue of its PodGroup"
     for where, key in QUEUE_SOURCES:
         value = (labels if where == "labels" else annotations).get(key)
         if value:

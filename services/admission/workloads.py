@@ -1,9 +1,10 @@
 """RayCluster / RayJob → the gang KubeRay's batch schedulers would ask for.
 
-The arithmetic is KubeRay's (``utils.CalculateDesiredReplicas`` / ``CalculateMinReplicas`` and the
-Volcano plugin's RayJob submitter): head 1; per worker group clamp(replicas, minReplicas,
-maxReplicas) × numOfHosts, 0 when the group is suspended, minReplicas × numOfHosts when in-tree
-autoscaling is on; a K8sJobMode RayJob adds its submitter pod outside the gang. Unlike KubeRay,
+The pods are KubeRay's (``utils.CalculateDesiredReplicas``): head 1; per worker group
+clamp(replicas, minReplicas, maxReplicas) × numOfHosts, 0 when the group is suspended; a K8sJobMode
+RayJob adds its submitter pod outside the gang. Which of them form the gang's minimum and which are
+elastic, and whether the submitter is charged, is the queue dialect's rule (``dialects.py``); a
+PodGroup KubeRay made for the workload overrides the minimum with its ``minMember``. Unlike KubeRay,
 minReplicas > maxReplicas is a rejection (KubeRay silently uses maxReplicas). Like KubeRay, a RayJob
 that is suspended while ``shutdownAfterJobFinishes`` is not true is refused.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
+from services.admission.dialects import GangRules
 from services.admission.fields import Invalid, boolean, integer, mapping, opt_list, opt_mapping, show, string
 from services.admission.pods import pod_set
 from shared import kube
@@ -59,8 +61,12 @@ def spec_suspended(obj: Mapping[str, Any]) -> bool:
     return isinstance(spec, Mapping) and spec.get("suspend") is True
 
 
-def worker_count(group: Mapping[str, Any], where: str, autoscaling: bool) -> int:
-    """Pods of one worker group in the gang, exactly as KubeRay counts them."""
+def worker_counts(group: Mapping[str, Any], where: str, autoscaling: bool, rules: GangRules) -> tuple[int, int]:
+    """(pods in the gang's minimum, pods KubeRay creates) for one worker group.
+
+    KubeRay creates clamp(replicas, minReplicas, maxReplicas) × numOfHosts pods (the Ray autoscaler
+    moves ``replicas``), none for a suspended group; the dialect says how many of them start together.
+    """
     replicas = integer(group.get("replicas"), f"{where}.replicas", default=0)
     minimum = integer(group.get("minReplicas"), f"{where}.minReplicas", default=0)
     maximum = integer(group.get("maxReplicas"), f"{where}.maxReplicas", default=MAX_REPLICAS_DEFAULT)
@@ -68,13 +74,13 @@ def worker_count(group: Mapping[str, Any], where: str, autoscaling: bool) -> int
     if minimum > maximum:
         raise Invalid(f"{where}.minReplicas: {minimum} is greater than maxReplicas {maximum}")
     if boolean(group.get("suspend"), f"{where}.suspend", default=False):
-        return 0
-    if autoscaling:
-        return minimum * hosts
-    return min(max(replicas, minimum), maximum) * hosts
+        return 0, 0
+    desired = min(max(replicas, minimum), maximum) * hosts
+    return rules.worker_minimum(desired, minimum, hosts, autoscaling), desired
 
 
-def cluster_pod_sets(spec: Mapping[str, Any], prefix: str, *, head_extra: q.Resources | None = None) -> list[PodSet]:
+def cluster_pod_sets(spec: Mapping[str, Any], prefix: str, rules: GangRules, *,
+                     head_extra: q.Resources | None = None) -> list[PodSet]:
     """Head then worker groups in order, from a RayClusterSpec at path ``prefix`` (``spec`` or ``spec.rayClusterSpec``)."""
     head = mapping(spec.get("headGroupSpec"), f"{prefix}.headGroupSpec")
     sets = [pod_set("head", 1, head.get("template"), f"{prefix}.headGroupSpec.template", extra=head_extra)]
@@ -89,13 +95,30 @@ def cluster_pod_sets(spec: Mapping[str, Any], prefix: str, *, head_extra: q.Reso
             raise Invalid(f"{prefix}.workerGroupSpecs[{i}].groupName: {show(name)} names another pod set of this workload")
         names.append(name)
         where = f"{prefix}.workerGroupSpecs[{name}]"
-        count = worker_count(group, where, autoscaling)
-        sets.append(pod_set(name, count, group.get("template"), f"{where}.template"))
+        minimum, desired = worker_counts(group, where, autoscaling, rules)
+        sets.append(pod_set(name, minimum, group.get("template"), f"{where}.template").model_copy(
+            update={"elastic": desired - minimum}))
     return sets
 
 
 def gang_of(sets: list[PodSet]) -> Gang:
     return Gang(min_member=sum(ps.count for ps in sets if ps.in_gang), pod_sets=tuple(sets))
+
+
+def with_minimum(gang: Gang, min_member: int) -> Gang:
+    """The gang with ``min_member`` pods in its minimum (a PodGroup's ``minMember`` KubeRay wrote):
+    taken from the pod sets in order (head first), every pod beyond it elastic. Never more than the
+    workload has pods: a stale PodGroup cannot ask for pods KubeRay will not create."""
+    left = min_member
+    sets = []
+    for ps in gang.pod_sets:
+        if not ps.in_gang:
+            sets.append(ps)
+            continue
+        take = min(left, ps.desired)
+        left -= take
+        sets.append(ps.model_copy(update={"count": take, "elastic": ps.desired - take}))
+    return gang_of(sets)
 
 
 def _head_priority(spec: Mapping[str, Any], prefix: str) -> tuple[str | None, str]:
@@ -105,14 +128,14 @@ def _head_priority(spec: Mapping[str, Any], prefix: str) -> tuple[str | None, st
     return (string(raw, where) or None), where
 
 
-def parse_ray_cluster(name: str, obj: Mapping[str, Any]) -> RayShape:
+def parse_ray_cluster(name: str, obj: Mapping[str, Any], rules: GangRules) -> RayShape:
     spec = mapping(obj.get("spec"), "spec")
-    sets = cluster_pod_sets(spec, "spec")
+    sets = cluster_pod_sets(spec, "spec", rules)
     cls, field = _head_priority(spec, "spec")
     return RayShape(gang=gang_of(sets), cluster_name=name, head_priority_class=cls, head_priority_field=field)
 
 
-def parse_ray_job(name: str, obj: Mapping[str, Any]) -> RayShape:
+def parse_ray_job(name: str, obj: Mapping[str, Any], rules: GangRules) -> RayShape:
     spec = mapping(obj.get("spec"), "spec")
     selector = opt_mapping(spec.get("clusterSelector"), "spec.clusterSelector")
     if selector:
@@ -128,9 +151,10 @@ def parse_ray_job(name: str, obj: Mapping[str, Any]) -> RayShape:
     if mode not in SUBMISSION_MODES:
         raise Invalid(f"spec.submissionMode: {show(mode)} is not one of {', '.join(SUBMISSION_MODES)}")
     cluster = mapping(spec.get("rayClusterSpec"), "spec.rayClusterSpec")
-    sets = cluster_pod_sets(cluster, "spec.rayClusterSpec", head_extra=SUBMITTER_DEFAULT if mode == "SidecarMode" else None)
+    sets = cluster_pod_sets(cluster, "spec.rayClusterSpec", rules,
+                            head_extra=SUBMITTER_DEFAULT if mode == "SidecarMode" else None)
     if mode == "K8sJobMode":
-        sets.append(submitter_pod_set(spec))
+        sets.append(submitter_pod_set(spec).model_copy(update={"charged": rules.charge_submitter}))
     cls, field = _head_priority(cluster, "spec.rayClusterSpec")
     return RayShape(gang=gang_of(sets), cluster_name=kube.rayjob_cluster_name(name),
                     head_priority_class=cls, head_priority_field=field)

@@ -4,7 +4,7 @@ Where each decision is made:
 - what a node offers and uses, static filters, scoring: ``nodes.NodeTable``
 - one gang onto the nodes, all or nothing: ``gang.place_gang`` inside a ``statement.Statement``
 - which GPU device a pod gets, group ids: ``gpu``
-- who is preempted, and the fewest of them: ``preemption``
+- who is preempted, and the fewest of them: ``preemption``; elastic pods first: ``elastic``
 - failure text: ``reasons``
 - GPU fragmentation against the recent workload mix (the ``fragmentation`` strategy): ``fragmentation``
 - this module: routing events; slots of admitted workloads and the pods that fill them;
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from services.placement import gpu
+from services.placement import elastic, gpu, reasons
 from services.placement.gang import GangAttempt, ordered_pod_sets, place_gang, place_pods, pod_demand
 from services.placement.nodes import NodeTable
 from services.placement.pods import PodRecord, pod_facts, pod_set_of
@@ -29,9 +29,9 @@ from shared.model import shrunk
 from shared.victims import minimal_victims
 from shared import quantity as q
 from shared.events import (
-    CapacityChanged, Dequeued, Envelope, GangDisrupted, GangPlaced, GangRunning, ObjectChanged, PlacementFailed, PodAssigned,
-    PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, SlotAssignment, TimerFired, TimerSet,
-    WorkloadUpdated, WorkloadWithdrawn,
+    CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, Envelope, GangDisrupted, GangPlaced, GangRunning,
+    ObjectChanged, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested,
+    SlotAssignment, TimerFired, TimerSet, WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.policy import Policy
 
@@ -98,13 +98,15 @@ class PlacementCore:
             return []
         if isinstance(p, WorkloadUpdated):
             return self._on_updated(p, now)
-        if not isinstance(p, (Dequeued, ReclaimRequested, WorkloadWithdrawn)) or env.id in self._handled:
+        if not isinstance(p, (Dequeued, ReclaimRequested, WorkloadWithdrawn, ElasticGranted)) or env.id in self._handled:
             return []
         self._handled.add(env.id)
         if isinstance(p, Dequeued):
             return self._on_dequeued(p, now)
         if isinstance(p, ReclaimRequested):
             return self._on_reclaim(p, now)
+        if isinstance(p, ElasticGranted):
+            return self._on_elastic_granted(p)
         return self._on_withdrawn(p)
 
     # ------------------------------------------------------------------ nodes and capacity
@@ -112,14 +114,19 @@ class PlacementCore:
         change = self.nodes.remove(p.name) if p.change == "Deleted" else self.nodes.upsert(p.name, p.object)
         if change is None:
             return []
+        lost: list[Any] = []
         if p.change == "Deleted":
             gone = self.nodes.index[p.name]
             for wrec in self.workloads.values():
-                if wrec.admitted and any(s.node == gone and s.free for s in wrec.slots):
+                if not wrec.admitted:
+                    continue
+                idle = [(wrec, s) for s in wrec.slots if s.elastic and s.node == gone and s.free]
+                lost += self._drop_elastic(idle, f"its node {p.name} left")  # they ask the queue again
+                if any(s.node == gone and s.free for s in wrec.slots):
                     self._displaced[wrec.key] = None
         released = change.grew or change.constraints or self._release_pending
         self._release_pending = False
-        out: list[Any] = [self._capacity_changed(released)]
+        out: list[Any] = lost + [self._capacity_changed(released)]
         return out + self._retry_displaced() if released else out
 
     def _capacity_changed(self, released: bool) -> CapacityChanged:
@@ -173,7 +180,7 @@ class PlacementCore:
     # ------------------------------------------------------------------ pods
     def _on_pod(self, p: ObjectChanged, now: float) -> list[Any]:
         """Count bound live pods, fill or free slots, assign new pods of admitted workloads."""
-        facts = pod_facts(p.change, p.object, p.name, p.namespace)
+        facts = pod_facts(p.change, p.object, p.name, p.namespace, self.policy.answers_to)
         rec = self.pods.get(facts.key)
         if rec is None:
             if not facts.live or (not facts.bound and facts.workload is None):
@@ -262,6 +269,12 @@ class PlacementCore:
         slot.pod, slot.filled = None, False
         if wrec is None:
             return False, []
+        if slot.elastic:  # its own pod only: a replacement asks the queue for quota again
+            if was_reserving:
+                self.nodes.uncharge(slot.node, slot.demand, slot.devices)
+            wrec.slots.remove(slot)
+            what = "finished" if rec.facts.phase in ("Succeeded", "Failed") else "went away"
+            return False, [self._elastic_released(wrec, slot.pod_set, 1, f"pod {rec.facts.name} {what}")]
         surplus = wrec.surplus(slot.pod_set) > 0
         if rec.facts.phase == "Succeeded" or surplus:
             if was_reserving:
@@ -271,12 +284,30 @@ class PlacementCore:
             else:
                 slot.done = True
             return False, []
+        stand_in = self._stand_in(wrec, slot)
+        if stand_in is not None:  # a running elastic pod of the pod set takes the gang place
+            if was_reserving:
+                self.nodes.uncharge(slot.node, slot.demand, slot.devices)
+            wrec.slots.remove(slot)
+            stand_in.elastic, stand_in.in_gang = False, slot.in_gang
+            assert stand_in.pod is not None
+            return False, [self._elastic_released(wrec, slot.pod_set, 1,
+                                                  f"pod {stand_in.pod.partition('/')[2]} takes the gang place of "
+                                                  f"pod {rec.facts.name}", promoted=(stand_in.pod,))]
         if was_filled and self.nodes.present[slot.node]:
             self.nodes.charge(slot.node, slot.demand, slot.devices)
         elif was_filled:
             slot.lost = True
             self._displaced[wrec.key] = None
         return True, self._assign_waiting(wrec, slot.pod_set)
+
+    def _stand_in(self, wrec: WorkloadRecord, gone: Slot) -> Slot | None:
+        """The newest elastic slot of the same pod set holding a bound pod on a present node: the pod that
+        may take a gone gang pod's place (a gang is a count of running pods, not particular ones)."""
+        for slot in sorted(wrec.slots, key=lambda s: -s.index):
+            if slot.elastic and slot.pod_set == gone.pod_set and slot.filled and self.nodes.present[slot.node]:
+                return slot
+        return None
 
     def _attach(self, wrec: WorkloadRecord, rec: PodRecord) -> list[Any]:
         """Give a live pod of an admitted workload a slot; unbound pods are told where to go."""
@@ -288,26 +319,55 @@ class PlacementCore:
                 return []
             slot.pod, rec.slot = facts.key, slot
             return self._set_foreign(rec, False)
+        if not wrec.assembled:
+            return self._assemble(wrec)
         slot = wrec.free_slot(pod_set)
         if slot is not None and (slot.lost or not self.nodes.present[slot.node]):
             slot = wrec.free_slot(pod_set) if self._relocate(wrec) else None
-        if slot is None:  # beyond the admitted slots (a scaled-up cluster): it waits unbound, no quota
+        if slot is None:  # beyond its slots (an elastic pod not granted yet): it waits unbound, no quota
             return []
         slot.pod, rec.slot = facts.key, slot
         return [self._pod_assigned(wrec, rec, slot)]
+
+    def _assemble(self, wrec: WorkloadRecord) -> list[Any]:
+        """A pod-gated gang binds nothing until a pod waits for every one of its gang slots: then all
+        of them are told where to go at once, in the order they were observed (Volcano binds a job
+        only when minAvailable tasks are present; a gang whose evicted plain pods never come back
+        must not run with some of them). A suspend-gated gang's pods are created after admission,
+        on reserved nodes: they go as they come."""
+        if wrec.spec.gate == "pods":
+            missing: dict[str, int] = {}
+            for slot in wrec.slots:
+                if slot.in_gang and not slot.elastic and slot.free:
+                    missing[slot.pod_set] = missing.get(slot.pod_set, 0) + 1
+            for key in self._own_pods(wrec):
+                pod = self.pods[key]
+                if pod.slot is None and pod.facts.live and not pod.facts.bound and not pod.evicted:
+                    name = self._pod_set_name(wrec, pod)
+                    if missing.get(name):
+                        missing[name] -= 1
+            if any(missing.values()):
+                return []
+        wrec.assembled = True
+        out: list[Any] = []
+        for key in self._own_pods(wrec):
+            pod = self.pods[key]
+            if pod.slot is None and pod.facts.live and not pod.facts.bound and not pod.evicted:
+                out += self._attach(wrec, pod)
+        return out
 
     def _pod_set_name(self, wrec: WorkloadRecord, rec: PodRecord) -> str:
         """The pod set a pod fills. KubeRay's pods say it in their labels; a plain pod gang's pods are
         matched by shape to the gang's pod sets (``pods``, ``pods-2``, ...), so a pod only ever fills
         a slot reserved for exactly what it asks; one of no known shape fills none (it waits unbound,
         like any pod beyond the gang)."""
-        if wrec.spec.kind != "PodGroup":
+        if wrec.spec.kind not in ("PodGroup", "Pod"):
             return rec.facts.pod_set
         mine = pod_set_of(rec.obj, rec.facts.pod_set, rec.facts)
         if mine is None:
             return ""
         for ps in wrec.spec.gang.pod_sets:
-            if (ps.resources, ps.gpu_share, ps.constraint_key) == (mine.resources, mine.gpu_share, mine.constraint_key):
+            if ps.task == mine.task and ps.shape == mine.shape:
                 return ps.name
         return ""
 
@@ -326,7 +386,7 @@ class PlacementCore:
         whenever capacity appears (``_retry_displaced``). True when nothing is displaced any more.
         """
         present = self.nodes.present
-        displaced = [s for s in wrec.slots if s.free and (s.lost or not present[s.node])]
+        displaced = [s for s in wrec.slots if s.free and not s.elastic and (s.lost or not present[s.node])]
         if not displaced:
             self._displaced.pop(wrec.key, None)
             return True
@@ -458,6 +518,12 @@ class PlacementCore:
         stmt.rollback()
         min_runtime = self._queue_min_runtime.get(rec.queue, self.policy.min_runtime_for(rec.queue))
         candidates = victim_order([w for w in self.workloads.values() if eligible(w, rec, now, min_runtime)])
+        pods = minimal_victims(elastic.victim_slots(candidates), lambda ss: self._fits_without(rec, [], strategy, ss))
+        if pods:  # elastic pods go before any whole gang
+            why = f"preempted by {rec.key} (priority {rec.spec.priority}) in queue {rec.queue}"
+            placed = self._place_over(rec, [], why, "preempting", strategy, now, pods)
+            assert placed is not None  # the trial above placed it with exactly these pods gone
+            return restored + placed
         victims = minimal_victims(candidates, lambda vs: self._fits_without(rec, vs, strategy))
         if victims is None:
             reason = attempt.reason
@@ -519,17 +585,24 @@ class PlacementCore:
             return restored
         named = dict.fromkeys(k for k in p.victims if k != p.key)
         victims = [w for k in named if (w := self._admitted(k)) is not None]
+        pods: list[elastic.Victim] = []
+        for unit in p.elastic_victims:
+            owner = self._admitted(unit.key)
+            if owner is not None and owner.key != p.key:
+                pods += elastic.newest(owner, unit.pod_set, unit.count)
         strategy = self.policy.placement_for(p.queue)
-        if victims and all(v.queue == rec.queue for v in victims):  # the queue's own limit blocked: in-queue
+        queues = [v.queue for v in victims] + [w.queue for w, _ in pods]
+        if queues and all(q_ == rec.queue for q_ in queues):  # the queue's own limit blocked: in-queue
             why, verb = f"preempted by {rec.key} (priority {rec.spec.priority}) in queue {rec.queue}", "preempting"
         else:
             why, verb = f"reclaimed by {rec.key} for queue {rec.queue}", "reclaiming"
-        out = self._place_over(rec, victims, why, verb, strategy, now)
+        out = self._place_over(rec, victims, why, verb, strategy, now, pods)
         if out is not None:
             return restored + out
         stmt = Statement(self.nodes)
         for victim in victims:
             self._release_into(stmt, victim)
+        self._release_slots_into(stmt, pods)
         attempt = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=True)
         stmt.rollback()
         return restored + [PlacementFailed(key=rec.key, queue=rec.queue, reason=attempt.reason,
@@ -564,9 +637,13 @@ class PlacementCore:
         (``_vacate``). Then a capacity release, so what waits retries. An edit asking for more
         changes nothing here: the pods beyond the slots wait unbound, without quota."""
         wrec = self._admitted(p.workload.key)
-        smaller = shrunk(wrec.spec.gang, p.workload.gang) if wrec is not None else None
-        if wrec is None or smaller is None:
+        if wrec is None:
             return []
+        wrec.latest = p.workload.gang
+        out = self._trim_elastic(wrec)
+        smaller = shrunk(wrec.spec.gang, p.workload.gang)
+        if smaller is None:
+            return out + (self._capacity_signal(now, released=True) if out else [])
         wrec.spec = wrec.spec.model_copy(update={"gang": smaller})
         for ps in smaller.pod_sets:
             surplus = wrec.surplus(ps.name)
@@ -579,16 +656,28 @@ class PlacementCore:
         if wrec.key in self._displaced and not any(s.free and (s.lost or not self.nodes.present[s.node])
                                                    for s in wrec.slots):
             del self._displaced[wrec.key]
-        return self._capacity_signal(now, released=True) + self._check_running(wrec, now)
+        return out + self._capacity_signal(now, released=True) + self._check_running(wrec, now)
 
-    def _fits_without(self, rec: WorkloadRecord, victims: list[WorkloadRecord], strategy: str) -> bool:
-        """Trial: would the gang fit with these victims gone? Always rolled back."""
+    def _fits_without(self, rec: WorkloadRecord, victims: list[WorkloadRecord], strategy: str,
+                      pods: list[elastic.Victim] | None = None) -> bool:
+        """Trial: would the gang fit with these victims (whole workloads, elastic pods) gone? Always rolled back."""
         stmt = Statement(self.nodes)
         for victim in victims:
             self._release_into(stmt, victim)
+        self._release_slots_into(stmt, pods or [])
         ok = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=False).ok
         stmt.rollback()
         return ok
+
+    def _release_slots_into(self, stmt: Statement, pods: list[elastic.Victim]) -> None:
+        """Take elastic slots off the nodes inside ``stmt``: the reservation, or the pod filling it."""
+        for _, slot in pods:
+            if slot.reserving:
+                stmt.uncharge(slot.node, slot.demand, slot.devices)
+            elif slot.pod is not None and slot.pod in self.pods:
+                pod = self.pods[slot.pod]
+                if pod.node is not None and pod.demand is not None:
+                    stmt.uncharge(pod.node, pod.demand, pod.devices)
 
     def _release_into(self, stmt: Statement, victim: WorkloadRecord) -> None:
         """Take everything a victim holds off the nodes inside ``stmt`` (reservations and pods)."""
@@ -601,21 +690,106 @@ class PlacementCore:
                 stmt.uncharge(pod.node, pod.demand, pod.devices)
 
     def _place_over(self, rec: WorkloadRecord, victims: list[WorkloadRecord], why: str, verb: str, strategy: str,
-                    now: float) -> list[Any] | None:
-        """Place the gang with the victims' holdings released; commit and evict them, or undo (None)."""
+                    now: float, pods: list[elastic.Victim] | None = None) -> list[Any] | None:
+        """Place the gang with the victims' holdings (whole workloads, elastic pods) released; commit and
+        evict them, or undo (None)."""
+        pods = pods or []
         stmt = Statement(self.nodes)
         for victim in victims:
             self._release_into(stmt, victim)
+        self._release_slots_into(stmt, pods)
         attempt = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=False)
         if not attempt.ok:
             stmt.rollback()
             return None
         stmt.commit()
         out: list[Any] = [self._evict(victim, rec, why) for victim in victims]
+        out += self._evict_elastic(pods, why)
         reason = self._placed_reason(attempt, strategy)
-        if victims:
-            reason += f" after {verb} {', '.join(v.key for v in victims)}"
+        if victims or pods:
+            named = [v.key for v in victims] + [f"{n} elastic pod(s) of {key} ({pod_set})"
+                                                 for (key, pod_set), n in _counts(pods).items()]
+            reason += f" after {verb} {', '.join(named)}"
         return out + self._admit(rec, attempt, now, reason)
+
+    def _evict_elastic(self, pods: list[elastic.Victim], why: str) -> list[Any]:
+        """Bookkeeping after the statement released elastic slots: they are gone, their pods evicted;
+        one release per (workload, pod set) tells the queue and the reconciler."""
+        out: list[Any] = []
+        for (_, pod_set), group in elastic.by_pod_set(pods).items():
+            wrec = group[0][0]
+            names = []
+            for _, slot in group:
+                wrec.slots.remove(slot)
+                pod = self.pods.get(slot.pod) if slot.pod is not None else None
+                if pod is not None:
+                    names.append(pod.key)
+                    if pod.node is not None and pod.foreign:
+                        self._add_foreign(pod, -1)
+                    pod.node, pod.demand, pod.devices, pod.foreign = None, None, (), False
+                    pod.slot, pod.evicted = None, True
+            out.append(self._elastic_released(wrec, pod_set, len(group), why, evicted=tuple(names)))
+        return out
+
+    def _drop_elastic(self, slots: list[elastic.Victim], why: str) -> list[Any]:
+        """Elastic slots that hold no pod go (a node left, the owner wants fewer): the queue hears it."""
+        out: list[Any] = []
+        for (_, pod_set), group in elastic.by_pod_set(slots).items():
+            wrec = group[0][0]
+            for _, slot in group:
+                if slot.reserving:
+                    self.nodes.uncharge(slot.node, slot.demand, slot.devices)
+                wrec.slots.remove(slot)
+            out.append(self._elastic_released(wrec, pod_set, len(group), why))
+        return out
+
+    def _trim_elastic(self, wrec: WorkloadRecord) -> list[Any]:
+        """The owner wants fewer elastic pods: idle elastic slots beyond that go at once (the newest
+        first); those holding a pod go when their pod does."""
+        out: list[Any] = []
+        for ps in wrec.spec.gang.pod_sets:
+            extra = -wrec.elastic_room(ps.name)
+            if extra > 0:
+                idle = [(w, s) for w, s in elastic.newest(wrec, ps.name, len(wrec.slots)) if s.free][:extra]
+                out += self._drop_elastic(idle, "its owner wants fewer pods")
+        return out
+
+    def _on_elastic_granted(self, p: ElasticGranted) -> list[Any]:
+        """Place the granted elastic pods one by one (each alone: as many as nodes allow); what finds no
+        node, or is no longer wanted, goes back to the queue at once."""
+        wrec = self._admitted(p.key)
+        if wrec is None:
+            return [ElasticReleased(key=p.key, pod_set=p.pod_set, count=p.count, admission=p.admission,
+                                    reason="not admitted any more")]
+        wrec.admission = p.admission
+        ps = next((x for x in wrec.spec.gang.pod_sets if x.name == p.pod_set), None)
+        take = min(p.count, max(0, wrec.elastic_room(p.pod_set))) if ps is not None else 0
+        out: list[Any] = []
+        placed = []
+        if ps is not None and take:
+            strategy = self.policy.placement_for(wrec.queue)
+            demand = pod_demand(self.nodes, ps)
+            stmt = Statement(self.nodes)
+            placed = place_pods(self.nodes, stmt, ps, demand, take, strategy, first_index=wrec.next_index(ps.name))
+            stmt.commit()
+            wrec.slots += [Slot(ps.name, x.index, x.node, x.devices, x.demand, in_gang=False, elastic=True)
+                           for x in placed]
+            if len(placed) < take:
+                why, _ = reasons.fit_error(self.nodes, ps, demand, self.nodes.static_mask(ps))
+                out.append(self._elastic_released(wrec, p.pod_set, take - len(placed),
+                                                  f"{take - len(placed)} elastic pod(s) of {p.pod_set} could not be "
+                                                  f"placed: {why}", refused=True))
+        if p.count > take:
+            out.append(self._elastic_released(wrec, p.pod_set, p.count - take, "its owner wants fewer pods"))
+        for _ in placed:
+            out += self._assign_waiting(wrec, p.pod_set)
+        return out
+
+    def _elastic_released(self, wrec: WorkloadRecord, pod_set: str, count: int, reason: str, *,
+                          refused: bool = False, evicted: tuple[str, ...] = (),
+                          promoted: tuple[str, ...] = ()) -> ElasticReleased:
+        return ElasticReleased(key=wrec.key, pod_set=pod_set, count=count, admission=wrec.admission, reason=reason,
+                               refused=refused, evicted=evicted, promoted=promoted)
 
     def _evict(self, victim: WorkloadRecord, preemptor: WorkloadRecord, why: str) -> PreemptionRequested:
         """Bookkeeping after the statement released the victim: its pods no longer count or fill."""
@@ -662,11 +836,16 @@ class PlacementCore:
         names = self.nodes.names
         slots = tuple(SlotAssignment(pod_set=s.pod_set, index=s.index, node=names[s.node],
                                      gpu=gpu.assignment(rec.key, names[s.node], s.devices))
-                      for s in rec.slots)
+                      for s in rec.slots if not s.elastic)
         return GangPlaced(key=rec.key, queue=rec.queue, kind=rec.spec.kind, gate=rec.spec.gate, slots=slots,
                           reason=rec.reason)
 
     def _pod_assigned(self, wrec: WorkloadRecord, rec: PodRecord, slot: Slot) -> PodAssigned:
         node = self.nodes.names[slot.node]
         return PodAssigned(key=wrec.key, pod_namespace=rec.facts.namespace, pod=rec.facts.name,
-                           pod_set=slot.pod_set, node=node, gpu=gpu.assignment(wrec.key, node, slot.devices))
+                           pod_set=slot.pod_set, node=node, gpu=gpu.assignment(wrec.key, node, slot.devices),
+                           elastic=slot.elastic)
+
+
+def _counts(pods: list[elastic.Victim]) -> dict[tuple[str, str], int]:
+    return {group: len(members) for group, members in elastic.by_pod_set(pods).items()}

@@ -8,7 +8,7 @@ cannot be read counts as one pod with no resources.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from pydantic import ValidationError
 
@@ -53,7 +53,11 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def pod_facts(change: str, obj: Mapping[str, Any], name: str, namespace: str) -> PodFacts:
+def pod_facts(change: str, obj: Mapping[str, Any], name: str, namespace: str,
+              answers_to: Callable[[str], bool] | None = None) -> PodFacts:
+    """The facts of one pod watch event. A pod of no KubeRay or pod-group workload whose
+    ``spec.schedulerName`` muster answers to (``answers_to``) is a gang of one: workload
+    ``namespace/<pod name>`` of kind ``Pod``."""
     meta = _mapping(obj.get("metadata"))
     spec = _mapping(obj.get("spec"))
     namespace = str(meta.get("namespace") or namespace or "default")
@@ -81,6 +85,8 @@ def pod_facts(change: str, obj: Mapping[str, Any], name: str, namespace: str) ->
         pod_set = kube.pod_set_of_pod(obj)
     except AttributeError:
         workload, kind, pod_set = None, None, "pods"
+    if workload is None and answers_to is not None and answers_to(str(spec.get("schedulerName") or "")):
+        workload, kind = f"{namespace}/{name}", "Pod"
     return PodFacts(
         key=f"{namespace}/{name}", namespace=namespace, name=name, node_name=str(spec.get("nodeName") or ""),
         phase=phase, live=change != "Deleted" and phase not in FINISHED, workload=workload, kind=kind, pod_set=pod_set,
@@ -103,13 +109,15 @@ def _affinity(spec: Mapping[str, Any]) -> tuple[tuple[MatchExpression, ...], ...
 
 
 def pod_set_of(obj: Mapping[str, Any], name: str, facts: PodFacts) -> PodSet | None:
-    """A one-pod PodSet from the pod's own spec (to match a pod gang's pod to its pod set by shape); None if unreadable."""
+    """A one-pod PodSet from the pod's own spec and task (to match a pod gang's pod to its pod set by
+    task and shape); None if unreadable."""
     spec = _mapping(obj.get("spec"))
     try:
         resources = {k: v for k, v in facts.requests.items() if k != q.PODS}
+        task = kube.annotations(obj).get(kube.VOLCANO_TASK)
         return PodSet(name=name, count=1, resources=resources, gpu_share=facts.gpu_share,
                       node_selector=dict(spec.get("nodeSelector") or {}), tolerations=_tolerations(spec),
-                      affinity=_affinity(spec))
+                      affinity=_affinity(spec), task=task if isinstance(task, str) else "")
     except (ValidationError, KeyError, TypeError, AttributeError):
         return None
 

@@ -5,9 +5,12 @@ the slot *reserves* its demand on its node; once a pod bound there fills it, the
 charge replaces the reservation. A freed slot (its pod failed or was deleted) reserves again
 and waits for the recreated pod; a slot whose pod Succeeded is done and holds nothing.
 
-Slots follow what was admitted: pods beyond them are never placed (they wait unbound), and an
-edit that asks for fewer pods (``shrunk``) removes the surplus slots: at once those holding no
-pod, the others when their pod goes away (``WorkloadRecord.surplus``).
+Slots follow what was admitted: an edit that asks for fewer pods (``shrunk``) removes the surplus
+slots, at once those holding no pod, the others when their pod goes away (``WorkloadRecord.surplus``).
+Pods beyond the gang's slots are elastic: each gets a slot of its own (``Slot.elastic``) when the
+queue grants it quota and a node has room; an elastic slot goes with its pod (it never waits for a
+replacement: the replacement asks the queue again), and elastic slots are the first victims.
+A pod-gated gang binds nothing until a pod waits for every one of its gang slots (``assembled``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass, field
 
 from services.placement.gpu import GpuCharge
 from services.placement.nodes import Demand
-from shared.model import WorkloadSpec
+from shared.model import Gang, WorkloadSpec, elastic_wanted
 
 
 @dataclass
@@ -33,6 +36,8 @@ class Slot:
     done: bool = False
     lost: bool = False
     """Its node left while the slot was free: it reserves nothing until it is placed again."""
+    elastic: bool = False
+    """A pod beyond the gang, granted by the queue one at a time (never part of GangRunning)."""
 
     @property
     def reserving(self) -> bool:
@@ -56,6 +61,12 @@ class WorkloadRecord:
     running: bool = False
     reason: str = ""
     """Why it was placed where it is (repeated if the queue asks again)."""
+    latest: Gang | None = None
+    """The owner's latest gang (an edit after admission): how many elastic pods it wants now."""
+    admission: int = 0
+    """The queue's number for this admission, from its elastic grants (echoed when they are released)."""
+    assembled: bool = False
+    """A pod waited for every gang slot at once: from then on pods are assigned as they come."""
 
     @property
     def key(self) -> str:
@@ -74,8 +85,17 @@ class WorkloadRecord:
         return candidates[0] if candidates else None
 
     def surplus(self, pod_set: str) -> int:
-        """Slots of a pod set beyond what its (possibly shrunk) spec asks for."""
+        """Gang slots of a pod set beyond what its (possibly shrunk) spec asks for."""
         wanted = next((ps.count for ps in self.spec.gang.pod_sets if ps.name == pod_set), 0)
-        return sum(1 for s in self.slots if s.pod_set == pod_set) - wanted
+        return sum(1 for s in self.slots if s.pod_set == pod_set and not s.elastic) - wanted
+
+    def elastic_room(self, pod_set: str) -> int:
+        """Elastic pods of a pod set the owner wants beyond the elastic slots it has (negative: too many)."""
+        wanted = elastic_wanted(self.spec.gang, self.latest or self.spec.gang).get(pod_set, 0)
+        return wanted - sum(1 for s in self.slots if s.pod_set == pod_set and s.elastic)
+
+    def next_index(self, pod_set: str) -> int:
+        """The index a new slot of the pod set gets: after every slot it has (the newest is the highest)."""
+        return max((s.index + 1 for s in self.slots if s.pod_set == pod_set), default=0)
 
 

@@ -8,6 +8,7 @@ Where each decision is made:
 - ``backoff.py``: requeue_at as data; ``fairshare.py``: deserved shares and dominant share;
 - ``reclaim.py``: whether and from whom to reclaim; ``snapshot.py``: what one cycle sees;
 - ``preemption.py``: which lower priorities of the same queue give quota back when its limit blocks;
+- ``elastic.py``: who may grow by elastic pods, and which elastic pods go first as victims;
 - ``workload.py``: one workload's record here, and ``shrunk`` (what an edit leaves of an admission);
 - ``ledger.py``: per-queue pending index and usage totals, updated on every state change.
 
@@ -21,25 +22,26 @@ from __future__ import annotations
 import heapq
 import math
 from operator import attrgetter
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from services.queue import backoff, preemption
+from services.queue import backoff, elastic, preemption
 from services.queue.ledger import Ledger
 from services.queue.ordering import blocks, serve_key
 from services.queue.reasons import preempted_by, waiting
 from shared.reasons import amounts, gang_line
 from services.queue.reclaim import (CLUSTER, Choice, Running, choose_victims, shortage, within_guarantee,
                                     within_share)
-from services.queue.snapshot import Snapshot
+from services.queue.snapshot import Freed, Snapshot
 from services.queue.tree import QueueTree, cap_failure, over_limits, quota_failure
 from services.queue.workload import Tracked
 from shared.model import shrunk
 from shared.victims import minimal_victims
 from shared import quantity as q
 from shared.events import (
-    BackedOff, CapacityChanged, Dequeued, Envelope, Enqueued, GangPlaced, GangRunning, PlacementFailed,
-    PreemptionRequested, QueueDefined, QueueRejected, QueueRemoved, ReclaimRequested, TimerFired, TimerSet,
-    WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWithdrawn,
+    BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, Envelope, Enqueued,
+    GangPlaced, GangRunning, PlacementFailed, PreemptionRequested, QueueDefined, QueueRejected, QueueRemoved,
+    ReclaimRequested, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted,
+    WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.model import WorkloadSpec
 from shared.policy import Policy
@@ -64,6 +66,8 @@ class QueueCore:
         self._armed: dict[float, None] = {}
         self._ripening: dict[float, None] = {}
         """Times at which a blocked reclaim's victims reach their minimum runtime: wake-ups, not just cycles."""
+        self._growing: dict[str, None] = {}
+        """Keys of quota holders whose owners want elastic pods (the cycle's grant step reads only these)."""
         self._reclaiming: dict[str, None] = {}
         """Reserved workloads whose named victims may still hold quota (until placement answers)."""
         self._seq = 0
@@ -81,6 +85,7 @@ class QueueCore:
             "GangRunning": self._on_running,
             "PreemptionRequested": self._on_preempted,
             "CapacityChanged": self._on_capacity,
+            "ElasticReleased": self._on_elastic_released,
             "TimerFired": self._on_timer,
         }
 
@@ -151,15 +156,19 @@ class QueueCore:
             self._wake_all(now)  # quota came back: whatever waits for it may try at once
             self._request_cycle(now, out)
         w.latest = None if spec == w.spec else spec
+        if self._set_goal(w):
+            self._request_cycle(now, out)  # the owner wants more elastic pods: the cycle may grant them
 
     def _on_gone(self, p: WorkloadFinished | WorkloadDeleted | WorkloadRejected, now: float, out: Out) -> None:
         w = self._workloads.pop(p.key, None)
         if w is None:
             return
         self._ledger.unbook(w)
+        self._growing.pop(w.key, None)
         reclaimer = self._workloads.get(w.promised_to) if w.promised_to else None
         if reclaimer is not None:
             reclaimer.victims = tuple(v for v in reclaimer.victims if v != w.key)
+            reclaimer.elastic_victims = tuple(v for v in reclaimer.elastic_victims if v.key != w.key)
         self._unpromise(w)
         reason = p.reason or (p.outcome if isinstance(p, WorkloadFinished) else "deleted")
         out.append(WorkloadWithdrawn(key=w.key, reason=reason))
@@ -187,6 +196,8 @@ class QueueCore:
             w.state = "admitted"
         w.attempts, w.requeue_at, w.preempted_by, w.held, w.reclaim_note = 0, None, "", "", ""
         self._unpromise(w)
+        if self._set_goal(w):
+            self._request_cycle(now, out)  # placement holds its slots now: elastic pods may follow
 
     def _on_running(self, p: GangRunning, now: float, out: Out) -> None:
         w = self._workloads.get(p.key)
@@ -196,6 +207,8 @@ class QueueCore:
             w.state = "running"
         if w.started_at is None:
             w.started_at = now
+        if self._set_goal(w):
+            self._request_cycle(now, out)
 
     def _on_placement_failed(self, p: PlacementFailed, now: float, out: Out) -> None:
         w = self._workloads.get(p.key)
@@ -203,8 +216,10 @@ class QueueCore:
             return
         with self._ledger.moving(w):
             w.state = "pending"
+            w.drop_elastic()
             if w.latest is not None:  # edited beyond what was reserved: it waits as the user has it now
                 w.respec(w.latest)
+        self._set_goal(w)
         self._unpromise(w)
         reason = f"{p.reason} {w.reclaim_note}" if w.reclaim_note else p.reason
         self._back_off(w, now, w.reason(reason), out)
@@ -217,8 +232,10 @@ class QueueCore:
         self._unpromise(w)
         with self._ledger.moving(w):
             w.state = "pending"
+            w.drop_elastic()
             if w.latest is not None:  # edited beyond what was admitted: it comes back as the user has it now
                 w.respec(w.latest)
+        self._set_goal(w)
         w.started_at, w.attempts, w.requeue_at, w.held = None, 0, None, ""
         w.preempted_by = preempted_by(p.preemptor, p.preemptor_priority, 
                                     reclaimed_for=self._queue_of(p.preemptor) if p.reclaim else None)
@@ -230,6 +247,29 @@ class QueueCore:
     def _queue_of(self, key: str) -> str:
         w = self._workloads.get(key)
         return w.queue if w is not None else "?"
+
+    def _on_elastic_released(self, p: ElasticReleased, now: float, out: Out) -> None:
+        """Placement gave back elastic pods' quota (no node for them, gone, unwanted, evicted). A release
+        of an earlier admission's pods is stale: the grants it answers were dropped with that admission."""
+        w = self._workloads.get(p.key)
+        if w is None or not w.holds_quota or w.reserved_seq != p.admission:
+            return
+        with self._ledger.moving(w):
+            w.set_elastic(p.pod_set, w.elastic.get(p.pod_set, 0) - p.count)
+        if p.refused:
+            w.elastic_waits = True  # no node for it now: it asks again when capacity is released
+        else:
+            self._wake_all(now)
+        self._request_cycle(now, out)
+
+    def _set_goal(self, w: Tracked) -> bool:
+        """Recompute what elastic pods ``w``'s owner wants; True when it wants some it was not granted."""
+        w.elastic_goal = elastic.goal(w)
+        if w.elastic_goal:
+            self._growing[w.key] = None
+        else:
+            self._growing.pop(w.key, None)
+        return bool(elastic.still_wanted(w)) and not w.elastic_waits
 
     def _on_capacity(self, p: CapacityChanged, now: float, out: Out) -> None:
         self._capacity = dict(p.total)
@@ -264,10 +304,13 @@ class QueueCore:
            ReclaimRequested (in-queue preemption, preemption.py); else BackedOff with the gang line;
            StrictFIFO stops that queue, BestEffortFIFO moves on;
         6. admit: Dequeued when free capacity covers the demand or no reclaim is possible, else
-           ReclaimRequested(victims); both reserve quota in the snapshot for the next heads.
+           ReclaimRequested(victims); both reserve quota in the snapshot for the next heads. Every
+           reclaim and preemption names elastic pods alone first (elastic.py), whole gangs only when
+           those do not cover;
+        7. elastic pods of holders, one at a time (``_grant_elastic``).
         """
         heads = self._heads(now, out)
-        if not heads:
+        if not heads and not self._growing:
             return
         snap = self._snapshot()
         ranking = [(self._rank(name, snap), name) for name in heads]
@@ -282,6 +325,53 @@ class QueueCore:
                 continue
             if cursor[name] < len(heads[name]):
                 heapq.heappush(ranking, (self._rank(name, snap), name))
+        self._grant_elastic(snap, out)
+
+    def _grant_elastic(self, snap: Snapshot, out: Out) -> None:
+        """7. elastic pods, after every gang of the cycle (elastic.py): one pod at a time, queues served
+        as for gangs, holders of a queue round robin; each pod within quota and the free capacity."""
+        members: dict[str, list[Tracked]] = {}
+        for key in self._growing:
+            w = self._workloads[key]
+            if w.holds_quota and not w.elastic_waits and not w.promised_to and elastic.still_wanted(w):
+                members.setdefault(w.queue, []).append(w)
+        if not members:
+            return
+        turns = {name: sorted(ws, key=_ORDER) for name, ws in members.items()}
+        ranking = [(self._rank(name, snap), name) for name in sorted(turns)]
+        heapq.heapify(ranking)
+        granted: dict[tuple[str, str], int] = {}
+        while ranking:
+            _, name = heapq.heappop(ranking)
+            queue = turns[name]
+            w = queue.pop(0)
+            if self._grant_one(w, snap, granted):
+                queue.append(w)  # round robin: it may take another once the others had their turn
+            if queue:
+                heapq.heappush(ranking, (self._rank(name, snap), name))
+        for (key, pod_set), count in granted.items():
+            w = self._workloads[key]
+            reason = (f"quota reserved in queue {w.queue} for {count} elastic pod(s) of {pod_set} "
+                      f"({amounts(w.demand)} held in all)")
+            out.append(ElasticGranted(key=key, queue=w.queue, pod_set=pod_set, count=count, admission=w.reserved_seq,
+                                      reason=reason))
+
+    def _grant_one(self, w: Tracked, snap: Snapshot, granted: dict[tuple[str, str], int]) -> bool:
+        """Grant ``w`` one more elastic pod of the first pod set that still wants one and fits; False
+        when none does (it gets no more turns this cycle)."""
+        for pod_set, _ in elastic.still_wanted(w):
+            ps = next(p for p in w.spec.gang.pod_sets if p.name == pod_set)
+            demand = ps.pod_demand
+            if quota_failure(self.tree, w.queue, demand, snap.usage, snap.protected, w.spec.preemptible) is not None:
+                continue
+            if shortage(demand, snap.free):
+                continue
+            snap.charge_amount(self.tree, w.queue, demand, w.spec.preemptible)
+            with self._ledger.moving(w):
+                w.set_elastic(pod_set, w.elastic.get(pod_set, 0) + 1)
+            granted[(w.key, pod_set)] = granted.get((w.key, pod_set), 0) + 1
+            return True
+        return False
 
     def _heads(self, now: float, out: Out) -> dict[str, list[Tracked]]:
         """Steps 1-2: per leaf queue that takes workloads, the ordered candidates of this cycle."""
@@ -309,12 +399,23 @@ class QueueCore:
 
     def _snapshot(self) -> Snapshot:
         return Snapshot.take(self.tree, self._ledger, self._capacity,
-                             [(w, self._holding_victims(w)) for w in (self._workloads[k] for k in self._reclaiming)])
+                             [(w, self._freed_by(w)) for w in (self._workloads[k] for k in self._reclaiming)])
 
-    def _holding_victims(self, w: Tracked) -> list[Tracked]:
-        """``w``'s victims that still hold quota and are still promised to it."""
-        return [v for key in w.victims if (v := self._workloads.get(key)) is not None
-                and v.holds_quota and v.promised_to == w.key]
+    def _freed_by(self, w: Tracked) -> list[Freed]:
+        """What ``w``'s victims that still hold quota and are still promised to it give back once placement
+        evicts them: a whole victim's demand, or the named elastic pods it still holds."""
+        out: list[Freed] = []
+        for key in w.victims:
+            v = self._workloads.get(key)
+            if v is not None and v.holds_quota and v.promised_to == w.key:
+                out.append((v.queue, v.demand))
+        for unit in w.elastic_victims:
+            v = self._workloads.get(unit.key)
+            if v is not None and v.holds_quota and v.promised_to == w.key:
+                demand = v.elastic_demand(unit.pod_set, unit.count)
+                if demand:
+                    out.append((v.queue, demand))
+        return out
 
     def _try(self, w: Tracked, snap: Snapshot, now: float, out: Out) -> bool:
         """Steps 5-6 for one head; True when it took quota."""
@@ -322,17 +423,14 @@ class QueueCore:
         short = shortage(w.demand, snap.free)
         if failure is not None:
             return self._over_quota(w, failure, short, snap, now, out)
-        choice = self._reclaim(w, {CLUSTER: short}, snap, now) if short else Choice(None)
+        choice, pods = self._reclaim(w, {CLUSTER: short}, snap, now) if short else (Choice(None), [])
         if short and choice.victims is None:
             w.reclaim_note = self._ripening_reclaim(w, {CLUSTER: short}, snap, now, out) or _refused(choice.refusal)
         else:
             w.reclaim_note = ""
-        self._reserve(w, choice.victims or (), snap)
-        if choice.victims:
-            w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
-                                     f"reclaiming {', '.join(choice.victims)} from {_givers(choice)}")
-            out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=choice.victims,
-                                        reason=w.last_reason))
+        self._reserve(w, choice.victims or (), snap, pods)
+        if choice.victims is not None:
+            self._ask_reclaim(w, choice, pods, "", out)
         else:
             w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)})")
             out.append(Dequeued(key=w.key, queue=w.queue, workload=w.spec, reason=w.last_reason))
@@ -342,51 +440,70 @@ class QueueCore:
                     out: Out) -> bool:
         """Step 5 failed on a limit. When that limit is an ancestor's (shared with other queues), queues
         using more than their share under it give the quota back first (reclaim across the tree, what
-        the ACK doc calls reclaiming a quota's minimum from quotas above theirs); else lower priorities
-        of ``w``'s own queue (in-queue preemption for quota); else ``BackedOff`` saying why."""
+        the ACK doc calls reclaiming a quota's minimum from quotas above theirs; their elastic pods before
+        any whole gang); else lower priorities of ``w``'s own queue (in-queue preemption for quota); else
+        ``BackedOff`` saying why."""
         needs = over_limits(self.tree, w.queue, w.demand, snap.usage)
         note = ""
         if needs and w.queue not in needs and cap_failure(self.tree, w.queue, w.demand, snap.protected,
                                                           w.spec.preemptible) is None:
             if short:
                 needs[CLUSTER] = short
-            choice = self._reclaim(w, needs, snap, now)
-            if choice.victims:
+            choice, pods = self._reclaim(w, needs, snap, now)
+            if choice.victims is not None:
                 w.reclaim_note = ""
-                self._reserve(w, choice.victims, snap)
-                w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); reclaiming "
-                                         f"{', '.join(choice.victims)} from {_givers(choice)} to stay within {failure}")
-                out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=choice.victims,
-                                            reason=w.last_reason))
+                self._reserve(w, choice.victims, snap, pods)
+                self._ask_reclaim(w, choice, pods, f" to stay within {failure}", out)
                 return True
             note = self._ripening_reclaim(w, needs, snap, now, out) or _refused(choice.refusal)
         return self._preempt_for_quota(w, failure, snap, now, out, note)
 
-    def _reserve(self, w: Tracked, victims: tuple[str, ...], snap: Snapshot) -> None:
-        """``w`` takes its quota (ledger and snapshot). Its victims' nodes count as free for the rest
-        of the cycle (placement is the judge of capacity), but their quota stays held until
-        placement evicts them: if placement fails nothing was given back, so no later head of the
-        cycle may be admitted against quota a victim still holds. Only where ``w`` and a victim share a
-        level (a common parent) does that level count the larger of the two (``Snapshot.credit``)."""
+    def _ask_reclaim(self, w: Tracked, choice: Choice, pods: list[elastic.ElasticPod], within: str, out: Out) -> None:
+        """``ReclaimRequested`` for a reservation that takes back what other queues hold."""
+        named = _elastic_text(pods) if pods else ", ".join(choice.victims or ())
+        w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
+                                 f"reclaiming {named} from {_givers(choice)}{within}")
+        out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=w.victims,
+                                    elastic_victims=w.elastic_victims, reason=w.last_reason))
+
+    def _reserve(self, w: Tracked, victims: tuple[str, ...], snap: Snapshot,
+                 pods: Sequence[elastic.ElasticPod] = ()) -> None:
+        """``w`` takes its quota (ledger and snapshot). What its victims free (whole workloads, or elastic
+        pods) counts as free nodes for the rest of the cycle (placement is the judge of capacity), but
+        their quota stays held until placement evicts them: if placement fails nothing was given back, so
+        no later head of the cycle may be admitted against quota a victim still holds. Only where ``w``
+        and a victim share a level (a common parent) does that level count the larger of the two
+        (``Snapshot.credit``)."""
         with self._ledger.moving(w):
             w.state = "reserved"
         w.requeue_at, w.held = None, ""
         w.reserved_seq = self._next_seq()
-        named = [self._workloads[key] for key in victims]
-        snap.charge(self.tree, w, named)
-        if victims:
-            w.victims = victims
+        w.victims, w.elastic_victims = victims, elastic.as_victims(pods)
+        for key in dict.fromkeys([*victims, *(unit.key for unit in w.elastic_victims)]):
+            self._workloads[key].promised_to = w.key  # no one else may count on evicting it, nor may it grow
+        freed = self._freed_by(w)
+        snap.charge(self.tree, w, freed)
+        if victims or pods:
             self._reclaiming[w.key] = None
-            for victim in named:
-                victim.promised_to = w.key  # no one else may count on evicting it
-                snap.free_capacity_of(victim)
+            for _, demand in freed:
+                snap.free_capacity_of(demand)
             snap.candidates = None  # promises changed
 
     def _preempt_for_quota(self, w: Tracked, failure: str, snap: Snapshot, now: float, out: Out,
                            refused: str = "") -> bool:
-        """Lower priorities of ``w``'s own leaf queue may give their quota back (preemption.py). Then
-        ``ReclaimRequested`` naming them (placement places ``w`` over them and evicts them as in-queue
-        preemption), else ``BackedOff`` with the quota reason (and ``refused``: why no reclaim)."""
+        """Lower priorities of ``w``'s own leaf queue may give their quota back (preemption.py), their
+        elastic pods before any whole gang (elastic.py). Then ``ReclaimRequested`` naming them (placement
+        places ``w`` over them and evicts them as in-queue preemption), else ``BackedOff`` with the quota
+        reason (and ``refused``: why no reclaim)."""
+        pods = self._elastic_quota_victims(w, snap, now)
+        if pods is not None:
+            w.reclaim_note = ""
+            self._reserve(w, (), snap, pods)
+            w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
+                                     f"preempting {_elastic_text(pods)} to stay within {failure}")
+            out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=(),
+                                        elastic_victims=w.elastic_victims, reason=w.last_reason))
+            return True
         victims, note = self._quota_victims(w, snap, now, out)
         if victims is None:
             tail = " ".join(part for part in (note, refused) if part)
@@ -408,15 +525,13 @@ class QueueCore:
         holders = self._quota_holders(w, snap) if w.spec.preempts else []
         if not holders:
             return None, ""
-        chain = [spec.name for spec in self.tree.ancestry(w.queue)]
         min_runtime = self._min_runtime(w.queue)
 
         def fits(victims: list[preemption.Holder]) -> bool:
             freed: dict[str, int] = {}
             for h in victims:
                 freed = q.add(freed, h.demand)
-            usage = {name: q.sub(snap.usage.get(name, {}), freed) for name in chain}
-            return quota_failure(self.tree, w.queue, w.demand, usage, snap.protected, w.spec.preemptible) is None
+            return self._fits_quota_without(w, snap, freed)
 
         ready = [h for h in holders if preemption.eligible(h, w.spec.priority, now, min_runtime)]
         victims = minimal_victims(preemption.victim_order(ready), fits)
@@ -435,6 +550,33 @@ class QueueCore:
         return None, (f"Preempting {', '.join(h.key for h in later)} waits for the minimum runtime of queue "
                       f"{w.queue} (until {ripe:g}s).")
 
+    def _fits_quota_without(self, w: Tracked, snap: Snapshot, freed: dict[str, int]) -> bool:
+        """Would ``w`` pass the quota check of its queue and every ancestor with ``freed`` given back?"""
+        chain = [spec.name for spec in self.tree.ancestry(w.queue)]
+        usage = {name: q.sub(snap.usage.get(name, {}), freed) for name in chain}
+        return quota_failure(self.tree, w.queue, w.demand, usage, snap.protected, w.spec.preemptible) is None
+
+    def _elastic_quota_victims(self, w: Tracked, snap: Snapshot, now: float) -> list[elastic.ElasticPod] | None:
+        """The fewest elastic pods of lower-priority holders of ``w``'s leaf queue whose quota lets ``w``
+        pass (elastic pods go before any whole gang); None when they do not suffice or ``w`` may not preempt."""
+        if not w.spec.preempts:
+            return None
+        self._quota_holders(w, snap)
+        assert snap.holders is not None
+        min_runtime = self._min_runtime(w.queue)
+        pods = [pod for pod in elastic.elastic_pods(x for x in snap.holders.get(w.queue, []) if x.key != w.key)
+                if preemption.eligible(pod.holder, w.spec.priority, now, min_runtime)]
+        if not pods:
+            return None
+
+        def fits(chosen: list[elastic.ElasticPod]) -> bool:
+            freed: dict[str, int] = {}
+            for pod in chosen:
+                freed = q.add(freed, pod.demand)
+            return self._fits_quota_without(w, snap, freed)
+
+        return minimal_victims(pods, fits)
+
     def _quota_holders(self, w: Tracked, snap: Snapshot) -> list[preemption.Holder]:
         """Admitted and running workloads of ``w``'s leaf queue, as quota preemption sees them."""
         if snap.holders is None:
@@ -447,12 +589,22 @@ class QueueCore:
                                   promised=bool(x.promised_to))
                 for x in snap.holders.get(w.queue, []) if x.key != w.key]
 
-    def _reclaim(self, w: Tracked, needs: dict[str, dict[str, int]], snap: Snapshot, now: float) -> Choice:
-        """Reclaim for ``w`` (see reclaim.py): victims covering ``needs``, or why there are none.
+    def _reclaim(self, w: Tracked, needs: dict[str, dict[str, int]], snap: Snapshot,
+                 now: float) -> tuple[Choice, list[elastic.ElasticPod]]:
+        """Reclaim for ``w`` (see reclaim.py): what covers ``needs``, or why nothing does. Elastic pods of
+        other queues first, each a victim of its own under the same rules (elastic.py); only when they
+        do not cover, whole workloads (``Choice.victims`` then names them, and no pods)."""
+        units = elastic.as_running(
+            elastic.elastic_pods(x for x in self._ledger.running.values() if x.elastic and x.queue != w.queue),
+            self._min_runtime)
+        if units:
+            choice = self._choose(w, needs, snap, now, [r for r, _ in units.values()])
+            if choice.victims:
+                return Choice((), by_guarantee=choice.by_guarantee), [units[key][1] for key in choice.victims]
+        return self._choose(w, needs, snap, now, self._candidates(snap)), []
 
-        Its queue must stay within its fair share; staying within its guarantee too, it is starved, and
-        queues above their guarantee give as well."""
-        usage = snap.usage.get(w.queue, {})
+    def _candidates(self, snap: Snapshot) -> list[Running]:
+        """Running workloads as reclaim sees them, whole (built once per cycle, again after a reclaim)."""
         if snap.candidates is None:
             snap.candidates = [
                 Running(key=x.key, queue=x.queue, priority=x.spec.priority, preemptible=x.spec.preemptible,
@@ -460,7 +612,16 @@ class QueueCore:
                         admitted_seq=x.reserved_seq, promised=bool(x.promised_to))
                 for x in self._ledger.running.values()
             ]
-        names = list(dict.fromkeys(x.queue for x in snap.candidates))
+        return snap.candidates
+
+    def _choose(self, w: Tracked, needs: dict[str, dict[str, int]], snap: Snapshot, now: float,
+                candidates: list[Running]) -> Choice:
+        """Victims among ``candidates`` covering ``needs``, or why there are none.
+
+        ``w``'s queue must stay within its fair share; staying within its guarantee too, it is starved, and
+        queues above their guarantee give as well."""
+        usage = snap.usage.get(w.queue, {})
+        names = list(dict.fromkeys(x.queue for x in candidates))
         queues = {name: self.tree.get(name) for name in names}
         share = snap.shares.get(w.queue, {})
         if not within_share(usage, w.demand, share):
@@ -468,7 +629,7 @@ class QueueCore:
         scopes = {name: frozenset(spec.name for spec in self.tree.ancestry(name)) for name in names}
         contested = {r for amounts in needs.values() for r in amounts}
         starved = within_guarantee(usage, w.demand, self.tree.get(w.queue), contested)
-        return choose_victims(needs, snap.candidates, queues, snap.usage, snap.shares, w.queue, now, scopes=scopes,
+        return choose_victims(needs, candidates, queues, snap.usage, snap.shares, w.queue, now, scopes=scopes,
                               starved=starved)
 
     def _beyond_share(self, w: Tracked, usage: dict[str, int], share: dict[str, int], names: list[str],
@@ -487,7 +648,7 @@ class QueueCore:
         """No reclaim now: would there be one once the victims have run their minimum runtime (KAI's
         preemptMinRuntime / reclaimMinRuntime)? Then wake everyone up at that time, not only when a
         backoff expires, and say so in the reason ("" when age is not what blocks it)."""
-        later = self._reclaim(w, needs, snap, math.inf).victims
+        later = self._choose(w, needs, snap, math.inf, self._candidates(snap)).victims
         if not later or snap.candidates is None:
             return ""
         ripe = max(c.started_at + c.min_runtime for c in snap.candidates if c.key in later)
@@ -531,19 +692,22 @@ class QueueCore:
         self._arm(w.requeue_at, now, out)
 
     def _wake_all(self, now: float) -> None:
-        """Capacity or quota came back: every backing-off workload may try again in this instant."""
+        """Capacity or quota came back: every backing-off workload may try again in this instant, and
+        holders whose elastic pods found no node may ask again."""
         for members in self._ledger.pending.values():
             for w in members.values():
                 if backoff.backing_off(w.requeue_at, now):
                     w.requeue_at = now
+        for key in self._growing:
+            self._workloads[key].elastic_waits = False
 
     def _unpromise(self, w: Tracked) -> None:
         """Placement answered ``w``'s reclaim (or ``w`` left): its victims are free to be chosen again."""
-        for key in w.victims:
+        for key in [*w.victims, *(unit.key for unit in w.elastic_victims)]:
             victim = self._workloads.get(key)
             if victim is not None and victim.promised_to == w.key:
                 victim.promised_to = ""
-        w.victims = ()
+        w.victims, w.elastic_victims = (), ()
         w.promised_to = ""
         self._reclaiming.pop(w.key, None)
 
@@ -592,6 +756,11 @@ class QueueCore:
                 "backoff": [{"workload": w.key, "requeue_at": w.requeue_at} for w in resting],
             }
         return view
+
+
+def _elastic_text(pods: Sequence[elastic.ElasticPod]) -> str:
+    """``2 elastic pod(s) of ns/a (worker), 1 elastic pod(s) of ns/b (small)`` for a reason."""
+    return ", ".join(f"{v.count} elastic pod(s) of {v.key} ({v.pod_set})" for v in elastic.as_victims(pods))
 
 
 def _refused(refusal: str) -> str:

@@ -17,6 +17,9 @@ from services.queue.workload import Tracked
 from shared import quantity as q
 
 Resources = dict[str, int]
+Freed = tuple[str, Mapping[str, int]]
+"""What a promised victim gives back once placement evicts it: (its leaf queue, the demand) — a whole
+workload's demand, or that of the elastic pods of it that were named."""
 
 
 @dataclass
@@ -37,56 +40,57 @@ class Snapshot:
 
     @classmethod
     def take(cls, tree: QueueTree, ledger: Ledger, capacity: Mapping[str, int],
-             reclaims: Iterable[tuple[Tracked, Sequence[Tracked]]] = ()) -> "Snapshot":
-        """``reclaims``: reservations whose victims still hold quota (placement has not answered yet);
-        their parents count them as ``charge`` did in the cycle that made them."""
+             reclaims: Iterable[tuple[Tracked, Sequence[Freed]]] = ()) -> "Snapshot":
+        """``reclaims``: reservations whose victims still hold quota (placement has not answered yet),
+        with what those victims free; their parents count them as ``charge`` did in the cycle that made them."""
         wanted: dict[str, Resources] = {}
         for name, amounts in ledger.demand.items():
             # a queue that takes no workloads asks for no share on behalf of its waiting ones
             wanted[name] = amounts if tree.wait_reason(name) is None else ledger.held.get(name, {})
         snap = cls(usage=tree.roll_up(ledger.held), protected=tree.roll_up(ledger.protected),
                    free=q.sub(dict(capacity), ledger.in_use), shares=deserved(tree, capacity, wanted))
-        for w, victims in reclaims:
-            snap.credit(tree, w, victims)
-            for victim in victims:
-                snap.free_capacity_of(victim)
+        for w, freed in reclaims:
+            snap.credit(tree, w, freed)
+            for _, demand in freed:
+                snap.free_capacity_of(demand)
         return snap
 
-    def charge(self, tree: QueueTree, w: Tracked, victims: Sequence[Tracked] = ()) -> None:
+    def charge(self, tree: QueueTree, w: Tracked, freed: Sequence[Freed] = ()) -> None:
         """Reserve ``w``'s demand at its leaf and every ancestor, and take it from the free pool; a level
-        that also holds ``w``'s victims counts the larger of the two, not both (``credit``)."""
-        self._shift(tree, w, 1)
-        self.credit(tree, w, victims)
+        that also holds what ``w``'s victims free counts the larger of the two, not both (``credit``)."""
+        self.charge_amount(tree, w.queue, w.demand, w.spec.preemptible)
+        self.credit(tree, w, freed)
 
-    def credit(self, tree: QueueTree, w: Tracked, victims: Sequence[Tracked]) -> None:
-        """A level holding both ``w`` and some of its victims (their common ancestors; the leaf itself for
-        in-queue preemption) counts max(w, victims) per resource instead of w + victims: once placement
-        places ``w`` the victims are gone, and if it fails ``w`` gives its reservation back, so the level
-        never holds both. Without this, a second preemption or reclaim under the same parent in the same
-        instant would evict again what the first one's victims free anyway."""
-        if not victims:
+    def charge_amount(self, tree: QueueTree, queue: str, demand: Mapping[str, int], preemptible: bool) -> None:
+        """Reserve ``demand`` (a workload's, or one elastic pod's) at ``queue`` and every ancestor."""
+        for name in [spec.name for spec in tree.ancestry(queue)] or [queue]:
+            self.usage[name] = q.add(self.usage.get(name, {}), demand, 1)
+            if not preemptible:
+                self.protected[name] = q.add(self.protected.get(name, {}), demand, 1)
+        self.free = q.add(self.free, demand, -1)
+
+    def credit(self, tree: QueueTree, w: Tracked, freed: Sequence[Freed]) -> None:
+        """A level holding both ``w`` and some of what its victims free (their common ancestors; the leaf
+        itself for in-queue preemption) counts max(w, victims) per resource instead of w + victims: once
+        placement places ``w`` the victims are gone, and if it fails ``w`` gives its reservation back, so
+        the level never holds both. Without this, a second preemption or reclaim under the same parent in
+        the same instant would evict again what the first one's victims free anyway."""
+        if not freed:
             return
-        chains = [{spec.name for spec in tree.ancestry(v.queue)} or {v.queue} for v in victims]
+        chains = [{spec.name for spec in tree.ancestry(queue)} or {queue} for queue, _ in freed]
         for name in [spec.name for spec in tree.ancestry(w.queue)] or [w.queue]:
-            freed: Resources = {}
-            for victim, chain in zip(victims, chains):
+            given: Resources = {}
+            for (_, demand), chain in zip(freed, chains):
                 if name in chain:
-                    freed = q.add(freed, victim.demand)
-            credit = {r: min(w.demand.get(r, 0), v) for r, v in freed.items() if min(w.demand.get(r, 0), v) > 0}
+                    given = q.add(given, demand)
+            credit = {r: min(w.demand.get(r, 0), v) for r, v in given.items() if min(w.demand.get(r, 0), v) > 0}
             if credit:
                 self.usage[name] = q.sub(self.usage.get(name, {}), credit)
 
-    def free_capacity_of(self, w: Tracked) -> None:
-        """A promised victim: its nodes count as free for the rest of the cycle; its quota does not
-        (only placement's eviction gives that back)."""
-        self.free = q.add(self.free, w.demand, 1)
-
-    def _shift(self, tree: QueueTree, w: Tracked, sign: int) -> None:
-        for name in [spec.name for spec in tree.ancestry(w.queue)] or [w.queue]:
-            self.usage[name] = q.add(self.usage.get(name, {}), w.demand, sign)
-            if not w.spec.preemptible:
-                self.protected[name] = q.add(self.protected.get(name, {}), w.demand, sign)
-        self.free = q.add(self.free, w.demand, -sign)
+    def free_capacity_of(self, demand: Mapping[str, int]) -> None:
+        """What a promised victim frees: its nodes count as free for the rest of the cycle; its quota does
+        not (only placement's eviction gives that back)."""
+        self.free = q.add(self.free, demand, 1)
 
     def dominant(self, queue: str) -> float:
         return dominant_share(self.usage.get(queue, {}), self.shares.get(queue, {}))

@@ -2,15 +2,17 @@
 
 States: ``pending`` (in its queue, maybe backing off), ``reserved`` (Dequeued or ReclaimRequested,
 waiting for placement), ``admitted`` (GangPlaced), ``running`` (GangRunning). The last three hold
-quota.
+quota: the gang's minimum, plus the elastic pods granted since (``elastic``), one pod's demand each.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from services.queue.ordering import pending_key
+from shared import quantity as q
+from shared.events import ElasticVictim
 from shared.model import WorkloadSpec
 
 State = Literal["pending", "reserved", "admitted", "running"]
@@ -21,7 +23,8 @@ HOLDING: tuple[State, ...] = ("reserved", "admitted", "running")
 class Tracked:
     spec: WorkloadSpec
     demand: dict[str, int]
-    """``spec.gang.quota_demand``, computed once per spec."""
+    """What it charges while it holds quota: ``spec.gang.quota_demand`` plus its granted elastic pods;
+    computed once per change."""
     order: tuple[int, float, str]
     """Its place in its queue (``ordering.pending_key``), computed once per spec."""
     state: State = "pending"
@@ -34,6 +37,9 @@ class Tracked:
     """Admission order (for the status view)."""
     started_at: float | None = None
     victims: tuple[str, ...] = ()
+    """Workloads its reclaim or preemption named as victims, whole (until placement answers)."""
+    elastic_victims: tuple[ElasticVictim, ...] = ()
+    """Elastic pods of holders it named as victims instead (until placement answers)."""
     promised_to: str = ""
     """Key of the workload whose reclaim named this one as a victim (until placement answers)."""
     held: str = ""
@@ -43,6 +49,12 @@ class Tracked:
     latest: WorkloadSpec | None = None
     """The user's latest spec when it differs from ``spec`` (an edit of a holder beyond what was
     admitted); it takes over when the workload goes back to its queue."""
+    elastic: dict[str, int] = field(default_factory=dict)
+    """Elastic pods granted per pod set of the admitted gang (charged until placement releases them)."""
+    elastic_waits: bool = False
+    """Placement found no node for a grant: no further grant until capacity is released."""
+    elastic_goal: dict[str, int] = field(default_factory=dict)
+    """Elastic pods the owner wants per admitted pod set (``elastic.goal``), kept current on every change."""
 
     @classmethod
     def of(cls, spec: WorkloadSpec) -> "Tracked":
@@ -51,8 +63,34 @@ class Tracked:
     def respec(self, spec: WorkloadSpec) -> None:
         self.spec = spec
         self.latest = None
-        self.demand = spec.gang.quota_demand
         self.order = pending_key(spec)
+        self._charge()
+
+    def set_elastic(self, pod_set: str, count: int) -> None:
+        """Granted elastic pods of a pod set (0 forgets it); call inside ``Ledger.moving``."""
+        if count > 0:
+            self.elastic[pod_set] = count
+        else:
+            self.elastic.pop(pod_set, None)
+        self._charge()
+
+    def drop_elastic(self) -> None:
+        """The admission ended (preempted, placement failed): no elastic pod holds quota any more."""
+        self.elastic, self.elastic_waits = {}, False
+        self._charge()
+
+    def elastic_demand(self, pod_set: str, count: int) -> dict[str, int]:
+        """What ``count`` of its granted elastic pods of ``pod_set`` charge (never more than it was granted)."""
+        ps = next((p for p in self.spec.gang.pod_sets if p.name == pod_set), None)
+        n = min(count, self.elastic.get(pod_set, 0))
+        return q.add({}, ps.pod_demand, n) if ps is not None and n > 0 else {}
+
+    def _charge(self) -> None:
+        demand = self.spec.gang.quota_demand
+        for ps in self.spec.gang.pod_sets:
+            if self.elastic.get(ps.name):
+                demand = q.add(demand, ps.pod_demand, self.elastic[ps.name])
+        self.demand = demand
 
     @property
     def key(self) -> str:

@@ -18,8 +18,9 @@ from typing import Any, Callable, Literal
 
 from shared import kube
 from shared.events import (
-    BackedOff, Enqueued, Envelope, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, KubeEffect, PodAssigned,
-    PreemptionRequested, QueueRejected, WorkloadDeleted, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated,
+    BackedOff, ElasticReleased, Enqueued, Envelope, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, KubeEffect,
+    PodAssigned, PreemptionRequested, QueueRejected, WorkloadDeleted, WorkloadRejected, WorkloadSubmitted,
+    WorkloadUpdated,
 )
 from shared.policy import Policy
 
@@ -30,6 +31,8 @@ STATUS = "muster.dev/status"
 GPU_GROUP = "muster.dev/gpu-group"
 GPU_DEVICES = "muster.dev/gpu-devices"
 GPU_FRACTION = kube.GPU_FRACTION
+ELASTIC = "muster.dev/elastic"
+"""On a bound pod beyond its gang's minimum: it runs while quota and nodes allow, and goes first."""
 
 _NO_ANNOTATIONS = frozenset({"PodGroup"})
 """Kinds whose workload object muster does not annotate (a plain pod gang may have no object)."""
@@ -92,6 +95,7 @@ class ReconcilerCore:
             "GangRunning": self._on_gang_running,
             "GangDisrupted": self._on_gang_disrupted,
             "PreemptionRequested": self._on_preemption,
+            "ElasticReleased": self._on_elastic_released,
             "WorkloadRejected": self._on_workload_rejected,
             "QueueRejected": self._on_queue_rejected,
             "WorkloadSubmitted": self._on_workload_known,
@@ -132,6 +136,8 @@ class ReconcilerCore:
         wl = self._workload(p.key)
         pod_id = self._pod_id(wl, p.pod_namespace, p.pod)
         annotations = gpu_annotations(p.gpu)
+        if p.elastic:
+            annotations[ELASTIC] = "true"
         if not self._remember(pod_id, "placement", ("bind", p.node, tuple(sorted(annotations.items())))):
             return []
         return [KubeEffect(op="bind", kind="Pod", namespace=p.pod_namespace or wl.namespace, name=p.pod,
@@ -150,6 +156,22 @@ class ReconcilerCore:
         out = self._suspend(wl, True) if p.gate == "suspend" else self._evict_all(wl, p.pods)
         out += self._annotate(wl, {STATUS: _status("Preempted", p.reason)})
         return out + self._event(wl, "Warning", "Preempted", p.reason)
+
+    def _on_elastic_released(self, p: ElasticReleased, now: float) -> list[KubeEffect]:
+        """Elastic pods evicted for a workload that needed the room: evict them (the gang keeps running;
+        a controller's replacement waits for quota again) and say so on the workload. Elastic pods
+        that took a gang pod's place lose their elastic mark."""
+        wl = self._workload(p.key)
+        out: list[KubeEffect] = []
+        for pod in p.promoted:  # it took a gang pod's place: no longer among the first to go
+            namespace, _, name = pod.rpartition("/")
+            if self._remember(self._pod_id(wl, namespace, name), f"annotation:{ELASTIC}", "false"):
+                out.append(KubeEffect(op="annotate", kind="Pod", namespace=namespace or wl.namespace, name=name,
+                                      annotations={ELASTIC: "false"}))
+        if not p.evicted:
+            return out
+        message = f"{len(p.evicted)} elastic pod(s) of {p.pod_set} evicted: {p.reason}"
+        return out + self._evict_all(wl, p.evicted) + self._event(wl, "Warning", "Preempted", message)
 
     def _on_workload_rejected(self, p: WorkloadRejected, now: float) -> list[KubeEffect]:
         known = self._workloads.get(p.key)

@@ -45,10 +45,11 @@ ELASTIC_QUOTA_TREE = Resource("ElasticQuotaTree", "scheduling.sigs.k8s.io", "v1b
                               namespaced=True)
 POD_GROUP = Resource("PodGroup", "scheduling.x-k8s.io", "v1alpha1", "podgroups", namespaced=True)
 POD_GROUP_LEGACY = Resource("PodGroup", "scheduling.sigs.k8s.io", "v1alpha1", "podgroups", namespaced=True)
+VOLCANO_POD_GROUP = Resource("PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", namespaced=True)
 
 WATCHED: tuple[Resource, ...] = (
     NODE, PRIORITY_CLASS, VOLCANO_QUEUE, KAI_QUEUE, ELASTIC_QUOTA_TREE,
-    RAY_CLUSTER, RAY_JOB, POD_GROUP, POD_GROUP_LEGACY, POD,
+    RAY_CLUSTER, RAY_JOB, POD_GROUP, POD_GROUP_LEGACY, VOLCANO_POD_GROUP, POD,
 )
 """Everything admission and placement read (``shared.topology``: ADMISSION_KINDS, PLACEMENT_KINDS).
 Queues and priorities come first so a restarted watcher tells admission about queues before the

@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -43,6 +43,9 @@ from shared.bus.worker import Clock, InboxWorker, Incoming, Producer, Record
 from shared.embedded import CORE_CLASSES
 from shared.policy import Policy
 from shared.service import Service
+
+if TYPE_CHECKING:
+    from shared.tracing.otel import SpanSink
 
 log = logging.getLogger("muster.bus")
 
@@ -302,6 +305,10 @@ class InboxReader:
         """The offset after the last record handled live (sent and acknowledged): what to commit."""
         self.committed: int | None = None
         self._replay_end: int | None = None
+        self.resumed = False
+        """True when this start resumed from a committed offset (the group ran before: a restart)."""
+        self.on_batch: Callable[[float], None] | None = None
+        """Told how long each live batch took (the batch latency metric)."""
         self._in_order = InOrder(self.tp, name=f"{worker.service.name} inbox")
         self._lock = asyncio.Lock()
         self._task: asyncio.Future[Any] | None = None
@@ -334,6 +341,19 @@ class InboxReader:
             await self._commit()
             await consumer.stop()
 
+    def lag(self) -> int:
+        """Records of the inbox not handled yet, as of the last fetch (0 before the first)."""
+        consumer, taken = self._consumer, self._in_order.next
+        high = consumer.highwater(self.tp) if consumer is not None and self.tp in consumer.assignment() else None
+        return max(high - taken, 0) if high is not None and taken is not None else 0
+
+    def caught_up(self, within: int) -> str | None:
+        """None when the past is replayed and at most ``within`` records wait; else why not (``/readyz``)."""
+        if not self.ready.is_set():
+            return f"rebuilding from the inbox ({self.worker.replayed} of {self._replay_end or 0} records)"
+        behind = self.lag()
+        return None if behind <= within else f"{behind} inbox records behind (ready at {within} or fewer)"
+
     async def stop(self) -> None:
         task = self._task
         if task is None or task.done():
@@ -353,7 +373,10 @@ class InboxReader:
         if not self.ready.is_set() and records[-1].offset + 1 >= replay_end:
             self._rebuilt()
         if live:
+            started = time.perf_counter()
             through = await self.worker.process_batch(live, self.producer)
+            if self.on_batch is not None:
+                self.on_batch(time.perf_counter() - started)
             self.processed = max(live[-1].offset, through or 0) + 1
             # timers the worker fired into the inbox and handed over itself: not read twice
             self._in_order.next = max(self._in_order.next or 0, self.processed)
@@ -369,6 +392,7 @@ class InboxReader:
         if self._replay_end is not None:
             return
         self._replay_end = await consumer.committed(self.tp) or 0
+        self.resumed = self._replay_end > 0
         # whether it replays or never committed, it reads from the start
         self._in_order.next = (await consumer.beginning_offsets([self.tp]))[self.tp]
         if self._replay_end > 0:
@@ -435,15 +459,23 @@ class ServiceApp(MusterApp):
         await super().on_stop()
 
 
-def service_app(service: str, config: BusConfig, policy: Policy, *, ordering: Ordering = "arrival") -> MusterApp:
-    """The app behind ``muster run SERVICE``: group ``<prefix><service>``, one reader on its inbox."""
+def service_app(service: str, config: BusConfig, policy: Policy, *, ordering: Ordering = "arrival",
+                sink: "SpanSink | None" = None) -> MusterApp:
+    """The app behind ``muster run SERVICE``: group ``<prefix><service>``, one reader on its inbox.
+    With a ``sink`` (tracing on) its outputs carry trace context and each hop is a span."""
     if service not in CORE_CLASSES:
         raise ValueError(f"unknown service {service!r}: one of {', '.join(CORE_CLASSES)}")
     group = f"{config.prefix}{service}"
     app = base_app(group, config, cls=ServiceApp)
     clock = Clock() if ordering == "arrival" else None
-    worker = InboxWorker(Service(CORE_CLASSES[service](policy)), config.topics,
-                         Arrival() if ordering == "arrival" else Rounds(), clock=clock)
+    tracer = None
+    if sink is not None:
+        from shared.tracing.live import HopTracer
+
+        tracer = HopTracer(service, sink, topic=config.topics.inbox(service), group=group,
+                           clock="wall" if ordering == "arrival" else "event")
+    worker = InboxWorker(Service(CORE_CLASSES[service](policy), traced=sink is not None), config.topics,
+                         Arrival() if ordering == "arrival" else Rounds(), clock=clock, tracer=tracer)
     reader = InboxReader(config, group, worker, FaustProducer(app))
     app.muster_worker = worker  # type: ignore[attr-defined]
     app.muster_reader = reader  # type: ignore[attr-defined]

@@ -84,6 +84,8 @@ class ClusterBridge:
         self.dead_letters = 0
         self.retries = 0
         self.observed = 0
+        self.tracer: Any = None
+        """With tracing on (``shared.tracing.live.HopTracer``): a span per effect applied."""
         self._changes: asyncio.Queue[Envelope] = asyncio.Queue()
 
     def connect(self, api: Any) -> None:
@@ -105,7 +107,11 @@ class ClusterBridge:
             if env.id in self.seen:
                 continue
             try:
-                self.outcomes[await self._apply(env)] += 1
+                started = time.time()
+                outcome = await self._apply(env)
+                self.outcomes[outcome] += 1
+                if self.tracer is not None:
+                    self._traced(env, incoming, started, outcome)
             except Refused as exc:
                 letters.append(self._dead_letter(incoming, str(exc)))
             self.seen.add(env.id)
@@ -124,6 +130,13 @@ class ClusterBridge:
                 log.warning("%s; trying again in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.retry_max)
+
+    def _traced(self, env: Envelope, incoming: Incoming, started: float, outcome: str) -> None:
+        effect = env.payload
+        self.tracer.read(env.id, incoming.partition, incoming.offset)
+        self.tracer.handled(env, [], started, time.time(), name=f"apply {effect.op}", extra={
+            "muster.effect.op": effect.op, "muster.effect.outcome": outcome, "k8s.object.kind": effect.kind,
+            "k8s.namespace.name": effect.namespace, "k8s.object.name": effect.name, "k8s.node.name": effect.node})
 
     def _dead_letter(self, incoming: Incoming, error: str) -> Record:
         self.dead_letters += 1
@@ -174,10 +187,14 @@ async def send_logged(topics: Topics, envelopes: Sequence[Envelope], producer: P
     return offsets
 
 
-def cluster_app(config: BusConfig, target: KubeTarget) -> MusterApp:
-    """The app behind ``muster run cluster``."""
+def cluster_app(config: BusConfig, target: KubeTarget, *, sink: Any = None) -> MusterApp:
+    """The app behind ``muster run cluster``; with a ``sink`` (tracing on) each effect applied is a span."""
     app = base_app(f"{config.prefix}cluster", config)
     bridge = ClusterBridge(config.topics)
+    if sink is not None:
+        from shared.tracing.live import HopTracer
+
+        bridge.tracer = HopTracer("cluster", sink, topic=config.topics.effects, group=f"{config.prefix}cluster")
     app.muster_bridge = bridge  # type: ignore[attr-defined]
     producer = FaustProducer(app)
     effects = app.topic(config.topics.effects, key_type=bytes, value_type=bytes)

@@ -58,8 +58,18 @@ class Finished:
 Control = Release | Finished
 
 
+TRACEPARENT_HEADER = "traceparent"
+
+
 def envelope_headers(env: Envelope) -> list[tuple[str, bytes]]:
-    return [(TYPE_HEADER, env.type.encode()), (SOURCE_HEADER, env.source.encode())]
+    """Type and source; and the W3C ``traceparent`` when the envelope carries one (tracing on), so
+    tools that read Kafka headers follow the trace without parsing the body."""
+    headers = [(TYPE_HEADER, env.type.encode()), (SOURCE_HEADER, env.source.encode())]
+    if env.trace:
+        parent = env.trace.get(TRACEPARENT_HEADER)
+        if parent:
+            headers.append((TRACEPARENT_HEADER, parent.encode()))
+    return headers
 
 
 def encode(env: Envelope) -> bytes:

@@ -246,8 +246,12 @@ class ServiceHost:
     """Starts and stops the five apps: as tasks on the driver's loop, or as ``muster run`` processes."""
 
     def __init__(self, config: BusConfig, policy: Policy, mode: ServiceMode, bus: EventLoopThread,
-                 store: str | None = None) -> None:
+                 store: str | None = None, *, sink: Any = None, metrics_ports: dict[str, int] | None = None) -> None:
         self.config, self.policy, self.mode, self.bus, self.store = config, policy, mode, bus, store
+        self.sink = sink
+        """Tracing on (``shared.tracing.otel.SpanSink``): services trace, processes keep ``OTEL_*``."""
+        self.metrics_ports = metrics_ports or {}
+        """Service -> port of its ``/metrics`` (none where not given)."""
         self.apps: list[Any] = []
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._policy_file: str | None = None
@@ -263,9 +267,17 @@ class ServiceHost:
             from shared.bus.app import service_app
             from shared.bus.projector import projector_app
 
-            self.apps = [service_app(name, self.config, self.policy, ordering="rounds") for name in SERVICES]
+            from shared.metrics import server as metrics
+
+            self.apps = [service_app(name, self.config, self.policy, ordering="rounds", sink=self.sink)
+                         for name in SERVICES]
             if self.store:
-                self.apps.append(projector_app(self.config, self.store))
+                self.apps.append(projector_app(self.config, self.store, sink=self.sink))
+            for name, app in zip(self.names, self.apps):
+                if self.metrics_ports.get(name):
+                    exposition = (metrics.projector_exposition(app) if name == "projector"
+                                  else metrics.service_exposition(app, name))
+                    exposition.attach(app, metrics.bind(self.metrics_ports[name], "127.0.0.1"))
             self.bus.run(gather_all(app.start() for app in self.apps), timeout=60)
             return
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
@@ -282,7 +294,17 @@ class ServiceHost:
             args += ["--store", str(self.store)]
         else:
             args += ["--ordering", "rounds", "--policy", str(self._policy_file)]
+        args += ["--metrics-port", str(self.metrics_ports.get(name, 0))]
         env = {**os.environ, **self.config.env(), "PYTHONUNBUFFERED": "1"}
+        if self.sink is not None:
+            from shared.tracing.config import EPOCH_ENV
+
+            env[EPOCH_ENV] = repr(self.sink.epoch)
+        else:  # the run's traces go out with --trace only
+            from shared.tracing.config import ENDPOINTS
+
+            for variable in ENDPOINTS:
+                env.pop(variable, None)
         assert self.logs is not None, "start() the host first"
         out = open(self.logs / f"{name}.log", "ab")
         self.processes[name] = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -347,12 +369,19 @@ async def wait_for_projector(config: BusConfig, store: str, end: int, timeout: f
 
 def simulate_on_bus(scenario: Scenario, config: BusConfig, policy: Policy | None = None, *,
                     services: ServiceMode = "tasks", store: str | None = None, round_timeout: float = 120.0,
-                    before_round: Callable[[int, ServiceHost], None] | None = None, keep_logs: bool = False) -> Run:
+                    before_round: Callable[[int, ServiceHost], None] | None = None, keep_logs: bool = False,
+                    sink: Any = None, metrics_ports: dict[str, int] | None = None,
+                    after_run: Callable[[Run, ServiceHost], None] | None = None) -> Run:
     """Run ``scenario`` through the services on Kafka (topics under ``config.prefix``, created when
     missing); with ``store``, the projector writes the history there and the run waits for it.
     ``before_round(round, host)`` is called before each round is released (the crash test kills
     and restarts services there). Service processes write their output to ``host.logs``: kept when
-    the run fails (its error names the folder) or with ``keep_logs``, removed otherwise."""
+    the run fails (its error names the folder) or with ``keep_logs``, removed otherwise.
+
+    ``sink`` (``shared.tracing.otel.SpanSink``, tracing on): the services send their hop spans, and
+    the projector (with ``store``; else the driver, from the run's log) every workload's root and
+    phases, all in event time placed at ``sink.epoch``. ``metrics_ports``: service -> port of its
+    ``/metrics`` while the run lasts; ``after_run(run, host)`` is called before the services stop."""
     from shared.bus.app import ensure_topics
 
     effective = scenario.effective_policy(policy)
@@ -363,7 +392,7 @@ def simulate_on_bus(scenario: Scenario, config: BusConfig, policy: Policy | None
 
         schema.ensure(store)
     bus = EventLoopThread()
-    host = ServiceHost(config, effective, services, bus, store)
+    host = ServiceHost(config, effective, services, bus, store, sink=sink, metrics_ports=metrics_ports)
     keeper = RoundKeeper(config, round_timeout)
     started = succeeded = False
     try:
@@ -375,6 +404,12 @@ def simulate_on_bus(scenario: Scenario, config: BusConfig, policy: Policy | None
         run = play(scenario, effective, DistributedRuntime(effective, cluster, keeper, bus, before_round=hook))
         if store is not None:
             bus.run(wait_for_projector(config, store, bus.run(keeper.log_end()), round_timeout))
+        elif sink is not None:
+            from shared.tracing.spans import SpanBuilder
+
+            sink.send(SpanBuilder(hops=False).build(run.runtime.log))
+        if after_run is not None:
+            after_run(run, host)
         succeeded = True
         return run
     except DriverError as exc:

@@ -147,6 +147,10 @@ class LogProjector:
         self.refused_in_a_row = 0
         """Envelopes the store refused since it last took one (``put_carefully``)."""
         self._pipeline = Pipeline(writer)
+        self.behind = 0
+        """Records of the log read by no batch yet, as of the last fetch (the lag metric, ``/readyz``)."""
+        self.watchers: list[Callable[[list[Envelope]], None]] = []
+        """See each batch's envelopes once it is put (on the projector's thread): the workload spans."""
 
     # ------------------------------------------------------------------ on the projector's thread
     def decode(self, records: Sequence[Any]) -> Decoded:
@@ -204,6 +208,7 @@ class LogProjector:
         try:
             self.written = self.written + self.writer.write(items)
             self.refused_in_a_row = 0
+            self._watch(items)
             return None
         except Unstorable as exc:
             if len(items) == 1:
@@ -213,6 +218,13 @@ class LogProjector:
 
     def put(self, batch: Decoded) -> None:
         self.written = self.written + self._pipeline.put(batch.items, consumed=batch.consumed)
+        self._watch(batch.items)
+
+    def _watch(self, items: Sequence[rows.Located]) -> None:
+        if self.watchers:
+            envelopes = [item.envelope for item in items]
+            for watch in self.watchers:
+                watch(envelopes)
 
     def flush(self) -> None:
         self.written = self.written + self._pipeline.flush()
@@ -261,6 +273,8 @@ class LogProjector:
                         orders = await self._seek(consumer, partitions, on_thread)
                         seek = False
                     records = await self._read(consumer, partitions, orders, put_through, batch, within)
+                    self.behind = sum(max((consumer.highwater(tp) or 0) - (orders[tp].next or 0), 0)
+                                      for tp in partitions)
                     if len(records) < BUSY:
                         collection.idle()
                     elif collection.busy(len(records)):
@@ -370,13 +384,19 @@ class LogProjector:
         return orders
 
 
-def projector_app(config: BusConfig, store: str, *, batch: int = BATCH, within: float = BATCH_WAIT) -> MusterApp:
+def projector_app(config: BusConfig, store: str, *, batch: int = BATCH, within: float = BATCH_WAIT,
+                  sink: Any = None) -> MusterApp:
     """The app behind ``muster run projector``: the Faust app runs ``LogProjector`` as a task and
-    consumes nothing through Faust itself (it only produces: dead letters)."""
+    consumes nothing through Faust itself (it only produces: dead letters). With a ``sink``
+    (``shared.tracing.otel.SpanSink``: tracing on) it also sends every workload's root and phase spans."""
     app = base_app(f"{config.prefix}projector", config)
     app.producer_only = True
     writer = ProjectionWriter(store, consumer=CONSUMER)
     projector = LogProjector(config.topics, writer)
+    if sink is not None:
+        from shared.tracing.live import WorkloadSpans
+
+        projector.watchers.append(WorkloadSpans(sink).fold)
     producer = FaustProducer(app)
     app.muster_writer = writer  # type: ignore[attr-defined]
     app.muster_projector = projector  # type: ignore[attr-defined]

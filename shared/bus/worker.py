@@ -27,7 +27,7 @@ import asyncio
 import heapq
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from shared.bus import codec
 from shared.bus.codec import BadRecord, Finished, Release
@@ -36,6 +36,12 @@ from shared.bus.topics import Topics, key
 from shared.events import Envelope, TimerFired, wrap
 from shared.service import Service
 from shared.topology import destinations
+
+if TYPE_CHECKING:
+    from shared.tracing.live import HopTracer
+
+Watcher = Callable[[Envelope, list[Envelope]], None]
+"""Sees each envelope the service handles with its outputs, live and in a replay (a metrics fold)."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,8 @@ _HAND_OVER_ROUNDS = 16
 class InboxWorker:
     """One service behind one inbox: see the module docstring for the steps."""
 
-    def __init__(self, service: Service, topics: Topics, ordering: Ordering, *, clock: Clock | None = None) -> None:
+    def __init__(self, service: Service, topics: Topics, ordering: Ordering, *, clock: Clock | None = None,
+                 tracer: "HopTracer | None" = None) -> None:
         self.service = service
         self.topics = topics
         self.ordering = ordering
@@ -153,6 +160,9 @@ class InboxWorker:
         """The highest log offset this worker has written (-1: none yet)."""
         self.wake = asyncio.Event()
         """Set when a timer was armed, so the clock task re-reads ``clock.next_at``."""
+        self.tracer = tracer
+        """Sends a span per hop handled live (tracing on; ``shared.tracing.live``)."""
+        self.watchers: list[Watcher] = []
 
     # ------------------------------------------------------------------ restart
     def replay(self, value: bytes | None, headers: codec.Headers | None) -> None:
@@ -162,7 +172,7 @@ class InboxWorker:
             item = codec.decode(value, headers)
         except BadRecord:
             return  # dead-lettered when it was first read
-        for out in self._handle(item):
+        for out in self._handle(item, live=False):
             self._arm(out)
 
     # ------------------------------------------------------------------ live
@@ -189,6 +199,8 @@ class InboxWorker:
                 letters.append(dead_letter_record(self.topics, incoming, topic=self.inbox,
                                                   consumer=self.service.name, error=str(exc)))
                 continue
+            if self.tracer is not None and isinstance(item, Envelope):
+                self.tracer.read(item.id, incoming.partition, incoming.offset)
             outputs.extend(self._handle(item))
             if isinstance(item, Release):
                 rounds.append(item.round)
@@ -270,14 +282,26 @@ class InboxWorker:
         return len(fired)
 
     # ------------------------------------------------------------------ common
-    def _handle(self, item: Envelope | Release) -> list[Envelope]:
+    def _handle(self, item: Envelope | Release, *, live: bool = True) -> list[Envelope]:
         if isinstance(item, Release):
             ready = self.ordering.release(item)
         elif self.service.handled_before(item):
             return []  # a copy of one handled already: not even held
         else:
             ready = self.ordering.offer(item)
-        return [out for env in ready for out in self.service.handle(env)]
+        if not self.watchers and (self.tracer is None or not live):
+            return [out for env in ready for out in self.service.handle(env)]
+        outputs: list[Envelope] = []
+        tracer = self.tracer if live else None
+        for env in ready:
+            started = time.time() if tracer is not None else 0.0
+            made = self.service.handle(env)
+            for watch in self.watchers:
+                watch(env, made)
+            if tracer is not None:
+                tracer.handled(env, made, started, time.time())
+            outputs.extend(made)
+        return outputs
 
     def _arm(self, env: Envelope) -> None:
         if self.clock is not None and env.type == "TimerSet":

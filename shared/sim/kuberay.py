@@ -84,16 +84,17 @@ def _template(spec: object) -> Mapping[str, Any] | None:
     return template if ok else None
 
 
-def worker_count(group: Mapping[str, Any], autoscaling: bool) -> int | None:
-    """KubeRay's desired pods of a worker group; None when the group is invalid."""
+def worker_count(group: Mapping[str, Any]) -> int | None:
+    """KubeRay's desired pods of a worker group (``utils.GetWorkerGroupDesiredReplicas``): clamp(replicas,
+    minReplicas, maxReplicas) × numOfHosts whether in-tree autoscaling is on or not (the Ray autoscaler
+    moves ``replicas``; a scenario edits it to play the autoscaler); None when the group is invalid."""
     replicas, low = _count(group, "replicas", 0), _count(group, "minReplicas", 0)
     high, hosts = _count(group, "maxReplicas", MAX_REPLICAS), _count(group, "numOfHosts", 1)
     if replicas is None or low is None or high is None or hosts is None or low > high:
         return None
     if group.get("suspend") is True:
         return 0
-    wanted = low if autoscaling else min(max(replicas, low), high)
-    return wanted * hosts
+    return min(max(replicas, low), high) * hosts
 
 
 MAX_SIM_PODS = 20_000
@@ -110,11 +111,10 @@ def pod_slots(spec: object) -> list[PodSlot] | None:
     if head is None or not isinstance(groups, list):
         return None
     slots = [PodSlot("head", HEAD_GROUP, 0, head)]
-    autoscaling = spec.get("enableInTreeAutoscaling") is True
     for group in groups:
         template = _template(group)
         name = group.get("groupName") if isinstance(group, Mapping) else None
-        count = worker_count(group, autoscaling) if template is not None else None
+        count = worker_count(group) if template is not None else None
         if not isinstance(name, str) or not name or count is None or template is None:
             return None
         if len(slots) + count > MAX_SIM_PODS:

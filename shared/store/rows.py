@@ -29,10 +29,9 @@ from typing import Any, ClassVar, Container, NamedTuple, Sequence
 
 from pydantic import TypeAdapter
 
-from shared import kube
 from shared.events import Envelope
 from shared.model import QueueSpec
-from shared.projection import PodView, ResultProjection, WorkloadView
+from shared.projection import PodView, ResultProjection, WorkloadView, pod_workload_key
 
 QUEUE_TREE_EVENTS = frozenset({"QueueDefined", "QueueRemoved"})
 QUEUE_EVENTS = QUEUE_TREE_EVENTS | {"QueueRejected"}
@@ -145,7 +144,7 @@ def workload_key(env: Envelope) -> str | None:
         return None
     p = env.payload
     if kind == "ObjectChanged":
-        return kube.workload_key_of_pod(p.object) if p.kind == "Pod" else None
+        return pod_workload_key(p) if p.kind == "Pod" else None
     if kind in _BY_SPEC:
         return p.workload.key
     key = vars(p).get("key")  # a payload's fields are its attributes; pydantic's miss raises, slowly

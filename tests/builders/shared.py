@@ -16,7 +16,8 @@ import yaml
 from services.reconciler.ingest import observe
 from shared import kube
 from shared.events import (
-    BackedOff, CapacityChanged, Dequeued, Enqueued, Envelope, GangPlaced, GangDisrupted, GangRunning, GpuAssignment,
+    BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, ElasticVictim, Enqueued, Envelope,
+    GangPlaced, GangDisrupted, GangRunning, GpuAssignment,
     KubeEffect, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined, QueueRejected,
     QueueRemoved, ReclaimRequested, SlotAssignment, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished,
     WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWithdrawn, wrap,
@@ -49,7 +50,12 @@ def sample_payloads() -> dict[str, Any]:
         Enqueued(key="team-a/rc", queue="q1", reason="waiting in queue q1"),
         BackedOff(key="team-a/rc", queue="q1", requeue_at=3.5, attempts=2, reason="does not fit"),
         Dequeued(key="team-a/rc", queue="q1", workload=spec, reason="quota reserved"),
-        ReclaimRequested(key="team-a/rc", queue="q1", workload=spec, victims=("team-b/x",), reason="reclaim"),
+        ReclaimRequested(key="team-a/rc", queue="q1", workload=spec, victims=("team-b/x",), reason="reclaim",
+                         elastic_victims=(ElasticVictim(key="team-b/y", pod_set="worker", count=2),)),
+        ElasticGranted(key="team-a/rc", queue="q1", pod_set="worker", count=2, admission=3,
+                       reason="quota reserved in queue q1 for 2 elastic pod(s) of worker"),
+        ElasticReleased(key="team-a/rc", pod_set="worker", count=1, admission=3, reason="preempted by team-c/z",
+                        evicted=("team-a/rc-worker-worker-x",)),
         WorkloadWithdrawn(key="team-a/rc", reason="deleted"),
         GangPlaced(key="team-a/rc", queue="q1", kind="RayCluster", gate="pods",
                    slots=(SlotAssignment(pod_set="head", index=0, node="n1", gpu=gpu),

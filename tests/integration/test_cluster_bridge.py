@@ -158,3 +158,28 @@ def test_a_refused_effect_is_dead_lettered_and_the_next_is_applied(
     assert errors[1].startswith("not a valid envelope")
     assert bridge.dead_letters == 2
 
+
+
+def test_a_traced_effect_is_an_apply_span_under_the_hop_that_decided_it(
+        kafka_bootstrap: str, topic_prefix: str, kube: KubeApiEmulator) -> None:
+    from shared.tracing.context import TRACEPARENT, SpanRef, traceparent
+    from shared.tracing.live import HopTracer
+    from tests.unit.bus.test_worker_tracing import RecordingSink
+
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    kube.create(ray_cluster("rc", "team-a", suspend=True))
+    decided_by = SpanRef("a" * 32, "b" * 16)
+    with stack(config, kube.url, services=()) as apps:
+        bridge, sink = apps["cluster"].muster_bridge, RecordingSink()
+        bridge.tracer = HopTracer("cluster", sink, topic=config.topics.effects, group=f"{topic_prefix}cluster")  # type: ignore[arg-type]
+        eventually(lambda: bridge.observed >= 1, "the watch to start")
+        effect = wrap(KubeEffect(op="unsuspend", kind="RayCluster", namespace="team-a", name="rc"),
+                      source="reconciler", cause=None, index=1, at=time.time())
+        effect = effect.model_copy(update={"trace": {TRACEPARENT: traceparent(decided_by)}})
+        send(config, config.topics.effects, codec.encode(effect))
+        [span] = eventually(lambda: sink.spans, "the apply span")
+    assert (span.name, span.trace_id, span.parent_id, span.service) == (
+        "apply unsuspend", decided_by.trace_id, decided_by.span_id, "muster-cluster")
+    assert span.attributes["muster.effect.outcome"] and span.attributes["k8s.object.name"] == "rc"
+    assert span.attributes["messaging.destination.name"] == config.topics.effects
+    assert span.start <= span.end

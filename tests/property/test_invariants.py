@@ -3,9 +3,11 @@
 Checked at the end of every instant (when virtual time moves on), from the event log alone:
 - no node holds more than its allocatable of any resource;
 - no GPU device carries more than 1.0 of fractional shares;
-- no gang is partly bound (0 or all of its minMember pods);
+- no gang's minimum is partly bound (0 or all of its minMember pods; elastic pods beyond it come and
+  go one by one and are not counted);
 - no queue's held quota exceeds its limit, at any level of the tree;
-- no pod a dialect protects is evicted (``volcano.sh/preemptable: "false"``, KAI's non-preemptible);
+- no pod a dialect protects is evicted (``volcano.sh/preemptable: "false"``, KAI's non-preemptible),
+  neither with its whole gang nor as an elastic pod;
 - no workload in a Volcano queue waits while a lower-priority preemptible gang of its queue holds what
   it needs, and no queue below its guarantee waits while another queue above its own holds a gang its
   rules let go that would make room, for longer than one backoff (``dialects.GRACE``).
@@ -42,10 +44,10 @@ CPU_CHOICES = ["500m", "1", "2", "3"]
 GPU_KIND = st.sampled_from(["none", "none", "quarter", "half", "whole"])
 PRIORITIES = st.sampled_from([None, "train", "build", "inference"])
 NS = "p"
-KINDS = st.sampled_from(["RayCluster", "RayCluster", "RayJob", "PodGang"])
+KINDS = st.sampled_from(["RayCluster", "RayCluster", "RayJob", "PodGang", "Pod"])
 PREEMPTABLE = "volcano.sh/preemptable"
 PINS = st.sampled_from([None, None, None, None, "object", "template"])
-"""Where a workload opts out of preemption (a PodGang pins its first pod for either)."""
+"""Where a workload opts out of preemption (a PodGang pins its first pod, a single Pod itself, for either)."""
 
 
 def _node(name: str, cpu: int, gpu: int) -> dict[str, Any]:
@@ -112,13 +114,20 @@ def _container(draw: st.DrawFn, name: str) -> tuple[dict[str, Any], dict[str, st
 
 
 def _ray_spec(draw: st.DrawFn, replicas: int) -> dict[str, Any]:
+    """Head + one worker group; sometimes elastic: minReplicas below replicas (KAI counts minReplicas
+    always, Volcano with in-tree autoscaling on), so workers beyond the gang come one by one."""
     container, annotations = _container(draw, "w")
     template: dict[str, Any] = {"spec": {"containers": [container]}}
     if annotations:
         template["metadata"] = {"annotations": annotations}
-    return {"headGroupSpec": {"template": {"spec": {"containers": [
+    group: dict[str, Any] = {"groupName": "g", "replicas": replicas, "template": template}
+    spec: dict[str, Any] = {"headGroupSpec": {"template": {"spec": {"containers": [
                 {"name": "h", "resources": {"requests": {"cpu": draw(st.sampled_from(CPU_CHOICES))}}}]}}},
-            "workerGroupSpecs": [{"groupName": "g", "replicas": replicas, "template": template}]}
+            "workerGroupSpecs": [group]}
+    if replicas and draw(st.booleans()):
+        group["minReplicas"] = draw(st.integers(0, replicas))
+        spec["enableInTreeAutoscaling"] = draw(st.booleans())
+    return spec
 
 
 def _pinned(spec: dict[str, Any], pin: str | None) -> dict[str, Any]:
@@ -164,11 +173,21 @@ def scenarios(draw: st.DrawFn) -> str:
             labels["priorityClassName"] = prio
         pin = draw(PINS)      # volcano.sh/preemptable: "false" on the object, a pod template or a pod
         at = draw(st.integers(1, 40))
+        if kind == "Pod":            # a plain pod addressed to muster: a gang of one
+            container, annotations = _container(draw, "t")
+            meta = {"name": f"{name}-solo", "namespace": NS,
+                    "labels": {**labels, PREEMPTABLE: "false"} if pin is not None else labels}
+            if annotations:
+                meta["annotations"] = annotations
+            steps.append({"at": at, "apply": yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                                                              "spec": {"schedulerName": "muster",
+                                                                       "containers": [container]}})})
+            continue
         if kind == "PodGang":
             minimum = draw(st.integers(1, 3))
             container, annotations = _container(draw, "t")
             pods = []
-            for i in range(minimum + draw(st.integers(0, 1))):
+            for i in range(minimum + draw(st.integers(0, 2))):   # pods beyond the minimum are elastic
                 # a Pod named like another kind's workload (w0 beside RayCluster w0) — names shared across kinds
                 pod_name = drawn if i == 0 and ("Pod", drawn) not in used else f"{name}-pod-{i}"
                 used.add(("Pod", pod_name))      # never re-apply a Pod of another gang under the same name
@@ -297,10 +316,11 @@ class InvariantWatcher:
         self.mask_known_bugs = mask_known_bugs
         """Workload keys the scenario re-applies (spec edits); reported apart from the others."""
         self.disrupted: set[str] = set()
-        self.known_bug_gangs: set[str] = set()
         """Gangs that lost a bound pod with its node (node deleted, or GangDisrupted) and are not Running
         again yet: legitimately partly bound until the replacements run (README, Placement)."""
         self.bound_now: dict[str, int] = {}
+        self.elastic: set[str] = set()
+        """Pods placement assigned as elastic (beyond their gang's minimum): not counted as gang pods."""
         self.reclaim_at: dict[str, float] = {}
         self.known_bug_queues: set[str] = set()
         """Queues whose limit checks are skipped: a reclaimer's placement failed in the instant it named
@@ -337,13 +357,7 @@ class InvariantWatcher:
                 self.known_bug_queues.add(name)
                 spec = self.history.queues.get(name)
                 name = spec.parent if spec else None
-        if env.type == "PreemptionRequested" and self.mask_known_bugs:
-            view = self.history.workloads.get(p.key)
-            if view is not None and view.kind == "PodGroup":
-                # Known bug (tests/property/failures/same-name-podgang-raycluster-partly-bound.yaml):
-                # evicted plain pods never come back, and the re-admitted gang binds the rest.
-                self.known_bug_gangs.add(p.key)
-        if env.type == "PreemptionRequested":
+        if env.type == "PreemptionRequested" or (env.type == "ElasticReleased" and p.evicted):
             self._check_eviction(p, env.occurred_at)
         if env.type in ("WorkloadSubmitted", "WorkloadUpdated"):
             self.specs[p.workload.key] = p.workload
@@ -357,6 +371,13 @@ class InvariantWatcher:
             self.disrupted.discard(p.key)
         if env.type == "PodAssigned" and p.gpu is not None:
             self.gpu[f"{p.pod_namespace}/{p.pod}"] = p.gpu
+        if env.type == "ElasticReleased":
+            self.elastic.difference_update(p.promoted)
+        if env.type == "PodAssigned":
+            if p.elastic:
+                self.elastic.add(f"{p.pod_namespace}/{p.pod}")
+            else:
+                self.elastic.discard(f"{p.pod_namespace}/{p.pod}")
         if env.type != "ObjectChanged":
             return
         name = f"{p.namespace}/{p.name}"
@@ -396,8 +417,8 @@ class InvariantWatcher:
             if gpu is not None and gpu.fraction < 1:
                 for d in gpu.devices:
                     devices[(node, d)] = devices.get((node, d), 0.0) + gpu.fraction
-            key = kube.workload_key_of_pod(pod)
-            if key and kube.pod_set_of_pod(pod) != "submitter":
+            key = kube.workload_key_of_pod(pod) or (name if pod_kind(pod) == "Pod" else None)
+            if key and kube.pod_set_of_pod(pod) != "submitter" and name not in self.elastic:
                 key = f"{pod_kind(pod)}:{key}"
                 bound_by_workload[key] = bound_by_workload.get(key, 0) + 1
         for node, res in sorted(used.items()):
@@ -411,8 +432,7 @@ class InvariantWatcher:
         for kkey, n in sorted(bound_by_workload.items()):
             kind, key = kkey.split(":", 1)
             view = self.history.workloads.get(key)
-            if view and view.kind == kind and view.min_member and n < view.min_member and key not in self.disrupted \
-                    and key not in self.known_bug_gangs:
+            if view and view.kind == kind and view.min_member and n < view.min_member and key not in self.disrupted:
                 edited = " (edited)" if key in self.edited else ""
                 self.violations.append(f"t={t}: gang {key}{edited} partly bound: {n}/{view.min_member}")
         self.bound_now = bound_by_workload
@@ -428,6 +448,8 @@ class InvariantWatcher:
 
     # ------------------------------------------------------------------ dialect invariants
     def _pods_of(self, kind: str, key: str) -> list[dict[str, Any]]:
+        if kind == "Pod":                  # a gang of one: the pod is the workload
+            return [self.pods[key]] if key in self.pods else []
         return [pod for pod in self.pods.values() if kube.workload_key_of_pod(pod) == key and pod_kind(pod) == kind]
 
     def _protected(self, view: Any) -> str | None:
@@ -553,7 +575,9 @@ def pod_kind(pod: dict[str, Any]) -> str:
     lab = kube.labels(pod)
     if lab.get(kube.RAY_ORIGIN_KIND) in ("RayJob", "RayCluster"):
         return lab[kube.RAY_ORIGIN_KIND]
-    return "RayCluster" if lab.get(kube.RAY_CLUSTER) else "PodGroup"
+    if lab.get(kube.RAY_CLUSTER):
+        return "RayCluster"
+    return "PodGroup" if kube.pod_group_of(pod) else "Pod"   # a plain pod of no group: a gang of one
 
 
 def edited_keys(scenario: Scenario) -> frozenset[str]:

@@ -1,14 +1,12 @@
 """Minimal scenarios the property test found, each pinned to the one check it violates.
 
 An open bug is ``xfail(strict=True)``: when it is fixed the test XPASSes and fails the suite, so the
-mark is removed and the scenario stays as a regression test (the first two are fixed).
+mark is removed and the scenario stays as a regression test (all three are fixed).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 from tests.property.test_invariants import run_and_check
 
@@ -34,10 +32,9 @@ def test_reclaim_victim_quota_no_queue_over_limit() -> None:
     assert not over, "\n".join(over)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a pod-gated gang binds its existing pods one by one even when fewer "
-                   "than min-available exist (preempted plain pods never come back), so it sits partly bound "
-                   "(services/placement/core.py _admit/_attach; services/admission/podgangs.py)")
 def test_same_name_podgang_raycluster_no_gang_partly_bound() -> None:
+    """Fixed: a pod-gated gang binds nothing until a pod waits for every gang slot (placement), and a
+    pod group with fewer valid pods than its minimum is held in its queue (admission's not_ready)."""
     violations, _ = run_and_check((FAILURES / "same-name-podgang-raycluster-partly-bound.yaml").read_text(), mask_known_bugs=False)
     partly = [v for v in violations if "partly bound" in v]
     assert not partly, "\n".join(partly)

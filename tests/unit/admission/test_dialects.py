@@ -7,7 +7,7 @@ import pytest
 
 from services.admission.dialects import DIALECTS
 from shared.events import QueueDefined, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated
-from tests.builders import ray_cluster, ray_job, worker_group
+from tests.builders import pod, ray_cluster, ray_job, worker_group
 from tests.builders.admission import (
     AdmissionDriver,
     elastic_quota_tree,
@@ -127,6 +127,34 @@ def test_a_plain_pod_or_its_podgroup_pins_a_pod_gang() -> None:
     d2.send(gang_pod("a", "h", labels={"volcano.sh/queue-name": "v"}))
     [out] = d2.send(gang_pod("b", "h"))
     assert isinstance(out, WorkloadSubmitted) and out.workload.preemptible is False
+
+
+def test_a_pinned_pod_beyond_the_minimum_pins_the_whole_pod_group_and_a_single_pod_pins_itself() -> None:
+    """Elastic pods are members too: one of them pinned keeps the group (its elastic pods included)
+    from being a victim; a gang of one reads its own pod."""
+    d, _ = _driver("volcano")
+    d.send(gang_pod("a", "g", min_available="1", labels={"volcano.sh/queue-name": "v"}))
+    [out] = d.send(gang_pod("b", "g", min_available="1", labels={"volcano.sh/preemptable": "false"}))
+    assert isinstance(out, WorkloadUpdated)
+    assert [(ps.count, ps.elastic) for ps in out.workload.gang.pod_sets] == [(1, 1)]
+    assert out.workload.preemptible is False
+    d2, _ = _driver("volcano")
+    spec = d2.submitted(pod("solo", labels={"volcano.sh/queue-name": "v", "volcano.sh/preemptable": "false"}))
+    assert (spec.kind, spec.preemptible) == ("Pod", False)
+
+
+def test_the_podgroup_kuberay_made_for_a_ray_workload_can_pin_it() -> None:
+    d, labels = _driver("volcano")
+    rc = ray_cluster("rc", labels=labels)
+    assert d.submitted(rc).preemptible is True
+    group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+             "metadata": {"name": "ray-rc-pg", "namespace": "default",
+                          "annotations": {"volcano.sh/preemptable": "false"},
+                          "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc",
+                                               "uid": "u-1", "controller": True}]},
+             "spec": {"minMember": 2, "queue": "v"}}
+    [out] = d.send(group)
+    assert isinstance(out, WorkloadUpdated) and out.workload.preemptible is False
 
 
 # --------------------------------------------------------------------------- never waiting without a reason

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from services.admission.fields import Invalid
-from services.admission.workloads import MAX_REPLICAS_DEFAULT, worker_count
+from services.admission.dialects import DIALECTS, KUBERAY
+from services.admission.workloads import MAX_REPLICAS_DEFAULT, worker_counts
 from shared.kube import rayjob_cluster_name
 from shared.model import MatchExpression, PodSet, Toleration
 from shared.quantity import format_resources, parse_resources
 from tests.builders import container, pod_template, ray_cluster, ray_job, worker_group
-from tests.builders.admission import AdmissionDriver, kai_queue, volcano_queue
+from tests.builders.admission import AdmissionDriver, elastic_quota_tree, eqt_node, kai_queue, volcano_queue
 
 GI = 1024**3 * 1000
 
@@ -23,30 +24,49 @@ def res(**amounts: str) -> dict[str, int]:
 @pytest.mark.parametrize(
     ("group", "autoscaling", "expected"),
     [
-        ({"replicas": 2}, False, 2),
-        ({}, False, 0),                                                     # replicas default 0, min 0
-        ({"minReplicas": 2}, False, 2),                                     # replicas missing → clamp up to min
-        ({"replicas": 1, "minReplicas": 3, "maxReplicas": 5}, False, 3),    # clamp up
-        ({"replicas": 9, "minReplicas": 1, "maxReplicas": 5}, False, 5),    # clamp down
-        ({"replicas": 2, "minReplicas": 2, "maxReplicas": 2}, False, 2),    # volcano scenario
-        ({"replicas": 2, "numOfHosts": 4}, False, 8),                       # multi-host (TPU) groups
-        ({"replicas": 3, "minReplicas": 1, "maxReplicas": 5, "numOfHosts": 2}, False, 6),
-        ({"replicas": 3, "suspend": True}, False, 0),                       # suspended group
-        ({"replicas": 3, "minReplicas": 2, "suspend": True}, True, 0),
-        ({"replicas": 5, "minReplicas": 1, "numOfHosts": 2}, True, 2),      # autoscaling: min × hosts
-        ({"replicas": 5}, True, 0),                                         # autoscaling, min default 0
-        ({"replicas": 5, "minReplicas": 5, "maxReplicas": 5}, True, 5),
-        ({"replicas": 2.0}, False, 2),                                      # whole float from a JSON decoder
-        ({"replicas": 3, "maxReplicas": MAX_REPLICAS_DEFAULT}, False, 3),
+        ({"replicas": 2}, False, (2, 2)),
+        ({}, False, (0, 0)),                                                     # replicas default 0, min 0
+        ({"minReplicas": 2}, False, (2, 2)),                                     # replicas missing → clamp up to min
+        ({"replicas": 1, "minReplicas": 3, "maxReplicas": 5}, False, (3, 3)),    # clamp up
+        ({"replicas": 9, "minReplicas": 1, "maxReplicas": 5}, False, (5, 5)),    # clamp down
+        ({"replicas": 2, "minReplicas": 2, "maxReplicas": 2}, False, (2, 2)),    # volcano scenario
+        ({"replicas": 2, "numOfHosts": 4}, False, (8, 8)),                       # multi-host (TPU) groups
+        ({"replicas": 3, "minReplicas": 1, "maxReplicas": 5, "numOfHosts": 2}, False, (6, 6)),
+        ({"replicas": 3, "suspend": True}, False, (0, 0)),                       # suspended group
+        ({"replicas": 3, "minReplicas": 2, "suspend": True}, True, (0, 0)),
+        ({"replicas": 5, "minReplicas": 1, "numOfHosts": 2}, True, (2, 10)),     # autoscaling: min × hosts, rest elastic
+        ({"replicas": 5}, True, (0, 5)),                                         # autoscaling, min default 0
+        ({"replicas": 5, "minReplicas": 5, "maxReplicas": 5}, True, (5, 5)),
+        ({"replicas": 2.0}, False, (2, 2)),                                      # whole float from a JSON decoder
+        ({"replicas": 3, "maxReplicas": MAX_REPLICAS_DEFAULT}, False, (3, 3)),
     ],
 )
-def test_worker_group_count(group: dict, autoscaling: bool, expected: int) -> None:
-    assert worker_count(group, "spec.workerGroupSpecs[g]", autoscaling) == expected
+def test_worker_group_counts_as_kuberay_and_volcano(group: dict, autoscaling: bool, expected: tuple[int, int]) -> None:
+    """(minimum, desired): KubeRay creates clamp(replicas) × hosts; Volcano's PodGroup counts minReplicas
+    when in-tree autoscaling is on (volcano_scheduler.go calculatePodGroupParams)."""
+    assert worker_counts(group, "spec.workerGroupSpecs[g]", autoscaling, KUBERAY) == expected
+
+
+@pytest.mark.parametrize(
+    ("dialect", "group", "autoscaling", "expected"),
+    [
+        ("kai", {"replicas": 4, "minReplicas": 1}, False, (1, 4)),           # KAI: minReplicas whenever it is set
+        ("kai", {"replicas": 4, "minReplicas": 1, "numOfHosts": 2}, True, (2, 8)),
+        ("kai", {"replicas": 4}, False, (4, 4)),                             # no minReplicas: the desired replicas
+        ("kai", {"replicas": 0, "minReplicas": 0}, False, (0, 0)),
+        ("volcano", {"replicas": 4, "minReplicas": 1}, False, (4, 4)),       # Volcano: min only with autoscaling
+        ("elasticquotatree", {"replicas": 4, "minReplicas": 1}, True, (4, 4)),  # kube-queue: head + Σ replicas
+        ("builtin", {"replicas": 4, "minReplicas": 1}, True, (1, 4)),
+    ],
+)
+def test_worker_group_counts_per_dialect(dialect: str, group: dict, autoscaling: bool,
+                                         expected: tuple[int, int]) -> None:
+    assert worker_counts(group, "spec.workerGroupSpecs[g]", autoscaling, DIALECTS[dialect].gang) == expected
 
 
 def test_worker_count_rejects_min_above_max_instead_of_using_max() -> None:
     with pytest.raises(Invalid) as err:
-        worker_count({"replicas": 1, "minReplicas": 3, "maxReplicas": 2}, "spec.workerGroupSpecs[g]", False)
+        worker_counts({"replicas": 1, "minReplicas": 3, "maxReplicas": 2}, "spec.workerGroupSpecs[g]", False, KUBERAY)
     assert err.value.reason == "spec.workerGroupSpecs[g].minReplicas: 3 is greater than maxReplicas 2"
 
 
@@ -197,3 +217,45 @@ def test_node_selector_tolerations_and_required_affinity_come_from_the_template(
          MatchExpression(key="spot", operator="DoesNotExist")),
         (MatchExpression(key="pool", operator="Exists"),),
     )
+
+
+# --------------------------------------------------------------------------- what each dialect counts and charges
+def test_volcano_autoscaling_cluster_gang_is_min_replicas_and_the_rest_elastic() -> None:
+    d = AdmissionDriver()
+    d.send(volcano_queue("v"))
+    rc = ray_cluster(labels={"volcano.sh/queue-name": "v"}, enableInTreeAutoscaling=True,
+                     workers=[worker_group("w", 4, {"cpu": "1"}, min_replicas=1, max_replicas=8)])
+    gang = d.submitted(rc).gang
+    assert gang.min_member == 2 and [(ps.count, ps.elastic) for ps in gang.pod_sets] == [(1, 0), (1, 3)]
+    assert gang.quota_demand["cpu"] == 2000          # the minimum is charged; elastic pods as they bind
+
+
+def test_kai_cluster_gang_is_head_plus_min_replicas_with_or_without_autoscaling() -> None:
+    d = AdmissionDriver()
+    d.send(kai_queue("k"))
+    rc = ray_cluster(labels={"kai.scheduler/queue": "k"},
+                     workers=[worker_group("a", 3, min_replicas=1), worker_group("b", 2)])
+    gang = d.submitted(rc).gang
+    assert [(ps.name, ps.count, ps.elastic) for ps in gang.pod_sets] == [("head", 1, 0), ("a", 1, 2), ("b", 2, 0)]
+    assert gang.min_member == 4
+
+
+def test_kube_queue_rayjob_charges_head_and_replicas_but_not_the_submitter() -> None:
+    d = AdmissionDriver()
+    d.send(elastic_quota_tree(eqt_node("root", children=[eqt_node("video", namespaces=["video"])])))
+    job = ray_job("rj", "video", head={"cpu": "4"}, enableInTreeAutoscaling=True,
+                  workers=[worker_group("w", 2, {"cpu": "4"}, min_replicas=1)])
+    spec = d.submitted(job)
+    assert spec.queue == "video" and [(ps.count, ps.elastic) for ps in spec.gang.pod_sets] == [(1, 0), (2, 0), (1, 0)]
+    assert spec.gang.pod_sets[-1].charged is False
+    assert spec.gang.quota_demand == {"cpu": 12_000}   # the submitter's 500m CPU, 200Mi are not in it
+    assert spec.gang.resources["cpu"] == 12_500     # placed with the gang all the same: it needs a node
+
+
+def test_a_queue_defined_later_recounts_the_gang_by_its_dialect() -> None:
+    d = AdmissionDriver()
+    rc = ray_cluster(labels={"kai.scheduler/queue": "k"}, workers=[worker_group("a", 3, min_replicas=1)])
+    assert d.submitted(rc).gang.min_member == 4          # the queue is unknown yet: KubeRay's own count
+    out = d.send(kai_queue("k"))
+    updated = [x for x in out if x.type == "WorkloadUpdated"]
+    assert updated[0].workload.gang.min_member == 2

@@ -7,6 +7,7 @@ import pytest
 from shared.events import WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated
 from shared.model import PodSet
 from shared.quantity import parse_resources
+from tests.builders import pod
 from tests.builders.admission import AdmissionDriver, gang_pod, pod_group, priority_class, volcano_queue
 
 
@@ -23,7 +24,12 @@ def test_sigs_style_min_available_label_submits_at_the_last_needed_pod() -> None
     # p-0 asks 2 CPU, p-1 and p-2 the builder's default 1 CPU: one pod set per shape, first seen first
     assert spec.gang.pod_sets == (PodSet(name="pods", count=1, resources=parse_resources({"cpu": "2", "memory": "1Gi"})),
                                   PodSet(name="pods-2", count=2, resources=parse_resources({"cpu": "1", "memory": "1Gi"})))
-    assert d.send(gang_pod("p-3", "g", style="sigs", min_available="3"), at=5.0) == []   # more pods: no change
+    # a pod beyond the minimum is elastic: it runs alone when quota and nodes allow (Volcano's tasks beyond
+    # minAvailable); the gang's minimum and shapes stay as submitted
+    out = d.send(gang_pod("p-3", "g", style="sigs", min_available="3"), at=5.0)
+    assert len(out) == 1 and isinstance(out[0], WorkloadUpdated)
+    assert [(ps.name, ps.count, ps.elastic) for ps in out[0].workload.gang.pod_sets] == [("pods", 1, 0), ("pods-2", 2, 1)]
+    assert out[0].workload.gang.min_member == 3 and out[0].workload.submitted_at == 4.0
 
 
 def test_x_k8s_style_takes_min_member_from_the_podgroup_object() -> None:
@@ -67,11 +73,53 @@ def test_kuberay_pods_with_a_pod_group_label_belong_to_their_raycluster() -> Non
     assert AdmissionDriver().send(p) == []
 
 
-def test_volcano_and_kuberay_podgroups_are_not_coscheduling_minimums() -> None:
+def test_podgroups_kuberay_made_are_not_plain_gang_minimums() -> None:
     d = AdmissionDriver()
-    volcano = {**pod_group("g", 1), "apiVersion": "scheduling.volcano.sh/v1beta1"}
     owned = pod_group("h", 1, ownerReferences=[{"kind": "RayCluster", "name": "h"}])
-    assert d.add(volcano, owned, gang_pod("a", "g"), gang_pod("b", "h")) == []
+    volcano = {**pod_group("ray-h-pg", 1, ownerReferences=[{"kind": "RayCluster", "name": "h"}]),
+               "apiVersion": "scheduling.volcano.sh/v1beta1"}
+    assert d.add(owned, volcano, gang_pod("b", "h")) == []
+
+
+def volcano_pod(name: str, group: str, task: str = "", **kw) -> dict:
+    """A plain pod of Volcano PodGroup ``group`` (annotation ``scheduling.k8s.io/group-name``), of ``task``."""
+    annotations = {"scheduling.k8s.io/group-name": group, **({"volcano.sh/task-spec": task} if task else {})}
+    return pod(name, annotations=annotations, **kw)
+
+
+def volcano_group(name: str, min_member: int, **spec) -> dict:
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "default"}, "spec": {"minMember": min_member, **spec}}
+
+
+def test_volcano_podgroup_counts_min_task_member_per_task_and_the_rest_is_elastic() -> None:
+    """Volcano's PodGroup: minMember in all, minTaskMember per task (the pod's volcano.sh/task-spec);
+    its queue and priority class choose the queue and the priority; pods beyond the minimum are elastic."""
+    d = AdmissionDriver()
+    d.add(volcano_queue("train"), priority_class("high", 1000))
+    d.send(volcano_group("mpi", 3, minTaskMember={"launcher": 1, "worker": 1}, queue="train",
+                         priorityClassName="high"))
+    assert d.add(volcano_pod("w-0", "mpi", "worker", requests={"cpu": "2"}),
+                 volcano_pod("w-1", "mpi", "worker", requests={"cpu": "2"})) == []
+    out = d.send(volcano_pod("l-0", "mpi", "launcher", requests={"cpu": "1"}), at=4.0)   # the launcher was missing
+    spec = out[0].workload
+    assert (spec.key, spec.kind, spec.queue, spec.priority, spec.gang.min_member) == ("default/mpi", "PodGroup",
+                                                                                      "train", 1000, 3)
+    assert [(ps.name, ps.count, ps.elastic, ps.resources["cpu"]) for ps in spec.gang.pod_sets] == [
+        ("worker", 2, 0, 2000), ("launcher", 1, 0, 1000)]
+    out = d.send(volcano_pod("w-2", "mpi", "worker", requests={"cpu": "2"}), at=5.0)
+    assert [(ps.name, ps.count, ps.elastic) for ps in out[0].workload.gang.pod_sets] == [
+        ("worker", 2, 1), ("launcher", 1, 0)]
+    held = d.send(volcano_pod("l-0", "mpi", "launcher", requests={"cpu": "1"}), "Deleted", at=6.0)
+    assert held[0].workload.not_ready == ("Not enough valid pods of each task for gang-scheduling: task launcher "
+                                          "has 0, minTaskMember 1 (pod group mpi waits for its pods)")
+
+
+def test_volcano_podgroup_waits_for_each_tasks_minimum() -> None:
+    d = AdmissionDriver()
+    d.send(volcano_group("mpi", 2, minTaskMember={"launcher": 1}))
+    assert d.add(volcano_pod("w-0", "mpi", "worker"), volcano_pod("w-1", "mpi", "worker")) == []  # no launcher
+    assert isinstance(d.send(volcano_pod("l-0", "mpi", "launcher"))[0], WorkloadSubmitted)
 
 
 def test_queue_and_priority_come_from_the_first_pod() -> None:
@@ -96,7 +144,9 @@ def test_every_pod_gone_is_deleted_once_then_a_new_gang_may_start() -> None:
     d = AdmissionDriver()
     a, b = gang_pod("a", "g", min_available="2"), gang_pod("b", "g", min_available="2")
     d.add(a, b, at=1.0)
-    assert d.send(a, "Deleted") == []
+    held = d.send(a, "Deleted")   # fewer pods than the minimum: held until pods come again
+    assert len(held) == 1 and held[0].workload.not_ready == (
+        "Not enough valid tasks for gang-scheduling, valid: 1, min: 2 (pod group g waits for its pods)")
     assert d.send(b, "Deleted") == [WorkloadDeleted(key="default/g")]
     assert d.send(b, "Deleted") == []
     assert d.send(a, at=7.0) == []

@@ -157,7 +157,7 @@ def test_can_never_fit_an_ancestor_limit() -> None:
     assert d.rejected(rc) == "can never fit: queue dept (ancestor of team) limit cpu 2, gang requests cpu 3"
 
 
-def test_can_never_fit_counts_fractional_gpus_and_the_submitter() -> None:
+def test_can_never_fit_counts_fractional_gpus_and_the_submitter_where_the_dialect_charges_it() -> None:
     d = AdmissionDriver()
     d.send(kai_queue("gpu", gpu=kai_resource(limit=0.5)))
     rc = ray_cluster(labels={"kai.scheduler/queue": "gpu"},
@@ -166,7 +166,11 @@ def test_can_never_fit_counts_fractional_gpus_and_the_submitter() -> None:
     d.send(elastic_quota_tree(eqt_node("root", max={"cpu": 2})))
     job = ray_job("rj", labels={"quota.scheduling.alibabacloud.com/name": "root"}, head={"cpu": "1"},
                   workers=[worker_group("w", 1, {"cpu": "1"})])
-    assert d.rejected(job) == "can never fit: queue root max cpu 2, gang requests cpu 2500m"
+    assert d.submitted(job).queue == "root"  # kube-queue charges head + Σ replicas, not the submitter (ACK)
+    d.send(volcano_queue("v", capability={"cpu": 2}))
+    job = ray_job("rj2", labels={"volcano.sh/queue-name": "v"}, head={"cpu": "1"},
+                  workers=[worker_group("w", 1, {"cpu": "1"})])
+    assert d.rejected(job) == "can never fit: queue v capability cpu 2, gang requests cpu 2500m"
 
 
 def test_gang_exactly_at_the_limit_fits() -> None:

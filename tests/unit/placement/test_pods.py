@@ -53,6 +53,21 @@ def test_existing_unbound_pods_are_assigned_in_observed_order_after_gang_placed(
     assert out[1].pod_namespace == "default" and out[1].key == "default/rc"
 
 
+def test_a_pod_gated_gang_binds_nothing_until_a_pod_waits_for_every_gang_slot():
+    """All or nothing for the minimum: plain pods evicted with their gang never come back, so a gang
+    admitted again with some of its pods missing must not run with the rest (Volcano's gang plugin:
+    a job with fewer valid tasks than minAvailable is not scheduled)."""
+    d = PlacementDriver(None, node("n1", cpu="8"))
+    assert d.pod(ray_pod("rc", "worker", 0)) == []
+    out = d.dequeue(RC)
+    assert of_type(out, PodAssigned) == [] and len(one(out, GangPlaced).slots) == 3
+    assert d.pod(ray_pod("rc", "head")) == []          # still one worker short
+    assigned = of_type(d.pod(ray_pod("rc", "worker", 1)), PodAssigned)
+    assert [a.pod for a in assigned] == ["rc-worker-worker-0", "rc-head-0", "rc-worker-worker-1"]
+    d.pod(ray_pod("rc", "worker", 0), "Deleted")       # once assembled, a replacement goes as it comes
+    assert one(d.pod(ray_pod("rc", "worker", 5)), PodAssigned).pod == "rc-worker-worker-5"
+
+
 def test_later_pods_get_a_free_slot_as_they_are_observed():
     d = PlacementDriver(None, node("n1", cpu="8"), node("n2", cpu="8"))
     d.dequeue(workload("ns/filler", gang_=gang(pod_set("head", 1, cpu="8"))))  # n1 full
@@ -65,7 +80,7 @@ def test_later_pods_get_a_free_slot_as_they_are_observed():
 
 def test_gpu_assignment_travels_with_the_pod():
     d = PlacementDriver(None, node("n1", cpu="8", gpu="1"))
-    w = workload("default/half", gang_=gang(pod_set("worker", 2, cpu="1", gpu_share=500)))
+    w = workload("default/half", gate="suspend", gang_=gang(pod_set("worker", 2, cpu="1", gpu_share=500)))
     d.dequeue(w)
     assigned = one(d.pod(ray_pod("half", "worker", 0, gpu_fraction="0.5")), PodAssigned)
     assert assigned.gpu == GpuAssignment(devices=(0,), fraction=0.5, group=derive_id("default/half", "n1", 0))
@@ -103,7 +118,7 @@ def test_recreated_pod_gets_the_slot_back_and_capacity_stays_reserved():
 
 def test_deleted_unbound_assigned_pod_frees_its_slot_for_a_waiting_one():
     d = PlacementDriver(None, node("n1", cpu="3"))
-    one(d.dequeue(RC), GangPlaced)
+    one(d.dequeue(RC.model_copy(update={"gate": "suspend"})), GangPlaced)
     for i in range(3):
         d.pod(ray_pod("rc", "worker", i))  # two get slots; the third waits (no room to place it alone)
     waiting = ray_pod("rc", "worker", 2)
@@ -321,11 +336,12 @@ def test_a_plain_gang_pod_of_no_known_shape_fills_no_slot():
     """It would over-commit its node through a smaller pod's reservation: it is placed on its own, if at all."""
     d = PlacementDriver(None, node("n1", cpu="5"))
     d.pod(_gang_member("launcher", "1"))
-    out = d.dequeue(MPI)
-    assert [p.pod_set for p in of_type(out, PodAssigned)] == ["pods"]
+    d.pod(_gang_member("worker-1", "2"))
+    assert of_type(d.dequeue(MPI), PodAssigned) == []  # worker-0 is missing: the gang binds nothing yet
     assert of_type(d.pod(_gang_member("odd", "3")), PodAssigned) == []  # 5 - 1 - 2 x 2 reserved: no room
     assigned = of_type(d.pod(_gang_member("worker-0", "2")), PodAssigned)
-    assert [(p.pod, p.pod_set) for p in assigned] == [("worker-0", "pods-2")]
+    assert [(p.pod, p.pod_set) for p in assigned] == [("launcher", "pods"), ("worker-1", "pods-2"),
+                                                       ("worker-0", "pods-2")]
 
 
 def test_a_running_gang_that_loses_a_pod_is_disrupted_until_whole_again():
@@ -350,7 +366,8 @@ def test_a_gang_whose_workload_leaves_in_the_same_instant_is_not_disrupted():
 
 def test_pods_of_another_kind_under_the_same_name_are_not_the_workloads():
     """A RayJob and a (rejected) RayCluster may share a name; only the RayJob's pods fill its slots."""
-    job = workload("default/rc", kind="RayJob", gang_=gang(pod_set("head", 1, cpu="1"), pod_set("worker", 2, cpu="1")))
+    job = workload("default/rc", kind="RayJob", gate="suspend",
+                   gang_=gang(pod_set("head", 1, cpu="1"), pod_set("worker", 2, cpu="1")))
     d = PlacementDriver(None, node("n1", cpu="8"))
     stranger = ray_pod("rc", "worker", 7, requests={"cpu": "3"})
     stranger["metadata"]["labels"].update({kube.RAY_ORIGIN_KIND: "RayCluster", kube.RAY_ORIGIN_NAME: "rc"})

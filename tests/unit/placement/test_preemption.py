@@ -46,7 +46,10 @@ def test_build_preempts_running_train_in_the_same_queue():
     assert d.pod(old, "Modified") == []
     assert of_type(d.pod(old, "Deleted"), TimerSet) == []
     # The build pods come and take their slots; train's recreated pods wait unassigned.
-    assert one(d.pod(ray_pod("build-cluster", "gpu", 0)), PodAssigned).node == "gpu-node-1"
+    # (a pod-gated gang is told where to go once a pod waits for each of its slots)
+    assert d.pod(ray_pod("build-cluster", "head", 0)) == []
+    assigned = of_type(d.pod(ray_pod("build-cluster", "gpu", 0)), PodAssigned)
+    assert [(a.pod_set, a.node) for a in assigned] == [("head", "gpu-node-1"), ("gpu", "gpu-node-1")]
     assert d.pod(ray_pod("train-cluster", "gpu", 1)) == []
 
 

@@ -238,3 +238,34 @@ def test_a_rejected_claim_of_another_kind_is_annotated_on_that_object_only():
     out = c.handle(envelope(WorkloadRejected(key=KEY, kind="RayJob", reason="name taken"), at=2.0))
     assert {(e.op, e.kind) for e in out} == {("annotate", "RayJob"), ("event", "RayJob")}
     assert c.handle(envelope(enqueued(), at=3.0))[0].kind == "RayCluster"
+
+
+def test_elastic_pods_evicted_for_another_workload_are_evicted_and_told_on_the_workload():
+    from shared.events import ElasticReleased
+
+    c = core()
+    reason = "preempted by default/big (priority 100) in queue q"
+    released = ElasticReleased(key="default/rc", pod_set="worker", count=2, admission=3, reason=reason,
+                               evicted=("default/rc-worker-worker-a", "default/rc-worker-worker-b"))
+    out = c.handle(envelope(released, at=7.0))
+    assert out == [
+        eff("evict", "Pod", "rc-worker-worker-a"),
+        eff("evict", "Pod", "rc-worker-worker-b"),
+        KubeEffect(op="event", kind="", namespace="default", name="rc", reason="Preempted",
+                   message=f"2 elastic pod(s) of worker evicted: {reason}", event_type="Warning"),
+    ]
+    quiet = released.model_copy(update={"evicted": (), "reason": "went away"})
+    assert c.handle(envelope(quiet, at=8.0)) == []          # a pod that went away by itself: nothing to do
+
+
+def test_an_elastic_pod_that_took_a_gang_place_loses_its_elastic_mark():
+    from shared.events import ElasticReleased
+
+    c = core()
+    bind = c.handle(envelope(PodAssigned(key="default/rc", pod_namespace="default", pod="rc-w-x", pod_set="w",
+                                         node="n1", elastic=True), at=1.0))
+    assert bind == [eff("bind", "Pod", "rc-w-x", node="n1", annotations={"muster.dev/elastic": "true"})]
+    promoted = ElasticReleased(key="default/rc", pod_set="w", count=1, admission=2, reason="took a place",
+                               promoted=("default/rc-w-x",))
+    assert c.handle(envelope(promoted, at=2.0)) == [eff("annotate", "Pod", "rc-w-x",
+                                                        annotations={"muster.dev/elastic": "false"})]

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from shared.events import (
-    BackedOff, Dequeued, Enqueued, GangPlaced, GangRunning, GpuAssignment, PlacementFailed, PodAssigned,
+    BackedOff, Dequeued, ElasticGranted, ElasticReleased, Enqueued, GangPlaced, GangRunning, GpuAssignment,
+    PlacementFailed, PodAssigned,
     PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, TimerFired, WorkloadDeleted,
     WorkloadFinished, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated,
 )
@@ -351,17 +352,19 @@ def test_the_fold_reads_nothing_of_a_watched_object_but_what_envelope_read_keeps
     assert read.pods == whole.pods
 
 
-def test_envelope_read_keeps_the_namespace_labels_and_node_of_a_pod_and_nothing_else() -> None:
+def test_envelope_read_keeps_the_namespace_labels_annotations_and_node_of_a_pod_and_nothing_else() -> None:
     from shared.events import ObjectChanged
     from shared.projection import ObjectChangedRead
     from tests.builders import envelope
 
     obj = {"apiVersion": "v1", "kind": "Pod", "spec": {"nodeName": "n1", "containers": [{"name": "ray"}]},
-           "metadata": {"name": "p", "namespace": "ns", "labels": {"ray.io/cluster": "rc"}, "uid": "u"},
+           "metadata": {"name": "p", "namespace": "ns", "labels": {"ray.io/cluster": "rc"}, "uid": "u",
+                        "annotations": {"scheduling.k8s.io/group-name": "g"}},
            "status": {"phase": "Running"}}
     read = _read(envelope(ObjectChanged(change="Added", kind="Pod", name="p", namespace="ns", object=obj)))
     assert isinstance(read.payload, ObjectChangedRead) and isinstance(read.payload, ObjectChanged)
-    assert read.payload.object == {"metadata": {"namespace": "ns", "labels": {"ray.io/cluster": "rc"}},
+    assert read.payload.object == {"metadata": {"namespace": "ns", "labels": {"ray.io/cluster": "rc"},
+                                                "annotations": {"scheduling.k8s.io/group-name": "g"}},
                                    "spec": {"nodeName": "n1"}}
 
 
@@ -394,3 +397,32 @@ def test_envelope_read_refuses_what_envelope_refuses() -> None:
         for adapter in (_ENVELOPE, ENVELOPE_READ):
             with pytest.raises(ValidationError, match=where):
                 adapter.validate_json(json.dumps(bad))
+
+
+def test_elastic_pods_are_charged_per_workload_while_granted_and_only_for_their_admission() -> None:
+    spec = _spec("ns/a", queue="leaf", count=1)
+    granted = ElasticGranted(key="ns/a", queue="leaf", pod_set="worker", count=2, admission=4, reason="g")
+    h = _fold(*_tree(), (1.0, Dequeued(key="ns/a", queue="leaf", workload=spec, reason="r")), (2.0, granted))
+    gi = 1024**3 * 1000
+    assert h.queue_usage()["leaf"] == {"cpu": 4_000, "memory": 5 * gi}         # head + 1 worker + 2 elastic
+    released = ElasticReleased(key="ns/a", pod_set="worker", count=1, admission=4, reason="went away")
+    h.apply(Clock("placement")(released, 3.0))
+    assert h.queue_usage()["leaf"] == {"cpu": 3_000, "memory": 4 * gi}
+    stale = released.model_copy(update={"admission": 3})
+    h.apply(Clock("placement")(stale, 4.0))                                      # another admission's: nothing
+    assert h.queue_usage()["leaf"]["cpu"] == 3_000
+    h.apply(Clock("queue")(PreemptionRequested(key="ns/a", kind="RayCluster", gate="pods", preemptor="x/y",
+                                               pods=(), reason="p"), 5.0))
+    assert h.queue_usage() == {}
+
+
+def test_a_gang_of_one_pod_lists_its_pod_and_a_plain_pod_of_nobody_is_ignored() -> None:
+    clock = Clock()
+    h = ResultProjection("demo")
+    single = workload("ns/notebook", kind="Pod", gang_=gang(pod_set("pods", 1)))
+    h.apply(clock(WorkloadSubmitted(workload=single), 1.0, source="admission"))
+    h.apply(watch("Modified", pod("notebook", "ns", node_name="n1"), 2.0, clock))
+    h.apply(watch("Added", pod("web", "ns", node_name="n1", scheduler="default-scheduler"), 2.0, clock))
+    assert [(p.name, p.pod_set, p.node, p.bound) for p in h.pods_of("ns/notebook")] == [
+        ("notebook", "pods", "n1", [[2.0, None]])]
+    assert h.pods_of("ns/web") == [] and "ns/web" not in h.workloads

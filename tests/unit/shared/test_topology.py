@@ -6,7 +6,7 @@ import pytest
 
 from services.reconciler.ingest import observe
 from shared.events import PAYLOAD_TYPES
-from shared.topology import ADMISSION_KINDS, PLACEMENT_KINDS, ROUTES, SERVICES, destinations, is_pod_gang_member
+from shared.topology import ADMISSION_KINDS, PLACEMENT_KINDS, ROUTES, SERVICES, destinations, admission_reads_pod
 from tests.builders import node, pod, ray_cluster
 from tests.builders.shared import at, sample_payloads
 
@@ -16,12 +16,13 @@ def _watch(obj: dict, change: str = "Added"):
 
 
 @pytest.mark.parametrize("labels, expected", [
-    ({}, ("placement",)),
+    ({}, ("admission", "placement")),                        # a plain pod may be a gang of one
     ({"ray.io/cluster": "rc", "ray.io/node-type": "head"}, ("placement",)),
+    ({"ray.io/originated-from-crd": "RayJob", "muster.dev/pod-set": "submitter"}, ("placement",)),
     ({"scheduling.x-k8s.io/pod-group": "g"}, ("admission", "placement")),
     ({"pod-group.scheduling.sigs.k8s.io/name": "g", "pod-group.scheduling.sigs.k8s.io/min-available": "2"},
      ("admission", "placement")),
-    ({"pod-group.scheduling.sigs.k8s.io/min-available": "2"}, ("placement",)),  # min-available alone is no group
+    ({"ray.io/cluster": "rc", "scheduling.x-k8s.io/pod-group": "rc"}, ("placement",)),  # KubeRay's, whatever group
 ])
 @pytest.mark.parametrize("change", ["Added", "Modified", "Deleted"])
 def test_pod_routing(labels, expected, change):
@@ -31,8 +32,8 @@ def test_pod_routing(labels, expected, change):
 @pytest.mark.parametrize("obj", [
     {"metadata": None}, {"metadata": {"labels": None}}, {}, {"metadata": {"name": "p"}},
 ])
-def test_is_pod_gang_member_tolerates_missing_metadata(obj):
-    assert is_pod_gang_member(obj) is False
+def test_admission_reads_plain_pods_even_with_missing_metadata(obj):
+    assert admission_reads_pod(obj) is True
 
 
 def test_node_routes_to_placement_only():

@@ -55,10 +55,11 @@ def test_worker_counts_follow_kuberay_arithmetic():
     assert groups == ["headgroup"] + ["clamped-up"] * 2 + ["clamped-down"] * 3 + ["multi-host"] * 2
 
 
-def test_autoscaling_cluster_starts_at_min_replicas():
+def test_autoscaling_cluster_gets_its_replicas_as_kuberay_creates_them():
+    """KubeRay creates clamp(replicas) workers with autoscaling too; the autoscaler moves ``replicas``."""
     h = SimHarness().apply(ray_cluster("rc", workers=[worker_group("w", 4, min_replicas=1)],
                                        enableInTreeAutoscaling=True))
-    assert len(h.pod_names()) == 2
+    assert len(h.pod_names()) == 5
 
 
 def test_invalid_cluster_gets_no_pods():

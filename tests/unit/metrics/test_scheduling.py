@@ -1,0 +1,102 @@
+"""shared/metrics/scheduling.py: the queue service's metrics agree with the result document, for
+every scenario (the fold watches the queue's inbox and outputs as the worker would hand them)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from shared import quantity as q
+from shared.scenario import load_scenario
+from shared.simulate import Run, simulate
+from shared.metrics.scheduling import WaitFold, queue_metrics
+from shared.topology import destinations
+from tests.unit.tracing.test_spans import waits
+
+SCENARIOS = sorted((Path(__file__).parents[2] / "scenarios").glob("*.yaml"))
+IDS = [p.stem for p in SCENARIOS]
+
+
+@lru_cache(maxsize=None)
+def folded(path: Path) -> tuple[Run, CollectorRegistry, WaitFold]:
+    """The scenario's run, and the queue's metrics as they stand at its end."""
+    run = simulate(load_scenario(path))
+    registry = CollectorRegistry()
+    fold = queue_metrics(run.runtime.core("queue"), registry)
+    outputs: dict[str, list] = defaultdict(list)
+    for env in run.runtime.log:
+        if env.source == "queue":
+            outputs[env.causation_id or ""].append(env)
+    for env in run.runtime.log:  # the queue's inbox in order, each with what it made of it
+        if "queue" in destinations(env) or (env.type == "TimerFired" and outputs.get(env.id)):
+            fold(env, outputs.get(env.id, []))
+    return run, registry, fold
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    got = registry.get_sample_value(name, labels)
+    return 0.0 if got is None else got
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=IDS)
+def test_admission_waits_are_the_result_documents(path: Path) -> None:
+    run, registry, _ = folded(path)
+    by_queue: dict[str, list[float]] = defaultdict(list)
+    for doc in run.result()["workloads"].values():
+        by_queue[doc["queue"]].extend(waits(doc))
+    for queue, seen in by_queue.items():
+        assert value(registry, "muster_admission_wait_time_seconds_count", cluster_queue=queue) == len(seen)
+        assert value(registry, "muster_admission_wait_time_seconds_sum", cluster_queue=queue) == pytest.approx(sum(seen))
+        assert value(registry, "muster_admitted_workloads_total", cluster_queue=queue) == len(seen)
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=IDS)
+def test_pending_usage_and_running_are_the_result_documents(path: Path) -> None:
+    run, registry, _ = folded(path)
+    result = run.result()
+    for queue, doc in result["queues"].items():
+        waiting = value(registry, "muster_pending_workloads", cluster_queue=queue, status="active") + \
+            value(registry, "muster_pending_workloads", cluster_queue=queue, status="inadmissible")
+        assert waiting == len(doc["pending"]), queue
+        assert value(registry, "muster_pending_workloads", cluster_queue=queue, status="backoff") == len(doc["backoff"])
+        assert value(registry, "muster_reserving_active_workloads", cluster_queue=queue) == len(doc["active"])
+        for resource, amount in q.parse_resources(doc["usage"]).items():
+            assert value(registry, "muster_cluster_queue_resource_usage", cluster_queue=queue,
+                         resource=resource) == pytest.approx(amount / 1000)
+    running = defaultdict(int)
+    for doc in result["workloads"].values():
+        if doc["phase"] == "Running":
+            running[doc["queue"]] += 1
+    for queue in result["queues"]:
+        assert value(registry, "muster_running_workloads", cluster_queue=queue) == running.get(queue, 0), queue
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=IDS)
+def test_preemptions_are_counted_by_reason(path: Path) -> None:
+    run, registry, _ = folded(path)
+    preempted = [tr["reason"] for doc in run.result()["workloads"].values() for tr in doc["transitions"]
+                 if tr["phase"] == "Preempted"]
+    reclaimed = sum(r.startswith("reclaimed by") for r in preempted)
+    total = sum(s.value for metric in registry.collect() if metric.name == "muster_preempted_workloads"
+                for s in metric.samples if s.name.endswith("_total"))
+    in_cohort = sum(s.value for metric in registry.collect() if metric.name == "muster_preempted_workloads"
+                    for s in metric.samples if s.name.endswith("_total") and s.labels["reason"] == "InCohortReclamation")
+    assert (total, in_cohort) == (len(preempted), reclaimed)
+
+
+def test_a_closed_queues_waiting_workloads_are_inadmissible() -> None:
+    run, registry, _ = folded(next(p for p in SCENARIOS if p.stem == "volcano-closed-queue"))
+    held = {queue for queue, doc in run.result()["queues"].items() if doc["pending"]}
+    assert any(value(registry, "muster_pending_workloads", cluster_queue=queue, status="inadmissible")
+               for queue in held)
+
+
+def test_unlimited_quota_is_minus_one() -> None:
+    run, registry, _ = folded(next(p for p in SCENARIOS if p.stem == "kai-parent-limit-binds-children"))
+    limits = [s.value for metric in registry.collect() if metric.name == "muster_cluster_queue_borrowing_limit"
+              for s in metric.samples]
+    assert -1 in limits and 6 in limits and all(v == -1 or v > 0 for v in limits)
