@@ -8,10 +8,10 @@ hkust-adsl/kubernetes-scheduler-simulator) with muster's own admission and place
 - the workload ("workload inflation"): the pod list drawn in random order with a fixed seed, pods
   sampled again from it (deletions ignored) until the requested GPU reaches 130% of the cluster's;
   a list asking more than that is cut to a random subset (the paper's tune-down);
-- each pod is a gang of one (a Pod labelled ``pod-group.scheduling.sigs.k8s.io/name: <pod>`` with
-  ``min-available: "1"``; a fraction as KAI's ``gpu-fraction`` annotation, whole GPUs as
-  ``nvidia.com/gpu``): admission turns it into a workload, placement is asked to place it
-  (``Dequeued``), exactly the events the queue would send from one unlimited queue;
+- each pod is a plain Pod with ``schedulerName: muster`` (a fraction as KAI's ``gpu-fraction``
+  annotation, whole GPUs as ``nvidia.com/gpu``), which admission makes a workload of one pod;
+  placement is asked to place it (``Dequeued``), exactly the events the queue would send from one
+  unlimited queue;
 - every strategy sees the same sequence. Capacity only shrinks (nothing finishes), so a pod that
   did not fit when it arrived never fits later: retrying it (what the queue does after a backoff)
   changes no outcome, and is left out.
@@ -114,7 +114,7 @@ def node_object(row: dict[str, str]) -> dict[str, Any]:
 
 
 def pod_object(pod: TracePod, name: str) -> dict[str, Any]:
-    """The trace pod as a user would write it for muster: a pod gang of one."""
+    """The trace pod as a user would write it for muster: a plain pod, which muster schedules as a gang of one."""
     requests = {"cpu": f"{pod.cpu_milli}m", "memory": f"{pod.memory_mib}Mi"}
     annotations: dict[str, str] = {}
     if pod.num_gpu == 1 and 0 < pod.gpu_milli < 1000:
@@ -122,8 +122,7 @@ def pod_object(pod: TracePod, name: str) -> dict[str, Any]:
     elif pod.num_gpu:
         requests["nvidia.com/gpu"] = str(pod.num_gpu)
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": NAMESPACE, "annotations": annotations,
-                         "labels": {kube.POD_GROUP_NAME: name, kube.POD_GROUP_MIN: "1"}},
+            "metadata": {"name": name, "namespace": NAMESPACE, "annotations": annotations},
             "spec": {"schedulerName": "muster",
                      "containers": [{"name": "main", "image": "trace", "resources": {"requests": requests}}]}}
 
