@@ -27,7 +27,7 @@ from services.reconciler.ingest import observe
 from shared.core import Core
 from shared.events import Envelope, TimerFired, wrap
 from shared.policy import Policy
-from shared.service import Service
+from shared.service import Service, collect_less
 from shared.sim.cluster import SimCluster
 from shared.topology import destinations
 
@@ -165,6 +165,7 @@ class EmbeddedRuntime:
 
     def run(self, steps: Iterable[tuple[float, Callable[[float], None]]], until: float) -> None:
         """Run timed actions (``(at, action(now))``) and everything they cause, up to ``until``."""
+        collect_less()  # the services' collector settings, embedded as on Kafka
         pending = deque(sorted(steps, key=lambda s: s[0]))
         while True:
             next_step = pending[0][0] if pending else float("inf")

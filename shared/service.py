@@ -9,6 +9,7 @@ replay, on the other runtime — gives the same ids.
 
 from __future__ import annotations
 
+import gc
 from collections import OrderedDict
 
 from shared.core import Core
@@ -19,6 +20,22 @@ DEDUPE_WINDOW = 1_000_000
 """Handled ids a service remembers. Redeliveries come from a restart re-reading its inbox from the
 last committed offset, so they are never further back than one commit interval; the window only
 has to be far larger than that, and bounded so a long-running service does not grow without end."""
+
+
+GC_THRESHOLD = (10_000, 2, 50)
+"""The cyclic collector's thresholds while services run, on Kafka or embedded (Python's are 700, 10,
+10). A service keeps a large long-lived state and allocates fast (every record decoded, every output
+enveloped), so at 700 a full collection — a walk over the whole state, 0.2–0.3 s on a 2-core machine
+— came several times a second under load: a fifth of the CPU of a burst (``muster simulate`` of
+9,000 pods: a fifth of its time too). Generation 1 stays small (every second young collection) so
+its pauses stay near 10 ms: at 10 it held up to 100,000 objects and stopped the loop for 30 ms, a
+p99 of its own. Memory is freed by reference counting as before; only cycles wait a little longer."""
+
+
+def collect_less() -> None:
+    """Set ``GC_THRESHOLD`` for this process, unless it already collects less often than that."""
+    if gc.get_threshold()[0] < GC_THRESHOLD[0]:
+        gc.set_threshold(*GC_THRESHOLD)
 
 
 class Seen:

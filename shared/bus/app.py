@@ -22,13 +22,12 @@ Every producer here (``FaustProducer``) sends a call's records as one batch per 
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Sequence
 
 import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -42,7 +41,7 @@ from shared.bus.sequencing import Arrival, Rounds
 from shared.bus.worker import Clock, InboxWorker, Incoming, Producer, Record
 from shared.embedded import CORE_CLASSES
 from shared.policy import Policy
-from shared.service import Service
+from shared.service import Service, collect_less
 
 if TYPE_CHECKING:
     from shared.tracing.otel import SpanSink
@@ -67,15 +66,6 @@ COMMIT_INTERVAL = 1.0
 GAP_PATIENCE = 2.0
 """Seconds a reader keeps fetching again at a gap in a partition's offsets before it takes the gap
 as real (``InOrder``)."""
-
-GC_THRESHOLD = (10_000, 2, 50)
-"""The cyclic collector's thresholds while a service runs (Python's are 700, 10, 10). A service
-keeps a large long-lived state and allocates fast (every record decoded, every output enveloped),
-so at 700 a full collection — a walk over the whole state, 0.2–0.3 s on a 2-core machine — came
-several times a second under load: a fifth of the CPU of a burst. Generation 1 stays small (every
-second young collection) so its pauses stay near 10 ms: at 10 it held up to 100,000 objects and
-stopped the loop for 30 ms, a p99 of its own. Memory is freed by reference counting as before;
-only cycles wait a little longer."""
 
 
 # --------------------------------------------------------------------------- Faust, tuned
@@ -286,48 +276,52 @@ class InOrder:
         return True
 
 
-# --------------------------------------------------------------------------- a service
-class InboxReader:
-    """A service's inbox on a plain aiokafka consumer, in the app's own loop (see the module docstring).
+# --------------------------------------------------------------------------- one partition, read
+class PartitionReader:
+    """Partition 0 of one topic on a plain aiokafka consumer in group ``group``, in the app's own loop.
 
-    ``run`` joins group ``group`` (one inbox partition: one member reads it, another instance waits),
-    replays the past on the first assignment, then handles batches until it is cancelled; ``stop``
-    lets the batch in hand finish (its outputs sent, its offset committed) and then ends ``run``."""
+    ``run`` joins the group, calls ``_assigned`` on an assignment, then hands every batch of records,
+    in offset order (``InOrder``), to ``_handle`` until it is cancelled; ``_handle`` sets ``processed``
+    (the offset after what is done), which is committed every ``commit_interval`` seconds, when the
+    partition is revoked and at the end. ``stop`` lets the batch in hand finish and then ends ``run``.
+    A service's inbox (``InboxReader``) and ``muster run cluster``'s effects (``EffectsReader``) are
+    read so."""
 
-    def __init__(self, config: BusConfig, group: str, worker: InboxWorker, producer: Producer, *,
-                 batch: int = BATCH, commit_interval: float = COMMIT_INTERVAL) -> None:
-        self.config, self.group, self.worker, self.producer = config, group, worker, producer
+    def __init__(self, config: BusConfig, group: str, topic: str, name: str, *, batch: int = BATCH,
+                 commit_interval: float = COMMIT_INTERVAL) -> None:
+        self.config, self.group, self.name = config, group, name
         self.batch, self.commit_interval = batch, commit_interval
-        self.tp = TopicPartition(worker.inbox, 0)
-        self.ready = asyncio.Event()
-        """Set once the past is replayed: live records (and the clock) may go."""
+        self.tp = TopicPartition(topic, 0)
         self.processed: int | None = None
-        """The offset after the last record handled live (sent and acknowledged): what to commit."""
+        """The offset after the last record handled (its outputs sent and acknowledged): what to commit."""
         self.committed: int | None = None
-        self._replay_end: int | None = None
-        self.resumed = False
-        """True when this start resumed from a committed offset (the group ran before: a restart)."""
-        self.on_batch: Callable[[float], None] | None = None
-        """Told how long each live batch took (the batch latency metric)."""
-        self._in_order = InOrder(self.tp, name=f"{worker.service.name} inbox")
+        self._in_order = InOrder(self.tp, name=name)
         self._lock = asyncio.Lock()
         self._task: asyncio.Future[Any] | None = None
         self._consumer: AIOKafkaConsumer | None = None
 
+    async def _handle(self, records: Sequence[Any]) -> None:
+        raise NotImplementedError
+
+    async def _assigned(self, consumer: AIOKafkaConsumer) -> None:
+        raise NotImplementedError
+
+    def _helpers(self) -> list[Awaitable[Any]]:
+        """Loops that run beside the reading (the clock's), cancelled with it."""
+        return []
+
     async def run(self) -> None:
         self._task = asyncio.current_task()
-        if gc.get_threshold()[0] < GC_THRESHOLD[0]:
-            gc.set_threshold(*GC_THRESHOLD)
+        collect_less()
         consumer = self._consumer = AIOKafkaConsumer(
             **self.config.aiokafka(), group_id=self.group, enable_auto_commit=False, auto_offset_reset="earliest",
             fetch_max_wait_ms=self.config.fetch_wait_ms, session_timeout_ms=6_000, heartbeat_interval_ms=1_000,
             rebalance_timeout_ms=2_000)
         consumer.subscribe([self.tp.topic], listener=_Rebalance(self))
-        await consumer.start()
-        helpers = [asyncio.ensure_future(self._commit_every())]
-        if self.worker.clock is not None:
-            helpers.append(asyncio.ensure_future(self._fire_timers()))
-        try:
+        helpers: list[asyncio.Future[Any]] = []
+        try:  # stopped while it joins its group, it still stops its consumer
+            await consumer.start()
+            helpers = [asyncio.ensure_future(helper) for helper in (self._commit_every(), *self._helpers())]
             while True:
                 fetched = await consumer.getmany(timeout_ms=1_000, max_records=self.batch)
                 records = self._in_order.take(consumer, fetched.get(self.tp, ()))
@@ -342,17 +336,10 @@ class InboxReader:
             await consumer.stop()
 
     def lag(self) -> int:
-        """Records of the inbox not handled yet, as of the last fetch (0 before the first)."""
+        """Records of the partition not handled yet, as of the last fetch (0 before the first)."""
         consumer, taken = self._consumer, self._in_order.next
         high = consumer.highwater(self.tp) if consumer is not None and self.tp in consumer.assignment() else None
         return max(high - taken, 0) if high is not None and taken is not None else 0
-
-    def caught_up(self, within: int) -> str | None:
-        """None when the past is replayed and at most ``within`` records wait; else why not (``/readyz``)."""
-        if not self.ready.is_set():
-            return f"rebuilding from the inbox ({self.worker.replayed} of {self._replay_end or 0} records)"
-        behind = self.lag()
-        return None if behind <= within else f"{behind} inbox records behind (ready at {within} or fewer)"
 
     async def stop(self) -> None:
         task = self._task
@@ -361,6 +348,65 @@ class InboxReader:
         async with self._lock:  # not in the middle of a batch
             task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+    async def _commit(self) -> None:
+        offset, consumer = self.processed, self._consumer
+        if offset is None or offset == self.committed or consumer is None:
+            return
+        try:
+            await consumer.commit({self.tp: offset})
+            self.committed = offset
+        except KafkaError as exc:  # a rebalance under way: the next commit (or the new owner) catches up
+            log.warning("%s: offset %d not committed: %r", self.name, offset, exc)
+
+    async def _commit_every(self) -> None:
+        while True:
+            await asyncio.sleep(self.commit_interval)
+            await self._commit()
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, reader: PartitionReader) -> None:
+        self.reader = reader
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        if self.reader.tp in revoked:
+            async with self.reader._lock:
+                await self.reader._commit()
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        if self.reader.tp in assigned and self.reader._consumer is not None:
+            await self.reader._assigned(self.reader._consumer)
+
+
+# --------------------------------------------------------------------------- a service
+class InboxReader(PartitionReader):
+    """A service's inbox (see the module docstring and ``PartitionReader``): on the first assignment
+    it replays the past, then handles batches live; one inbox partition, so one member of the group
+    reads it and another instance waits."""
+
+    def __init__(self, config: BusConfig, group: str, worker: InboxWorker, producer: Producer, *,
+                 batch: int = BATCH, commit_interval: float = COMMIT_INTERVAL) -> None:
+        super().__init__(config, group, worker.inbox, f"{worker.service.name} inbox", batch=batch,
+                         commit_interval=commit_interval)
+        self.worker, self.producer = worker, producer
+        self.ready = asyncio.Event()
+        """Set once the past is replayed: live records (and the clock) may go."""
+        self._replay_end: int | None = None
+        self.resumed = False
+        """True when this start resumed from a committed offset (the group ran before: a restart)."""
+        self.on_batch: Callable[[float], None] | None = None
+        """Told how long each live batch took (the batch latency metric)."""
+
+    def _helpers(self) -> list[Awaitable[Any]]:
+        return [self._fire_timers()] if self.worker.clock is not None else []
+
+    def caught_up(self, within: int) -> str | None:
+        """None when the past is replayed and at most ``within`` records wait; else why not (``/readyz``)."""
+        if not self.ready.is_set():
+            return f"rebuilding from the inbox ({self.worker.replayed} of {self._replay_end or 0} records)"
+        behind = self.lag()
+        return None if behind <= within else f"{behind} inbox records behind (ready at {within} or fewer)"
 
     async def _handle(self, records: Sequence[Any]) -> None:
         replay_end = self._replay_end or 0
@@ -400,21 +446,6 @@ class InboxReader:
         else:
             self._rebuilt()
 
-    async def _commit(self) -> None:
-        offset, consumer = self.processed, self._consumer
-        if offset is None or offset == self.committed or consumer is None:
-            return
-        try:
-            await consumer.commit({self.tp: offset})
-            self.committed = offset
-        except KafkaError as exc:  # a rebalance under way: the next commit (or the new owner) catches up
-            log.warning("%s: offset %d not committed: %r", self.worker.service.name, offset, exc)
-
-    async def _commit_every(self) -> None:
-        while True:
-            await asyncio.sleep(self.commit_interval)
-            await self._commit()
-
     async def _fire_timers(self) -> None:
         await self.ready.wait()
         worker, clock = self.worker, self.worker.clock
@@ -430,20 +461,6 @@ class InboxReader:
                 await asyncio.wait_for(worker.wake.wait(), timeout)
             except asyncio.TimeoutError:
                 pass
-
-
-class _Rebalance(ConsumerRebalanceListener):
-    def __init__(self, reader: InboxReader) -> None:
-        self.reader = reader
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        if self.reader.tp in revoked:
-            async with self.reader._lock:
-                await self.reader._commit()
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        if self.reader.tp in assigned and self.reader._consumer is not None:
-            await self.reader._assigned(self.reader._consumer)
 
 
 class ServiceApp(MusterApp):

@@ -9,9 +9,8 @@ how often it was filled (``kube.short_hash``), never random.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, NamedTuple
 
 from shared import kube
 from shared.duration import parse_duration
@@ -59,9 +58,9 @@ def sim_outcome(job: Mapping[str, Any]) -> Literal["Succeeded", "Failed"]:
 
 
 # --------------------------------------------------------------------------- desired pods
-@dataclass(frozen=True)
-class PodSlot:
-    """One pod a RayCluster wants: head, or worker ``index`` of ``group``."""
+class PodSlot(NamedTuple):
+    """One pod a RayCluster wants: head, or worker ``index`` of ``group``. A tuple: every sync of a
+    cluster lists its slots again, and a frozen dataclass cost five times as much to make."""
 
     node_type: Literal["head", "worker"]
     group: str
@@ -247,7 +246,9 @@ class KubeRay:
                 "spec": self._pod_spec(slot.template["spec"]), "status": {"phase": "Pending"}}
 
     def _pod_spec(self, template_spec: Mapping[str, Any]) -> dict[str, Any]:
-        spec = copy.deepcopy(dict(template_spec))
+        """The template's spec, sharing all below its top level: the API server never changes a
+        stored object in place (``ApiServer.patch``), so the pod need not copy its owner's parts."""
+        spec = dict(template_spec)
         if not spec.get("schedulerName"):
             spec["schedulerName"] = self.scheduler_name
         return spec

@@ -1,7 +1,9 @@
+import json
+
 import pytest
 
 from shared.sim import ScenarioError, SimCluster
-from tests.builders import node, pod, ray_cluster, ray_job
+from tests.builders import node, pod, ray_cluster, ray_job, worker_group
 from tests.builders.sim import SimHarness, effect
 
 
@@ -25,11 +27,35 @@ def test_watch_stream_order_for_a_cluster_and_its_pods():
     ]
 
 
-def test_watch_events_are_copies():
+def test_a_version_sent_on_the_watch_stream_never_changes_afterwards():
+    """Copy on write: the watch stream hands out the stored versions, so no later write (patch,
+    re-apply, binding, status, deletion) may change one that was sent."""
+    h = SimHarness()
+    sent: list[tuple[dict, str]] = []
+
+    def step(_: SimHarness) -> None:
+        sent.extend((obj, json.dumps(obj, sort_keys=True)) for _, obj in h.watch[len(sent):])
+
+    step(h.apply(node("n1"), ray_cluster("rc", workers=[worker_group("w", 2)]), at=0.0))
+    step(h.apply(ray_job("rj", annotations={"muster.dev/sim-duration": "5s"}, suspend=False), at=0.0))
+    step(h.bind_all("n1", at=1.0))
+    step(h.advance(4.0))
+    step(h.bind_all("n1", at=4.0))
+    step(h.advance(8.0))
+    step(h.perform(effect("annotate", "RayCluster", "rc", annotations={"a": "b"}), at=9.0))
+    step(h.apply(ray_cluster("rc", labels={"edited": "yes"}, workers=[worker_group("w", 1)]), at=10.0))
+    step(h.perform(effect("suspend", "RayCluster", "rc"), at=11.0))
+    step(h.delete("RayCluster", "rc", at=12.0))
+    step(h.delete("Node", "n1", namespace=None, at=13.0))
+    kinds = {obj["kind"] for obj, _ in sent}
+    assert kinds >= {"Node", "RayCluster", "RayJob", "Pod"} and len(sent) > 30
+    assert [json.dumps(obj, sort_keys=True) for obj, _ in sent] == [text for _, text in sent]
+
+
+def test_get_returns_a_copy_the_caller_may_change():
     sim = SimCluster()
     sim.apply(node("n1"), 0.0)
-    (_, obj), = sim.take_watch_events()
-    obj["metadata"]["labels"]["x"] = "y"
+    sim.get("Node", None, "n1")["metadata"]["labels"]["x"] = "y"
     assert sim.get("Node", None, "n1")["metadata"]["labels"] == {}
 
 
@@ -229,3 +255,26 @@ def test_bind_records_annotation_history_for_the_pod():
     h = SimHarness().apply(node("n1"), pod("p"))
     h.perform(effect("bind", "Pod", "p", node="n1", annotations={"gpu-fraction": "0.5"}), at=2.0)
     assert h.sim.annotation_history("Pod", "default", "p") == [(2.0, {"gpu-fraction": "0.5"})]
+
+
+def test_a_manifest_that_contains_itself_is_refused_with_its_name():
+    data: dict = {}
+    data["self"] = data  # what a YAML alias inside its own anchor loads as
+    with pytest.raises(ScenarioError, match="ConfigMap default/cm: nested too deeply"):
+        SimCluster().apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": data}, 0.0)
+
+
+def test_a_pod_change_the_controllers_cannot_act_on_does_not_run_them():
+    """Binding a pod (no new phase) and the cluster's own new pods queue no sync; a phase does."""
+    h = SimHarness()
+    h.apply(node("n1"), at=0.0)
+    synced: list[str] = []
+    sync = h.sim.kuberay.sync_cluster
+    h.sim.kuberay.sync_cluster = lambda ns, name, now: (synced.append(name), sync(ns, name, now))[1]  # type: ignore[method-assign]
+    h.apply(ray_cluster("rc", workers=[worker_group("w", 2)]), at=1.0)
+    assert synced == ["rc"]  # once for the cluster; not again for each of the 3 pods it created
+    h.bind_all("n1", at=2.0)
+    assert synced == ["rc"] and len(h.pod_names(cluster="rc")) == 3
+    h.advance(4.0)  # the pods turn Running: a phase the controller reads (then its own status changes)
+    assert synced[1:] == ["rc"] * 4
+    assert h.sim.get("RayCluster", "default", "rc")["status"]["state"] == "ready"
