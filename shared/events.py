@@ -303,12 +303,17 @@ class KubeEffect(Frozen):
     """One change to make in Kubernetes. Applying the same effect twice must change nothing."""
 
     type: Literal["KubeEffect"] = "KubeEffect"
-    op: Literal["suspend", "unsuspend", "bind", "annotate", "evict", "event"]
+    op: Literal["suspend", "unsuspend", "bind", "annotate", "evict", "event", "status"]
     kind: str
     namespace: str
     name: str
+    api_version: str = ""
+    """Which API group the kind is in, when that is not clear from the kind (``Queue`` is Volcano's and KAI's)."""
     node: str = ""
     annotations: dict[str, str] = {}
+    status: dict[str, Any] = {}
+    """``status``: the fields of the object's status muster writes, as a JSON merge patch of the
+    status subresource (only these keys; ``None`` removes one)."""
     reason: str = ""
     message: str = ""
     event_type: Literal["Normal", "Warning"] = "Normal"

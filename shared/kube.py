@@ -6,6 +6,7 @@ pod-resource arithmetic Kubernetes and KubeRay use, and how a pod maps back to i
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping as AbcMapping
 from typing import Any, Mapping
 
@@ -30,6 +31,9 @@ VOLCANO_TASK = "volcano.sh/task-spec"
 
 GPU_FRACTION = "gpu-fraction"
 
+DEFAULT_SCHEDULER = "default-scheduler"
+"""What the API server writes into a pod's ``spec.schedulerName`` when the pod names none."""
+
 
 def mapping(value: Any) -> Mapping[str, Any]:
     """``value`` if it is a mapping, else empty: objects from users may have any shape."""
@@ -48,6 +52,20 @@ def labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
 
 def annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return mapping(meta(obj).get("annotations"))
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: maps merge key by key, ``None`` removes, anything else replaces
+    (what the API server does with ``application/merge-patch+json``)."""
+    if not isinstance(patch, AbcMapping):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, AbcMapping) else {}
+    for name, value in patch.items():
+        if value is None:
+            out.pop(name, None)
+        else:
+            out[name] = merge_patch(out.get(name), value)
+    return out
 
 
 def key(obj: Mapping[str, Any]) -> str:

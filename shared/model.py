@@ -190,6 +190,15 @@ class WorkloadSpec(Frozen):
 QueueDialect = Literal["volcano", "kai", "elasticquotatree", "builtin"]
 
 
+class QueueSource(Frozen):
+    """The Kubernetes object that defines a queue (where the reconciler writes its status)."""
+
+    kind: str
+    api_version: str
+    namespace: str = ""
+    name: str
+
+
 class QueueSpec(Frozen):
     """One node of the normalised queue tree: amounts in milli-units, ``weight`` in thousandths."""
 
@@ -209,6 +218,8 @@ class QueueSpec(Frozen):
     namespaces: tuple[str, ...] = ()
     min_runtime: float | None = None
     """Seconds a workload of this queue runs before it may be preempted or reclaimed (None: policy)."""
+    source: QueueSource | None = None
+    """The object it was defined by (a Volcano or KAI Queue of its name, or an ElasticQuotaTree)."""
 
     # Rule values: admission fills them from the dialect (services/admission/dialects.py); the cores
     # read them and never test ``dialect``. The defaults are the implicit default queue's (kube-queue / Kueue).

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from shared.kube import DEFAULT_SCHEDULER
 
 Queueing = Literal["StrictFIFO", "BestEffortFIFO"]
 Strategy = Literal["binpack", "spread", "fragmentation"]
@@ -45,16 +47,46 @@ class Policy(BaseModel):
     unknown_queue: Literal["wait", "reject"] = "wait"
     """A workload naming a queue that does not exist: wait Queued (with a reason) until it is
     defined, or be Rejected at once."""
-    scheduler_name: str = "muster"
+    scheduler_names: tuple[str, ...] = ("muster",)
+    """The ``spec.schedulerName``s muster schedules pods for (``--scheduler-names muster,volcano`` for a
+    cluster moving off Volcano, whose KubeRay names ``volcano`` on every pod). Pods for any other
+    scheduler are only counted as used capacity. ``muster simulate`` adds the name its simulated
+    KubeRay gives the pods unless the scenario or ``--policy`` names them (``Scenario.effective_policy``)."""
     max_gang_pods: int = Field(default=10_000, ge=1)
     """A gang with more pods than this is rejected at admission: a typo (``replicas: 3000000``) must
     not become a workload that can never be placed or that swamps the scheduler."""
     queues: dict[str, QueuePolicy] = {}
 
-    def answers_to(self, scheduler_name: str) -> bool:
-        """Whether a pod's ``spec.schedulerName`` is one muster schedules for: the one place that says
-        it, so a set of names can stand where the one name stands today."""
-        return bool(scheduler_name) and scheduler_name == self.scheduler_name
+    @field_validator("scheduler_names", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        """``muster,volcano`` (the flag's form) or a list; never empty, no empty name."""
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",")]
+        if isinstance(value, (list, tuple)):
+            if not value:
+                raise ValueError("name at least one scheduler")
+            for name in value:
+                if not isinstance(name, str) or not name.strip():
+                    raise ValueError(f"a scheduler name must be a non-empty string, got {name!r}")
+            return tuple(dict.fromkeys(name.strip() for name in value))
+        return value
+
+    def answers_to(self, scheduler_name: str | None) -> bool:
+        """Whether muster schedules a pod whose ``spec.schedulerName`` is this. Unset means
+        ``default-scheduler``, as the API server defaults it. The one place that reads the names:
+        admission and placement ask here."""
+        return (scheduler_name or DEFAULT_SCHEDULER) in self.scheduler_names
+
+    def with_scheduler_names(self, names: str | list[str] | None) -> "Policy":
+        """This policy answering to ``names`` (``--scheduler-names``); unchanged for None. Raises
+        ``PolicyError`` for an empty list."""
+        if names is None:
+            return self
+        try:
+            return Policy.model_validate({**self.model_dump(exclude_unset=True), "scheduler_names": names})
+        except ValidationError as exc:
+            raise PolicyError(f"--scheduler-names {names!r}: {exc.errors()[0]['msg']}") from None
 
     def queueing_for(self, queue: str) -> Queueing:
         override = self.queues.get(queue)

@@ -385,6 +385,33 @@ class ResultProjection:
                 name = spec.parent if spec else None
         return usage
 
+    def queue_views(self, only: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+        """The result's ``queues`` section (every queue known, or ``only`` these): usage rolled up,
+        the workloads holding quota, the waiting ones with their positions, those backing off.
+        Also what the reconciler writes into queue objects' status (``services.reconciler.status``)."""
+        usage = self.queue_usage()
+        names = sorted(set(self.queues) | set(usage) | set(self.rejected_queues)
+                       | {v.queue for v in self.workloads.values() if v.queue}) if only is None else sorted(only)
+        members_of: dict[str, list[WorkloadView]] = {name: [] for name in names}
+        for view in sorted(self.workloads.values(), key=lambda v: v.order):
+            if view.queue in members_of:
+                members_of[view.queue].append(view)
+        queues: dict[str, Any] = {}
+        for name in names:
+            members = members_of[name]
+            backoff = [v for v in members if v.queue_state == "backoff" and (v.requeue_at or 0) > self.now]
+            waiting = [v for v in members if v.queue_state in ("pending", "backoff") and v not in backoff]
+            waiting.sort(key=lambda v: (-v.priority, v.order))
+            queues[name] = {
+                "usage": q.format_resources(usage.get(name, {})),
+                "active": [v.key for v in members if v.holds_quota],
+                "pending": [{"workload": v.key, "position": i + 1} for i, v in enumerate(waiting)],
+                "backoff": [v.key for v in backoff],
+            }
+            if name in self.rejected_queues:
+                queues[name]["rejected"] = self.rejected_queues[name]
+        return queues
+
     def result(self, wall_seconds: float = 0.0) -> dict[str, Any]:
         """The ``--json`` document of the scenario/result contract."""
         workloads: dict[str, Any] = {}
@@ -399,27 +426,10 @@ class ResultProjection:
                 "transitions": list(view.transitions),
                 "pods": [p.as_json() for p in self.pods_of(key)],
             }
-        usage = self.queue_usage()
-        names = sorted(set(self.queues) | set(usage) | set(self.rejected_queues)
-                       | {v.queue for v in self.workloads.values() if v.queue})
-        queues: dict[str, Any] = {}
-        for name in names:
-            members = sorted((v for v in self.workloads.values() if v.queue == name), key=lambda v: v.order)
-            backoff = [v for v in members if v.queue_state == "backoff" and (v.requeue_at or 0) > self.now]
-            waiting = [v for v in members if v.queue_state in ("pending", "backoff") and v not in backoff]
-            waiting.sort(key=lambda v: (-v.priority, v.order))
-            queues[name] = {
-                "usage": q.format_resources(usage.get(name, {})),
-                "active": [v.key for v in members if v.holds_quota],
-                "pending": [{"workload": v.key, "position": i + 1} for i, v in enumerate(waiting)],
-                "backoff": [v.key for v in backoff],
-            }
-            if name in self.rejected_queues:
-                queues[name]["rejected"] = self.rejected_queues[name]
         return {
             "scenario": self.scenario,
             "workloads": workloads,
-            "queues": queues,
+            "queues": self.queue_views(),
             "stats": {"events": self.events, "decisions": self.decisions, "wall_seconds": round(wall_seconds, 3)},
         }
 

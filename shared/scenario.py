@@ -6,6 +6,7 @@ place named, never a traceback.
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from shared.duration import DurationError, parse_duration
+from shared.kube import DEFAULT_SCHEDULER
 from shared.policy import Policy
 from shared.quantity import QuantityError, parse_resources
+from shared.sim import kinds
+from shared.sim.batchscheduler import Setting, implied, plugin
 
 
 class ScenarioError(ValueError):
@@ -71,9 +75,16 @@ class NodeSpec(_Strict):
         } for n in names]
 
 
+class KubeRaySpec(_Strict):
+    batch_scheduler: Setting | None = None
+    """KubeRay's ``--batch-scheduler`` (none, volcano, kai-scheduler, scheduler-plugins); unset: the
+    one the manifests imply (``batchscheduler.implied``)."""
+
+
 class ClusterSpec(_Strict):
     nodes: list[NodeSpec] = []
     pod_startup: float | None = None
+    kuberay: KubeRaySpec = KubeRaySpec()
 
     _startup = field_validator("pod_startup", mode="before")(lambda v: None if v is None else _seconds(v))
 
@@ -100,8 +111,9 @@ class Step(_Strict):
         return self
 
     def objects(self, index: int) -> list[dict[str, Any]]:
-        """The documents of an ``apply`` step; empty documents are skipped. Parsed once: callers copy
-        before they change one (``SimCluster.apply`` does)."""
+        """The documents of an ``apply`` step; empty documents are skipped. A kind the simulated API
+        server does not have in a group it serves (a typo) is an error (``shared.sim.kinds``).
+        Parsed once: callers copy before they change one (``SimCluster.apply`` does)."""
         if self._docs is not None:
             return self._docs
         try:
@@ -111,8 +123,27 @@ class Step(_Strict):
         for n, doc in enumerate(docs):
             if not isinstance(doc, dict):
                 raise ScenarioError(f"steps[{index}].apply document {n + 1}: expected a mapping, got {type(doc).__name__}")
+            try:
+                kinds.check(doc)
+            except kinds.UnknownKind as exc:
+                raise ScenarioError(f"steps[{index}].apply document {n + 1} ({_named(doc)}): {exc}") from None
         self._docs = docs
         return docs
+
+    def notes(self, index: int) -> list[str]:
+        """What is worth telling about the step's documents: kinds the simulated cluster ignores."""
+        out = []
+        for n, doc in enumerate(self.objects(index)):
+            note = kinds.check(doc)
+            if note:
+                out.append(f"steps[{index}].apply document {n + 1} ({_named(doc)}): {note}")
+        return out
+
+
+def _named(doc: dict[str, Any]) -> str:
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return f"{doc.get('kind')} {name}" if isinstance(name, str) else str(doc.get("kind"))
 
 
 class Expectation(_Strict):
@@ -150,14 +181,38 @@ class Scenario(_Strict):
                 return value
         return 2.0
 
+    def notes(self) -> list[str]:
+        """Things a reader of the scenario should know that do not stop it (``Step.notes``)."""
+        return [note for i, step in enumerate(self.steps) if step.apply is not None for note in step.notes(i)]
+
+    @cached_property
+    def documents(self) -> tuple[tuple[dict[str, Any], ...], ...]:
+        """Each step's ``apply`` documents, parsed once (empty for a ``delete``); read them, do not change them."""
+        return tuple(tuple(step.objects(i)) if step.apply is not None else () for i, step in enumerate(self.steps))
+
+    @cached_property
+    def batch_scheduler(self) -> Setting:
+        """The simulated KubeRay's ``--batch-scheduler``: as the scenario says, else as its manifests imply."""
+        if self.cluster.kuberay.batch_scheduler is not None:
+            return self.cluster.kuberay.batch_scheduler
+        return implied([doc for docs in self.documents for doc in docs if doc.get("kind") in ("RayCluster", "RayJob")])
+
     def effective_policy(self, base: Policy | None = None) -> Policy:
-        """The scenario's ``policy:`` block layered over ``base`` (``--policy FILE``) or the defaults."""
+        """The scenario's ``policy:`` block layered over ``base`` (``--policy FILE``) or the defaults.
+
+        The simulated cluster has no scheduler but muster: unless the scenario or ``base`` names the
+        scheduler names muster answers to, it also answers to the one the simulated KubeRay gives its
+        pods and to ``default-scheduler`` (pods that name none), so the manifests mean what they did
+        before KubeRay's setting was simulated. Naming them shows pods left to another scheduler."""
         merged = (base or Policy()).model_dump(exclude_defaults=True)
         override = dict(self.policy or {})
         queues = {**merged.get("queues", {}), **(override.pop("queues", None) or {})}
         merged.update(override)
         if queues:
             merged["queues"] = queues
+        if "scheduler_names" not in override and (base is None or "scheduler_names" not in base.model_fields_set):
+            names = Policy().scheduler_names + (plugin(self.batch_scheduler).pod_scheduler, DEFAULT_SCHEDULER)
+            merged["scheduler_names"] = list(dict.fromkeys(names))
         try:
             return Policy.from_mapping(merged)
         except ValidationError as exc:
@@ -193,6 +248,5 @@ def parse_scenario(text: str, origin: str = "<scenario>") -> Scenario:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError(f"{origin}: {_first_error(exc)}") from None
-    for i, step in enumerate(scenario.steps):
-        step.objects(i)  # surface malformed YAML before anything runs
+    scenario.documents  # noqa: B018 - surface malformed YAML and unknown kinds before anything runs
     return scenario

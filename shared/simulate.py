@@ -37,7 +37,7 @@ class Run:
 
 
 def new_cluster(scenario: Scenario, policy: Policy) -> SimCluster:
-    return SimCluster(pod_startup=scenario.startup_seconds, scheduler_name=policy.scheduler_name)
+    return SimCluster(pod_startup=scenario.startup_seconds, batch_scheduler=scenario.batch_scheduler)
 
 
 def simulate(scenario: Scenario, policy: Policy | None = None, *, traced: bool = False) -> Run:
@@ -66,7 +66,7 @@ def actions(scenario: Scenario, cluster: SimCluster) -> list[Action]:
     out: list[Action] = [(0.0, bootstrap)]
     for index, step in enumerate(scenario.steps):
         if step.apply is not None:
-            docs = step.objects(index)
+            docs = scenario.documents[index]
             out.append((step.at, lambda now, docs=docs, i=index: [
                 _guard(f"steps[{i}]", lambda d=d: cluster.apply(d, now)) for d in docs]))
         elif step.delete is not None:

@@ -7,10 +7,14 @@ status codes. What it implements is what muster uses, with the API server's sema
   the resources it ``serves`` (any other resource is a 404, as for a CRD that is not installed);
 - create (409 when the name is taken), get, list (items without kind/apiVersion for built-in
   kinds, as the real server sends them), merge patch (RFC 7386; strategic merge is treated the
-  same: muster only patches maps), delete;
+  same: muster only patches maps), replace (PUT; 409 Conflict when the body names a
+  ``resourceVersion`` that is not the current one, as for a Lease two candidates write), delete;
 - one global ``resourceVersion`` counter, ``uid``s, and watches that resume after a version,
   start with the current objects when given none, end after ``timeoutSeconds``, and answer an
   ERROR 410 (Gone) for a version older than ``compact()`` allows;
+- a ``status`` subresource for every custom resource: a merge patch there changes only ``status``,
+  and ``status`` in a patch of the object itself is ignored, as for CRDs that declare the subresource;
+- RBAC for one client when asked (``authorize``): a request its rules do not allow is 403;
 - ``pods/NAME/binding`` (sets ``spec.nodeName`` and copies the Binding's annotations onto the pod;
   409 when the pod is bound already) and ``pods/NAME/eviction`` (deletes the pod, or with
   ``graceful`` marks it terminating until the test deletes it).
@@ -32,23 +36,13 @@ from typing import Any
 
 from aiohttp import web
 
-from services.reconciler.resources import WATCHED, Resource
+from services.reconciler.resources import EVENT, LEASE, WATCHED, WRITTEN_ONLY, Resource
+from shared.kube import merge_patch
 from shared.bus.localbroker import free_port
 
-CORE_EXTRA = (Resource("Event", "", "v1", "events", namespaced=True),)
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: maps merge key by key, ``null`` removes, anything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
+CORE_EXTRA = (EVENT, LEASE)
+DEFAULT_SERVES = WATCHED + WRITTEN_ONLY + CORE_EXTRA
+"""What muster reads and writes: the emulator serves these unless told otherwise."""
 
 
 def _status(code: int, reason: str, message: str) -> web.Response:
@@ -72,6 +66,10 @@ class _State:
     version: int = 0
     compacted: int = 0
     requests: list[tuple[str, str]] = field(default_factory=list)
+    forbidden: list[tuple[str, str, str, str]] = field(default_factory=list)
+    """(verb, group, resource, namespace) of every request ``authorize``'s rules refused."""
+    writes: list[tuple[float, str, str, str]] = field(default_factory=list)
+    """(monotonic time, method, path, User-Agent) of every write request the server took."""
     failures: list[tuple[str, int, str]] = field(default_factory=list)
     """Statuses the next requests get instead of an answer (``KubeApiEmulator.fail``)."""
     bound_at: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -81,7 +79,7 @@ class _State:
 class KubeApiEmulator:
     """Start with ``start()`` (or as a context manager); ``url`` is what a client connects to."""
 
-    def __init__(self, serves: tuple[Resource, ...] = WATCHED + CORE_EXTRA, *, graceful: bool = False) -> None:
+    def __init__(self, serves: tuple[Resource, ...] = DEFAULT_SERVES, *, graceful: bool = False) -> None:
         self.serves = serves
         self.graceful = graceful
         """Evicted pods only get a ``deletionTimestamp``: they are gone when the test deletes them
@@ -98,6 +96,7 @@ class KubeApiEmulator:
         self._epoch = 0
         self.watching = 0
         """Watches open now."""
+        self._rbac: tuple[str, list[dict[str, Any]], dict[str, list[dict[str, Any]]]] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "KubeApiEmulator":
@@ -230,6 +229,28 @@ class KubeApiEmulator:
         self.state.objects[key] = self._bump(resource, "ADDED", obj)
         return obj
 
+    def _replace(self, resource: Resource, namespace: str, name: str, obj: dict[str, Any]) -> dict[str, Any]:
+        key = (resource, namespace, name)
+        before = self.state.objects.get(key)
+        if before is None:
+            raise _Failure(404, "NotFound", f'{resource.plural} "{name}" not found')
+        metadata = obj.setdefault("metadata", {})
+        wanted = metadata.get("resourceVersion")
+        if wanted and wanted != before["metadata"]["resourceVersion"]:
+            raise _Failure(409, "Conflict", f'Operation cannot be fulfilled on {resource.plural} "{name}": the object '
+                                            "has been modified; please apply your changes to the latest version and "
+                                            "try again")
+        obj["kind"], obj["apiVersion"] = resource.kind, resource.api_version
+        for kept in ("uid", "creationTimestamp", "namespace"):
+            if kept in before["metadata"]:
+                metadata[kept] = before["metadata"][kept]
+        metadata["name"] = name
+        metadata["resourceVersion"] = before["metadata"]["resourceVersion"]
+        if obj == before:
+            return before
+        self.state.objects[key] = self._bump(resource, "MODIFIED", obj)
+        return obj
+
     def _patch(self, resource: Resource, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         key = (resource, namespace, name)
         if key not in self.state.objects:
@@ -257,14 +278,44 @@ class KubeApiEmulator:
             return _status(failure[1], failure[2], f"{failure[2]} (injected by the test)")
         try:
             resource, namespace, name, sub = self._route(request.path)
+            self._authorize(request, resource, namespace, name, sub)
             if request.method == "GET" and name is None:
                 if request.query.get("watch", "").lower() in ("true", "1"):
                     return await self._watch(request, resource, namespace)
                 return self._list(resource, namespace)
             body = await request.json() if request.can_read_body else None
-            return await self._locked_response(request.method, resource, namespace, name, sub, body)
+            response = await self._locked_response(request.method, resource, namespace, name, sub, body)
+            if request.method != "GET" and response.status < 300:
+                self.state.writes.append((self.loop.time(), request.method, request.path,
+                                          request.headers.get("User-Agent", "")))
+            return response
         except _Failure as exc:
             return _status(exc.code, exc.reason, exc.message)
+
+    def authorize(self, agent_prefix: str, cluster_rules: list[dict[str, Any]],
+                  namespace_rules: dict[str, list[dict[str, Any]]]) -> None:
+        """From now on, requests whose User-Agent starts with ``agent_prefix`` are allowed only what
+        these RBAC rules allow (a ClusterRole's, and Roles' per namespace), as the API server allows a
+        service account; anything else is 403 Forbidden and recorded in ``state.forbidden``."""
+        self._rbac = (agent_prefix, cluster_rules, namespace_rules)
+
+    def _authorize(self, request: web.Request, resource: Resource, namespace: str | None, name: str | None,
+                   sub: str | None) -> None:
+        if self._rbac is None or not request.headers.get("User-Agent", "").startswith(self._rbac[0]):
+            return
+        verb = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}.get(request.method)
+        if verb is None:
+            watching = request.query.get("watch", "").lower() in ("true", "1")
+            verb = "get" if name is not None else ("watch" if watching else "list")
+        plural = f"{resource.plural}/{sub}" if sub else resource.plural
+        rules = self._rbac[1] + (self._rbac[2].get(namespace, []) if namespace else [])
+        for rule in rules:
+            if resource.group in rule.get("apiGroups", []) and plural in rule.get("resources", []) \
+                    and verb in rule.get("verbs", []):
+                return
+        self.state.forbidden.append((verb, resource.group, plural, namespace or ""))
+        raise _Failure(403, "Forbidden", f'{plural} is forbidden: cannot {verb} resource "{plural}" in API group '
+                                         f'"{resource.group}"' + (f' in the namespace "{namespace}"' if namespace else ""))
 
     def _route(self, path: str) -> tuple[Resource, str | None, str | None, str | None]:
         parts = [p for p in path.split("/") if p]
@@ -313,6 +364,9 @@ class KubeApiEmulator:
                 else:
                     self._delete(resource, ns, name or "")
                 out = _status(201, "", "")
+            elif method == "PATCH" and sub == "status" and resource.group:
+                status = body.get("status") if isinstance(body, dict) else None
+                out = web.json_response(self._patch(resource, ns, name or "", {"status": status}))
             elif sub is not None:
                 raise _Failure(404, "NotFound", f"no subresource {sub}")
             elif method == "GET":
@@ -321,7 +375,11 @@ class KubeApiEmulator:
                     raise _Failure(404, "NotFound", f'{resource.plural} "{name}" not found')
                 out = web.json_response(obj)
             elif method == "PATCH":
+                if resource.group and isinstance(body, dict):  # custom resources have a status subresource:
+                    body = {k: v for k, v in body.items() if k != "status"}  # status goes through it only
                 out = web.json_response(self._patch(resource, ns, name or "", body))
+            elif method == "PUT":
+                out = web.json_response(self._replace(resource, ns, name or "", body))
             elif method == "DELETE":
                 out = web.json_response(self._delete(resource, ns, name or ""))
             else:

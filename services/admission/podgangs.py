@@ -3,8 +3,8 @@ how many it needs.
 
 A pod joins gang ``namespace/G`` through label ``scheduling.x-k8s.io/pod-group: G`` or
 ``pod-group.scheduling.sigs.k8s.io/name: G`` (coscheduling), or Volcano's annotation
-``scheduling.k8s.io/group-name: G``. Only pods for our scheduler (``spec.schedulerName`` one muster
-answers to, or unset) are members; before submission only unbound, unfinished members count toward
+``scheduling.k8s.io/group-name: G``. Only pods for a scheduler muster answers to (``Policy.answers_to``
+of their ``spec.schedulerName``; unset is ``default-scheduler``, as the API server defaults it) are members; before submission only unbound, unfinished members count toward
 the minimum. The minimum comes from a PodGroup named G (``scheduling.x-k8s.io`` or Volcano's
 ``scheduling.volcano.sh``: ``spec.minMember``, and Volcano's ``spec.minTaskMember`` per task, the
 task named by the pod's ``volcano.sh/task-spec`` annotation), else the
@@ -20,7 +20,9 @@ pods are not recreated: plain pods have no controller) is held, as Volcano's gan
 job with fewer valid tasks than minAvailable, until pods come again.
 
 A pod addressed to muster by name (``spec.schedulerName``) with no group is a gang of one of its own
-(KAI's pod grouper and Volcano do the same): workload ``namespace/<pod name>`` of kind ``Pod``.
+(KAI's pod grouper and Volcano do the same): workload ``namespace/<pod name>`` of kind ``Pod``. A pod
+that names no scheduler (``default-scheduler``) never is, even where muster answers to that name (the
+simulator, standing in for kube-scheduler for KubeRay's pods): it is kube-scheduler's.
 KubeRay's own pods (``ray.io/*`` labels) are never plain gang members: their RayCluster is.
 """
 
@@ -239,7 +241,7 @@ def ray_owner(obj: Mapping[str, Any]) -> tuple[str, str] | None:
 class PodGangBook:
     """Pod groups and single pods by key, their members, and the PodGroup objects that give their minimum."""
 
-    def __init__(self, answers_to: Callable[[str], bool]) -> None:
+    def __init__(self, answers_to: Callable[[str | None], bool]) -> None:
         self.answers_to = answers_to
         """``Policy.answers_to``: whether a scheduler name is one muster answers to."""
         self.gangs: dict[str, PodGang] = {}
@@ -255,9 +257,10 @@ class PodGangBook:
         scheduler = scheduler_of(pod)
         group = group_of(pod)
         if group is not None:
-            return (f"{namespace}/{group}", "PodGroup") if not scheduler or self.answers_to(scheduler) else None
-        if is_ray_pod(pod) or not self.answers_to(scheduler):
-            return None
+            return (f"{namespace}/{group}", "PodGroup") if self.answers_to(scheduler) else None
+        if is_ray_pod(pod) or (scheduler or kube.DEFAULT_SCHEDULER) == kube.DEFAULT_SCHEDULER \
+                or not self.answers_to(scheduler):
+            return None  # a gang of one names its scheduler: kube-scheduler's own pods are never one
         key = f"{namespace}/{name}"
         if f"Pod:{key}" not in self.gangs and (_bound(pod) or _phase(pod) in FINISHED_PHASES):
             return None  # a single pod is a workload only when muster saw it wait for a node

@@ -18,7 +18,7 @@ from services.admission.fields import (Invalid, boolean, integer, mapping, opt_l
                                       string)
 from shared import quantity as q
 from shared.events import QueueDefined, QueueRejected, QueueRemoved
-from shared.model import UNLIMITED, QueueSpec
+from shared.model import UNLIMITED, QueueSource, QueueSpec
 
 VOLCANO_GROUP = "scheduling.volcano.sh"
 KAI_GROUP = "scheduling.run.ai"
@@ -312,6 +312,11 @@ class QueueBook:
                 self.specs.pop(qname, None)
                 self._owner.pop(qname, None)
                 out.append(QueueRemoved(name=qname))
+        meta = source.obj.get("metadata")
+        namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+        origin = QueueSource(kind=source.kind, api_version=source.api_version, name=source.name,
+                             namespace=namespace if isinstance(namespace, str) else "")
+        specs = [spec.model_copy(update={"source": origin}) for spec in specs]
         for spec in specs:
             if self.specs.get(spec.name) != spec:
                 self.specs[spec.name] = spec

@@ -310,7 +310,9 @@ class PlacementCore:
         return None
 
     def _attach(self, wrec: WorkloadRecord, rec: PodRecord) -> list[Any]:
-        """Give a live pod of an admitted workload a slot; unbound pods are told where to go."""
+        """Give a live pod of an admitted workload a slot; unbound pods muster answers to are told where
+        to go. A bound pod fills a free slot of its pod set, on its node if one is there (a pod another
+        scheduler bound elsewhere takes a slot all the same: its own charge replaces the reservation)."""
         facts = rec.facts
         pod_set = self._pod_set_name(wrec, rec)
         if facts.bound:
@@ -319,6 +321,8 @@ class PlacementCore:
                 return []
             slot.pod, rec.slot = facts.key, slot
             return self._set_foreign(rec, False)
+        if not self.policy.answers_to(facts.scheduler_name):
+            return []  # another scheduler's pod: it binds it (the pod then fills a slot where it landed)
         if not wrec.assembled:
             return self._assemble(wrec)
         slot = wrec.free_slot(pod_set)

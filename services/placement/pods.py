@@ -1,7 +1,8 @@
 """Pods as placement sees them: where they are bound, whether they still count, what they hold.
 
 Every pod bound to a node (``spec.nodeName``) counts against that node until it is deleted or
-finishes (Succeeded/Failed), whoever scheduled it. Parsing never raises: a pod whose requests
+finishes (Succeeded/Failed), whoever scheduled it. Only pods whose ``spec.schedulerName`` muster
+answers to (``Policy.answers_to``) are ever bound by it; the others are left to their scheduler. Parsing never raises: a pod whose requests
 cannot be read counts as one pod with no resources.
 """
 
@@ -43,6 +44,8 @@ class PodFacts:
     """Per pod, milli-units, ``pods: 1000`` included."""
     gpu_share: int
     gpu_devices: tuple[int, ...] | None
+    scheduler_name: str | None = None
+    """``spec.schedulerName`` (None when unset: the API server's default-scheduler)."""
 
     @property
     def bound(self) -> bool:
@@ -91,6 +94,7 @@ def pod_facts(change: str, obj: Mapping[str, Any], name: str, namespace: str,
         key=f"{namespace}/{name}", namespace=namespace, name=name, node_name=str(spec.get("nodeName") or ""),
         phase=phase, live=change != "Deleted" and phase not in FINISHED, workload=workload, kind=kind, pod_set=pod_set,
         requests={**requests, q.PODS: 1000}, gpu_share=share, gpu_devices=devices,
+        scheduler_name=scheduler if isinstance(scheduler := spec.get("schedulerName"), str) else None,
     )
 
 

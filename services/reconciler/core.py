@@ -19,10 +19,11 @@ from typing import Any, Callable, Literal
 from shared import kube
 from shared.events import (
     BackedOff, ElasticReleased, Enqueued, Envelope, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, KubeEffect,
-    PodAssigned, PreemptionRequested, QueueRejected, WorkloadDeleted, WorkloadRejected, WorkloadSubmitted,
-    WorkloadUpdated,
+    PodAssigned, PreemptionRequested, QueueRejected, TimerFired, TimerSet, WorkloadDeleted, WorkloadRejected,
+    WorkloadSubmitted, WorkloadUpdated,
 )
 from shared.policy import Policy
+from services.reconciler.status import STATUS_TIMER, StatusBook
 
 ENQUEUED_AT = "muster.dev/enqueued-at"
 DEQUEUED_AT = "muster.dev/dequeued-at"
@@ -87,6 +88,7 @@ class ReconcilerCore:
         self._workloads: dict[str, _Workload] = {}
         self._applied: dict[str, dict[str, Any]] = {}
         """object id -> field -> last value emitted for it."""
+        self.status = StatusBook(policy)
         self._handlers: dict[str, Callable[[Any, float], list[KubeEffect]]] = {
             "Enqueued": self._on_enqueued,
             "BackedOff": self._on_backed_off,
@@ -103,19 +105,32 @@ class ReconcilerCore:
             "WorkloadDeleted": self._on_workload_deleted,
         }
 
-    def handle(self, env: Envelope) -> list[KubeEffect]:
-        """Effects for one inbox event; a redelivered envelope id yields nothing."""
+    def handle(self, env: Envelope) -> list[KubeEffect | TimerSet]:
+        """Effects for one inbox event; a redelivered envelope id yields nothing. Status of queue
+        objects and PodGroups (``status.StatusBook``) is written when its timer fires."""
         if env.id in self._seen:
             return []
         self._seen.add(env.id)
+        if isinstance(env.payload, TimerFired):
+            return self._flush_status() if env.payload.key == STATUS_TIMER else []
         handler = self._handlers.get(env.type)
-        return handler(env.payload, env.occurred_at) if handler else []
+        out: list[KubeEffect | TimerSet] = list(handler(env.payload, env.occurred_at)) if handler else []
+        return out + self.status.observe(env)
+
+    def _flush_status(self) -> list[KubeEffect | TimerSet]:
+        """Status effects whose content differs from what was last written to that object."""
+        out: list[KubeEffect | TimerSet] = []
+        for effect in self.status.flush():
+            if self._remember(f"{effect.api_version}/{effect.kind}/{effect.namespace}/{effect.name}", "status",
+                              effect.status):
+                out.append(effect)
+        return out
 
     # ------------------------------------------------------------------ event handlers
     def _on_enqueued(self, p: Enqueued, now: float) -> list[KubeEffect]:
         wl = self._workload(p.key)
         wl.phase = "queued"
-        return self._queued(wl, p.queue, p.reason, now)
+        return self._queued(wl, p.queue, p.reason, now) + self._event(wl, "Normal", "Queued", p.reason)
 
     def _on_backed_off(self, p: BackedOff, now: float) -> list[KubeEffect]:
         wl = self._workload(p.key)

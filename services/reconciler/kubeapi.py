@@ -20,6 +20,10 @@ evict          POST ``pods/NAME/eviction`` (respects PDBs); a    404: the pod is
                has seen it go (at most ``victim_wait``)
 event          POST a core/v1 Event named after the effect's     409: that Event exists
                envelope id
+status         merge-patch the ``status`` subresource with only  the same values again; a CRD served
+               muster's fields (a queue's counts, a PodGroup's   without a status subresource is
+               phase); writes to one object at least             patched on the object itself
+               ``status_interval`` apart (later, never dropped)
 =============  ================================================  ===================================
 
 Errors: 404 on every place a kind may live is ``absent`` (the object was deleted since: nothing to
@@ -34,6 +38,7 @@ import datetime as dt
 import json
 import logging
 import os
+import time
 from typing import Any, Awaitable, Callable, Literal
 
 import aiohttp
@@ -42,7 +47,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
 from services.reconciler.ingest import Change
-from services.reconciler.resources import NODE, POD, Resource, candidates
+from services.reconciler.resources import NODE, POD, Resource, candidates, located
 from shared.events import KubeEffect
 
 log = logging.getLogger("muster.cluster")
@@ -82,7 +87,7 @@ async def connect(url: str | None = None, kubeconfig: str | None = None, context
     return client.ApiClient(configuration)
 
 
-async def _checked(call: Awaitable[Any]) -> dict[str, Any]:
+async def checked(call: Awaitable[Any]) -> dict[str, Any]:
     """The body of a request made with ``_preload_content=False``, which the client does not check:
     ``ApiException`` for a status that is not 2xx, as the client raises for the others."""
     response = await call
@@ -99,10 +104,13 @@ async def _checked(call: Awaitable[Any]) -> dict[str, Any]:
 class KubeApplier:
     """Performs ``KubeEffect``s; see the module docstring for each op's request."""
 
-    def __init__(self, api: client.ApiClient, *, victim_wait: float = 120.0) -> None:
+    def __init__(self, api: client.ApiClient, *, victim_wait: float = 120.0, status_interval: float = 1.0) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.victim_wait = victim_wait
+        self.status_interval = status_interval
+        self._status_written: dict[tuple[str, str, str, str], float] = {}
+        """(apiVersion, kind, namespace, name) -> when its status was last written (monotonic)."""
         self.leaving: dict[str, set[tuple[str, str]]] = {}
         """node -> pods evicted from it that have not yet gone (a bind there waits for them)."""
         self._gone = asyncio.Condition()
@@ -126,6 +134,8 @@ class KubeApplier:
                 return await self._bind(effect)
             if effect.op == "evict":
                 return await self._evict(effect)
+            if effect.op == "status":
+                return await self._status(effect)
             return await self._event(effect, effect_id)
         except aiohttp.ClientError as exc:
             raise Transient(f"{effect.op} {effect.subject}: {exc}") from exc
@@ -150,6 +160,43 @@ class KubeApplier:
                     raise _failure(exc, f"{effect.op} {resource.kind} {effect.namespace}/{effect.name}") from None
         return "absent"
 
+    async def _status(self, effect: KubeEffect) -> Outcome:
+        """Merge-patch the status subresource with muster's fields only, never faster than one write
+        per object per ``status_interval`` (a write that comes sooner waits for its turn)."""
+        target = (effect.api_version, effect.kind, effect.namespace, effect.name)
+        last = self._status_written.get(target)
+        if last is not None and (wait := last + self.status_interval - time.monotonic()) > 0:
+            await asyncio.sleep(wait)
+        body = {"status": dict(effect.status)}
+        for resource in located(effect.kind, effect.api_version):
+            namespace = effect.namespace if resource.namespaced else None
+            try:
+                await self._patch_status(resource, namespace, effect.name, body, subresource=True)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise _failure(exc, f"status of {resource.kind} {effect.namespace}/{effect.name}") from None
+                try:  # the object is gone, or its CRD has no status subresource: then status is a field
+                    await self._patch_status(resource, namespace, effect.name, body, subresource=False)
+                except ApiException as again:
+                    if again.status != 404:
+                        raise _failure(again, f"status of {resource.kind} {effect.namespace}/{effect.name}") from None
+                    continue
+            self._status_written[target] = time.monotonic()
+            return "applied"
+        return "absent"
+
+    async def _patch_status(self, resource: Resource, namespace: str | None, name: str, body: dict[str, Any], *,
+                            subresource: bool) -> None:
+        group, version, plural = resource.group, resource.version, resource.plural
+        if namespace is not None:
+            call = self.custom.patch_namespaced_custom_object_status if subresource else \
+                self.custom.patch_namespaced_custom_object
+            await call(group, version, namespace, plural, name, body, _content_type=MERGE_PATCH)
+        else:
+            call = self.custom.patch_cluster_custom_object_status if subresource else \
+                self.custom.patch_cluster_custom_object
+            await call(group, version, plural, name, body, _content_type=MERGE_PATCH)
+
     async def _bind(self, effect: KubeEffect) -> Outcome:
         await self._victims_gone(effect.node)
         body = client.V1Binding(
@@ -159,7 +206,7 @@ class KubeApplier:
         )
         try:
             # The API answers with a Status, which the generated model cannot read: take it raw.
-            await _checked(self.core.create_namespaced_pod_binding(effect.name, effect.namespace, body,
+            await checked(self.core.create_namespaced_pod_binding(effect.name, effect.namespace, body,
                                                                    _preload_content=False))
             return "applied"
         except ApiException as exc:
@@ -187,7 +234,7 @@ class KubeApplier:
                 self.leaving.setdefault(node, set()).add((effect.namespace, effect.name))
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=effect.name, namespace=effect.namespace))
         try:
-            await _checked(self.core.create_namespaced_pod_eviction(effect.name, effect.namespace, body,
+            await checked(self.core.create_namespaced_pod_eviction(effect.name, effect.namespace, body,
                                                                     _preload_content=False))
         except ApiException as exc:
             await self.pod_gone(effect.namespace, effect.name)  # nothing will leave: do not wait for it
@@ -228,7 +275,7 @@ class KubeApplier:
             first_timestamp=now, last_timestamp=now, count=1,
         )
         try:
-            await _checked(self.core.create_namespaced_event(namespace, body, _preload_content=False))
+            await checked(self.core.create_namespaced_event(namespace, body, _preload_content=False))
             return "applied"
         except ApiException as exc:
             if exc.status == 409:
@@ -239,7 +286,7 @@ class KubeApplier:
 
     async def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return await _checked(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
+            return await checked(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -272,7 +319,7 @@ class Watcher:
 
     async def probe(self) -> None:
         """One cheap request (a list of at most one node): raises when the API server cannot be used."""
-        await _checked(self._call(NODE, limit=1, _preload_content=False))
+        await checked(self._call(NODE, limit=1, _preload_content=False))
 
     async def run(self, resource: Resource, sink: Sink) -> None:
         """Report every change of ``resource`` to ``sink``, forever."""
@@ -303,7 +350,7 @@ class Watcher:
 
     async def _relist(self, resource: Resource, seen: dict[tuple[str, str], dict[str, Any]], sink: Sink) -> str:
         self.lists += 1
-        listing = await _checked(self._call(resource, _preload_content=False))
+        listing = await checked(self._call(resource, _preload_content=False))
         present: dict[tuple[str, str], dict[str, Any]] = {}
         for item in listing.get("items") or []:
             obj = _complete(item, resource)

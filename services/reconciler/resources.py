@@ -47,6 +47,10 @@ POD_GROUP = Resource("PodGroup", "scheduling.x-k8s.io", "v1alpha1", "podgroups",
 POD_GROUP_LEGACY = Resource("PodGroup", "scheduling.sigs.k8s.io", "v1alpha1", "podgroups", namespaced=True)
 VOLCANO_POD_GROUP = Resource("PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", namespaced=True)
 
+LEASE = Resource("Lease", "coordination.k8s.io", "v1", "leases", namespaced=True)
+"""The lock that makes one ``muster run cluster`` the applier (``services.reconciler.lease``)."""
+EVENT = Resource("Event", "", "v1", "events", namespaced=True)
+
 WATCHED: tuple[Resource, ...] = (
     NODE, PRIORITY_CLASS, VOLCANO_QUEUE, KAI_QUEUE, ELASTIC_QUOTA_TREE,
     RAY_CLUSTER, RAY_JOB, POD_GROUP, POD_GROUP_LEGACY, VOLCANO_POD_GROUP, POD,
@@ -57,9 +61,55 @@ workloads that name them (order across resources is otherwise not guaranteed).""
 
 WORKLOAD_KINDS = (RAY_JOB, RAY_CLUSTER)
 
+WRITTEN_ONLY: tuple[Resource, ...] = ()
+"""Resources muster writes without watching them (none now: the Volcano PodGroups whose status it
+writes are watched too, admission reads the ones KubeRay makes)."""
+
 
 def candidates(kind: str) -> tuple[Resource, ...]:
     """Where an object of ``kind`` may live, in the order to try; empty for a kind muster never writes."""
     if kind == "":
         return WORKLOAD_KINDS
-    return tuple(r for r in (*WATCHED,) if r.kind == kind)
+    return tuple(r for r in (*WATCHED, *WRITTEN_ONLY) if r.kind == kind)
+
+
+def located(kind: str, api_version: str = "") -> tuple[Resource, ...]:
+    """``candidates``, narrowed to one API group and version when the effect names it."""
+    found = candidates(kind)
+    return tuple(r for r in found if r.api_version == api_version) if api_version else found
+
+
+@dataclass(frozen=True)
+class Access:
+    """One permission ``muster run cluster`` needs, and the call that needs it: the RBAC in
+    deploy/k8s/base/rbac.yaml is exactly these (tests/integration/test_deploy.py checks it)."""
+
+    resource: Resource
+    verbs: tuple[str, ...]
+    why: str
+    subresource: str = ""
+
+    @property
+    def rule_resource(self) -> str:
+        return f"{self.resource.plural}/{self.subresource}" if self.subresource else self.resource.plural
+
+
+def access() -> tuple[Access, ...]:
+    """Every permission the cluster adapter uses (``kubeapi``, ``lease``), with its reason."""
+    watched = [Access(r, ("list", "watch"), "Watcher: list, then watch from the list's version") for r in WATCHED]
+    return (*watched,
+            Access(POD, ("get",), "KubeApplier: read a pod before evicting it, and after a 409 on its binding"),
+            Access(POD, ("create",), "KubeApplier: bind (POST pods/NAME/binding)", "binding"),
+            Access(POD, ("create",), "KubeApplier: evict (POST pods/NAME/eviction)", "eviction"),
+            Access(RAY_JOB, ("patch",), "KubeApplier: spec.suspend and muster.dev/* annotations"),
+            Access(RAY_CLUSTER, ("patch",), "KubeApplier: spec.suspend and muster.dev/* annotations"),
+            *(Access(r, ("patch",), "KubeApplier: annotate a refused queue definition; status where the CRD "
+                                    "has no status subresource") for r in (VOLCANO_QUEUE, KAI_QUEUE, ELASTIC_QUOTA_TREE)),
+            *(Access(r, ("patch",), "KubeApplier: queue status (services/reconciler/status.py)", "status")
+              for r in (VOLCANO_QUEUE, KAI_QUEUE, ELASTIC_QUOTA_TREE)),
+            Access(VOLCANO_POD_GROUP, ("patch",), "KubeApplier: a Volcano gang's PodGroup phase and conditions",
+                   "status"),
+            Access(VOLCANO_POD_GROUP, ("patch",), "KubeApplier: PodGroup status where the CRD has no status "
+                                                  "subresource"),
+            Access(EVENT, ("create",), "KubeApplier: an Event named after its effect"),
+            Access(LEASE, ("get", "create", "update"), "LeaseElector: read, create and renew the one-applier Lease"))

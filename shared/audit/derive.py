@@ -9,12 +9,16 @@ What users did is told apart from what the cluster did by who owns an object and
   stamps on it: uid, resourceVersion, creationTimestamp, generation, managedFields);
 - a later change is a user's edit when it changes what a user writes: anything but the status of
   a RayJob, RayCluster or Pod (KubeRay's and the kubelet's), ``spec.suspend`` of a RayJob/RayCluster
-  (muster's gate), a pod's ``spec.nodeName`` (muster binds), and the annotations muster's effects
-  wrote (``KubeEffect`` in the log names each); the step applies the object as the edit left it;
+  (muster's gate), a pod's ``spec.nodeName`` (muster binds), and the annotations and status fields
+  muster's effects wrote (``KubeEffect`` in the log names each; a status field counts as muster's
+  while it holds the value muster wrote); the step applies the object as the edit left it;
 - a deletion is the user's unless muster evicted the pod (an ``evict`` effect) or the node it was
   bound to went away at that instant (the pod garbage collector);
 - what happened at one instant with no decision in between is one step (the simulator settles and
   the services decide after each step, so the grouping is what reproduces the log).
+
+KubeRay's ``--batch-scheduler`` is read off the pods it made (their ``schedulerName``), so the
+simulated KubeRay names the same schedulers and makes the same PodGroups.
 
 A RayJob that finished without ``muster.dev/sim-duration`` gets its observed run time (its last
 run, from its status turning Running to Complete/Failed) and outcome, so the simulated job takes
@@ -31,6 +35,7 @@ import yaml
 
 from shared import kube
 from shared.events import Envelope
+from shared.sim.batchscheduler import PLUGINS
 from shared.sim.kuberay import DURATION, OUTCOME
 from shared.topology import SERVICES
 
@@ -56,11 +61,18 @@ def _owned(obj: dict[str, Any]) -> bool:
     return bool(kube.meta(obj).get("ownerReferences"))
 
 
-def user_view(obj: dict[str, Any], muster_keys: set[str]) -> Any:
+def user_view(obj: dict[str, Any], muster_keys: set[str], muster_status: dict[str, Any] | None = None) -> Any:
     """What a user's edit changes (see the module docstring)."""
     view = manifest(obj)
     if view.get("kind") in _CONTROLLED:
         view.pop("status", None)
+    status = view.get("status")
+    if muster_status and isinstance(status, dict):
+        for name, value in muster_status.items():
+            if status.get(name) == value:
+                del status[name]
+        if not status:
+            del view["status"]
     meta = view.get("metadata")
     if isinstance(meta, dict) and isinstance(meta.get("annotations"), dict):
         meta["annotations"] = {k: v for k, v in meta["annotations"].items() if k not in muster_keys}
@@ -99,6 +111,9 @@ class Deriver:
         """The ``apply`` step still taking documents (until a decision or a delete)."""
         self._seen: dict[tuple[str, str, str], Any] = {}
         self._muster_keys: dict[tuple[str, str, str], set[str]] = {}
+        self._muster_status: dict[tuple[str, str, str], dict[str, Any]] = {}
+        """The status fields muster last wrote on an object (a ``status`` effect), by object."""
+        self.batch_scheduler: str | None = None
         self._evicted: set[tuple[str, str]] = set()
         self._gone_nodes: tuple[float, set[str]] = (-1.0, set())
         self._bound_at: dict[tuple[str, str], float] = {}
@@ -124,6 +139,8 @@ class Deriver:
                 self._muster_keys.setdefault((kind, key[1], key[2]), set()).update(effect.annotations)
         if effect.op == "evict":
             self._evicted.add((effect.namespace, effect.name))
+        if effect.op == "status":
+            self._muster_status.setdefault(key, {}).update(effect.status)
 
     def _changed(self, p: Any, t: float) -> None:
         obj = p.object
@@ -142,7 +159,7 @@ class Deriver:
                                                    **({"namespace": p.namespace} if p.namespace else {})}})
             return
         keys = self._muster_keys.get(ref, set())
-        view = user_view(obj, keys)
+        view = user_view(obj, keys, self._muster_status.get(ref))
         seen = self._seen.get(ref)
         # The view seen before may hold a key muster has written since with the user's own value (the
         # binder writes a pod's gpu-fraction again): compared without it, that is no edit.
@@ -170,6 +187,8 @@ class Deriver:
     def _observe(self, p: Any, obj: dict[str, Any], t: float) -> None:
         """Pod start-up times and RayJob run times, as the watch shows them."""
         status = kube.mapping(obj.get("status"))
+        if p.kind == "Pod" and self.batch_scheduler is None and kube.labels(obj).get(kube.RAY_ORIGIN_KIND):
+            self.batch_scheduler = setting_of(kube.mapping(obj.get("spec")).get("schedulerName"))
         if p.kind == "Pod" and p.change != "Deleted":
             key = (p.namespace, p.name)
             if kube.mapping(obj.get("spec")).get("nodeName") and key not in self._bound_at:
@@ -193,8 +212,11 @@ class Deriver:
                  {"at": step["at"], "apply": yaml.safe_dump_all([self._timed(d) for d in step["apply"]], sort_keys=False)}
                  for step in self.steps]
         startup = self.startups.most_common(1)[0][0] if self.startups else 2.0
+        cluster: dict[str, Any] = {"nodes": [], "pod_startup": startup}
+        if self.batch_scheduler is not None:
+            cluster["kuberay"] = {"batch_scheduler": self.batch_scheduler}
         return {"name": name, "description": "derived from an event log by muster replay --what-if",
-                "cluster": {"nodes": [], "pod_startup": startup}, "steps": steps,
+                "cluster": cluster, "steps": steps,
                 "until": until if until is not None else self.last_at}
 
     def _timed(self, doc: dict[str, Any]) -> dict[str, Any]:
@@ -209,6 +231,14 @@ class Deriver:
         meta["annotations"] = {**annotations, DURATION: f"{run[0]:g}s",
                                **({OUTCOME: run[1]} if run[1] == "Failed" else {})}
         return doc
+
+
+def setting_of(scheduler_name: object) -> str:
+    """The ``--batch-scheduler`` that gives KubeRay's pods this ``schedulerName`` (``none`` for any other)."""
+    for setting, plugin in PLUGINS.items():
+        if setting != "none" and plugin.pod_scheduler == scheduler_name:
+            return setting
+    return "none"
 
 
 def derive(envelopes: Iterable[Envelope], *, name: str, until: float | None) -> dict[str, Any]:

@@ -22,14 +22,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from aiokafka import AIOKafkaConsumer
 
 from services.reconciler.ingest import Change, watch_envelope
 from services.reconciler.kubeapi import KubeApplier, Refused, Transient, Watcher, connect
+from services.reconciler.lease import LeaseElector, LeaseKeeper
 from services.reconciler.resources import WATCHED
 from shared.bus import codec
 from shared.bus.app import BATCH, BATCH_WAIT, FaustProducer, MusterApp, PartitionReader, base_app
@@ -54,9 +56,44 @@ class KubeTarget:
     url: str | None = None
     kubeconfig: str | None = None
     context: str | None = None
+    identity: str = ""
+    """Who this bridge is (its lease identity): the API server sees it in every request's User-Agent."""
 
     async def connect(self) -> Any:
-        return await connect(self.url, self.kubeconfig, self.context)
+        api = await connect(self.url, self.kubeconfig, self.context)
+        if self.identity:
+            api.user_agent = f"muster-cluster/{self.identity}"
+        return api
+
+
+async def take_lease(target: KubeTarget, lease: LeaseElector, say: Any = print,
+                     meanwhile: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Wait until this bridge holds the Lease (``services.reconciler.lease``): a standby waits here,
+    before it watches anything or joins the effects consumer group, running ``meanwhile`` (its
+    health endpoint: alive, not ready) until then."""
+    api = await target.connect()
+    side = asyncio.create_task(meanwhile()) if meanwhile is not None else None
+    try:
+        await lease.acquire(api, on_wait=lambda holder: say(
+            f"standing by: the lease {lease.where} is held by {holder or 'nobody yet'}"))
+    finally:
+        if side is not None:
+            side.cancel()
+            await asyncio.gather(side, return_exceptions=True)
+        await api.close()
+    say(f"holding the lease {lease.where} as {lease.identity}")
+
+
+def keep_lease(target: KubeTarget, lease: LeaseElector) -> LeaseKeeper:
+    """Renew the Lease from now on; when it is lost, exit the process at once (exit code 1): another
+    bridge may be applying by then, and a batch half applied must not go on. Its Deployment restarts
+    it as a standby, as controller-runtime's managers do."""
+    def lost(reason: str) -> None:
+        log.critical("%s: stopping at once, so that only one bridge applies effects", reason)
+        logging.shutdown()
+        os._exit(1)
+
+    return LeaseKeeper(lease, target.connect, lost).start()
 
 
 async def reachable(target: KubeTarget) -> str | None:
@@ -292,7 +329,8 @@ class ClusterApp(MusterApp):
 
 
 def cluster_app(config: BusConfig, target: KubeTarget, *, sink: Any = None) -> MusterApp:
-    """The app behind ``muster run cluster``; with a ``sink`` (tracing on) each effect applied is a span."""
+    """The app behind ``muster run cluster`` (which takes the Lease first: ``take_lease``); with a
+    ``sink`` (tracing on) each effect applied is a span."""
     app = base_app(f"{config.prefix}cluster", config, cls=ClusterApp)
     bridge = ClusterBridge(config.topics)
     if sink is not None:

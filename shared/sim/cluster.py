@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 from shared import kube
 from shared.events import KubeEffect
 from shared.sim import kubelet
+from shared.sim.batchscheduler import Setting, plugin
 from shared.sim.kuberay import KubeRay, sim_duration, sim_outcome, timestamp
 
 CLUSTER_SCOPED = frozenset({
@@ -96,6 +97,7 @@ class ApiServer:
         metadata["uid"] = str(uuid.UUID(bytes=digest.digest()))
         metadata["creationTimestamp"] = timestamp(now)
         metadata["generation"] = 1
+        _defaults(obj)
         self._stamp(obj)
         key = (kind, namespace, name)
         self._objects[key] = obj
@@ -113,6 +115,7 @@ class ApiServer:
         metadata = obj["metadata"]
         metadata["resourceVersion"] = kube.meta(live)["resourceVersion"]
         metadata["generation"] = kube.meta(live).get("generation", 1)
+        _defaults(obj)
         if obj == live:
             return False
         if obj.get("spec") != live.get("spec"):
@@ -190,6 +193,12 @@ class ApiServer:
         self._on_change(change, obj, previous)
 
 
+def _defaults(obj: dict) -> None:
+    """What the API server fills in on every write: a pod that names no scheduler gets default-scheduler."""
+    if obj["kind"] == "Pod" and isinstance(obj.get("spec"), dict) and not obj["spec"].get("schedulerName"):
+        obj["spec"]["schedulerName"] = kube.DEFAULT_SCHEDULER
+
+
 def _validate(obj: object) -> None:
     """Refuse what the API server would refuse before any controller sees it."""
     if not isinstance(obj, dict):
@@ -228,11 +237,10 @@ def _validate(obj: object) -> None:
 class SimCluster:
     """API server + KubeRay + kubelet behind the interface the embedded runtime drives."""
 
-    def __init__(self, *, pod_startup: float = 2.0, scheduler_name: str = "muster") -> None:
+    def __init__(self, *, pod_startup: float = 2.0, batch_scheduler: Setting = "none") -> None:
         self.pod_startup = pod_startup
-        self.scheduler_name = scheduler_name
         self.api = ApiServer(self._changed)
-        self.kuberay = KubeRay(self.api, scheduler_name)
+        self.kuberay = KubeRay(self.api, plugin(batch_scheduler))
         self.events: list[dict] = []
         """core/v1 Events written by ``event`` effects, in order (not on the watch stream)."""
         self._history: dict[Key, list[tuple[float, dict[str, str]]]] = {}
@@ -301,6 +309,10 @@ class SimCluster:
                 self.api.remove(*target)
         elif effect.op == "event":
             self._record_event(target, effect, now)
+        elif effect.op == "status":
+            live = self.api.obj(*target)
+            if live is not None and (not effect.api_version or live.get("apiVersion") == effect.api_version):
+                self.api.patch(*target, lambda o: o.__setitem__("status", kube.merge_patch(o.get("status"), effect.status)))
         self._settle(now)
 
     def fire(self, key: str, now: float) -> None:
@@ -356,7 +368,7 @@ class SimCluster:
             "involvedObject": {"apiVersion": involved.get("apiVersion", ""), "kind": kind, "namespace": namespace,
                                "name": name, "uid": uid},
             "reason": effect.reason, "message": effect.message, "type": effect.event_type,
-            "source": {"component": self.scheduler_name},
+            "source": {"component": "muster"},
             "firstTimestamp": timestamp(now), "lastTimestamp": timestamp(now), "count": 1,
             "simTime": now,
         })

@@ -13,7 +13,9 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, NamedTuple
 
 from shared import kube
+from shared import quantity as q
 from shared.duration import parse_duration
+from shared.sim.batchscheduler import BatchScheduler
 
 if TYPE_CHECKING:
     from shared.sim.cluster import ApiServer
@@ -175,12 +177,58 @@ def _set_status(**values: Any) -> Callable[[dict], None]:
     return change
 
 
-class KubeRay:
-    """The RayCluster and RayJob controllers."""
+def desired_gang(cluster_spec: object) -> tuple[int, q.Resources] | None:
+    """What KubeRay's Volcano and scheduler-plugins plugins put in a PodGroup for a cluster spec
+    (``calculatePodGroupParams``): with in-tree autoscaling head + Σ minReplicas × numOfHosts and
+    their requests (``CalculateMinReplicas``, ``CalculateMinResources``), else head + the desired
+    workers (``CalculateDesiredReplicas``, clamped) and the requests of ``replicas`` × numOfHosts as
+    written (``CalculateDesiredResources`` does not clamp); suspended groups count nothing. None when
+    KubeRay would refuse the spec."""
+    if pod_slots(cluster_spec) is None:
+        return None
+    assert isinstance(cluster_spec, Mapping)
+    autoscaling = cluster_spec.get("enableInTreeAutoscaling") is True
+    try:
+        total = kube.pod_requests(_template(cluster_spec.get("headGroupSpec"))["spec"])  # type: ignore[index]
+        members = 1
+        for group in cluster_spec.get("workerGroupSpecs") or []:
+            if group.get("suspend") is True:
+                continue
+            hosts = _count(group, "numOfHosts", 1) or 0
+            if autoscaling:
+                count = charged = (_count(group, "minReplicas", 0) or 0) * hosts
+            else:
+                count, charged = worker_count(group) or 0, (_count(group, "replicas", 0) or 0) * hosts
+            members += count
+            total = q.add(total, kube.pod_requests(group["template"]["spec"]), charged)
+    except (q.QuantityError, AttributeError, TypeError, ValueError, ArithmeticError, KeyError):
+        return None
+    return members, total
 
-    def __init__(self, api: ApiServer, scheduler_name: str) -> None:
+
+def submitter_requests(job: Mapping[str, Any]) -> q.Resources:
+    """The submitter's requests, which a RayJob's PodGroup reserves on top of its cluster
+    (``getSubmitterResource``): the submitter template's (K8sJobMode), the default container's
+    (SidecarMode), nothing otherwise."""
+    spec = kube.mapping(job.get("spec"))
+    mode = spec.get("submissionMode") or "K8sJobMode"
+    template = _template({"template": spec.get("submitterPodTemplate")})
+    try:
+        if mode == "K8sJobMode" and template is not None:
+            return kube.pod_requests(template["spec"])
+        if mode in ("K8sJobMode", "SidecarMode"):
+            return kube.pod_requests({"containers": [submitter_container("")]})
+    except (q.QuantityError, AttributeError, TypeError, ValueError, ArithmeticError):
+        pass
+    return {}
+
+
+class KubeRay:
+    """The RayCluster and RayJob controllers, with one ``--batch-scheduler`` plugin (``batchscheduler``)."""
+
+    def __init__(self, api: ApiServer, batch: BatchScheduler) -> None:
         self.api = api
-        self.scheduler_name = scheduler_name
+        self.batch = batch
         self._slot_pods: dict[tuple[str, str, str, int], str] = {}
         """(namespace, cluster, group, index) -> name of the pod that fills the slot now."""
         self._generations: dict[tuple[str, ...], int] = {}
@@ -188,6 +236,8 @@ class KubeRay:
         self._submitters: dict[tuple[str, str], str] = {}
         self._runs: dict[str, int] = {}
         """RayJob uid -> how often it started running (a finish timer of an older run is stale)."""
+        self._desired_by_uid: dict[str, tuple[int, tuple[int, q.Resources] | None]] = {}
+        """RayCluster uid -> (generation, its desired gang): KubeRay's arithmetic once per spec."""
 
     # ------------------------------------------------------------------ RayCluster
     def sync_cluster(self, namespace: str, name: str, now: float) -> None:
@@ -200,6 +250,8 @@ class KubeRay:
         slots = [] if suspended else pod_slots(spec)
         if slots is None:
             return  # KubeRay would refuse this spec: it creates nothing and deletes nothing
+        if not suspended and self.batch.makes_pod_groups:
+            self._ensure_pod_group(self.batch.submission(cluster, self._desired(cluster)), now)
         wanted = [self._ensure_pod(cluster, slot, now) for slot in slots]
         keep = set(wanted)
         uid = kube.meta(cluster)["uid"]
@@ -209,6 +261,15 @@ class KubeRay:
         ready = bool(wanted) and all(_phase(self.api.obj("Pod", namespace, n)) == "Running" for n in wanted)
         state = "suspended" if suspended else ("ready" if ready else None)
         self.api.patch("RayCluster", namespace, name, _set_status(state=state))
+
+    def _desired(self, cluster: Mapping[str, Any]) -> tuple[int, q.Resources] | None:
+        """``desired_gang`` of the cluster's spec, computed once per spec generation (a sync runs often)."""
+        m = kube.meta(cluster)
+        uid, generation = str(m.get("uid")), int(m.get("generation") or 0)
+        known = self._desired_by_uid.get(uid)
+        if known is None or known[0] != generation:
+            known = self._desired_by_uid[uid] = (generation, desired_gang(cluster.get("spec")))
+        return known[1]
 
     def _ensure_pod(self, cluster: Mapping[str, Any], slot: PodSlot, now: float) -> str:
         """The name of the pod filling ``slot``, created (with a fresh name) if it is missing."""
@@ -239,19 +300,28 @@ class KubeRay:
                   kube.RAY_CLUSTER: m["name"], kube.RAY_NODE_TYPE: slot.node_type, kube.RAY_GROUP: slot.group,
                   kube.RAY_ORIGIN_KIND: "RayJob" if from_job else "RayCluster",
                   kube.RAY_ORIGIN_NAME: cluster_labels[kube.RAY_ORIGIN_NAME] if from_job else m["name"]}
-        return {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": pod_name, "namespace": m["namespace"], "labels": labels,
-                             "annotations": _strings(template_meta.get("annotations")),
-                             "ownerReferences": [_owner_ref(cluster)]},
-                "spec": self._pod_spec(slot.template["spec"]), "status": {"phase": "Pending"}}
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": pod_name, "namespace": m["namespace"], "labels": labels,
+                            "annotations": _strings(template_meta.get("annotations")),
+                            "ownerReferences": [_owner_ref(cluster)]},
+               "spec": dict(slot.template["spec"]), "status": {"phase": "Pending"}}
+        self.batch.decorate(cluster, pod, slot.group)
+        return pod
 
-    def _pod_spec(self, template_spec: Mapping[str, Any]) -> dict[str, Any]:
-        """The template's spec, sharing all below its top level: the API server never changes a
-        stored object in place (``ApiServer.patch``), so the pod need not copy its owner's parts."""
-        spec = dict(template_spec)
-        if not spec.get("schedulerName"):
-            spec["schedulerName"] = self.scheduler_name
-        return spec
+    def _ensure_pod_group(self, pod_group: dict | None, now: float) -> None:
+        """Create the plugin's PodGroup, or bring its minMember and minResources up to date (``syncPodGroup``)."""
+        if pod_group is None:
+            return
+        m = pod_group["metadata"]
+        live = self.api.obj("PodGroup", m["namespace"], m["name"])
+        if live is None:
+            self.api.create(pod_group, now)
+        elif pod_group["apiVersion"].startswith("scheduling.volcano.sh/"):
+            wanted = {k: pod_group["spec"][k] for k in ("minMember", "minResources")}
+            spec = kube.mapping(live.get("spec"))
+            if any(spec.get(k) != v for k, v in wanted.items()):
+                self.api.patch("PodGroup", m["namespace"], m["name"],
+                               lambda obj: obj.setdefault("spec", {}).update(copy.deepcopy(wanted)))
 
     # ------------------------------------------------------------------ RayJob
     def sync_job(self, namespace: str, name: str, now: float) -> None:
@@ -270,6 +340,17 @@ class KubeRay:
             self._patch_job(job, jobDeploymentStatus="Suspended", jobStatus=None, rayClusterName=None,
                             startTime=None)
             return
+        if deployment in ("", "New", "Suspended", "Initializing"):
+            refusal = self.batch.refusal(job)
+            if refusal is not None:  # KubeRay's reconcile errors and requeues: no cluster, ever
+                self._patch_job(job, jobDeploymentStatus="Initializing", jobStatus=None, rayClusterName=None,
+                                startTime=None)
+                return
+            if not selected and self.batch.makes_pod_groups:
+                desired = desired_gang(spec.get("rayClusterSpec"))
+                if desired is not None:
+                    desired = (desired[0], q.add(desired[1], submitter_requests(job)))
+                self._ensure_pod_group(self.batch.submission(job, desired), now)
         cluster = self.api.obj("RayCluster", namespace, cluster_name)
         if cluster is None and not selected:
             cluster = self._create_cluster(job, cluster_name, now)
@@ -322,6 +403,10 @@ class KubeRay:
         for pod in self._submitter_pods(m["uid"]):
             self.api.patch("Pod", m["namespace"], kube.meta(pod)["name"], _set_status(phase=phase))
         spec = job["spec"]
+        if not self._selected_cluster(spec) and self.batch.makes_pod_groups:
+            cluster = self.api.obj("RayCluster", m["namespace"], kube.rayjob_cluster_name(m["name"]))
+            left = desired_gang(cluster.get("spec")) if cluster is not None else None
+            self._ensure_pod_group(self.batch.completion(job, left or (0, {})), now)
         if spec.get("shutdownAfterJobFinishes") is not True or self._selected_cluster(spec):
             return
         ttl = spec.get("ttlSecondsAfterFinished", 0)
@@ -345,12 +430,15 @@ class KubeRay:
                 containers.append(submitter_container(_head_image(cluster_spec)))
         m = kube.meta(job)
         labels = {**_strings(m.get("labels")), kube.RAY_ORIGIN_KIND: "RayJob", kube.RAY_ORIGIN_NAME: m["name"]}
-        return self.api.create({
+        cluster = {
             "apiVersion": job.get("apiVersion", "ray.io/v1"), "kind": "RayCluster",
             "metadata": {"name": cluster_name, "namespace": m["namespace"], "labels": labels,
-                         "ownerReferences": [_owner_ref(job)]},
+                         "annotations": _strings(m.get("annotations")), "ownerReferences": [_owner_ref(job)]},
             "spec": cluster_spec,
-        }, now)
+        }
+        if (spec.get("submissionMode") or "K8sJobMode") == "K8sJobMode":
+            self.batch.decorate(job, cluster, "")
+        return self.api.create(cluster, now)
 
     def _ensure_submitter(self, job: Mapping[str, Any], now: float) -> dict:
         """The job's submitter pod (K8sJobMode), created with a fresh name if it is missing."""
@@ -376,16 +464,18 @@ class KubeRay:
         template = _template({"template": spec.get("submitterPodTemplate")})
         template_meta = template.get("metadata") if template is not None else None
         template_meta = template_meta if isinstance(template_meta, Mapping) else {}
-        pod_spec = (self._pod_spec(template["spec"]) if template is not None else
-                    self._pod_spec({"restartPolicy": "Never",
-                                    "containers": [submitter_container(_head_image(spec.get("rayClusterSpec")))]}))
+        pod_spec = (copy.deepcopy(dict(template["spec"])) if template is not None else
+                    {"restartPolicy": "Never",
+                     "containers": [submitter_container(_head_image(spec.get("rayClusterSpec")))]})
         labels = {**_strings(template_meta.get("labels")), kube.RAY_ORIGIN_KIND: "RayJob",
                   kube.RAY_ORIGIN_NAME: m["name"], kube.SUBMITTER_LABEL: SUBMITTER}
-        return {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": pod_name, "namespace": m["namespace"], "labels": labels,
-                             "annotations": _strings(template_meta.get("annotations")),
-                             "ownerReferences": [_owner_ref(job)]},
-                "spec": pod_spec, "status": {"phase": "Pending"}}
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": pod_name, "namespace": m["namespace"], "labels": labels,
+                            "annotations": _strings(template_meta.get("annotations")),
+                            "ownerReferences": [_owner_ref(job)]},
+               "spec": pod_spec, "status": {"phase": "Pending"}}
+        self.batch.decorate(job, pod, SUBMITTER)
+        return pod
 
     def _submitter_pods(self, job_uid: str) -> list[dict]:
         return [p for p in self.api.owned_by(job_uid)

@@ -13,8 +13,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _BOX = re.compile(r"[\u2500-\u257f]")
 
 
-def invoke(*args: Any, env: dict[str, str] | None = None) -> Any:
-    return CliRunner().invoke(app, [str(a) for a in args], env=env)
+def invoke(*args: Any, env: dict[str, str] | None = None, input: str | None = None) -> Any:
+    """Run ``muster ARGS`` in-process; ``input`` is what the user types at a prompt."""
+    return CliRunner().invoke(app, [str(a) for a in args], env=env, input=input)
 
 
 def flat(text: str) -> str:

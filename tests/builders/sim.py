@@ -12,6 +12,7 @@ from typing import Any
 from shared import kube
 from shared.events import KubeEffect
 from shared.sim import SimCluster
+from shared.sim.batchscheduler import Setting
 
 
 def effect(op: str, kind: str, name: str, namespace: str = "default", **fields: Any) -> KubeEffect:
@@ -20,8 +21,8 @@ def effect(op: str, kind: str, name: str, namespace: str = "default", **fields: 
 
 
 class SimHarness:
-    def __init__(self, *, pod_startup: float = 2.0, scheduler_name: str = "muster") -> None:
-        self.sim = SimCluster(pod_startup=pod_startup, scheduler_name=scheduler_name)
+    def __init__(self, *, pod_startup: float = 2.0, batch_scheduler: Setting = "none") -> None:
+        self.sim = SimCluster(pod_startup=pod_startup, batch_scheduler=batch_scheduler)
         self.now = 0.0
         self.watch: list[tuple[str, dict]] = []
         self.fired: list[tuple[float, str]] = []

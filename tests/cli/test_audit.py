@@ -24,7 +24,7 @@ def test_verify_a_clean_log(log: Path) -> None:
     result = _invoke("replay", log, "--verify")
     _clean_exit(result, 0)
     n = len(scenario_run(NAME).runtime.log)
-    assert f"OK: {n} events, 95 decisions re-derived: 95 identical, 0 different" in _flat(result.stdout)
+    assert f"OK: {n} events, 115 decisions re-derived: 115 identical, 0 different" in _flat(result.stdout)
 
 
 def test_a_divergence_prints_both_envelopes_the_input_and_the_causes_and_exits_1(log: Path, tmp_path: Path) -> None:
@@ -74,8 +74,8 @@ def test_a_log_without_its_policy_needs_one(log: Path, tmp_path: Path) -> None:
     bare = tmp_path / "bare.jsonl"
     bare.write_bytes(json.dumps({**json.loads(raw[0]), "policy": None}).encode() + b"\n" + b"".join(raw[1:]))
     _error(_invoke("replay", bare, "--verify"), 2, "does not record the policy")
-    policy = tmp_path / "policy.yaml"
-    policy.write_text("{}\n")
+    policy = tmp_path / "policy.yaml"  # the run's: simulate answers to the names its KubeRay gives pods
+    policy.write_text("scheduler_names: [muster, kai-scheduler, default-scheduler]\n")
     _clean_exit(_invoke("replay", bare, "--verify", "--policy", policy), 0)
 
 

@@ -39,3 +39,12 @@ def test_envelope_schema_file_discriminates_every_payload(tmp_path):
     mapping = envelope["properties"]["payload"]["discriminator"]["mapping"]
     assert set(mapping) == set(PAYLOAD_TYPES)
     assert all(ref == f"#/$defs/{name}" for name, ref in mapping.items())
+
+
+def test_schema_export_where_nothing_can_be_written_exits_2_with_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    result = CliRunner().invoke(app, ["schema", "export", str(blocker / "schemas")])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.stderr.startswith(f"error: cannot create {blocker / 'schemas'}:")

@@ -191,6 +191,15 @@ _BAD_SCENARIOS: list[tuple[str, Any, list[str]]] = [
      ["error:", "steps[0]: Node : metadata.name must be a non-empty string, got ''"]),
     ("invalid-policy-block", {"name": "x", "policy": {"queueng": "StrictFIFO"}},
      ["error:", "x: invalid policy: queueng: Extra inputs are not permitted"]),
+    ("misspelled-ray-kind", {"name": "x", "steps": [{"at": "1s", "apply": "apiVersion: ray.io/v1\nkind: RayClustr\n"
+                                                                        "metadata: {name: r}\n"}]},
+     ["error:", "steps[0].apply document 1 (RayClustr r): no kind 'RayClustr' in ray.io; did you mean RayCluster?"]),
+    ("wrong-ray-version", {"name": "x", "steps": [{"at": "1s", "apply": "apiVersion: ray.io/v2\nkind: RayJob\n"
+                                                                      "metadata: {name: r}\n"}]},
+     ["error:", "no version 'v2' of ray.io for RayJob (served: ray.io/v1, ray.io/v1alpha1)"]),
+    ("misspelled-core-kind", {"name": "x", "steps": [{"at": "1s", "apply": "apiVersion: v1\nkind: pod\n"
+                                                                         "metadata: {name: p}\n"}]},
+     ["error:", "no kind 'pod' in the core API; did you mean Pod?"]),
 ]
 
 
@@ -259,3 +268,41 @@ def test_timeline_shows_rejection_reason_verbatim(tmp_path):
     result = _invoke("simulate", write_scenario(tmp_path, scenario))
     _clean_exit(result, 0)
     assert "containers[ray-head].resources.requests.cpu: 'lots' is not a quantity" in _flat(result.stdout)
+
+
+def test_scheduler_names_narrow_what_muster_binds(tmp_path):
+    """Without the flag muster answers to what the simulated KubeRay names (volcano here); naming
+    only muster leaves the Volcano-named pods to a scheduler the simulated cluster does not run."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(Path(VOLCANO).read_text())
+    wide, narrow = tmp_path / "wide.json", tmp_path / "narrow.json"
+    _clean_exit(_invoke("simulate", scenario, "--json", wide, "-q"), 0)
+    _clean_exit(_invoke("simulate", scenario, "--json", narrow, "-q", "--scheduler-names", "muster"), 0)
+    bound = [any(p["bound"] for p in w["pods"]) for w in json.loads(wide.read_text())["workloads"].values()]
+    assert any(bound)
+    for w in json.loads(narrow.read_text())["workloads"].values():
+        assert all(not p["bound"] for p in w["pods"])
+
+
+def test_an_empty_scheduler_names_flag_exits_2():
+    result = _invoke("simulate", VOLCANO, "--scheduler-names", " ,")
+    _clean_exit(result, 2)
+    assert "--scheduler-names" in _flat(result.stderr)
+
+
+def test_a_kind_of_an_unknown_api_group_is_reported_and_ignored(tmp_path):
+    doc = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n"
+    scenario = minimal_scenario()
+    scenario["steps"].append({"at": "1s", "apply": doc})
+    result = _invoke("simulate", write_scenario(tmp_path, scenario), "-q")
+    _clean_exit(result, 0)
+    assert "note: steps[1].apply document 1 (Widget w): example.com/v1 Widget is not served by the simulated " \
+           "cluster (no such API group): ignored" in _flat(result.stderr)
+
+
+def test_an_unwritable_result_path_exits_2_before_the_run(tmp_path):
+    result = _invoke("simulate", VOLCANO, "--json", tmp_path / "missing" / "out.json")
+    _clean_exit(result, 2)
+    assert _flat(result.stderr) == f"error: cannot write the result document {tmp_path / 'missing' / 'out.json'}: " \
+                                   f"folder {tmp_path / 'missing'} does not exist"
+    assert result.stdout == ""

@@ -20,7 +20,7 @@ def recorded(tmp_path_factory) -> tuple[str, dict[str, Any]]:
     url, out = f"sqlite:///{folder / 'h.db'}", folder / "result.json"
     result = _invoke("simulate", VOLCANO, "--store", url, "--json", out, "--check")
     _clean_exit(result, 0)
-    assert f"history: 102 events written to {url}" in _flat(result.stdout)
+    assert f"history: 155 events written to {url}" in _flat(result.stdout)
     return url, json.loads(out.read_text())
 
 
@@ -141,9 +141,21 @@ def test_db_upgrade_and_downgrade(tmp_path):
     up = _invoke("db", "upgrade", "--store", url)
     _clean_exit(up, 0)
     assert _flat(up.stdout) == f"{url}: schema at revision {schema.head()}"
-    down = _invoke("db", "downgrade", env={"MUSTER_STORE": url})
+    down = _invoke("db", "downgrade", "--yes", env={"MUSTER_STORE": url})
     _clean_exit(down, 0)
     assert _flat(down.stdout) == f"{url}: schema at revision base (no tables)"
+
+
+@pytest.mark.parametrize("answer, code, tables", [("", 1, True), ("n\n", 1, True), ("y\n", 0, False)])
+def test_db_downgrade_asks_first(tmp_path, answer, code, tables):
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    _clean_exit(_invoke("db", "upgrade", "--store", url), 0)
+    result = _invoke("db", "downgrade", "--store", url, input=answer)
+    _clean_exit(result, code)
+    assert "drop every muster table" in _flat(result.stderr)
+    assert (schema.current(url) == schema.head()) == tables
+    if code:
+        assert "nothing changed (pass --yes" in _flat(result.stderr)
 
 
 def test_db_upgrade_on_postgres(postgres_url):

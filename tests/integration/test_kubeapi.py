@@ -288,3 +288,66 @@ def test_a_bind_asks_the_server_when_no_deletion_was_seen() -> None:
             return outcome
 
         assert run(kube, work) == "applied"
+
+
+# --------------------------------------------------------------------------- status
+def volcano_queue(name: str = "research") -> dict:
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name},
+            "spec": {"weight": 1}, "status": {"state": "Open", "reservation": {"nodes": ["n9"]}}}
+
+
+def test_status_goes_through_the_subresource_and_touches_only_musters_fields(kube: KubeApiEmulator) -> None:
+    kube.create(volcano_queue())
+    status = {"state": "Open", "pending": 2, "inqueue": 1, "running": 0, "allocated": {"cpu": "3"}}
+    write = effect("status", "Queue", "research", "", api_version="scheduling.volcano.sh/v1beta1", status=status)
+    assert apply(kube, (write, "s1")) == ["applied"]
+    live = kube.get("Queue", "scheduling.volcano.sh/v1beta1", "", "research")
+    assert live["status"] == {**status, "reservation": {"nodes": ["n9"]}}  # another controller's field stays
+    assert live["spec"] == {"weight": 1}
+    assert ("PATCH", "/apis/scheduling.volcano.sh/v1beta1/queues/research/status") in kube.state.requests
+    version = live["metadata"]["resourceVersion"]
+    assert apply(kube, (write, "s2")) == ["applied"]  # the same values again change nothing
+    assert kube.get("Queue", "scheduling.volcano.sh/v1beta1", "", "research")["metadata"]["resourceVersion"] == version
+
+
+def test_status_of_a_kai_queue_of_the_same_name_is_not_written_to_volcanos(kube: KubeApiEmulator) -> None:
+    kube.create(volcano_queue("team"))
+    kai = effect("status", "Queue", "team", "", api_version="scheduling.run.ai/v2", status={"allocated": {"cpu": "1"}})
+    assert apply(kube, (kai, "s1")) == ["absent"]
+    assert "allocated" not in kube.get("Queue", "scheduling.volcano.sh/v1beta1", "", "team")["status"]
+
+
+def test_status_of_a_podgroup_that_is_not_there_is_absent(kube: KubeApiEmulator) -> None:
+    write = effect("status", "PodGroup", "ray-rc-pg", "team-a", api_version="scheduling.volcano.sh/v1beta1",
+                   status={"phase": "Inqueue"})
+    assert apply(kube, (write, "s1")) == ["absent"]
+
+
+def test_writes_of_status_to_one_object_are_spaced(kube: KubeApiEmulator) -> None:
+    kube.create(volcano_queue())
+
+    async def work(api: Any) -> None:
+        applier = KubeApplier(api, status_interval=0.5)
+        for i in range(3):
+            await applier.apply(effect("status", "Queue", "research", "", api_version="scheduling.volcano.sh/v1beta1",
+                                       status={"pending": i}), f"s{i}")
+
+    run(kube, work)
+    times = [at for at, method, path, _ in kube.state.writes if path.endswith("/research/status")]
+    assert len(times) == 3
+    assert all(b - a >= 0.45 for a, b in zip(times, times[1:]))
+    assert kube.get("Queue", "scheduling.volcano.sh/v1beta1", "", "research")["status"]["pending"] == 2
+
+
+def test_a_patch_of_a_custom_object_itself_cannot_change_its_status(kube: KubeApiEmulator) -> None:
+    kube.create(volcano_queue())
+    write = effect("annotate", "Queue", "research", "", annotations={"a": "b"})
+    assert apply(kube, (write, "a1")) == ["applied"]
+
+    async def sneak(api: Any) -> None:
+        await KubeApplier(api).custom.patch_cluster_custom_object(
+            "scheduling.volcano.sh", "v1beta1", "queues", "research", {"status": {"state": "Closed"}},
+            _content_type="application/merge-patch+json")
+
+    run(kube, sneak)
+    assert kube.get("Queue", "scheduling.volcano.sh/v1beta1", "", "research")["status"]["state"] == "Open"

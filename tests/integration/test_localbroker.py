@@ -154,3 +154,45 @@ def test_topic_prefix_topics_are_deleted(kafka_bootstrap: str, topic_prefix: str
 def test_delete_topics_refuses_an_empty_prefix() -> None:
     with pytest.raises(ValueError):
         delete_topics("127.0.0.1:1", "")
+
+
+def test_muster_broker_serves_until_interrupted() -> None:
+    """What the README tells a newcomer to run for `simulate --bus`: a broker on a chosen port."""
+    import signal
+    import subprocess
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "shared.cli", "broker", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if "Kafka-protocol broker" not in line:
+            proc.kill()
+            pytest.skip(f"no broker: {line}{proc.communicate()[1]}")
+        assert f"at 127.0.0.1:{port}" in line and f"--bus kafka://127.0.0.1:{port}" in line
+        assert kafka_answers(f"127.0.0.1:{port}") is None
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+        deadline = time.monotonic() + 10
+        while kafka_answers(f"127.0.0.1:{port}", timeout=0.5) is None:
+            assert time.monotonic() < deadline, "the broker outlived muster broker"
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_muster_broker_on_a_taken_port_exits_2() -> None:
+    import socket
+    import subprocess
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "shared.cli", "broker", "--port", str(port)],
+                                capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr and result.stderr.startswith("error:")

@@ -50,7 +50,7 @@ def test_podgroup_object_wins_over_the_label_and_later_changes_update_the_count(
 
 
 def test_only_unbound_pods_of_our_scheduler_count() -> None:
-    d = AdmissionDriver(scheduler_name="muster")
+    d = AdmissionDriver(scheduler_names=["muster"])
     assert d.add(gang_pod("other", "g", min_available="2", scheduler="default-scheduler"),
                  gang_pod("bound", "g", min_available="2", node_name="n1"),
                  gang_pod("done", "g", min_available="2", phase="Succeeded"),
@@ -59,12 +59,19 @@ def test_only_unbound_pods_of_our_scheduler_count() -> None:
     assert len(out) == 1 and isinstance(out[0], WorkloadSubmitted)
 
 
-def test_unset_scheduler_name_counts() -> None:
-    d = AdmissionDriver()
+def test_an_unset_scheduler_name_is_default_scheduler() -> None:
     pods = [gang_pod(n, "g", min_available="2") for n in ("a", "b")]
     for p in pods:
         del p["spec"]["schedulerName"]
-    out = d.add(*pods)
+    assert AdmissionDriver().add(*pods) == []
+    out = AdmissionDriver(scheduler_names="muster,default-scheduler").add(*pods)
+    assert len(out) == 1 and isinstance(out[0], WorkloadSubmitted)
+
+
+def test_pods_of_any_scheduler_muster_answers_to_count() -> None:
+    pods = [gang_pod(n, "g", min_available="2", scheduler="volcano") for n in ("a", "b")]
+    assert AdmissionDriver().add(*pods) == []
+    out = AdmissionDriver(scheduler_names=["muster", "volcano"]).add(*pods)
     assert len(out) == 1 and isinstance(out[0], WorkloadSubmitted)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from services.admission.dialects import queue_fields
 from shared.events import QueueDefined, QueueRejected, QueueRemoved
-from shared.model import UNLIMITED, QueueSpec
+from shared.model import UNLIMITED, QueueSource, QueueSpec
 from tests.builders.admission import (
     AdmissionDriver,
     eqt_node,
@@ -22,8 +22,9 @@ MB = 10**6 * 1000
 
 
 def only_defined(out: list) -> list[QueueSpec]:
+    """The queues defined, without the object they came from (``test_each_queue_names_its_object``)."""
     assert all(isinstance(e, QueueDefined) for e in out), out
-    return [e.queue for e in out]
+    return [e.queue.model_copy(update={"source": None}) for e in out]
 
 
 # --------------------------------------------------------------------------- Volcano
@@ -215,9 +216,11 @@ def test_elastic_quota_tree_changes_define_what_changed_and_remove_what_is_gone(
     out = d.send(video_tree(video_min_cpu=10), "Modified")
     assert [(type(e).__name__, e.queue.name) for e in out] == [("QueueDefined", "video")]
     smaller = elastic_quota_tree(eqt_node("root", min={"cpu": 100}))
+    tree = QueueSource(kind="ElasticQuotaTree", api_version="scheduling.sigs.k8s.io/v1beta1",
+                       namespace="kube-system", name="elasticquotatree")
     assert d.send(smaller, "Modified") == [QueueRemoved(name="video"), QueueRemoved(name="algorithm"),
                                            QueueDefined(queue=QueueSpec(name="root", **queue_fields("elasticquotatree"),
-                                                                        guarantee={"cpu": 100_000}))]
+                                                                        guarantee={"cpu": 100_000}, source=tree))]
     assert d.send(smaller, "Deleted") == [QueueRemoved(name="root")]
     assert d.send(smaller, "Deleted") == []
 
@@ -270,3 +273,14 @@ def test_other_kinds_and_groups_are_ignored_quietly(obj: dict) -> None:
 def test_volcano_non_finite_quantities_are_rejected_naming_the_field(queue: dict, prefix: str) -> None:
     [out] = AdmissionDriver().send(queue)
     assert isinstance(out, QueueRejected) and out.reason.startswith(prefix) and "quantity" in out.reason, out
+
+
+def test_each_queue_names_its_object() -> None:
+    """The reconciler writes a queue's status into the object that defines it (services/reconciler/status.py)."""
+    d = AdmissionDriver()
+    volcano = d.send(volcano_queue("v"))[0].queue.source
+    kai = d.send(kai_queue("k"))[0].queue.source
+    tree = [e.queue.source for e in d.send(video_tree())]
+    assert volcano == QueueSource(kind="Queue", api_version="scheduling.volcano.sh/v1beta1", name="v")
+    assert kai == QueueSource(kind="Queue", api_version="scheduling.run.ai/v2", name="k")
+    assert {(s.kind, s.namespace, s.name) for s in tree} == {("ElasticQuotaTree", "kube-system", "elasticquotatree")}

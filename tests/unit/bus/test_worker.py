@@ -124,8 +124,8 @@ def test_outputs_go_to_the_log_then_to_their_inboxes():
     assert worker.service.core.handled == [env]
     assert [r.topic for r in log] == [TOPICS.log, TOPICS.log]
     assert [o.type for o in outputs] == ["Enqueued", "WorkloadWithdrawn"]
-    assert [r.topic for r in routed] == [TOPICS.inbox("reconciler"), TOPICS.inbox("placement")]
-    assert [codec.decode(r.value) for r in routed] == outputs
+    assert [r.topic for r in routed] == [TOPICS.inbox("reconciler"), TOPICS.inbox("placement"), TOPICS.inbox("reconciler")]
+    assert [codec.decode(r.value) for r in routed] == [outputs[0], outputs[1], outputs[1]]
 
 
 def test_a_timer_set_is_armed_not_sent():
@@ -333,7 +333,8 @@ def test_a_timer_that_lands_right_after_the_batch_is_handled_at_once():
     # the cycle's outputs are logged in turn, and every route goes out once the log has them all
     assert [(r.topic, codec.decode(r.value).type) for r in second] == [(TOPICS.log, "WorkloadWithdrawn")]
     assert [(r.topic, codec.decode(r.value).type) for r in routed] == [
-        (TOPICS.inbox("reconciler"), "Enqueued"), (TOPICS.inbox("placement"), "WorkloadWithdrawn")]
+        (TOPICS.inbox("reconciler"), "Enqueued"), (TOPICS.inbox("placement"), "WorkloadWithdrawn"),
+        (TOPICS.inbox("reconciler"), "WorkloadWithdrawn")]
 
 
 def test_a_timer_behind_records_of_others_is_left_to_be_read_in_its_turn():

@@ -6,6 +6,7 @@ from shared.events import (
     CapacityChanged, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, PlacementFailed, PodAssigned, TimerSet, derive_id,
 )
 from shared import kube
+from shared.policy import Policy
 from tests.builders import gang, node, pod, pod_set, workload
 from tests.builders.placement import PlacementDriver, bound, fits, node_changed, of_type, one, ray_pod, with_phase
 
@@ -377,3 +378,38 @@ def test_pods_of_another_kind_under_the_same_name_are_not_the_workloads():
     own = ray_pod("rc", "worker", 0)
     own["metadata"]["labels"].update({kube.RAY_ORIGIN_KIND: "RayJob", kube.RAY_ORIGIN_NAME: "rc"})
     assert one(d.pod(own), PodAssigned).pod == "rc-worker-worker-0"
+
+
+def test_pods_for_a_scheduler_muster_does_not_answer_to_are_never_assigned():
+    d = PlacementDriver(Policy(scheduler_names=["muster"]), node("n1", cpu="8"))
+    theirs = [ray_pod("rc", "head", scheduler="volcano"), ray_pod("rc", "worker", 0, scheduler="volcano"),
+              ray_pod("rc", "worker", 1, scheduler="volcano")]
+    for p in theirs:
+        d.pod(p)
+    out = d.dequeue(RC)
+    assert [type(p) for p in out] == [GangPlaced]  # left to their scheduler: no PodAssigned
+    assert of_type(d.pod(ray_pod("rc", "worker", 1, name="late", scheduler="volcano")), PodAssigned) == []
+
+
+def test_answering_to_their_scheduler_assigns_them():
+    d = PlacementDriver(Policy(scheduler_names=["muster", "volcano"]), node("n1", cpu="8"))
+    for p in (ray_pod("rc", "head", scheduler="volcano"), ray_pod("rc", "worker", 0, scheduler="volcano"),
+              ray_pod("rc", "worker", 1, scheduler="volcano")):
+        d.pod(p)
+    assert len(of_type(d.dequeue(RC), PodAssigned)) == 3
+
+
+def test_pods_another_scheduler_bound_fill_the_slots_where_they_landed():
+    d = PlacementDriver(Policy(scheduler_names=["muster"]), node("n1", cpu="4"), node("n2", cpu="4"))
+    placed = one(d.dequeue(RC), GangPlaced)
+    assert {s.node for s in placed.slots} == {"n1"}
+    out = []
+    for p in (ray_pod("rc", "head", scheduler="default-scheduler"),
+              ray_pod("rc", "worker", 0, scheduler="default-scheduler"),
+              ray_pod("rc", "worker", 1, scheduler="default-scheduler")):
+        assert of_type(d.pod(p), PodAssigned) == []
+        out += d.pod(bound(p, "n2", "Running"), "Modified")
+    assert one(out, GangRunning).key == "default/rc"
+    assert fits(d, "4")  # n1's reservations went with the slots the pods filled on n2
+    two_nodes = workload("ns/two", gang_=gang(pod_set("head", 2, cpu="4")))
+    assert of_type(d.dequeue(two_nodes), GangPlaced) == []  # and n2 holds the pods: 3 of its 4 CPU

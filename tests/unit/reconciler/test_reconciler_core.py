@@ -2,7 +2,7 @@ from shared.events import (
     WorkloadDeleted,
     WorkloadSubmitted,
     BackedOff, Enqueued, GangPlaced, GangRunning, GpuAssignment, KubeEffect, PodAssigned, PreemptionRequested,
-    QueueRejected, SlotAssignment, TimerFired, WorkloadRejected, WorkloadSubmitted,
+    QueueRejected, SlotAssignment, TimerFired, TimerSet, WorkloadRejected, WorkloadSubmitted,
 )
 from shared.policy import Policy
 from services.reconciler.core import ReconcilerCore, gpu_annotations, seconds
@@ -11,8 +11,15 @@ from tests.builders import envelope, workload
 KEY = "default/rj"
 
 
+class EffectsOnly(ReconcilerCore):
+    """The core without its status timers (tests/unit/reconciler/test_status.py covers those)."""
+
+    def handle(self, env):  # type: ignore[no-untyped-def]
+        return [e for e in super().handle(env) if not isinstance(e, TimerSet)]
+
+
 def core() -> ReconcilerCore:
-    return ReconcilerCore(Policy())
+    return EffectsOnly(Policy())
 
 
 def placed(key: str = KEY, *, kind: str = "RayJob", gate: str = "suspend", queue: str = "q",
@@ -75,14 +82,16 @@ def test_enqueued_annotates_before_the_kind_is_known():
     out = core().handle(envelope(enqueued(), at=1.0))
     assert out == [KubeEffect(op="annotate", kind="", namespace="default", name="rj",
                               annotations={"muster.dev/enqueued-at": "1", "muster.dev/queue": "q",
-                                           "muster.dev/status": "Queued: waiting in queue q"})]
+                                           "muster.dev/status": "Queued: waiting in queue q"}),
+                   KubeEffect(op="event", kind="", namespace="default", name="rj", reason="Queued",
+                              message="waiting in queue q", event_type="Normal")]
 
 
 def test_enqueued_uses_the_kind_once_known():
     c = core()
     c.handle(envelope(WorkloadRejected(key=KEY, kind="RayJob", reason="bad"), at=0.0))
     out = c.handle(envelope(enqueued(), at=1.0))
-    assert [(e.op, e.kind) for e in out] == [("annotate", "RayJob")]
+    assert [(e.op, e.kind) for e in out] == [("annotate", "RayJob"), ("event", "RayJob")]
 
 
 def test_backed_off_writes_status_and_a_warning_event_once():
@@ -107,7 +116,8 @@ def test_enqueued_at_is_written_only_the_first_time():
     c.handle(envelope(preempted(), at=9.0))
     again = c.handle(envelope(enqueued(reason="preempted by default/big; waiting in queue q"), at=9.0))
     assert again == [eff("annotate", annotations={
-        "muster.dev/status": "Queued: preempted by default/big; waiting in queue q"})]
+        "muster.dev/status": "Queued: preempted by default/big; waiting in queue q"}),
+        eff("event", reason="Queued", message="preempted by default/big; waiting in queue q", event_type="Normal")]
 
 
 def test_a_deleted_and_recreated_object_is_a_new_object():
@@ -118,7 +128,8 @@ def test_a_deleted_and_recreated_object_is_a_new_object():
     assert c.handle(envelope(WorkloadSubmitted(workload=workload(KEY, kind="RayJob", queue="q")), at=30.0)) == []
     out = c.handle(envelope(enqueued(), at=30.0))
     assert out == [eff("annotate", annotations={"muster.dev/enqueued-at": "30", "muster.dev/queue": "q",
-                                                "muster.dev/status": "Queued: waiting in queue q"})]
+                                                "muster.dev/status": "Queued: waiting in queue q"}),
+                   eff("event", reason="Queued", message="waiting in queue q", event_type="Normal")]
     assert c.handle(envelope(placed(), at=31.0))[0] == eff("unsuspend")
 
 

@@ -52,6 +52,7 @@ def test_one_global_fifo_breadth_first():
         ("queue", "WorkloadDeleted", 0.0, "w"),
         ("reconciler", "WorkloadDeleted", 0.0, "w"),
         ("placement", "WorkloadWithdrawn", 0.0, "w"),
+        ("reconciler", "WorkloadWithdrawn", 0.0, "w"),
         ("cluster-effect", "event", 0.0, "w"),
     ]
     root, withdrawn, effect = rt.log
@@ -84,6 +85,7 @@ def test_timer_fires_only_at_quiescence_even_when_due_now():
         ("queue", "WorkloadDeleted", 0.0, "w"),
         ("reconciler", "WorkloadDeleted", 0.0, "w"),
         ("placement", "WorkloadWithdrawn", 0.0, "w"),
+        ("reconciler", "WorkloadWithdrawn", 0.0, "w"),
         ("queue", "GangRunning", 0.0, "w"),
         ("reconciler", "GangRunning", 0.0, "w"),
         ("queue", "TimerFired", 0.0, "t"),           # last: everything else at t=0 came first

@@ -13,7 +13,7 @@ def test_defaults_match_the_readme_table():
     assert p.model_dump() == {
         "queueing": "BestEffortFIFO", "placement": "binpack", "backoff_base_seconds": 1.0,
         "backoff_max_seconds": 60.0, "min_runtime_seconds": 0.0, "default_queue": "default",
-        "unknown_queue": "wait", "scheduler_name": "muster", "max_gang_pods": 10000, "queues": {},
+        "unknown_queue": "wait", "scheduler_names": ("muster",), "max_gang_pods": 10000, "queues": {},
     }
 
 
@@ -26,13 +26,13 @@ def test_from_yaml_reads_every_key(tmp_path):
     path = tmp_path / "policy.yaml"
     path.write_text(
         "queueing: StrictFIFO\nplacement: spread\nbackoff_base_seconds: 2\nbackoff_max_seconds: 30\n"
-        "min_runtime_seconds: 15\ndefault_queue: batch\nunknown_queue: reject\nscheduler_name: volcano\n"
+        "min_runtime_seconds: 15\ndefault_queue: batch\nunknown_queue: reject\nscheduler_names: [muster, volcano]\n"
         "queues:\n  inference: {queueing: BestEffortFIFO, placement: binpack, min_runtime_seconds: 600}\n"
     )
     p = Policy.from_yaml(path)
     assert (p.queueing, p.placement, p.backoff_base_seconds, p.backoff_max_seconds, p.min_runtime_seconds,
-            p.default_queue, p.unknown_queue, p.scheduler_name) == \
-        ("StrictFIFO", "spread", 2.0, 30.0, 15.0, "batch", "reject", "volcano")
+            p.default_queue, p.unknown_queue, p.scheduler_names) == \
+        ("StrictFIFO", "spread", 2.0, 30.0, 15.0, "batch", "reject", ("muster", "volcano"))
     assert p.queues == {"inference": QueuePolicy(queueing="BestEffortFIFO", placement="binpack",
                                                  min_runtime_seconds=600)}
 
@@ -101,3 +101,17 @@ def test_per_queue_overrides_fall_back_to_global(queue, queueing, placement, min
 
 def test_policy_error_is_a_value_error():
     assert issubclass(PolicyError, ValueError)
+
+
+def test_scheduler_names_take_the_flag_form_and_an_unset_name_is_default_scheduler():
+    p = Policy(scheduler_names="muster, volcano,muster")
+    assert p.scheduler_names == ("muster", "volcano")
+    assert p.answers_to("volcano") and p.answers_to("muster") and not p.answers_to("kai-scheduler")
+    assert not p.answers_to(None) and not p.answers_to("")
+    assert Policy(scheduler_names=["muster", "default-scheduler"]).answers_to(None)
+
+
+@pytest.mark.parametrize("names", [[], "", ["muster", ""], [3]])
+def test_scheduler_names_must_name_someone(names):
+    with pytest.raises(ValidationError):
+        Policy(scheduler_names=names)

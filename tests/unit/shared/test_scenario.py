@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+import yaml
 
 from shared.policy import Policy, QueuePolicy
 from shared.scenario import NodeSpec, Scenario, ScenarioError, load_scenario, parse_scenario
@@ -139,8 +140,10 @@ def test_effective_policy_layers_scenario_over_base_over_defaults():
     p = s.effective_policy(base)
     assert (p.queueing, p.placement, p.min_runtime_seconds, p.backoff_max_seconds) == ("StrictFIFO", "spread", 5.0, 60.0)
     assert p.queues == {"q1": QueuePolicy(placement="spread")}
-    assert s.effective_policy() == Policy(queueing="StrictFIFO", queues={"q1": QueuePolicy(placement="spread")})
-    assert parse_scenario("name: a\n").effective_policy(base) == base
+    assert s.effective_policy() == Policy(queueing="StrictFIFO", queues={"q1": QueuePolicy(placement="spread")},
+                                          scheduler_names=["muster", "default-scheduler"])
+    widened = base.model_copy(update={"scheduler_names": ("muster", "default-scheduler")})
+    assert parse_scenario("name: a\n").effective_policy(base) == widened
 
 
 @pytest.mark.parametrize("policy, fragment", [
@@ -201,3 +204,42 @@ def test_an_empty_node_name_is_an_error() -> None:
 def test_a_node_capacity_that_is_not_a_quantity_is_an_error() -> None:
     with pytest.raises(ScenarioError, match="capacity.cpu: 'lots' is not a quantity"):
         parse_scenario('name: x\ncluster: {nodes: [{name: n1, capacity: {cpu: lots}}]}\n')
+
+
+def _ray(kind: str, labels: dict, **spec: object) -> str:
+    return yaml.safe_dump({"apiVersion": "ray.io/v1", "kind": kind,
+                           "metadata": {"name": "w", "labels": labels}, "spec": spec})
+
+
+@pytest.mark.parametrize("labels, kind, spec, setting", [
+    ({"volcano.sh/queue-name": "q"}, "RayCluster", {}, "volcano"),
+    ({"ray.io/scheduler-name": "volcano"}, "RayCluster", {}, "volcano"),
+    ({"kai.scheduler/queue": "q"}, "RayCluster", {}, "kai-scheduler"),
+    ({"kai.scheduler/queue": "q"}, "RayJob", {"submissionMode": "HTTPMode", "rayClusterSpec": {}}, "kai-scheduler"),
+    ({"kai.scheduler/queue": "q"}, "RayJob", {"rayClusterSpec": {}}, "none"),  # KAI refuses K8sJobMode
+    ({"quota.scheduling.alibabacloud.com/name": "q"}, "RayJob", {"rayClusterSpec": {}}, "none"),
+    ({}, "RayCluster", {}, "none"),
+])
+def test_the_batch_scheduler_is_the_one_the_manifests_imply(labels, kind, spec, setting):
+    s = parse_scenario(yaml.safe_dump({"name": "a", "steps": [{"at": 0, "apply": _ray(kind, labels, **spec)}]}))
+    assert s.batch_scheduler == setting
+
+
+def test_a_named_batch_scheduler_wins_and_widens_the_names_muster_answers_to():
+    text = {"name": "a", "cluster": {"kuberay": {"batch_scheduler": "scheduler-plugins"}},
+            "steps": [{"at": 0, "apply": _ray("RayCluster", {"volcano.sh/queue-name": "q"})}]}
+    s = parse_scenario(yaml.safe_dump(text))
+    assert s.batch_scheduler == "scheduler-plugins"
+    assert s.effective_policy().scheduler_names == ("muster", "scheduler-plugins-scheduler", "default-scheduler")
+
+
+def test_names_given_by_the_scenario_or_the_policy_file_are_kept_as_they_are():
+    s = parse_scenario("name: a\npolicy: {scheduler_names: [muster]}\n")
+    assert s.effective_policy().scheduler_names == ("muster",)
+    plain = parse_scenario("name: a\n")
+    assert plain.effective_policy(Policy(scheduler_names=["muster"])).scheduler_names == ("muster",)
+
+
+def test_an_unknown_batch_scheduler_is_refused():
+    with pytest.raises(ScenarioError, match="batch_scheduler"):
+        parse_scenario("name: a\ncluster: {kuberay: {batch_scheduler: yunikorn}}\n")

@@ -75,15 +75,15 @@ def test_destinations_follow_routes(type_):
 
 @pytest.mark.parametrize("type_, inboxes", [
     ("WorkloadSubmitted", ("queue", "reconciler")),
-    ("Dequeued", ("placement",)),
+    ("Dequeued", ("placement", "reconciler")),
     ("GangPlaced", ("queue", "reconciler")),
     ("PodAssigned", ("reconciler",)),
-    ("PlacementFailed", ("queue",)),
+    ("PlacementFailed", ("queue", "reconciler")),
     ("PreemptionRequested", ("queue", "reconciler")),
     ("CapacityChanged", ("queue",)),
     ("KubeEffect", ("cluster",)),
     ("TimerSet", ("clock",)),
-    ("QueueDefined", ("queue", "placement")),
+    ("QueueDefined", ("queue", "placement", "reconciler")),
 ])
 def test_routes_match_the_documented_flow(type_, inboxes):
     assert ROUTES[type_] == inboxes

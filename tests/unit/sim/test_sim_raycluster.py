@@ -29,7 +29,7 @@ def test_pod_labels_annotations_spec_and_status():
         "ray.io/originated-from-crd": "RayCluster", "ray.io/originated-from-cr-name": "rc"}
     assert head["metadata"]["annotations"] == {}
     assert worker["metadata"]["annotations"] == {"gpu-fraction": "0.5"}
-    assert worker["spec"]["schedulerName"] == "muster"
+    assert worker["spec"]["schedulerName"] == "default-scheduler"
     assert worker["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "1", "memory": "1Gi"}}
     assert worker["status"] == {"phase": "Pending"}
     assert "nodeName" not in worker["spec"]
@@ -37,10 +37,10 @@ def test_pod_labels_annotations_spec_and_status():
     assert (owner["kind"], owner["name"], owner["uid"]) == ("RayCluster", "rc", h.sim.get("RayCluster", "default", "rc")["metadata"]["uid"])
 
 
-def test_template_scheduler_name_is_kept_and_default_comes_from_the_sim():
-    cluster = ray_cluster("rc", workers=[worker_group("w", 1, schedulerName="volcano")])
-    h = SimHarness(scheduler_name="muster-test").apply(cluster)
-    assert [p["spec"]["schedulerName"] for p in h.pods()] == ["muster-test", "volcano"]
+def test_without_a_batch_scheduler_the_template_names_the_scheduler_else_the_api_server_default():
+    cluster = ray_cluster("rc", workers=[worker_group("w", 1, schedulerName="muster")])
+    h = SimHarness().apply(cluster)
+    assert [p["spec"]["schedulerName"] for p in h.pods()] == ["default-scheduler", "muster"]
 
 
 def test_worker_counts_follow_kuberay_arithmetic():

@@ -54,7 +54,7 @@ def test_submitter_pod_comes_when_the_cluster_is_ready():
     assert submitter["metadata"]["labels"] == {"ray.io/originated-from-crd": "RayJob",
                                                "ray.io/originated-from-cr-name": "rj", "muster.dev/pod-set": "submitter"}
     assert pod_requests(submitter["spec"]) == {"cpu": 500, "memory": 200 * 1024**2 * 1000}
-    assert submitter["spec"]["schedulerName"] == "muster"
+    assert submitter["spec"]["schedulerName"] == "default-scheduler"
     assert submitter["status"] == {"phase": "Pending"}
     assert job_status(h)["jobDeploymentStatus"] == "Initializing"
     h.bind_all("n1", at=3.0).advance(5.0)

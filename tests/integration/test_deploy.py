@@ -1,0 +1,310 @@
+"""deploy/k8s: the kustomize installation, rendered with ``kubectl kustomize`` and checked offline.
+
+- every rendered object is valid against the Kubernetes OpenAPI schemas (``kubernetes-validate``,
+  strict: no unknown fields), and the CRDs accept the queue manifests users write;
+- the RBAC is exactly what the cluster adapter uses (``services.reconciler.resources.access``), and
+  every muster pod runs non-root, read-only, without privilege escalation, with resources and probes;
+- the README's path works: the demo overlay and the CRDs are applied to the API emulator over HTTP,
+  the services run as processes with the arguments and environment their Deployments give them
+  (Kafka and the API server pointed at the test's), the emulator enforces the rendered RBAC on the
+  cluster bridge, and the README's first RayJob is admitted by muster and its pods bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from services.reconciler.resources import LEASE, access
+from shared import kube as k
+from tests.builders import node, pod
+from shared.bus.localbroker import free_port
+from tests.integration.test_cluster_leader import probe
+from tests.kubeapi import DEFAULT_SERVES, KubeApiEmulator, Resource
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy" / "k8s"
+VERSION = "1.30"
+"""The Kubernetes API version the manifests are validated against (kubernetes-validate ships it)."""
+
+pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl renders the overlays")
+
+
+def render(path: Path) -> list[dict[str, Any]]:
+    out = subprocess.run(["kubectl", "kustomize", str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    return {name: render(DEPLOY / name) for name in (".", "overlays/demo", "overlays/external", "crds")}
+
+
+def named(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+# --------------------------------------------------------------------------- offline
+@pytest.mark.parametrize("which", [".", "overlays/demo", "overlays/external", "crds"])
+def test_every_object_is_valid_for_kubernetes(rendered, which):
+    import kubernetes_validate
+
+    for obj in rendered[which]:
+        try:
+            kubernetes_validate.validate(obj, VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{obj['kind']} {obj['metadata']['name']}: {exc.message} at {list(exc.path)}")
+
+
+def test_the_top_level_installation_is_the_demo(rendered):
+    assert rendered["."] == rendered["overlays/demo"]
+
+
+def test_everything_muster_runs_lives_in_its_namespace(rendered):
+    for which in ("overlays/demo", "overlays/external"):
+        for obj in rendered[which]:
+            if obj["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+                assert obj["metadata"].get("namespace") == "muster-system", (which, obj["kind"], obj["metadata"])
+
+
+def _rules(objs: list[dict[str, Any]], kind: str) -> set[tuple[str, str, str]]:
+    return {(group, resource, verb) for obj in objs if obj["kind"] == kind for rule in obj["rules"]
+            for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def test_rbac_is_exactly_what_the_adapter_calls(rendered):
+    objs = rendered["overlays/external"]
+    granted = _rules(objs, "ClusterRole")
+    lease_granted = _rules(objs, "Role")
+    needed = {(a.resource.group, a.rule_resource, verb) for a in access() for verb in a.verbs if a.resource != LEASE}
+    lease_needed = {(a.resource.group, a.rule_resource, verb) for a in access() for verb in a.verbs
+                    if a.resource == LEASE}
+    assert granted - needed == set(), "granted without a call that needs it"
+    assert needed - granted == set(), "called without a grant"
+    assert lease_granted == lease_needed
+    binding = named(objs, "ClusterRoleBinding", "muster-cluster")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "muster-cluster", "namespace": "muster-system"}]
+
+
+def _pod_specs(objs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for obj in objs:
+        if obj["kind"] in ("Deployment", "Job"):
+            yield obj["metadata"]["name"], obj["spec"]["template"]["spec"]
+
+
+def test_every_pod_is_locked_down_and_sized(rendered):
+    for name, spec in _pod_specs(rendered["overlays/demo"]):
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        for container in spec["containers"]:
+            security = container["securityContext"]
+            assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}, name
+            assert container["resources"]["requests"] and container["resources"]["limits"]["memory"], name
+            if container["image"].startswith("muster"):
+                assert security["readOnlyRootFilesystem"] is True, name
+        token = spec.get("automountServiceAccountToken")
+        assert token is (name == "muster-cluster"), f"{name}: only the cluster bridge gets an API token"
+
+
+def test_every_muster_service_has_probes_on_its_metrics_port(rendered):
+    services = [(n, s) for n, s in _pod_specs(rendered["overlays/demo"]) if s["containers"][0]["image"].startswith("muster")
+                and n != "muster-db-upgrade"]
+    assert {n for n, _ in services} == {f"muster-{s}" for s in
+                                        ("admission", "queue", "placement", "reconciler", "projector", "cluster")}
+    for name, spec in services:
+        container = spec["containers"][0]
+        assert container["ports"] == [{"name": "metrics", "containerPort": 9464}], name
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}, name
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}, name
+        assert {"name": "MUSTER_METRICS_PORT", "value": "9464"} in container["env"], name
+    budgets = {o["metadata"]["name"]: o["spec"] for o in rendered["overlays/external"] if o["kind"] == "PodDisruptionBudget"}
+    assert budgets["muster-cluster"]["minAvailable"] == 1
+    service = named(rendered["overlays/external"], "Service", "muster-metrics")
+    assert service["spec"]["ports"][0]["port"] == 9464
+
+
+def test_the_external_overlay_takes_kafka_and_postgres_settings_from_a_secret(rendered):
+    objs = rendered["overlays/external"]
+    secrets = [o for o in objs if o["kind"] == "Secret"]
+    connection = next(o for o in secrets if o["metadata"]["name"].startswith("muster-connection"))
+    keys = set(connection["data"])
+    assert {"MUSTER_KAFKA", "MUSTER_STORE", "MUSTER_KAFKA_SECURITY", "MUSTER_KAFKA_SASL_MECHANISM",
+            "MUSTER_KAFKA_SASL_USERNAME", "MUSTER_KAFKA_SASL_PASSWORD", "MUSTER_KAFKA_SSL_CAFILE"} <= keys
+    cafile = base64.b64decode(connection["data"]["MUSTER_KAFKA_SSL_CAFILE"]).decode()
+    for name, spec in _pod_specs(objs):
+        container = spec["containers"][0]
+        assert container["envFrom"] == [{"secretRef": {"name": connection["metadata"]["name"]}}], name
+        if name != "muster-db-upgrade":
+            mounts = {m["mountPath"] for m in container["volumeMounts"]}
+            assert str(Path(cafile).parent) in mounts, name
+
+
+def _crd_schema(objs: list[dict[str, Any]], group: str, kind: str) -> dict[str, Any]:
+    crd = next(o for o in objs if o["spec"]["group"] == group and o["spec"]["names"]["kind"] == kind)
+    assert crd["spec"]["versions"][0]["subresources"] == {"status": {}}
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def _queue_manifests() -> list[dict[str, Any]]:
+    """Every Volcano/KAI Queue and ElasticQuotaTree the examples, the shared scenarios and the README's
+    first RayJob apply."""
+    docs: list[Any] = list(yaml.safe_load_all((DEPLOY / "examples" / "first-rayjob.yaml").read_text()))
+    for path in [*(ROOT / "examples").glob("*.yaml"), *(ROOT.parent / "shared" / "scenarios").glob("*.yaml")]:
+        for step in yaml.safe_load(path.read_text()).get("steps", []):
+            docs += list(yaml.safe_load_all(step.get("apply") or ""))
+    return [d for d in docs if isinstance(d, dict) and d.get("kind") in ("Queue", "ElasticQuotaTree")]
+
+
+def test_the_crds_accept_the_queues_users_write(rendered):
+    import jsonschema
+
+    manifests = _queue_manifests()
+    assert {m["apiVersion"] for m in manifests} >= {"scheduling.volcano.sh/v1beta1", "scheduling.run.ai/v2",
+                                                     "scheduling.sigs.k8s.io/v1beta1"}
+    for manifest in manifests:
+        group = manifest["apiVersion"].split("/")[0]
+        jsonschema.validate(manifest, _crd_schema(rendered["crds"], group, manifest["kind"]))
+    bad = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "q"},
+           "spec": {"weight": "heavy"}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, _crd_schema(rendered["crds"], "scheduling.volcano.sh", "Queue"))
+
+
+def test_the_crds_hold_the_status_muster_writes(rendered):
+    import jsonschema
+
+    from tests.unit.sim.test_sim_status import run_until
+
+    cluster = run_until("volcano-gang-queue.yaml", 60)
+    checks = [("scheduling.volcano.sh", "Queue", cluster.get("Queue", None, "kuberay-test-queue")),
+              ("scheduling.volcano.sh", "PodGroup", cluster.get("PodGroup", "default", "ray-test-cluster-1-pg"))]
+    tree = run_until("kube-queue-quota-tree-rayjobs.yaml", 60).get("ElasticQuotaTree", "kube-system", "elasticquotatree")
+    kai = run_until("kai-queues-gpu-sharing.yaml", 60).get("Queue", None, "team-a")
+    checks += [("scheduling.sigs.k8s.io", "ElasticQuotaTree", tree), ("scheduling.run.ai", "Queue", kai)]
+    for group, kind, obj in checks:
+        assert obj["status"], kind
+        jsonschema.validate(obj, _crd_schema(rendered["crds"], group, kind))
+
+
+# --------------------------------------------------------------------------- the README's path
+def _resource(obj: dict[str, Any]) -> Resource:
+    group, _, version = obj["apiVersion"].rpartition("/")
+    scoped = obj["kind"] in ("Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition")
+    return Resource(obj["kind"], group, version, obj["kind"].lower() + "s", namespaced=not scoped)
+
+
+async def _apply(url: str, objs: list[dict[str, Any]]) -> list[int]:
+    """POST each object as ``kubectl create`` would; the status codes."""
+    import aiohttp
+
+    codes = []
+    async with aiohttp.ClientSession() as session:
+        for obj in objs:
+            resource = _resource(obj)
+            async with session.post(url + resource.path(obj["metadata"].get("namespace")), json=obj) as response:
+                codes.append(response.status)
+    return codes
+
+
+def _environment(container: dict[str, Any], secret: dict[str, Any], policy: Path, overrides: dict[str, str]) -> dict[str, str]:
+    """What the kubelet would give the container (literal env, the Secret's keys), for this machine."""
+    env = {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
+    for item in container.get("env", []):
+        if "value" in item:
+            env[item["name"]] = item["value"]
+    env["MUSTER_POLICY"] = str(policy) if "MUSTER_POLICY" in env else ""
+    return {**{k: v for k, v in os.environ.items()}, **{k: v for k, v in env.items() if v}, **overrides,
+            "PYTHONUNBUFFERED": "1"}
+
+
+def test_kubectl_apply_then_the_first_rayjob_is_admitted(
+        rendered, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    demo = rendered["overlays/demo"]
+    known = DEFAULT_SERVES
+    extra = tuple(dict.fromkeys(r for r in map(_resource, demo + rendered["crds"])
+                                if (r.kind, r.api_version) not in {(x.kind, x.api_version) for x in known}))
+    with KubeApiEmulator(serves=known + extra) as api:
+        # kubectl apply -k deploy/k8s/crds; kubectl apply -k deploy/k8s (the demo overlay)
+        codes = asyncio.run(_apply(api.url, rendered["crds"] + demo))
+        assert codes == [201] * len(codes)
+        rbac = [o for o in demo if o["kind"] in ("ClusterRole", "Role")]
+        api.authorize("muster-cluster/", named(rbac, "ClusterRole", "muster-cluster")["rules"],
+                      {"muster-system": named(rbac, "Role", "muster-cluster-lease")["rules"]})
+        api.create(node("n1", cpu="16", memory="64Gi"))
+
+        policy = tmp_path / "policy.yaml"
+        policy.write_text(named(demo, "ConfigMap", "muster-policy")["data"]["policy.yaml"])
+        secret = next(o for o in demo if o["kind"] == "Secret")
+        processes: list[subprocess.Popen[bytes]] = []
+        ports: dict[str, int] = {}
+        try:
+            for deployment in [o for o in demo if o["kind"] == "Deployment"
+                               and o["spec"]["template"]["spec"]["containers"][0]["image"].startswith("muster")]:
+                name = deployment["metadata"]["name"]
+                if name == "muster-projector":
+                    continue  # writes the history store; the admission path does not need it
+                container = deployment["spec"]["template"]["spec"]["containers"][0]
+                ports[name] = free_port()  # the probes' port, one per process on this one machine
+                overrides = {"MUSTER_KAFKA": kafka_bootstrap, "MUSTER_TOPIC_PREFIX": topic_prefix,
+                             "MUSTER_METRICS_PORT": str(ports[name]), "POD_NAMESPACE": "muster-system",
+                             "POD_NAME": f"{name}-0", "MUSTER_KUBE_URL": api.url}
+                log = (tmp_path / f"{name}.log").open("ab")
+                processes.append(subprocess.Popen([sys.executable, "-m", "shared.cli", *container["args"]],
+                                                  env=_environment(container, secret, policy, overrides),
+                                                  stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
+
+            # kubectl apply -f deploy/k8s/examples/first-rayjob.yaml
+            for obj in yaml.safe_load_all((DEPLOY / "examples" / "first-rayjob.yaml").read_text()):
+                api.create(obj)
+            job = lambda: api.get("RayJob", "ray.io/v1", "default", "hello-muster") or {}  # noqa: E731
+            _eventually(lambda: job().get("spec", {}).get("suspend") is False, "the RayJob to be unsuspended", tmp_path)
+            _eventually(lambda: job().get("metadata", {}).get("annotations", {}).get(
+                "muster.dev/status", "").startswith("Admitted"), "the Admitted status", tmp_path)
+
+            # KubeRay's part: the job's cluster's pods appear, naming muster as their scheduler
+            pods = []
+            for name, node_type, group in (("hello-head", "head", "headgroup"), ("hello-workers-0", "worker", "workers"),
+                                           ("hello-workers-1", "worker", "workers")):
+                p = pod(name, "default", requests={"cpu": "1", "memory": "2Gi"}, labels={
+                    k.RAY_CLUSTER: "hello-muster-raycluster", k.RAY_NODE_TYPE: node_type, k.RAY_GROUP: group,
+                    k.RAY_ORIGIN_KIND: "RayJob", k.RAY_ORIGIN_NAME: "hello-muster"})
+                api.create(p)
+                pods.append(name)
+            _eventually(lambda: all((api.get("Pod", "v1", "default", n) or {}).get("spec", {}).get("nodeName") == "n1"
+                                    for n in pods), "the pods to be bound", tmp_path)
+            lease = api.get("Lease", "coordination.k8s.io/v1", "muster-system", "muster-cluster")
+            assert lease["spec"]["holderIdentity"] == "muster-cluster-0"
+            assert api.state.forbidden == []
+            # what the Deployments' probes ask, on the port their MUSTER_METRICS_PORT names
+            for name, port in ports.items():
+                _eventually(lambda port=port: probe(port, "/healthz") == 200, f"{name}'s /healthz", tmp_path)
+                _eventually(lambda port=port: probe(port, "/readyz") == 200, f"{name}'s /readyz", tmp_path)
+        finally:
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+def _eventually(check: Any, what: str, logs: Path, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            tails = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(logs.glob("*.log")))
+            pytest.fail(f"still waiting for {what} after {timeout}s\n{tails}")
+        time.sleep(0.2)

@@ -1,0 +1,153 @@
+"""Status where kubectl users look (services/reconciler/status.py, through the reconciler core)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from services.reconciler.core import ReconcilerCore
+from services.reconciler.status import STATUS_TIMER, rfc3339
+from shared.events import (
+    BackedOff, Dequeued, Enqueued, GangPlaced, GangRunning, KubeEffect, QueueDefined, QueueRemoved, TimerFired,
+    TimerSet, WorkloadSubmitted,
+)
+from shared.model import QueueSource
+from shared.policy import Policy
+from tests.builders import envelope, gang, pod_set, queue_spec, workload
+
+VOLCANO = QueueSource(kind="Queue", api_version="scheduling.volcano.sh/v1beta1", name="research")
+KAI = QueueSource(kind="Queue", api_version="scheduling.run.ai/v2", name="team-a")
+TREE = QueueSource(kind="ElasticQuotaTree", api_version="scheduling.sigs.k8s.io/v1beta1", namespace="kube-system",
+                   name="tree")
+GANG = gang(pod_set("head", 1, cpu="1", memory="1Gi"), pod_set("worker", 2, cpu="2", memory="1Gi"))
+
+
+class Driver:
+    def __init__(self, names: tuple[str, ...] = ("muster", "volcano", "kai-scheduler")) -> None:
+        self.core = ReconcilerCore(Policy(scheduler_names=names))
+        self.timers: list[TimerSet] = []
+
+    def feed(self, payload: Any, at: float) -> list[Any]:
+        out = self.core.handle(envelope(payload, at=at))
+        self.timers += [t for t in out if isinstance(t, TimerSet)]
+        return out
+
+    def fire(self) -> list[KubeEffect]:
+        """The status timer comes due: what is written."""
+        timers, self.timers = [t for t in self.timers if t.key == STATUS_TIMER], []
+        out: list[KubeEffect] = []
+        for timer in timers:
+            out += [e for e in self.core.handle(envelope(TimerFired(key=timer.key), at=timer.at))
+                    if isinstance(e, KubeEffect)]
+        return out
+
+    def submit(self, key: str, queue: str, at: float, *, admit: bool = False, run: bool = False) -> None:
+        spec = workload(key, queue=queue, kind="RayCluster", gang_=GANG)
+        self.feed(WorkloadSubmitted(workload=spec), at)
+        self.feed(Enqueued(key=key, queue=queue, reason=f"waiting in queue {queue}"), at)
+        if admit:
+            self.feed(Dequeued(key=key, queue=queue, workload=spec, reason="quota reserved"), at)
+            self.feed(GangPlaced(key=key, queue=queue, kind="RayCluster", gate="pods", slots=(), reason="3/3 placed"), at)
+        if run:
+            self.feed(GangRunning(key=key, reason="3/3 gang pods bound and Running"), at)
+
+
+def by_target(effects: list[KubeEffect]) -> dict[tuple[str, str, str], dict]:
+    return {(e.api_version, e.namespace, e.name): e.status for e in effects if e.op == "status"}
+
+
+def test_a_volcano_queue_gets_its_state_counts_and_allocation_once_a_second():
+    d = Driver()
+    out = d.feed(QueueDefined(queue=queue_spec("research", source=VOLCANO)), 0.0)
+    assert out == [TimerSet(key=STATUS_TIMER, at=1.0)]
+    d.submit("ml/a", "research", 0.5, admit=True, run=True)
+    d.submit("ml/b", "research", 0.5, admit=True)
+    d.submit("ml/c", "research", 0.5)
+    assert len(d.timers) == 1  # one flush for everything that changed meanwhile
+    status = by_target(d.fire())[("scheduling.volcano.sh/v1beta1", "", "research")]
+    assert status == {"state": "Open", "pending": 1, "inqueue": 1, "running": 1,
+                      "allocated": {"cpu": "10", "memory": "6Gi"}}
+    assert d.fire() == []  # nothing changed, no timer
+
+
+def test_the_same_status_is_not_written_twice():
+    d = Driver()
+    d.feed(QueueDefined(queue=queue_spec("research", source=VOLCANO)), 0.0)
+    d.submit("ml/a", "research", 0.0)
+    assert d.fire()
+    d.feed(BackedOff(key="ml/a", queue="research", requeue_at=9.0, attempts=1, reason="full"), 2.0)
+    assert [e for e in d.fire() if e.kind == "Queue"] == []  # still one pending
+
+
+def test_volcano_and_kai_status_is_left_to_their_controllers_unless_muster_is_their_scheduler():
+    d = Driver(names=("muster",))
+    d.feed(QueueDefined(queue=queue_spec("research", source=VOLCANO)), 0.0)
+    d.feed(QueueDefined(queue=queue_spec("team-a", source=KAI, dialect="kai")), 0.0)
+    d.submit("ml/a", "research", 0.0, admit=True)
+    assert d.fire() == []
+
+
+def test_a_kai_queue_gets_allocated_and_requested_with_its_children():
+    d = Driver()
+    d.feed(QueueDefined(queue=queue_spec("team-a", source=KAI, dialect="kai")), 0.0)
+    child = QueueSource(kind="Queue", api_version="scheduling.run.ai/v2", name="team-a-dev")
+    d.feed(QueueDefined(queue=queue_spec("team-a-dev", parent="team-a", source=child, dialect="kai")), 0.0)
+    d.submit("ml/a", "team-a-dev", 0.0, admit=True)
+    d.submit("ml/b", "team-a-dev", 0.0)
+    written = by_target(d.fire())
+    assert written[("scheduling.run.ai/v2", "", "team-a")] == {
+        "allocated": {"cpu": "5", "memory": "3Gi"}, "requested": {"cpu": "10", "memory": "6Gi"}}
+    assert written[("scheduling.run.ai/v2", "", "team-a-dev")] == written[("scheduling.run.ai/v2", "", "team-a")]
+
+
+def test_an_elastic_quota_tree_gets_used_per_node_and_kube_queue_item_details():
+    d = Driver(names=("muster",))
+    d.feed(QueueDefined(queue=queue_spec("root", source=TREE, dialect="elasticquotatree")), 0.0)
+    d.feed(QueueDefined(queue=queue_spec("video", parent="root", source=TREE, dialect="elasticquotatree")), 0.0)
+    d.submit("video/a", "video", 0.0, admit=True, run=True)
+    d.submit("video/b", "video", 0.0)
+    d.submit("video/c", "video", 0.0)
+    d.feed(BackedOff(key="video/c", queue="video", requeue_at=30.0, attempts=1, reason="quota"), 0.0)
+    (effect,) = d.fire()
+    assert (effect.op, effect.kind, effect.api_version, effect.namespace, effect.name) == \
+        ("status", "ElasticQuotaTree", "scheduling.sigs.k8s.io/v1beta1", "kube-system", "tree")
+    assert effect.status == {"queues": {
+        "root": {"used": {"cpu": "5", "memory": "3Gi"}},
+        "video": {"used": {"cpu": "5", "memory": "3Gi"},
+                  "queueItemDetails": {"active": [{"name": "b", "namespace": "video", "position": 1}],
+                                       "backoff": [{"name": "c", "namespace": "video"}]}},
+    }}
+
+
+def test_a_volcano_gangs_podgroup_gets_its_phase_and_the_wait_reason():
+    d = Driver()
+    d.feed(QueueDefined(queue=queue_spec("research", source=VOLCANO)), 0.0)
+    d.submit("ml/a", "research", 3.0)
+    d.feed(BackedOff(key="ml/a", queue="research", requeue_at=9.0, attempts=1,
+                     reason="3/3 tasks in gang unschedulable"), 3.0)
+    group = by_target(d.fire())[("scheduling.volcano.sh/v1beta1", "ml", "ray-a-pg")]
+    assert group["phase"] == "Pending"
+    (condition,) = group["conditions"]
+    assert {k: condition[k] for k in ("type", "status", "reason", "message", "lastTransitionTime")} == {
+        "type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",
+        "message": "3/3 tasks in gang unschedulable", "lastTransitionTime": "1970-01-01T00:00:03Z"}
+    d.feed(Dequeued(key="ml/a", queue="research", workload=workload("ml/a", queue="research", gang_=GANG),
+                    reason="r"), 10.0)
+    d.feed(GangPlaced(key="ml/a", queue="research", kind="RayCluster", gate="pods", slots=(), reason="placed"), 10.0)
+    d.feed(GangRunning(key="ml/a", reason="running"), 12.0)
+    group = by_target(d.fire())[("scheduling.volcano.sh/v1beta1", "ml", "ray-a-pg")]
+    assert group["phase"] == "Running" and group["conditions"][0]["type"] == "Scheduled"
+
+
+def test_a_removed_queue_is_not_written():
+    d = Driver()
+    d.feed(QueueDefined(queue=queue_spec("research", source=VOLCANO)), 0.0)
+    d.feed(QueueRemoved(name="research"), 0.5)
+    assert d.fire() == []
+
+
+@pytest.mark.parametrize("seconds, text", [(0, "1970-01-01T00:00:00Z"), (1_700_000_000.7, "2023-11-14T22:13:20Z"),
+                                           (951_782_400, "2000-02-29T00:00:00Z"), (4_107_542_399, "2100-02-28T23:59:59Z")])
+def test_event_time_as_a_kubernetes_timestamp(seconds, text):
+    assert rfc3339(seconds) == text
