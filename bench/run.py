@@ -10,7 +10,7 @@ import platform
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench import (bus_bench, contention_bench, e2e_bench, kueue_bench, placement_bench, projector_bench,
+from bench import (bus_bench, contention_bench, e2e_bench, gpu_trace, kueue_bench, placement_bench, projector_bench,
                    replay_bench, scenario_bench)
 from bench.stats import load, measured
 
@@ -23,7 +23,7 @@ def main() -> None:
     for name, bench in (("placement", placement_bench), ("simulate", scenario_bench),
                         ("contention", contention_bench), ("kueue", kueue_bench),
                         ("projector", projector_bench), ("bus", bus_bench), ("e2e", e2e_bench),
-                        ("replay", replay_bench)):
+                        ("replay", replay_bench), ("gpu_trace", gpu_trace)):
         print(f"running {name} benchmark ...", flush=True)
         figures[name] = measured(bench.run)
         print(json.dumps(figures[name], indent=2), flush=True)

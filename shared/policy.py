@@ -16,7 +16,7 @@ from shared.kube import DEFAULT_SCHEDULER
 from shared.validation import first_errors
 
 Queueing = Literal["StrictFIFO", "BestEffortFIFO"]
-Strategy = Literal["binpack", "spread"]
+Strategy = Literal["binpack", "spread", "fragmentation"]
 
 
 class QueuePolicy(BaseModel):
@@ -36,7 +36,9 @@ class Policy(BaseModel):
     """StrictFIFO: a queue's head blocks the queue until it is admitted. BestEffortFIFO: a head that
     does not fit is skipped (it backs off) and the next workload may go. Never across queues."""
     placement: Strategy = "binpack"
-    """binpack: fill the most-allocated node that fits; spread: the least-allocated."""
+    """binpack: fill the most-allocated node that fits; spread: the least-allocated; fragmentation: the
+    node (and GPU device) where the cluster's GPU fragmentation, measured against the mix of recently
+    arrived pods, rises least (FGD), then as binpack."""
     backoff_base_seconds: float = Field(default=1.0, gt=0)
     backoff_max_seconds: float = Field(default=60.0, gt=0)
     min_runtime_seconds: float = Field(default=0.0, ge=0)

@@ -6,8 +6,9 @@ Where each decision is made:
 - which GPU device a pod gets, group ids: ``gpu``
 - who is preempted, and the fewest of them: ``preemption``; elastic pods first: ``elastic``
 - failure text: ``reasons``
+- GPU fragmentation against the recent workload mix (the ``fragmentation`` strategy): ``fragmentation``
 - this module: routing events; slots of admitted workloads and the pods that fill them;
-  GangRunning; CapacityChanged.
+  GangRunning; CapacityChanged; feeding each arriving workload's pods to the mix.
 
 Pure: no I/O, no clock (``env.occurred_at`` is now), no randomness; dicts keep inbox order.
 """
@@ -503,6 +504,8 @@ class PlacementCore:
         restored = self._retry_displaced()
         rec = WorkloadRecord(spec=p.workload, queue=p.queue)
         self.workloads[p.key] = rec
+        self.nodes.mix.observe(p.key, ((pod_demand(self.nodes, ps).shape, ps.count)
+                                       for ps in p.workload.gang.pod_sets))
         return restored, rec
 
     def _on_dequeued(self, p: Dequeued, now: float) -> list[Any]:

@@ -4,8 +4,9 @@ Like Armada's gang scheduler this knows nothing of queues, priorities or workloa
 gets a node table, a statement to write into and a strategy. Order: the head first, then worker
 groups in the order the gang lists them, then pods outside the gang (a RayJob's submitter).
 
-One pod set is placed with one vectorised filter+score pass over all nodes; after each pod only
-the chosen node is re-evaluated (same numpy code on a one-node slice, so floats and ties match).
+One pod set is placed with one vectorised filter pass over all nodes and one score pass over those
+that fit; after each pod only the chosen node is re-evaluated (same numpy code on a one-node slice,
+so floats and ties match).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.placement import gpu, reasons
+from services.placement import reasons
 from services.placement.gpu import GpuCharge
 from services.placement.nodes import Demand, NodeTable
 from services.placement.statement import Statement
@@ -76,17 +77,21 @@ def place_pods(table: NodeTable, stmt: Statement, pod_set: PodSet, demand: Deman
         return placed
     static = table.static_mask(pod_set)
     everywhere = slice(0, n)
-    scores = np.where(table.feasible(demand, static, everywhere), table.score(demand, strategy, everywhere), -np.inf)
+    rows = np.flatnonzero(table.feasible(demand, static, everywhere))
+    scores = np.full(n, -np.inf)
+    scores[rows] = table.score(demand, strategy, rows)
     while len(placed) < count:
         node = int(scores.argmax())
         if scores[node] == -np.inf:
             break
-        devices = gpu.charge_for(table.device_row(node), demand.gpu_whole, demand.gpu_share)
+        devices = table.devices_for(node, demand, strategy)
         if devices is None:  # cannot happen after filtering; never trust it blindly
             scores[node] = -np.inf
             continue
         stmt.charge(node, demand, devices)
         placed.append(Placement(pod_set, first_index + len(placed), node, devices, demand))
+        if len(placed) == count:
+            break
         one = slice(node, node + 1)
         scores[node] = table.score(demand, strategy, one)[0] if table.feasible(demand, static, one)[0] else -np.inf
     return placed

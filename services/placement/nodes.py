@@ -9,8 +9,11 @@ is one contiguous vector over all nodes.
   derived from the device matrix (a device with any share used is not free for whole-GPU pods).
 - ``static_mask`` answers cordon/taint/selector/affinity once per ``PodSet.constraint_key``; the
   cache is dropped whenever any node's labels, taints, cordon or presence change.
-- ``feasible`` and ``score`` are the vectorised filter and scorer; they take a slice so the gang
-  placer can recompute one node with exactly the same arithmetic (identical floats, stable ties).
+- ``feasible`` and ``score`` are the vectorised filter and scorer; they take a slice (``score`` also
+  an index array) so the gang placer can recompute one node with exactly the same arithmetic
+  (identical floats, stable ties).
+- ``mix``: the shapes of recently arrived pods, which the ``fragmentation`` strategy measures against
+  (``fragmentation.py``); the core feeds it as workloads arrive.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from services.placement import filters, gpu
+from services.placement import filters, fragmentation, gpu
 from services.placement.filters import Taint
 from shared import quantity as q
 from shared.model import PodSet
@@ -35,6 +38,12 @@ MAX_AMOUNT = 1 << 56
 """Per-node and per-pod amounts are clamped here so int64 sums over a node cannot overflow."""
 
 _BASE_RESOURCES = (q.CPU, q.MEMORY, q.PODS, q.GPU)
+
+FRAGMENTATION = "fragmentation"
+TIE_BREAK = 64.0
+"""Fragmentation scores ``utilisation - TIE_BREAK * rise``: rises are whole numbers and a utilisation
+sum stays below 64 (one per resource, each at most 1 on a node that fits), so a smaller rise always
+wins and binpack only breaks ties."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,6 +66,12 @@ class Demand:
     def gpu_need(self) -> int:
         """Thousandths of a device this pod adds to a node's GPU load."""
         return self.gpu_share or self.gpu_whole * gpu.FULL
+
+    @property
+    def shape(self) -> fragmentation.Shape:
+        """What the pod asks of a node's cpu, memory and GPUs: its kind in the workload mix."""
+        asks = dict(self.items)
+        return asks.get(q.CPU, 0), asks.get(q.MEMORY, 0), self.gpu_whole, self.gpu_share
 
     def same_as(self, other: "Demand | None") -> bool:
         return other is not None and (self.items, self.gpu_whole, self.gpu_share) == (
@@ -125,6 +140,7 @@ class NodeTable:
         """Σ allocatable over present, schedulable nodes (what CapacityChanged reports); Python ints:
         a cluster-wide sum of memory in milli-bytes can exceed int64."""
         self._masks: dict[tuple, np.ndarray] = {}
+        self.mix = fragmentation.Mix()
 
     # ------------------------------------------------------------------ shape
     @property
@@ -323,8 +339,18 @@ class NodeTable:
             ok &= self.gpu_room[sl] >= demand.gpu_share
         return ok
 
-    def score(self, demand: Demand, strategy: str, sl: slice) -> np.ndarray:
-        """Σ over requested resources of utilisation after placing; binpack maximises, spread minimises."""
+    def score(self, demand: Demand, strategy: str, sl: slice | np.ndarray) -> np.ndarray:
+        """Higher is better. binpack: Σ over requested resources of utilisation after placing; spread:
+        its negative; fragmentation: least rise of GPU fragmentation first, then binpack's score."""
+        utilisation = self._utilisation(demand, sl)
+        if strategy == "spread":
+            return -utilisation
+        if strategy == FRAGMENTATION:
+            rise, _ = self._fragmentation_rise(demand, sl)
+            return utilisation - TIE_BREAK * rise
+        return utilisation
+
+    def _utilisation(self, demand: Demand, sl: slice | np.ndarray) -> np.ndarray:
         total: np.ndarray | None = None
         for c, amount in demand.score:
             part = (self.used[c, sl] + amount) / self.divisor[c, sl]
@@ -333,8 +359,35 @@ class NodeTable:
             part = (self.gpu_load[sl] + demand.gpu_need) / self.gpu_div[sl]
             total = part if total is None else total + part
         if total is None:
-            total = np.zeros(len(range(*sl.indices(self.n))), np.float64)
-        return total if strategy == "binpack" else -total
+            total = np.zeros(self._count(sl), np.float64)
+        return total
+
+    def _fragmentation_rise(self, demand: Demand, sl: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``fragmentation.increase`` on the rows with GPUs; a node without any has no fragment to grow."""
+        rows = np.arange(self.n)[sl] if isinstance(sl, slice) else sl
+        with_gpus = np.flatnonzero(self.gpu_count[rows] > 0)
+        rise, device = np.zeros(len(rows)), np.full(len(rows), -1, np.intp)
+        if with_gpus.size:
+            at = rows[with_gpus]
+            cpu, memory, whole, share = demand.shape
+            rise[with_gpus], device[with_gpus] = fragmentation.increase(
+                fragmentation.free_shares(self.gpu_used[at]), self.free[self.col[q.CPU], at],
+                self.free[self.col[q.MEMORY], at], self.mix.arrays(), cpu, memory, whole, share)
+        return rise, device
+
+    def _count(self, sl: slice | np.ndarray) -> int:
+        return len(range(*sl.indices(self.n))) if isinstance(sl, slice) else len(sl)
+
+    def devices_for(self, i: int, demand: Demand, strategy: str) -> gpu.GpuCharge | None:
+        """The devices a pod placed on node ``i`` gets; None when it cannot host it (the caller filtered).
+
+        A fractional pod goes to the fullest device that fits (``gpu.charge_for``), except under
+        ``fragmentation``, where it goes to the device whose use raises the node's fragmentation least.
+        """
+        if strategy == FRAGMENTATION and demand.gpu_share:
+            _, device = self._fragmentation_rise(demand, slice(i, i + 1))
+            return None if device[0] < 0 else ((int(device[0]), demand.gpu_share),)
+        return gpu.charge_for(self.device_row(i), demand.gpu_whole, demand.gpu_share)
 
     # ------------------------------------------------------------------ totals
     def totals(self) -> dict[str, int]:

@@ -87,6 +87,17 @@ def user_view(obj: dict[str, Any], muster_keys: set[str], muster_status: dict[st
     return view
 
 
+def _without_annotations(view: Any, keys: set[str]) -> Any:
+    """``view`` without the annotations ``keys`` (a shallow copy where it differs)."""
+    meta = view.get("metadata") if isinstance(view, dict) else None
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    if not isinstance(annotations, dict) or not keys & annotations.keys():
+        return view
+    kept = {k: v for k, v in annotations.items() if k not in keys}
+    meta = {k: v for k, v in meta.items() if k != "annotations"} | ({"annotations": kept} if kept else {})
+    return {**view, "metadata": meta}
+
+
 def _ref(kind: str, namespace: str, name: str) -> tuple[str, str, str]:
     return kind, namespace, name
 
@@ -147,8 +158,12 @@ class Deriver:
             self.steps.append({"at": t, "delete": {"kind": p.kind, "name": p.name,
                                                    **({"namespace": p.namespace} if p.namespace else {})}})
             return
-        view = user_view(obj, self._muster_keys.get(ref, set()), self._muster_status.get(ref))
-        if self._seen.get(ref) == view:
+        keys = self._muster_keys.get(ref, set())
+        view = user_view(obj, keys, self._muster_status.get(ref))
+        seen = self._seen.get(ref)
+        # The view seen before may hold a key muster has written since with the user's own value (the
+        # binder writes a pod's gpu-fraction again): compared without it, that is no edit.
+        if seen is not None and _without_annotations(seen, keys) == view:
             return
         self._seen[ref] = view
         self._step(t).append(manifest(obj))

@@ -34,6 +34,15 @@ def test_derived_steps_are_the_users_objects_only() -> None:
     assert doc["cluster"]["pod_startup"] == run.scenario.startup_seconds
 
 
+def test_a_pod_muster_binds_with_its_own_gpu_fraction_is_applied_once() -> None:
+    # The binder writes gpu-fraction again (with the user's value): that is no edit of the user's.
+    run = scenario_run("single-pods-gpu-fraction")
+    doc = derive(run.runtime.log, name="x", until=None)
+    applied = [d["metadata"]["name"] for step in doc["steps"] if "apply" in step
+               for d in yaml.safe_load_all(step["apply"]) if d["kind"] == "Pod"]
+    assert sorted(applied) == ["notebook-1", "notebook-2", "notebook-3", "trainer", "web"]
+
+
 def test_what_the_api_server_stamps_is_not_applied_again() -> None:
     obj = {"kind": "RayCluster", "metadata": {"name": "a", "uid": "u", "resourceVersion": "9", "generation": 2,
                                               "creationTimestamp": "t", "annotations": {"mine": "1", "muster": "x"}},

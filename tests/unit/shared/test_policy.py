@@ -47,7 +47,7 @@ def test_empty_policy_file_is_the_defaults(tmp_path, text):
 @pytest.mark.parametrize("text, fragments", [
     ("queueng: StrictFIFO\n", ["invalid policy", "queueng", "Extra inputs are not permitted"]),
     ("queueing: Fair\n", ["invalid policy", "queueing", "StrictFIFO", "BestEffortFIFO"]),
-    ("placement: diagonal\n", ["invalid policy", "placement", "binpack", "spread"]),
+    ("placement: diagonal\n", ["invalid policy", "placement", "binpack", "spread", "fragmentation"]),
     ("backoff_base_seconds: 0\n", ["invalid policy", "backoff_base_seconds", "greater than 0"]),
     ("min_runtime_seconds: -1\n", ["invalid policy", "min_runtime_seconds", "greater than or equal to 0"]),
     ("unknown_queue: ignore\n", ["invalid policy", "unknown_queue", "'wait' or 'reject'"]),

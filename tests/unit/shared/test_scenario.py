@@ -148,7 +148,7 @@ def test_effective_policy_layers_scenario_over_base_over_defaults():
 
 @pytest.mark.parametrize("policy, fragment", [
     ("{queueng: StrictFIFO}", "a: invalid policy: queueng: Extra inputs are not permitted"),
-    ("{placement: diagonal}", "a: invalid policy: placement: Input should be 'binpack' or 'spread'"),
+    ("{placement: diagonal}", "a: invalid policy: placement: Input should be 'binpack', 'spread' or 'fragmentation'"),
     ("{queues: {q: {bogus: 1}}}", "a: invalid policy: queues.q.bogus: Extra inputs are not permitted"),
 ])
 def test_effective_policy_errors_are_scenario_errors(policy, fragment):
