@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -34,6 +35,14 @@ STORE_HELP = ("History store URL: sqlite:///history.db or postgresql+psycopg://u
               "(default: $MUSTER_STORE).")
 
 
+def _finite(value: Optional[float]) -> Optional[float]:
+    """A time option (``--at``, ``--since``, ``--until``) is a number of seconds: ``nan`` and ``inf``,
+    which a float option takes, are a usage error instead of a nonsense answer."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a number of seconds")
+    return value
+
+
 def _failed(exc: Exception | str) -> typer.Exit:
     """One line on stderr and exit code 2: what every failure of the environment ends in."""
     Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/] {escape(str(exc))}")
@@ -45,6 +54,8 @@ def _writable(path: Path, what: str) -> None:
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise _failed(f"cannot write {what} {path}: folder {folder} does not exist")
+    if path.is_dir():
+        raise _failed(f"cannot write {what} {path}: it is a folder")
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise _failed(f"cannot write {what} {path}: permission denied")
 
@@ -111,11 +122,15 @@ def simulate_cmd(
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)
     result = run.result()
+    not_sent = None  # said last: the run, its document and its history are kept all the same
     if trace and bus is None:
-        from shared.tracing import export_log
+        from shared.tracing import TracesNotSent, export_log
 
-        sent = export_log(run.runtime.log)
-        console.print(f"[dim]traces: {sent} spans of {len(result['workloads'])} workload(s) sent over OTLP[/]")
+        try:
+            sent = export_log(run.runtime.log)
+            console.print(f"[dim]traces: {sent} spans of {len(result['workloads'])} workload(s) sent over OTLP[/]")
+        except TracesNotSent as exc:
+            not_sent = exc
     written = None  # with --bus the projector wrote the history, from the log topic
     if store is not None:
         from shared.audit.header import LogHeader
@@ -149,6 +164,8 @@ def simulate_cmd(
             from shared.store.engine import display
 
             console.print(f"[dim]history: the projector wrote the event log to {escape(display(store))}[/]")
+    if not_sent is not None:
+        raise _failed(f"--trace: {not_sent}")
     if failures:
         raise typer.Exit(1)
 
@@ -204,6 +221,9 @@ def _simulate_on_bus(scenario: Any, policy: Optional[Policy], bus: str, services
             sink.close()
         if not keep_topics:  # the run's own (prefix of its own); the history, if asked for, is in --store
             delete_topics(config)
+        else:  # the prefix has a random part: without it nobody finds them again
+            err.print(f"topics kept: {escape(config.prefix)}* (e.g. muster log export --from {escape(bus)} "
+                      f"--topic-prefix {escape(config.prefix)} --out log.jsonl)", soft_wrap=True)
 
 
 SERVICE_NAMES = ("admission", "queue", "placement", "reconciler", "projector", "cluster")
@@ -397,11 +417,14 @@ def broker_cmd(
     wheel (installed with muster's dev tools, as the tests use it). For `simulate --bus` and trying the
     services without a Kafka cluster; everything it holds is gone when it stops."""
     import logging
+    import signal
     import socket
     import time
 
     from shared.bus.localbroker import BrokerError, LocalBroker
 
+    if not 1 <= port <= 65535:
+        raise _failed(f"--port {port}: a port from 1 to 65535")
     with socket.socket() as probe:
         try:
             probe.bind(("127.0.0.1", port))
@@ -413,6 +436,11 @@ def broker_cmd(
         broker.start()
     except BrokerError as exc:
         raise _failed(" ".join(str(exc).split())) from None
+    def stopped(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # `kill PID` (and a closed terminal) stop it as Ctrl-C does, Tansu with it
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stopped)
     try:  # from here on Ctrl-C stops the broker and is no error
         typer.echo(f"Kafka-protocol broker (Tansu, in memory) at {broker.bootstrap}; try: muster simulate "
                    f"examples/volcano-gang-queue.yaml --bus kafka://{broker.bootstrap}. Ctrl-C stops it.")
@@ -460,7 +488,7 @@ def history_cmd(
 @app.command("queues")
 def queues_cmd(
     store: Optional[str] = typer.Option(None, "--store", envvar="MUSTER_STORE", help=STORE_HELP),
-    at: Optional[float] = typer.Option(None, "--at", help="Usage at this scenario time (seconds) instead of now."),
+    at: Optional[float] = typer.Option(None, "--at", callback=_finite, help="Usage at this scenario time (seconds) instead of now."),
     as_json: bool = typer.Option(False, "--json", help="Print the queues as JSON."),
 ) -> None:
     """Print each queue's usage against its guarantee and limit, from the history store."""
@@ -563,8 +591,8 @@ def log_export(
     source: Optional[str] = typer.Option(None, "--from", help="Where the log is: kafka://HOST:PORT, a store URL "
                                          "or an exported file."),
     store: Optional[str] = typer.Option(None, "--store", help="Export this history store's log (same as --from URL)."),
-    since: Optional[float] = typer.Option(None, "--since", help="Only envelopes at or after this event time (seconds)."),
-    until: Optional[float] = typer.Option(None, "--until", help="Only envelopes at or before this event time (seconds)."),
+    since: Optional[float] = typer.Option(None, "--since", callback=_finite, help="Only envelopes at or after this event time (seconds)."),
+    until: Optional[float] = typer.Option(None, "--until", callback=_finite, help="Only envelopes at or before this event time (seconds)."),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the services ran with, for the "
                                                "header (a Kafka log does not record it)."),
     prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
@@ -639,6 +667,9 @@ def replay_cmd(
                                        "or several"))
     if what_if is None and (apply or html_out or json_out or approximate):
         raise _audit_failed(ValueError("--apply, --html, --json and --approximate go with --what-if"))
+    for path, what in ((html_out, "the what-if page"), (json_out, "the what-if comparison")):
+        if path is not None:
+            _writable(path, what)  # before the long part, not a traceback after it
     if trace:
         _tracing_ready(Console(stderr=True, highlight=False))
     try:
@@ -655,9 +686,12 @@ def replay_cmd(
             _what_if(source, policy, what_if, apply, html_out, json_out, approximate, console)
         if trace and code == 0:
             from shared.audit.logfile import envelopes
-            from shared.tracing import export_log
+            from shared.tracing import TracesNotSent, export_log
 
-            sent = export_log(envelopes(source))
+            try:
+                sent = export_log(envelopes(source))
+            except TracesNotSent as exc:
+                raise _failed(f"--trace: {exc}") from None
             console.print(f"traces: {sent} spans of the log sent over OTLP")
     except _audit_errors() as exc:
         raise _audit_failed(exc) from None
@@ -729,7 +763,7 @@ def explain_cmd(
     workload: Optional[str] = typer.Argument(None, metavar="NAMESPACE/NAME", help="The workload to explain."),
     store: Optional[str] = typer.Option(None, "--store", help=STORE_HELP),
     log: Optional[str] = typer.Option(None, "--log", help="An exported log file (or kafka://HOST:PORT)."),
-    at: Optional[float] = typer.Option(None, "--at", help="At this event time (seconds; default: the end of the log)."),
+    at: Optional[float] = typer.Option(None, "--at", callback=_finite, help="At this event time (seconds; default: the end of the log)."),
     queue: Optional[str] = typer.Option(None, "--queue", help="List this queue's waiting workloads in order instead."),
     as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON."),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the log was made under, when it "
@@ -738,7 +772,7 @@ def explain_cmd(
 ) -> None:
     """Why a workload is not running (or was preempted): phase, queue position, quota with numbers, nodes, backoff."""
     from shared.audit.errors import CannotReproduce
-    from shared.audit.explain import UnknownWorkload, explain, fold_until, queue_lines
+    from shared.audit.explain import UnknownQueue, UnknownWorkload, explain, fold_until, queue_lines
     from shared.audit.logfile import envelopes
 
     if (workload is None) == (queue is None):
@@ -754,8 +788,9 @@ def explain_cmd(
         moment = fold_until(envelopes(source), at, policy)
         doc: Any = queue_lines(moment, queue) if queue is not None else explain(moment, workload or "")
     except UnknownWorkload as exc:
-        Console(stderr=True, highlight=False).print(
-            f"[red]error:[/] no workload {escape(exc.key)} in the log" + (f" up to {exc.at:g}s" if at is not None else "")
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"[red]error:[/] no {'queue' if isinstance(exc, UnknownQueue) else 'workload'} {escape(exc.key)} in the log"
+            + (f" up to {exc.at:g}s" if at is not None else "")
             + (f"; did you mean {escape(', '.join(exc.similar))}?" if exc.similar else ""))
         raise typer.Exit(1)
     except _audit_errors() as exc:

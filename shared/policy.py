@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from shared.kube import DEFAULT_SCHEDULER
+from shared.validation import first_errors
 
 Queueing = Literal["StrictFIFO", "BestEffortFIFO"]
 Strategy = Literal["binpack", "spread", "fragmentation"]
@@ -111,12 +112,17 @@ class Policy(BaseModel):
         """Raises ``PolicyError`` with the offending field named."""
         try:
             data = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise PolicyError(f"cannot read policy {path}: {exc}") from None
+        except OSError as exc:
+            raise PolicyError(f"cannot read policy {path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise PolicyError(f"cannot read policy {path}: malformed YAML: {' '.join(str(exc).split())}") from None
+        if data is not None and not isinstance(data, dict):
+            raise PolicyError(f"invalid policy {path}: a policy is a mapping of keys (queueing, placement, ...), "
+                              f"not a {type(data).__name__}")
         try:
             return cls.from_mapping(data)
         except ValidationError as exc:
-            raise PolicyError(f"invalid policy {path}: {exc}") from None
+            raise PolicyError(f"invalid policy {path}: {first_errors(exc, values=True)}") from None
 
 
 class PolicyError(ValueError):

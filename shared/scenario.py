@@ -219,12 +219,7 @@ class Scenario(_Strict):
             raise ScenarioError(f"{self.name}: invalid policy: {_first_error(exc)}") from None
 
 
-def _first_error(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:3]:
-        loc = ".".join(str(p) for p in err["loc"])
-        parts.append(f"{loc}: {err['msg']}")
-    return "; ".join(parts)
+from shared.validation import first_errors as _first_error  # noqa: E402 - kept where its callers read it
 
 
 def load_scenario(source: str | Path) -> Scenario:

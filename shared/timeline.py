@@ -19,8 +19,9 @@ def render_workload(key: str, w: dict[str, Any], console: Console) -> None:
     gang = w["gang"]
     res = ", ".join(f"{k} {v}" for k, v in gang["resources"].items())
     phase = w["phase"] or "-"
-    console.print(f"[bold]{escape(key)}[/] {w['kind'] or '?'} queue={escape(str(w['queue']))} priority={w['priority']} "
-                  f"gang={gang['min_member']} ({escape(res)}) -> [{_STYLE.get(phase, '')}]{phase}[/]")
+    size = f"{gang['min_member']} ({escape(res)})" if gang["min_member"] else "-"  # refused before it was counted
+    console.print(f"[bold]{escape(key)}[/] {w['kind'] or '?'} queue={escape(w['queue'] or '-')} priority={w['priority']} "
+                  f"gang={size} -> [{_STYLE.get(phase, '')}]{phase}[/]")
     table = Table(show_header=False, box=None, padding=(0, 1), pad_edge=False)
     table.add_column(justify="right", style="dim", no_wrap=True)
     table.add_column(no_wrap=True)

@@ -9,6 +9,7 @@ words), and the preemptions with the decisions that made them. Nothing is decide
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -31,6 +32,17 @@ class UnknownWorkload(LookupError):
     def __init__(self, key: str, similar: list[str], at: float | None = None) -> None:
         super().__init__(key)
         self.key, self.similar, self.at = key, similar, at
+
+
+class UnknownQueue(UnknownWorkload):
+    """The log neither defines a queue of that name nor puts a workload in it (up to the time asked about)."""
+
+
+def _close(name: str, names: Iterable[str]) -> list[str]:
+    """Up to five of ``names`` that contain ``name`` or are spelled nearly like it (a typo)."""
+    names = sorted(set(names))
+    return sorted(dict.fromkeys([n for n in names if name and name in n][:5]
+                                + difflib.get_close_matches(name, names, n=5, cutoff=0.6)))[:5]
 
 
 @dataclass
@@ -68,8 +80,13 @@ def _seconds(t: float) -> str:
 
 
 def queue_lines(m: Moment, queue: str) -> list[dict[str, Any]]:
-    """The queue's waiting workloads in order: position, priority, how long, why (one line each)."""
+    """The queue's waiting workloads in order: position, priority, how long, why (one line each);
+    ``UnknownQueue`` when the log never defined nor used that queue."""
     h = m.history
+    known = {*h.queues, *(view.queue for view in h.workloads.values() if view.queue),
+             m.queue.policy.default_queue if m.queue is not None else "default"}
+    if queue not in known:
+        raise UnknownQueue(queue, _close(queue, known), m.at)
     order = _waiting_order(m, queue)
     out = []
     for i, (key, until) in enumerate(order, 1):
@@ -129,6 +146,7 @@ def _quota(m: Moment, view: Any) -> list[dict[str, Any]]:
                 "requested": q.human(resource, wanted), "guarantee": _amount(resource, guarantee),
                 "limit": _amount(resource, limit) or "unlimited",
                 "limit_word": spec.limit_word if spec is not None else "limit",
+                "guarantee_word": spec.guarantee_word if spec is not None else "guarantee",
                 "fits": limit is None or used.get(resource, 0) - mine + wanted <= limit,
                 "defined": spec is not None or name == default,
             })
@@ -141,8 +159,7 @@ def explain(m: Moment, key: str) -> dict[str, Any]:
     h = m.history
     view = h.workloads.get(key)
     if view is None:
-        name = key.rpartition("/")[2]
-        raise UnknownWorkload(key, sorted(k for k in h.workloads if name and name in k)[:5], m.at)
+        raise UnknownWorkload(key, _close(key, h.workloads), m.at)
     phase, reason = view.phase_at(m.at)
     since = _phase_since(view, m.at)
     doc: dict[str, Any] = {
@@ -188,7 +205,8 @@ def _ahead(m: Moment, key: str, until: float | None) -> dict[str, Any]:
 
 def lines(doc: dict[str, Any]) -> list[str]:
     """The explanation as a person reads it."""
-    out = [f"{doc['workload']} ({doc['kind']}, queue {doc['queue']}, priority {doc['priority']}) at "
+    queue = f"queue {doc['queue']}" if doc["queue"] is not None else "no queue"
+    out = [f"{doc['workload']} ({doc['kind']}, {queue}, priority {doc['priority']}) at "
            f"{_seconds(doc['at'])}: {doc['phase'] or 'not seen yet'}"
            + (f" for {_seconds(doc['for_seconds'])} (since {_seconds(doc['since'])})" if doc["since"] is not None else "")]
     if doc["reason"]:
@@ -208,7 +226,7 @@ def lines(doc: dict[str, Any]) -> list[str]:
                        + (f", backing off until {_seconds(a['backoff_until'])}" if a["backoff_until"] else "") + ")"
                        for a in ahead) if ahead else ", first in line"))
     for line in doc.get("quota") or []:
-        guarantee = f", {'guarantee'} {line['guarantee']}" if line["guarantee"] is not None else ""
+        guarantee = f", {line['guarantee_word']} {line['guarantee']}" if line["guarantee"] is not None else ""
         verdict = "fits" if line["fits"] else "over"
         where = line["queue"] if line["defined"] else f"{line['queue']} (not defined)"
         out.append(f"  quota {where} {line['resource']}: used {line['used']} + requested {line['requested']} "

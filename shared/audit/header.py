@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from shared.audit.errors import CannotReproduce, NotAnEnvelope
 from shared.events import SCHEMA_VERSION
 from shared.policy import Policy
+from shared.validation import first_errors
 
 FORMAT = 1
 """Version of the file layout (header, envelope lines, end line)."""
@@ -77,8 +78,7 @@ class LogHeader(BaseModel):
         try:
             header = cls.model_validate(raw)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            raise NotAnEnvelope(f"{where}: a bad log header: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+            raise NotAnEnvelope(f"{where}: a bad log header: {first_errors(exc, 1)}") from None
         if header.schema_version > SCHEMA_VERSION:
             raise CannotReproduce(f"{where}: the log's event schema version {header.schema_version} is newer than "
                                   f"this muster's ({SCHEMA_VERSION}, muster {muster_version()}); use muster "
@@ -108,9 +108,7 @@ class LogHeader(BaseModel):
         try:
             return Policy.from_mapping(self.policy)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            raise CannotReproduce(f"the log's policy is not one this muster reads: {'.'.join(map(str, first['loc']))}: "
-                                  f"{first['msg']}") from None
+            raise CannotReproduce(f"the log's policy is not one this muster reads: {first_errors(exc, 1)}") from None
 
     def for_store(self) -> dict[str, Any]:
         return {"muster_version": self.muster_version, "schema_version": self.schema_version, "policy": self.policy,

@@ -51,8 +51,7 @@ Setting = Literal["none", "volcano", "kai-scheduler", "scheduler-plugins"]
 SETTINGS: tuple[Setting, ...] = ("none", "volcano", "kai-scheduler", "scheduler-plugins")
 
 VOLCANO_QUEUE = "volcano.sh/queue-name"
-VOLCANO_GROUP = "scheduling.k8s.io/group-name"
-VOLCANO_TASK = "volcano.sh/task-spec"
+VOLCANO_GROUP, VOLCANO_TASK = kube.VOLCANO_GROUP, kube.VOLCANO_TASK  # the pod annotations admission reads
 KAI_QUEUE = "kai.scheduler/queue"
 PRIORITY_CLASS = "ray.io/priority-class-name"
 GANG_ENABLED = "ray.io/gang-scheduling-enabled"

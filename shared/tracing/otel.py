@@ -20,11 +20,11 @@ a whole trace in every process alike.
 from __future__ import annotations
 
 import os
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, Decision, Sampler, TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
@@ -48,6 +48,27 @@ def _exporter() -> SpanExporter:
     return OTLPSpanExporter()
 
 
+class _Counted(SpanExporter):
+    """The exporter, counting the spans of the batches it could not deliver: a one-shot export
+    (``export_log``) says so instead of claiming them sent; a service only logs them, as the SDK does."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self.inner = inner
+        self.failed = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self.inner.export(spans)
+        if result != SpanExportResult.SUCCESS:
+            self.failed += len(spans)
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
 class SpanSink:
     """Finished spans to the OTLP exporter, in batches on the SDK's background thread.
 
@@ -59,10 +80,16 @@ class SpanSink:
         check()
         self.epoch = epoch
         self.sampler = sampler if sampler is not None else sampler_from_env()
-        self.processor = BatchSpanProcessor(exporter if exporter is not None else _exporter())
+        self._exporter = _Counted(exporter if exporter is not None else _exporter())
+        self.processor = BatchSpanProcessor(self._exporter)
         self._resources: dict[str, Resource] = {}
         self._sampled: dict[str, bool] = {}
         self.sent = 0
+
+    @property
+    def failed(self) -> int:
+        """Spans of batches the exporter could not deliver (collector unreachable, refusing, too slow)."""
+        return self._exporter.failed
 
     def resource(self, service: str) -> Resource:
         found = self._resources.get(service)

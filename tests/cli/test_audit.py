@@ -120,6 +120,10 @@ def test_explain_a_workload_a_queue_and_an_unknown_one(log: Path) -> None:
     _clean_exit(unknown, 1)
     assert "did you mean default/train-cluster" in _flat(unknown.stderr)
     _error(_invoke("explain", "no-slash", "--log", log), 2, "NAMESPACE/NAME")
+    _error(_invoke("explain", "--queue", "team-b", "--log", log), 1, "no queue team-b in the log; did you mean team-a?")
+    nan = _invoke("explain", "default/train-cluster", "--log", log, "--at", "nan")
+    _clean_exit(nan, 2)
+    assert "nan is not a number of seconds" in _flat(nan.output)
 
 
 def test_report_writes_one_page(log: Path, tmp_path: Path) -> None:
@@ -142,6 +146,16 @@ def test_what_if_prints_the_comparison_and_writes_json_and_html(log: Path, tmp_p
     assert 'id="chart-whatif-waits"' in page.read_text()
     policy.write_text("queueing: Lottery\n")
     _error(_invoke("replay", log, "--what-if", policy), 2, "queueing")
+
+
+def test_what_if_outputs_that_cannot_be_written_are_one_line_before_the_run(log: Path, tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text("min_runtime_seconds: 600\n")
+    missing = tmp_path / "no-such-folder"
+    _error(_invoke("replay", log, "--what-if", policy, "--html", missing / "w.html"), 2,
+           f"cannot write the what-if page {missing / 'w.html'}: folder {missing} does not exist")
+    _error(_invoke("replay", log, "--what-if", policy, "--json", tmp_path), 2,
+           f"cannot write the what-if comparison {tmp_path}: it is a folder")
 
 
 def test_replay_needs_something_to_do(log: Path) -> None:

@@ -41,6 +41,35 @@ def test_simulate_trace_sends_a_trace_per_workload(no_otel: pytest.MonkeyPatch) 
     assert min(r.start for r in roots) > 1e9
 
 
+def test_simulate_trace_a_collector_refuses_is_exit_2_not_sent(no_otel: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A collector that answers 404 (a wrong path) took nothing: one line saying so, exit 2; the result
+    document is written all the same."""
+    from tests.builders.cli import one_line_error
+
+    with OtlpReceiver() as receiver:
+        no_otel.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoint + "/not-traces")
+        result = runner.invoke(app, ["simulate", str(SCENARIO), "--trace", "-q", "--json", str(tmp_path / "r.json")])
+        assert receiver.spans == []
+    one_line_error(result, 2, f"spans were not taken by the OTLP endpoint {receiver.endpoint}/not-traces")
+    assert "404" in result.stderr and "sent over OTLP" not in result.output
+    assert (tmp_path / "r.json").exists()
+
+
+def test_replay_trace_to_nothing_listening_is_exit_2(no_otel: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from shared.bus.localbroker import free_port
+    from shared.scenario import load_scenario
+    from shared.simulate import simulate
+    from tests.builders.audit import exported
+    from tests.builders.cli import one_line_error
+
+    log = exported(simulate(load_scenario(SCENARIO)), tmp_path / "audit.jsonl")
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    no_otel.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    no_otel.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # seconds: the SDK's retries give up within it
+    result = runner.invoke(app, ["replay", str(log), "--trace"])
+    one_line_error(result, 2, f"spans were not taken by the OTLP endpoint {endpoint}")
+
+
 def test_simulate_trace_without_an_endpoint_is_exit_2(no_otel: pytest.MonkeyPatch) -> None:
     result = runner.invoke(app, ["simulate", str(SCENARIO), "--trace"])
     assert result.exit_code == 2 and "OTEL_EXPORTER_OTLP_ENDPOINT" in result.output

@@ -6,6 +6,7 @@ from typer.testing import CliRunner
 
 from shared.bus.localbroker import free_port
 from shared.cli import app
+from tests.builders.cli import invoke, one_line_error
 
 
 def test_an_unreachable_kafka_is_one_line_and_exit_2():
@@ -22,3 +23,9 @@ def test_empty_scheduler_names_exit_2():
                                       "--metrics-port", "0"])
     assert result.exit_code == 2, result.output
     assert "--scheduler-names" in result.stderr
+
+
+def test_broker_on_a_port_out_of_range_exit_2():
+    """A port no socket can have is a usage error, not bind()'s OverflowError traceback."""
+    for port in ("99999", "-1", "0"):
+        one_line_error(invoke("broker", "--port", port), 2, f"--port {port}: a port from 1 to 65535")

@@ -260,7 +260,7 @@ def test_policy_error_keeps_the_offending_value(tmp_path):
     policy.write_text("queueng: StrictFIFO\n")
     result = _invoke("simulate", VOLCANO, "--policy", policy)
     _clean_exit(result, 2)
-    assert "input_value='StrictFIFO'" in _flat(result.stderr)
+    assert "queueng: Extra inputs are not permitted (got 'StrictFIFO')" in _flat(result.stderr)
 
 
 def test_timeline_shows_rejection_reason_verbatim(tmp_path):

@@ -39,6 +39,7 @@ def test_simulate_on_the_bus_keeps_its_topics_when_asked(kafka_bootstrap: str) -
     kept = {t for t in topics(kafka_bootstrap) if t.startswith(RUN_TOPICS)}
     prefixes = {t[:t.rindex(".") + 1] for t in kept}
     assert len(prefixes) == 1 and {t[len(next(iter(prefixes))):] for t in kept} >= {"events", "queue", "placement"}
+    assert f"topics kept: {next(iter(prefixes))}*" in result.stderr  # the user is told where they are
     delete_topics(kafka_bootstrap, next(iter(prefixes)))
 
 

@@ -156,8 +156,10 @@ def test_delete_topics_refuses_an_empty_prefix() -> None:
         delete_topics("127.0.0.1:1", "")
 
 
-def test_muster_broker_serves_until_interrupted() -> None:
-    """What the README tells a newcomer to run for `simulate --bus`: a broker on a chosen port."""
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_muster_broker_serves_until_interrupted(stop: str) -> None:
+    """What the README tells a newcomer to run for `simulate --bus`: a broker on a chosen port, stopped
+    by Ctrl-C or by `kill` (the README starts it in the background), Tansu with it."""
     import signal
     import subprocess
 
@@ -172,7 +174,7 @@ def test_muster_broker_serves_until_interrupted() -> None:
             pytest.skip(f"no broker: {line}{proc.communicate()[1]}")
         assert f"at 127.0.0.1:{port}" in line and f"--bus kafka://127.0.0.1:{port}" in line
         assert kafka_answers(f"127.0.0.1:{port}") is None
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, stop))
         assert proc.wait(timeout=20) == 0
         deadline = time.monotonic() + 10
         while kafka_answers(f"127.0.0.1:{port}", timeout=0.5) is None:

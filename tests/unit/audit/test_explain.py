@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from shared.audit.explain import UnknownWorkload, explain, fold_until, queue_lines
+from shared.audit.explain import UnknownQueue, UnknownWorkload, explain, fold_until, queue_lines
 from tests.builders.audit import SCENARIO_FILES, scenario_run
 
 NUMBER = re.compile(r"\d")
@@ -86,3 +86,39 @@ def test_an_unknown_workload_names_the_ones_that_come_close() -> None:
     with pytest.raises(UnknownWorkload) as caught:
         explain(fold_until(run.runtime.log, None, run.policy), "default/test-cluster")
     assert caught.value.similar == ["default/test-cluster-0", "default/test-cluster-1"]
+
+
+def test_a_typo_in_a_workload_name_names_the_ones_spelled_nearly_like_it() -> None:
+    run = scenario_run("volcano-gang-queue")
+    with pytest.raises(UnknownWorkload) as caught:
+        explain(fold_until(run.runtime.log, None, run.policy), "default/test-clster-1")
+    assert "default/test-cluster-1" in caught.value.similar
+
+
+def test_an_unknown_queue_is_not_an_empty_queue() -> None:
+    """A queue the log never defined nor used is a mistake to say, not "0 waiting"; the implicit default
+    queue and a queue only named by its workloads are known."""
+    run = scenario_run("unknown-queue-waits")
+    moment = fold_until(run.runtime.log, 20.0, run.policy)  # queue "later" is defined at 30s
+    assert "later" not in moment.history.queues
+    assert [line["workload"] for line in queue_lines(moment, "later")] == ["default/early-bird"]
+    assert queue_lines(moment, "default") == []
+    moment = fold_until(run.runtime.log, None, run.policy)
+    with pytest.raises(UnknownQueue) as caught:
+        queue_lines(moment, "no-such-queue")
+    assert caught.value.key == "no-such-queue"
+    typo = sorted(moment.history.queues)[0]
+    with pytest.raises(UnknownQueue) as caught:
+        queue_lines(moment, typo[:-1])
+    assert typo in caught.value.similar
+
+
+def test_quota_lines_use_the_dialects_words() -> None:
+    """kube-queue users read max and min, KAI users limit and quota, Volcano users capability and guarantee."""
+    run = scenario_run("kube-queue-quota-tree-rayjobs")
+    doc = explain(fold_until(run.runtime.log, 60.0, run.policy), "video/rayjob-video-b")
+    assert "  quota video cpu: used 12 + requested 12 against max 14, min 12: over" in doc["lines"]
+    kai = scenario_run("fair-share-two-teams")
+    doc = explain(fold_until(kai.runtime.log, 60.0, kai.policy), "team-a/a-3")
+    assert any(line.startswith("  quota team-a cpu: ") and line.endswith("against limit unlimited, quota 4: fits")
+               for line in doc["lines"]), doc["lines"]

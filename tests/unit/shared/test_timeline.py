@@ -80,7 +80,7 @@ def test_check_verdicts():
 def test_rejected_workload_without_queue_or_pods():
     lines = _render(_result(queue=None, phase="Rejected", gang={"min_member": 0, "resources": {}}, pods=[],
                             transitions=[{"t": 1.0, "phase": "Rejected", "reason": "minReplicas 3 > maxReplicas 2"}]))
-    assert lines[1] == "ns/w RayCluster queue=None priority=5 gang=0 () -> Rejected"
+    assert lines[1] == "ns/w RayCluster queue=- priority=5 gang=- -> Rejected"
     assert lines[2].split() == ["1s", "Rejected", "minReplicas", "3", ">", "maxReplicas", "2"]
     assert not any("bound now" in line for line in lines)
 
