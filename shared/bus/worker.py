@@ -214,7 +214,8 @@ class InboxWorker:
                 self.tracer.read(item.id, incoming.partition, incoming.offset)
             outputs.extend(self._handle(item))
             for fault in self.service.take_faults():
-                letters.append(self._failed(incoming, fault.error))
+                letters.append(self._failed(incoming, fault.envelope if isinstance(item, Release) else None,
+                                            fault.error))
             if isinstance(item, Release):
                 rounds.append(item.round)
         if letters:
@@ -294,13 +295,16 @@ class InboxWorker:
             await producer.send_all([routed for _, routed in records])
         return len(fired)
 
-    def _failed(self, incoming: Incoming, error: str) -> Record:
-        """The dead letter of a record the core raised on (a ``Release`` names the held envelope
-        that failed in ``error``; the letter says where the ``Release`` was read)."""
+    def _failed(self, incoming: Incoming, held: Envelope | None, error: str) -> Record:
+        """The dead letter of a record the core raised on: the record as read, or, when a round's
+        ``Release`` handed over the ``held`` envelope that failed (``simulate --bus``), that
+        envelope, located where the ``Release`` was read."""
         self.failed += 1
         self.dead_letters += 1
         log.error("%s: record at %s[%d] offset %d dead-lettered: %s", self.service.name, self.inbox,
                   incoming.partition, incoming.offset, error)
+        if held is not None:
+            incoming = Incoming(codec.encode(held), codec.envelope_headers(held), incoming.partition, incoming.offset)
         return dead_letter_record(self.topics, incoming, topic=self.inbox, consumer=self.service.name, error=error)
 
     # ------------------------------------------------------------------ common
