@@ -13,8 +13,13 @@ Two loops in one Faust app (group ``<prefix>cluster``), neither deciding anythin
   everything after it. An effect the API server cannot take now (throttled, unavailable) is retried with
   backoff and holds the batch, so its offset is not committed before it is done; one it refuses for
   good (forbidden, invalid) goes to the dead-letter topic with the server's answer, as does a record
-  that is not an effect. Effects are idempotent, so a batch handled again after a crash changes
+  that is not an effect, or one whose application fails otherwise (a bug: it would fail again
+  after every restart). Effects are idempotent, so a batch handled again after a crash changes
   nothing more.
+
+Neither loop dies silently: a watch event that cannot be encoded or sent is dead-lettered and the
+rest go on (``ClusterBridge.send_burst``), and a loop that fails all the same is started again with
+backoff while ``/readyz`` says it is down (``ClusterBridge.supervised``).
 """
 
 from __future__ import annotations
@@ -221,6 +226,10 @@ class ClusterBridge:
                 self._traced(env, incoming, started, outcome)
         except Refused as exc:
             letter = self._dead_letter(incoming, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a failure neither refusal nor outage (a bug, an odd
+            # effect): the same record would fail the same way after every restart, so it is set aside
+            log.exception("effect %s failed", env.id)
+            letter = self._dead_letter(incoming, f"cannot be applied: {type(exc).__name__}: {_first_line(exc)}")
         self.seen.add(env.id)
         return letter
 
@@ -231,7 +240,7 @@ class ClusterBridge:
         while True:
             try:
                 return await self.applier.apply(env.payload, env.id)
-            except Transient as exc:
+            except (Transient, asyncio.TimeoutError, ConnectionError) as exc:
                 self.retries += 1
                 log.warning("%s; trying again in %.1fs", exc, delay)
                 await asyncio.sleep(delay)

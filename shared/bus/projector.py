@@ -241,10 +241,15 @@ class LogProjector:
         self._watch(batch.items)
 
     def _watch(self, items: Sequence[rows.Located]) -> None:
+        """Hand the written envelopes to the watchers; one that fails (the spans of a workload)
+        is logged and stops nothing: the batch is stored, and reading it again would fail again."""
         if self.watchers:
             envelopes = [item.envelope for item in items]
             for watch in self.watchers:
-                watch(envelopes)
+                try:
+                    watch(envelopes)
+                except Exception:  # noqa: BLE001
+                    log.exception("projector: a watcher failed on a batch of %d envelopes", len(envelopes))
 
     def flush(self) -> None:
         self.written = self.written + self._pipeline.flush()

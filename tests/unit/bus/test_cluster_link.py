@@ -114,3 +114,29 @@ def test_a_task_that_fails_is_started_again_and_the_link_is_not_ready_meanwhile(
     down = asyncio.run(go())
     assert down is not None and down.startswith("publishing is down (RuntimeError: lost the plot)")
     assert states == [None, None, None] and bridge.not_ready() is None  # ready again once it runs
+
+
+def test_an_effect_whose_application_fails_otherwise_is_dead_lettered_and_the_next_applied():
+    from shared.bus.worker import Incoming
+    from shared.events import KubeEffect, wrap
+
+    class Applier:
+        def __init__(self) -> None:
+            self.applied: list[str] = []
+
+        async def apply(self, effect: KubeEffect, effect_id: str) -> str:
+            if effect.name == "odd":
+                raise KeyError("spec")
+            self.applied.append(effect.name)
+            return "applied"
+
+    bridge, broker = _bridge(), Broker()
+    bridge.applier = Applier()  # type: ignore[assignment]
+    effects = [wrap(KubeEffect(op="unsuspend", kind="RayCluster", namespace="ns", name=name), source="reconciler",
+                    cause=None, index=i, at=1.0) for i, name in enumerate(("odd", "fine"))]
+    batch = [Incoming(codec.encode(env), codec.envelope_headers(env), 0, offset) for offset, env in enumerate(effects)]
+    asyncio.run(bridge.apply_batch(batch, broker))
+    assert bridge.applier.applied == ["fine"]  # type: ignore[attr-defined]
+    [letter] = [json.loads(r.value) for r in broker.sent]
+    assert (letter["offset"], letter["topic"]) == (0, TOPICS.effects)
+    assert letter["error"] == "cannot be applied: KeyError: 'spec'"
