@@ -238,13 +238,7 @@ async def ready_to_read(config: BusConfig, topic: str, reader: str, *, group: st
     await ensure_topics(config, reads=[topic], reader=reader)
     tp = TopicPartition(topic, 0)
     if group is not None:
-        admin = AIOKafkaAdminClient(**config.aiokafka())
-        await admin.start()
-        try:
-            meta = (await admin.list_consumer_group_offsets(group, partitions=[tp])).get(tp)
-        finally:
-            await admin.close()
-        resume = meta.offset if meta is not None and meta.offset >= 0 else None
+        resume = await group_offset(config, group, topic)
     consumer = AIOKafkaConsumer(**config.aiokafka())
     await consumer.start()
     try:
@@ -292,8 +286,8 @@ def delete_topics(config: BusConfig, *, timeout: float = 10.0) -> list[str]:
     return doomed
 
 
-async def committed_offset(config: BusConfig, group: str, topic: str) -> int:
-    """Where ``group`` resumes on ``topic`` (partition 0): 0 when it never committed."""
+async def group_offset(config: BusConfig, group: str, topic: str) -> int | None:
+    """Where ``group`` resumes on ``topic`` (partition 0); None when it never committed."""
     admin = AIOKafkaAdminClient(**config.aiokafka())
     await admin.start()
     try:
@@ -301,7 +295,12 @@ async def committed_offset(config: BusConfig, group: str, topic: str) -> int:
     finally:
         await admin.close()
     meta = offsets.get(TopicPartition(topic, 0))
-    return max(meta.offset, 0) if meta is not None else 0
+    return meta.offset if meta is not None and meta.offset >= 0 else None
+
+
+async def committed_offset(config: BusConfig, group: str, topic: str) -> int:
+    """Where ``group`` resumes on ``topic`` (partition 0): 0 when it never committed."""
+    return await group_offset(config, group, topic) or 0
 
 
 # --------------------------------------------------------------------------- reading in order
