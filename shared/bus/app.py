@@ -70,6 +70,10 @@ COMMIT_BACKOFF_MAX = 30.0
 """Longest wait between two commits while they keep failing: the wait doubles from ``COMMIT_INTERVAL``
 after each failure, so a broker that refuses commits for an hour costs about 120 log lines, not 3,600."""
 
+END_PATIENCE = 3.0
+"""Seconds a start-up check fetches at a reader's committed offset before it believes the partition
+ends before it (``_last_offset_read``)."""
+
 GAP_PATIENCE = 2.0
 """Seconds a reader keeps fetching again at a gap in a partition's offsets before it takes the gap
 as real (``InOrder``)."""
@@ -239,11 +243,13 @@ async def ready_to_read(config: BusConfig, topic: str, reader: str, *, group: st
     tp = TopicPartition(topic, 0)
     if group is not None:
         resume = await group_offset(config, group, topic)
-    consumer = AIOKafkaConsumer(**config.aiokafka())
+    consumer = AIOKafkaConsumer(**config.aiokafka(), fetch_max_wait_ms=config.fetch_wait_ms)
     await consumer.start()
     try:
         start = (await consumer.beginning_offsets([tp]))[tp]
         end = (await consumer.end_offsets([tp]))[tp]
+        if resume is not None and resume > end:
+            end = max(end, await _last_offset_read(consumer, tp, resume - 1) + 1)
     finally:
         await consumer.stop()
     problem = lost_records(topic, reader, start=start, end=end, resume=resume,
@@ -284,6 +290,28 @@ def delete_topics(config: BusConfig, *, timeout: float = 10.0) -> list[str]:
     worker.start()
     worker.join(timeout + 3.0)
     return doomed
+
+
+async def _last_offset_read(consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int,
+                            patience: float = END_PATIENCE) -> int:
+    """The highest offset at or past ``offset`` that a fetch from ``offset`` returns within
+    ``patience`` seconds; -1 when none does (the partition ends before it).
+
+    Asked before concluding that a partition ends before a reader's committed offset: Tansu, the test
+    broker, answers a ListOffsets for the latest offset with the base offset of the last record
+    batch, not the offset after its last record, so its "end" trails a reader who has read that
+    batch. A record read is proof."""
+    consumer.assign([tp])
+    consumer.seek(tp, offset)
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        fetched = await consumer.getmany(tp, timeout_ms=200)
+        found = [record.offset for record in fetched.get(tp, ()) if record.offset >= offset]
+        if found:
+            return max(found)
+        if fetched.get(tp):  # reset to the start: ``offset`` is out of range
+            return -1
+    return -1
 
 
 async def group_offset(config: BusConfig, group: str, topic: str) -> int | None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from shared.bus.app import _topic_configs, ensure_topics, ready_to_read
+from shared.bus.app import _topic_configs, ensure_topics, ready_to_read, send_records
 from shared.bus.config import BusConfig
+from shared.bus.worker import Record
 from shared.store.writer import ProjectionWriter
 from tests.builders.cli import invoke, one_line_error
 
@@ -97,3 +98,23 @@ def test_the_projector_refuses_a_log_emptied_under_its_stored_offset(
                     "--store", pg_store, "--metrics-port", "0")
     one_line_error(result, 2, f"not starting: {topic_prefix}events ends at offset 0 but the projector has handled it "
                               "up to offset 41")
+
+
+def test_a_service_resumes_on_an_inbox_read_to_its_end(kafka_bootstrap: str, topic_prefix: str) -> None:
+    """The records up to the committed offset are there: no refusal, even where the broker's latest
+    offset trails them (Tansu answers with the last batch's base offset: 1 for a batch of five)."""
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    inbox = config.topics.inbox("queue")
+    asyncio.run(ensure_topics(config))
+
+    async def write() -> None:
+        producer = AIOKafkaProducer(**config.aiokafka())
+        await producer.start()
+        try:
+            await send_records(producer, [Record(inbox, b"cluster", b"{}", []) for _ in range(5)])  # one batch
+        finally:
+            await producer.stop()
+
+    asyncio.run(write())
+    asyncio.run(_commit(config, f"{topic_prefix}queue", inbox, 5))
+    asyncio.run(ready_to_read(config, inbox, "the queue service", group=f"{topic_prefix}queue", replays=True))
