@@ -415,7 +415,7 @@ def disturb(deployment: Deployment, broker: LocalBroker, proxy: Proxy) -> None:
         deadline = time.monotonic() + READY_WAIT
         while not deployment.ready(name) and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(rng.uniform(0.0, 0.5))  # at work: a batch, a commit, an apply in flight, or idle
+        time.sleep(rng.uniform(0.3, 2.0))  # at work: a batch, a commit, an apply in flight, or idle
         deployment.kill(name)
         if n == KILLS // 3:
             os.kill(broker.pid, signal.SIGSTOP)
@@ -442,7 +442,6 @@ def test_kills_a_broker_pause_and_a_store_outage_change_nothing_in_the_end(
     for name in ("admission", "queue", "placement", "reconciler"):
         rebuilt = [int(n) for n in re.findall(rf"{name}: rebuilt from (\d+) inbox records", logs[name])]
         assert max(rebuilt, default=0) > 0, (name, rebuilt)
-    assert re.search(r"projector: reading \S+ from partition 0 offset [1-9]", logs["projector"])
     for name, text in logs.items():  # a restart of a healthy stack is never refused (its records are all there)
         assert "not starting:" not in text, (name, text[text.index("not starting:"):][:300])
 
