@@ -42,6 +42,9 @@ def render(result: dict[str, Any], console: Console, failures: list[Failure] | N
                 label = pod["pod_set"] + (f" gpu{pod['gpu']['devices']}x{pod['gpu']['fraction']:g}" if pod["gpu"] else "")
                 per_node = placed.setdefault(pod["node"], {})
                 per_node[label] = per_node.get(label, 0) + 1
+        waiting = w.get("elastic_waiting") or []
+        if waiting and waiting[-1]["reason"]:
+            console.print(escape(f"   elastic since {waiting[-1]['t']:g}s: {waiting[-1]['reason']}"), style="dim")
         if placed:
             console.print(escape("   bound now: " + "; ".join(
                 f"{node}: " + ", ".join(f"{label}" + (f" x{n}" if n > 1 else "") for label, n in sets.items())
