@@ -431,6 +431,12 @@ class ResultProjection:
                 queues[name]["rejected"] = self.rejected_queues[name]
         return queues
 
+    def elastic_waits(self) -> dict[str, tuple[float, str]]:
+        """Per workload whose elastic pods wait at the end: since when, and why."""
+        return {key: (view.elastic_waiting[-1]["t"], view.elastic_waiting[-1]["reason"])
+                for key, view in sorted(self.workloads.items())
+                if view.elastic_waiting and view.elastic_waiting[-1]["reason"]}
+
     def result(self, wall_seconds: float = 0.0) -> dict[str, Any]:
         """The ``--json`` document of the scenario/result contract."""
         workloads: dict[str, Any] = {}
@@ -445,8 +451,6 @@ class ResultProjection:
                 "transitions": list(view.transitions),
                 "pods": [p.as_json() for p in self.pods_of(key)],
             }
-            if view.elastic_waiting:
-                workloads[key]["elastic_waiting"] = list(view.elastic_waiting)
         return {
             "scenario": self.scenario,
             "workloads": workloads,
