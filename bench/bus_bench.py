@@ -33,6 +33,7 @@ Figures only, never asserted.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import os
 import subprocess
@@ -135,6 +136,14 @@ class _Feed(AioProducer):
         return await send_records(self.producer, records)
 
 
+@functools.lru_cache(maxsize=1)
+def _policy() -> Policy:
+    """The generated scenario's policy, as ``muster simulate`` runs it: muster also answers to the
+    scheduler name the simulated KubeRay gives its pods (``volcano`` for these Volcano-labelled
+    RayClusters); with bare ``Policy()`` placement counts them as another scheduler's and binds none."""
+    return parse_scenario(scenario_bench.generated_scenario(nodes=1, clusters=1), origin="generated").effective_policy()
+
+
 @contextmanager
 def _deciders(config: BusConfig, sink: Any = None) -> Iterator[tuple[EventLoopThread, AioProducer]]:
     """Admission, queue and placement as `muster run` apps (arrival order, wall clock) on a loop
@@ -142,7 +151,7 @@ def _deciders(config: BusConfig, sink: Any = None) -> Iterator[tuple[EventLoopTh
     from shared.metrics.server import service_exposition
 
     bus = EventLoopThread()
-    apps = [service_app(name, config, Policy(), sink=sink) for name in DECIDERS]
+    apps = [service_app(name, config, _policy(), sink=sink) for name in DECIDERS]
     for name, app in zip(DECIDERS, apps):
         service_exposition(app, name)  # as `muster run` has them: the queue's metrics fold watches its inbox
     producer = _Feed(config)
