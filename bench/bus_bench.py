@@ -392,8 +392,11 @@ TRACING_RUNS = 5
 @contextmanager
 def _no_tracing_hooks() -> Iterator[None]:
     """The deciders without the tracing checks of the worker's and the service's handle (the
-    baseline 'tracing off' is measured against). One check per record read stays in both."""
-    from shared.bus.worker import InboxWorker
+    baseline 'tracing off' is measured against): copies of ``InboxWorker._handle`` and
+    ``Service.handle`` minus those lines, else the same (tests/unit/bench/test_tracing_baseline.py
+    checks they decide alike). One check per record read stays in both."""
+    from shared.bus.worker import InboxWorker, log
+    from shared.faults import Fault, describe, rejections
     from shared.service import Service
 
     def handle(self: Any, item: Any, *, live: bool = True) -> list[Envelope]:
@@ -409,7 +412,10 @@ def _no_tracing_hooks() -> Iterator[None]:
         for env in ready:
             made = self.service.handle(env)
             for watch in self.watchers:
-                watch(env, made)
+                try:
+                    watch(env, made)
+                except Exception:  # noqa: BLE001 - as the worker does
+                    log.exception("%s: a watcher failed on %s %s", self.service.name, env.type, env.id)
             outputs.extend(made)
         return outputs
 
@@ -418,7 +424,14 @@ def _no_tracing_hooks() -> Iterator[None]:
             self.duplicates += 1
             return []
         self.handled += 1
-        return [wrap(payload, source=self.name, cause=env, index=i) for i, payload in enumerate(self.core.handle(env))]
+        try:
+            payloads = self.core.handle(env)
+        except Exception as exc:  # noqa: BLE001 - as the service does
+            error = describe(self.name, env, exc)
+            self.failed += 1
+            self.faults.append(Fault(self.name, env, error))
+            payloads = rejections(self.name, env, error)
+        return [wrap(payload, source=self.name, cause=env, index=i) for i, payload in enumerate(payloads)]
 
     saved = InboxWorker._handle, Service.handle
     InboxWorker._handle, Service.handle = handle, service_handle  # type: ignore[method-assign]
