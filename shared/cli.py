@@ -154,7 +154,7 @@ def simulate_cmd(
     else:
         from shared.timeline import render
 
-        render(result, console, failures, checked=check)
+        render(result, console, failures, checked=check, elastic=run.history.elastic_waits())
         if written is not None:
             from shared.store.engine import display
 
