@@ -224,6 +224,7 @@ class AdmissionCore:
         ``--batch-scheduler`` is volcano or scheduler-plugins) gives the minimum and the queue."""
         wid = f"{w.kind}:{w.key}"
         self._claim(w.key, wid)
+        fields.not_refused(w.obj)
         parse = parse_ray_cluster if w.kind == "RayCluster" else parse_ray_job
         shape = parse(w.name, w.obj, KUBERAY)  # the spec is checked before anything is read from it
         labels, annotations = fields.labels(w.obj), fields.annotations(w.obj)

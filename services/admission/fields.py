@@ -9,7 +9,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Mapping
 
-from shared import quantity as q
+from shared import kube, quantity as q
 
 _MISSING: Any = object()
 
@@ -142,3 +142,10 @@ def labels(obj: Mapping[str, Any]) -> dict[str, str]:
 
 def annotations(obj: Mapping[str, Any]) -> dict[str, str]:
     return string_map(metadata(obj).get("annotations"), "metadata.annotations")
+
+
+def not_refused(obj: Mapping[str, Any]) -> None:
+    """An object ingest refused (``shared.kube.REFUSED``) is ``Invalid`` with ingest's reason."""
+    reason = kube.refused(obj)
+    if reason is not None:
+        raise Invalid(f"refused at ingest: {reason}")

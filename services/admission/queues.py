@@ -14,8 +14,8 @@ from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Any, Mapping
 
 from services.admission.dialects import queue_fields
-from services.admission.fields import (Invalid, boolean, integer, mapping, opt_list, opt_mapping, quantities, show,
-                                      string)
+from services.admission.fields import (Invalid, boolean, integer, mapping, not_refused, opt_list, opt_mapping,
+                                      quantities, show, string)
 from shared import quantity as q
 from shared.events import QueueDefined, QueueRejected, QueueRemoved
 from shared.model import UNLIMITED, QueueSource, QueueSpec
@@ -278,6 +278,7 @@ class QueueBook:
         return out + (self._retry_rejected() if out else [])
 
     def _parse(self, source: _Source) -> list[QueueSpec]:
+        not_refused(source.obj)
         if source.kind == "ElasticQuotaTree":
             return elastic_quota_tree(source.obj)
         if api_group(source.api_version) == KAI_GROUP:
