@@ -127,20 +127,21 @@ def tree_problem(value: Any, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX
     return None
 
 
-def object_problem(obj: Mapping[str, Any]) -> str | None:
+def object_problem(obj: Mapping[str, Any], *, require_name: bool = True) -> str | None:
     """Why the API server would refuse ``obj``'s name, namespace, labels or annotation keys (muster
     reads these as identities and selectors), None if it would not. Cluster-scoped kinds have no
     namespace; names of every kind muster reads are DNS-1123 subdomains, as ``ValidateObjectMeta``
     checks them for Pods, Nodes, CRDs and PriorityClasses."""
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping):
-        return "metadata: missing"
+        return "metadata: missing" if require_name or meta is not None else None
     name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        return "metadata.name: missing"
-    problem = dns1123_subdomain(name)
-    if problem:
-        return f"metadata.name: {problem}"
+    if name is not None or require_name:
+        if not isinstance(name, str) or not name:
+            return "metadata.name: missing"
+        problem = dns1123_subdomain(name)
+        if problem:
+            return f"metadata.name: {problem}"
     namespace = meta.get("namespace")
     if namespace is not None:
         if not isinstance(namespace, str):
@@ -168,10 +169,15 @@ def object_problem(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
-def yaml_error(exc: BaseException, origin: str) -> str:
-    """PyYAML's error as ``FILE:LINE:COLUMN: malformed YAML: problem (context)`` on one line."""
+def yaml_error(exc: BaseException, origin: str, *, within: str = "") -> str:
+    """PyYAML's error on one line: ``FILE:LINE:COLUMN: malformed YAML: problem (context)``; with
+    ``within`` (YAML inside a field), ``FILE: FIELD: malformed YAML: problem (context, line L column C of FIELD)``."""
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["not YAML"])[0]
-    context = getattr(exc, "context", None)
-    where = f"{origin}:{mark.line + 1}:{mark.column + 1}" if mark is not None else origin
-    return " ".join(f"{where}: malformed YAML: {problem}{f' ({context})' if context else ''}".split())
+    notes = [str(getattr(exc, "context", None) or "")]
+    if within and mark is not None:
+        notes.append(f"line {mark.line + 1} column {mark.column + 1} of {within}")
+    note = ", ".join(n for n in notes if n)
+    where = (f"{origin}: {within}" if within else
+             f"{origin}:{mark.line + 1}:{mark.column + 1}" if mark is not None else origin)
+    return " ".join(f"{where}: malformed YAML: {problem}{f' ({note})' if note else ''}".split())
