@@ -7,7 +7,9 @@ and name ``<unicode string>``; a user needs the file and the line.
 
 from __future__ import annotations
 
+import json
 import re
+from functools import lru_cache
 from typing import Any, Mapping
 
 from pydantic import ValidationError
@@ -57,6 +59,7 @@ def shown(text: str, most: int = 60) -> str:
     return repr(cut.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace"))
 
 
+@lru_cache(maxsize=8192)  # the same names and labels come with every event of an object
 def dns1123_subdomain(value: str) -> str | None:
     """Why ``value`` is not a DNS-1123 subdomain (most object names), None if it is."""
     if len(value) > 253:
@@ -67,6 +70,7 @@ def dns1123_subdomain(value: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=8192)  # the same names and labels come with every event of an object
 def dns1123_label(value: str) -> str | None:
     """Why ``value`` is not a DNS-1123 label (namespaces), None if it is."""
     if len(value) > 63:
@@ -77,6 +81,7 @@ def dns1123_label(value: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=8192)  # the same names and labels come with every event of an object
 def qualified_name(value: str) -> str | None:
     """Why ``value`` is not a label or annotation key (``[prefix/]name``), None if it is."""
     prefix, _, name = value.rpartition("/")
@@ -88,6 +93,7 @@ def qualified_name(value: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=8192)  # the same names and labels come with every event of an object
 def label_value(value: str) -> str | None:
     """Why ``value`` is not a label value, None if it is."""
     if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
@@ -100,30 +106,31 @@ def tree_problem(value: Any, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX
                  max_bytes: int | None = None) -> str | None:
     """Why a decoded JSON/YAML value is too deep, too large or holds text no encoder takes (lone
     surrogates), None if it is fine. Iterative, and a shared (aliased) branch counts every time it is
-    reached, so the walk stops after ``max_nodes`` however far aliases would expand."""
+    reached, so the walk stops after ``max_nodes`` however far aliases would expand.
+
+    It runs on every watch event, so the Python walk visits maps and lists only; the text is checked
+    in one pass of the C JSON encoder and one UTF-8 encoding."""
     stack: list[tuple[Any, int]] = [(value, 1)]
-    nodes = size = 0
+    nodes = 1
     while stack:
         item, depth = stack.pop()
-        nodes += 1
+        children: Any = item.values() if isinstance(item, dict) else item
+        if depth > max_depth:
+            return f"nested deeper than {max_depth} levels"
+        nodes += len(children)
         if nodes > max_nodes:
             return f"more than {max_nodes} values (YAML aliases count each time they are used)"
-        if isinstance(item, str):
-            if _SURROGATE.search(item):
-                return f"text {shown(item)} is not valid Unicode (a lone surrogate)"
-            size += len(item)
-        elif isinstance(item, dict):
-            if depth > max_depth:
-                return f"nested deeper than {max_depth} levels"
-            for key, child in item.items():
-                stack.append((child, depth + 1))
-                stack.append((key, depth + 1))
-        elif isinstance(item, list):
-            if depth > max_depth:
-                return f"nested deeper than {max_depth} levels"
-            stack.extend((child, depth + 1) for child in item)
-        if max_bytes is not None and size > max_bytes:
-            return f"larger than {max_bytes // 1024} KiB of text"
+        below = depth + 1
+        for child in children:
+            if type(child) is dict or type(child) is list or isinstance(child, (dict, list)):
+                stack.append((child, below))
+    text = json.dumps(value, ensure_ascii=False, check_circular=False, skipkeys=True, default=str)
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        return f"text {shown(text[max(exc.start - 20, 0):exc.end + 20])} is not valid Unicode (a lone surrogate)"
+    if max_bytes is not None and size > max_bytes:
+        return f"larger than {max_bytes // 1024} KiB of text"
     return None
 
 
