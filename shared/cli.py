@@ -730,6 +730,7 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
 
     from shared.audit import whatif
     from shared.audit.logfile import envelopes
+    from shared.validation import yaml_error
 
     Policy.from_yaml(change_file)  # every key checked, before the long part
     change = yaml.safe_load(change_file.read_text()) or {}
@@ -737,8 +738,10 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
     for path in extra_files:
         try:
             docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-        except (OSError, yaml.YAMLError) as exc:
-            raise ScenarioError(f"cannot read {path}: {exc}") from None
+        except OSError as exc:
+            raise ScenarioError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise ScenarioError(yaml_error(exc, str(path))) from None
         if not all(isinstance(d, dict) and d.get("kind") and isinstance(d.get("metadata"), dict) for d in docs):
             raise ScenarioError(f"{path}: every document must be a Kubernetes manifest (kind, metadata)")
         extra.extend(docs)

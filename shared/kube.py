@@ -31,6 +31,10 @@ VOLCANO_TASK = "volcano.sh/task-spec"
 
 GPU_FRACTION = "gpu-fraction"
 
+REFUSED = "muster.dev/ingest-refused"
+"""Annotation ingest puts on an object it reduced to its identity (``services.reconciler.ingest``):
+why the object cannot be taken. Admission rejects the workload or queue with it."""
+
 DEFAULT_SCHEDULER = "default-scheduler"
 """What the API server writes into a pod's ``spec.schedulerName`` when the pod names none."""
 
@@ -52,6 +56,12 @@ def labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
 
 def annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return mapping(meta(obj).get("annotations"))
+
+
+def refused(obj: Mapping[str, Any]) -> str | None:
+    """Why ingest refused ``obj`` (``REFUSED``), or None."""
+    reason = annotations(obj).get(REFUSED)
+    return reason if isinstance(reason, str) else None
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

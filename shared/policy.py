@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from shared.kube import DEFAULT_SCHEDULER
-from shared.validation import first_errors
+from shared.validation import first_errors, yaml_error
 
 Queueing = Literal["StrictFIFO", "BestEffortFIFO"]
 Strategy = Literal["binpack", "spread", "fragmentation"]
@@ -115,7 +115,7 @@ class Policy(BaseModel):
         except OSError as exc:
             raise PolicyError(f"cannot read policy {path}: {exc.strerror or exc}") from None
         except yaml.YAMLError as exc:
-            raise PolicyError(f"cannot read policy {path}: malformed YAML: {' '.join(str(exc).split())}") from None
+            raise PolicyError(f"cannot read policy {yaml_error(exc, str(path))}") from None
         if data is not None and not isinstance(data, dict):
             raise PolicyError(f"invalid policy {path}: a policy is a mapping of keys (queueing, placement, ...), "
                               f"not a {type(data).__name__}")

@@ -17,7 +17,20 @@ _BINARY = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
             "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12),
             "P": Decimal(10**15), "E": Decimal(10**18)}
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+_QUANTITY = re.compile(r"([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?")
+"""apimachinery's ``resource.Quantity`` grammar (``quantity.go``): a signed decimal number, then a binary
+suffix, a decimal suffix or an ``e``/``E`` exponent, never both (``1e3m`` is refused), ASCII digits only."""
+
+MAX_MILLI = 2**63 - 1
+"""The largest amount muster holds, in milli-units: a signed 64-bit integer, like Kubernetes'
+``int64Amount`` and the store's ``BIGINT`` columns. Kubernetes caps a quantity at 2**63-1 *units*;
+muster refuses one whose milli-value does not fit (above about 9.2e15 units: 8 PiB of memory, 9.2
+quadrillion CPUs) rather than overflow a sum or a column later."""
+
+MAX_TEXT = 64
+"""The longest quantity string taken. The canonical form of any amount up to ``MAX_MILLI`` is at most
+22 characters; longer text is padding (``0000...1``) or an amount out of range, and parsing a
+4,000-digit number costs more than a watch event is worth."""
 
 #: Resource names users write that mean the same thing (KAI's queue speaks of ``gpu``).
 ALIASES = {"gpu": "nvidia.com/gpu", "gpus": "nvidia.com/gpu"}
@@ -40,18 +53,23 @@ def parse_quantity(value: object, *, allow_negative: bool = False) -> int:
     if isinstance(value, bool):
         raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, int):
+        if abs(value) > MAX_MILLI:
+            raise QuantityError(_too_large(value if value.bit_length() < 128 else f"{value.bit_length()}-bit integer"))
         amount = Decimal(value)
     elif isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise QuantityError(f"{value!r} is not a finite quantity")
         amount = Decimal(repr(value))
     elif isinstance(value, str):
-        match = _QUANTITY.match(value.strip())
+        if len(value) > MAX_TEXT:
+            raise QuantityError(f"{value[:20]!r}... ({len(value)} characters) is not a quantity muster accepts "
+                                f"(at most {MAX_TEXT} characters)")
+        match = _QUANTITY.fullmatch(value.strip())  # Quantity.UnmarshalJSON trims spaces
         if not match:
             raise QuantityError(f"{value!r} is not a quantity")
-        number, suffix = match.group(1), match.group(2) or ""
+        number, exponent, suffix = match.group(1), match.group(2) or "", match.group(3) or ""
         try:
-            amount = Decimal(number) * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
+            amount = Decimal(number + exponent) * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
         except ArithmeticError:
             raise QuantityError(f"{value!r} is not a quantity") from None
     else:
@@ -60,10 +78,27 @@ def parse_quantity(value: object, *, allow_negative: bool = False) -> int:
         raise QuantityError(f"{value!r} is not a finite quantity")
     if amount < 0 and not allow_negative:
         raise QuantityError(f"{value!r} is negative")
+    if amount and amount.adjusted() > 18:  # decided on the exponent: 1e999990 never becomes an int
+        raise QuantityError(_too_large(value))
     try:
-        return int((amount * 1000).to_integral_value(rounding="ROUND_CEILING"))
+        milli = int((amount * 1000).to_integral_value(rounding="ROUND_CEILING"))
     except ArithmeticError:
-        raise QuantityError(f"{value!r} is too large") from None
+        raise QuantityError(_too_large(value)) from None
+    if not -MAX_MILLI <= milli <= MAX_MILLI:
+        raise QuantityError(_too_large(value))
+    return milli
+
+
+def _too_large(value: object) -> str:
+    return f"{value!r} is too large (muster holds at most {MAX_MILLI // 1000} units, 2**63-1 milli-units)"
+
+
+def check_total(res: Mapping[str, int], where: str) -> None:
+    """Refuse a sum that no longer fits a signed 64-bit column (a gang of huge pods, a node count)."""
+    for name in sorted(res):
+        if abs(res[name]) > MAX_MILLI:
+            raise QuantityError(f"{where}.{name}: the total {res[name] // 1000} is too large "
+                                f"(muster holds at most {MAX_MILLI // 1000} units)")
 
 
 def format_quantity(name: str, milli: int) -> str:

@@ -31,8 +31,45 @@ and the pure-Python parser took a fifth of ``muster simulate``'s time reading th
 constructor, so the same documents."""
 
 
+MAX_ALIASES = 100
+"""Most YAML aliases (``*name``) taken in one text. Manifests rarely use any; a billion-laughs document
+needs few aliases to expand into billions of values, and ``tree_problem`` stops that expansion too."""
+
+MAX_NODE_COUNT = 20_000
+"""Most simulated nodes a scenario may declare (its ``count`` entries and named nodes together): four
+times the 5,000 nodes Kubernetes supports in one cluster, so a typo (``count: 1e9``) is an error, not
+minutes of building nodes."""
+
+
+class _YamlBound(ValueError):
+    """A YAML text beyond a bound (aliases, nesting): refused before or while it is built."""
+
+
+def _aliases_within_bound(text: str) -> None:
+    if "*" not in text:  # no alias without an asterisk: the common case costs one scan of the text
+        return
+    count = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.AliasEvent):
+            count += 1
+            if count > MAX_ALIASES:
+                mark = event.start_mark
+                raise _YamlBound(f"{mark.line + 1}:{mark.column + 1}: more than {MAX_ALIASES} YAML aliases")
+
+
+def _load(text: str, *, many: bool) -> Any:
+    """PyYAML, bounded: aliases counted first, nesting deeper than the interpreter's stack refused."""
+    _aliases_within_bound(text)
+    try:
+        return list(yaml.load_all(text, Loader=_Loader)) if many else yaml.load(text, Loader=_Loader)
+    except RecursionError:
+        raise _YamlBound("nested too deeply to read") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits (int's own bound) is no number
+        raise _YamlBound(" ".join(str(exc).split())) from None
+
+
 def _load_all(text: str) -> list[Any]:
-    return list(yaml.load_all(text, Loader=_Loader))
+    return _load(text, many=True)
 
 
 class _Strict(BaseModel):
@@ -48,7 +85,7 @@ def _seconds(value: Any) -> float:
 
 class NodeSpec(_Strict):
     name: str | None = Field(default=None, min_length=1)
-    count: int | None = Field(default=None, ge=1)
+    count: int | None = Field(default=None, ge=1, le=MAX_NODE_COUNT)
     name_prefix: str = "node-"
     capacity: dict[str, str | int | float]
     labels: dict[str, str] = {}
@@ -58,6 +95,11 @@ class NodeSpec(_Strict):
     def _named(self) -> "NodeSpec":
         if (self.name is None) == (self.count is None):
             raise ValueError("a node entry needs exactly one of 'name' or 'count'")
+        last = self.name or f"{self.name_prefix}{self.count}"
+        problem = object_problem({"metadata": {"name": last, "labels": self.labels}})
+        if problem:
+            raise ValueError(problem.replace("metadata.", "", 1) if self.name or "labels" in problem
+                             else f"name_prefix: {problem.removeprefix('metadata.name: ')}")
         try:
             parse_resources(self.capacity, where="capacity")
         except QuantityError as exc:
@@ -116,13 +158,19 @@ class Step(_Strict):
         Parsed once: callers copy before they change one (``SimCluster.apply`` does)."""
         if self._docs is not None:
             return self._docs
+        where = f"steps[{index}].apply"
         try:
             docs = [d for d in _load_all(self.apply or "") if d is not None]
         except yaml.YAMLError as exc:
-            raise ScenarioError(f"steps[{index}].apply: malformed YAML: {exc}") from None
+            raise ScenarioError(yaml_error(exc, "", within=where).removeprefix(": ")) from None
+        except _YamlBound as exc:
+            raise ScenarioError(f"{where}: {exc}") from None
         for n, doc in enumerate(docs):
             if not isinstance(doc, dict):
                 raise ScenarioError(f"steps[{index}].apply document {n + 1}: expected a mapping, got {type(doc).__name__}")
+            problem = tree_problem(doc) or object_problem(doc, require_name=False)
+            if problem:  # what the API server refuses, the simulated one refuses (kubectl apply fails)
+                raise ScenarioError(f"steps[{index}].apply document {n + 1} ({_named(doc)}): {problem}")
             try:
                 kinds.check(doc)
             except kinds.UnknownKind as exc:
@@ -222,6 +270,7 @@ class Scenario(_Strict):
 
 
 from shared.validation import first_errors as _first_error  # noqa: E402 - kept where its callers read it
+from shared.validation import object_problem, tree_problem, yaml_error  # noqa: E402
 
 
 def load_scenario(source: str | Path) -> Scenario:
@@ -235,15 +284,27 @@ def load_scenario(source: str | Path) -> Scenario:
 
 
 def parse_scenario(text: str, origin: str = "<scenario>") -> Scenario:
+    """Validate a scenario's text; every error is one line naming ``origin`` (and the line, for YAML)."""
     try:
-        data = yaml.load(text, Loader=_Loader)
+        data = _load(text, many=False)
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"{origin}: malformed YAML: {exc}") from None
+        raise ScenarioError(yaml_error(exc, origin)) from None
+    except _YamlBound as exc:
+        raise ScenarioError(f"{origin}: {exc}") from None
     if not isinstance(data, dict):
         raise ScenarioError(f"{origin}: a scenario is a mapping with name, cluster, steps, until")
+    problem = tree_problem(data)
+    if problem:
+        raise ScenarioError(f"{origin}: {problem}")
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError(f"{origin}: {_first_error(exc)}") from None
-    scenario.documents  # noqa: B018 - surface malformed YAML and unknown kinds before anything runs
+    nodes = sum(spec.count or 1 for spec in scenario.cluster.nodes)
+    if nodes > MAX_NODE_COUNT:
+        raise ScenarioError(f"{origin}: cluster.nodes: {nodes} nodes, more than the {MAX_NODE_COUNT} muster simulates")
+    try:
+        scenario.documents  # noqa: B018 - surface malformed YAML and unknown kinds before anything runs
+    except ScenarioError as exc:
+        raise ScenarioError(f"{origin}: {exc}") from None
     return scenario

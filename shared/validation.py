@@ -1,10 +1,16 @@
-"""pydantic's validation errors in one line, for the one-line errors every command prints.
+"""Input checks that end in one line: pydantic's errors, YAML errors, Kubernetes names and bounds.
 
 pydantic's own text spans several lines and links its documentation; a user needs the field and the
-complaint: ``queueing: Input should be 'StrictFIFO' or 'BestEffortFIFO'``.
+complaint: ``queueing: Input should be 'StrictFIFO' or 'BestEffortFIFO'``. PyYAML's errors span lines
+and name ``<unicode string>``; a user needs the file and the line.
 """
 
 from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from typing import Any, Mapping
 
 from pydantic import ValidationError
 
@@ -21,3 +27,164 @@ def first_errors(exc: ValidationError, most: int = 3, *, values: bool = False) -
             text += f" (got {value!r})"
         parts.append(text)
     return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- Kubernetes input bounds
+# What the API server validates (k8s.io/apimachinery/pkg/util/validation), checked again where objects
+# enter muster (the cluster link's ingest, scenario loading): an object muster cannot hold is refused
+# there with one line, not deep inside a service, a topic or a column.
+
+MAX_DEPTH = 64
+"""Deepest nesting of maps and lists taken in an object. The deepest field muster reads (a RayJob's
+node affinity values) sits 16 levels down; PyYAML and JSON encoders recurse per level."""
+
+MAX_NODES = 200_000
+"""Most maps, lists and scalars in one object or scenario document, counted as if every YAML alias
+were expanded: a billion-laughs document is refused after this many, never expanded."""
+
+MAX_BYTES = 512 * 1024
+"""Most text (strings and keys, in UTF-8 bytes) one object may carry once ingest kept what muster
+reads: well under Kafka's default 1 MB record, above the API server's 256 KiB annotation budget."""
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII)
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", re.ASCII)
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?", re.ASCII)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def shown(text: str, most: int = 60) -> str:
+    """``text`` quoted for a one-line error: cut short, lone surrogates and control characters escaped."""
+    cut = text if len(text) <= most else text[:most] + "..."
+    return repr(cut.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace"))
+
+
+@lru_cache(maxsize=8192)  # the same names and labels come with every event of an object
+def dns1123_subdomain(value: str) -> str | None:
+    """Why ``value`` is not a DNS-1123 subdomain (most object names), None if it is."""
+    if len(value) > 253:
+        return f"{shown(value)} is longer than 253 characters"
+    if not _DNS1123_SUBDOMAIN.fullmatch(value):
+        return (f"{shown(value)} is not a DNS-1123 subdomain (lower case letters, digits, '-' and '.', "
+                "starting and ending with a letter or digit)")
+    return None
+
+
+@lru_cache(maxsize=8192)  # the same names and labels come with every event of an object
+def dns1123_label(value: str) -> str | None:
+    """Why ``value`` is not a DNS-1123 label (namespaces), None if it is."""
+    if len(value) > 63:
+        return f"{shown(value)} is longer than 63 characters"
+    if not _DNS1123_LABEL.fullmatch(value):
+        return (f"{shown(value)} is not a DNS-1123 label (lower case letters, digits and '-', "
+                "starting and ending with a letter or digit)")
+    return None
+
+
+@lru_cache(maxsize=8192)  # the same names and labels come with every event of an object
+def qualified_name(value: str) -> str | None:
+    """Why ``value`` is not a label or annotation key (``[prefix/]name``), None if it is."""
+    prefix, _, name = value.rpartition("/")
+    if "/" in value and (not prefix or dns1123_subdomain(prefix)):
+        return f"{shown(value)} has an invalid prefix (a DNS-1123 subdomain before the '/')"
+    if len(name) > 63 or not _QUALIFIED_NAME.fullmatch(name):
+        return (f"{shown(value)} is not a qualified name (at most 63 letters, digits, '-', '_' or '.', "
+                "starting and ending with a letter or digit, after an optional DNS subdomain prefix and '/')")
+    return None
+
+
+@lru_cache(maxsize=8192)  # the same names and labels come with every event of an object
+def label_value(value: str) -> str | None:
+    """Why ``value`` is not a label value, None if it is."""
+    if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+        return (f"{shown(value)} is not a label value (at most 63 letters, digits, '-', '_' or '.', "
+                "starting and ending with a letter or digit, or empty)")
+    return None
+
+
+def tree_problem(value: Any, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES,
+                 max_bytes: int | None = None) -> str | None:
+    """Why a decoded JSON/YAML value is too deep, too large or holds text no encoder takes (lone
+    surrogates), None if it is fine. Iterative, and a shared (aliased) branch counts every time it is
+    reached, so the walk stops after ``max_nodes`` however far aliases would expand.
+
+    It runs on every watch event, so the Python walk visits maps and lists only; the text is checked
+    in one pass of the C JSON encoder and one UTF-8 encoding."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    nodes = 1
+    while stack:
+        item, depth = stack.pop()
+        children: Any = item.values() if isinstance(item, dict) else item
+        if depth > max_depth:
+            return f"nested deeper than {max_depth} levels"
+        nodes += len(children)
+        if nodes > max_nodes:
+            return f"more than {max_nodes} values (YAML aliases count each time they are used)"
+        below = depth + 1
+        for child in children:
+            if type(child) is dict or type(child) is list or isinstance(child, (dict, list)):
+                stack.append((child, below))
+    text = json.dumps(value, ensure_ascii=False, check_circular=False, skipkeys=True, default=str)
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        return f"text {shown(text[max(exc.start - 20, 0):exc.end + 20])} is not valid Unicode (a lone surrogate)"
+    if max_bytes is not None and size > max_bytes:
+        return f"larger than {max_bytes // 1024} KiB of text"
+    return None
+
+
+def object_problem(obj: Mapping[str, Any], *, require_name: bool = True) -> str | None:
+    """Why the API server would refuse ``obj``'s name, namespace, labels or annotation keys (muster
+    reads these as identities and selectors), None if it would not. Cluster-scoped kinds have no
+    namespace; names of every kind muster reads are DNS-1123 subdomains, as ``ValidateObjectMeta``
+    checks them for Pods, Nodes, CRDs and PriorityClasses."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return "metadata: missing" if require_name or meta is not None else None
+    name = meta.get("name")
+    if name is not None or require_name:
+        if not isinstance(name, str) or not name:
+            return "metadata.name: missing"
+        problem = dns1123_subdomain(name)
+        if problem:
+            return f"metadata.name: {problem}"
+    namespace = meta.get("namespace")
+    if namespace is not None:
+        if not isinstance(namespace, str):
+            return "metadata.namespace: not a string"
+        problem = dns1123_label(namespace) if namespace else None
+        if problem:
+            return f"metadata.namespace: {problem}"
+    for field in ("labels", "annotations"):
+        values = meta.get(field)
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            return f"metadata.{field}: not a mapping"
+        for key, value in values.items():
+            if not isinstance(key, str):
+                return f"metadata.{field}: key {key!r} is not a string"
+            problem = qualified_name(key)
+            if problem:
+                return f"metadata.{field}: {problem}"
+            if not isinstance(value, str):
+                return f"metadata.{field}.{key}: {shown(repr(value))} is not a string"
+            problem = label_value(value) if field == "labels" else None
+            if problem:
+                return f"metadata.labels.{key}: {problem}"
+    return None
+
+
+def yaml_error(exc: BaseException, origin: str, *, within: str = "") -> str:
+    """PyYAML's error on one line: ``FILE:LINE:COLUMN: malformed YAML: problem (context)``; with
+    ``within`` (YAML inside a field), ``FILE: FIELD: malformed YAML: problem (context, line L column C of FIELD)``."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["not YAML"])[0]
+    notes = [str(getattr(exc, "context", None) or "")]
+    if within and mark is not None:
+        notes.append(f"line {mark.line + 1} column {mark.column + 1} of {within}")
+    note = ", ".join(n for n in notes if n)
+    where = (f"{origin}: {within}" if within else
+             f"{origin}:{mark.line + 1}:{mark.column + 1}" if mark is not None else origin)
+    return " ".join(f"{where}: malformed YAML: {problem}{f' ({note})' if note else ''}".split())

@@ -47,6 +47,7 @@ from shared.events import (
     WorkloadSubmitted,
     WorkloadUpdated,
 )
+from shared import quantity as q
 from shared.model import Gang, WorkloadSpec
 from shared.policy import Policy
 
@@ -222,6 +223,7 @@ class AdmissionCore:
         ``--batch-scheduler`` is volcano or scheduler-plugins) gives the minimum and the queue."""
         wid = f"{w.kind}:{w.key}"
         self._claim(w.key, wid)
+        fields.not_refused(w.obj)
         parse = parse_ray_cluster if w.kind == "RayCluster" else parse_ray_job
         shape = parse(w.name, w.obj, KUBERAY)  # the spec is checked before anything is read from it
         labels, annotations = fields.labels(w.obj), fields.annotations(w.obj)
@@ -359,6 +361,10 @@ class AdmissionCore:
         if gang.desired_count > self.policy.max_gang_pods:
             raise Invalid(f"gang of {gang.desired_count} pods is larger than muster accepts "
                           f"(policy max_gang_pods {self.policy.max_gang_pods})")
+        try:  # every pod it may ever have, elastic ones included, must sum within a 64-bit column
+            q.check_total(_all_pods(gang), "gang")
+        except q.QuantityError as exc:
+            raise Invalid(str(exc)) from None
         pinned_now = not can_preempt and (keep is None or keep.preemptible)
         if moved or pinned_now:  # as if it had come after the definition that moved or pinned it
             reason = never_fits(gang.quota_demand, self.queues.chain(queue), preemptible=can_preempt)
@@ -415,6 +421,13 @@ class AdmissionCore:
         if self._claims.get(key) == wid:
             del self._claims[key]
 
+
+
+def _all_pods(gang: Gang) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for ps in gang.pod_sets:
+        total = q.add(total, ps.resources, ps.count + ps.elastic)
+    return total
 
 
 def _namespace(p: ObjectChanged) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Mapping
 
-from shared import quantity as q
+from shared import kube, quantity as q
 
 _MISSING: Any = object()
 
@@ -63,7 +63,12 @@ def opt_list(value: object, where: str) -> list[Any]:
     return value
 
 
-def integer(value: object, where: str, *, default: int, minimum: int | None = 0, maximum: int | None = None) -> int:
+INT32_MAX = 2**31 - 1
+"""Replicas, minMember, weights, priorities: the Kubernetes and CRD fields muster reads are ``int32``
+(the API server refuses more), so a larger count is refused here before it multiplies a quantity."""
+
+
+def integer(value: object, where: str, *, default: int, minimum: int | None = 0, maximum: int | None = INT32_MAX) -> int:
     """An integer field (a whole float is accepted, as JSON decoders produce them); None → default."""
     if value is None:
         return default
@@ -73,10 +78,13 @@ def integer(value: object, where: str, *, default: int, minimum: int | None = 0,
         if not value.is_integer():
             raise Invalid(f"{where}: {show(value)} is not an integer")
         value = int(value)
+    text = str(value) if value.bit_length() <= 64 else f"a {value.bit_length()}-bit number"
+    if minimum is None and value < -INT32_MAX - 1:
+        raise Invalid(f"{where}: {text} is less than {-INT32_MAX - 1}")
     if minimum is not None and value < minimum:
-        raise Invalid(f"{where}: {value} is {'negative' if minimum == 0 else f'less than {minimum}'}")
+        raise Invalid(f"{where}: {text} is {'negative' if minimum == 0 else f'less than {minimum}'}")
     if maximum is not None and value > maximum:
-        raise Invalid(f"{where}: {value} is more than {maximum}")
+        raise Invalid(f"{where}: {text} is more than {maximum}")
     return value
 
 
@@ -134,3 +142,10 @@ def labels(obj: Mapping[str, Any]) -> dict[str, str]:
 
 def annotations(obj: Mapping[str, Any]) -> dict[str, str]:
     return string_map(metadata(obj).get("annotations"), "metadata.annotations")
+
+
+def not_refused(obj: Mapping[str, Any]) -> None:
+    """An object ingest refused (``shared.kube.REFUSED``) is ``Invalid`` with ingest's reason."""
+    reason = kube.refused(obj)
+    if reason is not None:
+        raise Invalid(f"refused at ingest: {reason}")

@@ -14,8 +14,8 @@ from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Any, Mapping
 
 from services.admission.dialects import queue_fields
-from services.admission.fields import (Invalid, boolean, integer, mapping, opt_list, opt_mapping, quantities, show,
-                                      string)
+from services.admission.fields import (Invalid, boolean, integer, mapping, not_refused, opt_list, opt_mapping,
+                                      quantities, show, string)
 from shared import kube
 from shared import quantity as q
 from shared.events import QueueDefined, QueueRejected, QueueRemoved
@@ -111,12 +111,16 @@ def _known_parent(name: str, parent: str | None, where: str, defined: Mapping[st
         raise Invalid(f"{where}: {show(parent)} is the queue itself")
     if parent not in defined:
         raise Invalid(f"{where}: parent queue {show(parent)} does not exist")
+    if name not in defined:  # the walk only meets ``name`` among defined queues: a new queue makes no cycle
+        return parent
     path: list[str] = []
+    seen: set[str] = set()  # a set beside the path: a 10,000-deep chain is walked in linear time
     current: str | None = parent
-    while current is not None and current in defined and current not in path:
+    while current is not None and current in defined and current not in seen:
         if current == name:
             raise Invalid(f"{where}: {show(parent)} would make a cycle ({' -> '.join([name, *path, name])})")
         path.append(current)
+        seen.add(current)
         current = defined[current].parent
     return parent
 
@@ -170,18 +174,41 @@ def kai_queue(name: str, obj: Mapping[str, Any], defined: Mapping[str, QueueSpec
 
 # --------------------------------------------------------------------------- ElasticQuotaTree
 def elastic_quota_tree(obj: Mapping[str, Any]) -> list[QueueSpec]:
-    """Every node of ``spec.root`` is a queue, parents before children; the min/max rules are checked."""
+    """Every node of ``spec.root`` is a queue, parents before children; the min/max rules are checked.
+
+    Walked with a stack, not recursion: a tree of any depth is checked (or refused) with a reason, in
+    the order a depth-first reading meets its nodes (a node's children total is checked once its
+    whole subtree has been, before its next sibling)."""
     spec = mapping(obj.get("spec"), "spec")
     out: list[QueueSpec] = []
-    _eqt_node(mapping(spec.get("root"), "spec.root"), "spec.root", None, out)
+    names: set[str] = set()
+    root = mapping(spec.get("root"), "spec.root")
+    # ("node", raw, where, parent, siblings) or ("total", spec, where, children)
+    stack: list[tuple[Any, ...]] = [("node", root, "spec.root", None, [])]
+    while stack:
+        frame = stack.pop()
+        if frame[0] == "total":
+            _, me, where, children = frame
+            _check_children_total(me, where, children)
+            continue
+        _, node, where, parent, siblings = frame
+        me = _eqt_node(node, where, parent, names)
+        out.append(me)
+        names.add(me.name)
+        siblings.append(me)
+        children: list[QueueSpec] = []
+        stack.append(("total", me, where, children))
+        raws = opt_list(node.get("children"), f"{where}.children")
+        for i in reversed(range(len(raws))):
+            stack.append(("node", mapping(raws[i], f"{where}.children[{i}]"), _child_where(where, raws[i], i), me, children))
     return out
 
 
-def _eqt_node(node: Mapping[str, Any], where: str, parent: QueueSpec | None, out: list[QueueSpec]) -> QueueSpec:
+def _eqt_node(node: Mapping[str, Any], where: str, parent: QueueSpec | None, names: set[str]) -> QueueSpec:
     name = string(node.get("name"), f"{where}.name")
     if not name:
         raise Invalid(f"{where}.name: missing")
-    if any(s.name == name for s in out):
+    if name in names:
         raise Invalid(f"{where}.name: {show(name)} appears twice in the tree", subject=name)
     try:
         minimum = resources(node.get("min"), f"{where}.min")
@@ -196,19 +223,18 @@ def _eqt_node(node: Mapping[str, Any], where: str, parent: QueueSpec | None, out
         if parent is not None and lo > parent.guarantee.get(r, 0):
             raise Invalid(f"{where}.min.{r}: {q.human(r, lo)} is greater than parent {parent.name} min "
                           f"{q.human(r, parent.guarantee.get(r, 0))}", subject=name)
-    me = QueueSpec(name=name, parent=parent.name if parent else None, **queue_fields("elasticquotatree"),
-                   guarantee=minimum, limit=maximum, namespaces=namespaces)
-    out.append(me)
-    children = [_eqt_node(mapping(raw, f"{where}.children[{i}]"), _child_where(where, raw, i), me, out)
-                for i, raw in enumerate(opt_list(node.get("children"), f"{where}.children"))]
+    return QueueSpec(name=name, parent=parent.name if parent else None, **queue_fields("elasticquotatree"),
+                     guarantee=minimum, limit=maximum, namespaces=namespaces)
+
+
+def _check_children_total(me: QueueSpec, where: str, children: list[QueueSpec]) -> None:
     total: q.Resources = {}
     for child in children:
         total = q.add(total, child.guarantee)
     for r, amount in total.items():
-        if amount > minimum.get(r, 0):
-            raise Invalid(f"{where}.children: total min {r} {q.human(r, amount)} is greater than {name} min "
-                          f"{q.human(r, minimum.get(r, 0))}", subject=name)
-    return me
+        if amount > me.guarantee.get(r, 0):
+            raise Invalid(f"{where}.children: total min {r} {q.human(r, amount)} is greater than {me.name} min "
+                          f"{q.human(r, me.guarantee.get(r, 0))}", subject=me.name)
 
 
 def _child_where(where: str, raw: object, i: int) -> str:
@@ -253,9 +279,11 @@ class QueueBook:
     def chain(self, name: str) -> list[QueueSpec]:
         """The queue and its defined ancestors, leaf first (stops at an unknown parent or a cycle)."""
         out: list[QueueSpec] = []
+        seen: set[str] = set()
         current: str | None = name
-        while current is not None and current in self.specs and all(s.name != current for s in out):
+        while current is not None and current in self.specs and current not in seen:
             out.append(self.specs[current])
+            seen.add(current)
             current = self.specs[current].parent
         return out
 
@@ -284,6 +312,7 @@ class QueueBook:
         return out + (self._retry_rejected() if out else [])
 
     def _parse(self, source: _Source) -> list[QueueSpec]:
+        not_refused(source.obj)
         if source.kind == "ElasticQuotaTree":
             return elastic_quota_tree(source.obj)
         if api_group(source.api_version) == KAI_GROUP:

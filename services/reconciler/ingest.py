@@ -1,13 +1,50 @@
-"""Watch event -> ``ObjectChanged``: a pure translation, so replaying a watch log gives the same inbox."""
+"""Watch event -> ``ObjectChanged``: a pure translation, so replaying a watch log gives the same inbox.
+
+Ingest is where an object from the cluster enters muster, and it keeps only what scheduling reads
+(``kept``): identity, labels, the annotations of the schedulers muster speaks for, the scheduling
+fields of pod templates, node capacity and taints, pod phase and node. Everything else a manifest
+carries (container env values and commands, a RayJob's entrypoint and ``runtimeEnvYAML``,
+``last-applied-configuration``, other annotations, managed fields) is dropped here, before anything
+reaches Kafka, the history store or an export. An object muster cannot hold (a name the API server
+would refuse, text that is not Unicode, nesting or size beyond ``shared.validation``'s bounds) is
+reduced to its identity and marked ``REFUSED`` with the reason, which admission reports as a Rejected.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 from shared.events import SCHEMA_VERSION, Envelope, ObjectChanged, derive_id
-from shared.kube import meta
+from shared.kube import REFUSED, meta
+from shared.validation import MAX_BYTES, object_problem, tree_problem
 
 Change = Literal["Added", "Modified", "Deleted"]
+
+ANNOTATION_PREFIXES = (
+    "muster.dev/", "ray.io/", "volcano.sh/", "scheduling.volcano.sh/", "scheduling.k8s.io/",
+    "scheduling.x-k8s.io/", "pod-group.scheduling.sigs.k8s.io/", "kai.scheduler/",
+    "quota.scheduling.alibabacloud.com/",
+)
+"""Annotations of the schedulers and operators whose manifests muster reads (plus ``gpu-fraction``);
+any other annotation (``kubectl.kubernetes.io/last-applied-configuration`` above all, which repeats
+the whole manifest, env values included) is not kept."""
+ANNOTATIONS = frozenset({"gpu-fraction"})
+
+_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
+             "deletionTimestamp")
+_OWNER = ("apiVersion", "kind", "name", "uid", "controller")
+_POD_SPEC = ("nodeSelector", "affinity", "tolerations", "schedulerName", "priorityClassName", "priority",
+             "nodeName")
+_CONTAINER = ("name", "resources")
+_WORKER_GROUP = ("groupName", "replicas", "minReplicas", "maxReplicas", "numOfHosts", "suspend")
+_RAY_CLUSTER = ("enableInTreeAutoscaling", "suspend")
+_RAY_JOB = ("suspend", "submissionMode", "shutdownAfterJobFinishes", "ttlSecondsAfterFinished", "clusterSelector")
+_STATUS: dict[str, tuple[str, ...]] = {
+    "Pod": ("phase",), "Node": ("capacity", "allocatable"), "RayCluster": ("state",),
+    "RayJob": ("jobStatus", "jobDeploymentStatus", "message", "reason"),
+}
+CONFIG_KINDS = frozenset({"Queue", "ElasticQuotaTree", "PriorityClass", "PodGroup"})
+"""Scheduling configuration, kept whole but for metadata: every field of these is a scheduling field."""
 
 
 def _text(value: object) -> str:
@@ -15,25 +52,106 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _pick(value: Any, names: tuple[str, ...], **nested: Callable[[Any], Any]) -> Any:
+    """The named fields of a mapping (``nested`` ones reduced further). A value of the wrong shape is
+    kept as written: admission refuses it with the reason it gives today, naming the field."""
+    if not isinstance(value, Mapping):
+        return value
+    out = {k: value[k] for k in names if k in value}
+    for k, reduce in nested.items():
+        if k in value:
+            out[k] = reduce(value[k])
+    return out
+
+
+def _each(reduce: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda items: [reduce(item) for item in items] if isinstance(items, list) else items
+
+
+def _annotations(value: Any) -> Any:
+    if not isinstance(value, Mapping):
+        return value
+    return {k: v for k, v in value.items()
+            if isinstance(k, str) and (k in ANNOTATIONS or k.startswith(ANNOTATION_PREFIXES))}
+
+
+def _metadata(value: Any) -> Any:
+    return _pick(value, _METADATA + ("labels",), annotations=_annotations,
+                 ownerReferences=_each(lambda ref: _pick(ref, _OWNER)))
+
+
+def _pod_spec(value: Any) -> Any:
+    return _pick(value, _POD_SPEC, containers=_each(lambda c: _pick(c, _CONTAINER)))
+
+
+def _template(value: Any) -> Any:
+    return _pick(value, (), metadata=lambda m: _pick(m, ("labels",), annotations=_annotations), spec=_pod_spec)
+
+
+def _ray_cluster_spec(value: Any) -> Any:
+    return _pick(value, _RAY_CLUSTER, headGroupSpec=lambda h: _pick(h, (), template=_template),
+                 workerGroupSpecs=_each(lambda g: _pick(g, _WORKER_GROUP, template=_template)))
+
+
+def _ray_job_spec(value: Any) -> Any:
+    return _pick(value, _RAY_JOB, rayClusterSpec=_ray_cluster_spec, submitterPodTemplate=_template)
+
+
+_SPEC: dict[str, Callable[[Any], Any]] = {
+    "Pod": _pod_spec, "RayCluster": _ray_cluster_spec, "RayJob": _ray_job_spec,
+    "Node": lambda spec: _pick(spec, ("taints", "unschedulable")),
+}
+
+
+def kept(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What muster keeps of a watched object: the fields its cores read, nothing else (see the module)."""
+    kind = obj.get("kind")
+    out: dict[str, Any] = {k: obj[k] for k in ("apiVersion", "kind") if k in obj}
+    if "metadata" in obj:
+        out["metadata"] = _metadata(obj["metadata"])
+    if kind in CONFIG_KINDS:
+        out.update({k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")})
+        return out
+    if "spec" in obj and kind in _SPEC:
+        out["spec"] = _SPEC[kind](obj["spec"])
+    if "status" in obj and kind in _STATUS:
+        out["status"] = _pick(obj["status"], _STATUS[kind])
+    return out
+
+
+def _identity(obj: Mapping[str, Any], reason: str) -> dict[str, Any]:
+    """The object reduced to what names it, every text made encodable, with the reason it was refused."""
+    metadata = meta(obj)
+    ident = {k: _safe(metadata[k]) for k in ("name", "namespace", "uid", "resourceVersion") if isinstance(metadata.get(k), str)}
+    return {**{k: _safe(obj[k]) for k in ("apiVersion", "kind") if isinstance(obj.get(k), str)},
+            "metadata": {**ident, "annotations": {REFUSED: reason}}}
+
+
+def _safe(text: str) -> str:
+    """``text`` with lone surrogates escaped, so that it encodes as UTF-8 (names from a hostile server)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:253]
+
+
 def observe(change: Change, obj: Mapping[str, Any]) -> ObjectChanged:
     """Describe one watch event; kind, apiVersion, namespace and name come from the object itself.
 
-    The object is kept as the API server sent it but for ``metadata.managedFields``: server-side
-    apply's field ownership, often half of a real pod's bytes, read by no decision, and carried
-    otherwise by every inbox, the log and the history store (controller-runtime's caches drop it
-    too)."""
+    The object is ``kept``, or reduced to its identity when it breaks a bound (``REFUSED``); the
+    bounds are checked on what is kept, since that is what travels."""
     metadata = obj.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
-    kept = dict(obj)
-    if "managedFields" in metadata:
-        kept["metadata"] = {k: v for k, v in metadata.items() if k != "managedFields"}
+    keep = kept(obj)
+    problem = tree_problem(keep, max_bytes=MAX_BYTES)
+    if problem is None and change != "Deleted":  # a deletion of anything is taken: it ends what was known
+        problem = object_problem(keep)
+    if problem is not None:
+        keep = _identity(obj, problem)
     return ObjectChanged(
         change=change,
-        kind=_text(obj.get("kind")),
-        api_version=_text(obj.get("apiVersion")),
-        namespace=_text(metadata.get("namespace")),
-        name=_text(metadata.get("name")),
-        object=kept,
+        kind=_safe(_text(obj.get("kind"))),
+        api_version=_safe(_text(obj.get("apiVersion"))),
+        namespace=_safe(_text(metadata.get("namespace"))),
+        name=_safe(_text(metadata.get("name"))),
+        object=keep,
     )
 
 
@@ -46,7 +164,7 @@ def watch_envelope(change: Change, obj: Mapping[str, Any], at: float) -> Envelop
     that missed the Deleted event reports the object's last version as deleted.
     """
     payload = observe(change, obj)
-    metadata = meta(obj)
+    metadata = meta(payload.object)
     version = (payload.kind, payload.api_version, payload.namespace, payload.name,
                _text(metadata.get("uid")), _text(metadata.get("resourceVersion")))
     event_id = derive_id("ingest", *version, "deleted" if change == "Deleted" else "")

@@ -188,7 +188,7 @@ _BAD_SCENARIOS: list[tuple[str, Any, list[str]]] = [
     ("delete-missing-object", {"name": "x", "steps": [{"at": "1s", "delete": {"kind": "RayCluster", "name": "nope"}}]},
      ["error:", "steps[0]: RayCluster default/nope: cannot delete, it does not exist"]),
     ("node-manifest-without-name", {"name": "x", "steps": [{"at": "1s", "apply": "apiVersion: v1\nkind: Node\nmetadata: {name: ''}\n"}]},
-     ["error:", "steps[0]: Node : metadata.name must be a non-empty string, got ''"]),
+     ["error:", "steps[0].apply document 1 (Node ): metadata.name: missing"]),
     ("invalid-policy-block", {"name": "x", "policy": {"queueng": "StrictFIFO"}},
      ["error:", "x: invalid policy: queueng: Extra inputs are not permitted"]),
     ("misspelled-ray-kind", {"name": "x", "steps": [{"at": "1s", "apply": "apiVersion: ray.io/v1\nkind: RayClustr\n"

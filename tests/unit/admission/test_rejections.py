@@ -39,6 +39,15 @@ CASES: list[tuple[str, dict, str]] = [
     ("minReplicas > maxReplicas", ray_cluster(workers=[worker_group(min_replicas=3, max_replicas=2)]),
      f"{W}.minReplicas: 3 is greater than maxReplicas 2"),
     ("negative replicas", ray_cluster(workers=[worker_group(replicas=-1)]), f"{W}.replicas: -1 is negative"),
+    ("replicas beyond int32", ray_cluster(workers=[worker_group(replicas=2**31)]),
+     f"{W}.replicas: 2147483648 is more than 2147483647"),
+    ("replicas astronomically large", ray_cluster(workers=[worker_group(replicas=10**400)]),
+     f"{W}.replicas: a 1329-bit number is more than 2147483647"),
+    ("cpu 1e999990", edited(RC, lambda o: o["spec"]["headGroupSpec"].update(template=pod_template({"cpu": "1e999990"}, name="ray-head"))),
+     "spec.headGroupSpec.template.spec.containers[ray-head].resources.requests.cpu: '1e999990' is too large "
+     "(muster holds at most 9223372036854775 units, 2**63-1 milli-units)"),
+    ("gang total beyond 64 bits", ray_cluster(workers=[worker_group("worker", 3, {"memory": "8Pi"})]),
+     "gang.memory: the total 27021599911706624 is too large (muster holds at most 9223372036854775 units)"),
     ("replicas as a string", ray_cluster(workers=[worker_group(replicas="2")]), f"{W}.replicas: '2' is not an integer"),
     ("replicas fractional", ray_cluster(workers=[worker_group(replicas=1.5)]), f"{W}.replicas: 1.5 is not an integer"),
     ("numOfHosts 0", ray_cluster(workers=[worker_group(num_of_hosts=0)]), f"{W}.numOfHosts: 0 is less than 1"),
@@ -260,3 +269,19 @@ def test_oversized_gang_is_rejected_with_the_policy_bound() -> None:
     assert out.reason == "gang of 3000001 pods is larger than muster accepts (policy max_gang_pods 10000)"
     [ok] = AdmissionDriver(Policy(max_gang_pods=4)).send(ray_cluster("small", workers=[worker_group("w", 3)]))
     assert ok.type == "WorkloadSubmitted"
+
+
+def test_an_object_ingest_refused_is_rejected_with_ingest_reason() -> None:
+    from services.reconciler.ingest import observe
+    obj = observe("Added", ray_cluster("rc", labels={"app": "-x"})).object
+    reason = AdmissionDriver().rejected(obj)
+    assert reason.startswith("refused at ingest: metadata.labels.app: '-x' is not a label value")
+
+
+def test_a_queue_ingest_refused_is_rejected_with_ingest_reason() -> None:
+    from services.reconciler.ingest import observe
+    from shared.events import QueueRejected
+    queue = volcano_queue("q")
+    queue["metadata"]["labels"] = {"team": "x" * 64}
+    out = AdmissionDriver().send(observe("Added", queue).object)
+    assert len(out) == 1 and isinstance(out[0], QueueRejected) and out[0].reason.startswith("refused at ingest: ")

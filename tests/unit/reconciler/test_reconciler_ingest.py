@@ -1,5 +1,136 @@
-from services.reconciler.ingest import observe, watch_envelope
+from services.reconciler.ingest import ANNOTATION_PREFIXES, kept, observe, watch_envelope
+from shared.events import from_json, to_json
+from shared.kube import REFUSED, refused
 from tests.builders import node, ray_cluster
+from tests.builders.secrets import SECRET, secret_rayjob
+
+def test_ingest_keeps_what_scheduling_reads_and_drops_every_secret():
+    change = observe("Added", secret_rayjob())
+    assert SECRET not in to_json(watch_envelope("Added", secret_rayjob(), 1.0)).decode()
+    job = change.object
+    assert job["metadata"]["annotations"] == {"muster.dev/sim-duration": "60s"}
+    assert job["metadata"]["labels"] == {"volcano.sh/queue-name": "q"}
+    assert (job["metadata"]["uid"], job["metadata"]["resourceVersion"]) == ("u1", "1")
+    spec = job["spec"]
+    assert set(spec) == {"shutdownAfterJobFinishes", "submitterPodTemplate", "rayClusterSpec"}
+    worker = spec["rayClusterSpec"]["workerGroupSpecs"][0]
+    assert {k: worker[k] for k in ("groupName", "replicas", "minReplicas", "maxReplicas")} == \
+        {"groupName": "workers", "replicas": 2, "minReplicas": 1, "maxReplicas": 3}
+    pod = worker["template"]["spec"]
+    assert pod["containers"] == [{"name": "worker", "resources": {"requests": {"cpu": "1", "memory": "1Gi"},
+                                                                   "limits": {"cpu": "2"}}}]
+    assert set(pod) == {"containers", "nodeSelector", "schedulerName", "priorityClassName", "tolerations", "affinity"}
+    assert worker["template"]["metadata"]["annotations"] == {"gpu-fraction": "0.5"}
+    assert job["status"] == {"jobDeploymentStatus": "Running"}
+
+
+def test_the_cores_read_the_same_workload_from_the_kept_object():
+    """Admission's reading of the full manifest and of what ingest kept are the same spec."""
+    from services.admission.core import AdmissionCore
+    from shared.events import wrap
+    from shared.policy import Policy
+    from shared.events import ObjectChanged
+
+    def admitted(obj: dict) -> list:
+        core = AdmissionCore(Policy())
+        payload = ObjectChanged(change="Added", kind="RayJob", api_version="ray.io/v1", namespace="team-a",
+                                name="job", object=obj)
+        return [p.model_dump() for p in core.handle(wrap(payload, source="ingest", cause=None, index=0, at=0.0))]
+
+    decided = admitted(kept(secret_rayjob()))
+    assert [d["type"] for d in decided] == ["WorkloadSubmitted"]
+    assert decided == admitted(secret_rayjob())
+
+
+def test_node_keeps_capacity_labels_taints():
+    obj = {**node("n1"), "status": {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "4"},
+                                    "images": [{"names": [SECRET]}], "nodeInfo": {"bootID": SECRET}}}
+    obj["spec"] = {"taints": [{"key": "k", "effect": "NoSchedule"}], "providerID": SECRET}
+    got = kept(obj)
+    assert got["status"] == {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "4"}}
+    assert got["spec"] == {"taints": [{"key": "k", "effect": "NoSchedule"}]}
+    assert SECRET not in str(got)
+
+
+def test_config_kinds_are_kept_whole_but_their_metadata():
+    queue = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+             "metadata": {"name": "q", "annotations": {"kubectl.kubernetes.io/last-applied-configuration": SECRET}},
+             "spec": {"weight": 2, "capability": {"cpu": "4"}, "parent": "root"}}
+    got = kept(queue)
+    assert got["spec"] == queue["spec"] and got["metadata"] == {"name": "q", "annotations": {}}
+
+
+def test_unknown_kinds_keep_only_identity():
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "a"},
+              "data": {"token": SECRET}, "stringData": {"t": SECRET}}
+    assert kept(secret) == {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "a"}}
+
+
+def test_wrong_shapes_are_kept_as_written_for_admission_to_reject():
+    obj = ray_cluster("rc", namespace="team-a")
+    obj["spec"]["workerGroupSpecs"] = "not a list"
+    assert kept(obj)["spec"]["workerGroupSpecs"] == "not a list"
+
+
+def _refusal(obj: dict) -> str:
+    change = observe("Added", obj)
+    to_json(watch_envelope("Added", obj, 1.0))  # always encodable
+    reason = refused(change.object)
+    assert reason is not None and "\n" not in reason
+    assert set(change.object["metadata"]) <= {"name", "namespace", "uid", "resourceVersion", "annotations"}
+    return reason
+
+
+def test_a_name_the_api_server_refuses_is_refused_at_ingest():
+    assert "metadata.name" in _refusal(ray_cluster("Not_A_Name", namespace="team-a"))
+    assert "longer than 253" in _refusal(ray_cluster("a" * 254, namespace="team-a"))
+    assert "metadata.namespace" in _refusal(ray_cluster("rc", namespace="Team A"))
+
+
+def test_label_keys_and_values_as_kubernetes_validates_them():
+    obj = ray_cluster("rc", namespace="team-a")
+    obj["metadata"]["labels"] = {"app": "x" * 64}
+    assert "label value" in _refusal(obj)
+    obj["metadata"]["labels"] = {"bad key!": "v"}
+    assert "qualified name" in _refusal(obj)
+    obj["metadata"]["labels"] = {"app": "-leading"}
+    assert "label value" in _refusal(obj)
+
+
+def test_lone_surrogates_are_refused_and_escaped_so_the_envelope_encodes():
+    obj = ray_cluster("rc\ud800", namespace="team-a")
+    reason = _refusal(obj)
+    env = watch_envelope("Added", obj, 1.0)
+    assert from_json(to_json(env)).payload.name == "rc\\ud800"
+    assert "rc" in reason
+    obj = ray_cluster("rc", namespace="team-a")
+    obj["metadata"]["labels"] = {"app": "a\udc80b"}
+    assert "lone surrogate" in _refusal(obj)
+
+
+def test_nesting_and_size_bounds():
+    obj = ray_cluster("rc", namespace="team-a")
+    deep: dict = {}
+    cursor = deep
+    for _ in range(10_000):  # iterative walk: no RecursionError
+        cursor["x"] = {}
+        cursor = cursor["x"]
+    obj["spec"]["headGroupSpec"]["template"]["spec"]["affinity"] = deep
+    assert "nested deeper than 64" in _refusal(obj)
+    big = ray_cluster("rc", namespace="team-a")
+    big["metadata"]["annotations"] = {"muster.dev/blob": "x" * (600 * 1024)}
+    assert "larger than 512 KiB" in _refusal(big)
+
+
+def test_a_deletion_is_taken_whatever_its_labels():
+    obj = ray_cluster("rc", namespace="team-a")
+    obj["metadata"]["labels"] = {"app": "x" * 64}
+    assert refused(observe("Deleted", obj).object) is None
+
+
+def test_the_annotation_prefixes_are_those_of_schedulers_muster_reads():
+    assert all(p.endswith("/") for p in ANNOTATION_PREFIXES)
+    assert REFUSED.startswith(ANNOTATION_PREFIXES)  # a refusal survives a second pass through ingest
 
 
 def test_observe_takes_identity_from_the_object():
@@ -7,7 +138,7 @@ def test_observe_takes_identity_from_the_object():
     change = observe("Added", obj)
     assert (change.change, change.kind, change.api_version, change.namespace, change.name) == \
         ("Added", "RayCluster", "ray.io/v1", "team-a", "rc")
-    assert change.object == obj
+    assert change.object == kept(obj)
     assert change.subject == "RayCluster/team-a/rc"
 
 
@@ -31,7 +162,7 @@ def test_observe_drops_managed_fields_and_keeps_the_rest():
     sent = {**obj, "metadata": {**obj["metadata"], "managedFields": [
         {"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]}}
     change = observe("Modified", sent)
-    assert change.object == obj
+    assert change.object == kept(obj) and "managedFields" not in change.object["metadata"]
     assert "managedFields" in sent["metadata"]  # the caller's object is left as it was
 
 

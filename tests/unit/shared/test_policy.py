@@ -116,3 +116,13 @@ def test_scheduler_names_take_the_flag_form_and_an_unset_name_is_default_schedul
 def test_scheduler_names_must_name_someone(names):
     with pytest.raises(ValidationError):
         Policy(scheduler_names=names)
+
+
+def test_malformed_policy_yaml_is_one_line_naming_file_and_line(tmp_path):
+    path = tmp_path / "policy.yaml"
+    path.write_text("queueing: StrictFIFO\nplacement: [binpack\n")
+    with pytest.raises(PolicyError) as exc:
+        Policy.from_yaml(path)
+    message = str(exc.value)
+    assert message.startswith(f"cannot read policy {path}:3:1: malformed YAML: ")
+    assert "<unicode string>" not in message and "\n" not in message
