@@ -124,6 +124,11 @@ class Clock:
         self._seq += 1
         heapq.heappush(self._heap, (at, self._seq, timer_set.payload.key, timer_set))
 
+    def disarm(self, fired: Envelope) -> None:
+        """A timer whose ``TimerFired`` the inbox holds already (read in a replay): it fired, and
+        must not fire again after the restart, long after the dedupe window forgot its id."""
+        self._armed.discard((fired.payload.key, fired.occurred_at))
+
     def next_at(self) -> float | None:
         return self._heap[0][0] if self._heap else None
 
@@ -131,6 +136,8 @@ class Clock:
         out: list[Envelope] = []
         while self._heap and self._heap[0][0] <= now:
             at, _, timer_key, cause = heapq.heappop(self._heap)
+            if (timer_key, at) not in self._armed:
+                continue  # disarmed: it fired before a restart
             self._armed.discard((timer_key, at))
             out.append(wrap(TimerFired(key=timer_key), source="clock", cause=cause, index=0, at=at))
         return out
@@ -172,6 +179,8 @@ class InboxWorker:
             item = codec.decode(value, headers)
         except BadRecord:
             return  # dead-lettered when it was first read
+        if self.clock is not None and isinstance(item, Envelope) and item.type == "TimerFired":
+            self.clock.disarm(item)
         for out in self._handle(item, live=False):
             self._arm(out)
 
