@@ -24,6 +24,7 @@ consumer drops the copies: at-least-once delivery, exactly-once effect, no Kafka
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import heapq
 import time
 from dataclasses import dataclass
@@ -39,6 +40,11 @@ from shared.topology import destinations
 
 if TYPE_CHECKING:
     from shared.tracing.live import HopTracer
+
+def chain(digest: bytes, value: bytes) -> bytes:
+    """The next link of an output digest (``InboxWorker.digest``): ``value`` is one output as encoded."""
+    return hashlib.blake2b(digest + value, digest_size=16).digest()
+
 
 Watcher = Callable[[Envelope, list[Envelope]], None]
 """Sees each envelope the service handles with its outputs, live and in a replay (a metrics fold)."""
@@ -114,6 +120,9 @@ class Clock:
         self._heap: list[tuple[float, int, str, Envelope]] = []
         self._armed: set[tuple[str, float]] = set()
         self._seq = 0
+        self._unsettled: dict[tuple[str, float], Envelope] = {}
+        """Timers fired whose ``TimerFired`` was not read back from the inbox yet: a snapshot keeps
+        them, so a crash before the copy landed fires them again (``shared.bus.snapshot``)."""
 
     def arm(self, timer_set: Envelope) -> None:
         at = max(timer_set.payload.at, timer_set.occurred_at)
@@ -125,9 +134,23 @@ class Clock:
         heapq.heappush(self._heap, (at, self._seq, timer_set.payload.key, timer_set))
 
     def disarm(self, fired: Envelope) -> None:
-        """A timer whose ``TimerFired`` the inbox holds already (read in a replay): it fired, and
-        must not fire again after the restart, long after the dedupe window forgot its id."""
-        self._armed.discard((fired.payload.key, fired.occurred_at))
+        """A timer whose ``TimerFired`` the inbox holds (read live or in a replay): it fired, and
+        must not fire again after a restart, long after the dedupe window forgot its id."""
+        marker = (fired.payload.key, fired.occurred_at)
+        self._armed.discard(marker)
+        self._unsettled.pop(marker, None)
+
+    def state(self) -> list[Envelope]:
+        """The ``TimerSet``s still to fire or fired unsettled, in arming order: all a snapshot needs."""
+        pending = sorted(((seq, cause) for at, seq, key, cause in self._heap if (key, at) in self._armed),
+                         key=lambda item: item[0])
+        return [cause for _, cause in pending] + list(self._unsettled.values())
+
+    def load(self, timer_sets: list[Envelope]) -> None:
+        """Arm what ``state`` returned (on a fresh clock)."""
+        self._heap, self._armed, self._unsettled = [], set(), {}
+        for timer_set in timer_sets:
+            self.arm(timer_set)
 
     def next_at(self) -> float | None:
         return self._heap[0][0] if self._heap else None
@@ -139,6 +162,7 @@ class Clock:
             if (timer_key, at) not in self._armed:
                 continue  # disarmed: it fired before a restart
             self._armed.discard((timer_key, at))
+            self._unsettled[(timer_key, at)] = cause
             out.append(wrap(TimerFired(key=timer_key), source="clock", cause=cause, index=0, at=at))
         return out
 
@@ -170,6 +194,9 @@ class InboxWorker:
         self.tracer = tracer
         """Sends a span per hop handled live (tracing on; ``shared.tracing.live``)."""
         self.watchers: list[Watcher] = []
+        self.digest: bytes | None = None
+        """With snapshots on, a hash chained over every output handled (``snapshot.chain``): what a
+        tail replay after loading a snapshot must reproduce. None: not kept."""
 
     # ------------------------------------------------------------------ restart
     def replay(self, value: bytes | None, headers: codec.Headers | None) -> None:
@@ -179,10 +206,10 @@ class InboxWorker:
             item = codec.decode(value, headers)
         except BadRecord:
             return  # dead-lettered when it was first read
-        if self.clock is not None and isinstance(item, Envelope) and item.type == "TimerFired":
-            self.clock.disarm(item)
         for out in self._handle(item, live=False):
             self._arm(out)
+            if self.digest is not None:
+                self.digest = chain(self.digest, codec.encode(out))
 
     # ------------------------------------------------------------------ live
     async def process(self, value: bytes | None, headers: codec.Headers | None, *, partition: int, offset: int,
@@ -256,6 +283,8 @@ class InboxWorker:
             armed = False
             for env in outputs:
                 first, rest, timed = logged_and_routed(topics, env)
+                if self.digest is not None:
+                    self.digest = chain(self.digest, first.value)
                 if timed:
                     self._arm(env)
                     armed = True
@@ -292,6 +321,8 @@ class InboxWorker:
 
     # ------------------------------------------------------------------ common
     def _handle(self, item: Envelope | Release, *, live: bool = True) -> list[Envelope]:
+        if self.clock is not None and isinstance(item, Envelope) and item.type == "TimerFired":
+            self.clock.disarm(item)
         if isinstance(item, Release):
             ready = self.ordering.release(item)
         elif self.service.handled_before(item):
