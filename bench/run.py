@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench import (bus_bench, contention_bench, e2e_bench, gpu_trace, kueue_bench, placement_bench, projector_bench,
-                   replay_bench, scenario_bench)
+                   replay_bench, restart_bench, scenario_bench, soak_bench)
 from bench.stats import load, measured
 
 
@@ -23,7 +23,8 @@ def main() -> None:
     for name, bench in (("placement", placement_bench), ("simulate", scenario_bench),
                         ("contention", contention_bench), ("kueue", kueue_bench),
                         ("projector", projector_bench), ("bus", bus_bench), ("e2e", e2e_bench),
-                        ("replay", replay_bench), ("gpu_trace", gpu_trace)):
+                        ("replay", replay_bench), ("gpu_trace", gpu_trace), ("soak", soak_bench),
+                        ("restart", restart_bench)):
         print(f"running {name} benchmark ...", flush=True)
         figures[name] = measured(bench.run)
         print(json.dumps(figures[name], indent=2), flush=True)

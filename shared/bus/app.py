@@ -404,6 +404,9 @@ class InboxReader(PartitionReader):
         """Told how long each live batch took (the batch latency metric)."""
         self._starting = False
         """True while the first assignment finds where to start: records fetched meanwhile are dropped."""
+        self._assigned_at = time.perf_counter()
+        self.rebuild_seconds = 0.0
+        """From the inbox's assignment to ready: loading a snapshot and folding the tail (or the past)."""
 
     def _helpers(self) -> list[Awaitable[Any]]:
         helpers = [self._fire_timers()] if self.worker.clock is not None else []
@@ -444,6 +447,7 @@ class InboxReader(PartitionReader):
                  self.worker.replayed, self._replay_end or 0)
         if self.snapshots is not None:
             self.snapshots.rebuilt()
+        self.rebuild_seconds = time.perf_counter() - self._assigned_at
         self.ready.set()
 
     async def _assigned(self, consumer: AIOKafkaConsumer) -> None:
@@ -458,6 +462,7 @@ class InboxReader(PartitionReader):
             self._starting = False
 
     async def _start(self, consumer: AIOKafkaConsumer) -> None:
+        self._assigned_at = time.perf_counter()
         committed = await consumer.committed(self.tp) or 0
         self._replay_end = committed
         self.resumed = committed > 0

@@ -61,10 +61,10 @@ FORMAT = 1
 CHUNK = 512 * 1024
 """Bytes per snapshot record: well under Kafka's default ``message.max.bytes`` (1 MB)."""
 
-INTERVAL = 60.0
+INTERVAL = 5.0
 """Seconds between two snapshots of a service that handled something meanwhile."""
 
-EVERY_RECORDS = 100_000
+EVERY_RECORDS = 20_000
 """Or sooner, once this many inbox records were handled since the last one: the tail a restart
 replays stays under a few seconds of work however fast the inbox fills."""
 

@@ -14,9 +14,10 @@ Per batch of records (``InboxWorker.process_batch``), record by record:
     5. for each ``Release`` in the batch: ``Finished`` to the control topic, naming the highest
        log offset written (a repeated ``Release`` is answered again, handling nothing twice)
 
-Restart: ``replay`` folds the inbox from its start up to the committed offset without sending
-anything (its outputs were sent before), which rebuilds the core, the dedupe window, the held
-envelopes and the pending timers; consumption then resumes at the committed offset. Whatever was
+Restart: ``replay`` folds the inbox from the latest snapshot's offset (``snapshot.py``; from its
+start without one) up to the committed offset without sending anything (its outputs were sent
+before), which rebuilds the core, the dedupe window, the held envelopes and the pending timers (a
+timer whose ``TimerFired`` is read back is disarmed); consumption then resumes at the committed offset. Whatever was
 handled after the last commit is handled again and sent again with the same ids, and every
 consumer drops the copies: at-least-once delivery, exactly-once effect, no Kafka transactions.
 """
