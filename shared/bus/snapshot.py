@@ -365,7 +365,10 @@ class Snapshots:
         there is none or it is not usable: a full replay)."""
         self._consumer, self._begin = consumer, begin
         keeper = self.keeper
-        await keeper.ensure_topic()
+        try:
+            await keeper.ensure_topic()
+        except KafkaError as exc:  # snapshots are an optimisation: without the topic, replay it all
+            log.warning("%s: snapshot topic %s not usable: %r", keeper.service, keeper.topic, exc)
         if committed <= begin:
             self.worker.digest = GENESIS  # a first start: the lineage begins here
             return begin
@@ -400,7 +403,8 @@ class Snapshots:
         if worker.clock is not None:
             worker.clock.load([])
         self.loaded_at, self._check, self.tail = None, None, 0
-        self.keeper.snapshot_offset = None  # one is written as soon as the rebuild is done
+        # one is written as soon as the rebuild is done; no checkpoint meanwhile names the old one
+        self.keeper.snapshot_offset = self.keeper.manifest_at = None
         return begin
 
     def replayed(self, offset: int) -> bool:
