@@ -12,8 +12,9 @@ tens of milliseconds per job on this machine, so the full day (``python -m bench
 the same; the slope is what matters, not the length.
 
 Every ``SAMPLE`` simulated seconds the soak samples each service with ``shared.footprint.retained``:
-its core, and apart from it its dedupe window (``shared.dedupe.Seen``, a constant cap per source
-that fills during the run), and the process's resident memory. The figure is the least-squares
+its core, and apart from it its bounded windows (the dedupe windows, ``shared.dedupe.Seen``, and
+placement's shape mix: constant caps that fill during the run; ``windows``), and the process's
+resident memory. The figure is the least-squares
 slope of each core's retained bytes against finished jobs after the first quarter (warm-up), in
 bytes per 1,000 finished jobs; the target is under 1 KiB. RSS is reported beside it: it includes
 the simulated cluster, the dedupe windows filling up to their cap and the allocator's slack.
@@ -29,7 +30,9 @@ import sys
 import time
 from typing import Any, Callable
 
-from shared.dedupe import DEDUPE_WINDOW
+from services.admission.core import AdmissionCore
+from services.placement.fragmentation import Mix
+from shared.dedupe import DEDUPE_WINDOW, Seen
 from shared.embedded import EmbeddedRuntime
 from shared.footprint import retained
 from shared.policy import Policy
@@ -105,6 +108,19 @@ def steps(cluster: SimCluster, jobs: int, nodes: int, seconds: float) -> list[tu
     return out
 
 
+def windows(core: Any) -> list[Any]:
+    """The bounded windows a core holds — its own dedupe window (``shared.dedupe.Seen``), placement's
+    shape mix — whose size is a constant cap, not a function of history: they fill during a short
+    run, so they are measured apart from the rest of the core."""
+    found = [v for v in vars(core).values() if isinstance(v, (Seen, Mix))]
+    nodes = getattr(core, "nodes", None)
+    if nodes is not None and isinstance(getattr(nodes, "mix", None), Mix):
+        found.append(nodes.mix)
+    if isinstance(core, AdmissionCore):
+        found.append(core._seen)
+    return found
+
+
 def slope(xs: list[float], ys: list[float]) -> float:
     """Least-squares slope of ``ys`` against ``xs`` (0 for fewer than two points)."""
     if len(xs) < 2:
@@ -135,8 +151,10 @@ def soak(jobs: int = JOBS, hours: float = HOURS, nodes: int = NODES, every: floa
         cluster.api.watch.clear()
         row: dict[str, Any] = {"hour": round(now / 3600, 2), "finished": finished[0], "rss_mib": round(rss_mib(), 1)}
         for name, service in runtime.services.items():
-            core = retained(service.core, exclude=(policy,))
-            row[name] = {"bytes": core.bytes, "entries": core.entries, "window_bytes": retained(service.seen).bytes}
+            bounded = windows(service.core)
+            core = retained(service.core, exclude=(policy, *bounded))
+            row[name] = {"bytes": core.bytes, "entries": core.entries,
+                         "window_bytes": retained([service.seen, *bounded], exclude=(policy,)).bytes}
         samples.append(row)
 
     t = every
@@ -159,7 +177,7 @@ def soak(jobs: int = JOBS, hours: float = HOURS, nodes: int = NODES, every: floa
         figures[f"{name}_retained_kib"] = {"after_warm_up": round(ys[0] / 1024, 1) if ys else None,
                                            "end": round(ys[-1] / 1024, 1) if ys else None,
                                            "peak": round(max(s[name]["bytes"] for s in samples) / 1024, 1)}
-        figures[f"{name}_dedupe_window_kib_end"] = round(samples[-1][name]["window_bytes"] / 1024, 1)
+        figures[f"{name}_windows_kib_end"] = round(samples[-1][name]["window_bytes"] / 1024, 1)
     figures["rss_mib_per_1000_finished"] = round(slope(xs, [s["rss_mib"] for s in steady]), 3)
     figures["dedupe_window_ids_per_source"] = DEDUPE_WINDOW
     figures["samples"] = samples

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.soak_bench import rayjob, steps
-from services.admission.core import AdmissionCore
-from services.placement.fragmentation import Mix
+from bench.soak_bench import rayjob, steps, windows
 from shared.dedupe import Seen, dedupe_window
 from shared.embedded import EmbeddedRuntime
 from shared.footprint import retained
@@ -21,17 +19,6 @@ from shared.sim.cluster import SimCluster
 
 GAP = 30.0
 """Seconds between two arrivals: a few jobs overlap, as in a busy cluster."""
-
-
-def _windows(core: object) -> list[object]:
-    """The bounded windows a core holds (their size is a constant, not a function of history)."""
-    found = [v for v in vars(core).values() if isinstance(v, (Seen, Mix))]
-    nodes = getattr(core, "nodes", None)
-    if nodes is not None and isinstance(getattr(nodes, "mix", None), Mix):
-        found.append(nodes.mix)
-    if isinstance(core, AdmissionCore):
-        found.append(core._seen)
-    return found
 
 
 def _entries_after(jobs: int) -> dict[str, int]:
@@ -44,7 +31,7 @@ def _entries_after(jobs: int) -> dict[str, int]:
     plan.append((late, lambda now: cluster.apply(rayjob(10**6, 60), now)))
     plan.append((late + 30, lambda now: cluster.delete("RayJob", "soak", f"job-{10**6}", now)))
     runtime.run(sorted(plan, key=lambda s: s[0]), late + 600)
-    return {name: retained(core, exclude=[policy, *_windows(core)]).entries for name, core in runtime.cores.items()}
+    return {name: retained(core, exclude=[policy, *windows(core)]).entries for name, core in runtime.cores.items()}
 
 
 @pytest.fixture(scope="module")
