@@ -160,6 +160,7 @@ class ResultProjection:
         self.events = 0
         self.decisions = 0
         self.now = 0.0
+        self._created = 0
 
     # ------------------------------------------------------------------ fold
     _handlers: ClassVar[dict[str, Callable[[Any, Any, float], None]]]
@@ -185,7 +186,8 @@ class ResultProjection:
     def _workload(self, key: str, kind: str = "") -> WorkloadView:
         view = self.workloads.get(key)
         if view is None:
-            view = self.workloads[key] = WorkloadView(key=key, kind=kind, order=len(self.workloads))
+            view = self.workloads[key] = WorkloadView(key=key, kind=kind, order=self._created)
+            self._created += 1  # not len(workloads): a reader may forget views (``StatusBook``)
         elif kind and not view.kind:
             view.kind = kind
         return view

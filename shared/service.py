@@ -14,18 +14,12 @@ envelope can never stop a service, and both runtimes answer it with the same out
 from __future__ import annotations
 
 import gc
-from collections import OrderedDict
 
 from shared.core import Core
+from shared.dedupe import DEDUPE_WINDOW, Seen
 from shared.events import Envelope, wrap
 from shared.faults import Fault, describe, rejections
 from shared.tracing.context import TraceContexts
-
-DEDUPE_WINDOW = 1_000_000
-"""Handled ids a service remembers. Redeliveries come from a restart re-reading its inbox from the
-last committed offset, so they are never further back than one commit interval; the window only
-has to be far larger than that, and bounded so a long-running service does not grow without end."""
-
 
 GC_THRESHOLD = (10_000, 2, 50)
 """The cyclic collector's thresholds while services run, on Kafka or embedded (Python's are 700, 10,
@@ -41,31 +35,6 @@ def collect_less() -> None:
     """Set ``GC_THRESHOLD`` for this process, unless it already collects less often than that."""
     if gc.get_threshold()[0] < GC_THRESHOLD[0]:
         gc.set_threshold(*GC_THRESHOLD)
-
-
-class Seen:
-    """The most recent ``capacity`` ids, oldest forgotten first."""
-
-    def __init__(self, capacity: int = DEDUPE_WINDOW) -> None:
-        if capacity < 1:
-            raise ValueError("a dedupe window must hold at least one id")
-        self.capacity = capacity
-        self._ids: OrderedDict[str, None] = OrderedDict()
-
-    def add(self, event_id: str) -> bool:
-        """Remember ``event_id``; False if it was remembered already (a duplicate)."""
-        if event_id in self._ids:
-            return False
-        self._ids[event_id] = None
-        if len(self._ids) > self.capacity:
-            self._ids.popitem(last=False)
-        return True
-
-    def __contains__(self, event_id: object) -> bool:
-        return event_id in self._ids
-
-    def __len__(self) -> int:
-        return len(self._ids)
 
 
 class Service:
@@ -94,7 +63,7 @@ class Service:
 
     def handle(self, env: Envelope) -> list[Envelope]:
         """Fold one inbox envelope; a duplicate yields nothing."""
-        if not self.seen.add(env.id):
+        if not self.seen.add(env.id, env.source):
             self.duplicates += 1
             return []
         self.handled += 1

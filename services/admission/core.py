@@ -84,6 +84,9 @@ class AdmissionCore:
     service = "admission"
     SEEN_IDS = 4096
     """Envelope ids remembered to drop exact redeliveries (content-based dedup covers the rest)."""
+    TOMBSTONE_SECONDS = 600.0
+    """How long (event time) a deleted RayCluster / RayJob is remembered, by uid only, to drop a stale
+    event of it (a watch's late Modified); then it is forgotten, so state follows live objects."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
@@ -97,6 +100,8 @@ class AdmissionCore:
         """``namespace/cluster`` of a RayJob's own RayCluster -> the RayJob's name."""
         self._claims: dict[str, str] = {}
         self._seen: dict[str, None] = {}
+        self._gone: dict[str, tuple[str, float]] = {}
+        """Tombstones: workload id -> (uid, deleted at), oldest first (``TOMBSTONE_SECONDS``)."""
 
     # ------------------------------------------------------------------ entry point
     def handle(self, env: Envelope) -> list[Any]:
@@ -154,15 +159,16 @@ class AdmissionCore:
         key = f"{namespace}/{p.name}"
         wid = f"{p.kind}:{key}"
         w = self.workloads.get(wid)
+        self._forget_gone(now)
         if p.change == "Deleted":
-            return self._delete(w)
+            return self._delete(w, now)
         uid = _uid(p.object)
-        if w is not None and w.deleted:
-            if p.change == "Modified" or (uid and uid == w.uid):
+        gone = self._gone.get(wid)
+        if w is None and gone is not None:
+            if p.change == "Modified" or (uid and uid == gone[0]):
                 return []  # a stale event of the object that is gone
-            w = None  # the same name created again: a new workload
+            del self._gone[wid]  # the same name created again: a new workload
         if w is None:
-            self.workloads.pop(wid, None)
             w = RayWorkload(kind=p.kind, key=key, namespace=namespace, name=p.name, obj=p.object, first_seen=now,
                             gate="suspend" if spec_suspended(p.object) else "pods", uid=uid)  # type: ignore[arg-type]
             self.workloads[wid] = w
@@ -178,16 +184,30 @@ class AdmissionCore:
                 out.append(WorkloadFinished(key=w.key, outcome=done[0], reason=done[1]))  # type: ignore[arg-type]
         return out
 
-    def _delete(self, w: RayWorkload | None) -> list[Output]:
-        """Deleted → WorkloadDeleted once, for anything the rest of the system heard about."""
+    def _delete(self, w: RayWorkload | None, now: float) -> list[Output]:
+        """Deleted → WorkloadDeleted once, for anything the rest of the system heard about. The
+        workload itself is dropped; a tombstone with its uid stays ``TOMBSTONE_SECONDS``."""
         if w is None or w.deleted:
             return []
         w.deleted = True
         w.obj = {}
-        self._release(w.key, f"{w.kind}:{w.key}")
+        wid = f"{w.kind}:{w.key}"
+        del self.workloads[wid]
+        self._gone.pop(wid, None)
+        self._gone[wid] = (w.uid, now)
+        self._release(w.key, wid)
         if w.spec is None and w.rejected is None:
             return []
         return [WorkloadDeleted(key=w.key)]
+
+    def _forget_gone(self, now: float) -> None:
+        """Drop the tombstones older than ``TOMBSTONE_SECONDS`` (they are in deletion order)."""
+        horizon = now - self.TOMBSTONE_SECONDS
+        while self._gone:
+            wid, (_, at) = next(iter(self._gone.items()))
+            if at >= horizon:
+                break
+            del self._gone[wid]
 
     def _evaluate(self, w: RayWorkload, again: bool = False) -> list[Output]:
         """``again``: re-evaluation after queues or PriorityClasses changed (see ``_reevaluate``)."""

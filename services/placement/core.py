@@ -33,6 +33,7 @@ from shared.events import (
     ObjectChanged, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested,
     SlotAssignment, TimerFired, TimerSet, WorkloadUpdated, WorkloadWithdrawn,
 )
+from shared.dedupe import RECENT_IDS, Seen
 from shared.policy import Policy
 
 CAPACITY_TIMER = "capacity"
@@ -54,7 +55,7 @@ class PlacementCore:
         self.pods: dict[str, PodRecord] = {}
         self.pods_of: dict[str, dict[str, None]] = {}
         """Workload key -> its pods' keys in the order they were first observed."""
-        self._handled: set[str] = set()
+        self._handled = Seen(RECENT_IDS)
         """Ids of decision envelopes already handled (membership only: a redelivery yields nothing)."""
         self._admissions = 0
         self._foreign: dict[str, int] = {}
@@ -98,9 +99,8 @@ class PlacementCore:
             return []
         if isinstance(p, WorkloadUpdated):
             return self._on_updated(p, now)
-        if not isinstance(p, (Dequeued, ReclaimRequested, WorkloadWithdrawn, ElasticGranted)) or env.id in self._handled:
+        if not isinstance(p, (Dequeued, ReclaimRequested, WorkloadWithdrawn, ElasticGranted)) or not self._handled.add(env.id, env.source):
             return []
-        self._handled.add(env.id)
         if isinstance(p, Dequeued):
             return self._on_dequeued(p, now)
         if isinstance(p, ReclaimRequested):

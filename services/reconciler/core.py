@@ -22,6 +22,7 @@ from shared.events import (
     PodAssigned, PreemptionRequested, QueueRejected, TimerFired, TimerSet, WorkloadDeleted, WorkloadRejected,
     WorkloadSubmitted, WorkloadUpdated,
 )
+from shared.dedupe import RECENT_IDS, Seen
 from shared.policy import Policy
 from services.reconciler.status import STATUS_TIMER, StatusBook
 
@@ -84,7 +85,8 @@ class ReconcilerCore:
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self._seen: set[str] = set()
+        self._seen = Seen(RECENT_IDS)
+        """Redelivered ids, the last few thousand per source (``shared.dedupe``): never a set of every id."""
         self._workloads: dict[str, _Workload] = {}
         self._applied: dict[str, dict[str, Any]] = {}
         """object id -> field -> last value emitted for it."""
@@ -109,9 +111,8 @@ class ReconcilerCore:
     def handle(self, env: Envelope) -> list[KubeEffect | TimerSet]:
         """Effects for one inbox event; a redelivered envelope id yields nothing. Status of queue
         objects and PodGroups (``status.StatusBook``) is written when its timer fires."""
-        if env.id in self._seen:
+        if not self._seen.add(env.id, env.source):
             return []
-        self._seen.add(env.id)
         if isinstance(env.payload, TimerFired):
             return self._flush_status() if env.payload.key == STATUS_TIMER else []
         handler = self._handlers.get(env.type)

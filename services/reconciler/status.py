@@ -140,7 +140,18 @@ class StatusBook:
                 effect = self._pod_group(key)
                 if effect is not None:
                     out.append(effect)
+        self._forget_deleted(workloads)
         return out
+
+    def _forget_deleted(self, flushed: dict[str, None]) -> None:
+        """A deleted workload's last status is written: its view goes, so the book holds live
+        workloads only (a long-running reconciler must not keep every workload it ever saw)."""
+        views, pods = self.view.workloads, self.view.pods
+        for key in flushed:
+            view = views.get(key)
+            if view is not None and view.phase == "Deleted":
+                del views[key]
+                pods.pop(key, None)
 
     # ------------------------------------------------------------------ per dialect
     def _members(self, queue: str) -> list[WorkloadView]:

@@ -40,10 +40,12 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from shared.bus.config import BusConfig
 from shared.bus.sequencing import Arrival, Rounds
+from shared.bus.snapshot import SnapshotKeeper, Snapshots
 from shared.bus.topics import lost_records, retention_problem
 from shared.bus.worker import Clock, InboxWorker, Incoming, Producer, Record
 from shared.embedded import CORE_CLASSES
 from shared.policy import Policy
+from shared.dedupe import dedupe_window
 from shared.service import Service, collect_less
 
 if TYPE_CHECKING:
@@ -507,10 +509,13 @@ class InboxReader(PartitionReader):
     reads it and another instance waits."""
 
     def __init__(self, config: BusConfig, group: str, worker: InboxWorker, producer: Producer, *,
-                 batch: int = BATCH, commit_interval: float = COMMIT_INTERVAL) -> None:
+                 batch: int = BATCH, commit_interval: float = COMMIT_INTERVAL,
+                 snapshots: "Snapshots | None" = None) -> None:
         super().__init__(config, group, worker.inbox, f"{worker.service.name} inbox", batch=batch,
                          commit_interval=commit_interval)
         self.worker, self.producer = worker, producer
+        self.snapshots = snapshots
+        """Restart from a snapshot (``shared.bus.snapshot``); None: always from the inbox's start."""
         self.ready = asyncio.Event()
         """Set once the past is replayed: live records (and the clock) may go."""
         self._replay_end: int | None = None
@@ -518,9 +523,15 @@ class InboxReader(PartitionReader):
         """True when this start resumed from a committed offset (the group ran before: a restart)."""
         self.on_batch: Callable[[float], None] | None = None
         """Told how long each live batch took (the batch latency metric)."""
+        self._starting = False
+        """True while the first assignment finds where to start: records fetched meanwhile are dropped."""
+        self._assigned_at = time.perf_counter()
+        self.rebuild_seconds = 0.0
+        """From the inbox's assignment to ready: loading a snapshot and folding the tail (or the past)."""
 
     def _helpers(self) -> list[Awaitable[Any]]:
-        return [self._fire_timers()] if self.worker.clock is not None else []
+        helpers = [self._fire_timers()] if self.worker.clock is not None else []
+        return helpers + ([self.snapshots.keep()] if self.snapshots is not None else [])
 
     def caught_up(self, within: int) -> str | None:
         """None when the past is replayed and at most ``within`` records wait; else why not (``/readyz``)."""
@@ -530,11 +541,15 @@ class InboxReader(PartitionReader):
         return None if behind <= within else f"{behind} inbox records behind (ready at {within} or fewer)"
 
     async def _handle(self, records: Sequence[Any]) -> None:
+        if self._starting:
+            return  # fetched while the first assignment is still deciding where to start: read again
         replay_end = self._replay_end or 0
         live: list[Incoming] = []
         for m in records:
             if m.offset < replay_end:
                 self.worker.replay(m.value, m.headers)
+                if self.snapshots is not None and not self.snapshots.replayed(m.offset):
+                    return  # the snapshot did not reproduce its outputs: replaying from the start
             else:
                 live.append(Incoming(m.value, m.headers, m.partition, m.offset))
         if not self.ready.is_set() and records[-1].offset + 1 >= replay_end:
@@ -551,20 +566,37 @@ class InboxReader(PartitionReader):
     def _rebuilt(self) -> None:
         log.info("%s: rebuilt from %d inbox records; resuming at offset %d", self.worker.service.name,
                  self.worker.replayed, self._replay_end or 0)
+        if self.snapshots is not None:
+            self.snapshots.rebuilt()
+        self.rebuild_seconds = time.perf_counter() - self._assigned_at
         self.ready.set()
 
     async def _assigned(self, consumer: AIOKafkaConsumer) -> None:
         """The first assignment: replay from the start up to the committed offset (later ones resume
         at the committed offset, the state is still here)."""
-        if self._replay_end is not None:
+        if self._replay_end is not None or self._starting:
             return
-        self._replay_end = await consumer.committed(self.tp) or 0
-        self.resumed = self._replay_end > 0
-        # whether it replays or never committed, it reads from the start
-        self._in_order.next = (await consumer.beginning_offsets([self.tp]))[self.tp]
-        if self._replay_end > 0:
-            await consumer.seek_to_beginning(self.tp)
+        self._starting = True
+        try:
+            await self._start(consumer)
+        finally:
+            self._starting = False
+
+    async def _start(self, consumer: AIOKafkaConsumer) -> None:
+        self._assigned_at = time.perf_counter()
+        committed = await consumer.committed(self.tp) or 0
+        self._replay_end = committed
+        self.resumed = committed > 0
+        # whether it replays or never committed, it reads from the start (or from a snapshot)
+        start = (await consumer.beginning_offsets([self.tp]))[self.tp]
+        if self.snapshots is not None:
+            start = await self.snapshots.load(consumer, start, self._replay_end)  # may move _replay_end on
+            self._replay_end = max(self._replay_end, start)
+        self._in_order.next = start
+        if self._replay_end > start:
+            consumer.seek(self.tp, start)
         else:
+            consumer.seek(self.tp, self._replay_end)
             self._rebuilt()
 
     async def _fire_timers(self) -> None:
@@ -598,9 +630,11 @@ class ServiceApp(MusterApp):
 
 
 def service_app(service: str, config: BusConfig, policy: Policy, *, ordering: Ordering = "arrival",
-                sink: "SpanSink | None" = None) -> MusterApp:
+                sink: "SpanSink | None" = None, snapshots: SnapshotKeeper | None | Literal[False] = None) -> MusterApp:
     """The app behind ``muster run SERVICE``: group ``<prefix><service>``, one reader on its inbox.
-    With a ``sink`` (tracing on) its outputs carry trace context and each hop is a span."""
+    With a ``sink`` (tracing on) its outputs carry trace context and each hop is a span. It restarts
+    from its latest snapshot (``shared.bus.snapshot``; ``snapshots`` sets how often one is written,
+    False turns them off)."""
     if service not in CORE_CLASSES:
         raise ValueError(f"unknown service {service!r}: one of {', '.join(CORE_CLASSES)}")
     group = f"{config.prefix}{service}"
@@ -612,9 +646,17 @@ def service_app(service: str, config: BusConfig, policy: Policy, *, ordering: Or
 
         tracer = HopTracer(service, sink, topic=config.topics.inbox(service), group=group,
                            clock="wall" if ordering == "arrival" else "event")
-    worker = InboxWorker(Service(CORE_CLASSES[service](policy), traced=sink is not None), config.topics,
-                         Arrival() if ordering == "arrival" else Rounds(), clock=clock, tracer=tracer)
-    reader = InboxReader(config, group, worker, FaustProducer(app))
+    def fresh() -> tuple[Service, Arrival | Rounds]:
+        return (Service(CORE_CLASSES[service](policy), traced=sink is not None,
+                        dedupe_window=dedupe_window(COMMIT_INTERVAL)),
+                Arrival() if ordering == "arrival" else Rounds())
+
+    first, order = fresh()
+    worker = InboxWorker(first, config.topics, order, clock=clock, tracer=tracer)
+    keeper = None if snapshots is False else snapshots or SnapshotKeeper(config, service, policy)
+    reader = InboxReader(config, group, worker, FaustProducer(app), commit_interval=COMMIT_INTERVAL)
+    if keeper is not None:
+        reader.snapshots = Snapshots(keeper, reader, fresh)
     app.muster_worker = worker  # type: ignore[attr-defined]
     app.muster_reader = reader  # type: ignore[attr-defined]
 

@@ -16,9 +16,10 @@ Per batch of records (``InboxWorker.process_batch``), record by record:
     5. for each ``Release`` in the batch: ``Finished`` to the control topic, naming the highest
        log offset written (a repeated ``Release`` is answered again, handling nothing twice)
 
-Restart: ``replay`` folds the inbox from its start up to the committed offset without sending
-anything (its outputs were sent before), which rebuilds the core, the dedupe window, the held
-envelopes and the pending timers; consumption then resumes at the committed offset. Whatever was
+Restart: ``replay`` folds the inbox from the latest snapshot's offset (``snapshot.py``; from its
+start without one) up to the committed offset without sending anything (its outputs were sent
+before), which rebuilds the core, the dedupe window, the held envelopes and the pending timers (a
+timer whose ``TimerFired`` is read back is disarmed); consumption then resumes at the committed offset. Whatever was
 handled after the last commit is handled again and sent again with the same ids, and every
 consumer drops the copies: at-least-once delivery, exactly-once effect, no Kafka transactions.
 A record the core failed on is folded again too, in its place (the state it left is part of the
@@ -29,6 +30,7 @@ went out before its offset could be committed, so it is dead-lettered once.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import heapq
 import logging
 import time
@@ -47,6 +49,12 @@ if TYPE_CHECKING:
     from shared.tracing.live import HopTracer
 
 log = logging.getLogger("muster.bus")
+
+
+def chain(digest: bytes, value: bytes) -> bytes:
+    """The next link of an output digest (``InboxWorker.digest``): ``value`` is one output as encoded."""
+    return hashlib.blake2b(digest + value, digest_size=16).digest()
+
 
 Watcher = Callable[[Envelope, list[Envelope]], None]
 """Sees each envelope the service handles with its outputs, live and in a replay (a metrics fold)."""
@@ -122,6 +130,9 @@ class Clock:
         self._heap: list[tuple[float, int, str, Envelope]] = []
         self._armed: set[tuple[str, float]] = set()
         self._seq = 0
+        self._unsettled: dict[tuple[str, float], Envelope] = {}
+        """Timers fired whose ``TimerFired`` was not read back from the inbox yet: a snapshot keeps
+        them, so a crash before the copy landed fires them again (``shared.bus.snapshot``)."""
 
     def arm(self, timer_set: Envelope) -> None:
         at = max(timer_set.payload.at, timer_set.occurred_at)
@@ -132,6 +143,25 @@ class Clock:
         self._seq += 1
         heapq.heappush(self._heap, (at, self._seq, timer_set.payload.key, timer_set))
 
+    def disarm(self, fired: Envelope) -> None:
+        """A timer whose ``TimerFired`` the inbox holds (read live or in a replay): it fired, and
+        must not fire again after a restart, long after the dedupe window forgot its id."""
+        marker = (fired.payload.key, fired.occurred_at)
+        self._armed.discard(marker)
+        self._unsettled.pop(marker, None)
+
+    def state(self) -> list[Envelope]:
+        """The ``TimerSet``s still to fire or fired unsettled, in arming order: all a snapshot needs."""
+        pending = sorted(((seq, cause) for at, seq, key, cause in self._heap if (key, at) in self._armed),
+                         key=lambda item: item[0])
+        return [cause for _, cause in pending] + list(self._unsettled.values())
+
+    def load(self, timer_sets: list[Envelope]) -> None:
+        """Arm what ``state`` returned (on a fresh clock)."""
+        self._heap, self._armed, self._unsettled = [], set(), {}
+        for timer_set in timer_sets:
+            self.arm(timer_set)
+
     def next_at(self) -> float | None:
         return self._heap[0][0] if self._heap else None
 
@@ -139,7 +169,10 @@ class Clock:
         out: list[Envelope] = []
         while self._heap and self._heap[0][0] <= now:
             at, _, timer_key, cause = heapq.heappop(self._heap)
+            if (timer_key, at) not in self._armed:
+                continue  # disarmed: it fired before a restart
             self._armed.discard((timer_key, at))
+            self._unsettled[(timer_key, at)] = cause
             out.append(wrap(TimerFired(key=timer_key), source="clock", cause=cause, index=0, at=at))
         return out
 
@@ -173,6 +206,9 @@ class InboxWorker:
         self.tracer = tracer
         """Sends a span per hop handled live (tracing on; ``shared.tracing.live``)."""
         self.watchers: list[Watcher] = []
+        self.digest: bytes | None = None
+        """With snapshots on, a hash chained over every output handled (``snapshot.chain``): what a
+        tail replay after loading a snapshot must reproduce. None: not kept."""
 
     # ------------------------------------------------------------------ restart
     def replay(self, value: bytes | None, headers: codec.Headers | None) -> None:
@@ -184,6 +220,8 @@ class InboxWorker:
             return  # dead-lettered when it was first read
         for out in self._handle(item, live=False):
             self._arm(out)
+            if self.digest is not None:
+                self.digest = chain(self.digest, codec.encode(out))
         self.service.take_faults()  # dead-lettered when it was first handled
 
     # ------------------------------------------------------------------ live
@@ -261,6 +299,8 @@ class InboxWorker:
             armed = False
             for env in outputs:
                 first, rest, timed = logged_and_routed(topics, env)
+                if self.digest is not None:
+                    self.digest = chain(self.digest, first.value)
                 if timed:
                     self._arm(env)
                     armed = True
@@ -309,6 +349,8 @@ class InboxWorker:
 
     # ------------------------------------------------------------------ common
     def _handle(self, item: Envelope | Release, *, live: bool = True) -> list[Envelope]:
+        if self.clock is not None and isinstance(item, Envelope) and item.type == "TimerFired":
+            self.clock.disarm(item)
         if isinstance(item, Release):
             ready = self.ordering.release(item)
         elif self.service.handled_before(item):

@@ -56,6 +56,14 @@ class ServiceCollector(Collector):
         yield _gauge("muster_inbox_lag_records", "Records in the inbox not handled yet", s, reader.lag())
         yield _gauge("muster_commit_failures", "Offset commits refused in a row (0 once one succeeds; they back off)",
                      s, getattr(reader, "commit_failures", 0))
+        yield _gauge("muster_rebuild_seconds", "Seconds from the inbox's assignment to ready on start "
+                     "(snapshot loaded and tail replayed, or the whole inbox folded)", s, reader.rebuild_seconds)
+        snapshots = getattr(reader, "snapshots", None)
+        if snapshots is not None:
+            yield _counter("muster_snapshot_fallbacks", "Starts that could not use the latest snapshot and "
+                           "replayed the whole inbox (the log says why)", s, snapshots.keeper.fallbacks)
+            yield _counter("muster_snapshots_written", "Snapshots of the service's state written", s,
+                           snapshots.keeper.written)
 
 
 class ProjectorCollector(Collector):

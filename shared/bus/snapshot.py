@@ -1,0 +1,456 @@
+"""Restart from a snapshot: a service's state with the inbox offset it reflects (issue 14 §2).
+
+Without a snapshot a service rebuilds by folding its inbox from offset 0 (``worker.replay``), which
+costs its whole history on every start. With one, it loads the latest snapshot and folds only the
+records after it: restart time follows what arrived since the last snapshot, not the history.
+
+What a snapshot holds: the worker's whole state as it stood after handling every inbox record
+below ``offset`` — the service (core, dedupe window, counters), the ordering (held envelopes under
+``simulate --bus``), the clock's pending timers (and those fired but not yet read back from the
+inbox), and ``digest``, a running hash over every output the service has produced since its lineage
+began (``chain``). It is pickled, checksummed (SHA-256) and written as records of its own topic
+``<prefix>snapshots.<service>``: chunks of ``CHUNK`` bytes, then a manifest naming them. A writer
+also records a *checkpoint* (offset, digest) every commit interval.
+
+Loading is checked at three levels; any failure means a full replay, logged on one line and counted
+(``muster_snapshot_fallbacks``):
+  1. format: the manifest's ``FORMAT``, muster's version and the policy's fingerprint must be this
+     process's (an upgrade or a changed policy rebuilds from the inbox, as before snapshots);
+  2. integrity: the chunks' SHA-256 must match the manifest (a truncated or corrupted snapshot);
+  3. behaviour: the tail replay from the snapshot must reproduce the outputs recorded for it — the
+     digest reached at the latest checkpoint's offset must equal the checkpoint's. Outputs are not
+     re-read from the log (the log is shared and long); their hash chain is.
+A full replay starts a new lineage and writes a snapshot at once, so the next start is short again.
+
+Snapshots are pickles: whoever can write the snapshot topic can make a service run code. The
+loader resolves only classes from muster's own packages and a short list of standard ones
+(``_Unpickler``), and the topic must be writable by muster's services only (Kafka ACLs), like the
+inboxes whose records already drive every decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+import logging
+import pickle
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import TYPE_CHECKING, Any, Callable
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+from shared.bus.config import BusConfig
+from shared.bus.sequencing import Ordering
+from shared.policy import Policy
+from shared.service import Service
+
+if TYPE_CHECKING:
+    from shared.bus.worker import InboxWorker
+
+log = logging.getLogger("muster.bus")
+
+FORMAT = 1
+"""The snapshot layout; a snapshot of another format is not loaded (full replay)."""
+
+CHUNK = 512 * 1024
+"""Bytes per snapshot record: well under Kafka's default ``message.max.bytes`` (1 MB)."""
+
+INTERVAL = 5.0
+"""Seconds between two snapshots of a service that handled something meanwhile."""
+
+EVERY_RECORDS = 20_000
+"""Or sooner, once this many inbox records were handled since the last one: the tail a restart
+replays stays under a few seconds of work however fast the inbox fills."""
+
+KIND = "muster-snapshot"
+"""The header naming a snapshot topic's record: ``chunk``, ``manifest`` or ``checkpoint``."""
+
+GENESIS = b"\0" * 16
+"""The digest a lineage starts from."""
+
+
+def muster_version() -> str:
+    try:
+        return metadata.version("muster")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "unknown"
+
+
+def policy_fingerprint(policy: Policy) -> str:
+    """Equal for equal policies: a snapshot taken under another policy is not loaded."""
+    return hashlib.sha256(policy.model_dump_json().encode()).hexdigest()[:32]
+
+
+def snapshot_topic(prefix: str, service: str) -> str:
+    return f"{prefix}snapshots.{service}"
+
+
+class SnapshotError(ValueError):
+    """A snapshot that cannot be loaded: why, in one line."""
+
+
+# --------------------------------------------------------------------------- state <-> bytes
+_ALLOWED_MODULES = ("services.", "shared.")
+_ALLOWED_GLOBALS = {
+    ("builtins", name) for name in ("set", "frozenset", "dict", "list", "tuple", "bytes", "bytearray", "complex",
+                                    "slice", "range", "object", "getattr")
+} | {("collections", "OrderedDict"), ("collections", "deque"), ("collections", "defaultdict"),
+     ("collections", "Counter"), ("copyreg", "_reconstructor"), ("copyreg", "__newobj__"),
+     ("numpy", "ndarray"), ("numpy", "dtype")} | {
+    (f"numpy{core}.{module}", name) for core in ("._core", ".core")
+    for module, name in (("multiarray", "_reconstruct"), ("multiarray", "scalar"), ("numeric", "_frombuffer"))
+} | {
+     ("pydantic.main", "_model_construction"), ("datetime", "datetime"), ("datetime", "timezone"),
+     ("datetime", "timedelta"), ("_codecs", "encode")}
+
+
+class _Unpickler(pickle.Unpickler):
+    """Resolves muster's own classes and a few standard ones, nothing else (see the module docstring)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module.startswith(_ALLOWED_MODULES) or (module, name) in _ALLOWED_GLOBALS \
+                or module.startswith(("pydantic", "pydantic_core")):
+            return super().find_class(module, name)
+        raise SnapshotError(f"a snapshot may not name {module}.{name}")
+
+
+@dataclass(frozen=True)
+class Manifest:
+    service: str
+    offset: int
+    """The inbox offset the state reflects: every record below it is in, none from it on."""
+    digest: str
+    """The output digest at ``offset`` (hex)."""
+    sha256: str
+    size: int
+    chunks: list[int]
+    """Offsets of the chunk records in the snapshot topic, in order."""
+    format: int = FORMAT
+    muster: str = field(default_factory=muster_version)
+    policy: str = ""
+    written_at: float = 0.0
+
+    def encode(self) -> bytes:
+        return json.dumps(self.__dict__, sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> "Manifest":
+        try:
+            raw = json.loads(value)
+            return cls(**raw)
+        except (ValueError, TypeError) as exc:
+            raise SnapshotError(f"unreadable snapshot manifest: {exc}") from None
+
+
+def capture(worker: "InboxWorker") -> bytes:
+    """The worker's state as bytes (call between two batches: nothing half handled)."""
+    clock = worker.clock
+    timers = None if clock is None else clock.state()
+    return pickle.dumps((worker.service, worker.ordering, timers, worker.digest), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def restore(worker: "InboxWorker", blob: bytes) -> None:
+    """Put a captured state into ``worker`` (its tracer, watchers and clock's wall clock stay)."""
+    try:
+        service, ordering, timers, digest = _Unpickler(io.BytesIO(blob)).load()
+    except SnapshotError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad snapshot, said in one line
+        raise SnapshotError(f"snapshot does not load: {type(exc).__name__}: {exc}") from None
+    if not isinstance(service, Service) or service.name != worker.service.name:
+        raise SnapshotError("snapshot holds another service's state")
+    if type(ordering) is not type(worker.ordering):
+        raise SnapshotError(f"snapshot was taken under {type(ordering).__name__} ordering")
+    service.contexts = worker.service.contexts if service.contexts is None else service.contexts
+    worker.service, worker.ordering, worker.digest = service, ordering, digest
+    if worker.clock is not None and timers is not None:
+        worker.clock.load(timers)
+
+
+# --------------------------------------------------------------------------- on Kafka
+@dataclass
+class Loaded:
+    manifest: Manifest
+    blob: bytes
+    check: tuple[int, bytes] | None
+    """The latest checkpoint of this snapshot's lineage, (offset, digest), if one lies past it."""
+
+
+class SnapshotKeeper:
+    """Writes and finds one service's snapshots on its snapshot topic."""
+
+    def __init__(self, config: BusConfig, service: str, policy: Policy, *, interval: float = INTERVAL,
+                 every_records: int = EVERY_RECORDS) -> None:
+        self.config, self.service = config, service
+        self.topic = snapshot_topic(config.prefix, service)
+        self.tp = TopicPartition(self.topic, 0)
+        self.policy = policy_fingerprint(policy)
+        self.interval, self.every_records = interval, every_records
+        self.manifest_at: int | None = None
+        """Offset of the latest manifest written or loaded: checkpoints name their lineage by it."""
+        self.snapshot_offset: int | None = None
+        """The inbox offset of that snapshot."""
+        self.last_written = 0.0
+        self.written = 0
+        self.fallbacks = 0
+        self.fallback_reason: str | None = None
+        self._checked: int | None = None
+        self._producer: AIOKafkaProducer | None = None
+
+    async def ensure_topic(self) -> None:
+        admin = AIOKafkaAdminClient(**self.config.aiokafka())
+        await admin.start()
+        try:
+            if self.topic not in set(await admin.list_topics()):
+                try:
+                    await admin.create_topics([NewTopic(self.topic, 1, 1)])
+                except TopicAlreadyExistsError:
+                    pass
+        finally:
+            await admin.close()
+
+    async def _send(self, records: list[tuple[bytes, bytes, str]]) -> list[int]:
+        if self._producer is None:
+            self._producer = AIOKafkaProducer(**self.config.aiokafka(), max_request_size=2 * CHUNK + 65536,
+                                              max_batch_size=CHUNK + 65536)
+            await self._producer.start()
+        futures = [await self._producer.send(self.topic, value, key=key, partition=0,
+                                             headers=[(KIND, kind.encode())]) for key, value, kind in records]
+        return [(await f).offset for f in futures]
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+    def due(self, offset: int, *, force: bool = False) -> bool:
+        """A snapshot is due at ``offset``: none yet, or the interval or the record count passed
+        (``force``: whenever the state moved past the last one)."""
+        if force:
+            return self.snapshot_offset is None or offset > self.snapshot_offset
+        if self.snapshot_offset is None:
+            return offset > 0
+        if offset <= self.snapshot_offset:
+            return False
+        return offset - self.snapshot_offset >= self.every_records or time.time() - self.last_written >= self.interval
+
+    async def write(self, blob: bytes, offset: int, digest: bytes) -> Manifest:
+        """Chunks, then the manifest naming them (a crash in between leaves the previous one latest)."""
+        key = self.service.encode()
+        pieces = [blob[i:i + CHUNK] for i in range(0, len(blob), CHUNK)] or [b""]
+        chunks = await self._send([(key + b".chunk", piece, "chunk") for piece in pieces])
+        manifest = Manifest(self.service, offset, digest.hex(), hashlib.sha256(blob).hexdigest(), len(blob), chunks,
+                            policy=self.policy, written_at=time.time())
+        (self.manifest_at,) = await self._send([(key, manifest.encode(), "manifest")])
+        self.snapshot_offset, self.last_written = offset, time.time()
+        self.written += 1
+        log.info("%s: snapshot of %d bytes at inbox offset %d", self.service, len(blob), offset)
+        return manifest
+
+    async def checkpoint(self, offset: int, digest: bytes) -> None:
+        """Record the output digest reached at ``offset`` (what a later tail replay must reproduce)."""
+        if self.manifest_at is None or offset == self._checked:
+            return
+        body = json.dumps({"offset": offset, "digest": digest.hex(), "manifest": self.manifest_at}).encode()
+        await self._send([(self.service.encode() + b".checkpoint", body, "checkpoint")])
+        self._checked = offset
+
+    async def latest(self) -> Loaded | None:
+        """The latest complete snapshot and its lineage's latest checkpoint; None when there is none.
+        Reads a few records from the topic's end, then the chunks the manifest names: the cost does
+        not grow with how many snapshots were written before."""
+        consumer = AIOKafkaConsumer(**self.config.aiokafka(), enable_auto_commit=False, fetch_max_wait_ms=50,
+                                    max_partition_fetch_bytes=2 * CHUNK + 65536)
+        await consumer.start()
+        try:
+            consumer.assign([self.tp])
+            start = (await consumer.beginning_offsets([self.tp]))[self.tp]
+            end = (await consumer.end_offsets([self.tp]))[self.tp]
+            manifest_at, check = None, None
+            position = end
+            while manifest_at is None and position > start:
+                position -= 1
+                record = await self._read(consumer, position)
+                kind = _kind(record)
+                if kind == "checkpoint":
+                    body = json.loads(record.value)
+                    manifest_at = int(body["manifest"])
+                    check = (int(body["offset"]), bytes.fromhex(body["digest"]))
+                elif kind == "manifest":
+                    manifest_at = position
+            if manifest_at is None:
+                return None
+            record = await self._read(consumer, manifest_at)
+            if _kind(record) != "manifest":
+                raise SnapshotError(f"offset {manifest_at} of {self.topic} is no snapshot manifest")
+            manifest = Manifest.decode(record.value)
+            parts = [(await self._read(consumer, at)).value or b"" for at in manifest.chunks]
+        finally:
+            await consumer.stop()
+        blob = b"".join(parts)
+        self.manifest_at, self.snapshot_offset = manifest_at, manifest.offset
+        if check is not None and check[0] <= manifest.offset:
+            check = None  # nothing recorded past the snapshot: its tail is empty
+        return Loaded(manifest, blob, check)
+
+    async def _read(self, consumer: AIOKafkaConsumer, offset: int) -> Any:
+        consumer.seek(self.tp, offset)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            got = (await consumer.getmany(self.tp, timeout_ms=500, max_records=1)).get(self.tp, ())
+            for record in got:
+                if record.offset == offset:
+                    return record
+                consumer.seek(self.tp, offset)
+        raise SnapshotError(f"offset {offset} of {self.topic} could not be read (compacted or deleted?)")
+
+    def verify(self, manifest: Manifest, blob: bytes) -> None:
+        """Format, version, policy and checksum (levels 1 and 2 of the module docstring)."""
+        if manifest.format != FORMAT:
+            raise SnapshotError(f"snapshot format {manifest.format}, this muster reads {FORMAT}")
+        if manifest.muster != muster_version():
+            raise SnapshotError(f"snapshot from muster {manifest.muster}, this is {muster_version()}")
+        if manifest.policy != self.policy:
+            raise SnapshotError("snapshot taken under another policy")
+        if manifest.service != self.service:
+            raise SnapshotError(f"snapshot of {manifest.service}, not {self.service}")
+        if len(blob) != manifest.size or hashlib.sha256(blob).hexdigest() != manifest.sha256:
+            raise SnapshotError("snapshot checksum does not match (truncated or corrupted)")
+
+    def fell_back(self, reason: str) -> None:
+        """Say once, on one line, why this start replays the whole inbox."""
+        self.fallbacks += 1
+        self.fallback_reason = reason
+        log.warning("%s: snapshot not used (%s); rebuilding from the whole inbox", self.service, reason)
+
+
+def _kind(record: Any) -> str:
+    for name, value in record.headers or ():
+        if name == KIND:
+            return value.decode()
+    return ""
+
+
+Fresh = Callable[[], tuple[Service, Ordering]]
+"""Makes a service and ordering as a first start would (a full replay after a fallback)."""
+
+
+class Snapshots:
+    """One inbox reader's snapshots: what it loads on start, checks while it replays the tail, and
+    writes while it runs (``shared.bus.app.InboxReader`` calls these at those moments)."""
+
+    def __init__(self, keeper: SnapshotKeeper, reader: Any, fresh: Fresh) -> None:
+        self.keeper, self.reader, self.fresh = keeper, reader, fresh
+        self.loaded_at: int | None = None
+        """The inbox offset of the snapshot this start loaded (None: it replayed from the start)."""
+        self.tail = 0
+        """Records the tail replay folded after the snapshot (what a restart cost)."""
+        self._check: tuple[int, bytes] | None = None
+        self._begin = 0
+        self._consumer: Any = None
+        self._resume_at = 0
+
+    @property
+    def worker(self) -> "InboxWorker":
+        return self.reader.worker
+
+    async def load(self, consumer: AIOKafkaConsumer, begin: int, committed: int) -> int:
+        """Load the latest snapshot into the worker; the inbox offset to read from (``begin`` when
+        there is none or it is not usable: a full replay)."""
+        self._consumer, self._begin = consumer, begin
+        keeper = self.keeper
+        try:
+            await keeper.ensure_topic()
+        except KafkaError as exc:  # snapshots are an optimisation: without the topic, replay it all
+            log.warning("%s: snapshot topic %s not usable: %r", keeper.service, keeper.topic, exc)
+        if committed <= begin:
+            self.worker.digest = GENESIS  # a first start: the lineage begins here
+            return begin
+        try:
+            loaded = await keeper.latest()
+            if loaded is None:
+                log.info("%s: no snapshot yet; rebuilding from the whole inbox", keeper.service)
+                return self._full(begin, None)
+            keeper.verify(loaded.manifest, loaded.blob)
+            if loaded.manifest.offset < begin:
+                raise SnapshotError(f"snapshot at offset {loaded.manifest.offset} is older than the inbox's start")
+            restore(self.worker, loaded.blob)
+        except (SnapshotError, KafkaError, ValueError, KeyError) as exc:
+            return self._full(begin, str(exc))
+        self.loaded_at = self._resume_at = loaded.manifest.offset
+        self._check = loaded.check
+        if self._check is not None:
+            # A checkpoint is written after its records' outputs were acknowledged, maybe past the
+            # committed offset: replaying up to it (sending nothing) is as safe as up to the commit.
+            self.reader._replay_end = max(committed, self._check[0])
+        log.info("%s: loaded the snapshot at inbox offset %d; replaying %d records after it", keeper.service,
+                 loaded.manifest.offset, max(self.reader._replay_end - loaded.manifest.offset, 0))
+        return loaded.manifest.offset
+
+    def _full(self, begin: int, reason: str | None) -> int:
+        """Back to a first start's state, to fold the inbox from ``begin``."""
+        if reason is not None:
+            self.keeper.fell_back(reason)
+        service, ordering = self.fresh()
+        worker = self.worker
+        worker.service, worker.ordering, worker.digest, worker.replayed = service, ordering, None, 0
+        if worker.clock is not None:
+            worker.clock.load([])
+        self.loaded_at, self._check, self.tail = None, None, 0
+        # one is written as soon as the rebuild is done; no checkpoint meanwhile names the old one
+        self.keeper.snapshot_offset = self.keeper.manifest_at = None
+        return begin
+
+    def replayed(self, offset: int) -> bool:
+        """After the record at ``offset`` was replayed: False when the snapshot failed its check
+        there (the reader then drops the rest of its batch; this rewound it to the start)."""
+        if self.loaded_at is not None:
+            self.tail += 1
+        check = self._check
+        if check is None or offset + 1 != check[0]:
+            return True
+        self._check = None
+        if self.worker.digest == check[1]:
+            log.info("%s: snapshot verified: the tail replay reproduced the recorded outputs", self.keeper.service)
+            return True
+        start = self._full(self._begin, f"the tail replay after the snapshot at offset {self.loaded_at} did not "
+                                        f"reproduce the outputs recorded at offset {check[0]}")
+        self.reader._in_order.next = start
+        self._consumer.seek(self.reader.tp, start)
+        return False
+
+    def rebuilt(self) -> None:
+        """The past is folded: a full replay starts a new lineage (and a snapshot is due at once)."""
+        if self.worker.digest is None:
+            self.worker.digest = GENESIS
+        self._resume_at = max(self._resume_at, self.reader._replay_end or 0)
+
+    async def keep(self) -> None:
+        """Every commit interval: a checkpoint, and a snapshot when one is due."""
+        try:
+            await self.reader.ready.wait()
+            while True:
+                await self.write_once()
+                await asyncio.sleep(self.reader.commit_interval)
+        finally:
+            await self.keeper.close()
+
+    async def write_once(self, *, force: bool = False) -> None:
+        """A checkpoint, and a snapshot if one is due (``force``: if anything was handled since)."""
+        keeper = self.keeper
+        async with self.reader._lock:  # between two batches: the state is exactly that of ``offset``
+            offset = self.reader.processed if self.reader.processed is not None else self._resume_at
+            digest = self.worker.digest if self.worker.digest is not None else GENESIS
+            blob = capture(self.worker) if keeper.due(offset, force=force) else None
+        try:
+            if blob is not None:
+                await keeper.write(blob, offset, digest)
+            await keeper.checkpoint(offset, digest)
+        except KafkaError as exc:  # the next interval tries again; a restart then replays a longer tail
+            log.warning("%s: snapshot not written: %r", keeper.service, exc)

@@ -1,0 +1,143 @@
+"""A service restarts from its latest snapshot and replays only the tail (issue 14 §2), on Tansu.
+
+- a snapshot is written with the inbox offset it reflects; a restart loads it, replays only the
+  records after it (counted, not timed), checks that the replay reproduced the outputs recorded
+  at the latest checkpoint, and decides the next event exactly as a service that never stopped;
+- a snapshot of another format, a corrupted one, or one whose tail replay does not reproduce the
+  recorded outputs is not used: the service replays its whole inbox and says so (log, counter).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any, Callable
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from services.admission.core import AdmissionCore
+from shared.bus import codec
+from shared.bus.app import service_app
+from shared.bus.config import BusConfig
+from shared.bus.snapshot import KIND, SnapshotKeeper, snapshot_topic
+from shared.events import Envelope
+from shared.policy import Policy
+from shared.service import Service
+from tests.builders import ray_cluster
+from tests.integration.test_bus_service import envelopes, ingest, read_until, running, send
+
+FIRST, LATER = 20, 5
+
+
+def _wait(bus: Any, until: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    async def go() -> None:
+        while not until():
+            await asyncio.sleep(0.05)
+
+    try:
+        bus.run(asyncio.wait_for(go(), timeout), timeout=timeout + 5)
+    except asyncio.TimeoutError:
+        pytest.fail(f"still waiting for {what} after {timeout}s")
+
+
+def _keeper(config: BusConfig) -> SnapshotKeeper:
+    return SnapshotKeeper(config, "admission", Policy(), interval=3600.0)
+
+
+def _history(config: BusConfig) -> list[Envelope]:
+    """FIRST RayClusters created, a snapshot, LATER of them deleted and checkpointed, stopped: the
+    inbox holds FIRST + LATER records and the snapshot reflects the first FIRST."""
+    inbox = config.topics.inbox("admission")
+    first = [ingest(ray_cluster(f"rc-{i}"), i) for i in range(FIRST)]
+    later = [ingest(ray_cluster(f"rc-{i}"), 100 + i, change="Deleted") for i in range(LATER)]
+    with running(config, lambda: service_app("admission", config, Policy(), snapshots=_keeper(config))) as (app, bus):
+        reader = app.muster_reader
+        send(config, inbox, *(codec.encode(e) for e in first))
+        _wait(bus, lambda: reader.processed == FIRST, "the first records handled")
+        bus.run(reader.snapshots.write_once(force=True))
+        send(config, inbox, *(codec.encode(e) for e in later))
+        total = FIRST + LATER
+        _wait(bus, lambda: reader.processed == total and reader.snapshots.keeper._checked == total,
+              "the later records handled and checkpointed")
+        assert reader.snapshots.keeper.snapshot_offset == FIRST
+    return first + later
+
+
+def _restart(config: BusConfig, then: Envelope) -> tuple[Any, list[Envelope]]:
+    """Start admission again, hand it ``then``: the worker and what it logged for ``then``."""
+    with running(config, lambda: service_app("admission", config, Policy(), snapshots=_keeper(config))) as (app, bus):
+        bus.run(asyncio.wait_for(app.muster_reader.ready.wait(), 30))
+        send(config, config.topics.inbox("admission"), codec.encode(then))
+        log = envelopes(read_until(config, config.topics.log, lambda rs: any(
+            codec.decode(r.value, r.headers).causation_id == then.id for r in rs)))
+        return app.muster_reader, [e for e in log if e.causation_id == then.id]
+
+
+def _expected(inputs: list[Envelope], then: Envelope) -> list[Envelope]:
+    """What a service that never stopped logs for ``then``."""
+    service = Service(AdmissionCore(Policy()))
+    for env in inputs:
+        service.handle(env)
+    return service.handle(then)
+
+
+def test_a_restart_loads_the_snapshot_and_replays_only_the_tail(kafka_bootstrap: str, topic_prefix: str,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    inputs = _history(config)
+    then = ingest(ray_cluster("rc-12"), 500, change="Deleted")
+    with caplog.at_level(logging.INFO, logger="muster.bus"):
+        reader, outputs = _restart(config, then)
+    snapshots = reader.snapshots
+    assert snapshots.loaded_at == FIRST
+    assert reader.worker.replayed == snapshots.tail == LATER  # the tail only, not all FIRST + LATER
+    assert snapshots.keeper.fallbacks == 0
+    assert "snapshot verified" in caplog.text
+    assert [(e.id, e.payload) for e in outputs] == [(e.id, e.payload) for e in _expected(inputs, then)]
+    assert [e.type for e in outputs] == ["WorkloadDeleted"]
+
+
+async def _append(config: BusConfig, value: bytes, kind: str) -> None:
+    producer = AIOKafkaProducer(**config.aiokafka())
+    await producer.start()
+    try:
+        await producer.send_and_wait(snapshot_topic(config.prefix, "admission"), value, key=b"admission",
+                                     partition=0, headers=[(KIND, kind.encode())])
+    finally:
+        await producer.stop()
+
+
+def _bad_version(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {**manifest, "format": manifest["format"] + 1}
+
+
+def _bad_checksum(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {**manifest, "sha256": "0" * 64}
+
+
+@pytest.mark.parametrize("spoil", [_bad_version, _bad_checksum, "wrong outputs"])
+def test_an_unusable_snapshot_falls_back_to_a_full_replay(kafka_bootstrap: str, topic_prefix: str, spoil: Any,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    inputs = _history(config)
+    records = read_until(config, snapshot_topic(config.prefix, "admission"),
+                         lambda rs: any(dict(r.headers).get(KIND) == b"checkpoint" and
+                                        json.loads(r.value)["offset"] == FIRST + LATER for r in rs))
+    manifests = [(r.offset, json.loads(r.value)) for r in records if dict(r.headers).get(KIND) == b"manifest"]
+    at, manifest = manifests[-1]
+    if spoil == "wrong outputs":  # the snapshot loads, but its tail replay must reproduce this digest
+        body = {"offset": FIRST + LATER, "digest": "ab" * 16, "manifest": at}
+        asyncio.run(_append(config, json.dumps(body).encode(), "checkpoint"))
+    else:
+        asyncio.run(_append(config, json.dumps(spoil(manifest)).encode(), "manifest"))
+    then = ingest(ray_cluster("rc-12"), 500, change="Deleted")
+    with caplog.at_level(logging.INFO, logger="muster.bus"):
+        reader, outputs = _restart(config, then)
+    assert reader.snapshots.keeper.fallbacks == 1
+    assert reader.snapshots.loaded_at is None
+    assert reader.worker.replayed == FIRST + LATER  # the whole inbox
+    assert "snapshot not used" in caplog.text
+    assert [(e.id, e.payload) for e in outputs] == [(e.id, e.payload) for e in _expected(inputs, then)]

@@ -1,0 +1,58 @@
+"""Issue 14 §2: what the cores keep follows live objects, not history.
+
+RayJobs go through their whole life (queued, admitted, run, finished, torn down, deleted) on the
+embedded runtime; once they are all gone, each core holds exactly as many entries as it did after
+one job, however many passed through. The dedupe windows are bounded by construction (``Seen``,
+the placement's shape mix) and left out; ``make bench``'s soak measures the bytes over a day.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.soak_bench import rayjob, steps, windows
+from shared.dedupe import Seen, dedupe_window
+from shared.embedded import EmbeddedRuntime
+from shared.footprint import retained
+from shared.policy import Policy
+from shared.sim.cluster import SimCluster
+
+GAP = 30.0
+"""Seconds between two arrivals: a few jobs overlap, as in a busy cluster."""
+
+
+def _entries_after(jobs: int) -> dict[str, int]:
+    policy = Policy.from_mapping({"scheduler_names": [*Policy().scheduler_names, "default-scheduler"]})
+    cluster = SimCluster(pod_startup=2.0)
+    runtime = EmbeddedRuntime(policy, cluster)
+    plan = steps(cluster, jobs, nodes=8, seconds=jobs * GAP)
+    # Long after the last deletion one more job comes and goes: the tombstones of the others expire.
+    late = jobs * GAP + 2 * 3600.0
+    plan.append((late, lambda now: cluster.apply(rayjob(10**6, 60), now)))
+    plan.append((late + 30, lambda now: cluster.delete("RayJob", "soak", f"job-{10**6}", now)))
+    runtime.run(sorted(plan, key=lambda s: s[0]), late + 600)
+    return {name: retained(core, exclude=[policy, *windows(core)]).entries for name, core in runtime.cores.items()}
+
+
+@pytest.fixture(scope="module")
+def baseline() -> dict[str, int]:
+    return _entries_after(1)
+
+
+@pytest.mark.parametrize("jobs", [6, 25])
+def test_state_after_finished_jobs_returns_to_the_baseline(baseline, jobs):
+    assert _entries_after(jobs) == baseline
+
+
+def test_the_dedupe_window_is_sized_from_the_commit_interval():
+    assert dedupe_window(2.0) == 2 * dedupe_window(1.0)
+    assert dedupe_window(0.5) < dedupe_window(1.0) < 1_000_000
+
+
+def test_each_source_keeps_its_own_window():
+    seen = Seen(2)
+    seen.add("a", "admission")
+    for i in range(10):  # a busy source cannot push out another's ids
+        seen.add(str(i), "placement")
+    assert "a" in seen and len(seen) == 3
+    assert seen.add("a", "admission") is False
