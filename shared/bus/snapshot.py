@@ -46,6 +46,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from shared.bus.config import BusConfig
+from shared.bus.topics import Topics
 from shared.bus.sequencing import Ordering
 from shared.policy import Policy
 from shared.service import Service
@@ -88,7 +89,7 @@ def policy_fingerprint(policy: Policy) -> str:
 
 
 def snapshot_topic(prefix: str, service: str) -> str:
-    return f"{prefix}snapshots.{service}"
+    return Topics(prefix).snapshots(service)
 
 
 class SnapshotError(ValueError):
@@ -208,8 +209,11 @@ class SnapshotKeeper:
         await admin.start()
         try:
             if self.topic not in set(await admin.list_topics()):
+                spec = next(s for s in self.config.topics.specs(self.config.replication, self.config.min_insync)
+                            if s.name == self.topic)
                 try:
-                    await admin.create_topics([NewTopic(self.topic, 1, 1)])
+                    await admin.create_topics([NewTopic(spec.name, spec.partitions, spec.replication,
+                                                        topic_configs=dict(spec.configs))])
                 except TopicAlreadyExistsError:
                     pass
         finally:

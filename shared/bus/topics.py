@@ -11,6 +11,7 @@ topic                  partitions  key                             written by ->
 ``muster.events``      1           the subject                     every service, ingest, clock -> projector
 ``muster.deadletter``  1           the topic it came from          any consumer -> people
 ``muster.control``     1           the service                     services -> ``simulate --bus`` driver
+``muster.snapshots.S`` 1           the snapshot's part             service S -> service S on restart
 =====================  ==========  ==============================  ====================================
 
 Why one partition per inbox: a service's state and outputs are a fold over *one* totally ordered
@@ -34,7 +35,10 @@ inbox from the first record, the projector and ``muster replay`` read the whole 
 link applies every effect: so the inboxes, ``muster.effects``, ``muster.events`` and the dead
 letters keep every record (``retention.ms=-1``, ``retention.bytes=-1``, ``cleanup.policy=delete``:
 compaction would drop older records of a key, and every record of a subject counts). Only the
-control topic, which the ``simulate --bus`` driver reads while a run lasts, keeps a day. Replication
+control topic, which the ``simulate --bus`` driver reads while a run lasts, keeps a day, and a
+service's snapshot topic (``shared.bus.snapshot``) a week: only its latest snapshot is ever read and a
+new one is written every few seconds of work, so an older one is garbage; when none is left the
+service rebuilds from its whole inbox, and says so. Replication
 factor and ``min.insync.replicas`` come from configuration (``BusConfig``: 1 and 1 by default, for
 one broker; 3 and 2 on a production cluster, with producers waiting for every in-sync replica).
 
@@ -57,6 +61,8 @@ KEEP_ALL: Mapping[str, str] = {"retention.ms": "-1", "retention.bytes": "-1", "c
 """The configuration of a topic whose every record someone needs: no time or size limit, no compaction."""
 CONTROL_RETENTION_MS = 24 * 3600 * 1000
 """The control topic's retention: the ``simulate --bus`` driver reads it only while its run lasts."""
+SNAPSHOT_RETENTION_MS = 7 * 24 * 3600 * 1000
+"""A snapshot topic's retention: only the latest snapshot is read, and a missing one costs a full replay."""
 
 
 @dataclass(frozen=True)
@@ -101,9 +107,15 @@ class Topics:
     def control(self) -> str:
         return f"{self.prefix}control"
 
+    def snapshots(self, service: str) -> str:
+        """Where ``service`` keeps its snapshots (``shared.bus.snapshot``)."""
+        self.inbox(service)  # an unknown service is refused as for its inbox
+        return f"{self.prefix}snapshots.{service}"
+
     def partitions(self) -> dict[str, int]:
         """Every topic and its partition count (created on start when missing)."""
-        names = [self.inbox(s) for s in SERVICES] + [self.effects, self.log, self.deadletter, self.control]
+        names = ([self.inbox(s) for s in SERVICES] + [self.effects, self.log, self.deadletter, self.control]
+                 + [self.snapshots(s) for s in SERVICES])
         return {name: 1 for name in names}
 
     def specs(self, replication: int = 1, min_insync: int = 1) -> list[TopicSpec]:
@@ -111,10 +123,11 @@ class Topics:
         (see the module docstring) rather than left to the broker's defaults."""
         durable = {"min.insync.replicas": str(min_insync)}
         out = []
+        bounded = {self.control: CONTROL_RETENTION_MS, **{self.snapshots(s): SNAPSHOT_RETENTION_MS for s in SERVICES}}
         for name, partitions in self.partitions().items():
-            keeps_all = name != self.control
+            keeps_all = name not in bounded
             configs = {**durable, **KEEP_ALL} if keeps_all else {
-                **durable, "retention.ms": str(CONTROL_RETENTION_MS), "cleanup.policy": "delete"}
+                **durable, "retention.ms": str(bounded[name]), "cleanup.policy": "delete"}
             out.append(TopicSpec(name, partitions, replication, configs, keeps_all))
         return out
 

@@ -45,13 +45,15 @@ def test_topics_are_created_with_their_durability_spelled_out(kafka_bootstrap: s
     config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
     topics = config.topics
     created = asyncio.run(ensure_topics(config))
-    assert len(created) == 8
-    described = asyncio.run(_described(config, [topics.inbox("queue"), topics.log, topics.control]))
+    assert len(created) == 12
+    snapshots = topics.snapshots("queue")
+    described = asyncio.run(_described(config, [topics.inbox("queue"), topics.log, topics.control, snapshots]))
     for name in (topics.inbox("queue"), topics.log):
         assert {k: described[name][k] for k in ("retention.ms", "retention.bytes", "cleanup.policy",
                                                 "min.insync.replicas")} == {
             "retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete", "min.insync.replicas": "1"}
     assert described[topics.control]["retention.ms"] == "86400000"
+    assert described[snapshots]["retention.ms"] == str(7 * 86400000)  # only the latest snapshot is read
     # a service on the inbox it made: nothing to refuse, and a second start creates nothing
     asyncio.run(ready_to_read(config, topics.inbox("queue"), "the queue service", group=f"{topic_prefix}queue",
                               replays=True))

@@ -59,8 +59,10 @@ def test_an_envelope_too_large_or_unencodable_is_dead_lettered_before_anything_i
     bridge, broker = _bridge(), Broker()
     bridge.max_record_bytes = 600
     big = node("big", labels={"blob": "x" * 1_000})
-    odd = node("odd", labels={"note": "\ud800"})
-    burst = [watch_envelope("Added", obj, 1.0) for obj in (node("n1"), big, odd)]
+    burst = [watch_envelope("Added", obj, 1.0) for obj in (node("n1"), big, node("odd"))]
+    # ingest refuses lone surrogates itself (tests/unit/reconciler); the link must still survive one
+    # that reaches it, so put it in after ingest
+    burst[2].payload.object["metadata"]["labels"] = {"note": "\ud800"}
     asyncio.run(bridge.send_burst(burst, broker))
     letters = [json.loads(r.value)["error"] for r in broker.sent if r.topic == TOPICS.deadletter]
     assert letters[0].startswith("Node big: ") and "more than the broker takes (600)" in letters[0]
@@ -77,8 +79,7 @@ def test_an_unreachable_broker_is_waited_out_and_nothing_is_lost():
 
 def test_an_object_ingest_cannot_read_is_dead_lettered_by_the_watch_sink():
     bridge = _bridge()
-    bad = node("n1")
-    bad["metadata"]["name"] = "n\ud800"  # its id cannot even be derived
+    bad = ["not", "an", "object"]  # a malformed name is refused by ingest in an event; this has no identity at all
     asyncio.run(bridge.observe("Added", bad))
     item = bridge._changes.get_nowait()
     assert isinstance(item, Record) and item.topic == TOPICS.deadletter

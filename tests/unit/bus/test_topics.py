@@ -22,11 +22,13 @@ def test_every_name_is_under_the_prefix():
 def test_there_is_no_inbox_for_an_unknown_service():
     with pytest.raises(ValueError, match="clock"):
         TOPICS.inbox("clock")
+    with pytest.raises(ValueError, match="clock"):
+        TOPICS.snapshots("clock")
 
 
-def test_eight_topics_of_one_partition_each():
+def test_twelve_topics_of_one_partition_each():
     partitions = TOPICS.partitions()
-    assert len(partitions) == 8
+    assert len(partitions) == 12  # 4 inboxes, effects, log, dead letters, control, 4 snapshot topics
     assert set(partitions.values()) == {1}
     assert all(name.startswith("t1.") for name in partitions)
 
@@ -50,7 +52,7 @@ def test_other_topics_are_keyed_by_the_subject(topic):
 
 
 # --------------------------------------------------------------------------- durability
-def test_every_topic_but_control_keeps_every_record():
+def test_every_topic_but_control_and_snapshots_keeps_every_record():
     specs = {spec.name: spec for spec in TOPICS.specs(replication=3, min_insync=2)}
     assert set(specs) == set(TOPICS.partitions())
     for name, spec in specs.items():
@@ -58,6 +60,8 @@ def test_every_topic_but_control_keeps_every_record():
         assert spec.configs["cleanup.policy"] == "delete"
         if name == TOPICS.control:
             assert not spec.keeps_all and spec.configs["retention.ms"] == str(24 * 3600 * 1000)
+        elif name.startswith("t1.snapshots."):
+            assert not spec.keeps_all and spec.configs["retention.ms"] == str(7 * 24 * 3600 * 1000)
         else:
             assert spec.keeps_all and (spec.configs["retention.ms"], spec.configs["retention.bytes"]) == ("-1", "-1")
 
