@@ -268,6 +268,8 @@ class KubeApplier:
         """Placement counts a victim's resources free once it decides the preemption; the kubelet
         does only once the victim's pod is gone. Wait for that (as KAI's binder does), at most
         ``victim_wait`` seconds; then ask the API server, in case a deletion was not seen."""
+        if not self.leaving.get(node):
+            return  # nothing leaves that node (almost every bind): no lock, no timeout task
         async with self._gone:
             try:
                 await asyncio.wait_for(self._gone.wait_for(lambda: not self.leaving.get(node)), self.victim_wait)
