@@ -85,7 +85,10 @@ class KubeApiEmulator:
         """Evicted pods only get a ``deletionTimestamp``: they are gone when the test deletes them
         (the kubelet's part), as pods with a termination grace period are."""
         self.state = _State()
-        self._notify: asyncio.Condition | None = None
+        self._lock: asyncio.Lock | None = None
+        """The lock every change is made under."""
+        self._wakers: dict[Resource, set[asyncio.Event]] = {}
+        """Per resource, the open watches' wake-ups: a change wakes only the watches of its resource."""
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="kube-emulator", daemon=True)
         self.port = free_port()
@@ -117,7 +120,7 @@ class KubeApiEmulator:
         self.stop()
 
     async def _start(self) -> None:
-        self._notify = asyncio.Condition()
+        self._lock = asyncio.Lock()
         app = web.Application()
         app.router.add_route("*", "/{path:.*}", self._handle)
         self._runner = web.AppRunner(app)
@@ -126,10 +129,10 @@ class KubeApiEmulator:
 
     async def _shutdown(self) -> None:
         """End open watches first: the server waits for its handlers before it stops."""
-        assert self._notify is not None and self._runner is not None
-        async with self._notify:
+        assert self._lock is not None and self._runner is not None
+        async with self._lock:
             self._closing = True
-            self._notify.notify_all()
+            self._wake_all()
         await self._runner.cleanup()
 
     def _call(self, coro: Any, timeout: float = 10) -> Any:
@@ -140,7 +143,7 @@ class KubeApiEmulator:
         """Create ``obj`` (kind and apiVersion say where) as a user's ``kubectl create`` would."""
         resource = self.resource_of(obj["kind"], obj.get("apiVersion", "v1"))
         namespace = (obj.get("metadata") or {}).get("namespace") or ("default" if resource.namespaced else "")
-        return self._call(self._locked(self._create, resource, namespace, copy.deepcopy(obj)))
+        return copy.deepcopy(self._call(self._locked(self._create, resource, namespace, copy.deepcopy(obj))))
 
     def create_many(self, objs: list[dict[str, Any]]) -> None:
         """Create every object of ``objs`` at one instant (one lock, one wake-up of the watches)."""
@@ -157,7 +160,7 @@ class KubeApiEmulator:
 
     def patch(self, kind: str, api_version: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         resource = self.resource_of(kind, api_version)
-        return self._call(self._locked(self._patch, resource, namespace, name, patch))
+        return copy.deepcopy(self._call(self._locked(self._patch, resource, namespace, name, patch)))
 
     def delete(self, kind: str, api_version: str, namespace: str, name: str) -> None:
         resource = self.resource_of(kind, api_version)
@@ -184,11 +187,11 @@ class KubeApiEmulator:
     def end_watches(self) -> None:
         """End every open watch (the client resumes from the last version it saw) and deliver again."""
         async def end() -> None:
-            assert self._notify is not None
-            async with self._notify:
+            assert self._lock is not None
+            async with self._lock:
                 self._epoch += 1
                 self._held = False
-                self._notify.notify_all()
+                self._wake_all()
         self._call(end())
 
     def compact(self) -> None:
@@ -203,17 +206,26 @@ class KubeApiEmulator:
         raise KeyError(f"{api_version} {kind} is not served")
 
     async def _locked(self, fn: Any, *args: Any) -> Any:
-        assert self._notify is not None
-        async with self._notify:
-            result = fn(*args)
-            self._notify.notify_all()
-            return result
+        assert self._lock is not None
+        async with self._lock:
+            return fn(*args)
+
+    def _wake_all(self) -> None:
+        for wakers in self._wakers.values():
+            for wake in wakers:
+                wake.set()
 
     # ------------------------------------------------------------------ storage
+    # A stored object is never changed in place: a change makes a new top-level dict (and new dicts
+    # along the patched path, ``merge_patch``) and shares the rest, so the change log can hold the
+    # objects themselves instead of a deep copy per change.
     def _bump(self, resource: Resource, change: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """``obj`` at the next resourceVersion (a new dict), recorded as a change; wakes its watches."""
         self.state.version += 1
-        obj.setdefault("metadata", {})["resourceVersion"] = str(self.state.version)
-        self.state.changes.append(_Change(self.state.version, resource, change, copy.deepcopy(obj)))
+        obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "resourceVersion": str(self.state.version)}}
+        self.state.changes.append(_Change(self.state.version, resource, change, obj))
+        for wake in self._wakers.get(resource, ()):
+            wake.set()
         return obj
 
     def _create(self, resource: Resource, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -226,7 +238,7 @@ class KubeApiEmulator:
             metadata["namespace"] = namespace
         metadata["uid"] = str(uuid.uuid4())
         metadata.setdefault("creationTimestamp", "2026-11-23T00:00:00Z")
-        self.state.objects[key] = self._bump(resource, "ADDED", obj)
+        obj = self.state.objects[key] = self._bump(resource, "ADDED", obj)
         return obj
 
     def _replace(self, resource: Resource, namespace: str, name: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -248,7 +260,7 @@ class KubeApiEmulator:
         metadata["resourceVersion"] = before["metadata"]["resourceVersion"]
         if obj == before:
             return before
-        self.state.objects[key] = self._bump(resource, "MODIFIED", obj)
+        obj = self.state.objects[key] = self._bump(resource, "MODIFIED", obj)
         return obj
 
     def _patch(self, resource: Resource, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
@@ -260,7 +272,7 @@ class KubeApiEmulator:
         after["metadata"] = {**after.get("metadata", {}), "uid": before["metadata"]["uid"]}
         if after == before:
             return before  # a no-op patch does not bump the version, as on a real server
-        self.state.objects[key] = self._bump(resource, "MODIFIED", after)
+        after = self.state.objects[key] = self._bump(resource, "MODIFIED", after)
         return after
 
     def _delete(self, resource: Resource, namespace: str, name: str) -> dict[str, Any]:
@@ -350,9 +362,9 @@ class KubeApiEmulator:
 
     async def _locked_response(self, method: str, resource: Resource, namespace: str | None, name: str | None,
                                sub: str | None, body: Any) -> web.Response:
-        assert self._notify is not None
+        assert self._lock is not None
         ns = namespace or ""
-        async with self._notify:
+        async with self._lock:
             if method == "POST" and name is None:
                 obj = self._create(resource, ns, body)
                 out = web.json_response(obj, status=201)
@@ -384,7 +396,6 @@ class KubeApiEmulator:
                 out = web.json_response(self._delete(resource, ns, name or ""))
             else:
                 raise _Failure(405, "MethodNotAllowed", method)
-            self._notify.notify_all()
             return out
 
     def _bind(self, namespace: str, name: str, binding: dict[str, Any]) -> web.Response:
@@ -403,7 +414,7 @@ class KubeApiEmulator:
         return _status(201, "", "")
 
     async def _watch(self, request: web.Request, resource: Resource, namespace: str | None) -> web.StreamResponse:
-        assert self._notify is not None
+        assert self._lock is not None
         since = request.query.get("resourceVersion", "")
         timeout = float(request.query.get("timeoutSeconds", "0") or 0) or None
         response = web.StreamResponse()
@@ -413,7 +424,7 @@ class KubeApiEmulator:
         async def send(event: dict[str, Any]) -> None:
             await response.write(json.dumps(event).encode() + b"\n")
 
-        async with self._notify:
+        async with self._lock:
             if since in ("", "0"):
                 start = self.state.version
                 initial = [o for (r, ns, _), o in self.state.objects.items()
@@ -436,32 +447,38 @@ class KubeApiEmulator:
 
     async def _follow(self, response: web.StreamResponse, send: Any, resource: Resource, namespace: str | None,
                       initial: list[dict[str, Any]], start: int, timeout: float | None) -> None:
-        assert self._notify is not None
-        for obj in initial:
-            await send({"type": "ADDED", "object": copy.deepcopy(obj)})
-        deadline = None if timeout is None else self.loop.time() + timeout
-        position, epoch = start, self._epoch
-        while True:
-            async with self._notify:
-                if self._closing or self._epoch != epoch:
-                    break
-                pending = []
-                if not self._held:  # changes are in version order: look only past the last one looked at
-                    fresh = self.state.changes[bisect.bisect_right(self.state.changes, position, key=_version_of):]
-                    pending = [c for c in fresh if c.resource == resource
-                               and (namespace is None or c.obj["metadata"].get("namespace") == namespace)]
-                    position = fresh[-1].version if fresh else position
+        assert self._lock is not None
+        wake = asyncio.Event()  # set by every change of ``resource`` (``_bump``), and to end or release watches
+        self._wakers.setdefault(resource, set()).add(wake)
+        try:
+            for obj in initial:
+                await send({"type": "ADDED", "object": obj})
+            deadline = None if timeout is None else self.loop.time() + timeout
+            position, epoch = start, self._epoch
+            while True:
+                async with self._lock:
+                    if self._closing or self._epoch != epoch:
+                        break
+                    wake.clear()  # under the lock: a change after this look sets it again
+                    pending = []
+                    if not self._held:  # changes are in version order: look only past the last one looked at
+                        fresh = self.state.changes[bisect.bisect_right(self.state.changes, position, key=_version_of):]
+                        pending = [c for c in fresh if c.resource == resource
+                                   and (namespace is None or c.obj["metadata"].get("namespace") == namespace)]
+                        position = fresh[-1].version if fresh else position
                 if not pending:
                     remaining = None if deadline is None else deadline - self.loop.time()
                     if remaining is not None and remaining <= 0:
                         break
                     try:
-                        await asyncio.wait_for(self._notify.wait(), remaining)
+                        await asyncio.wait_for(wake.wait(), remaining)
                     except asyncio.TimeoutError:
                         break
                     continue
-            for change in pending:
-                await send({"type": change.type, "object": change.obj})
+                for change in pending:
+                    await send({"type": change.type, "object": change.obj})
+        finally:
+            self._wakers[resource].discard(wake)
         await response.write_eof()
 
 

@@ -351,3 +351,30 @@ def test_a_patch_of_a_custom_object_itself_cannot_change_its_status(kube: KubeAp
 
     run(kube, sneak)
     assert kube.get("Queue", "scheduling.volcano.sh/v1beta1", "", "research")["status"]["state"] == "Open"
+
+
+# --------------------------------------------------------------------------- the client
+def test_the_client_reads_no_netrc_per_request_and_takes_the_proxy_from_the_environment_once(
+        kube: KubeApiEmulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiohttp trusting the environment would read ~/.netrc and the proxy variables on a thread for
+    every request (a bind cost twice its CPU); the proxy variables are read once, at connect, and
+    NO_PROXY is honoured."""
+
+    async def go() -> tuple[bool, Any, Any, int]:
+        monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+        monkeypatch.setenv("NO_PROXY", "")
+        proxied = await connect("http://api.example:6443")
+        proxy = proxied.rest_client.proxy
+        await proxied.close()
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        api = await connect(kube.url)
+        async with api:
+            kube.create(pod("p"))
+            assert await KubeApplier(api).apply(effect("bind", kind="Pod", name="p", namespace="team-a", node="n1"),
+                                                "e1") == "applied"
+            return api.rest_client.pool_manager.trust_env, api.rest_client.proxy, proxy, len(kube.state.requests)
+
+    trusting, direct, proxy, requests = asyncio.run(go())
+    assert (trusting, direct, proxy) == (False, None, "http://proxy.example:3128")
+    assert requests == 1  # straight to the emulator, no proxy in between
+    assert kube.get("Pod", "v1", "team-a", "p")["spec"]["nodeName"] == "n1"
