@@ -15,17 +15,19 @@ Every input error is an ``Invalid`` turned into a Rejected event; nothing here r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Union
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Union
 
 from services.admission import fields
 from services.admission.fields import Invalid
-from services.admission.dialects import KUBERAY, dialect_of
+from services.admission.dialects import KUBERAY, GangRules, dialect_of
 from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, ray_owner
 from services.admission.priority import PriorityBook, class_name, preemptible, ray_pod_metas, volcano_pinned
 from services.admission.queues import QueueBook
 from services.admission.resolve import never_fits, queue_for
 from services.admission.workloads import (
+    RayShape,
     is_rayjob_cluster,
     parse_ray_cluster,
     parse_ray_job,
@@ -73,6 +75,10 @@ class RayWorkload:
     """The current rejection reason (dedupes repeats; cleared when the object becomes valid)."""
     finished: bool = False
     deleted: bool = False
+    shapes: dict[GangRules, tuple[str, RayShape]] = field(default_factory=dict)
+    """The last shape read per dialect's rules, with ``repr`` of the ``spec`` it was read from: most
+    watch events of a Ray object change only its status, and reading the spec again (every pod
+    template's quantities) was most of admission's time in a replay."""
 
 
 class AdmissionCore:
@@ -223,8 +229,7 @@ class AdmissionCore:
         ``--batch-scheduler`` is volcano or scheduler-plugins) gives the minimum and the queue."""
         wid = f"{w.kind}:{w.key}"
         self._claim(w.key, wid)
-        parse = parse_ray_cluster if w.kind == "RayCluster" else parse_ray_job
-        shape = parse(w.name, w.obj, KUBERAY)  # the spec is checked before anything is read from it
+        shape = _shape(w, KUBERAY)  # the spec is checked before anything is read from it
         labels, annotations = fields.labels(w.obj), fields.annotations(w.obj)
         group = _group_spec(self.ray_groups.get(wid))
         where = _where_group(self.ray_groups.get(wid), w.namespace)
@@ -232,7 +237,7 @@ class AdmissionCore:
                           group_queue=(fields.string(group.get("queue"), f"{where} spec.queue") or None))
         rules = dialect_of(self.queues.specs.get(queue[0])).gang
         if rules != KUBERAY:
-            shape = parse(w.name, w.obj, rules)
+            shape = _shape(w, rules)
         gang, template_class, template_field = shape.gang, shape.head_priority_class, shape.head_priority_field
         if group.get("minMember") is not None:
             gang = with_minimum(gang, fields.integer(group.get("minMember"), f"{where} spec.minMember",
@@ -425,6 +430,19 @@ class AdmissionCore:
             return [QueueRejected(name=p.name, kind=p.kind, reason=reason, object_namespace=p.namespace,
                                   object_name=p.name if p.namespace else "")]
         return []
+
+
+def _shape(w: RayWorkload, rules: GangRules) -> RayShape:
+    """``parse_ray_cluster`` / ``parse_ray_job`` of ``w``'s object, read again only when its ``spec``
+    (all they read, with the name, which a workload keeps) changed. ``repr`` is the key, not ``==``:
+    it tells ``true`` from ``1`` and ``1.0``, which the parsers read differently (``==`` does not)."""
+    text = repr(w.obj.get("spec"))
+    last = w.shapes.get(rules)
+    if last is not None and last[0] == text:
+        return last[1]
+    shape = (parse_ray_cluster if w.kind == "RayCluster" else parse_ray_job)(w.name, w.obj, rules)
+    w.shapes[rules] = (text, shape)
+    return shape
 
 
 def _namespace(p: ObjectChanged) -> str:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from shared.events import SCHEMA_VERSION, Envelope, ObjectChanged, derive_id
 from shared.kube import meta
