@@ -79,6 +79,8 @@ class RayWorkload:
     """The last shape read per dialect's rules, with ``repr`` of the ``spec`` it was read from: most
     watch events of a Ray object change only its status, and reading the spec again (every pod
     template's quantities) was most of admission's time in a replay."""
+    last: tuple[tuple[Any, ...], WorkloadSpec] | None = None
+    """The last spec ``_ray_spec`` built and all it was built from (``_ray_inputs``)."""
 
 
 class AdmissionCore:
@@ -100,6 +102,8 @@ class AdmissionCore:
         """``namespace/cluster`` of a RayJob's own RayCluster -> the RayJob's name."""
         self._claims: dict[str, str] = {}
         self._seen: dict[str, None] = {}
+        self._definitions = 0
+        """Counts events that may have changed a queue or PriorityClass (part of ``_ray_inputs``)."""
 
     # ------------------------------------------------------------------ entry point
     def handle(self, env: Envelope) -> list[Any]:
@@ -135,6 +139,7 @@ class AdmissionCore:
             gang = self.pod_gangs.observe_podgroup(p.change, f"{namespace}/{p.name}", p.object)
             return self._evaluate_gang(gang, now) if gang is not None else []
         if p.kind == "PriorityClass":
+            self._definitions += 1
             changed = self.priorities.delete(p.name) if p.change == "Deleted" else self.priorities.apply(p.name, p.object)
             return self._reevaluate(now) if changed else []
         sid = QueueBook.source_id(p.kind, api_version, namespace, p.name)
@@ -144,6 +149,8 @@ class AdmissionCore:
             queue_out: list[Output] = list(self.queues.delete(sid))
         else:
             queue_out = list(self.queues.apply(sid, p.kind, api_version, p.name, p.object))
+        if queue_out:
+            self._definitions += 1  # the book's specs change only with a QueueDefined or QueueRemoved
         if any(not isinstance(e, QueueRejected) for e in queue_out):
             queue_out += self._reevaluate(now)
         return queue_out
@@ -229,6 +236,30 @@ class AdmissionCore:
         ``--batch-scheduler`` is volcano or scheduler-plugins) gives the minimum and the queue."""
         wid = f"{w.kind}:{w.key}"
         self._claim(w.key, wid)
+        inputs = self._ray_inputs(w, wid, keep)
+        last = w.last
+        if inputs is not None and last is not None and last[0][0] is inputs[0] and last[0][1:] == inputs[1:]:
+            return last[1]
+        spec = self._ray_spec_of(w, wid, keep)
+        if inputs is not None:
+            w.last = (inputs, spec)
+        return spec
+
+    def _ray_inputs(self, w: RayWorkload, wid: str, keep: WorkloadSpec | None) -> tuple[Any, ...] | None:
+        """All ``_ray_spec_of`` reads besides what a workload keeps (kind, name, gate, first seen):
+        the same inputs, the same spec, so a watch event of a status change skips building it (None:
+        do not skip). The kept spec by identity; queues and PriorityClasses by ``_definitions``; the
+        object's and its PodGroup's spec and metadata by ``repr`` (which tells ``true`` from ``1``,
+        where ``==`` does not), without their status, resourceVersion and muster's own annotations
+        (``muster.dev/``, written on every status change), none of which a spec is read from."""
+        obj = _read_parts(w.obj)
+        group = self.ray_groups.get(wid)
+        read_group = _read_parts(group) if group is not None else ""
+        if obj is None or read_group is None:
+            return None
+        return (keep, self._definitions, obj, read_group)
+
+    def _ray_spec_of(self, w: RayWorkload, wid: str, keep: WorkloadSpec | None) -> WorkloadSpec:
         shape = _shape(w, KUBERAY)  # the spec is checked before anything is read from it
         labels, annotations = fields.labels(w.obj), fields.annotations(w.obj)
         group = _group_spec(self.ray_groups.get(wid))
@@ -430,6 +461,28 @@ class AdmissionCore:
             return [QueueRejected(name=p.name, kind=p.kind, reason=reason, object_namespace=p.namespace,
                                   object_name=p.name if p.namespace else "")]
         return []
+
+
+_OWN_ANNOTATIONS = "muster.dev/"
+
+
+def _read_parts(obj: Mapping[str, Any]) -> str | None:
+    """``repr`` of the parts of an object a spec is read from (see ``_ray_inputs``); None when its
+    metadata or annotations are not of the shape to tell (then nothing is skipped)."""
+    meta = obj.get("metadata")
+    if type(meta) is not dict:
+        return None
+    annotations = meta.get("annotations")
+    read: dict[str, str] = {}
+    if annotations is not None:
+        if type(annotations) is not dict:
+            return None
+        for name, value in annotations.items():
+            if type(value) is not str:
+                return None  # refused by ``fields.annotations``: not skipped
+            if not name.startswith(_OWN_ANNOTATIONS):
+                read[name] = value
+    return repr((obj.get("spec"), meta.get("name"), meta.get("labels"), read))
 
 
 def _shape(w: RayWorkload, rules: GangRules) -> RayShape:
