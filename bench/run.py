@@ -10,15 +10,17 @@ import platform
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Callable
 
 from bench import (bus_bench, contention_bench, e2e_bench, gpu_trace, kueue_bench, placement_bench, projector_bench,
                    replay_bench, scenario_bench)
 from bench.stats import load, measured
 
 
-SECTIONS = {"placement": placement_bench, "simulate": scenario_bench, "contention": contention_bench,
-            "kueue": kueue_bench, "projector": projector_bench, "bus": bus_bench, "e2e": e2e_bench,
-            "replay": replay_bench, "gpu_trace": gpu_trace}
+SECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
+    "placement": placement_bench.run, "simulate": scenario_bench.run, "contention": contention_bench.run,
+    "kueue": kueue_bench.run, "projector": projector_bench.run, "bus": bus_bench.run,
+    "tracing": bus_bench.run_tracing, "e2e": e2e_bench.run, "replay": replay_bench.run, "gpu_trace": gpu_trace.run}
 
 
 def main(argv: list[str]) -> None:
@@ -34,7 +36,7 @@ def main(argv: list[str]) -> None:
     for name in argv or list(SECTIONS):
         print(f"running {name} benchmark ...", flush=True)
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        figures[name] = {"measured_at": started, **measured(SECTIONS[name].run)}
+        figures[name] = {"measured_at": started, **measured(SECTIONS[name])}
         print(json.dumps(figures[name], indent=2), flush=True)
     out.write_text(json.dumps(figures, indent=2) + "\n")
     print(f"wrote {out}")

@@ -49,6 +49,10 @@ def check(history: ResultProjection, expectations: list[Expectation],
             fail("phase", e.phase, f"{phase} ({reason})" if reason else phase)
         if e.reason_contains is not None and e.reason_contains not in reason:
             fail("reason_contains", e.reason_contains, reason)
+        if e.elastic_reason_contains is not None:
+            elastic_reason = view.elastic_waiting_at(e.at)
+            if (e.elastic_reason_contains not in elastic_reason) if e.elastic_reason_contains else elastic_reason:
+                fail("elastic_reason_contains", e.elastic_reason_contains, elastic_reason)
         bound = _gang_pods_bound(history, e.workload, e.at)
         if e.pods_bound is not None and len(bound) != e.pods_bound:
             fail("pods_bound", e.pods_bound, len(bound))

@@ -154,7 +154,7 @@ def simulate_cmd(
     else:
         from shared.timeline import render
 
-        render(result, console, failures, checked=check)
+        render(result, console, failures, checked=check, elastic=run.history.elastic_waits())
         if written is not None:
             from shared.store.engine import display
 
@@ -267,6 +267,11 @@ def run_cmd(
                                        help="Cluster only: seconds between lease renewals and tries."),
     metrics_port: int = typer.Option(9464, "--metrics-port", envvar="MUSTER_METRICS_PORT",
                                      help="Serve /metrics, /healthz and /readyz on this port (0: none)."),
+    replication: Optional[int] = typer.Option(None, "--topic-replication", help="Replication factor of the "
+                                              "topics created when missing (default: $MUSTER_TOPIC_REPLICATION, "
+                                              "else 1)."),
+    min_insync: Optional[int] = typer.Option(None, "--topic-min-insync", help="Their min.insync.replicas "
+                                             "(default: $MUSTER_TOPIC_MIN_INSYNC, else 1)."),
 ) -> None:
     """Run one service as a Faust worker on Kafka: it consumes its inbox and writes to the next ones.
 
@@ -288,7 +293,7 @@ def run_cmd(
         err.print(f"[red]error:[/] --metrics-port {metrics_port}: a port from 1 to 65535, or 0 for none")
         raise typer.Exit(2)
     try:
-        config = BusConfig.from_env(kafka, prefix=prefix)
+        config = BusConfig.from_env(kafka, prefix=prefix, replication=replication, min_insync=min_insync)
         policy = (Policy.from_yaml(policy_file) if policy_file else Policy()).with_scheduler_names(scheduler_names)
         check()
         epoch = epoch_from_env()
@@ -323,7 +328,7 @@ def run_cmd(
         except StoreError as exc:
             raise _failed(exc) from None
         sock = claim_port()
-        _topics_or_exit(config)
+        _topics_or_exit(config, "the projector", config.topics.log, resume=_stored_offset(url, config.topics.log))
         app_ = projector_app(config, url, sink=sink)
         exposition = metrics.projector_exposition(app_)
     elif service == "cluster":
@@ -339,7 +344,7 @@ def run_cmd(
             err.print(f"[red]error:[/] Kubernetes API: {escape(problem)}")
             raise typer.Exit(2)
         sock = claim_port()
-        _topics_or_exit(config)
+        _topics_or_exit(config, "the cluster link", config.topics.effects, group=f"{config.prefix}cluster")
         app_ = cluster_app(config, target, sink=sink)
         exposition = metrics.cluster_exposition(app_)
         elector = None
@@ -366,7 +371,8 @@ def run_cmd(
                               f"{' '.join(str(exc).split()) or type(exc).__name__}") from None
     else:
         sock = claim_port()
-        _topics_or_exit(config)
+        _topics_or_exit(config, f"the {service} service", config.topics.inbox(service),
+                        group=f"{config.prefix}{service}", replays=True)
         app_ = service_app(service, config, policy, ordering=ordering, sink=sink)  # type: ignore[arg-type]
         exposition = metrics.service_exposition(app_, service)
         elector = None
@@ -391,22 +397,41 @@ def _metrics_socket(bind: Any, error: type[Exception], port: int, err: Console) 
         raise typer.Exit(2) from None
 
 
-def _topics_or_exit(config: "BusConfig") -> None:
-    """Create the topics the service needs; an unusable Kafka is one line and exit code 2."""
+def _topics_or_exit(config: "BusConfig", reader: str, topic: str, *, group: str | None = None,
+                    resume: int | None = None, replays: bool = False) -> None:
+    """Create the topics when missing and check that ``topic`` holds what ``reader`` needs
+    (``shared.bus.app.ready_to_read``); an unusable Kafka, a topic that would lose records or has
+    lost some is one line and exit code 2."""
     import asyncio
     import logging
 
-    from shared.bus.app import ensure_topics
+    from shared.bus.app import TopicUnfit, ready_to_read
 
     quiet = logging.getLogger("aiokafka")
     level, quiet.level = quiet.level, logging.CRITICAL  # its retries would print lines of their own
     try:
-        asyncio.run(asyncio.wait_for(ensure_topics(config), 60))
+        asyncio.run(asyncio.wait_for(ready_to_read(config, topic, reader, group=group, resume=resume,
+                                                   replays=replays), 60))
+    except TopicUnfit as exc:
+        raise _failed(f"not starting: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - unreachable, refused, misconfigured: one line, exit 2
         raise _failed(f"Kafka at {','.join(config.servers)} cannot be used: "
                       f"{' '.join(str(exc).split()) or type(exc).__name__}") from None
     finally:
         quiet.setLevel(level)
+
+
+def _stored_offset(url: str, topic: str) -> int | None:
+    """Where the projector's store says it reads ``topic`` (partition 0) on; None when it never did."""
+    from shared.bus.projector import CONSUMER
+    from shared.store import StoreError
+    from shared.store.writer import ProjectionWriter
+
+    try:
+        with ProjectionWriter(url, consumer=CONSUMER) as writer:
+            return writer.consumed_offsets(topic).get(0)
+    except StoreError as exc:
+        raise _failed(exc) from None
 
 
 @app.command("broker")

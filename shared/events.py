@@ -189,6 +189,18 @@ class ElasticGranted(_WorkloadEvent):
     reason: str
 
 
+class ElasticWaiting(_WorkloadEvent):
+    """``count`` elastic pods of a pod set its owner wants wait, and why (the quota of a queue in its
+    chain, the cluster's free capacity, or no node for the last grant): told when the reason changes,
+    so nothing waits without saying why."""
+
+    type: Literal["ElasticWaiting"] = "ElasticWaiting"
+    queue: str
+    pod_set: str
+    count: int
+    reason: str
+
+
 class WorkloadWithdrawn(_WorkloadEvent):
     """The workload left the system (finished, deleted): placement drops what it held for it."""
 
@@ -349,7 +361,7 @@ Payload = Annotated[
         WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
         ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
         GangDisrupted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
-        ElasticGranted, ElasticReleased,
+        ElasticGranted, ElasticReleased, ElasticWaiting,
     ],
     Field(discriminator="type"),
 ]
@@ -361,7 +373,7 @@ PAYLOAD_TYPES: dict[str, type[BaseModel]] = {
         WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
         ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
         GangDisrupted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
-        ElasticGranted, ElasticReleased,
+        ElasticGranted, ElasticReleased, ElasticWaiting,
     )
 }
 

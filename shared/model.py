@@ -209,6 +209,9 @@ class QueueSpec(Frozen):
     """Per resource, milli-units; missing = 0, ``UNLIMITED`` = everything it can get."""
     limit: dict[str, int] = {}
     """Per resource, milli-units; missing or ``UNLIMITED`` = no limit."""
+    deserved: dict[str, int] = {}
+    """Per resource, milli-units: what the queue may reclaim up to and above which it lends (Volcano's
+    capacity plugin ``spec.deserved``); never below the guarantee. Missing = the guarantee."""
     weight: int = 1000
     """Share of the surplus among siblings of one queue priority, in thousandths (weight 1 = 1000), so
     KAI's fractional ``overQuotaWeight`` (0.4 → 400) stays exact; Volcano's integer ``weight`` × 1000."""
@@ -244,3 +247,12 @@ class QueueSpec(Frozen):
         """None means unlimited."""
         value = self.guarantee.get(resource, 0)
         return None if value == UNLIMITED else value
+
+    def entitled_of(self, resource: str) -> int | None:
+        """What the queue is owed before weights share the rest, and may take back from queues above
+        theirs: its deserved amount where it has one, else its guarantee (None means unlimited)."""
+        guarantee = self.guarantee_of(resource)
+        deserved = self.deserved.get(resource)
+        if guarantee is None or deserved is None:
+            return guarantee
+        return None if deserved == UNLIMITED else max(deserved, guarantee)

@@ -114,6 +114,8 @@ class WorkloadView:
     """Elastic pods granted per pod set of the admitted gang, charged on top of it (``demand`` includes them)."""
     elastic_admission: int | None = None
     """The queue's number of the admission those grants belong to (a release of another is stale)."""
+    elastic_waiting: list[dict[str, Any]] = field(default_factory=list)
+    """Why elastic pods its owner wants wait, as it changed: ``{"t", "reason"}``, "" once granted or over."""
     queue_state: str = ""          # pending | backoff | active | ""
     requeue_at: float | None = None
     order: int = 0
@@ -124,6 +126,18 @@ class WorkloadView:
             return
         self.phase, self.reason = phase, reason
         self.transitions.append({"t": round(t, 6), "phase": phase, "reason": reason})
+
+    def elastic_wait(self, t: float, reason: str) -> None:
+        if (self.elastic_waiting[-1]["reason"] if self.elastic_waiting else "") != reason:
+            self.elastic_waiting.append({"t": round(t, 6), "reason": reason})
+
+    def elastic_waiting_at(self, t: float) -> str:
+        """Why its elastic pods waited at ``t`` ("" when none did)."""
+        current = ""
+        for tr in self.elastic_waiting:
+            if tr["t"] <= t:
+                current = tr["reason"]
+        return current
 
     def phase_at(self, t: float) -> tuple[str | None, str]:
         current: tuple[str | None, str] = (None, "")
@@ -196,9 +210,10 @@ class ResultProjection:
         view.demand = demand
 
     @staticmethod
-    def _no_elastic(view: WorkloadView) -> None:
-        """The admission ended: no elastic pod holds quota any more."""
+    def _no_elastic(view: WorkloadView, t: float) -> None:
+        """The admission ended: no elastic pod holds quota any more (nor waits for it)."""
         view.elastic, view.elastic_admission = {}, None
+        view.elastic_wait(t, "")
     def _on_QueueDefined(self, p: Any, t: float) -> None:
         self.queues[p.queue.name] = p.queue
         self.rejected_queues.pop(p.queue.name, None)
@@ -246,7 +261,7 @@ class ResultProjection:
         (admission and the queue answer in their own order): the rejection is the last word."""
         view = self._workload(p.key)
         view.holds_quota, view.queue_state = False, ""
-        self._no_elastic(view)
+        self._no_elastic(view, t)
         if view.phase == "Queued" and view.rejected:
             view.transition(t, "Rejected", view.rejected)
 
@@ -261,14 +276,14 @@ class ResultProjection:
         view.transition(t, "Queued", p.reason)
         view.queue_state, view.requeue_at = "backoff", p.requeue_at
         view.holds_quota = False
-        self._no_elastic(view)
+        self._no_elastic(view, t)
 
     def _on_Dequeued(self, p: Any, t: float) -> None:
         view = self._workload(p.key)
         self._describe(view, p.workload)
         view.admitted = p.workload.gang
         view.holds_quota, view.queue_state = True, "active"
-        self._no_elastic(view)
+        self._no_elastic(view, t)
 
     _on_ReclaimRequested = _on_Dequeued
 
@@ -279,7 +294,11 @@ class ResultProjection:
         if view.elastic_admission != p.admission:
             view.elastic, view.elastic_admission = {}, p.admission
         view.elastic[p.pod_set] = view.elastic.get(p.pod_set, 0) + p.count
+        view.elastic_wait(t, "")
         self._recharge(view)
+
+    def _on_ElasticWaiting(self, p: Any, t: float) -> None:
+        self._workload(p.key).elastic_wait(t, p.reason)
 
     def _on_ElasticReleased(self, p: Any, t: float) -> None:
         view = self._workload(p.key)
@@ -295,7 +314,7 @@ class ResultProjection:
     def _on_PlacementFailed(self, p: Any, t: float) -> None:
         view = self._workload(p.key)
         view.holds_quota = False
-        self._no_elastic(view)
+        self._no_elastic(view, t)
 
     def _on_GangPlaced(self, p: Any, t: float) -> None:
         view = self._workload(p.key)
@@ -311,19 +330,19 @@ class ResultProjection:
     def _on_PreemptionRequested(self, p: Any, t: float) -> None:
         view = self._workload(p.key)
         view.holds_quota, view.queue_state = False, ""
-        self._no_elastic(view)
+        self._no_elastic(view, t)
         view.transition(t, "Preempted", p.reason)
 
     def _on_WorkloadFinished(self, p: Any, t: float) -> None:
         view = self._workload(p.key)
         view.holds_quota, view.queue_state = False, ""
-        self._no_elastic(view)
+        self._no_elastic(view, t)
         view.transition(t, p.outcome, p.reason)
 
     def _on_WorkloadDeleted(self, p: Any, t: float) -> None:
         view = self._workload(p.key)
         view.holds_quota, view.queue_state = False, ""
-        self._no_elastic(view)
+        self._no_elastic(view, t)
         view.transition(t, "Deleted", p.reason)
 
     def _on_PodAssigned(self, p: Any, t: float) -> None:
@@ -411,6 +430,12 @@ class ResultProjection:
             if name in self.rejected_queues:
                 queues[name]["rejected"] = self.rejected_queues[name]
         return queues
+
+    def elastic_waits(self) -> dict[str, tuple[float, str]]:
+        """Per workload whose elastic pods wait at the end: since when, and why."""
+        return {key: (view.elastic_waiting[-1]["t"], view.elastic_waiting[-1]["reason"])
+                for key, view in sorted(self.workloads.items())
+                if view.elastic_waiting and view.elastic_waiting[-1]["reason"]}
 
     def result(self, wall_seconds: float = 0.0) -> dict[str, Any]:
         """The ``--json`` document of the scenario/result contract."""

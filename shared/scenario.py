@@ -151,6 +151,8 @@ class Expectation(_Strict):
     workload: str
     phase: str | None = None
     reason_contains: str | None = None
+    elastic_reason_contains: str | None = None
+    """Why its elastic pods wait at ``at`` ("" expects that none does)."""
     pods_bound: int | None = None
     same_node: list[str] | None = None
     same_gpu: list[str] | None = None

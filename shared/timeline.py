@@ -32,7 +32,9 @@ def render_workload(key: str, w: dict[str, Any], console: Console) -> None:
 
 
 def render(result: dict[str, Any], console: Console, failures: list[Failure] | None = None,
-           checked: bool = False) -> None:
+           checked: bool = False, elastic: dict[str, tuple[float, str]] | None = None) -> None:
+    """``elastic``: per workload, since when and why its elastic pods wait at the end (not a field of
+    the result document, whose shape outside checks read exactly)."""
     console.rule(f"[bold]{escape(result['scenario'])}")
     for key, w in result["workloads"].items():
         render_workload(key, w, console)
@@ -42,6 +44,9 @@ def render(result: dict[str, Any], console: Console, failures: list[Failure] | N
                 label = pod["pod_set"] + (f" gpu{pod['gpu']['devices']}x{pod['gpu']['fraction']:g}" if pod["gpu"] else "")
                 per_node = placed.setdefault(pod["node"], {})
                 per_node[label] = per_node.get(label, 0) + 1
+        waiting = (elastic or {}).get(key)
+        if waiting:
+            console.print(escape(f"   elastic since {waiting[0]:g}s: {waiting[1]}"), style="dim")
         if placed:
             console.print(escape("   bound now: " + "; ".join(
                 f"{node}: " + ", ".join(f"{label}" + (f" x{n}" if n > 1 else "") for label, n in sets.items())

@@ -31,6 +31,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "WorkloadWithdrawn": ("placement", "reconciler"),
     "ElasticGranted": ("placement", "reconciler"),
     "ElasticReleased": ("queue", "reconciler"),
+    "ElasticWaiting": ("reconciler",),
     "GangPlaced": ("queue", "reconciler"),
     "PlacementFailed": ("queue", "reconciler"),
     "PodAssigned": ("reconciler",),

@@ -74,10 +74,15 @@ def go_duration(value: object, where: str) -> float:
 
 # --------------------------------------------------------------------------- Volcano
 def volcano_queue(name: str, obj: Mapping[str, Any], defined: Mapping[str, QueueSpec]) -> QueueSpec:
-    """``scheduling.volcano.sh`` Queue: guarantee.resource, capability, weight, reclaimable, state, parent."""
+    """``scheduling.volcano.sh`` Queue: guarantee.resource, deserved, capability, weight, reclaimable, state, parent.
+
+    ``deserved`` is cut to ``capability`` as Volcano's capacity plugin does each session (it is also
+    raised to the guarantee there: ``QueueSpec.entitled_of`` does that part)."""
     spec = opt_mapping(obj.get("spec"), "spec")
     status = opt_mapping(obj.get("status"), "status")
     guarantee = resources(opt_mapping(spec.get("guarantee"), "spec.guarantee").get("resource"), "spec.guarantee.resource")
+    capability = resources(spec.get("capability"), "spec.capability")
+    deserved = {r: min(v, capability.get(r, v)) for r, v in resources(spec.get("deserved"), "spec.deserved").items()}
     state_field = "status.state" if status.get("state") else "spec.state"
     state = string(status.get("state") or spec.get("state"), state_field, default="Open") or "Open"
     if state not in QUEUE_STATES:
@@ -87,7 +92,7 @@ def volcano_queue(name: str, obj: Mapping[str, Any], defined: Mapping[str, Queue
         parent = None
     return QueueSpec(
         name=name, parent=_known_parent(name, parent, "spec.parent", defined), **queue_fields("volcano"),
-        guarantee=guarantee, limit=resources(spec.get("capability"), "spec.capability"),
+        guarantee=guarantee, limit=capability, deserved=deserved,
         weight=integer(spec.get("weight"), "spec.weight", default=1, minimum=1) * WEIGHT_UNIT,
         priority=integer(spec.get("priority"), "spec.priority", default=0, minimum=None),
         reclaimable=boolean(spec.get("reclaimable"), "spec.reclaimable", default=True),

@@ -41,9 +41,10 @@ def queue_for(labels: Mapping[str, str], annotations: Mapping[str, str], namespa
 
 
 def namespace_leaf(namespace: str, book: QueueBook) -> str | None:
-    """The first ElasticQuotaTree leaf (tree order) whose ``namespaces`` lists ``namespace``."""
+    """The first leaf (tree order) whose ``namespaces`` lists ``namespace``: only ElasticQuotaTree nodes
+    list namespaces, so the data says which dialect routes by namespace, not a test of its name."""
     for spec in book.specs.values():
-        if spec.dialect == "elasticquotatree" and namespace in spec.namespaces and book.is_leaf(spec.name):
+        if namespace in spec.namespaces and book.is_leaf(spec.name):
             return spec.name
     return None
 

@@ -38,7 +38,7 @@ from shared.model import shrunk
 from shared.victims import minimal_victims
 from shared import quantity as q
 from shared.events import (
-    BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, Envelope, Enqueued,
+    BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, ElasticWaiting, Envelope, Enqueued,
     GangPlaced, GangRunning, PlacementFailed, PreemptionRequested, QueueDefined, QueueRejected, QueueRemoved,
     ReclaimRequested, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted,
     WorkloadUpdated, WorkloadWithdrawn,
@@ -258,6 +258,7 @@ class QueueCore:
             w.set_elastic(p.pod_set, w.elastic.get(p.pod_set, 0) - p.count)
         if p.refused:
             w.elastic_waits = True  # no node for it now: it asks again when capacity is released
+            self._tell_elastic_wait(w, p.pod_set, p.count, f"{p.reason}; asked again when capacity is released", out)
         else:
             self._wake_all(now)
         self._request_cycle(now, out)
@@ -351,10 +352,32 @@ class QueueCore:
                 heapq.heappush(ranking, (self._rank(name, snap), name))
         for (key, pod_set), count in granted.items():
             w = self._workloads[key]
+            w.elastic_told = ""
             reason = (f"quota reserved in queue {w.queue} for {count} elastic pod(s) of {pod_set} "
                       f"({amounts(w.demand)} held in all)")
             out.append(ElasticGranted(key=key, queue=w.queue, pod_set=pod_set, count=count, admission=w.reserved_seq,
                                       reason=reason))
+        for ws in members.values():
+            for w in ws:
+                self._elastic_wait(w, snap, out)
+
+    def _elastic_wait(self, w: Tracked, snap: Snapshot, out: Out) -> None:
+        """After the grants: why ``w``'s first pod set that still wants elastic pods got none (its queue
+        chain's quota, else the cluster's free capacity), told when that changes."""
+        for pod_set, missing in elastic.still_wanted(w):
+            demand = next(p for p in w.spec.gang.pod_sets if p.name == pod_set).pod_demand
+            why = quota_failure(self.tree, w.queue, demand, snap.usage, snap.protected, w.spec.preemptible)
+            if why is None:
+                short = shortage(demand, snap.free)
+                why = f"the cluster's free capacity lacks {amounts(short)} for one" if short else None
+            if why is not None:
+                self._tell_elastic_wait(w, pod_set, missing, f"{missing} elastic pod(s) of {pod_set} wait: {why}", out)
+            return
+
+    def _tell_elastic_wait(self, w: Tracked, pod_set: str, count: int, reason: str, out: Out) -> None:
+        if reason != w.elastic_told:
+            w.elastic_told = reason
+            out.append(ElasticWaiting(key=w.key, queue=w.queue, pod_set=pod_set, count=count, reason=reason))
 
     def _grant_one(self, w: Tracked, snap: Snapshot, granted: dict[tuple[str, str], int]) -> bool:
         """Grant ``w`` one more elastic pod of the first pod set that still wants one and fits; False

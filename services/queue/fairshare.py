@@ -1,7 +1,8 @@
 """Deserved (fair) share per queue and resource, and the dominant share that orders queues.
 
 Top down from the top level, whose total is the cluster capacity (``CapacityChanged.total``):
-1. every child gets min(guarantee, demand), where demand = usage + pending demand of its subtree,
+1. every child gets min(entitlement, demand) (its guarantee, or Volcano's ``deserved`` where it is
+   higher: ``QueueSpec.entitled_of``), where demand = usage + pending demand of its subtree,
    capped by its limit (so a queue never deserves more than it may use);
 2. the remainder goes to the highest queue-priority level first, split by weight among the
    children still short of their demand (water-filling), then to the next level. Weights are
@@ -58,11 +59,11 @@ def waterfill(amount: int, caps: Mapping[str, int], weights: Mapping[str, int]) 
 
 
 def split_level(available: int, children: list[QueueSpec], demand: Mapping[str, int], resource: str) -> dict[str, int]:
-    """One level of the tree for one resource: guarantees first, then priority levels by weight."""
+    """One level of the tree for one resource: entitlements first, then priority levels by weight."""
     floor: dict[str, int] = {}
     for spec in children:
-        guarantee = spec.guarantee_of(resource)
-        floor[spec.name] = demand[spec.name] if guarantee is None else min(guarantee, demand[spec.name])
+        entitled = spec.entitled_of(resource)
+        floor[spec.name] = demand[spec.name] if entitled is None else min(entitled, demand[spec.name])
     if sum(floor.values()) > available:
         return waterfill(available, floor, {name: 1 for name in floor})
     given = dict(floor)

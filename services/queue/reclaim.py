@@ -12,7 +12,9 @@ Rules, in the order they are applied:
   have run their minimum runtime, are not already promised to another reclaim and free something a
   scope they belong to needs;
 - a queue gives while it is above its fair share (dominant share > 1), or, when the requester stays
-  within its own guarantee (``starved``), while it is above its guarantee on a needed resource (ACK:
+  within its own guarantee (``starved``), while it is above its guarantee on a needed resource (where
+  a Volcano queue has ``deserved``, that amount stands for the guarantee in both places, as in
+  Volcano's capacity plugin: reclaim up to deserved, lend above it; the floor below stays ``guarantee``) (ACK:
   "reclaims resources from other quotas whose actual usage exceeds their minimum"; KAI's
   GuaranteeDeservedQuota strategy). Re-evaluated after every victim taken;
 - the queue furthest above its share gives first; queues tied on share, and the victims within a
@@ -80,13 +82,14 @@ def within_share(usage: Mapping[str, int], demand: Mapping[str, int], share: Map
 
 def within_guarantee(usage: Mapping[str, int], demand: Mapping[str, int], queue: QueueSpec | None,
                      contested: Iterable[str]) -> bool:
-    """The demand keeps its queue within its guarantee on every ``contested`` resource (what reclaim must
-    free): a starved queue asks for what it was promised. Resources nobody lacks do not count."""
+    """The demand keeps its queue within its guarantee (or Volcano ``deserved``: ``QueueSpec.entitled_of``)
+    on every ``contested`` resource (what reclaim must free): a starved queue asks for what it was
+    promised. Resources nobody lacks do not count."""
     if queue is None:
         return False
     for r in contested:
-        guarantee = queue.guarantee_of(r)
-        if demand.get(r, 0) > 0 and guarantee is not None and usage.get(r, 0) + demand[r] > guarantee:
+        entitled = queue.entitled_of(r)
+        if demand.get(r, 0) > 0 and entitled is not None and usage.get(r, 0) + demand[r] > entitled:
             return False
     return True
 
@@ -123,11 +126,12 @@ def _floor_kept(usage: Mapping[str, int], demand: Mapping[str, int], queue: Queu
 
 
 def _above_guarantee(usage: Mapping[str, int], queue: QueueSpec | None, need: Mapping[str, int]) -> bool:
+    """Above its guarantee, or its Volcano ``deserved`` where it has one, on a needed resource: it lends."""
     if queue is None:
         return False
     for r in need:
-        guarantee = queue.guarantee_of(r)
-        if guarantee is not None and usage.get(r, 0) > guarantee:
+        entitled = queue.entitled_of(r)
+        if entitled is not None and usage.get(r, 0) > entitled:
             return True
     return False
 

@@ -53,6 +53,8 @@ class Tracked:
     """Elastic pods granted per pod set of the admitted gang (charged until placement releases them)."""
     elastic_waits: bool = False
     """Placement found no node for a grant: no further grant until capacity is released."""
+    elastic_told: str = ""
+    """The last ``ElasticWaiting`` reason told for it ("" after a grant: a new wait is told again)."""
     elastic_goal: dict[str, int] = field(default_factory=dict)
     """Elastic pods the owner wants per admitted pod set (``elastic.goal``), kept current on every change."""
 
@@ -76,7 +78,7 @@ class Tracked:
 
     def drop_elastic(self) -> None:
         """The admission ended (preempted, placement failed): no elastic pod holds quota any more."""
-        self.elastic, self.elastic_waits = {}, False
+        self.elastic, self.elastic_waits, self.elastic_told = {}, False, ""
         self._charge()
 
     def elastic_demand(self, pod_set: str, count: int) -> dict[str, int]:

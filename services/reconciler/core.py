@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal
 
 from shared import kube
 from shared.events import (
-    BackedOff, ElasticReleased, Enqueued, Envelope, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, KubeEffect,
+    BackedOff, ElasticReleased, ElasticWaiting, Enqueued, Envelope, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, KubeEffect,
     PodAssigned, PreemptionRequested, QueueRejected, TimerFired, TimerSet, WorkloadDeleted, WorkloadRejected,
     WorkloadSubmitted, WorkloadUpdated,
 )
@@ -98,6 +98,7 @@ class ReconcilerCore:
             "GangDisrupted": self._on_gang_disrupted,
             "PreemptionRequested": self._on_preemption,
             "ElasticReleased": self._on_elastic_released,
+            "ElasticWaiting": self._on_elastic_waiting,
             "WorkloadRejected": self._on_workload_rejected,
             "QueueRejected": self._on_queue_rejected,
             "WorkloadSubmitted": self._on_workload_known,
@@ -187,6 +188,10 @@ class ReconcilerCore:
             return out
         message = f"{len(p.evicted)} elastic pod(s) of {p.pod_set} evicted: {p.reason}"
         return out + self._evict_all(wl, p.evicted) + self._event(wl, "Warning", "Preempted", message)
+
+    def _on_elastic_waiting(self, p: ElasticWaiting, now: float) -> list[KubeEffect]:
+        """Elastic pods the owner wants wait: an Event on the workload says why (its gang runs on)."""
+        return self._event(self._workload(p.key), "Normal", "ElasticPodsWaiting", p.reason)
 
     def _on_workload_rejected(self, p: WorkloadRejected, now: float) -> list[KubeEffect]:
         known = self._workloads.get(p.key)

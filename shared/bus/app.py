@@ -31,13 +31,16 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Sequence
 
 import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import errors
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from shared.bus.config import BusConfig
 from shared.bus.sequencing import Arrival, Rounds
+from shared.bus.topics import lost_records, retention_problem
 from shared.bus.worker import Clock, InboxWorker, Incoming, Producer, Record
 from shared.embedded import CORE_CLASSES
 from shared.policy import Policy
@@ -62,6 +65,14 @@ producer has one request in flight per broker). Below Kafka's default ``message.
 
 COMMIT_INTERVAL = 1.0
 """Seconds between two commits of an inbox's offset (Faust's ``broker_commit_interval``)."""
+
+COMMIT_BACKOFF_MAX = 30.0
+"""Longest wait between two commits while they keep failing: the wait doubles from ``COMMIT_INTERVAL``
+after each failure, so a broker that refuses commits for an hour costs about 120 log lines, not 3,600."""
+
+END_PATIENCE = 3.0
+"""Seconds a start-up check fetches at a reader's committed offset before it believes the partition
+ends before it (``_last_offset_read``)."""
 
 GAP_PATIENCE = 2.0
 """Seconds a reader keeps fetching again at a gap in a partition's offsets before it takes the gap
@@ -107,6 +118,7 @@ def base_app(app_id: str, config: BusConfig, *, cls: type[MusterApp] = MusterApp
         consumer_auto_offset_reset="earliest", key_serializer="raw", value_serializer="raw",
         broker_rebalance_timeout=2, broker_session_timeout=6, broker_heartbeat_interval=1,
         broker_commit_interval=COMMIT_INTERVAL, stream_wait_empty=False, producer_max_batch_size=BATCH_BYTES,
+        producer_acks=-1,  # every in-sync replica has it (``BusConfig.min_insync``), Faust's default said out loud
     )
     app.conf.muster_fetch_wait_ms = config.fetch_wait_ms
     return app
@@ -166,18 +178,84 @@ class FaustProducer:
 
 
 # --------------------------------------------------------------------------- topics and the past
-async def ensure_topics(config: BusConfig) -> list[str]:
-    """Create every missing topic with its partition count; the names created."""
+class TopicUnfit(RuntimeError):
+    """A topic a process reads would lose, or has lost, records it needs; the message says which and why."""
+
+
+TOPIC_EXISTS = 36
+"""Kafka's TOPIC_ALREADY_EXISTS: another process made the topic first, which is no error."""
+
+
+async def ensure_topics(config: BusConfig, *, reads: Sequence[str] = (), reader: str = "") -> list[str]:
+    """Create every missing topic as ``Topics.specs`` says (partitions, replication, retention); the
+    names created. Each topic of ``reads`` that existed already must keep every record its readers
+    need (``retention_problem``), else ``TopicUnfit``; a topic the broker refuses to create is a
+    ``TopicUnfit`` naming the broker's reason (a replication factor above its broker count, say)."""
+    specs = {spec.name: spec for spec in config.topics.specs(config.replication, config.min_insync)}
     admin = AIOKafkaAdminClient(**config.aiokafka())
     await admin.start()
     try:
         present = set(await admin.list_topics())
-        missing = {name: n for name, n in config.topics.partitions().items() if name not in present}
+        missing = [spec for name, spec in specs.items() if name not in present]
         if missing:
-            await admin.create_topics([NewTopic(name, n, 1) for name, n in missing.items()])
-        return sorted(missing)
+            answer = await admin.create_topics([
+                NewTopic(spec.name, spec.partitions, spec.replication, topic_configs=dict(spec.configs))
+                for spec in missing])
+            for name, code, message in (error[:3] for error in answer.topic_errors):
+                if code and code != TOPIC_EXISTS:
+                    raise TopicUnfit(f"the broker would not create topic {name} (replication factor "
+                                     f"{config.replication}, min.insync.replicas {config.min_insync}): "
+                                     f"{message or errors.for_code(code).__name__}")
+        existing = [specs[name] for name in reads if name in present and name in specs]
+        if existing:
+            described = await _topic_configs(admin, [spec.name for spec in existing])
+            for spec in existing:
+                problem = retention_problem(spec, described.get(spec.name, {}), reader or "its reader")
+                if problem:
+                    raise TopicUnfit(problem)
+        return sorted(spec.name for spec in missing)
     finally:
         await admin.close()
+
+
+async def _topic_configs(admin: AIOKafkaAdminClient, names: Sequence[str]) -> dict[str, dict[str, str]]:
+    """Each topic's configuration as the broker reports it (Apache Kafka: every setting, defaults
+    included; Tansu: those given at creation)."""
+    out: dict[str, dict[str, str]] = {}
+    for response in await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names]):
+        for code, message, _, name, entries, *_ in response.resources:
+            if code:
+                raise TopicUnfit(f"the broker would not describe topic {name}: "
+                                 f"{message or errors.for_code(code).__name__}")
+            out[name] = {entry[0]: entry[1] for entry in entries if entry[1] is not None}
+    return out
+
+
+async def ready_to_read(config: BusConfig, topic: str, reader: str, *, group: str | None = None,
+                        resume: int | None = None, replays: bool = False) -> None:
+    """Before ``reader`` starts on partition 0 of ``topic``: the topics exist, ``topic`` keeps what
+    ``reader`` needs, and what it needs is still there (``lost_records``), else ``TopicUnfit``.
+
+    Where the reader resumes is its ``group``'s committed offset, or ``resume`` (the projector's,
+    from the store); a reader that ``replays`` rebuilds from the topic's first record, any other
+    needs the records from where it resumes."""
+    await ensure_topics(config, reads=[topic], reader=reader)
+    tp = TopicPartition(topic, 0)
+    if group is not None:
+        resume = await group_offset(config, group, topic)
+    consumer = AIOKafkaConsumer(**config.aiokafka(), fetch_max_wait_ms=config.fetch_wait_ms)
+    await consumer.start()
+    try:
+        start = (await consumer.beginning_offsets([tp]))[tp]
+        end = (await consumer.end_offsets([tp]))[tp]
+        if resume is not None and resume > end:
+            end = max(end, await _last_offset_read(consumer, tp, resume - 1) + 1)
+    finally:
+        await consumer.stop()
+    problem = lost_records(topic, reader, start=start, end=end, resume=resume,
+                           needed_from=0 if replays else (resume or 0))
+    if problem:
+        raise TopicUnfit(problem)
 
 
 def delete_topics(config: BusConfig, *, timeout: float = 10.0) -> list[str]:
@@ -214,8 +292,30 @@ def delete_topics(config: BusConfig, *, timeout: float = 10.0) -> list[str]:
     return doomed
 
 
-async def committed_offset(config: BusConfig, group: str, topic: str) -> int:
-    """Where ``group`` resumes on ``topic`` (partition 0): 0 when it never committed."""
+async def _last_offset_read(consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int,
+                            patience: float = END_PATIENCE) -> int:
+    """The highest offset at or past ``offset`` that a fetch from ``offset`` returns within
+    ``patience`` seconds; -1 when none does (the partition ends before it).
+
+    Asked before concluding that a partition ends before a reader's committed offset: Tansu, the test
+    broker, answers a ListOffsets for the latest offset with the base offset of the last record
+    batch, not the offset after its last record, so its "end" trails a reader who has read that
+    batch. A record read is proof."""
+    consumer.assign([tp])
+    consumer.seek(tp, offset)
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        fetched = await consumer.getmany(tp, timeout_ms=200)
+        found = [record.offset for record in fetched.get(tp, ()) if record.offset >= offset]
+        if found:
+            return max(found)
+        if fetched.get(tp):  # reset to the start: ``offset`` is out of range
+            return -1
+    return -1
+
+
+async def group_offset(config: BusConfig, group: str, topic: str) -> int | None:
+    """Where ``group`` resumes on ``topic`` (partition 0); None when it never committed."""
     admin = AIOKafkaAdminClient(**config.aiokafka())
     await admin.start()
     try:
@@ -223,7 +323,12 @@ async def committed_offset(config: BusConfig, group: str, topic: str) -> int:
     finally:
         await admin.close()
     meta = offsets.get(TopicPartition(topic, 0))
-    return max(meta.offset, 0) if meta is not None else 0
+    return meta.offset if meta is not None and meta.offset >= 0 else None
+
+
+async def committed_offset(config: BusConfig, group: str, topic: str) -> int:
+    """Where ``group`` resumes on ``topic`` (partition 0): 0 when it never committed."""
+    return await group_offset(config, group, topic) or 0
 
 
 # --------------------------------------------------------------------------- reading in order
@@ -295,6 +400,8 @@ class PartitionReader:
         self.processed: int | None = None
         """The offset after the last record handled (its outputs sent and acknowledged): what to commit."""
         self.committed: int | None = None
+        self.commit_failures = 0
+        """Commits refused in a row (they back off: ``commit_delay``)."""
         self._in_order = InOrder(self.tp, name=name)
         self._lock = asyncio.Lock()
         self._task: asyncio.Future[Any] | None = None
@@ -349,20 +456,34 @@ class PartitionReader:
             task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
-    async def _commit(self) -> None:
+    async def _commit(self) -> bool:
+        """Commit ``processed``; False when the broker refused (logged once per failure: see
+        ``_commit_every`` for how often that can be)."""
         offset, consumer = self.processed, self._consumer
         if offset is None or offset == self.committed or consumer is None:
-            return
+            return True
         try:
             await consumer.commit({self.tp: offset})
-            self.committed = offset
         except KafkaError as exc:  # a rebalance under way: the next commit (or the new owner) catches up
-            log.warning("%s: offset %d not committed: %r", self.name, offset, exc)
+            self.commit_failures += 1
+            log.warning("%s: offset %d not committed (%d failures in a row; next try in %.0f s): %r", self.name,
+                        offset, self.commit_failures, commit_delay(self.commit_interval, self.commit_failures), exc)
+            return False
+        if self.commit_failures:
+            log.info("%s: offset %d committed after %d failures", self.name, offset, self.commit_failures)
+        self.committed, self.commit_failures = offset, 0
+        return True
 
     async def _commit_every(self) -> None:
         while True:
-            await asyncio.sleep(self.commit_interval)
+            await asyncio.sleep(commit_delay(self.commit_interval, self.commit_failures))
             await self._commit()
+
+
+def commit_delay(interval: float, failures: int, cap: float = COMMIT_BACKOFF_MAX) -> float:
+    """Seconds until the next commit after ``failures`` failed ones in a row: ``interval``, doubled
+    per failure, at most ``cap`` (never below ``interval``)."""
+    return max(interval, min(interval * 2.0 ** min(failures, 32), cap))
 
 
 class _Rebalance(ConsumerRebalanceListener):

@@ -9,10 +9,16 @@
 | ``MUSTER_KAFKA_SASL_USERNAME`` / ``MUSTER_KAFKA_SASL_PASSWORD`` | SASL credentials               |
 | ``MUSTER_KAFKA_SSL_CAFILE`` / ``_CERTFILE`` / ``_KEYFILE``       | TLS trust and client certificate |
 | ``MUSTER_KAFKA_FETCH_WAIT_MS``  | longest a fetch waits for data (default 5)                     |
+| ``MUSTER_TOPIC_REPLICATION``    | replication factor of the topics muster creates (default 1)    |
+| ``MUSTER_TOPIC_MIN_INSYNC``     | their ``min.insync.replicas`` (default 1; at most the factor)  |
 
 The fetch wait is low on purpose: a broker that does not answer a fetch as soon as data arrives
 (Tansu, the test broker) would otherwise add the whole wait to every hop between two services.
 Apache Kafka answers early, so a low value costs it only idle polls.
+
+Replication: 1 suits one broker (compose, Tansu); on a cluster of three or more, 3 and
+``min.insync.replicas`` 2 keep every acknowledged record through the loss of a broker (muster's
+producers wait for all in-sync replicas: ``acks=all``).
 """
 
 from __future__ import annotations
@@ -52,6 +58,10 @@ class BusConfig:
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     fetch_wait_ms: int = 5
+    replication: int = 1
+    """Replication factor of the topics muster creates (``shared.bus.topics.Topics.specs``)."""
+    min_insync: int = 1
+    """Their ``min.insync.replicas``: acknowledged records survive the loss of ``min_insync - 1`` brokers."""
 
     def __post_init__(self) -> None:
         servers = self.servers
@@ -65,9 +75,15 @@ class BusConfig:
             raise BusConfigError(f"security {self.security} needs MUSTER_KAFKA_SASL_USERNAME and _PASSWORD")
         if self.fetch_wait_ms < 0:
             raise BusConfigError(f"fetch wait {self.fetch_wait_ms} ms: must not be negative")
+        if not 1 <= self.replication <= 32767:
+            raise BusConfigError(f"topic replication factor {self.replication}: a whole number from 1 to 32767")
+        if not 1 <= self.min_insync <= self.replication:
+            raise BusConfigError(f"min.insync.replicas {self.min_insync}: from 1 to the replication factor "
+                                 f"({self.replication})")
 
     @classmethod
     def from_env(cls, bootstrap: str | None = None, *, prefix: str | None = None,
+                 replication: int | None = None, min_insync: int | None = None,
                  env: Mapping[str, str] | None = None) -> "BusConfig":
         """Flags win over ``MUSTER_*`` variables; ``bootstrap`` is required from one or the other."""
         env = os.environ if env is None else env
@@ -77,6 +93,12 @@ class BusConfig:
         wait = env.get("MUSTER_KAFKA_FETCH_WAIT_MS", "5")
         if not _is_port(wait):
             raise BusConfigError(f"MUSTER_KAFKA_FETCH_WAIT_MS {wait!r}: a whole number of milliseconds")
+        counts = {}
+        for name, given in (("MUSTER_TOPIC_REPLICATION", replication), ("MUSTER_TOPIC_MIN_INSYNC", min_insync)):
+            text = env.get(name, "1") if given is None else str(given)
+            if not _is_port(text.strip()):
+                raise BusConfigError(f"{name} {text!r}: a whole number of brokers")
+            counts[name] = int(text)
         return cls(
             bootstrap=bootstrap,
             prefix=prefix if prefix is not None else env.get("MUSTER_TOPIC_PREFIX", DEFAULT_PREFIX),
@@ -88,6 +110,8 @@ class BusConfig:
             ssl_certfile=env.get("MUSTER_KAFKA_SSL_CERTFILE"),
             ssl_keyfile=env.get("MUSTER_KAFKA_SSL_KEYFILE"),
             fetch_wait_ms=int(wait),
+            replication=counts["MUSTER_TOPIC_REPLICATION"],
+            min_insync=counts["MUSTER_TOPIC_MIN_INSYNC"],
         )
 
     def with_prefix(self, prefix: str) -> "BusConfig":
@@ -112,7 +136,8 @@ class BusConfig:
         """The ``MUSTER_*`` variables that reproduce this config (for services started as processes)."""
         out = {"MUSTER_KAFKA": ",".join(self.servers), "MUSTER_TOPIC_PREFIX": self.prefix,
                "MUSTER_KAFKA_SECURITY": self.security, "MUSTER_KAFKA_SASL_MECHANISM": self.sasl_mechanism,
-               "MUSTER_KAFKA_FETCH_WAIT_MS": str(self.fetch_wait_ms)}
+               "MUSTER_KAFKA_FETCH_WAIT_MS": str(self.fetch_wait_ms),
+               "MUSTER_TOPIC_REPLICATION": str(self.replication), "MUSTER_TOPIC_MIN_INSYNC": str(self.min_insync)}
         for name, value in (("SASL_USERNAME", self.sasl_username), ("SASL_PASSWORD", self.sasl_password),
                             ("SSL_CAFILE", self.ssl_cafile), ("SSL_CERTFILE", self.ssl_certfile),
                             ("SSL_KEYFILE", self.ssl_keyfile)):

@@ -153,6 +153,13 @@ class LocalBroker:
         return self._log_path
 
     @property
+    def pid(self) -> int:
+        """The broker's process id, only while started (a fault test pauses it with SIGSTOP)."""
+        if self._proc is None:
+            raise BrokerError("LocalBroker is not started")
+        return self._proc.pid
+
+    @property
     def running(self) -> bool:
         """Whether the broker process is alive."""
         return self._proc is not None and self._proc.poll() is None

@@ -54,6 +54,8 @@ class ServiceCollector(Collector):
         yield _counter("muster_restarts", "Starts that resumed from a committed offset (the service ran before)",
                        s, 1 if reader.resumed else 0)
         yield _gauge("muster_inbox_lag_records", "Records in the inbox not handled yet", s, reader.lag())
+        yield _gauge("muster_commit_failures", "Offset commits refused in a row (0 once one succeeds; they back off)",
+                     s, getattr(reader, "commit_failures", 0))
 
 
 class ProjectorCollector(Collector):

@@ -16,7 +16,7 @@ import yaml
 from services.reconciler.ingest import observe
 from shared import kube
 from shared.events import (
-    BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, ElasticVictim, Enqueued, Envelope,
+    BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, ElasticVictim, ElasticWaiting, Enqueued, Envelope,
     GangPlaced, GangDisrupted, GangRunning, GpuAssignment,
     KubeEffect, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined, QueueRejected,
     QueueRemoved, ReclaimRequested, SlotAssignment, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished,
@@ -56,6 +56,8 @@ def sample_payloads() -> dict[str, Any]:
                        reason="quota reserved in queue q1 for 2 elastic pod(s) of worker"),
         ElasticReleased(key="team-a/rc", pod_set="worker", count=1, admission=3, reason="preempted by team-c/z",
                         evicted=("team-a/rc-worker-worker-x",)),
+        ElasticWaiting(key="team-a/rc", queue="q1", pod_set="worker", count=1,
+                       reason="1 elastic pod(s) of worker wait: queue q1 limit cpu 4: used 4, requested 1"),
         WorkloadWithdrawn(key="team-a/rc", reason="deleted"),
         GangPlaced(key="team-a/rc", queue="q1", kind="RayCluster", gate="pods",
                    slots=(SlotAssignment(pod_set="head", index=0, node="n1", gpu=gpu),

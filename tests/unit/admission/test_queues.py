@@ -36,6 +36,22 @@ def test_volcano_queue_fields() -> None:
                                            reclaimable=False, state="Open")]
 
 
+def test_volcano_deserved_is_read_and_cut_to_capability() -> None:
+    """Volcano's capacity plugin: deserved = min(spec.deserved, capability), raised to the guarantee."""
+    out = AdmissionDriver().send(volcano_queue("q", capability={"nvidia.com/gpu": 6}, guarantee={"nvidia.com/gpu": 2},
+                                               deserved={"nvidia.com/gpu": 8, "cpu": "4"}))
+    [spec] = only_defined(out)
+    assert spec.deserved == {"nvidia.com/gpu": 6000, "cpu": 4000}
+    assert (spec.entitled_of("nvidia.com/gpu"), spec.entitled_of("cpu"), spec.entitled_of("memory")) == (6000, 4000, 0)
+    [low] = only_defined(AdmissionDriver().send(volcano_queue("q", guarantee={"cpu": "3"}, deserved={"cpu": "1"})))
+    assert low.entitled_of("cpu") == 3000  # never below the guarantee
+
+
+def test_volcano_bad_deserved_is_rejected_naming_the_field() -> None:
+    [out] = AdmissionDriver().send(volcano_queue("q", deserved={"cpu": "lots"}))
+    assert isinstance(out, QueueRejected) and "spec.deserved" in out.reason
+
+
 def test_volcano_defaults() -> None:
     [spec] = only_defined(AdmissionDriver().send(volcano_queue("q")))
     assert (spec.weight, spec.reclaimable, spec.state, spec.parent, spec.guarantee, spec.limit) == (1000, True, "Open", None, {}, {})

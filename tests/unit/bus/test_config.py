@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import faust
 import pytest
 
@@ -105,3 +107,24 @@ def test_faust_gets_sasl_credentials():
     credentials = _from({"MUSTER_KAFKA": "a:1", **SASL}).faust()["broker_credentials"]
     assert isinstance(credentials, faust.SASLCredentials)
     assert (credentials.username, credentials.password) == ("u", "p")
+
+
+def test_replication_and_min_insync_from_flags_else_environment_else_one():
+    assert (_from({"MUSTER_KAFKA": "k:1"}).replication, _from({"MUSTER_KAFKA": "k:1"}).min_insync) == (1, 1)
+    env = {"MUSTER_KAFKA": "k:1", "MUSTER_TOPIC_REPLICATION": "3", "MUSTER_TOPIC_MIN_INSYNC": "2"}
+    assert (_from(env).replication, _from(env).min_insync) == (3, 2)
+    flagged = _from(env, replication=5, min_insync=3)
+    assert (flagged.replication, flagged.min_insync) == (5, 3)
+    assert BusConfig.from_env(env=_from(env).env()) == _from(env)  # a service started as a process gets them
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"MUSTER_TOPIC_REPLICATION": "three"}, "MUSTER_TOPIC_REPLICATION 'three': a whole number"),
+    ({"MUSTER_TOPIC_REPLICATION": "0"}, "replication factor 0"),
+    ({"MUSTER_TOPIC_REPLICATION": "3", "MUSTER_TOPIC_MIN_INSYNC": "4"}, "min.insync.replicas 4: from 1 to the "
+                                                                         "replication factor (3)"),
+    ({"MUSTER_TOPIC_MIN_INSYNC": "0"}, "min.insync.replicas 0"),
+])
+def test_a_replication_that_cannot_work_is_refused(env, message):
+    with pytest.raises(BusConfigError, match=re.escape(message)):
+        _from({"MUSTER_KAFKA": "k:1", **env})

@@ -3,7 +3,7 @@ until placement releases them, and taken before any whole gang by quota preempti
 
 from __future__ import annotations
 
-from shared.events import ElasticGranted, ElasticReleased, ReclaimRequested
+from shared.events import ElasticGranted, ElasticReleased, ElasticWaiting, ReclaimRequested
 from shared.model import WorkloadSpec
 from tests.builders import gang, pod_set, queue_spec, workload
 from tests.builders.queue import (
@@ -113,3 +113,22 @@ def test_reclaim_takes_elastic_pods_of_a_queue_over_its_share_before_any_gang():
     assert len(out) == 1 and out[0].victims == ()
     assert [(v.key, v.pod_set, v.count) for v in out[0].elastic_victims] == [("ns/big", "worker", 2)]
     assert "reclaiming 2 elastic pod(s) of ns/big (worker) from queues over their fair share" in out[0].reason
+
+
+def _waits(out: list) -> list[str]:
+    return [x.reason for x in out if isinstance(x, ElasticWaiting)]
+
+
+def test_elastic_pods_that_wait_say_why_once_and_again_after_a_grant():
+    """Nothing waits without a reason: the quota that stops them, the free capacity, or no node."""
+    d = _cluster(limit="5")
+    out = _admit(d, _elastic("ns/a", "q", 5), 1.0)
+    assert _grants(out) == [("ns/a", "worker", 3)]
+    assert _waits(out) == ["2 elastic pod(s) of worker wait: queue q capability cpu 5: used 5, requested 1"]
+    assert _waits(d.step(submitted(job("ns/b", "q", cpu="1", at=2.0)), 2.0)) == []   # the same reason: told once
+    d = _cluster(cpu="4", limit="10")
+    out = _admit(d, _elastic("ns/a", "q", 5), 1.0)
+    assert _waits(out) == ["3 elastic pod(s) of worker wait: the cluster's free capacity lacks cpu 1 for one"]
+    grant = next(x for x in out if isinstance(x, ElasticGranted))
+    refused = d.step(_released(grant, 2, refused=True), 2.0)
+    assert _waits(refused) == ["no node; asked again when capacity is released"]

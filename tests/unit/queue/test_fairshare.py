@@ -119,3 +119,14 @@ def test_status_reports_fair_share_from_usage_plus_pending_demand_against_cluste
     # a: 2 guaranteed, then the remaining 8 split 1:3 -> a 2 + 2 = 4, b 6
     assert status["a"]["fair_share"] == {"cpu": 4000}
     assert status["b"]["fair_share"] == {"cpu": 6000}
+
+
+def test_volcano_deserved_comes_before_weights():
+    """A queue deserving 4 of 8 gets 4 before weights (1:3) split the rest (capacity plugin)."""
+    gpu = "nvidia.com/gpu"
+    tree = _tree(queue_spec("a", weight=1000, deserved={gpu: 4000}), queue_spec("b", weight=3000, deserved={gpu: 4000}))
+    shares = deserved(tree, {gpu: 8000}, {"a": {gpu: 4000}, "b": {gpu: 8000}})
+    assert (shares["a"][gpu], shares["b"][gpu]) == (4000, 4000)
+    by_weight = _tree(queue_spec("a", weight=1000), queue_spec("b", weight=3000))
+    shares = deserved(by_weight, {gpu: 8000}, {"a": {gpu: 4000}, "b": {gpu: 8000}})
+    assert (shares["a"][gpu], shares["b"][gpu]) == (2000, 6000)

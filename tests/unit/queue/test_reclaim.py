@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.queue.reclaim import CLUSTER, Running, choose_victims
+from services.queue.reclaim import CLUSTER, Running, choose_victims, within_guarantee
 from shared.events import Dequeued, ReclaimRequested
 from shared.policy import Policy
 from tests.builders import queue_spec
@@ -89,6 +89,27 @@ def test_never_one_that_would_bring_its_queue_below_guarantee():
     assert _pick({"nvidia.com/gpu": 1000}, queues={"a": queue_spec("a")}, **kw) == ("ns/a-big",)
     # needing 2 cannot be reached without going below the guarantee: no reclaim at all
     assert _pick({"nvidia.com/gpu": 2000}, queues=guarded, **kw) is None
+
+
+def test_volcano_deserved_lends_above_it_and_the_guarantee_stays_the_floor():
+    """Capacity plugin: a queue above its deserved gives (starved reclaim), within it keeps; the victim's
+    queue still never goes below its guarantee."""
+    gpu = "nvidia.com/gpu"
+    old = Running(key="ns/a1", queue="a", priority=0, preemptible=True, started_at=10.0, min_runtime=0.0,
+                  demand={gpu: 2000})
+    kw = dict(running=[old], usage={"a": {gpu: 6000}}, shares={"a": {gpu: 6000}}, requester="c", now=100.0,
+              starved=True)
+    assert _pick({gpu: 2000}, queues={"a": queue_spec("a", deserved={gpu: 4000})}, **kw) == ("ns/a1",)
+    assert _pick({gpu: 2000}, queues={"a": queue_spec("a", deserved={gpu: 6000})}, **kw) is None
+    floor = queue_spec("a", guarantee={gpu: "5"}, deserved={gpu: 4000})
+    assert _pick({gpu: 2000}, queues={"a": floor}, **kw) is None
+
+
+def test_a_volcano_queue_within_its_deserved_is_starved():
+    gpu = "nvidia.com/gpu"
+    spec = queue_spec("c", deserved={gpu: 4000})
+    assert within_guarantee({gpu: 1000}, {gpu: 3000}, spec, [gpu])
+    assert not within_guarantee({gpu: 2000}, {gpu: 3000}, spec, [gpu])
 
 
 def test_a_queue_that_is_not_reclaimable_keeps_its_workloads():

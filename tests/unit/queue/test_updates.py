@@ -55,9 +55,10 @@ def test_a_shrink_counts_per_pod_set_and_keeps_what_was_admitted_elsewhere():
 def test_a_grow_of_an_admitted_workload_keeps_its_gang_and_asks_for_elastic_pods_within_quota():
     d = _running_a(workers=1)  # a holds cpu 2 of 6
     out = d.step(updated(_rc("ns/a", 6)), 30.0)  # 5 more workers: elastic, one by one while the quota lasts
-    assert [(x.type, x.pod_set, x.count) for x in out] == [("ElasticGranted", "worker", 4)]
+    assert [(x.type, x.pod_set, x.count) for x in out] == [("ElasticGranted", "worker", 4), ("ElasticWaiting", "worker", 1)]
     assert out[0].reason == ("quota reserved in queue q for 4 elastic pod(s) of worker "
                              "(cpu 6, memory 6Gi held in all)")
+    assert out[1].reason == "1 elastic pod(s) of worker wait: queue q capability cpu 6: used 6, requested 1"
     assert d.core.status()["q"]["usage"]["cpu"] == 6000
     out = d.step(submitted(job("ns/c", "q", cpu="1", at=60.0)), 60.0)   # the elastic pods hold the quota
     assert [x.type for x in out] == ["Enqueued", "BackedOff"]
