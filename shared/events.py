@@ -417,29 +417,45 @@ def derive_id(*parts: object) -> str:
     return digest.hexdigest()
 
 
+_new = object.__new__
+_set = object.__setattr__
+
+
+def built(cls: type[Any], values: dict[str, Any]) -> Any:
+    """A model of ``cls`` holding ``values`` — every field, in field order, of the types validation
+    leaves — as ``model_construct`` makes it with all fields given, at a fraction of its cost: every
+    output of every core is enveloped so, and decoders build the commonest records so."""
+    model = _new(cls)
+    _set(model, "__dict__", values)
+    _set(model, "__pydantic_fields_set__", set(values))
+    _set(model, "__pydantic_extra__", None)
+    _set(model, "__pydantic_private__", None)
+    return model
+
+
 def wrap(payload: Any, *, source: str, cause: Envelope | None, index: int, at: float | None = None) -> Envelope:
     """Envelope a core's output: id from (source, cause id, index), time and correlation inherited."""
     if cause is None:
         if at is None:
             raise ValueError("an event with no cause needs an explicit time")
         event_id = derive_id(source, at, index, payload.type, payload.subject)
-        return Envelope.model_construct(
-            id=event_id, type=payload.type, subject=payload.subject, source=source, occurred_at=at,
-            causation_id=None, correlation_id=event_id, schema_version=SCHEMA_VERSION, trace={},
-            payload=payload,
-        )
-    return Envelope.model_construct(
-        id=derive_id(source, cause.id, index),
-        type=payload.type,
-        subject=payload.subject,
-        source=source,
-        occurred_at=cause.occurred_at if at is None else at,
-        causation_id=cause.id,
-        correlation_id=cause.correlation_id,
-        schema_version=SCHEMA_VERSION,
-        trace=dict(cause.trace),
-        payload=payload,
-    )
+        return built(Envelope, {
+            "id": event_id, "type": payload.type, "subject": payload.subject, "source": source, "occurred_at": at,
+            "causation_id": None, "correlation_id": event_id, "schema_version": SCHEMA_VERSION, "trace": {},
+            "payload": payload,
+        })
+    return built(Envelope, {
+        "id": derive_id(source, cause.id, index),
+        "type": payload.type,
+        "subject": payload.subject,
+        "source": source,
+        "occurred_at": cause.occurred_at if at is None else at,
+        "causation_id": cause.id,
+        "correlation_id": cause.correlation_id,
+        "schema_version": SCHEMA_VERSION,
+        "trace": dict(cause.trace),
+        "payload": payload,
+    })
 
 
 def upcast(raw: dict[str, Any]) -> dict[str, Any]:

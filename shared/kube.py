@@ -86,7 +86,7 @@ def key(obj: Mapping[str, Any]) -> str:
 def container_requests(container: Mapping[str, Any], where: str) -> q.Resources:
     """A container's requests with limits filling any missing request (as the API server defaults)."""
     res = container.get("resources") or {}
-    if not isinstance(res, Mapping):
+    if not isinstance(res, AbcMapping):
         raise q.QuantityError(f"{where}.resources must be a mapping")
     requests = q.parse_resources(res.get("requests"), where=f"{where}.resources.requests")
     limits = q.parse_resources(res.get("limits"), where=f"{where}.resources.limits")

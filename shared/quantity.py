@@ -48,8 +48,28 @@ def canonical_name(name: str) -> str:
     return ALIASES.get(name, name)
 
 
+_PARSED: dict[str, int] = {}
+"""Strings already parsed (non-negative ones): a cluster's pods ask for the same few quantities
+again and again, and every watch event of a pod reads them (a replay: a tenth of its time)."""
+_PARSED_MAX = 4096
+
+
 def parse_quantity(value: object, *, allow_negative: bool = False) -> int:
     """Parse ``"500m"``, ``"4Gi"``, ``2``, ``"1e3"`` into milli-units (rounded up, as Kubernetes does)."""
+    if type(value) is str:
+        known = _PARSED.get(value)
+        if known is not None:
+            return known
+        milli = _parse_quantity(value, allow_negative=allow_negative)
+        if milli >= 0:
+            if len(_PARSED) >= _PARSED_MAX:
+                _PARSED.clear()
+            _PARSED[value] = milli
+        return milli
+    return _parse_quantity(value, allow_negative=allow_negative)
+
+
+def _parse_quantity(value: object, *, allow_negative: bool) -> int:
     if isinstance(value, bool):
         raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, int):

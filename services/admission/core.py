@@ -17,17 +17,19 @@ sets the event aside (``shared.faults``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Union
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Union
 
 from services.admission import fields
 from services.admission.fields import Invalid
-from services.admission.dialects import KUBERAY, dialect_of
+from services.admission.dialects import KUBERAY, GangRules, dialect_of
 from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, ray_owner
 from services.admission.priority import PriorityBook, class_name, preemptible, ray_pod_metas, volcano_pinned
 from services.admission.queues import QueueBook
 from services.admission.resolve import never_fits, queue_for
 from services.admission.workloads import (
+    RayShape,
     is_rayjob_cluster,
     parse_ray_cluster,
     parse_ray_job,
@@ -49,6 +51,7 @@ from shared.events import (
 )
 from shared import quantity as q
 from shared.model import Gang, WorkloadSpec
+from shared.kube import REFUSED
 from shared.policy import Policy
 
 Output = Union[QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadRejected,
@@ -76,6 +79,12 @@ class RayWorkload:
     """The current rejection reason (dedupes repeats; cleared when the object becomes valid)."""
     finished: bool = False
     deleted: bool = False
+    shapes: dict[GangRules, tuple[str, RayShape]] = field(default_factory=dict)
+    """The last shape read per dialect's rules, with ``repr`` of the ``spec`` it was read from: most
+    watch events of a Ray object change only its status, and reading the spec again (every pod
+    template's quantities) was most of admission's time in a replay."""
+    last: tuple[tuple[Any, ...], WorkloadSpec] | None = None
+    """The last spec ``_ray_spec`` built and all it was built from (``_ray_inputs``)."""
 
 
 class AdmissionCore:
@@ -102,6 +111,8 @@ class AdmissionCore:
         self._seen: dict[str, None] = {}
         self._gone: dict[str, tuple[str, float]] = {}
         """Tombstones: workload id -> (uid, deleted at), oldest first (``TOMBSTONE_SECONDS``)."""
+        self._definitions = 0
+        """Counts events that may have changed a queue or PriorityClass (part of ``_ray_inputs``)."""
 
     # ------------------------------------------------------------------ entry point
     def handle(self, env: Envelope) -> list[Any]:
@@ -134,6 +145,7 @@ class AdmissionCore:
             gang = self.pod_gangs.observe_podgroup(p.change, f"{namespace}/{p.name}", p.object)
             return self._evaluate_gang(gang, now) if gang is not None else []
         if p.kind == "PriorityClass":
+            self._definitions += 1
             changed = self.priorities.delete(p.name) if p.change == "Deleted" else self.priorities.apply(p.name, p.object)
             return self._reevaluate(now) if changed else []
         sid = QueueBook.source_id(p.kind, api_version, namespace, p.name)
@@ -143,6 +155,8 @@ class AdmissionCore:
             queue_out: list[Output] = list(self.queues.delete(sid))
         else:
             queue_out = list(self.queues.apply(sid, p.kind, api_version, p.name, p.object))
+        if queue_out:
+            self._definitions += 1  # the book's specs change only with a QueueDefined or QueueRemoved
         if any(not isinstance(e, QueueRejected) for e in queue_out):
             queue_out += self._reevaluate(now)
         return queue_out
@@ -243,9 +257,32 @@ class AdmissionCore:
         ``--batch-scheduler`` is volcano or scheduler-plugins) gives the minimum and the queue."""
         wid = f"{w.kind}:{w.key}"
         self._claim(w.key, wid)
+        inputs = self._ray_inputs(w, wid, keep)
+        last = w.last
+        if inputs is not None and last is not None and last[0][0] is inputs[0] and last[0][1:] == inputs[1:]:
+            return last[1]
+        spec = self._ray_spec_of(w, wid, keep)
+        if inputs is not None:
+            w.last = (inputs, spec)
+        return spec
+
+    def _ray_inputs(self, w: RayWorkload, wid: str, keep: WorkloadSpec | None) -> tuple[Any, ...] | None:
+        """All ``_ray_spec_of`` reads besides what a workload keeps (kind, name, gate, first seen):
+        the same inputs, the same spec, so a watch event of a status change skips building it (None:
+        do not skip). The kept spec by identity; queues and PriorityClasses by ``_definitions``; the
+        object's and its PodGroup's spec and metadata by ``repr`` (which tells ``true`` from ``1``,
+        where ``==`` does not), without their status, resourceVersion and muster's own annotations
+        (``muster.dev/``, written on every status change), none of which a spec is read from."""
+        obj = _read_parts(w.obj)
+        group = self.ray_groups.get(wid)
+        read_group = _read_parts(group) if group is not None else ""
+        if obj is None or read_group is None:
+            return None
+        return (keep, self._definitions, obj, read_group)
+
+    def _ray_spec_of(self, w: RayWorkload, wid: str, keep: WorkloadSpec | None) -> WorkloadSpec:
         fields.not_refused(w.obj)
-        parse = parse_ray_cluster if w.kind == "RayCluster" else parse_ray_job
-        shape = parse(w.name, w.obj, KUBERAY)  # the spec is checked before anything is read from it
+        shape = _shape(w, KUBERAY)  # the spec is checked before anything is read from it
         labels, annotations = fields.labels(w.obj), fields.annotations(w.obj)
         group = _group_spec(self.ray_groups.get(wid))
         where = _where_group(self.ray_groups.get(wid), w.namespace)
@@ -253,7 +290,7 @@ class AdmissionCore:
                           group_queue=(fields.string(group.get("queue"), f"{where} spec.queue") or None))
         rules = dialect_of(self.queues.specs.get(queue[0])).gang
         if rules != KUBERAY:
-            shape = parse(w.name, w.obj, rules)
+            shape = _shape(w, rules)
         gang, template_class, template_field = shape.gang, shape.head_priority_class, shape.head_priority_field
         if group.get("minMember") is not None:
             gang = with_minimum(gang, fields.integer(group.get("minMember"), f"{where} spec.minMember",
@@ -448,6 +485,41 @@ def _all_pods(gang: Gang) -> dict[str, int]:
     for ps in gang.pod_sets:
         total = q.add(total, ps.resources, ps.count + ps.elastic)
     return total
+
+
+_OWN_ANNOTATIONS = "muster.dev/"
+
+
+def _read_parts(obj: Mapping[str, Any]) -> str | None:
+    """``repr`` of the parts of an object a spec is read from (see ``_ray_inputs``); None when its
+    metadata or annotations are not of the shape to tell (then nothing is skipped)."""
+    meta = obj.get("metadata")
+    if type(meta) is not dict:
+        return None
+    annotations = meta.get("annotations")
+    read: dict[str, str] = {}
+    if annotations is not None:
+        if type(annotations) is not dict:
+            return None
+        for name, value in annotations.items():
+            if type(value) is not str:
+                return None  # refused by ``fields.annotations``: not skipped
+            if not name.startswith(_OWN_ANNOTATIONS) or name == REFUSED:  # a refusal is read (``fields.not_refused``)
+                read[name] = value
+    return repr((obj.get("spec"), meta.get("name"), meta.get("labels"), read))
+
+
+def _shape(w: RayWorkload, rules: GangRules) -> RayShape:
+    """``parse_ray_cluster`` / ``parse_ray_job`` of ``w``'s object, read again only when its ``spec``
+    (all they read, with the name, which a workload keeps) changed. ``repr`` is the key, not ``==``:
+    it tells ``true`` from ``1`` and ``1.0``, which the parsers read differently (``==`` does not)."""
+    text = repr(w.obj.get("spec"))
+    last = w.shapes.get(rules)
+    if last is not None and last[0] == text:
+        return last[1]
+    shape = (parse_ray_cluster if w.kind == "RayCluster" else parse_ray_job)(w.name, w.obj, rules)
+    w.shapes[rules] = (text, shape)
+    return shape
 
 
 def _namespace(p: ObjectChanged) -> str:

@@ -6,8 +6,9 @@ Rejected event. Keeping the type checks here lets the dialect parsers read like 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any
 
 from shared import kube, quantity as q
 

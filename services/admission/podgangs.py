@@ -28,8 +28,9 @@ KubeRay's own pods (``ray.io/*`` labels) are never plain gang members: their Ray
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal
 
 from services.admission.fields import Invalid, integer, opt_mapping, show
 from services.admission.pods import pod_set

@@ -7,7 +7,8 @@ never an AttributeError.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from services.admission.fields import Invalid, mapping, opt_list, opt_mapping, quantities, show, string, string_map
 from shared import kube

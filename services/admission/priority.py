@@ -14,8 +14,9 @@ victim at all). Explicit opt-outs hold in every queue: a user who wrote "never e
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 from services.admission.fields import Invalid, integer, show
 

@@ -7,11 +7,12 @@ QueueRejected. An invalid change keeps the previous definition (like a refusing 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import math
 import re
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
-from typing import Any, Mapping
+from typing import Any
 
 from services.admission.dialects import queue_fields
 from services.admission.fields import (Invalid, boolean, integer, mapping, not_refused, opt_list, opt_mapping,

@@ -9,7 +9,7 @@ Resolution order, first match wins: ``spec.queue`` of a PodGroup KubeRay made fo
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from services.admission.queues import QueueBook
 from shared import quantity as q

@@ -11,8 +11,9 @@ that is suspended while ``shutdownAfterJobFinishes`` is not true is refused.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from services.admission.dialects import GangRules
 from services.admission.fields import Invalid, boolean, integer, mapping, opt_list, opt_mapping, show, string

@@ -12,7 +12,8 @@ reduced to its identity and marked ``REFUSED`` with the reason, which admission 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal, Mapping
+from collections.abc import Mapping
+from typing import Any, Callable, Literal
 
 from shared.events import SCHEMA_VERSION, Envelope, ObjectChanged, derive_id
 from shared.kube import REFUSED, meta

@@ -13,7 +13,7 @@ from shared.events import (
     WorkloadUpdated,
 )
 from tests.builders import envelope, ray_cluster, ray_job, worker_group
-from tests.builders.admission import AdmissionDriver, changed, with_status
+from tests.builders.admission import AdmissionDriver, changed, volcano_queue, with_status
 
 
 def test_added_submits_with_the_event_time() -> None:
@@ -184,3 +184,24 @@ def test_outputs_are_deterministic() -> None:
     first = run()
     assert first == run()
     assert [e["workload"]["key"] for e in first] == [f"default/rc-{i}" for i in range(5)]
+
+
+def test_a_spec_equal_only_by_python_equality_is_read_again() -> None:
+    # admission skips reading a spec it read before (status-only events): ``true`` == 1 in Python, but
+    # ``replicas: true`` is no integer, so the skip must not take it for the ``replicas: 1`` it read
+    d = AdmissionDriver()
+    d.submitted(ray_cluster(workers=[worker_group(replicas=1)]))
+    running = with_status(ray_cluster(workers=[worker_group(replicas=1)]), state="ready")
+    running["metadata"]["annotations"]["muster.dev/status"] = "Running"
+    assert d.send(running, "Modified") == []
+    running["spec"]["workerGroupSpecs"][0]["replicas"] = True
+    assert "replicas" in d.rejected(running, "Modified")
+
+
+def test_a_status_only_event_after_a_queue_change_still_sees_the_queue() -> None:
+    # the skip holds only while queues are as they were: a queue defined since is read again
+    d = AdmissionDriver(unknown_queue="reject")
+    assert "does not exist" in d.rejected(ray_cluster(labels={"volcano.sh/queue-name": "q"}))
+    d.add(volcano_queue("q"))
+    assert d.send(with_status(ray_cluster(labels={"volcano.sh/queue-name": "q"}), state="ready"), "Modified") == []
+    assert d.core.workloads["RayCluster:default/rc"].spec is not None
