@@ -235,7 +235,7 @@ class QueueCore:
         self._set_goal(w)
         self._unpromise(w)
         reason = f"{p.reason} {w.reclaim_note}" if w.reclaim_note else p.reason
-        parks = bool(p.room_key) and not w.reclaim_note  # a ripening reclaim wakes it at its own time
+        parks = bool(p.room_key)  # a reclaim waiting for its victims' minimum runtime wakes it then (_on_timer)
         if parks:  # no node and no victim: it waits for a release that holds it, not for a timer
             self._room.park(w, p.room_key)
         self._back_off(w, now, w.reason(reason), out, arm=not parks)
@@ -708,9 +708,10 @@ class QueueCore:
             out.append(Enqueued(key=w.key, queue=w.queue, reason=reason))
 
     def _back_off(self, w: Tracked, now: float, reason: str, out: Out, arm: bool = True) -> None:
-        """``arm`` False: it waits for room (``RoomWaits``), not for ``requeue_at``: no timer."""
+        """``arm`` False: it waits for room (``RoomWaits``), not for a time: ``requeue_at`` is now, no timer
+        (the projection and the status then show it waiting in line, not backing off)."""
         w.attempts += 1
-        w.requeue_at = backoff.requeue_at(self.policy, now, w.attempts)
+        w.requeue_at = backoff.requeue_at(self.policy, now, w.attempts) if arm else now
         w.last_reason = reason
         out.append(BackedOff(key=w.key, queue=w.queue, requeue_at=w.requeue_at, attempts=w.attempts, reason=reason))
         if arm:
