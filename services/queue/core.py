@@ -510,7 +510,7 @@ class QueueCore:
             self._reclaiming[w.key] = None
             for _, demand in freed:
                 snap.free_capacity_of(demand)
-            snap.candidates = None  # promises changed
+            snap.candidates, snap.candidate_queues = None, None  # promises changed
 
     def _preempt_for_quota(self, w: Tracked, failure: str, snap: Snapshot, now: float, out: Out,
                            refused: str = "") -> bool:
@@ -618,7 +618,7 @@ class QueueCore:
         other queues first, each a victim of its own under the same rules (elastic.py); only when they
         do not cover, whole workloads (``Choice.victims`` then names them, and no pods)."""
         units = elastic.as_running(
-            elastic.elastic_pods(x for x in self._ledger.running.values() if x.elastic and x.queue != w.queue),
+            elastic.elastic_pods(x for x in self._ledger.running_elastic.values() if x.queue != w.queue),
             self._min_runtime)
         if units:
             choice = self._choose(w, needs, snap, now, [r for r, _ in units.values()])
@@ -644,7 +644,12 @@ class QueueCore:
         ``w``'s queue must stay within its fair share; staying within its guarantee too, it is starved, and
         queues above their guarantee give as well."""
         usage = snap.usage.get(w.queue, {})
-        names = list(dict.fromkeys(x.queue for x in candidates))
+        if candidates is snap.candidates:
+            if snap.candidate_queues is None:
+                snap.candidate_queues = list(dict.fromkeys(x.queue for x in candidates))
+            names = snap.candidate_queues
+        else:
+            names = list(dict.fromkeys(x.queue for x in candidates))
         queues = {name: self.tree.get(name) for name in names}
         share = snap.shares.get(w.queue, {})
         if not within_share(usage, w.demand, share):
