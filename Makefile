@@ -26,7 +26,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
-	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.run $(SECTIONS)
 
 # The image's pinned, hashed dependencies (Dockerfile) from pyproject.toml's; run after changing them.
 lock: $(STAMP)

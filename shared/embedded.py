@@ -10,11 +10,16 @@ Virtual time advances only when every inbox is drained; at one instant the scena
 first, then the cluster's own timers (pods starting, jobs finishing), then the services' timers
 (scheduling cycles, backoff expiry) — so everything that happens at an instant is known before any
 service decides on it.
+
+A core that raises on one envelope stops nothing: ``Service.handle`` rejects what it concerns
+(``shared.faults``) and the failure is kept in ``faults`` (logged), where the Kafka worker would
+dead-letter the record; the outputs are the same on both runtimes.
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -26,10 +31,13 @@ from services.reconciler.core import ReconcilerCore
 from services.reconciler.ingest import observe
 from shared.core import Core
 from shared.events import Envelope, TimerFired, wrap
+from shared.faults import Fault
 from shared.policy import Policy
 from shared.service import Service, collect_less
 from shared.sim.cluster import SimCluster
 from shared.topology import destinations
+
+log = logging.getLogger("muster.embedded")
 
 Listener = Callable[[Envelope], None]
 Delivery = tuple[str, Envelope]
@@ -77,6 +85,8 @@ class EmbeddedRuntime:
         self.services = {name: Service(core, traced=traced) for name, core in self.cores.items()}
         self.now = 0.0
         self.log: list[Envelope] = []
+        self.faults: list[Fault] = []
+        """Envelopes a core raised on, in the order handled (each rejected what it concerned)."""
         self.listeners: list[Listener] = []
         self.rounds = 0
         self._deliveries: list[Delivery] = []
@@ -138,8 +148,16 @@ class EmbeddedRuntime:
         """Hand each service its part of the round, in order (the distributed runtime overrides this)."""
         outputs: Outputs = {}
         for service, env in deliveries:
-            outputs.setdefault((service, env.id), []).extend(self.services[service].handle(env))
+            handler = self.services[service]
+            outputs.setdefault((service, env.id), []).extend(handler.handle(env))
+            if handler.faults:
+                self._failed(handler.take_faults())
         return outputs
+
+    def _failed(self, faults: list[Fault]) -> None:
+        for fault in faults:
+            log.error("t=%gs: %s; the object is rejected and the run goes on", self.now, fault.error)
+        self.faults.extend(faults)
 
     def _count(self, deliveries: list[Delivery]) -> None:
         room = self._limit - self._delivered_at_instant

@@ -5,6 +5,10 @@ so delivery rules live in one place: an envelope id the service has handled alre
 (at-least-once delivery makes redelivery normal), and each output's id derives from the service,
 the input's id and the output's position, so handling the same input again — after a crash, in a
 replay, on the other runtime — gives the same ids.
+
+It is also where a core that raises is contained (``shared.faults``): the exception becomes a
+``Fault`` the runtime takes (``take_faults``) and the rejection of the object concerned, so one
+envelope can never stop a service, and both runtimes answer it with the same outputs.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections import OrderedDict
 
 from shared.core import Core
 from shared.events import Envelope, wrap
+from shared.faults import Fault, describe, rejections
 from shared.tracing.context import TraceContexts
 
 DEDUPE_WINDOW = 1_000_000
@@ -72,6 +77,10 @@ class Service:
         self.seen = Seen(dedupe_window)
         self.handled = 0
         self.duplicates = 0
+        self.failed = 0
+        """Envelopes the core raised on (each rejected what it concerned: ``shared.faults``)."""
+        self.faults: list[Fault] = []
+        """Failures not taken by the runtime yet (``take_faults``)."""
         self.contexts = TraceContexts(self.name) if traced else None
         """With tracing on, each output's ``trace`` (``shared.tracing.context``); off, outputs keep
         their cause's (empty) one and nothing is computed."""
@@ -89,5 +98,17 @@ class Service:
             self.duplicates += 1
             return []
         self.handled += 1
-        outputs = [wrap(payload, source=self.name, cause=env, index=i) for i, payload in enumerate(self.core.handle(env))]
+        try:
+            payloads = self.core.handle(env)
+        except Exception as exc:  # noqa: BLE001 - any failure of the core: contained, see shared.faults
+            error = describe(self.name, env, exc)
+            self.failed += 1
+            self.faults.append(Fault(self.name, env, error))
+            payloads = rejections(self.name, env, error)
+        outputs = [wrap(payload, source=self.name, cause=env, index=i) for i, payload in enumerate(payloads)]
         return outputs if self.contexts is None else self.contexts.fill(env, outputs)
+
+    def take_faults(self) -> list[Fault]:
+        """The failures since the last call (the runtime reports each once)."""
+        faults, self.faults = self.faults, []
+        return faults

@@ -11,6 +11,8 @@ Where each decision is made:
 - lifecycle (Submitted / Updated / Rejected / Finished / Deleted, dedup) and composition: here.
 
 Every input error is an ``Invalid`` turned into a Rejected event; nothing here raises on user input.
+Should it raise all the same (a bug), ``shared.service.Service`` rejects the object and the runtime
+sets the event aside (``shared.faults``).
 """
 
 from __future__ import annotations
@@ -105,10 +107,7 @@ class AdmissionCore:
         payload = env.payload
         if not isinstance(payload, ObjectChanged):
             return []
-        try:
-            return list(self._on_object(payload, env.occurred_at))
-        except Exception as exc:  # noqa: BLE001 - the contract: never raise, reject with a reason
-            return self._last_resort(payload, exc)
+        return list(self._on_object(payload, env.occurred_at))
 
     def _on_object(self, p: ObjectChanged, now: float) -> list[Output]:
         api_version = p.api_version or str(p.object.get("apiVersion") or "")
@@ -425,15 +424,6 @@ class AdmissionCore:
         if self._claims.get(key) == wid:
             del self._claims[key]
 
-    def _last_resort(self, p: ObjectChanged, exc: Exception) -> list[Any]:
-        """A bug or an input shape nobody anticipated: still no exception, a rejection with the cause."""
-        reason = f"{p.kind} {p.name} cannot be read: {type(exc).__name__}: {exc}"
-        if p.kind in ("RayCluster", "RayJob", "PodGroup"):
-            return [WorkloadRejected(key=f"{_namespace(p)}/{p.name}", kind=p.kind, reason=reason)]
-        if p.kind in ("Queue", "ElasticQuotaTree"):
-            return [QueueRejected(name=p.name, kind=p.kind, reason=reason, object_namespace=p.namespace,
-                                  object_name=p.name if p.namespace else "")]
-        return []
 
 
 def _namespace(p: ObjectChanged) -> str:

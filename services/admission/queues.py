@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from services.admission.dialects import queue_fields
 from services.admission.fields import (Invalid, boolean, integer, mapping, opt_list, opt_mapping, quantities, show,
                                       string)
+from shared import kube
 from shared import quantity as q
 from shared.events import QueueDefined, QueueRejected, QueueRemoved
 from shared.model import UNLIMITED, QueueSource, QueueSpec
@@ -298,7 +299,7 @@ class QueueBook:
             name = exc.subject or source.name
             if name == source.name:
                 return [QueueRejected(name=name, kind=source.kind, reason=exc.reason)]
-            meta = source.obj.get("metadata") or {}
+            meta = kube.meta(source.obj)
             return [QueueRejected(name=name, kind=source.kind, reason=exc.reason,
                                   object_namespace=str(meta.get("namespace") or ""), object_name=source.name)]
         source.rejected = None

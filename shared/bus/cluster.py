@@ -13,14 +13,20 @@ Two loops in one Faust app (group ``<prefix>cluster``), neither deciding anythin
   everything after it. An effect the API server cannot take now (throttled, unavailable) is retried with
   backoff and holds the batch, so its offset is not committed before it is done; one it refuses for
   good (forbidden, invalid) goes to the dead-letter topic with the server's answer, as does a record
-  that is not an effect. Effects are idempotent, so a batch handled again after a crash changes
+  that is not an effect, or one whose application fails otherwise (a bug: it would fail again
+  after every restart). Effects are idempotent, so a batch handled again after a crash changes
   nothing more.
+
+Neither loop dies silently: a watch event that cannot be encoded or sent is dead-lettered and the
+rest go on (``ClusterBridge.send_burst``), and a loop that fails all the same is started again with
+backoff while ``/readyz`` says it is down (``ClusterBridge.supervised``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import logging
 import os
 import time
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
 
 from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
 
 from services.reconciler.ingest import Change, watch_envelope
 from services.reconciler.kubeapi import KubeApplier, Refused, Transient, Watcher, connect
@@ -39,10 +46,14 @@ from shared.bus.codec import BadRecord
 from shared.bus.config import BusConfig
 from shared.bus.topics import Topics
 from shared.bus.worker import Incoming, Producer, Record, dead_letter_record, logged_and_routed
-from shared.events import Envelope, KubeEffect
+from shared.events import Envelope, KubeEffect, ObjectChanged
 from shared.service import Seen
 
 log = logging.getLogger("muster.cluster")
+
+MAX_RECORD_BYTES = 1_000_000
+"""Largest watch event the link sends (Kafka's default ``message.max.bytes`` is 1,048,588; the
+broker refuses larger records): a larger one is dead-lettered (``ClusterBridge.send_burst``)."""
 
 EFFECT_CONCURRENCY = 32
 """Requests to the API server in flight at once (``ClusterBridge._apply_side_by_side``)."""
@@ -126,9 +137,15 @@ class ClusterBridge:
         self.dead_letters = 0
         self.retries = 0
         self.observed = 0
+        self.unsent = 0
+        """Watch events dead-lettered instead of sent (``send_burst``)."""
+        self.max_record_bytes = MAX_RECORD_BYTES
+        self.down: dict[str, str] = {}
+        """Tasks of the link that failed and wait to start again, and why (``supervised``)."""
         self.tracer: Any = None
         """With tracing on (``shared.tracing.live.HopTracer``): a span per effect applied."""
-        self._changes: asyncio.Queue[Envelope] = asyncio.Queue()
+        self._changes: asyncio.Queue[Envelope | Record] = asyncio.Queue()
+        """Watch events to send, in the order seen (and the dead letters of those that cannot be)."""
 
     def connect(self, api: Any) -> None:
         self.applier = KubeApplier(api)
@@ -209,6 +226,10 @@ class ClusterBridge:
                 self._traced(env, incoming, started, outcome)
         except Refused as exc:
             letter = self._dead_letter(incoming, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a failure neither refusal nor outage (a bug, an odd
+            # effect): the same record would fail the same way after every restart, so it is set aside
+            log.exception("effect %s failed", env.id)
+            letter = self._dead_letter(incoming, f"cannot be applied: {type(exc).__name__}: {_first_line(exc)}")
         self.seen.add(env.id)
         return letter
 
@@ -219,7 +240,7 @@ class ClusterBridge:
         while True:
             try:
                 return await self.applier.apply(env.payload, env.id)
-            except Transient as exc:
+            except (Transient, asyncio.TimeoutError, ConnectionError) as exc:
                 self.retries += 1
                 log.warning("%s; trying again in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
@@ -239,9 +260,14 @@ class ClusterBridge:
 
     # ------------------------------------------------------------------ watch -> inboxes
     async def observe(self, change: Change, obj: dict[str, Any]) -> None:
-        """The watcher's sink: event time is when the change was seen."""
+        """The watcher's sink: event time is when the change was seen. An object that cannot even
+        become an envelope is dead-lettered (``_unsent``); the watch goes on."""
         self.observed += 1
-        await self._changes.put(watch_envelope(change, obj, time.time()))
+        try:
+            item: Envelope | Record = watch_envelope(change, obj, time.time())
+        except Exception as exc:  # noqa: BLE001 - whatever the object makes ingest raise, it is bad input
+            item = self._unsent(change, obj, f"cannot be read: {type(exc).__name__}: {_first_line(exc)}")
+        await self._changes.put(item)
         if change == "Deleted" and obj.get("kind") == "Pod" and self.applier is not None:
             metadata = obj.get("metadata") or {}
             await self.applier.pod_gone(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
@@ -263,7 +289,134 @@ class ClusterBridge:
             await asyncio.sleep(BATCH_WAIT)
             while not self._changes.empty() and len(burst) < BATCH:
                 burst.append(self._changes.get_nowait())
-            await send_logged(self.topics, burst, producer)
+            await self.send_burst(burst, producer)
+
+    async def send_burst(self, burst: Sequence[Envelope | Record], producer: Producer) -> None:
+        """Write a burst as ``send_logged`` does, each envelope on its own when it has to be: one the
+        codec cannot encode (text JSON cannot hold, nesting past the encoder's limit) or larger than
+        the broker takes (``max_record_bytes``) is dead-lettered before anything is sent, and one
+        the broker refuses for good is found by sending the burst one envelope at a time and
+        dead-lettered too; the others go on. What the broker cannot take now (it is down, a leader
+        moves) is retried with backoff and holds the burst: nothing is lost or sent out of order."""
+        letters = [item for item in burst if isinstance(item, Record)]
+        ready: list[tuple[Envelope, Record, list[Record]]] = []
+        for env in burst:
+            if isinstance(env, Record):
+                continue
+            try:
+                first, rest, _ = logged_and_routed(self.topics, env)
+            except Exception as exc:  # noqa: BLE001 - an encoder's refusal comes in many types
+                letters.append(self._unsent_envelope(env, f"cannot be encoded: {type(exc).__name__}: "
+                                                          f"{_first_line(exc)}"))
+                continue
+            if len(first.value) > self.max_record_bytes:
+                letters.append(self._unsent_envelope(env, f"{len(first.value)} bytes encoded, more than the "
+                                                          f"broker takes ({self.max_record_bytes})"))
+                continue
+            ready.append((env, first, rest))
+        if letters:
+            await self._retrying(producer, letters)
+        try:
+            await self._send_pairs(producer, ready)
+        except Exception as exc:  # noqa: BLE001 - refused for good (retriable errors were waited out)
+            log.warning("the broker refused a burst of %d watch events (%s); sending them one at a time",
+                        len(ready), _first_line(exc))
+            for env, first, rest in ready:
+                try:
+                    await self._send_pairs(producer, [(env, first, rest)])
+                except Exception as one:  # noqa: BLE001
+                    await self._retrying(producer, [self._unsent_envelope(
+                        env, f"refused by the broker: {type(one).__name__}: {_first_line(one)}")])
+
+    async def _send_pairs(self, producer: Producer, ready: Sequence[tuple[Envelope, Record, list[Record]]]) -> None:
+        """The log records, then the routed ones (the log never holds an effect before its cause)."""
+        if ready:
+            await self._retrying(producer, [first for _, first, _ in ready])
+            routed = [record for _, _, rest in ready for record in rest]
+            if routed:
+                await self._retrying(producer, routed)
+
+    async def _retrying(self, producer: Producer, records: Sequence[Record]) -> list[int]:
+        """``send_all``, waiting out what the broker cannot take now; a refusal for good is raised."""
+        delay = self.retry_first
+        while True:
+            try:
+                return await producer.send_all(records)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                self.retries += 1
+                log.warning("sending watch events: %s; trying again in %.1fs", _first_line(exc) or type(exc).__name__,
+                            delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.retry_max)
+
+    def _unsent_envelope(self, env: Envelope, error: str) -> Record:
+        p = env.payload
+        obj = p.object if isinstance(p, ObjectChanged) else {}
+        return self._unsent(getattr(p, "change", ""), obj, error, kind=getattr(p, "kind", ""))
+
+    def _unsent(self, change: str, obj: Any, error: str, *, kind: str = "") -> Record:
+        """The dead letter of a watch event that cannot go to the inboxes: where it was read (the
+        object's kind, namespace, name, uid and resourceVersion; never the object, which may be what
+        is wrong), the error, counted and logged."""
+        self.dead_letters += 1
+        self.unsent += 1
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        meta = meta if isinstance(meta, dict) else {}
+        where = {"change": change, "kind": kind or (obj.get("kind") if isinstance(obj, dict) else "")}
+        for field in ("namespace", "name", "uid", "resourceVersion"):
+            where[field] = meta.get(field)
+        text = json.dumps(where, default=repr)[:2_000]  # ASCII: a lone surrogate is escaped, not refused
+        what = f"{where['kind']} {where['namespace'] or ''}/{where['name']}".replace(" /", " ")
+        error = f"{what}: {error}"
+        log.error("watch event dead-lettered: %s", error)
+        return Record(self.topics.deadletter, b"kubernetes", codec.dead_letter(
+            text.encode(), [], topic="kubernetes", partition=-1, offset=-1, consumer=self.name, error=error), [])
+
+    # ------------------------------------------------------------------ health
+    async def supervised(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
+        """Run ``run`` until cancelled; when it fails, say so (``down``: ``/readyz`` is false) and run
+        it again after a backoff. A task of the link never stops silently."""
+        delay = self.retry_first
+        while True:
+            started = time.monotonic()
+            try:
+                await run()
+                reason = "ended"
+            except Exception as exc:  # noqa: BLE001 - whatever stopped it, it is restarted
+                reason = f"{type(exc).__name__}: {_first_line(exc)}"
+                log.exception("cluster link: %s stopped; starting it again in %.1fs", name, delay)
+            if time.monotonic() - started > self.retry_max:
+                delay = self.retry_first  # it ran a while: a new failure, not the same one again
+            self.down[name] = f"{name} is down ({reason}); starting again in {delay:.1f}s"
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.retry_max)
+            self.down.pop(name, None)
+
+    def not_ready(self) -> str | None:
+        """Why ``/readyz`` is false: not connected yet, or a task down (None: ready)."""
+        if self.down:
+            return "; ".join(self.down[name] for name in sorted(self.down))
+        return None if self.connected.is_set() else "not connected to the Kubernetes API server yet"
+
+
+async def first_to_end(*loops: Awaitable[None]) -> None:
+    """Run ``loops`` side by side until one ends; cancel the others; raise what it raised."""
+    tasks = [asyncio.ensure_future(loop) for loop in loops]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""
 
 
 def _object_of(effect: KubeEffect) -> tuple[str, str, str]:
@@ -344,17 +497,18 @@ def cluster_app(config: BusConfig, target: KubeTarget, *, sink: Any = None) -> M
 
     @app.task
     async def apply_effects() -> None:
-        await effects.run()
+        await bridge.supervised("applying effects", effects.run)
+
+    async def watch_and_publish_once() -> None:
+        api = await target.connect()
+        bridge.connect(api)
+        try:  # either one failing stops both, and both start again (``supervised``)
+            await first_to_end(bridge.watch(api), bridge.publish(producer))
+        finally:
+            await api.close()
 
     @app.task
     async def watch_and_publish() -> None:
-        api = await target.connect()
-        bridge.connect(api)
-        publisher = asyncio.create_task(bridge.publish(producer))
-        try:
-            await bridge.watch(api)
-        finally:
-            publisher.cancel()
-            await api.close()
+        await bridge.supervised("watching and publishing", watch_and_publish_once)
 
     return app

@@ -28,7 +28,8 @@ envelope that decodes but that the store cannot hold (``Unstorable``: a NUL char
 integer out of a column's range) would fail its batch for ever: the batches read up to the failure
 are read again and written a part at a time, halving what the store refuses down to that envelope,
 which is dead-lettered like a bad record (``put_carefully``) — unless the store refuses everything,
-when it is the store that is at fault and is waited out.
+when it is the store that is at fault and is waited out. A fold that raises on an envelope is
+treated the same way (``fold_faults_unstorable``): that envelope is dead-lettered, the rest written.
 """
 
 from __future__ import annotations
@@ -38,10 +39,12 @@ import gc
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Iterator, Sequence, TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from sqlalchemy.exc import SQLAlchemyError
 
 from shared.bus import codec
 from shared.bus.app import FaustProducer, InOrder, MusterApp, base_app
@@ -133,6 +136,21 @@ class GcWhileBusy:
             self.held = False
 
 
+@contextmanager
+def fold_faults_unstorable() -> Iterator[None]:
+    """A fold that raises on an envelope (a bug, or a shape nobody anticipated) would fail its batch
+    at every retry, as a value the store refuses does: ``Unstorable``, so that envelope is found and
+    dead-lettered (``put_carefully``). What the store or its driver raise stays what it is."""
+    try:
+        yield
+    except (StoreError, SQLAlchemyError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - any other failure is the fold's, on this data
+        text = str(exc).strip().splitlines()
+        raise Unstorable(f"the projection cannot fold it: {type(exc).__name__}"
+                         + (f": {text[0][:300]}" if text else "")) from exc
+
+
 class LogProjector:
     """The log into the store (see the module docstring). ``decode``, ``put``, ``flush`` and
     ``reset`` run on one thread of their own; ``run`` is the consumer, on the event loop."""
@@ -206,7 +224,8 @@ class LogProjector:
         if not items:
             return None
         try:
-            self.written = self.written + self.writer.write(items)
+            with fold_faults_unstorable():
+                self.written = self.written + self.writer.write(items)
             self.refused_in_a_row = 0
             self._watch(items)
             return None
@@ -217,14 +236,20 @@ class LogProjector:
         return self._first_refused(items[:half], start) or self._first_refused(items[half:], start + half)
 
     def put(self, batch: Decoded) -> None:
-        self.written = self.written + self._pipeline.put(batch.items, consumed=batch.consumed)
+        with fold_faults_unstorable():
+            self.written = self.written + self._pipeline.put(batch.items, consumed=batch.consumed)
         self._watch(batch.items)
 
     def _watch(self, items: Sequence[rows.Located]) -> None:
+        """Hand the written envelopes to the watchers; one that fails (the spans of a workload)
+        is logged and stops nothing: the batch is stored, and reading it again would fail again."""
         if self.watchers:
             envelopes = [item.envelope for item in items]
             for watch in self.watchers:
-                watch(envelopes)
+                try:
+                    watch(envelopes)
+                except Exception:  # noqa: BLE001
+                    log.exception("projector: a watcher failed on a batch of %d envelopes", len(envelopes))
 
     def flush(self) -> None:
         self.written = self.written + self._pipeline.flush()

@@ -4,7 +4,9 @@ Per batch of records (``InboxWorker.process_batch``), record by record:
 
     1. decode; a record that is no envelope goes to the dead-letter topic, counted, and is skipped
     2. ordering: arrival (now), or held until the driver's ``Release`` (``sequencing.py``)
-    3. ``Service.handle``: dedupe by id, the pure core, outputs enveloped with derived ids
+    3. ``Service.handle``: dedupe by id, the pure core, outputs enveloped with derived ids; a core
+       that raises rejects what the envelope concerns (``shared.faults``) and the record goes to
+       the dead-letter topic with the error, counted (``failed``), and the worker goes on
     4. once the batch is handled: its outputs to the log topic, acknowledged, *then* to their
        inboxes (the log never holds an effect before its cause); ``TimerSet`` to the clock, and
        a timer already due (a queue cycle "now") fires with the batch: its ``TimerFired`` is logged
@@ -19,12 +21,16 @@ anything (its outputs were sent before), which rebuilds the core, the dedupe win
 envelopes and the pending timers; consumption then resumes at the committed offset. Whatever was
 handled after the last commit is handled again and sent again with the same ids, and every
 consumer drops the copies: at-least-once delivery, exactly-once effect, no Kafka transactions.
+A record the core failed on is folded again too, in its place (the state it left is part of the
+state that followed), raises again and is rejected again, but nothing is sent: its dead letter
+went out before its offset could be committed, so it is dead-lettered once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
@@ -39,6 +45,8 @@ from shared.topology import destinations
 
 if TYPE_CHECKING:
     from shared.tracing.live import HopTracer
+
+log = logging.getLogger("muster.bus")
 
 Watcher = Callable[[Envelope, list[Envelope]], None]
 """Sees each envelope the service handles with its outputs, live and in a replay (a metrics fold)."""
@@ -155,6 +163,8 @@ class InboxWorker:
         """The deployment's wall clock; None under ``simulate --bus``, whose driver is the clock."""
         self.inbox = topics.inbox(service.name)
         self.dead_letters = 0
+        self.failed = 0
+        """Records the core raised on (dead-lettered, their object rejected: ``shared.faults``)."""
         self.replayed = 0
         self.log_high = -1
         """The highest log offset this worker has written (-1: none yet)."""
@@ -174,6 +184,7 @@ class InboxWorker:
             return  # dead-lettered when it was first read
         for out in self._handle(item, live=False):
             self._arm(out)
+        self.service.take_faults()  # dead-lettered when it was first handled
 
     # ------------------------------------------------------------------ live
     async def process(self, value: bytes | None, headers: codec.Headers | None, *, partition: int, offset: int,
@@ -202,6 +213,9 @@ class InboxWorker:
             if self.tracer is not None and isinstance(item, Envelope):
                 self.tracer.read(item.id, incoming.partition, incoming.offset)
             outputs.extend(self._handle(item))
+            for fault in self.service.take_faults():
+                letters.append(self._failed(incoming, fault.envelope if isinstance(item, Release) else None,
+                                            fault.error))
             if isinstance(item, Release):
                 rounds.append(item.round)
         if letters:
@@ -281,6 +295,18 @@ class InboxWorker:
             await producer.send_all([routed for _, routed in records])
         return len(fired)
 
+    def _failed(self, incoming: Incoming, held: Envelope | None, error: str) -> Record:
+        """The dead letter of a record the core raised on: the record as read, or, when a round's
+        ``Release`` handed over the ``held`` envelope that failed (``simulate --bus``), that
+        envelope, located where the ``Release`` was read."""
+        self.failed += 1
+        self.dead_letters += 1
+        log.error("%s: record at %s[%d] offset %d dead-lettered: %s", self.service.name, self.inbox,
+                  incoming.partition, incoming.offset, error)
+        if held is not None:
+            incoming = Incoming(codec.encode(held), codec.envelope_headers(held), incoming.partition, incoming.offset)
+        return dead_letter_record(self.topics, incoming, topic=self.inbox, consumer=self.service.name, error=error)
+
     # ------------------------------------------------------------------ common
     def _handle(self, item: Envelope | Release, *, live: bool = True) -> list[Envelope]:
         if isinstance(item, Release):
@@ -297,7 +323,10 @@ class InboxWorker:
             started = time.time() if tracer is not None else 0.0
             made = self.service.handle(env)
             for watch in self.watchers:
-                watch(env, made)
+                try:
+                    watch(env, made)
+                except Exception:  # noqa: BLE001 - a metric that fails must not stop the service
+                    log.exception("%s: a watcher failed on %s %s", self.service.name, env.type, env.id)
             if tracer is not None:
                 tracer.handled(env, made, started, time.time())
             outputs.extend(made)

@@ -8,7 +8,8 @@ reads the worker's state between two batches, never in the middle of one.
 - ``/healthz``: 200 while the event loop answers and every liveness check passes (``Health.live``;
   a task that died belongs here), else 503 with the reasons, one a line.
 - ``/readyz``: 200 once the service is caught up with its inbox: its past replayed and at most
-  ``READY_LAG`` records waiting (the projector: the log, the cluster link: connected to the API server); else 503 with why.
+  ``READY_LAG`` records waiting (the projector: the log, the cluster link: connected to the API server
+  and none of its tasks down); else 503 with why.
 
 Port: ``--metrics-port`` / ``MUSTER_METRICS_PORT``, default ``DEFAULT_PORT`` (9464, the port
 OpenTelemetry's Prometheus exporter uses); 0 turns the server off.
@@ -160,13 +161,12 @@ def projector_exposition(app: Any) -> Exposition:
 
 def cluster_exposition(app: Any) -> Exposition:
     """The cluster link's: effects applied, retries, dead letters, watch events; ready once connected
-    to the API server."""
+    to the API server, and not while one of its tasks is down (``ClusterBridge.not_ready``)."""
     from shared.metrics.stack import ClusterCollector
 
     exposition = Exposition()
     ProcessCollector(registry=exposition.registry)
     bridge = app.muster_bridge
     exposition.registry.register(ClusterCollector(bridge))
-    exposition.health.ready.append(
-        lambda: None if bridge.connected.is_set() else "not connected to the Kubernetes API server yet")
+    exposition.health.ready.append(bridge.not_ready)
     return exposition

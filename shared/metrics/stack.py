@@ -47,6 +47,8 @@ class ServiceCollector(Collector):
         yield _counter("muster_duplicates_dropped", "Envelopes dropped as copies of ones handled already",
                        s, worker.service.duplicates)
         yield _counter("muster_dead_letters", "Records sent to the dead-letter topic", s, worker.dead_letters)
+        yield _counter("muster_handling_failures",
+                       "Records the service's core raised on (dead-lettered, their object rejected)", s, worker.failed)
         yield _counter("muster_replayed_events", "Inbox records folded again to rebuild the state on start",
                        s, worker.replayed)
         yield _counter("muster_restarts", "Starts that resumed from a committed offset (the service ran before)",
@@ -96,3 +98,11 @@ class ClusterCollector(Collector):
         yield CounterMetricFamily("muster_cluster_watch_events", "Watch events written to the inboxes",
                                   value=b.observed)
         yield _counter("muster_dead_letters", "Records sent to the dead-letter topic", "cluster", b.dead_letters)
+        yield CounterMetricFamily("muster_cluster_unsent_watch_events",
+                                  "Watch events dead-lettered instead of sent (unencodable, too large, refused)",
+                                  value=b.unsent)
+        down = GaugeMetricFamily("muster_cluster_task_down", "1 while a task of the cluster link is down",
+                                 labels=["task"])
+        for task in sorted(b.down):
+            down.add_metric([task], 1)
+        yield down

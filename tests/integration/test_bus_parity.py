@@ -5,20 +5,27 @@ For each: the result document equals the embedded run's (apart from ``stats``), 
 the same envelopes in the same order (the driver publishes each round in delivery order), every
 service's inbox topic holds each envelope of its inbox, and the store the projector wrote from
 the log topic shows every workload exactly as the result does (``muster history --json``).
+A core that raises on one envelope is contained alike on both: the same rejection, the rest as before.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from services.queue.core import QueueCore
 from shared.bus.config import BusConfig
 from shared.bus.driver import simulate_on_bus
-from shared.simulate import Run
-from shared.events import to_json
+from shared.embedded import CORE_CLASSES
+from shared.events import Envelope, WorkloadSubmitted, to_json
+from shared.scenario import parse_scenario
+from shared.simulate import Run, simulate
 from shared.store import query
 from tests.integration.conftest import SCENARIOS, scenario_run
+from tests.integration.test_bus_service import read_until
 from tests.integration.test_scenario_history import _as_json_stores_it
 
 
@@ -52,3 +59,56 @@ def test_kafka_stack_decides_as_the_embedded_one(path: Path, kafka_bootstrap: st
     config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
     distributed = simulate_on_bus(embedded.scenario, config, store=pg_store)
     assert_same_run(distributed, embedded, pg_store)
+
+
+class PoisonedQueue(QueueCore):
+    """The queue with a bug: it raises on the submission of the workload named ``poison``."""
+
+    def handle(self, env: Envelope) -> list[Any]:
+        if isinstance(env.payload, WorkloadSubmitted) and env.payload.workload.name == "poison":
+            raise RuntimeError("a bug on poison")
+        return super().handle(env)
+
+
+POISON_SCENARIO = """\
+name: poisoned-queue
+cluster:
+  nodes:
+    - {name: node-1, capacity: {cpu: "8", memory: 32Gi, pods: "110"}}
+steps:
+  - at: 0s
+    apply: |
+      apiVersion: ray.io/v1
+      kind: RayCluster
+      metadata: {name: poison, namespace: default}
+      spec:
+        headGroupSpec:
+          template: {spec: {containers: [{name: ray, resources: {requests: {cpu: "1", memory: 1Gi}}}]}}
+      ---
+      apiVersion: ray.io/v1
+      kind: RayCluster
+      metadata: {name: fine, namespace: default}
+      spec:
+        headGroupSpec:
+          template: {spec: {containers: [{name: ray, resources: {requests: {cpu: "1", memory: 1Gi}}}]}}
+until: 30s
+"""
+
+
+def test_a_core_that_raises_is_contained_alike_on_both_runtimes(kafka_bootstrap: str, topic_prefix: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queue raises on one workload: both runtimes reject it with the same reason and run the
+    other one; on Kafka the record is dead-lettered, embedded the failure is kept in ``faults``."""
+    monkeypatch.setitem(CORE_CLASSES, "queue", PoisonedQueue)
+    scenario = parse_scenario(POISON_SCENARIO)
+    embedded = simulate(scenario)
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    distributed = simulate_on_bus(scenario, config)
+    assert_same_run(distributed, embedded)
+    workloads = embedded.result()["workloads"]
+    assert workloads["default/poison"]["phase"] == "Rejected"
+    assert "queue failed on WorkloadSubmitted default/poison" in workloads["default/poison"]["transitions"][-1]["reason"]
+    assert workloads["default/fine"]["phase"] == "Running"
+    assert [fault.service for fault in embedded.runtime.faults] == ["queue"]
+    [letter] = [json.loads(r.value) for r in read_until(config, config.topics.deadletter, lambda rs: len(rs) >= 1)]
+    assert letter["consumer"] == "queue" and letter["error"] == embedded.runtime.faults[0].error

@@ -5,7 +5,9 @@
 - a record that is no envelope goes to the dead-letter topic with the error, is counted, and the
   consumer goes on with the next record (services and the projector alike);
 - a service started again rebuilds its state from its inbox: a redelivered envelope changes
-  nothing, and the next one is decided on the rebuilt state.
+  nothing, and the next one is decided on the rebuilt state;
+- a record the core raises on is dead-lettered where it was read, its workload rejected, the
+  service goes on, and a restart neither dead-letters nor answers it again.
 """
 
 from __future__ import annotations
@@ -16,15 +18,18 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from services.admission.core import AdmissionCore
 from services.reconciler.ingest import observe
 from shared.bus import codec
 from shared.bus.app import ensure_topics, service_app
 from shared.bus.config import BusConfig
 from shared.bus.driver import EventLoopThread
 from shared.bus.projector import projector_app
-from shared.events import Envelope, wrap
+from shared.embedded import CORE_CLASSES
+from shared.events import Envelope, ObjectChanged, wrap
 from shared.policy import Policy
 from tests.builders import node, pod, ray_cluster
 
@@ -181,3 +186,46 @@ def test_a_restarted_service_rebuilds_from_its_inbox(kafka_bootstrap: str, topic
         assert app.muster_worker.service.duplicates == 1
     assert [e.type for e in log] == ["WorkloadSubmitted", "WorkloadDeleted"]
     assert log[1].causation_id == deleted.id
+
+
+class PoisonedAdmission(AdmissionCore):
+    """Admission with a bug: it raises on the RayCluster named ``poison`` (a core that raises on one
+    record at every restart, the poison pill the services must survive)."""
+
+    def handle(self, env: Envelope) -> list[Any]:
+        if isinstance(env.payload, ObjectChanged) and env.payload.name == "poison":
+            raise RuntimeError("a bug on poison")
+        return super().handle(env)
+
+
+def test_a_record_the_core_raises_on_is_dead_lettered_once_and_the_service_goes_on(
+        kafka_bootstrap: str, topic_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(CORE_CLASSES, "admission", PoisonedAdmission)
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    topics = config.topics
+    poison, good, later = ingest(ray_cluster("poison"), 1), ingest(ray_cluster("good"), 2), ingest(ray_cluster("later"), 3)
+
+    def submitted(name: str) -> Callable[[list[Any]], bool]:
+        return lambda rs: any(codec.decode(r.value, r.headers).subject == f"default/{name}" and
+                              codec.decode(r.value, r.headers).type == "WorkloadSubmitted" for r in rs)
+
+    with running(config, lambda: service_app("admission", config, Policy())) as (app, _):
+        send(config, topics.inbox("admission"), codec.encode(poison), codec.encode(good))
+        read_until(config, topics.log, submitted("good"))
+        assert (app.muster_worker.failed, app.muster_worker.dead_letters) == (1, 1)
+        time.sleep(1.5)  # past the commit interval: the restart resumes after both
+    [letter] = [json.loads(r.value) for r in read_until(config, topics.deadletter, lambda rs: len(rs) >= 1)]
+    assert (letter["topic"], letter["partition"], letter["offset"], letter["consumer"]) == (
+        topics.inbox("admission"), 0, 0, "admission")
+    assert letter["error"] == "admission failed on ObjectChanged RayCluster/default/poison: RuntimeError: a bug on poison"
+    with running(config, lambda: service_app("admission", config, Policy())) as (app, bus):
+        bus.run(asyncio.wait_for(app.muster_reader.ready.wait(), 30))
+        send(config, topics.inbox("admission"), codec.encode(later))
+        log = envelopes(read_until(config, topics.log, submitted("later")))
+        worker = app.muster_worker
+        # the poison was folded again to rebuild the state, but neither dead-lettered nor answered again
+        assert (worker.replayed, worker.failed, worker.dead_letters) == (2, 0, 0)
+    assert [(e.type, e.subject) for e in log] == [
+        ("WorkloadRejected", "default/poison"), ("WorkloadSubmitted", "default/good"),
+        ("WorkloadSubmitted", "default/later")]
+    assert "admission failed on ObjectChanged RayCluster/default/poison" in log[0].payload.reason

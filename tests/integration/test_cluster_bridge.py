@@ -186,3 +186,32 @@ def test_a_traced_effect_is_an_apply_span_under_the_hop_that_decided_it(
     assert span.attributes["muster.effect.outcome"] and span.attributes["k8s.object.name"] == "rc"
     assert span.attributes["messaging.destination.name"] == config.topics.effects
     assert span.start <= span.end
+
+
+def test_watch_events_that_cannot_be_sent_are_dead_lettered_and_later_ones_flow(
+        kafka_bootstrap: str, topic_prefix: str, kube: KubeApiEmulator) -> None:
+    """Half a surrogate pair (text JSON cannot encode) and an object larger than the broker takes:
+    each is dead-lettered naming the object, never with it, and the link goes on and stays ready."""
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    topics = config.topics
+    kube.create(node("n1"))
+    with stack(config, kube.url, services=()) as apps:
+        bridge = apps["cluster"].muster_bridge
+        eventually(lambda: bridge.observed >= 1, "the watch to start")
+        odd = ray_cluster("odd", "team-a", annotations={"note": "\ud800"})
+        huge = ray_cluster("huge", "team-a", annotations={"blob": "x" * 1_100_000})
+        kube.create(odd)
+        kube.create(huge)
+        kube.create(node("n2"))
+        log = envelopes(read_until(config, topics.log, lambda rs: any(
+            codec.decode(r.value, r.headers).subject == "Node/n2" for r in rs)))
+        letters = [json.loads(r.value) for r in read_until(config, topics.deadletter, lambda rs: len(rs) >= 2)]
+        assert bridge.not_ready() is None and bridge.unsent == 2
+    assert [e.subject for e in log] == ["Node/n1", "Node/n2"]
+    by_name = {json.loads(letter["value"])["name"]: letter for letter in letters}
+    assert set(by_name) == {"odd", "huge"}
+    assert by_name["odd"]["error"].startswith("RayCluster team-a/odd: cannot be encoded")
+    assert "surrogate" in by_name["odd"]["error"]
+    assert "more than the broker takes" in by_name["huge"]["error"]
+    assert all(letter["consumer"] == "cluster" and letter["topic"] == "kubernetes" for letter in letters)
+    assert all(len(json.dumps(letter)) < 10_000 for letter in letters)  # where it was read, not the object

@@ -255,3 +255,34 @@ def test_the_projector_reads_on_only_while_a_backlog_keeps_coming(sqlite_store: 
     assert [len(b) for b in got] == [sum(sizes_) for sizes_ in batches]
     assert [r.offset for b in got for r in b] == list(range(sum(sizes)))
     assert through == {(topics.log, 0): sum(sizes) - 1}
+
+
+def test_an_envelope_the_fold_raises_on_is_dead_lettered_and_the_rest_written(
+        sqlite_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fold that raises on one envelope (a bug) would fail its batch at every retry: it is taken
+    as data the store refuses, found by halving, and dead-lettered; the rest is written."""
+    from shared.store.engine import Unstorable
+
+    topics = Topics()
+    log = scenario_run(FAIR_SHARE).runtime.log[:20]
+    bad = log[7]
+    convert = ProjectionWriter._convert
+
+    def buggy(self, conn, items, **kwargs):  # type: ignore[no-untyped-def]
+        if any(item.envelope.id == bad.id for item in items):
+            raise KeyError("a fold bug")
+        return convert(self, conn, items, **kwargs)
+
+    monkeypatch.setattr(ProjectionWriter, "_convert", buggy)
+    reads = [Read(topics.log, 0, i, codec.encode(e), codec.envelope_headers(e)) for i, e in enumerate(log)]
+    with ProjectionWriter(sqlite_store) as writer:
+        projector = LogProjector(topics, writer)
+        decoded = projector.decode(reads)
+        with pytest.raises(Unstorable, match="the projection cannot fold it: KeyError: 'a fold bug'"):
+            projector.put(decoded)
+        projector.reset()
+        letter, rest = projector.put_carefully(decoded, reads)
+        assert projector.put_carefully(rest, reads) is None
+    found = json.loads(letter.value)
+    assert (found["offset"], found["consumer"]) == (7, "projector") and "KeyError" in found["error"]
+    assert [e.id for e in query.read_log(sqlite_store)] == [e.id for e in log if e.id != bad.id]

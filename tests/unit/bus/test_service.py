@@ -73,3 +73,38 @@ def test_output_ids_derive_from_service_cause_and_position():
 def test_two_fresh_services_give_identical_outputs():
     env = _input()
     assert _service().handle(env) == _service().handle(env)
+
+
+# --------------------------------------------------------------------------- a core that raises
+def _raising(on: str = "default/poison") -> Service:
+    """A queue service whose core raises on the workload ``on`` and answers every other one."""
+    def react(env):
+        if getattr(env.payload, "key", None) == on:
+            raise ValueError("no such slot\nsecond line")
+        return OUTPUTS
+    return Service(FakeCore("queue", [], react))
+
+
+def test_a_core_that_raises_rejects_what_the_envelope_concerns_and_the_service_goes_on():
+    from shared.events import GangPlaced, WorkloadRejected
+
+    service = _raising()
+    poison = at(GangPlaced(key="default/poison", queue="q", kind="RayCluster", gate="pods", slots=(), reason="x"), 1.0)
+    [rejected] = service.handle(poison)
+    assert isinstance(rejected.payload, WorkloadRejected)
+    assert (rejected.payload.key, rejected.payload.kind) == ("default/poison", "RayCluster")
+    assert "queue failed on GangPlaced default/poison: ValueError: no such slot" in rejected.payload.reason
+    assert "second line" not in rejected.payload.reason and "apply it again" in rejected.payload.reason
+    assert rejected.id == derive_id("queue", poison.id, 0) and rejected.causation_id == poison.id
+    [fault] = service.take_faults()
+    assert (fault.service, fault.envelope, service.failed) == ("queue", poison, 1)
+    assert service.take_faults() == []
+    assert len(service.handle(_input(1))) == len(OUTPUTS)  # the next envelope as if nothing happened
+    assert service.handle(poison) == []  # a copy of the poison is a duplicate like any other
+
+
+def test_two_services_failing_on_the_same_envelope_give_the_same_rejection():
+    from shared.events import GangPlaced
+
+    poison = at(GangPlaced(key="default/poison", queue="q", kind="RayJob", gate="pods", slots=(), reason="x"), 1.0)
+    assert _raising().handle(poison) == _raising().handle(poison)

@@ -358,3 +358,58 @@ def test_a_replay_of_the_inbox_folds_what_was_handed_over_in_the_same_order():
     for value, headers in inbox:
         again.replay(value, headers)
     assert [e.id for e in again.service.core.handled] == [e.id for e in live.service.core.handled]
+
+
+# --------------------------------------------------------------------------- a core that raises
+def _poisoned_worker() -> InboxWorker:
+    """A queue worker whose core raises on workload ``default/poison`` and answers others with ENQUEUED."""
+    def react(env):
+        if env.payload.key == "default/poison":
+            raise RuntimeError("a bug")
+        return [ENQUEUED]
+    return InboxWorker(Service(FakeCore("queue", [], react)), TOPICS, Arrival())
+
+
+def _poison():
+    from shared.events import GangPlaced
+
+    return at(GangPlaced(key="default/poison", queue="q", kind="RayJob", gate="pods", slots=(), reason="x"), 1.0)
+
+
+def test_a_record_the_core_raises_on_is_dead_lettered_where_it_was_read_and_its_workload_rejected():
+    worker = _poisoned_worker()
+    poison, good = _poison(), _env("good")
+    producer = FakeProducer()
+    batch = [Incoming(codec.encode(env), codec.envelope_headers(env), 0, offset)
+             for offset, env in ((41, poison), (42, good))]
+    assert asyncio.run(worker.process_batch(batch, producer)) == 42
+    letters, logged, routed = producer.calls
+    [letter] = [json.loads(r.value) for r in letters]
+    assert (letter["topic"], letter["partition"], letter["offset"], letter["consumer"]) == (
+        TOPICS.inbox("queue"), 0, 41, "queue")
+    assert letter["error"] == "queue failed on GangPlaced default/poison: RuntimeError: a bug"
+    assert codec.decode(letter["value"].encode()).id == poison.id
+    kinds = [(codec.decode(r.value).type, codec.decode(r.value).subject) for r in logged]
+    assert kinds == [("WorkloadRejected", "default/poison"), ("Enqueued", "default/w")]  # and the next one
+    assert (worker.failed, worker.dead_letters) == (1, 1)
+    assert {r.topic for r in routed} == {TOPICS.inbox("queue"), TOPICS.inbox("reconciler")}
+
+
+def test_a_replay_folds_a_failed_record_again_without_dead_lettering_it_twice():
+    worker = _poisoned_worker()
+    poison = _poison()
+    worker.replay(codec.encode(poison), codec.envelope_headers(poison))
+    assert (worker.failed, worker.dead_letters, worker.service.failed) == (0, 0, 1)
+    assert worker.service.faults == []
+    assert _deliver(worker, poison).calls == []  # the live copy after the replay: a duplicate
+
+
+def test_a_watcher_that_raises_stops_nothing():
+    worker = _worker(ENQUEUED)
+
+    def broken(env, outputs):
+        raise ZeroDivisionError
+
+    worker.watchers.append(broken)
+    assert len(_deliver(worker, _env()).calls) == 2
+    assert worker.failed == 0

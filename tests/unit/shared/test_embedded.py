@@ -224,3 +224,28 @@ def test_default_cores_are_the_four_services():
     rt = EmbeddedRuntime(Policy(), SimCluster())
     assert list(rt.cores) == list(SERVICES)
     assert [rt.core(s).service for s in SERVICES] == list(SERVICES)
+
+
+def test_a_core_that_raises_rejects_the_workload_and_the_run_goes_on():
+    from shared.events import WorkloadRejected
+
+    trace: Trace = []
+
+    def admission(env: Envelope) -> list[Any]:
+        if env.payload.name == "poison":
+            raise RuntimeError("a bug")
+        return []
+
+    rt = _runtime(trace, admission=admission)
+
+    def apply(now: float) -> None:
+        rt.cluster.apply(ray_cluster("poison"), now)
+        rt.cluster.apply(ray_cluster("fine"), now)
+
+    rt.run([(0.0, apply)], until=1.0)
+    [fault] = rt.faults
+    assert fault.service == "admission" and fault.error.startswith("admission failed on ObjectChanged RayCluster/")
+    rejected = [e for e in rt.log if isinstance(e.payload, WorkloadRejected)]
+    assert [(e.source, e.payload.key) for e in rejected] == [("admission", "default/poison")]
+    assert [t[3] for t in trace if t[0] == "admission"] == ["poison", "fine"]  # the next one handled too
+    assert ("queue", "WorkloadRejected", 0.0, "default/poison") in trace  # routed as any rejection

@@ -1,0 +1,142 @@
+"""shared/bus/cluster.py's watch side without a broker: what the link does with watch events it
+cannot send, and how a task that fails shows in ``/readyz`` (``ClusterBridge.not_ready``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Sequence
+
+from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
+
+from services.reconciler.ingest import watch_envelope
+from shared.bus import codec
+from shared.bus.cluster import ClusterBridge
+from shared.bus.topics import Topics
+from shared.bus.worker import Record
+from tests.builders import node
+
+TOPICS = Topics()
+
+
+class Broker:
+    """Takes every record but those whose value holds ``refuse`` (refused for good), after failing
+    ``outages`` calls as unreachable first."""
+
+    def __init__(self, refuse: bytes = b"\x00", outages: int = 0) -> None:
+        self.refuse, self.outages = refuse, outages
+        self.sent: list[Record] = []
+
+    async def send_all(self, records: Sequence[Record]) -> list[int]:
+        if self.outages:
+            self.outages -= 1
+            raise KafkaConnectionError("broker unreachable")
+        if any(self.refuse in r.value for r in records):
+            raise MessageSizeTooLargeError("too large")
+        self.sent.extend(records)
+        return list(range(len(records)))
+
+
+def _bridge() -> ClusterBridge:
+    return ClusterBridge(TOPICS, retry_first=0.001, retry_max=0.002)
+
+
+def _events(*names: str):
+    return [watch_envelope("Added", node(name), 1.0) for name in names]
+
+
+def test_an_envelope_the_broker_refuses_is_dead_lettered_and_the_rest_sent_in_order():
+    bridge, broker = _bridge(), Broker(refuse=b'"name":"n2"')
+    asyncio.run(bridge.send_burst(_events("n1", "n2", "n3"), broker))
+    logged = [codec.decode(r.value).subject for r in broker.sent if r.topic == TOPICS.log]
+    assert logged == ["Node/n1", "Node/n3"]
+    [letter] = [json.loads(r.value) for r in broker.sent if r.topic == TOPICS.deadletter]
+    assert letter["error"].startswith("Node n2: refused by the broker: MessageSizeTooLargeError")
+    assert json.loads(letter["value"])["name"] == "n2" and (bridge.unsent, bridge.dead_letters) == (1, 1)
+
+
+def test_an_envelope_too_large_or_unencodable_is_dead_lettered_before_anything_is_sent():
+    bridge, broker = _bridge(), Broker()
+    bridge.max_record_bytes = 600
+    big = node("big", labels={"blob": "x" * 1_000})
+    odd = node("odd", labels={"note": "\ud800"})
+    burst = [watch_envelope("Added", obj, 1.0) for obj in (node("n1"), big, odd)]
+    asyncio.run(bridge.send_burst(burst, broker))
+    letters = [json.loads(r.value)["error"] for r in broker.sent if r.topic == TOPICS.deadletter]
+    assert letters[0].startswith("Node big: ") and "more than the broker takes (600)" in letters[0]
+    assert letters[1].startswith("Node odd: cannot be encoded")
+    assert [codec.decode(r.value).subject for r in broker.sent if r.topic == TOPICS.log] == ["Node/n1"]
+
+
+def test_an_unreachable_broker_is_waited_out_and_nothing_is_lost():
+    bridge, broker = _bridge(), Broker(outages=3)
+    asyncio.run(bridge.send_burst(_events("n1", "n2"), broker))
+    assert [codec.decode(r.value).subject for r in broker.sent if r.topic == TOPICS.log] == ["Node/n1", "Node/n2"]
+    assert (bridge.retries, bridge.dead_letters) == (3, 0)
+
+
+def test_an_object_ingest_cannot_read_is_dead_lettered_by_the_watch_sink():
+    bridge = _bridge()
+    bad = node("n1")
+    bad["metadata"]["name"] = "n\ud800"  # its id cannot even be derived
+    asyncio.run(bridge.observe("Added", bad))
+    item = bridge._changes.get_nowait()
+    assert isinstance(item, Record) and item.topic == TOPICS.deadletter
+    assert "cannot be read" in json.loads(item.value)["error"]
+
+
+def test_a_task_that_fails_is_started_again_and_the_link_is_not_ready_meanwhile():
+    bridge = _bridge()
+    bridge.connected.set()
+    runs: list[str] = []
+    states: list[str | None] = []
+
+    async def flaky() -> None:
+        runs.append("run")
+        states.append(bridge.not_ready())
+        if len(runs) < 3:
+            raise RuntimeError("lost the plot")
+        await asyncio.sleep(3600)
+
+    async def go() -> str | None:
+        task = asyncio.create_task(bridge.supervised("publishing", flaky))
+        while len(runs) < 2:
+            await asyncio.sleep(0)
+        while not bridge.down:
+            await asyncio.sleep(0)
+        down = bridge.not_ready()
+        while len(runs) < 3:
+            await asyncio.sleep(0.001)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return down
+
+    down = asyncio.run(go())
+    assert down is not None and down.startswith("publishing is down (RuntimeError: lost the plot)")
+    assert states == [None, None, None] and bridge.not_ready() is None  # ready again once it runs
+
+
+def test_an_effect_whose_application_fails_otherwise_is_dead_lettered_and_the_next_applied():
+    from shared.bus.worker import Incoming
+    from shared.events import KubeEffect, wrap
+
+    class Applier:
+        def __init__(self) -> None:
+            self.applied: list[str] = []
+
+        async def apply(self, effect: KubeEffect, effect_id: str) -> str:
+            if effect.name == "odd":
+                raise KeyError("spec")
+            self.applied.append(effect.name)
+            return "applied"
+
+    bridge, broker = _bridge(), Broker()
+    bridge.applier = Applier()  # type: ignore[assignment]
+    effects = [wrap(KubeEffect(op="unsuspend", kind="RayCluster", namespace="ns", name=name), source="reconciler",
+                    cause=None, index=i, at=1.0) for i, name in enumerate(("odd", "fine"))]
+    batch = [Incoming(codec.encode(env), codec.envelope_headers(env), 0, offset) for offset, env in enumerate(effects)]
+    asyncio.run(bridge.apply_batch(batch, broker))
+    assert bridge.applier.applied == ["fine"]  # type: ignore[attr-defined]
+    [letter] = [json.loads(r.value) for r in broker.sent]
+    assert (letter["offset"], letter["topic"]) == (0, TOPICS.effects)
+    assert letter["error"] == "cannot be applied: KeyError: 'spec'"
