@@ -254,6 +254,9 @@ class PlacementFailed(_WorkloadEvent):
     queue: str
     reason: str
     capacity_short: bool = True
+    room_key: str = ""
+    """Set when nodes lack room and no victim is eligible: the gang waits until a ``CapacityChanged``
+    names room for this key (its shape), instead of retrying on a timer."""
 
 
 class PodAssigned(_WorkloadEvent):
@@ -304,6 +307,9 @@ class CapacityChanged(Frozen):
     nodes: int
     released: bool
     """True when capacity became available (wake workloads that back off)."""
+    room: dict[str, int] | None = None
+    """On a release: per room key of the gangs waiting for room, how many the free nodes now hold
+    (placed one after another). None: every waiting gang may try (nodes joined or changed)."""
 
     @property
     def subject(self) -> str:

@@ -146,8 +146,10 @@ class AdmissionCore:
             return self._evaluate_gang(gang, now) if gang is not None else []
         if p.kind == "PriorityClass":
             self._definitions += 1
+            before = self.priorities.default()[1]
             changed = self.priorities.delete(p.name) if p.change == "Deleted" else self.priorities.apply(p.name, p.object)
-            return self._reevaluate(now) if changed else []
+            classes = {p.name, before, self.priorities.default()[1]}  # None: workloads with no class at all
+            return self._reevaluate(now, lambda spec: spec.priority_class in classes) if changed else []
         sid = QueueBook.source_id(p.kind, api_version, namespace, p.name)
         if sid is None:
             return []
@@ -158,7 +160,10 @@ class AdmissionCore:
         if queue_out:
             self._definitions += 1  # the book's specs change only with a QueueDefined or QueueRemoved
         if any(not isinstance(e, QueueRejected) for e in queue_out):
-            queue_out += self._reevaluate(now)
+            names = {e.queue.name if isinstance(e, QueueDefined) else e.name for e in queue_out
+                     if isinstance(e, (QueueDefined, QueueRemoved))}
+            spaces = {ns for e in queue_out if isinstance(e, QueueDefined) for ns in e.queue.namespaces}
+            queue_out += self._reevaluate(now, lambda spec: spec.queue in names or spec.namespace in spaces)
         return queue_out
 
     # ------------------------------------------------------------------ RayCluster / RayJob lifecycle
@@ -449,8 +454,12 @@ class AdmissionCore:
         entity.rejected = reason
         return [WorkloadRejected(key=entity.key, kind=kind, reason=reason)]
 
-    def _reevaluate(self, now: float) -> list[Output]:
-        """Queues or PriorityClasses changed: every live workload is evaluated again, in arrival order.
+    def _reevaluate(self, now: float, touches: Callable[[WorkloadSpec], bool]) -> list[Output]:
+        """Queues or PriorityClasses changed: every live workload they may touch is evaluated again, in
+        arrival order (issue 16: a change costs what it can affect, not a pass over every workload).
+        ``touches`` picks the submitted ones: those in a changed queue or a namespace a changed queue
+        lists (an ElasticQuotaTree leaf), or of a changed class or the default class before or after
+        (no class at all is ``None``). Every rejected one is tried again.
 
         A rejected one may pass now (its queue or class was missing); a submitted one is resolved
         again and gets WorkloadUpdated when its queue, priority or preemptibility changed (an
@@ -460,10 +469,10 @@ class AdmissionCore:
         """
         out: list[Output] = []
         for w in list(self.workloads.values()):
-            if (w.rejected is not None or w.spec is not None) and not w.deleted and not w.finished:
+            if (w.rejected is not None or (w.spec is not None and touches(w.spec))) and not w.deleted and not w.finished:
                 out += self._evaluate(w, again=True)
         for gang in list(self.pod_gangs.gangs.values()):
-            if (gang.rejected is not None or gang.submitted) and not gang.finished:
+            if (gang.rejected is not None or (gang.spec is not None and touches(gang.spec))) and not gang.finished:
                 out += self._evaluate_gang(gang, now, again=True)
         return out
 

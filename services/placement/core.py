@@ -15,8 +15,9 @@ Pure: no I/O, no clock (``env.occurred_at`` is now), no randomness; dicts keep i
 
 from __future__ import annotations
 
+import hashlib
 import math
-from typing import Any
+from typing import Any, Iterable
 
 from services.placement import elastic, gpu, reasons
 from services.placement.gang import GangAttempt, ordered_pod_sets, place_gang, place_pods, pod_demand
@@ -25,7 +26,7 @@ from services.placement.pods import PodRecord, pod_facts, pod_set_of
 from services.placement.preemption import eligible, victim_order
 from services.placement.statement import Statement
 from services.placement.workloads import Slot, WorkloadRecord
-from shared.model import shrunk
+from shared.model import Gang, shrunk
 from shared.victims import minimal_victims
 from shared import quantity as q
 from shared.events import (
@@ -74,6 +75,13 @@ class PlacementCore:
         """Times a ``ripen`` timer is set for (one per time)."""
         self._displaced: dict[str, None] = {}
         """Admitted workloads with free slots whose node left, waiting to be re-placed together."""
+        self._held: dict[str, dict[int, dict[str, WorkloadRecord]]] = {}
+        """Admitted workloads per queue, per priority: where preemption looks for victims (never a scan
+        of every workload)."""
+        self._waiting: dict[str, str] = {}
+        """Gangs that found no room and no victim (workload key -> room key): they wait for a release."""
+        self._shapes: dict[str, tuple[Gang, str, dict[str, None]]] = {}
+        """Room key -> (gang, strategy, keys of the waiting gangs of that shape)."""
 
     # ------------------------------------------------------------------ routing
     def handle(self, env: Envelope) -> list[Any]:
@@ -126,16 +134,19 @@ class PlacementCore:
                     self._displaced[wrec.key] = None
         released = change.grew or change.constraints or self._release_pending
         self._release_pending = False
-        out: list[Any] = lost + [self._capacity_changed(released)]
+        out: list[Any] = lost + [self._capacity_changed(released, everyone=bool(change.grew or change.constraints))]
         return out + self._retry_displaced() if released else out
 
-    def _capacity_changed(self, released: bool) -> CapacityChanged:
+    def _capacity_changed(self, released: bool, everyone: bool = False) -> CapacityChanged:
+        """``everyone``: nodes came, changed or victims ripened; every waiting gang may try. Otherwise a
+        release names the room it made per waiting shape (``_room``)."""
         total = self.nodes.totals()
         for name, used in self._foreign.items():
             if name in total:
                 total[name] = max(0, total[name] - used)
         self._last_total = total
-        return CapacityChanged(total=total, nodes=self.nodes.schedulable_count(), released=released)
+        room = None if everyone or not released or not self._shapes else self._room()
+        return CapacityChanged(total=total, nodes=self.nodes.schedulable_count(), released=released, room=room)
 
     def _capacity_signal(self, now: float, released: bool) -> list[Any]:
         """Ask for one CapacityChanged at the end of this instant (a timer at ``now``, set once)."""
@@ -150,7 +161,7 @@ class PlacementCore:
             return self._judge_disruptions()
         if key == RIPEN_TIMER:
             self._ripen_at.pop(now, None)
-            return [self._capacity_changed(released=True)]
+            return [self._capacity_changed(released=True, everyone=True)]
         if key != CAPACITY_TIMER:
             return []
         self._timer_at, self._timer_fired_at = None, now
@@ -502,6 +513,7 @@ class PlacementCore:
         if current is not None and current.admitted:
             return [self._gang_placed(current)], None
         restored = self._retry_displaced()
+        self._stop_waiting(p.key)
         rec = WorkloadRecord(spec=p.workload, queue=p.queue)
         self.workloads[p.key] = rec
         self.nodes.mix.observe(p.key, ((pod_demand(self.nodes, ps).shape, ps.count)
@@ -521,7 +533,7 @@ class PlacementCore:
             return restored + self._admit(rec, attempt, now, self._placed_reason(attempt, strategy))
         stmt.rollback()
         min_runtime = self._queue_min_runtime.get(rec.queue, self.policy.min_runtime_for(rec.queue))
-        candidates = victim_order([w for w in self.workloads.values() if eligible(w, rec, now, min_runtime)])
+        candidates = victim_order([w for w in self._lower(rec) if eligible(w, rec, now, min_runtime)])
         pods = minimal_victims(elastic.victim_slots(candidates), lambda ss: self._fits_without(rec, [], strategy, ss))
         if pods:  # elastic pods go before any whole gang
             why = f"preempted by {rec.key} (priority {rec.spec.priority}) in queue {rec.queue}"
@@ -539,20 +551,76 @@ class PlacementCore:
                 if candidates and not reason.endswith("not preemptible."):
                     reason += (f" Preempting all {len(candidates)} lower-priority workload(s) of queue {rec.queue}"
                                f" would not make room.")
+            room_key = self._wait_for_room(rec, strategy) if attempt.capacity_short and not ripening else ""
             return restored + ripening + [PlacementFailed(key=rec.key, queue=rec.queue, reason=reason,
-                                                          capacity_short=attempt.capacity_short)]
+                                                          capacity_short=attempt.capacity_short, room_key=room_key)]
         why = f"preempted by {rec.key} (priority {rec.spec.priority}) in queue {rec.queue}"
         out = self._place_over(rec, victims, why, "preempting", strategy, now)
         assert out is not None  # the trial above placed it with exactly these victims gone
         return restored + out
+
+    def _lower(self, rec: WorkloadRecord) -> Iterable[WorkloadRecord]:
+        """Admitted workloads of ``rec``'s queue with a lower priority: the only ones preemption may
+        name (``preemption.eligible`` then checks the rest), found through the per-queue, per-priority
+        index instead of every workload."""
+        for priority, members in self._held.get(rec.queue, {}).items():
+            if priority < rec.spec.priority:
+                yield from (w for w in members.values() if w is not rec)
+
+    def _unhold(self, rec: WorkloadRecord) -> None:
+        by_priority = self._held.get(rec.queue)
+        members = by_priority.get(rec.spec.priority) if by_priority is not None else None
+        if members is None or members.get(rec.key) is not rec:
+            return
+        del members[rec.key]
+        if not members:
+            del by_priority[rec.spec.priority]  # type: ignore[union-attr]
+            if not by_priority:
+                del self._held[rec.queue]
+
+    def _wait_for_room(self, rec: WorkloadRecord, strategy: str) -> str:
+        """``rec`` found neither room nor a victim: it waits until a release could hold its gang. The
+        room key names its shape (gang and strategy); identical gangs share one, so a release is tried
+        once per shape (``_room``), not once per waiting gang."""
+        text = f"{strategy}|{rec.spec.gang.model_dump_json()}"
+        key = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+        self._waiting[rec.key] = key
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = (rec.spec.gang, strategy, {})
+        shape[2][rec.key] = None
+        return key
+
+    def _stop_waiting(self, key: str) -> None:
+        room_key = self._waiting.pop(key, None)
+        if room_key is None:
+            return
+        members = self._shapes[room_key][2]
+        members.pop(key, None)
+        if not members:
+            del self._shapes[room_key]
+
+    def _room(self) -> dict[str, int]:
+        """Per shape of the waiting gangs: how many of them the free nodes hold now, placed one after
+        another in a trial that is rolled back (at most as many as wait). The queue wakes that many of
+        each, in its own order; a shape missing here gets no attempt."""
+        room: dict[str, int] = {}
+        for key, (gang, strategy, members) in self._shapes.items():
+            stmt = Statement(self.nodes)
+            fits = 0
+            while fits < len(members) and place_gang(self.nodes, stmt, gang, strategy, explain=False).ok:
+                fits += 1
+            stmt.rollback()
+            if fits:
+                room[key] = fits
+        return room
 
     def _pinned_note(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str) -> str:
         """Lower priorities of the queue that would make room but are not preemptible (KAI's non-preemptible,
         ``volcano.sh/preemptable: "false"``): say so, since the wait then lasts as long as they run."""
         if not rec.spec.preempts:
             return ""
-        pinned = [w for w in self.workloads.values() if w.admitted and w.queue == rec.queue and w is not rec
-                  and not w.spec.preemptible and w.spec.priority < rec.spec.priority]
+        pinned = [w for w in self._lower(rec) if not w.spec.preemptible]
         if not pinned or not self._fits_without(rec, candidates + pinned, strategy):
             return ""
         names = ", ".join(f"{w.key} (priority {w.spec.priority})" for w in pinned)
@@ -564,7 +632,7 @@ class PlacementCore:
         """No preemption now: would there be one once younger victims have run their minimum runtime
         (KAI's preemptMinRuntime)? Then set a timer for that time, whose capacity release makes the
         queue try again then rather than when its backoff expires, and say so in the reason."""
-        young = [w for w in self.workloads.values()
+        young = [w for w in self._lower(rec)
                  if w.started_at is not None and eligible(w, rec, math.inf, min_runtime)
                  and not eligible(w, rec, now, min_runtime)]
         if not young:
@@ -620,16 +688,20 @@ class PlacementCore:
         CapacityChanged.total: the queue must not count their room as free.
         """
         rec = self.workloads.pop(p.key, None)
+        self._stop_waiting(p.key)
         if rec is None:
             return []
         self._displaced.pop(p.key, None)
+        self._unhold(rec)
+        freed = False
         for slot in rec.slots:
             if slot.reserving:
                 self.nodes.uncharge(slot.node, slot.demand, slot.devices)
+                freed = True
             if slot.pod is not None and slot.pod in self.pods:
                 self.pods[slot.pod].slot = None
         rec.slots = []
-        out: list[Any] = []
+        out: list[Any] = self._capacity_signal(self._now, released=True) if freed and self._waiting else []
         for key in self.pods_of.get(p.key, {}):
             out += self._set_foreign(self.pods[key], True)
         return out + self._retry_displaced()  # its reservations are free again
@@ -808,6 +880,7 @@ class PlacementCore:
             pod.node, pod.demand, pod.devices, pod.foreign = None, None, (), False
             pod.slot, pod.evicted = None, True
         victim.slots, victim.admitted, victim.running, victim.started_at = [], False, False, None
+        self._unhold(victim)
         self._displaced.pop(victim.key, None)
         return PreemptionRequested(key=victim.key, kind=victim.spec.kind, gate=victim.spec.gate,
                                    preemptor=preemptor.key, preemptor_priority=preemptor.spec.priority,
@@ -817,6 +890,7 @@ class PlacementCore:
         """Turn the committed placements into slots; hand existing pods their slots in observed order."""
         self._admissions += 1
         rec.admitted, rec.admitted_at, rec.admitted_seq = True, now, self._admissions
+        self._held.setdefault(rec.queue, {}).setdefault(rec.spec.priority, {})[rec.key] = rec
         rec.running, rec.started_at = False, None
         rec.slots = [Slot(p.pod_set.name, p.index, p.node, p.devices, p.demand, p.pod_set.in_gang)
                      for p in attempt.placements]

@@ -29,6 +29,7 @@ from services.queue.ledger import Ledger
 from services.queue.ordering import blocks, serve_key
 from services.queue.reasons import preempted_by, waiting
 from shared.reasons import amounts, gang_line
+from services.queue.room import RoomWaits
 from services.queue.reclaim import (CLUSTER, Choice, Running, choose_victims, shortage, within_guarantee,
                                     within_share)
 from services.queue.snapshot import Freed, Snapshot
@@ -68,6 +69,8 @@ class QueueCore:
         """Times at which a blocked reclaim's victims reach their minimum runtime: wake-ups, not just cycles."""
         self._growing: dict[str, None] = {}
         """Keys of quota holders whose owners want elastic pods (the cycle's grant step reads only these)."""
+        self._room = RoomWaits()
+        """Pending gangs placement found no room and no victim for: they wait for a release that holds them."""
         self._reclaiming: dict[str, None] = {}
         """Reserved workloads whose named victims may still hold quota (until placement answers)."""
         self._seq = 0
@@ -137,6 +140,7 @@ class QueueCore:
         if spec == w.spec:
             return
         moved = spec.queue != w.queue
+        self._room.unpark(w)  # a new shape or queue: placement has not judged it yet
         with self._ledger.moving(w):
             w.respec(spec)
         w.attempts, w.requeue_at = 0, None  # a changed spec is a new attempt: why it backed off may be gone
@@ -164,6 +168,7 @@ class QueueCore:
         if w is None:
             return
         self._ledger.unbook(w)
+        self._room.unpark(w)
         self._growing.pop(w.key, None)
         reclaimer = self._workloads.get(w.promised_to) if w.promised_to else None
         if reclaimer is not None:
@@ -192,10 +197,18 @@ class QueueCore:
             return
         if w.state == "pending":  # placement placed it after all: reality wins, it holds quota
             w.reserved_seq = self._next_seq()
+            self._room.unpark(w)
         with self._ledger.moving(w):
             w.state = "admitted"
         w.attempts, w.requeue_at, w.preempted_by, w.held, w.reclaim_note = 0, None, "", "", ""
         self._unpromise(w)
+        if w.spec.preemptible and len(self._room):
+            woken = self._room.above(w.queue, w.spec.priority, self._workloads)
+            for x in woken:  # a lower priority now holds nodes in their queue: they may preempt it
+                self._room.unpark(x)
+                x.requeue_at = now
+            if woken:
+                self._request_cycle(now, out)
         if self._set_goal(w):
             self._request_cycle(now, out)  # placement holds its slots now: elastic pods may follow
 
@@ -222,7 +235,10 @@ class QueueCore:
         self._set_goal(w)
         self._unpromise(w)
         reason = f"{p.reason} {w.reclaim_note}" if w.reclaim_note else p.reason
-        self._back_off(w, now, w.reason(reason), out)
+        parks = bool(p.room_key)  # a reclaim waiting for its victims' minimum runtime wakes it then (_on_timer)
+        if parks:  # no node and no victim: it waits for a release that holds it, not for a timer
+            self._room.park(w, p.room_key)
+        self._back_off(w, now, w.reason(reason), out, arm=not parks)
         self._request_cycle(now, out)  # its reservation went back to the queue
 
     def _on_preempted(self, p: PreemptionRequested, now: float, out: Out) -> None:
@@ -276,6 +292,11 @@ class QueueCore:
         self._capacity = dict(p.total)
         if p.released:
             self._wake_all(now)
+            if len(self._room):
+                woken = (self._room.wake_all(self._workloads) if p.room is None
+                         else self._room.wake(p.room, self._workloads))
+                for w in woken:
+                    w.requeue_at = now
         self._request_cycle(now, out)
 
     def _on_timer(self, p: TimerFired, now: float, out: Out) -> None:
@@ -285,6 +306,8 @@ class QueueCore:
         if now in self._ripening:
             del self._ripening[now]
             self._wake_all(now)  # victims a reclaim waited for have run their minimum runtime
+            for w in self._room.wake_all(self._workloads):
+                w.requeue_at = now
         self._cycle(now, out)
 
     # ------------------------------------------------------------------ the cycle
@@ -406,9 +429,9 @@ class QueueCore:
                 self._tell_where(w, why, out)
             if why is not None:
                 continue
-            ready = [w for w in members if not backoff.backing_off(w.requeue_at, now)]
+            ready = [w for w in members if not _resting(w, now)]
             if blocks(self.policy.queueing_for(name)):
-                resting = [w.order for w in members if backoff.backing_off(w.requeue_at, now)]
+                resting = [w.order for w in members if _resting(w, now)]
                 if resting:  # StrictFIFO: nothing passes a head that is backing off
                     first = min(resting)
                     ready = [w for w in ready if w.order < first]
@@ -510,7 +533,7 @@ class QueueCore:
             self._reclaiming[w.key] = None
             for _, demand in freed:
                 snap.free_capacity_of(demand)
-            snap.candidates = None  # promises changed
+            snap.candidates, snap.candidate_queues = None, None  # promises changed
 
     def _preempt_for_quota(self, w: Tracked, failure: str, snap: Snapshot, now: float, out: Out,
                            refused: str = "") -> bool:
@@ -618,7 +641,7 @@ class QueueCore:
         other queues first, each a victim of its own under the same rules (elastic.py); only when they
         do not cover, whole workloads (``Choice.victims`` then names them, and no pods)."""
         units = elastic.as_running(
-            elastic.elastic_pods(x for x in self._ledger.running.values() if x.elastic and x.queue != w.queue),
+            elastic.elastic_pods(x for x in self._ledger.running_elastic.values() if x.queue != w.queue),
             self._min_runtime)
         if units:
             choice = self._choose(w, needs, snap, now, [r for r, _ in units.values()])
@@ -644,7 +667,12 @@ class QueueCore:
         ``w``'s queue must stay within its fair share; staying within its guarantee too, it is starved, and
         queues above their guarantee give as well."""
         usage = snap.usage.get(w.queue, {})
-        names = list(dict.fromkeys(x.queue for x in candidates))
+        if candidates is snap.candidates:
+            if snap.candidate_queues is None:
+                snap.candidate_queues = list(dict.fromkeys(x.queue for x in candidates))
+            names = snap.candidate_queues
+        else:
+            names = list(dict.fromkeys(x.queue for x in candidates))
         queues = {name: self.tree.get(name) for name in names}
         share = snap.shares.get(w.queue, {})
         if not within_share(usage, w.demand, share):
@@ -707,12 +735,15 @@ class QueueCore:
             w.last_reason = reason
             out.append(Enqueued(key=w.key, queue=w.queue, reason=reason))
 
-    def _back_off(self, w: Tracked, now: float, reason: str, out: Out) -> None:
+    def _back_off(self, w: Tracked, now: float, reason: str, out: Out, arm: bool = True) -> None:
+        """``arm`` False: it waits for room (``RoomWaits``), not for a time: ``requeue_at`` is now, no timer
+        (the projection and the status then show it waiting in line, not backing off)."""
         w.attempts += 1
-        w.requeue_at = backoff.requeue_at(self.policy, now, w.attempts)
+        w.requeue_at = backoff.requeue_at(self.policy, now, w.attempts) if arm else now
         w.last_reason = reason
         out.append(BackedOff(key=w.key, queue=w.queue, requeue_at=w.requeue_at, attempts=w.attempts, reason=reason))
-        self._arm(w.requeue_at, now, out)
+        if arm:
+            self._arm(w.requeue_at, now, out)
 
     def _wake_all(self, now: float) -> None:
         """Capacity or quota came back: every backing-off workload may try again in this instant, and
@@ -765,7 +796,7 @@ class QueueCore:
             active = sorted((w for w in mine if w.holds_quota), key=lambda w: w.reserved_seq)
             queued = sorted((w for w in mine if w.state == "pending"), key=_ORDER)
             resting = [w for w in queued if backoff.backing_off(w.requeue_at, self._now)]
-            ready = [w for w in queued if not backoff.backing_off(w.requeue_at, self._now)]
+            ready = [w for w in queued if not backoff.backing_off(w.requeue_at, self._now)]  # waiting for room too
             view[name] = {
                 "exists": spec is not None,
                 "parent": self.tree.parent_of(name) if spec else None,
@@ -779,6 +810,11 @@ class QueueCore:
                 "backoff": [{"workload": w.key, "requeue_at": w.requeue_at} for w in resting],
             }
         return view
+
+
+def _resting(w: Tracked, now: float) -> bool:
+    """Not a head now: backing off, or waiting for room a release has not named yet."""
+    return bool(w.room_key) or backoff.backing_off(w.requeue_at, now)
 
 
 def _elastic_text(pods: Sequence[elastic.ElasticPod]) -> str:

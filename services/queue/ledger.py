@@ -26,6 +26,8 @@ class Ledger:
     def __init__(self) -> None:
         self.pending: dict[str, dict[str, Tracked]] = {}
         self.running: dict[str, Tracked] = {}
+        self.running_elastic: dict[str, Tracked] = {}
+        """Running holders with granted elastic pods: reclaim's first victims, without a walk of every holder."""
         self.held: dict[str, Resources] = {}
         self.protected: dict[str, Resources] = {}
         self.demand: dict[str, Resources] = {}
@@ -57,8 +59,11 @@ class Ledger:
         if w.state == "running":
             if sign > 0:
                 self.running[w.key] = w
+                if w.elastic:
+                    self.running_elastic[w.key] = w
             else:
                 self.running.pop(w.key, None)
+                self.running_elastic.pop(w.key, None)
         if w.state == "pending":
             if sign > 0:
                 self.pending.setdefault(w.queue, {})[w.key] = w

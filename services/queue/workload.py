@@ -57,6 +57,9 @@ class Tracked:
     """The last ``ElasticWaiting`` reason told for it ("" after a grant: a new wait is told again)."""
     elastic_goal: dict[str, int] = field(default_factory=dict)
     """Elastic pods the owner wants per admitted pod set (``elastic.goal``), kept current on every change."""
+    room_key: str = ""
+    """Set while it waits for room placement reported no node and no victim for (``room.RoomWaits``):
+    no head of a cycle until a release names room for this key."""
 
     @classmethod
     def of(cls, spec: WorkloadSpec) -> "Tracked":

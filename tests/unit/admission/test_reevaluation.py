@@ -252,3 +252,38 @@ def test_a_cycle_through_a_removed_queue_is_still_refused() -> None:
     out = d.send(volcano_queue("b", parent="c"), "Modified")
     assert out == [QueueRejected(name="b", kind="Queue", reason="spec.parent: 'c' would make a cycle (b -> c -> b)")]
     assert isinstance(d.send(volcano_queue("b", parent="a"), "Modified")[0], QueueDefined)
+
+
+def _evaluated(d: AdmissionDriver) -> list[str]:
+    """Keys of the workloads the core reads again from now on (a spy on the real method)."""
+    seen: list[str] = []
+    real = d.core._evaluate
+
+    def spy(w: Any, again: bool = False) -> list[Any]:
+        seen.append(w.key)
+        return real(w, again)
+
+    d.core._evaluate = spy  # type: ignore[method-assign]
+    return seen
+
+
+def test_a_queue_event_reads_again_only_the_workloads_of_the_queues_it_changed():
+    d = AdmissionDriver()
+    d.add(volcano_queue("a"), volcano_queue("b"), at=0.0)
+    for i in range(3):
+        d.submitted(ray_cluster(f"in-a-{i}", labels={"volcano.sh/queue-name": "a"}), at=1.0)
+    d.submitted(ray_cluster("in-b", labels={"volcano.sh/queue-name": "b"}), at=1.0)
+    seen = _evaluated(d)
+    d.send(volcano_queue("b", capability={"cpu": "8"}), "Modified", at=2.0)
+    assert seen == ["default/in-b"]
+
+
+def test_a_priority_class_event_reads_again_only_its_workloads_and_those_of_the_default_class():
+    d = AdmissionDriver()
+    d.add(priority_class("high", 1000), priority_class("low", 1), at=0.0)
+    d.submitted(ray_cluster("hi", labels={"ray.io/priority-class-name": "high"}), at=1.0)
+    d.submitted(ray_cluster("lo", labels={"ray.io/priority-class-name": "low"}), at=1.0)
+    d.submitted(ray_cluster("none"), at=1.0)
+    seen = _evaluated(d)
+    d.send(priority_class("low", 2), "Modified", at=2.0)
+    assert sorted(seen) == ["default/lo", "default/none"]  # no class at all: a new default may apply to it
