@@ -107,6 +107,8 @@ _SPEC: dict[str, Callable[[Any], Any]] = {
 def kept(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What muster keeps of a watched object: the fields its cores read, nothing else (see the module)."""
     kind = obj.get("kind")
+    if not isinstance(kind, str):
+        kind = None  # not a kind muster knows, whatever it is (a mapping cannot even be looked up)
     out: dict[str, Any] = {k: obj[k] for k in ("apiVersion", "kind") if k in obj}
     if "metadata" in obj:
         out["metadata"] = _metadata(obj["metadata"])

@@ -66,6 +66,11 @@ def test_unknown_kinds_keep_only_identity():
     assert kept(secret) == {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "a"}}
 
 
+def test_a_kind_that_is_no_string_keeps_only_identity():  # found by tests/property/test_fuzz_manifests.py
+    obj = {"apiVersion": "v1", "kind": {"not": "text"}, "metadata": {"name": "x"}, "spec": {"env": "secret"}}
+    assert kept(obj) == {"apiVersion": "v1", "kind": {"not": "text"}, "metadata": {"name": "x"}}
+
+
 def test_wrong_shapes_are_kept_as_written_for_admission_to_reject():
     obj = ray_cluster("rc", namespace="team-a")
     obj["spec"]["workerGroupSpecs"] = "not a list"
