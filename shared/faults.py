@@ -28,6 +28,7 @@ from shared.events import (
     WorkloadSubmitted,
     WorkloadUpdated,
 )
+from shared.kube import watched_namespace
 
 WORKLOAD_KINDS = ("RayCluster", "RayJob", "PodGroup")
 QUEUE_KINDS = ("Queue", "ElasticQuotaTree")
@@ -85,7 +86,7 @@ def _workload_kind(p: Any) -> str | None:
 def _object_rejections(p: ObjectChanged, reason: str) -> list[Any]:
     if p.change == "Deleted":
         return []  # the object is gone: the failure is dead-lettered, nothing to write onto
-    namespace = _namespace(p)
+    namespace = watched_namespace(p.namespace, p.object)
     if p.kind in WORKLOAD_KINDS:
         return [WorkloadRejected(key=f"{namespace}/{p.name}", kind=p.kind, reason=reason)]
     if p.kind in QUEUE_KINDS:
@@ -96,15 +97,6 @@ def _object_rejections(p: ObjectChanged, reason: str) -> list[Any]:
         if group is not None:
             return [WorkloadRejected(key=f"{namespace}/{group}", kind="PodGroup", reason=reason)]
     return []
-
-
-def _namespace(p: ObjectChanged) -> str:
-    """As admission reads it: the event's, else the object's, else ``default``."""
-    if p.namespace:
-        return p.namespace
-    meta = p.object.get("metadata")
-    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
-    return namespace if isinstance(namespace, str) and namespace else "default"
 
 
 def _group(obj: Mapping[str, Any]) -> str | None:

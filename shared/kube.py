@@ -187,3 +187,13 @@ def short_hash(*parts: object, length: int = 5) -> str:
 def rayjob_cluster_name(rayjob_name: str) -> str:
     """The RayCluster a RayJob creates (KubeRay appends a random suffix; ours is a hash)."""
     return f"{rayjob_name}-{short_hash('rayjob', rayjob_name)}"
+
+
+def watched_namespace(event_namespace: str, obj: Mapping[str, Any]) -> str:
+    """The namespace of a watched object as admission reads it (and a rejection names it): the watch
+    event's, else the object's, else ``default``."""
+    if event_namespace:
+        return event_namespace
+    meta = obj.get("metadata")
+    namespace = meta.get("namespace") if isinstance(meta, AbcMapping) else None
+    return namespace if isinstance(namespace, str) and namespace else "default"

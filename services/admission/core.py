@@ -51,7 +51,7 @@ from shared.events import (
 )
 from shared import quantity as q
 from shared.model import Gang, WorkloadSpec
-from shared.kube import REFUSED
+from shared.kube import REFUSED, watched_namespace
 from shared.policy import Policy
 
 Output = Union[QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadRejected,
@@ -128,7 +128,7 @@ class AdmissionCore:
 
     def _on_object(self, p: ObjectChanged, now: float) -> list[Output]:
         api_version = p.api_version or str(p.object.get("apiVersion") or "")
-        namespace = _namespace(p)
+        namespace = watched_namespace(p.namespace, p.object)
         if p.kind in ("RayCluster", "RayJob"):
             return self._on_ray(p, namespace, now)
         if p.kind == "Pod":
@@ -529,14 +529,6 @@ def _shape(w: RayWorkload, rules: GangRules) -> RayShape:
     shape = (parse_ray_cluster if w.kind == "RayCluster" else parse_ray_job)(w.name, w.obj, rules)
     w.shapes[rules] = (text, shape)
     return shape
-
-
-def _namespace(p: ObjectChanged) -> str:
-    if p.namespace:
-        return p.namespace
-    meta = p.object.get("metadata")
-    ns = meta.get("namespace") if isinstance(meta, Mapping) else None
-    return ns if isinstance(ns, str) and ns else "default"
 
 
 def _rayjob_of(cluster: Mapping[str, Any]) -> str:
