@@ -188,10 +188,12 @@ def test_a_traced_effect_is_an_apply_span_under_the_hop_that_decided_it(
     assert span.start <= span.end
 
 
-def test_watch_events_that_cannot_be_sent_are_dead_lettered_and_later_ones_flow(
+def test_watch_events_muster_cannot_hold_are_refused_at_ingest_and_later_ones_flow(
         kafka_bootstrap: str, topic_prefix: str, kube: KubeApiEmulator) -> None:
-    """Half a surrogate pair (text JSON cannot encode) and an object larger than the broker takes:
-    each is dead-lettered naming the object, never with it, and the link goes on and stays ready."""
+    """Half a surrogate pair (text JSON cannot encode) in a label and a node selector larger than the
+    broker takes: ingest publishes each as its identity and why it was refused (admission rejects it),
+    arbitrary annotations are dropped, nothing is dead-lettered, and the link goes on and stays ready.
+    (What still cannot be sent after ingest is dead-lettered: tests/unit/bus/test_cluster_link.py.)"""
     config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
     topics = config.topics
     kube.create(node("n1"))
@@ -199,19 +201,17 @@ def test_watch_events_that_cannot_be_sent_are_dead_lettered_and_later_ones_flow(
         bridge = apps["cluster"].muster_bridge
         eventually(lambda: bridge.observed >= 1, "the watch to start")
         odd = ray_cluster("odd", "team-a", annotations={"note": "\ud800"})
-        huge = ray_cluster("huge", "team-a", annotations={"blob": "x" * 1_100_000})
+        odd["metadata"]["labels"] = {"note": "\ud800"}
+        huge = ray_cluster("huge", "team-a", annotations={"blob": "x" * 600_000})
+        huge["spec"]["headGroupSpec"]["template"]["spec"]["nodeSelector"] = {"blob": "x" * 600_000}
         kube.create(odd)
         kube.create(huge)
         kube.create(node("n2"))
-        log = envelopes(read_until(config, topics.log, lambda rs: any(
-            codec.decode(r.value, r.headers).subject == "Node/n2" for r in rs)))
-        letters = [json.loads(r.value) for r in read_until(config, topics.deadletter, lambda rs: len(rs) >= 2)]
-        assert bridge.not_ready() is None and bridge.unsent == 2
-    assert [e.subject for e in log] == ["Node/n1", "Node/n2"]
-    by_name = {json.loads(letter["value"])["name"]: letter for letter in letters}
-    assert set(by_name) == {"odd", "huge"}
-    assert by_name["odd"]["error"].startswith("RayCluster team-a/odd: cannot be encoded")
-    assert "surrogate" in by_name["odd"]["error"]
-    assert "more than the broker takes" in by_name["huge"]["error"]
-    assert all(letter["consumer"] == "cluster" and letter["topic"] == "kubernetes" for letter in letters)
-    assert all(len(json.dumps(letter)) < 10_000 for letter in letters)  # where it was read, not the object
+        log = envelopes(read_until(config, topics.log, lambda rs: len(rs) >= 4))
+        assert bridge.not_ready() is None and bridge.unsent == 0 and bridge.dead_letters == 0
+    assert sorted(e.subject for e in log) == ["Node/n1", "Node/n2", "RayCluster/team-a/huge", "RayCluster/team-a/odd"]
+    refused = {e.subject: e.payload.object["metadata"]["annotations"][k.REFUSED] for e in log
+               if e.subject.startswith("RayCluster/")}
+    assert "surrogate" in refused["RayCluster/team-a/odd"]
+    assert refused["RayCluster/team-a/huge"]
+    assert all(len(codec.encode(e)) < 10_000 for e in log)  # identity and the reason, not the object

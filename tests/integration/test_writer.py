@@ -90,7 +90,7 @@ def test_consumed_offsets_are_the_next_to_read_and_never_go_back(store):
         where = (item.topic, item.partition)
         expected_next[where] = max(expected_next.get(where, 0), item.offset + 1)
     assert offsets == expected_next
-    assert counts(store)["event_log"] == 150
+    assert counts(store)["event_log"] == len(located[:150])  # the scenario's whole log when it is shorter
 
 
 def _offset_rows(url: str):
