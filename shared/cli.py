@@ -464,7 +464,9 @@ def broker_cmd(
     def stopped(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt  # `kill PID` (and a closed terminal) stop it as Ctrl-C does, Tansu with it
 
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    # SIGINT too: a shell starts background jobs with SIGINT ignored, and Python then installs no
+    # KeyboardInterrupt handler of its own, so `kill -INT` would be ignored
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, stopped)
     try:  # from here on Ctrl-C stops the broker and is no error
         typer.echo(f"Kafka-protocol broker (Tansu, in memory) at {broker.bootstrap}; try: muster simulate "
