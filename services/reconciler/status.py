@@ -83,6 +83,8 @@ class StatusBook:
         self._queues: dict[str, None] = {}
         self._workloads: dict[str, None] = {}
         self._due: float | None = None
+        self._by_queue: dict[str | None, list[WorkloadView]] | None = None
+        """During a ``flush``: the live workloads per queue, in the view's order (one pass, not one per queue)."""
 
     def observe(self, env: Envelope) -> list[TimerSet]:
         """Fold one envelope; a timer for the next flush when something changed and none is set."""
@@ -120,6 +122,21 @@ class StatusBook:
                 name = specs[name].parent
         out: list[KubeEffect] = []
         trees: dict[tuple[str, str], list[QueueSpec]] = {}
+        self._by_queue = None
+        try:
+            self._flush_touched(touched, specs, out, trees)
+        finally:
+            self._by_queue = None
+        if self.policy.answers_to("volcano"):
+            for key in sorted(workloads):
+                effect = self._pod_group(key)
+                if effect is not None:
+                    out.append(effect)
+        self._forget_deleted(workloads)
+        return out
+
+    def _flush_touched(self, touched: dict[str, None], specs: dict[str, QueueSpec], out: list[KubeEffect],
+                       trees: dict[tuple[str, str], list[QueueSpec]]) -> None:
         views = self.view.queue_views(touched) if touched else {}
         for name in sorted(touched):
             spec = specs[name]
@@ -135,13 +152,6 @@ class StatusBook:
             nodes = [s for s in specs.values() if s.source is not None and s.dialect == "elasticquotatree"
                      and (s.source.namespace, s.source.name) == (namespace, tree)]
             out.append(self._tree(nodes))
-        if self.policy.answers_to("volcano"):
-            for key in sorted(workloads):
-                effect = self._pod_group(key)
-                if effect is not None:
-                    out.append(effect)
-        self._forget_deleted(workloads)
-        return out
 
     def _forget_deleted(self, flushed: dict[str, None]) -> None:
         """A deleted workload's last status is written: its view goes, so the book holds live
@@ -155,7 +165,13 @@ class StatusBook:
 
     # ------------------------------------------------------------------ per dialect
     def _members(self, queue: str) -> list[WorkloadView]:
-        return [v for v in self.view.workloads.values() if v.queue == queue and v.phase not in (None, "Deleted")]
+        by_queue = self._by_queue
+        if by_queue is None:
+            by_queue = self._by_queue = {}
+            for v in self.view.workloads.values():
+                if v.phase not in (None, "Deleted"):
+                    by_queue.setdefault(v.queue, []).append(v)
+        return by_queue.get(queue, [])
 
     def _volcano(self, spec: QueueSpec, view: dict[str, Any]) -> dict[str, Any]:
         members = self._members(spec.name)
