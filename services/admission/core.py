@@ -254,7 +254,8 @@ class AdmissionCore:
         if again:
             return build(keep)
         try:
-            if build(keep) == keep:
+            read = build(keep)
+            if read is keep or read == keep:  # most often the very spec kept (``_ray_spec``'s ``last``)
                 return keep
         except Invalid:
             pass

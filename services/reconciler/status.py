@@ -137,7 +137,9 @@ class StatusBook:
 
     def _flush_touched(self, touched: dict[str, None], specs: dict[str, QueueSpec], out: list[KubeEffect],
                        trees: dict[tuple[str, str], list[QueueSpec]]) -> None:
-        views = self.view.queue_views(touched) if touched else {}
+        # Quota held per queue: all that Volcano's and KAI's status read of ``queue_views`` (its waiting
+        # lists and positions, a sort of every workload, are for ElasticQuotaTrees: ``_tree``).
+        usage: dict[str, dict[str, int]] | None = None
         for name in sorted(touched):
             spec = specs[name]
             if spec.source is None:
@@ -145,9 +147,11 @@ class StatusBook:
             if spec.dialect == "elasticquotatree":
                 trees.setdefault((spec.source.namespace, spec.source.name), [])
             elif spec.dialect == "volcano" and self.policy.answers_to("volcano"):
-                out.append(self._effect(spec, self._volcano(spec, views[name])))
+                usage = self.view.queue_usage() if usage is None else usage
+                out.append(self._effect(spec, self._volcano(spec, q.format_resources(usage.get(name, {})))))
             elif spec.dialect == "kai" and self.policy.answers_to("kai-scheduler"):
-                out.append(self._effect(spec, self._kai(spec, views[name])))
+                usage = self.view.queue_usage() if usage is None else usage
+                out.append(self._effect(spec, self._kai(spec, q.format_resources(usage.get(name, {})))))
         for (namespace, tree), _ in sorted(trees.items()):
             nodes = [s for s in specs.values() if s.source is not None and s.dialect == "elasticquotatree"
                      and (s.source.namespace, s.source.name) == (namespace, tree)]
@@ -173,21 +177,21 @@ class StatusBook:
                     by_queue.setdefault(v.queue, []).append(v)
         return by_queue.get(queue, [])
 
-    def _volcano(self, spec: QueueSpec, view: dict[str, Any]) -> dict[str, Any]:
+    def _volcano(self, spec: QueueSpec, allocated: dict[str, str]) -> dict[str, Any]:
         members = self._members(spec.name)
         running = sum(1 for v in members if v.holds_quota and v.phase == "Running")
         inqueue = sum(1 for v in members if v.holds_quota and v.phase != "Running")
         pending = sum(1 for v in members if not v.holds_quota and v.phase in ("Queued", "Preempted"))
         return {"state": spec.state, "pending": pending, "inqueue": inqueue, "running": running,
-                "allocated": view["usage"]}
+                "allocated": allocated}
 
-    def _kai(self, spec: QueueSpec, view: dict[str, Any]) -> dict[str, Any]:
+    def _kai(self, spec: QueueSpec, allocated: dict[str, str]) -> dict[str, Any]:
         requested: q.Resources = {}
         for name in self._subtree(spec.name):
             for v in self._members(name):
                 if v.holds_quota or v.queue_state in ("pending", "backoff"):
                     requested = q.add(requested, v.demand)
-        return {"allocated": view["usage"], "requested": q.format_resources(requested)}
+        return {"allocated": allocated, "requested": q.format_resources(requested)}
 
     def _tree(self, nodes: list[QueueSpec]) -> KubeEffect:
         views = self.view.queue_views(s.name for s in nodes)
