@@ -85,6 +85,9 @@ class RayWorkload:
     template's quantities) was most of admission's time in a replay."""
     last: tuple[tuple[Any, ...], WorkloadSpec] | None = None
     """The last spec ``_ray_spec`` built and all it was built from (``_ray_inputs``)."""
+    group_read: tuple[Mapping[str, Any], str | None] | None = None
+    """The workload's PodGroup object as last read by ``_ray_inputs`` (held, so compared by identity:
+    a new watch event of the group is a new object) and ``_read_parts`` of it."""
 
 
 class AdmissionCore:
@@ -251,7 +254,8 @@ class AdmissionCore:
         if again:
             return build(keep)
         try:
-            if build(keep) == keep:
+            read = build(keep)
+            if read is keep or read == keep:  # most often the very spec kept (``_ray_spec``'s ``last``)
                 return keep
         except Invalid:
             pass
@@ -280,7 +284,13 @@ class AdmissionCore:
         (``muster.dev/``, written on every status change), none of which a spec is read from."""
         obj = _read_parts(w.obj)
         group = self.ray_groups.get(wid)
-        read_group = _read_parts(group) if group is not None else ""
+        if group is None:
+            read_group: str | None = ""
+        elif w.group_read is not None and w.group_read[0] is group:
+            read_group = w.group_read[1]  # the same object as at the last event: ``repr`` it once
+        else:
+            read_group = _read_parts(group)
+            w.group_read = (group, read_group)
         if obj is None or read_group is None:
             return None
         return (keep, self._definitions, obj, read_group)
