@@ -30,8 +30,8 @@ from services.queue.ordering import blocks, serve_key
 from services.queue.reasons import preempted_by, waiting
 from shared.reasons import amounts, gang_line
 from services.queue.room import RoomWaits
-from services.queue.reclaim import (CLUSTER, Choice, Running, choose_victims, shortage, within_guarantee,
-                                    within_share)
+from services.queue.reclaim import (CLUSTER, Choice, Running, above_guarantee, choose_victims, shortage,
+                                    within_guarantee, within_share)
 from services.queue.snapshot import Freed, Snapshot
 from services.queue.tree import QueueTree, cap_failure, over_limits, quota_block, quota_failure
 from services.queue.workload import Tracked
@@ -44,7 +44,7 @@ from shared.events import (
     ReclaimRequested, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted,
     WorkloadUpdated, WorkloadWithdrawn,
 )
-from shared.model import WorkloadSpec
+from shared.model import WorkloadSpec, room_key
 from shared.policy import Policy
 
 CYCLE = "cycle"
@@ -71,6 +71,8 @@ class QueueCore:
         """Keys of quota holders whose owners want elastic pods (the cycle's grant step reads only these)."""
         self._room = RoomWaits(self._ledger)
         """Pending gangs placement found no room and no victim for: they wait for a release that holds them."""
+        self._room_reasons: dict[str, str] = {}
+        """Placement's last reason per room key (what a gang of that shape parked behind it is told)."""
         self._quota = RoomWaits(self._ledger, "quota_key")
         """Pending workloads over a limit with nothing to reclaim: they wait for usage under it to drop."""
         self._reclaiming: dict[str, None] = {}
@@ -235,6 +237,8 @@ class QueueCore:
             w.state = "running"
         if w.started_at is None:
             w.started_at = now
+        if w.spec.preemptible and len(self._quota) and self._above_guarantee(w.queue):
+            self._reclaimable(w.queue, now, out)
         if self._set_goal(w):
             self._request_cycle(now, out)
 
@@ -253,6 +257,7 @@ class QueueCore:
         parks = bool(p.room_key)  # a reclaim waiting for its victims' minimum runtime wakes it then (_on_timer)
         if parks:  # no node and no victim: it waits for a release that holds it, not for a timer
             self._room.park(w, p.room_key)
+            self._room_reasons[p.room_key] = p.reason
         self._back_off(w, now, w.reason(reason), out, arm=not parks)
         self._quota_freed(w.queue, now)
         self._request_cycle(now, out)  # its reservation went back to the queue
@@ -315,6 +320,8 @@ class QueueCore:
                          else self._room.wake(p.room, self._workloads))
                 for w in woken:
                     w.requeue_at = now
+                if not len(self._room):
+                    self._room_reasons.clear()
         self._request_cycle(now, out)
 
     def _on_timer(self, p: TimerFired, now: float, out: Out) -> None:
@@ -494,12 +501,27 @@ class QueueCore:
             w.reclaim_note = self._ripening_reclaim(w, {CLUSTER: short}, snap, now, out) or _refused(choice.refusal)
         else:
             w.reclaim_note = ""
+        if choice.victims is None and len(self._room) and self._behind_room_wait(w, now, out):
+            return False
         self._reserve(w, choice.victims or (), snap, pods)
         if choice.victims is not None:
             self._ask_reclaim(w, choice, pods, "", out)
         else:
             w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)})")
             out.append(Dequeued(key=w.key, queue=w.queue, workload=w.spec, reason=w.last_reason))
+        return True
+
+    def _behind_room_wait(self, w: Tracked, now: float, out: Out) -> bool:
+        """A gang of ``w``'s shape and queue, ahead of it in line, waits for room: placement found no node
+        and no victim for it, and would find none for ``w`` (the same gang, its victims no more than
+        those a priority at least as high may take), so ``w`` waits behind it without an attempt,
+        told what placement told that gang. A release wakes them in queue order (``room.py``)."""
+        key = room_key(self.policy.placement_for(w.queue), w.spec.gang)
+        first = self._room.first(w.queue, key)
+        if first is None or first > w.order:
+            return False
+        self._room.park(w, key)
+        self._back_off(w, now, w.reason(self._room_reasons.get(key, "")), out, arm=False)
         return True
 
     def _over_quota(self, w: Tracked, block: tuple[str, str], short: dict[str, int], snap: Snapshot, now: float,
@@ -787,6 +809,21 @@ class QueueCore:
             levels = [spec.name for spec in self.tree.ancestry(queue)] or [queue]
             for w in self._quota.wake_keys(levels, self._workloads):
                 w.requeue_at = now
+
+    def _above_guarantee(self, queue: str) -> bool:
+        """Whether ``queue`` holds more than it is entitled to of some resource (what reclaim may take back)."""
+        held = self._ledger.held.get(queue, {})
+        return above_guarantee(held, self.tree.get(queue), held)
+
+    def _reclaimable(self, queue: str, now: float, out: Out) -> None:
+        """A preemptible workload of ``queue`` runs above its guarantee: reclaim may take it for workloads
+        of other queues waiting for quota at one of its ancestors (the leaf's own wait for it to drop)."""
+        levels = [spec.name for spec in self.tree.ancestry(queue)][1:]
+        woken = self._quota.wake_keys(levels, self._workloads)
+        for w in woken:
+            w.requeue_at = now
+        if woken:
+            self._request_cycle(now, out)
 
     def _wake_quota_all(self, now: float) -> None:
         for w in self._quota.wake_all(self._workloads):
