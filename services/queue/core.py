@@ -518,10 +518,11 @@ class QueueCore:
         told what placement told that gang. A release wakes them in queue order (``room.py``)."""
         key = room_key(self.policy.placement_for(w.queue), w.spec.gang)
         first = self._room.first(w.queue, key)
-        if first is None or first > w.order:
+        reason = self._room_reasons.get(key)
+        if first is None or first > w.order or reason is None:
             return False
         self._room.park(w, key)
-        self._back_off(w, now, w.reason(self._room_reasons.get(key, "")), out, arm=False)
+        self._back_off(w, now, w.reason(reason), out, arm=False)
         return True
 
     def _over_quota(self, w: Tracked, block: tuple[str, str], short: dict[str, int], snap: Snapshot, now: float,
