@@ -6,7 +6,6 @@ queue and placement consume them. They are plain frozen data with no behaviour b
 
 from __future__ import annotations
 
-import hashlib
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -138,14 +137,6 @@ def shrunk(admitted: Gang, edited: Gang) -> Gang | None:
         return None
     members = sum(ps.count for ps in sets if ps.in_gang)
     return Gang(min_member=min(admitted.min_member, members), pod_sets=sets)
-
-
-def room_key(strategy: str, gang: Gang) -> str:
-    """The shape a gang waits for room as (placement strategy and gang): identical gangs share one, so
-    placement tries a release once per shape, and the queue knows which waiting gangs a newcomer is
-    behind (a gang of the same shape and queue ahead of it found no room: neither would it)."""
-    text = f"{strategy}|{gang.model_dump_json()}"
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def elastic_wanted(admitted: Gang, latest: Gang) -> dict[str, int]:

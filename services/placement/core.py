@@ -15,6 +15,7 @@ Pure: no I/O, no clock (``env.occurred_at`` is now), no randomness; dicts keep i
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any, Iterable
 
@@ -25,7 +26,7 @@ from services.placement.pods import PodRecord, pod_facts, pod_set_of
 from services.placement.preemption import eligible, victim_order
 from services.placement.statement import Statement
 from services.placement.workloads import Slot, WorkloadRecord
-from shared.model import Gang, room_key, shrunk
+from shared.model import Gang, shrunk
 from shared.victims import minimal_victims
 from shared import quantity as q
 from shared.events import (
@@ -581,7 +582,8 @@ class PlacementCore:
         """``rec`` found neither room nor a victim: it waits until a release could hold its gang. The
         room key names its shape (gang and strategy); identical gangs share one, so a release is tried
         once per shape (``_room``), not once per waiting gang."""
-        key = room_key(strategy, rec.spec.gang)
+        text = f"{strategy}|{rec.spec.gang.model_dump_json()}"
+        key = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
         self._waiting[rec.key] = key
         shape = self._shapes.get(key)
         if shape is None:

@@ -44,7 +44,7 @@ from shared.events import (
     ReclaimRequested, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted,
     WorkloadUpdated, WorkloadWithdrawn,
 )
-from shared.model import WorkloadSpec, room_key
+from shared.model import WorkloadSpec
 from shared.policy import Policy
 
 CYCLE = "cycle"
@@ -71,8 +71,6 @@ class QueueCore:
         """Keys of quota holders whose owners want elastic pods (the cycle's grant step reads only these)."""
         self._room = RoomWaits(self._ledger)
         """Pending gangs placement found no room and no victim for: they wait for a release that holds them."""
-        self._room_reasons: dict[str, str] = {}
-        """Placement's last reason per room key (what a gang of that shape parked behind it is told)."""
         self._quota = RoomWaits(self._ledger, "quota_key")
         """Pending workloads over a limit with nothing to reclaim: they wait for usage under it to drop."""
         self._reclaiming: dict[str, None] = {}
@@ -257,7 +255,6 @@ class QueueCore:
         parks = bool(p.room_key)  # a reclaim waiting for its victims' minimum runtime wakes it then (_on_timer)
         if parks:  # no node and no victim: it waits for a release that holds it, not for a timer
             self._room.park(w, p.room_key)
-            self._room_reasons[p.room_key] = p.reason
         self._back_off(w, now, w.reason(reason), out, arm=not parks)
         self._quota_freed(w.queue, now)
         self._request_cycle(now, out)  # its reservation went back to the queue
@@ -320,8 +317,6 @@ class QueueCore:
                          else self._room.wake(p.room, self._workloads))
                 for w in woken:
                     w.requeue_at = now
-                if not len(self._room):
-                    self._room_reasons.clear()
         self._request_cycle(now, out)
 
     def _on_timer(self, p: TimerFired, now: float, out: Out) -> None:
@@ -501,28 +496,12 @@ class QueueCore:
             w.reclaim_note = self._ripening_reclaim(w, {CLUSTER: short}, snap, now, out) or _refused(choice.refusal)
         else:
             w.reclaim_note = ""
-        if choice.victims is None and len(self._room) and self._behind_room_wait(w, now, out):
-            return False
         self._reserve(w, choice.victims or (), snap, pods)
         if choice.victims is not None:
             self._ask_reclaim(w, choice, pods, "", out)
         else:
             w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)})")
             out.append(Dequeued(key=w.key, queue=w.queue, workload=w.spec, reason=w.last_reason))
-        return True
-
-    def _behind_room_wait(self, w: Tracked, now: float, out: Out) -> bool:
-        """A gang of ``w``'s shape and queue, ahead of it in line, waits for room: placement found no node
-        and no victim for it, and would find none for ``w`` (the same gang, its victims no more than
-        those a priority at least as high may take), so ``w`` waits behind it without an attempt,
-        told what placement told that gang. A release wakes them in queue order (``room.py``)."""
-        key = room_key(self.policy.placement_for(w.queue), w.spec.gang)
-        first = self._room.first(w.queue, key)
-        reason = self._room_reasons.get(key)
-        if first is None or first > w.order or reason is None:
-            return False
-        self._room.park(w, key)
-        self._back_off(w, now, w.reason(reason), out, arm=False)
         return True
 
     def _over_quota(self, w: Tracked, block: tuple[str, str], short: dict[str, int], snap: Snapshot, now: float,

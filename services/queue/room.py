@@ -42,8 +42,6 @@ class RoomWaits:
         """Workload key -> (key, park number) while it waits."""
         self._by_queue: dict[str, dict[int, dict[str, None]]] = {}
         """Queue -> priority -> waiting workload keys (who a newly admitted lower priority may serve)."""
-        self._firsts: dict[tuple[str, str], list[tuple[tuple[int, float, str], int, str]]] = {}
-        """(queue, key) -> heap of (order, park number, workload key): who waits first per queue and key."""
         self._seq = 0
 
     def __len__(self) -> int:
@@ -53,9 +51,7 @@ class RoomWaits:
         self.unpark(w)
         self._seq += 1
         self._parked[w.key] = (key, self._seq)
-        entry = (w.order, self._seq, w.key)
-        heapq.heappush(self._heaps.setdefault(key, []), entry)
-        heapq.heappush(self._firsts.setdefault((w.queue, key), []), entry)
+        heapq.heappush(self._heaps.setdefault(key, []), (w.order, self._seq, w.key))
         self._by_queue.setdefault(w.queue, {}).setdefault(w.spec.priority, {})[w.key] = None
         with self._ledger.moving(w):
             setattr(w, self._attr, key)
@@ -100,18 +96,7 @@ class RoomWaits:
         for w in woken:
             self.unpark(w)
         self._heaps.clear()
-        self._firsts.clear()
         return woken
-
-    def first(self, queue: str, key: str) -> tuple[int, float, str] | None:
-        """The queue order of the first workload of ``queue`` waiting under ``key`` (None: none waits)."""
-        heap = self._firsts.get((queue, key))
-        while heap and self._parked.get(heap[0][2]) != (key, heap[0][1]):
-            heapq.heappop(heap)  # stale: woken or parked again since
-        if not heap:
-            self._firsts.pop((queue, key), None)
-            return None
-        return heap[0][0]
 
     def above(self, queue: str, priority: int, workloads: dict[str, Tracked]) -> list[Tracked]:
         """Waiting workloads of ``queue`` with a priority above ``priority`` that may preempt."""

@@ -4,7 +4,6 @@ timer; a release naming room for its shape wakes as many as fit, in queue order.
 from __future__ import annotations
 
 from shared.events import BackedOff, CapacityChanged, Dequeued, PlacementFailed, TimerSet
-from shared.model import room_key
 from tests.builders.queue import QueueDriver, capacity, job, names, placed, submitted
 
 
@@ -48,34 +47,3 @@ def test_a_lower_priority_admitted_to_its_queue_wakes_a_waiting_gang_that_may_pr
     d.step(submitted(job("ns/low", cpu="1", at=2.0, priority=1)), 2.0)
     out = d.step(placed("ns/low"))
     assert [x.key for x in out if isinstance(x, Dequeued)] == ["ns/high"]
-
-
-def _shape_of(d: QueueDriver, key: str, at: float, **kw) -> str:
-    return room_key(d.policy.placement_for("default"), job(key, cpu="1", at=at, **kw).gang)
-
-
-def test_a_newcomer_behind_a_gang_of_its_shape_waiting_for_room_waits_too_without_an_attempt():
-    d = QueueDriver()
-    d.step(capacity(cpu="100"), 0.0)
-    d.step(submitted(job("ns/a", cpu="1", at=1.0)), 1.0)
-    shape = _shape_of(d, "ns/a", 1.0)
-    d.step(PlacementFailed(key="ns/a", queue="default", reason="5/9 tasks could not be placed: 0/3 nodes are "
-                           "available: 3 Insufficient cpu.", room_key=shape))
-    out = d.step(submitted(job("ns/b", cpu="1", at=2.0)), 2.0)
-    assert [(type(x).__name__, x.key) for x in out if not isinstance(x, TimerSet)] == [
-        ("Enqueued", "ns/b"), ("BackedOff", "ns/b")]  # no Dequeued: placement would find no room for it either
-    assert d.of(BackedOff, "ns/b")[0].reason == "5/9 tasks could not be placed: 0/3 nodes are available: " \
-                                                "3 Insufficient cpu."
-    out = d.step(CapacityChanged(total={"cpu": 100_000}, nodes=3, released=True, room={shape: 1}), 3.0)
-    assert names(out) == [("Dequeued", "ns/a")]  # the first in line goes first
-    out = d.step(CapacityChanged(total={"cpu": 100_000}, nodes=3, released=True, room={shape: 1}), 4.0)
-    assert names(out) == [("Dequeued", "ns/b")]
-
-
-def test_a_newcomer_ahead_of_the_waiting_gangs_of_its_shape_tries_placement():
-    d = QueueDriver()
-    d.step(capacity(cpu="100"), 0.0)
-    d.step(submitted(job("ns/a", cpu="1", at=1.0)), 1.0)
-    d.step(PlacementFailed(key="ns/a", queue="default", reason="no room", room_key=_shape_of(d, "ns/a", 1.0)))
-    out = d.step(submitted(job("ns/boss", cpu="1", at=2.0, priority=10)), 2.0)
-    assert names(out) == [("Enqueued", "ns/boss"), ("Dequeued", "ns/boss")]  # it may preempt what ns/a may not
