@@ -123,13 +123,21 @@ class QueueTree:
 
 def quota_failure(tree: QueueTree, queue: str, demand: Mapping[str, int], usage: Mapping[str, Mapping[str, int]],
                   protected: Mapping[str, Mapping[str, int]], preemptible: bool) -> str | None:
-    """The first quota a demand breaks, as a reason line, or None when it fits.
+    """The first quota a demand breaks, as a reason line, or None when it fits (``quota_block``)."""
+    block = quota_block(tree, queue, demand, usage, protected, preemptible)
+    return block[1] if block is not None else None
+
+
+def quota_block(tree: QueueTree, queue: str, demand: Mapping[str, int], usage: Mapping[str, Mapping[str, int]],
+                protected: Mapping[str, Mapping[str, int]], preemptible: bool) -> tuple[str, str] | None:
+    """The first quota a demand breaks: (the queue whose limit or cap it is, the reason line), or None.
 
     Levels leaf first, resources by name: ``queue Q <limit_word> cpu 4: used 3, requested 3``.
     ``usage`` is rolled-up usage of quota holders; ``protected`` the same for non-preemptible
     ones. Where the queue's dialect says so (``guarantee_caps_non_preemptible``, KAI), a
     non-preemptible workload may only use what its queues guarantee (resources a queue names in its
-    guarantee), since nobody could take it back later.
+    guarantee), since nobody could take it back later. The queue named is what a workload waiting
+    for quota waits on: only usage under it dropping can lift this block.
     """
     wanted = sorted(r for r, v in demand.items() if v > 0)
     for spec in tree.ancestry(queue):
@@ -137,12 +145,12 @@ def quota_failure(tree: QueueTree, queue: str, demand: Mapping[str, int], usage:
         for resource in wanted:
             limit = spec.limit_of(resource)
             if limit is not None and used.get(resource, 0) + demand[resource] > limit:
-                return (f"queue {spec.name} {spec.limit_word} {resource} {q.human(resource, limit)}: "
-                        f"used {q.human(resource, used.get(resource, 0))}, "
-                        f"requested {q.human(resource, demand[resource])}")
+                return spec.name, (f"queue {spec.name} {spec.limit_word} {resource} {q.human(resource, limit)}: "
+                                   f"used {q.human(resource, used.get(resource, 0))}, "
+                                   f"requested {q.human(resource, demand[resource])}")
         capped = _guarantee_cap(spec, wanted, demand, protected, preemptible)
         if capped is not None:
-            return capped
+            return spec.name, capped
     return None
 
 

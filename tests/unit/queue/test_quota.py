@@ -37,7 +37,7 @@ def test_kube_queue_tree_second_rayjob_waits_on_the_video_leaf_max_with_the_exac
     d.step(placed("video/rayjob-video-a", "video"))
     second = d.step(submitted(_video_job("rayjob-video-b", 6.0)), 6.0)
     assert second[1] == BackedOff(
-        key="video/rayjob-video-b", queue="video", requeue_at=7.0, attempts=1,
+        key="video/rayjob-video-b", queue="video", requeue_at=6.0, attempts=1,  # waits for quota, no timer
         reason=GANG_LINE + "queue video max cpu 14: used 12500m, requested 12500m")
     status = d.core.status()
     assert status["video"]["usage"]["cpu"] == 12500
@@ -65,7 +65,9 @@ def test_volcano_capability_reason_names_the_queue_and_the_first_resource_that_d
     out = d.step(submitted(workload("default/test-cluster-1", queue="kuberay-test-queue", gang_=ray_gang(),
                                     submitted_at=10.0)), 10.0)
     assert out[1].reason == GANG_LINE + "queue kuberay-test-queue capability cpu 4: used 3, requested 3"
-    assert d.core.status()["kuberay-test-queue"]["backoff"] == [{"workload": "default/test-cluster-1", "requeue_at": 11.0}]
+    # it waits for quota in line (no backoff time: only a release in the queue wakes it)
+    assert d.core.status()["kuberay-test-queue"]["pending"] == [{"workload": "default/test-cluster-1", "position": 1}]
+    assert d.core.status()["kuberay-test-queue"]["backoff"] == []
 
 
 def test_the_first_offending_resource_is_by_name_when_several_do_not_fit():
