@@ -6,11 +6,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test bench lint clean lock
 
-# The venv's own pip (Python >= 3.11 brings pip >= 23, which installs this project editable) is not
-# upgraded first: that was one more round trip to the index on every fresh clone, CI's included.
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
 DEMO := build/demo
