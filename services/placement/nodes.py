@@ -239,6 +239,19 @@ class NodeTable:
         self._masks.clear()
         return NodeChange(capacity=capacity, grew=grew, constraints=constraints and was_present)
 
+    def cordon(self, name: str) -> NodeChange | None:
+        """The node's object was refused at ingest (``shared.kube.REFUSED``): nothing new lands on it,
+        and what is charged there stays charged against its last readable capacity, until a version
+        that can be read comes (``upsert``). A node never read before is present with no capacity."""
+        i = self.ensure(name)
+        if self.present[i] and not self.schedulable[i]:
+            return None
+        if self.counting(i):
+            self._add_total(self.alloc[:, i], -1)
+        self.present[i], self.schedulable[i] = True, False
+        self._masks.clear()
+        return NodeChange(capacity=True, grew=False, constraints=False)
+
     def _vector(self, amounts: Mapping[str, int]) -> np.ndarray:
         """A dense row over all columns (adding columns for resources not seen before)."""
         cols = [(self.column(name), amount) for name, amount in amounts.items()]

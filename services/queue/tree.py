@@ -2,8 +2,10 @@
 
 Every quota decision the queue core makes goes through ``quota_failure`` here: a workload fits
 when, at its leaf and at every ancestor, usage + demand stays within the limit (a parent's limit
-binds its whole subtree) and, for a non-preemptible workload of a queue whose dialect caps them
-(KAI), within the guarantee. ``over_limits`` says by how much each level is exceeded (what reclaim
+binds its whole subtree) and within the signed 64 bits a usage is held in (``quantity.MAX_MILLI``:
+each workload's demand is bounded at the edge, a queue's sum over many is bounded here, so the
+history's ``BIGINT`` usage columns never overflow) and, for a non-preemptible workload of a queue
+whose dialect caps them (KAI), within the guarantee. ``over_limits`` says by how much each level is exceeded (what reclaim
 across the tree must free there).
 """
 
@@ -144,10 +146,14 @@ def quota_block(tree: QueueTree, queue: str, demand: Mapping[str, int], usage: M
         used = usage.get(spec.name, {})
         for resource in wanted:
             limit = spec.limit_of(resource)
-            if limit is not None and used.get(resource, 0) + demand[resource] > limit:
+            held = used.get(resource, 0)
+            if limit is not None and held + demand[resource] > limit:
                 return spec.name, (f"queue {spec.name} {spec.limit_word} {resource} {q.human(resource, limit)}: "
-                                   f"used {q.human(resource, used.get(resource, 0))}, "
-                                   f"requested {q.human(resource, demand[resource])}")
+                                   f"used {q.human(resource, held)}, requested {q.human(resource, demand[resource])}")
+            if held + demand[resource] > q.MAX_MILLI:
+                return spec.name, (f"queue {spec.name} {resource}: used {q.human(resource, held)}, requested "
+                                   f"{q.human(resource, demand[resource])}: together more than muster holds "
+                                   f"({q.MAX_MILLI // 1000} units, 2**63-1 milli-units)")
         capped = _guarantee_cap(spec, wanted, demand, protected, preemptible)
         if capped is not None:
             return spec.name, capped

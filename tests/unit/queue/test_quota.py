@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from shared.events import BackedOff, Dequeued, Enqueued, QueueRejected
+from shared.events import BackedOff, CapacityChanged, Dequeued, Enqueued, QueueRejected
+from shared.quantity import MAX_MILLI
 from tests.builders import queue_spec, workload
 from tests.builders.queue import (
     QueueDriver, defined, deleted, job, names, placed, ray_gang, removed, submitted, unlimited,
@@ -158,3 +159,24 @@ def test_a_parent_that_would_make_a_cycle_is_rejected_not_raised():
     out = d.send(defined(queue_spec("a", parent="b")))
     assert out == [QueueRejected(name="a", kind="Queue", reason="spec.parent: 'b' would make a cycle (a -> b -> a)")]
     assert d.core.status()["a"]["parent"] is None
+
+
+def test_a_queue_sum_beyond_64_bits_waits_with_the_bound_named_instead_of_overflowing():
+    """Each workload's demand is bounded at the edge (admission); a queue's usage summed over many is
+    bounded here, at the leaf and every ancestor, even where no limit is set (the store's BIGINT)."""
+    d = QueueDriver()
+    d.step(CapacityChanged(total={"cpu": 4 * MAX_MILLI}, nodes=4, released=True), 0.0)  # four huge nodes
+    d.step(defined(queue_spec("root")), 0.0)
+    d.step(defined(queue_spec("a", parent="root")), 0.0)
+    d.step(defined(queue_spec("b", parent="root")), 0.0)
+    first = d.step(submitted(job("ns/first", "a", cpu="5e15", at=1.0)), 1.0)
+    assert names(first)[-1] == ("Dequeued", "ns/first")
+    d.step(placed("ns/first", "a"))
+    second = d.step(submitted(job("ns/second", "b", cpu="5e15", at=2.0)), 2.0)
+    assert second[1].reason == ("1/1 tasks in gang unschedulable: pod group is not ready, 1 Pending, 1 minAvailable; "
+                                "queue root cpu: used 5000000000000000, requested 5000000000000000: together more "
+                                "than muster holds (9223372036854775 units, 2**63-1 milli-units)")
+    assert d.core.status()["root"]["usage"]["cpu"] == 5 * 10**18 <= MAX_MILLI
+    d.step(deleted("ns/first"), 3.0)
+    d.settle(10.0)
+    assert [e.key for e in d.of(Dequeued)] == ["ns/first", "ns/second"]  # room again once the first is gone
