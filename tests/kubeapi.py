@@ -501,8 +501,9 @@ class KubeApiEmulator:
                     except asyncio.TimeoutError:
                         break
                     continue
-                for change in pending:
-                    await send({"type": change.type, "object": change.obj})
+                # one write for all that is pending: a write per event costs a chunk and a system call each
+                await response.write(b"".join(json.dumps({"type": change.type, "object": change.obj}).encode() + b"\n"
+                                              for change in pending))
         finally:
             self._wakers[resource].discard(wake)
         await response.write_eof()

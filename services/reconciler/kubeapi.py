@@ -422,7 +422,7 @@ class Watcher:
     async def _watch(self, resource: Resource, version: str, seen: dict[tuple[str, str], dict[str, Any]],
                      sink: Sink) -> str:
         """Follow one watch until the server ends it; the resourceVersion to resume from."""
-        watch = Watch(return_type="object")
+        watch = _RawWatch(return_type="object")
         async with watch:
             stream = watch.stream(self._call, resource, resource_version=version, allow_watch_bookmarks=True,
                                   timeout_seconds=self.watch_timeout)
@@ -449,6 +449,16 @@ class Watcher:
             return await client.SchedulingV1Api(self.api).list_priority_class(**kwargs)
         return await client.CustomObjectsApi(self.api).list_cluster_custom_object(
             resource.group, resource.version, resource.plural, **kwargs)
+
+
+class _RawWatch(Watch):
+    """kubernetes-asyncio's watch hands each event's object to ``deserialize`` for the return type;
+    for ``object`` that is a ``json.dumps`` and a ``json.loads`` of the dict it has just parsed, twice
+    the parsing a watch event needs. This one keeps the parsed dict (``raw_object``, as the watcher
+    reads it); errors, bookmarks and the resourceVersion are handled as before."""
+
+    def unmarshal_event(self, data: str | bytes, response_type: str | None) -> Any:
+        return super().unmarshal_event(data, None)
 
 
 def _complete(obj: dict[str, Any], resource: Resource) -> dict[str, Any]:
