@@ -29,7 +29,7 @@ import time
 import uuid
 from contextlib import ExitStack, contextmanager
 from multiprocessing.connection import Connection
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from bench.bus_bench import _settle
 from bench.stats import percentile, spread
@@ -202,7 +202,7 @@ def _wait_bound(api: ApiServer, pods: int, timeout: float = 600.0) -> None:
 # --------------------------------------------------------------------------- figures
 def throughput(bootstrap: str, clusters: int = 1000, runs: int = RUNS) -> dict[str, Any]:
     """``e2e_pods_per_second``: RayClusters and their pods written at once → every pod bound."""
-    walls = []
+    walls, cpus = [], []
     pods = clusters * (WORKERS + 1)
     workloads = [obj for n in range(clusters) for obj in ray_cluster(n, QUEUES[n % len(QUEUES)])]
     for _ in range(runs):
@@ -210,16 +210,20 @@ def throughput(bootstrap: str, clusters: int = 1000, runs: int = RUNS) -> dict[s
         try:
             api.create(setup_objects())
             with stack(bootstrap, api):
+                cpu = time.process_time()
                 started = api.create(workloads)
                 _wait_bound(api, pods)
                 walls.append(max(api.bound().values()) - started)
+                cpus.append(time.process_time() - cpu)
         finally:
             api.close()
     return {"e2e_span": "RayClusters and their pods written into the API server -> the API server has taken the "
                         "binding of every pod (watch, ingest, admission, queue, placement, reconciler, "
-                        "`muster run cluster` binding over HTTP)",
+                        "`muster run cluster` binding over HTTP); the API server (emulator) runs in a process "
+                        "of its own, its CPU not in e2e_services_cpu_ms_per_pod",
             "e2e_nodes": NODES, "e2e_rayclusters": clusters, "e2e_pods": pods, "e2e_wall_seconds": spread(walls),
-            "e2e_pods_per_second": spread([pods / w for w in walls], 1), "e2e_target_pods_per_second": 800}
+            "e2e_pods_per_second": spread([pods / w for w in walls], 1), "e2e_target_pods_per_second": 800,
+            "e2e_services_cpu_ms_per_pod": spread([1000 * c / pods for c in cpus], 2)}
 
 
 def loaded_latency(bootstrap: str, rate: float = 50.0, workloads: int = 500, fill: int = 1500, waiting: int = 200,
@@ -242,15 +246,20 @@ def loaded_latency(bootstrap: str, rate: float = 50.0, workloads: int = 500, fil
             "loaded_latency_api_requests_per_workload": requests, "loaded_latency_target_p99_ms": 100}
 
 
-def _loaded_run(bootstrap: str, rate: float, workloads: int, fill: int,
-                waiting: int) -> tuple[list[float], float, dict[str, float]]:
+Inspect = Callable[[BusConfig, dict[str, tuple[float, list[str]]], dict[tuple[str, str], float]], None]
+"""Called with the stack still up, after the measured part: (config, RayCluster -> (when written,
+its pods), (namespace, pod) -> when bound); ``bench.e2e_stages`` reads the log there."""
+
+
+def _loaded_run(bootstrap: str, rate: float, workloads: int, fill: int, waiting: int,
+                inspect: Inspect | None = None) -> tuple[list[float], float, dict[str, float]]:
     """One run: fill, then measure; (each workload's wait in ms, sorted; seconds the fill took;
     requests the API server answered while measuring, per submitted workload, by kind)."""
     per_cluster = HEAD_CPU + WORKERS * WORKER_CPU
     api = ApiServer()
     try:
         api.create(setup_objects(full_queue_cpu=per_cluster))
-        with stack(bootstrap, api):
+        with stack(bootstrap, api) as config:
             filled = [ray_cluster(n, QUEUES[n % len(QUEUES)]) for n in range(fill)]
             started = time.monotonic()
             api.create([obj for objs in filled for obj in objs])
@@ -275,6 +284,8 @@ def _loaded_run(bootstrap: str, rate: float, workloads: int, fill: int,
             _wait_bound(api, expected)
             bound = api.bound()
             after = api.requests()
+            if inspect is not None:
+                inspect(config, submitted, bound)
     finally:
         api.close()
     waits = sorted(1000 * (max(bound[("bench", p)] for p in pods) - at) for at, pods in submitted.values())

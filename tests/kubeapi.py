@@ -14,9 +14,11 @@ status codes. What it implements is what muster uses, with the API server's sema
   ERROR 410 (Gone) for a version older than ``compact()`` allows;
 - a ``status`` subresource for every custom resource: a merge patch there changes only ``status``,
   and ``status`` in a patch of the object itself is ignored, as for CRDs that declare the subresource;
-- RBAC for one client when asked (``authorize``): a request its rules do not allow is 403;
+- RBAC for one client when asked (``authorize``): a request its rules do not allow is 403; a bearer
+  token when asked (``require_token``): a request without it is 401;
 - ``pods/NAME/binding`` (sets ``spec.nodeName`` and copies the Binding's annotations onto the pod;
-  409 when the pod is bound already) and ``pods/NAME/eviction`` (deletes the pod, or with
+  409 when the pod is bound already; 400 for a Binding naming another pod, 422 for one without a
+  node, as the API server validates it) and ``pods/NAME/eviction`` (deletes the pod, or with
   ``graceful`` marks it terminating until the test deletes it).
 
 It runs on a thread with its own event loop, so synchronous tests drive it with plain calls.
@@ -100,6 +102,7 @@ class KubeApiEmulator:
         self.watching = 0
         """Watches open now."""
         self._rbac: tuple[str, list[dict[str, Any]], dict[str, list[dict[str, Any]]]] | None = None
+        self._token: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "KubeApiEmulator":
@@ -288,6 +291,8 @@ class KubeApiEmulator:
         if failure is not None:
             self.state.failures.remove(failure)
             return _status(failure[1], failure[2], f"{failure[2]} (injected by the test)")
+        if self._token is not None and request.headers.get("Authorization") != f"Bearer {self._token}":
+            return _status(401, "Unauthorized", "Unauthorized")
         try:
             resource, namespace, name, sub = self._route(request.path)
             self._authorize(request, resource, namespace, name, sub)
@@ -303,6 +308,11 @@ class KubeApiEmulator:
             return response
         except _Failure as exc:
             return _status(exc.code, exc.reason, exc.message)
+
+    def require_token(self, token: str) -> None:
+        """From now on every request must carry ``Authorization: Bearer <token>`` (else 401), as a
+        service account's requests do."""
+        self._token = token
 
     def authorize(self, agent_prefix: str, cluster_rules: list[dict[str, Any]],
                   namespace_rules: dict[str, list[dict[str, Any]]]) -> None:
@@ -398,14 +408,30 @@ class KubeApiEmulator:
                 raise _Failure(405, "MethodNotAllowed", method)
             return out
 
-    def _bind(self, namespace: str, name: str, binding: dict[str, Any]) -> web.Response:
+    def _bind(self, namespace: str, name: str, binding: Any) -> web.Response:
+        """As the API server's BindingREST: the Binding must name the pod of the URL and a node."""
+        if not isinstance(binding, dict):
+            raise _Failure(400, "BadRequest", "the body of a binding must be a Binding object")
+        metadata = binding.get("metadata") if isinstance(binding.get("metadata"), dict) else {}
+        if binding.get("kind", "Binding") != "Binding" or binding.get("apiVersion", "v1") != "v1":
+            raise _Failure(400, "BadRequest", f"a binding must be a v1 Binding, not {binding.get('kind')!r}")
+        if metadata.get("name", name) != name or metadata.get("namespace", namespace) != namespace:
+            raise _Failure(400, "BadRequest", "name in URL does not match name in Binding object")
+        target = binding.get("target") if isinstance(binding.get("target"), dict) else {}
+        if target.get("kind", "Node") not in ("", "Node"):
+            raise _Failure(422, "Invalid", f'Binding.core "{name}" is invalid: target.kind: Unsupported value: '
+                                           f'{target.get("kind")!r}: supported values: "Node"')
+        if not isinstance(target.get("name"), str) or not target["name"]:
+            raise _Failure(422, "Invalid", f'Binding.core "{name}" is invalid: target.name: Required value')
+        annotations = metadata.get("annotations") or {}
+        if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):
+            raise _Failure(400, "BadRequest", "metadata.annotations must map strings to strings")
         pod_resource = self.resource_of("Pod", "v1")
         pod = self.state.objects.get((pod_resource, namespace, name))
         if pod is None:
             raise _Failure(404, "NotFound", f'pods "{name}" not found')
         if (pod.get("spec") or {}).get("nodeName"):
             raise _Failure(409, "Conflict", f"pod {name} is already assigned to node {pod['spec']['nodeName']!r}")
-        annotations = (binding.get("metadata") or {}).get("annotations") or {}
         patch: dict[str, Any] = {"spec": {"nodeName": binding["target"]["name"]}}
         if annotations:
             patch["metadata"] = {"annotations": annotations}
@@ -475,8 +501,9 @@ class KubeApiEmulator:
                     except asyncio.TimeoutError:
                         break
                     continue
-                for change in pending:
-                    await send({"type": change.type, "object": change.obj})
+                # one write for all that is pending: a write per event costs a chunk and a system call each
+                await response.write(b"".join(json.dumps({"type": change.type, "object": change.obj}).encode() + b"\n"
+                                              for change in pending))
         finally:
             self._wakers[resource].discard(wake)
         await response.write_eof()

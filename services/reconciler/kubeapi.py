@@ -1,6 +1,7 @@
 """The reconciler's hands and eyes on a real cluster: kubernetes-asyncio over HTTP.
 
-``KubeApplier`` performs one ``KubeEffect`` (decided by ``core.py``; nothing is decided here) and
+``KubeApplier`` performs one ``KubeEffect`` (decided by ``core.py``; nothing is decided here; its
+writes go through ``Requests``, the client's session without its per-call machinery) and
 ``Watcher`` lists and watches the resources admission and placement read (``resources.WATCHED``).
 ``shared.bus.cluster`` wires both to Kafka (``muster run cluster``).
 
@@ -49,7 +50,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
 from services.reconciler.ingest import Change
-from services.reconciler.resources import NODE, POD, Resource, candidates, located
+from services.reconciler.resources import EVENT, NODE, POD, Resource, candidates, located
 from shared.events import KubeEffect
 
 log = logging.getLogger("muster.cluster")
@@ -108,6 +109,56 @@ def _without_env_lookups(api: client.ApiClient) -> client.ApiClient:
     return api
 
 
+class Requests:
+    """The effects' writes over the API client's own HTTP session, past its request machinery.
+
+    kubernetes-asyncio turns each call into a model, sanitises it back into a dict, chooses headers
+    and regex-matches the content type: ≈ 0.5 ms of CPU a bind, against ≈ 0.35 ms for the request
+    itself; at hundreds of binds a second that is the cluster link's largest cost. This sends the
+    same request on the same session (its connection pool, TLS context and proxy), with the same
+    headers (the client's defaults: User-Agent) and the same credentials (``auth_settings``, which
+    refreshes a rotating token as the client does), and fails as the client does: ``ApiException``
+    with the status and reason for any answer that is not 2xx."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    async def send(self, method: str, path: str, body: dict[str, Any], content_type: str = "application/json"
+                   ) -> dict[str, Any]:
+        """``method`` ``path`` (the server's root is the configuration's host) with ``body`` as JSON;
+        the answer's JSON body."""
+        api = self.api
+        headers = {**api.default_headers, "Accept": "application/json", "Content-Type": content_type}
+        if api.cookie:
+            headers["Cookie"] = api.cookie
+        await api.update_params_for_auth(headers, [], ["BearerToken"])
+        rest = api.rest_client
+        extra: dict[str, Any] = {}
+        if rest.proxy:
+            extra["proxy"] = rest.proxy
+        if rest.proxy_headers:
+            extra["proxy_headers"] = rest.proxy_headers
+        if rest.server_hostname:
+            extra["server_hostname"] = rest.server_hostname
+        async with rest.pool_manager.request(method, api.configuration.host + path, data=json.dumps(body),
+                                             headers=headers, timeout=_NO_TIMEOUT, **extra) as response:
+            data = await response.read()
+            if not 200 <= response.status <= 299:
+                raise ApiException(status=response.status, reason=response.reason)
+        return json.loads(data) if data else {}
+
+
+_NO_TIMEOUT = aiohttp.ClientTimeout()
+"""As the client's default: no limit (a watch-free write the server holds is the server's problem;
+the caller's retry covers a connection that fails)."""
+
+
+def _path(resource: Resource, namespace: str | None, name: str, sub: str = "") -> str:
+    """An object's REST path (``Resource.path``), its name quoted as the client quotes path parameters."""
+    path = resource.path(namespace if resource.namespaced else None, urllib.parse.quote(name, safe=""))
+    return f"{path}/{sub}" if sub else path
+
+
 async def checked(call: Awaitable[Any]) -> dict[str, Any]:
     """The body of a request made with ``_preload_content=False``, which the client does not check:
     ``ApiException`` for a status that is not 2xx, as the client raises for the others."""
@@ -127,7 +178,7 @@ class KubeApplier:
 
     def __init__(self, api: client.ApiClient, *, victim_wait: float = 120.0, status_interval: float = 1.0) -> None:
         self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+        self.requests = Requests(api)
         self.victim_wait = victim_wait
         self.status_interval = status_interval
         self._status_written: dict[tuple[str, str, str, str], float] = {}
@@ -164,17 +215,7 @@ class KubeApplier:
     async def _patch(self, effect: KubeEffect, body: dict[str, Any]) -> Outcome:
         for resource in candidates(effect.kind):
             try:
-                if resource == POD:
-                    await self.core.patch_namespaced_pod(effect.name, effect.namespace, body,
-                                                         _content_type=MERGE_PATCH)
-                elif resource.namespaced:
-                    await self.custom.patch_namespaced_custom_object(
-                        resource.group, resource.version, effect.namespace, resource.plural, effect.name, body,
-                        _content_type=MERGE_PATCH)
-                else:
-                    await self.custom.patch_cluster_custom_object(
-                        resource.group, resource.version, resource.plural, effect.name, body,
-                        _content_type=MERGE_PATCH)
+                await self.requests.send("PATCH", _path(resource, effect.namespace, effect.name), body, MERGE_PATCH)
                 return "applied"
             except ApiException as exc:
                 if exc.status != 404:
@@ -208,27 +249,18 @@ class KubeApplier:
 
     async def _patch_status(self, resource: Resource, namespace: str | None, name: str, body: dict[str, Any], *,
                             subresource: bool) -> None:
-        group, version, plural = resource.group, resource.version, resource.plural
-        if namespace is not None:
-            call = self.custom.patch_namespaced_custom_object_status if subresource else \
-                self.custom.patch_namespaced_custom_object
-            await call(group, version, namespace, plural, name, body, _content_type=MERGE_PATCH)
-        else:
-            call = self.custom.patch_cluster_custom_object_status if subresource else \
-                self.custom.patch_cluster_custom_object
-            await call(group, version, plural, name, body, _content_type=MERGE_PATCH)
+        await self.requests.send("PATCH", _path(resource, namespace, name, "status" if subresource else ""), body,
+                                 MERGE_PATCH)
 
     async def _bind(self, effect: KubeEffect) -> Outcome:
         await self._victims_gone(effect.node)
-        body = client.V1Binding(
-            metadata=client.V1ObjectMeta(name=effect.name, namespace=effect.namespace,
-                                         annotations=dict(effect.annotations) or None),
-            target=client.V1ObjectReference(api_version="v1", kind="Node", name=effect.node),
-        )
+        metadata: dict[str, Any] = {"name": effect.name, "namespace": effect.namespace}
+        if effect.annotations:
+            metadata["annotations"] = dict(effect.annotations)
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
+                "target": {"apiVersion": "v1", "kind": "Node", "name": effect.node}}
         try:
-            # The API answers with a Status, which the generated model cannot read: take it raw.
-            await checked(self.core.create_namespaced_pod_binding(effect.name, effect.namespace, body,
-                                                                   _preload_content=False))
+            await self.requests.send("POST", _path(POD, effect.namespace, effect.name, "binding"), body)
             return "applied"
         except ApiException as exc:
             if exc.status == 404:
@@ -298,7 +330,7 @@ class KubeApplier:
             first_timestamp=now, last_timestamp=now, count=1,
         )
         try:
-            await checked(self.core.create_namespaced_event(namespace, body, _preload_content=False))
+            await self.requests.send("POST", EVENT.path(namespace), self.core.api_client.sanitize_for_serialization(body))
             return "applied"
         except ApiException as exc:
             if exc.status == 409:
@@ -390,7 +422,7 @@ class Watcher:
     async def _watch(self, resource: Resource, version: str, seen: dict[tuple[str, str], dict[str, Any]],
                      sink: Sink) -> str:
         """Follow one watch until the server ends it; the resourceVersion to resume from."""
-        watch = Watch(return_type="object")
+        watch = _RawWatch(return_type="object")
         async with watch:
             stream = watch.stream(self._call, resource, resource_version=version, allow_watch_bookmarks=True,
                                   timeout_seconds=self.watch_timeout)
@@ -417,6 +449,16 @@ class Watcher:
             return await client.SchedulingV1Api(self.api).list_priority_class(**kwargs)
         return await client.CustomObjectsApi(self.api).list_cluster_custom_object(
             resource.group, resource.version, resource.plural, **kwargs)
+
+
+class _RawWatch(Watch):
+    """kubernetes-asyncio's watch hands each event's object to ``deserialize`` for the return type;
+    for ``object`` that is a ``json.dumps`` and a ``json.loads`` of the dict it has just parsed, twice
+    the parsing a watch event needs. This one keeps the parsed dict (``raw_object``, as the watcher
+    reads it); errors, bookmarks and the resourceVersion are handled as before."""
+
+    def unmarshal_event(self, data: str | bytes, response_type: str | None) -> Any:
+        return super().unmarshal_event(data, None)
 
 
 def _complete(obj: dict[str, Any], resource: Resource) -> dict[str, Any]:

@@ -9,6 +9,7 @@ coscheduling ``PodGroup`` groups): the applier tries them in the order given her
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -66,6 +67,7 @@ WRITTEN_ONLY: tuple[Resource, ...] = ()
 writes are watched too, admission reads the ones KubeRay makes)."""
 
 
+@functools.cache  # a handful of kinds, asked for on every write
 def candidates(kind: str) -> tuple[Resource, ...]:
     """Where an object of ``kind`` may live, in the order to try; empty for a kind muster never writes."""
     if kind == "":
@@ -73,6 +75,7 @@ def candidates(kind: str) -> tuple[Resource, ...]:
     return tuple(r for r in (*WATCHED, *WRITTEN_ONLY) if r.kind == kind)
 
 
+@functools.cache
 def located(kind: str, api_version: str = "") -> tuple[Resource, ...]:
     """``candidates``, narrowed to one API group and version when the effect names it."""
     found = candidates(kind)

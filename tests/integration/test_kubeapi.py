@@ -6,6 +6,8 @@ import asyncio
 from typing import Any, Awaitable, Callable, TypeVar
 
 import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.reconciler.kubeapi import KubeApplier, Refused, Transient, Watcher, connect
 from services.reconciler.resources import NODE, POD, RAY_CLUSTER, VOLCANO_QUEUE, Resource
@@ -135,6 +137,112 @@ def test_throttling_and_outages_are_transient(kube: KubeApiEmulator, code: int) 
     with pytest.raises(Transient, match=str(code)):
         apply(kube, (effect("bind", "Pod", "p", "team-a", node="n1"), "e1"))
     assert apply(kube, (effect("bind", "Pod", "p", "team-a", node="n1"), "e1")) == ["applied"]
+
+
+# --------------------------------------------------------------------------- the effects' own requests
+# (``Requests``: the writes go past kubernetes-asyncio's request machinery; the answers must mean
+# what they meant through it)
+def test_a_bind_the_server_finds_invalid_is_refused_with_its_reason(kube: KubeApiEmulator) -> None:
+    kube.create(pod("p"))
+    with pytest.raises(Refused, match=r"bind Pod team-a/p: 422 Unprocessable Entity"):
+        apply(kube, (effect("bind", "Pod", "p", "team-a", node=""), "e1"))
+    assert "nodeName" not in kube.get("Pod", "v1", "team-a", "p")["spec"]
+
+
+@pytest.mark.parametrize("code, reason, outcome", [
+    (404, "NotFound", "absent"), (400, "BadRequest", Refused), (403, "Forbidden", Refused),
+    (422, "Invalid", Refused), (429, "TooManyRequests", Transient), (500, "InternalError", Transient),
+    (503, "ServiceUnavailable", Transient)])
+@pytest.mark.parametrize("op", ["bind", "annotate", "status", "event"])
+def test_each_write_reads_the_servers_answer_as_before(kube: KubeApiEmulator, op: str, code: int, reason: str,
+                                                       outcome: Any) -> None:
+    kube.create(pod("p"))
+    kube.create(ray_cluster("rc"))
+    kube.create(volcano_queue())
+    write = {"bind": effect("bind", "Pod", "p", "team-a", node="n1"),
+             "annotate": effect("annotate", "RayCluster", "rc", "team-a", annotations={"a": "b"}),
+             "status": effect("status", "Queue", "research", "", api_version="scheduling.volcano.sh/v1beta1",
+                              status={"pending": 1}),
+             "event": effect("event", "RayCluster", "rc", "team-a", reason="Queued", message="waits")}[op]
+    kube.fail(code, reason, times=4)  # every place a kind may live answers the same
+    if isinstance(outcome, str):
+        assert apply(kube, (write, "e1")) == [outcome]
+    else:
+        with pytest.raises(outcome, match=str(code)):
+            apply(kube, (write, "e1"))
+    kube.state.failures.clear()
+    assert apply(kube, (write, "e2")) == ["applied"]  # the same write goes through once the server takes it
+
+
+def test_a_pod_bound_meanwhile_by_another_is_a_conflict_and_by_us_unchanged(kube: KubeApiEmulator) -> None:
+    kube.create(pod("p"))
+    kube.create(pod("q"))
+    assert apply(kube, (effect("bind", "Pod", "p", "team-a", node="n1"), "e1"),
+                 (effect("bind", "Pod", "p", "team-a", node="n2"), "e2"),
+                 (effect("bind", "Pod", "q", "team-a", node="n2"), "e3"),
+                 (effect("bind", "Pod", "q", "team-a", node="n2"), "e3")) == ["applied", "conflict", "applied",
+                                                                                "unchanged"]
+    assert [kube.get("Pod", "v1", "team-a", n)["spec"]["nodeName"] for n in ("p", "q")] == ["n1", "n2"]
+
+
+def test_the_writes_carry_the_clients_credentials_and_user_agent(kube: KubeApiEmulator) -> None:
+    """The token comes from the configuration through its refresh hook (a rotated service-account
+    token), as for the client's own calls; without it the server says 401 and nothing is written."""
+    kube.create(pod("p"))
+    kube.create(ray_cluster("rc"))
+    kube.create(volcano_queue())
+    kube.require_token("second")
+    writes = [(effect("bind", "Pod", "p", "team-a", node="n1"), "e1"),
+              (effect("annotate", "RayCluster", "rc", "team-a", annotations={"a": "b"}), "e2"),
+              (effect("status", "Queue", "research", "", api_version="scheduling.volcano.sh/v1beta1",
+                      status={"pending": 3}), "e3"),
+              (effect("event", "RayCluster", "rc", "team-a", reason="Queued", message="waits"), "e4")]
+
+    async def without(api: Any) -> None:
+        await KubeApplier(api).apply(*writes[0])
+
+    with pytest.raises(Refused, match="401"):
+        run(kube, without)
+
+    async def rotated(config: Any) -> None:
+        config.api_key["BearerToken"] = "second"
+
+    async def work(api: Any) -> list[str]:
+        api.user_agent = "muster-cluster/test"
+        api.configuration.api_key = {"BearerToken": "first"}
+        api.configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        api.configuration.refresh_api_key_hook = rotated
+        applier = KubeApplier(api)
+        return [await applier.apply(e, effect_id) for e, effect_id in writes]
+
+    assert run(kube, work) == ["applied"] * 4
+    assert [agent for _, _, _, agent in kube.state.writes] == ["muster-cluster/test"] * 4
+    assert kube.get("Pod", "v1", "team-a", "p")["spec"]["nodeName"] == "n1"
+    assert kube.get("Queue", "scheduling.volcano.sh/v1beta1", "", "research")["status"]["pending"] == 3
+
+
+def test_the_emulator_refuses_a_binding_for_another_pod_or_to_no_node(kube: KubeApiEmulator) -> None:
+    """The emulator validates a Binding as the API server does, so a malformed one cannot pass in tests."""
+    kube.create(pod("p"))
+
+    async def post(api: Any, body: dict) -> int:
+        try:
+            await KubeApplier(api).requests.send("POST", "/api/v1/namespaces/team-a/pods/p/binding", body)
+            return 201
+        except ApiException as exc:
+            return int(exc.status)
+
+    node = {"apiVersion": "v1", "kind": "Node", "name": "n1"}
+    bodies = [{"kind": "Binding", "metadata": {"name": "q"}, "target": node},
+              {"kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Pod", "name": "n1"}},
+              {"kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Node"}},
+              {"kind": "Eviction", "metadata": {"name": "p"}, "target": node},
+              {"kind": "Binding", "metadata": {"name": "p", "annotations": {"a": 1}}, "target": node},
+              {"kind": "Binding", "metadata": {"name": "p"}, "target": node}]
+    assert run(kube, lambda api: asyncio.gather(*[post(api, b) for b in bodies[:-1]])) == [400, 422, 422, 400, 400]
+    assert "nodeName" not in kube.get("Pod", "v1", "team-a", "p")["spec"]
+    assert run(kube, lambda api: post(api, bodies[-1])) == 201
+    assert kube.get("Pod", "v1", "team-a", "p")["spec"]["nodeName"] == "n1"
 
 
 # --------------------------------------------------------------------------- watch
@@ -345,7 +453,7 @@ def test_a_patch_of_a_custom_object_itself_cannot_change_its_status(kube: KubeAp
     assert apply(kube, (write, "a1")) == ["applied"]
 
     async def sneak(api: Any) -> None:
-        await KubeApplier(api).custom.patch_cluster_custom_object(
+        await client.CustomObjectsApi(api).patch_cluster_custom_object(
             "scheduling.volcano.sh", "v1beta1", "queues", "research", {"status": {"state": "Closed"}},
             _content_type="application/merge-patch+json")
 
