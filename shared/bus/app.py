@@ -2,15 +2,17 @@
 
 ``service_app(name, ...)`` is the one wiring for all four services; ``muster run NAME`` runs it as
 a Faust worker. Faust hosts the process (signals, logging, lifecycle) and the producer; the inbox
-itself is read by ``InboxReader`` with a plain aiokafka consumer in group ``<prefix><service>``, on
-the app's own event loop. Faust's stream machinery costs about 300 µs of CPU per record on a small
-machine (a task per message, a consumer thread on a loop of its own, a 2 ms take timer that keeps
-firing while idle) against 7 µs for aiokafka's ``getmany``, and the services are CPU-bound.
+itself is read by ``InboxReader`` with a plain aiokafka consumer on the app's own event loop, which
+assigns itself the inbox's one partition and commits its offsets under group ``<prefix><service>``
+(no group membership: a start costs no join, see ``PartitionReader``). Faust's stream machinery
+costs about 300 µs of CPU per record on a small machine (a task per message, a consumer thread on a
+loop of its own, a 2 ms take timer that keeps firing while idle) against 7 µs for aiokafka's
+``getmany``, and the services are CPU-bound.
 
-On its first assignment the reader rebuilds the worker from the inbox's past (``replay``, from the
-start up to the committed offset), then hands it what each fetch returns, up to ``BATCH`` records
-(``InboxWorker.process_batch``); a second task fires the service's due timers into its own inbox.
-Offsets are committed every ``COMMIT_INTERVAL`` seconds, on a revoke and on stop, only ever past a
+On start the reader rebuilds the worker from the inbox's past (its latest snapshot and the records
+after it up to the committed offset, ``shared.bus.snapshot``; from the start without one), then
+hands it what each fetch returns, up to ``BATCH`` records (``InboxWorker.process_batch``); a second task fires the service's due timers into its own inbox.
+Offsets are committed every ``COMMIT_INTERVAL`` seconds and on stop, only ever past a
 batch whose outputs the broker acknowledged: at-least-once, and the copies are dropped by id. Each
 fetch goes through ``InOrder`` first: under concurrent producers Tansu can hand a live consumer a
 later batch before an earlier one, which it would otherwise skip for good.
@@ -387,12 +389,18 @@ class InOrder:
 class PartitionReader:
     """Partition 0 of one topic on a plain aiokafka consumer in group ``group``, in the app's own loop.
 
-    ``run`` joins the group, calls ``_assigned`` on an assignment, then hands every batch of records,
-    in offset order (``InOrder``), to ``_handle`` until it is cancelled; ``_handle`` sets ``processed``
-    (the offset after what is done), which is committed every ``commit_interval`` seconds, when the
-    partition is revoked and at the end. ``stop`` lets the batch in hand finish and then ends ``run``.
-    A service's inbox (``InboxReader``) and ``muster run cluster``'s effects (``EffectsReader``) are
-    read so."""
+    ``run`` assigns itself the partition, calls ``_assigned``, then hands every batch of records, in
+    offset order (``InOrder``), to ``_handle`` until it is cancelled; ``_handle`` sets ``processed``
+    (the offset after what is done), which is committed every ``commit_interval`` seconds and at the
+    end. A service's inbox (``InboxReader``) and ``muster run cluster``'s effects (``EffectsReader``)
+    are read so.
+
+    The group is used for its committed offsets only, never joined: a join cost 3 s on every start
+    (a crashed member's session 6 s more) before a record was read, and each of these topics has one
+    partition read by one process (a service's Deployment runs one replica, replaced not rolled; the
+    cluster link's second replica waits for its Lease before it reads). A second process started on
+    the same inbox by mistake would handle the same records again: the same outputs under the same
+    ids, which every reader drops, but twice the work."""
 
     def __init__(self, config: BusConfig, group: str, topic: str, name: str, *, batch: int = BATCH,
                  commit_interval: float = COMMIT_INTERVAL) -> None:
@@ -491,8 +499,7 @@ def commit_delay(interval: float, failures: int, cap: float = COMMIT_BACKOFF_MAX
 # --------------------------------------------------------------------------- a service
 class InboxReader(PartitionReader):
     """A service's inbox (see the module docstring and ``PartitionReader``): on the first assignment
-    it replays the past, then handles batches live; one inbox partition, so one member of the group
-    reads it and another instance waits."""
+    it replays the past, then handles batches live; one inbox partition, read by one process."""
 
     def __init__(self, config: BusConfig, group: str, worker: InboxWorker, producer: Producer, *,
                  batch: int = BATCH, commit_interval: float = COMMIT_INTERVAL,
@@ -558,8 +565,8 @@ class InboxReader(PartitionReader):
         self.ready.set()
 
     async def _assigned(self, consumer: AIOKafkaConsumer) -> None:
-        """The first assignment: replay from the start up to the committed offset (later ones resume
-        at the committed offset, the state is still here)."""
+        """On start: load the latest snapshot and replay from it (or from the start) up to the
+        committed offset (a second call changes nothing: the state is here)."""
         if self._replay_end is not None or self._starting:
             return
         self._starting = True
