@@ -185,6 +185,8 @@ def one(bootstrap: str, n: int) -> dict[str, Any]:
             row[f"{mode}_replayed"] = app.muster_worker.replayed
             if on:
                 row["snapshot_offset"] = reader.snapshots.loaded_at
+                row["snapshot_read_seconds"], row["snapshot_decode_seconds"] = (
+                    round(x, 2) for x in reader.snapshots.load_seconds)
                 row["fallbacks"] = reader.snapshots.keeper.fallbacks
             bus.run(app.stop(), timeout=60)
         return row

@@ -350,6 +350,8 @@ class Snapshots:
         """The inbox offset of the snapshot this start loaded (None: it replayed from the start)."""
         self.tail = 0
         """Records the tail replay folded after the snapshot (what a restart cost)."""
+        self.load_seconds = (0.0, 0.0)
+        """Reading the latest snapshot from its topic, and checking and decoding it."""
         self._check: tuple[int, bytes] | None = None
         self._begin = 0
         self._consumer: Any = None
@@ -367,8 +369,10 @@ class Snapshots:
         if committed <= begin:
             self.worker.digest = GENESIS  # a first start: the lineage begins here
             return begin
+        started = time.perf_counter()
         try:
             loaded = await keeper.latest()
+            read = time.perf_counter()
             if loaded is None:
                 log.info("%s: no snapshot yet; rebuilding from the whole inbox", keeper.service)
                 return self._full(begin, None)
@@ -384,8 +388,10 @@ class Snapshots:
             # A checkpoint is written after its records' outputs were acknowledged, maybe past the
             # committed offset: replaying up to it (sending nothing) is as safe as up to the commit.
             self.reader._replay_end = max(committed, self._check[0])
-        log.info("%s: loaded the snapshot at inbox offset %d; replaying %d records after it", keeper.service,
-                 loaded.manifest.offset, max(self.reader._replay_end - loaded.manifest.offset, 0))
+        self.load_seconds = (read - started, time.perf_counter() - read)
+        log.info("%s: loaded the snapshot at inbox offset %d (%d bytes: %.2f s to read, %.2f s to decode); "
+                 "replaying %d records after it", keeper.service, loaded.manifest.offset, loaded.manifest.size,
+                 *self.load_seconds, max(self.reader._replay_end - loaded.manifest.offset, 0))
         return loaded.manifest.offset
 
     def _full(self, begin: int, reason: str | None) -> int:
