@@ -73,9 +73,10 @@ EVERY_RECORDS = 5_000
 does not leave a long tail either."""
 
 MAX_SHARE = 0.1
-"""At most this share of a service's time goes into snapshots: after one that took ``c`` seconds to
-capture and write, the next waits at least ``c / MAX_SHARE`` (a large live state is snapshotted less
-often rather than stalling its inbox; the interval then stretches to that)."""
+"""At most this share of a service's time goes into snapshots: after one whose capture held the inbox
+for ``c`` seconds (the state is encoded between two batches; the chunks are sent while the inbox
+goes on), the next waits at least ``c / MAX_SHARE`` (a large live state is snapshotted less often
+rather than stalling its inbox; the interval then stretches to that)."""
 
 KIND = "muster-snapshot"
 """The header naming a snapshot topic's record: ``chunk``, ``manifest`` or ``checkpoint``."""
@@ -204,7 +205,7 @@ class SnapshotKeeper:
         """The inbox offset of that snapshot."""
         self.last_written = 0.0
         self.cost = 0.0
-        """Seconds the latest snapshot took to capture and write (``MAX_SHARE``)."""
+        """Seconds the latest snapshot's capture held the inbox (``MAX_SHARE``)."""
         self.written = 0
         self.fallbacks = 0
         self.fallback_reason: str | None = None
@@ -454,10 +455,11 @@ class Snapshots:
             except SnapshotError as exc:  # a state the codec cannot hold: a bug, said; restarts replay it all
                 log.error("%s: %s", keeper.service, exc)
                 keeper.last_written, blob = time.time(), None
+            stalled = time.perf_counter() - started
         try:
             if blob is not None:
                 await keeper.write(blob, offset, digest)
-                keeper.cost = time.perf_counter() - started
+                keeper.cost = stalled  # the inbox waited for the capture only: the write is sent meanwhile
             await keeper.checkpoint(offset, digest)
         except KafkaError as exc:  # the next interval tries again; a restart then replays a longer tail
             log.warning("%s: snapshot not written: %r", keeper.service, exc)
