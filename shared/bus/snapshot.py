@@ -240,15 +240,16 @@ class SnapshotKeeper:
             return False
         return offset - self.snapshot_offset >= self.every_records or since >= self.interval
 
-    async def write(self, blob: bytes, offset: int, digest: bytes) -> Manifest:
-        """Chunks, then the manifest naming them (a crash in between leaves the previous one latest)."""
+    async def write(self, blob: bytes, offset: int, digest: bytes, *, taken_at: float | None = None) -> Manifest:
+        """Chunks, then the manifest naming them (a crash in between leaves the previous one latest).
+        ``taken_at``: when the state was captured (the interval counts from there; default now)."""
         key = self.service.encode()
         pieces = [blob[i:i + CHUNK] for i in range(0, len(blob), CHUNK)] or [b""]
         chunks = await self._send([(key + b".chunk", piece, "chunk") for piece in pieces])
         manifest = Manifest(self.service, offset, digest.hex(), hashlib.sha256(blob).hexdigest(), len(blob), chunks,
                             policy=self.policy, written_at=time.time())
         (self.manifest_at,) = await self._send([(key, manifest.encode(), "manifest")])
-        self.snapshot_offset, self.last_written = offset, time.time()
+        self.snapshot_offset, self.last_written = offset, time.time() if taken_at is None else taken_at
         self.written += 1
         log.info("%s: snapshot of %d bytes at inbox offset %d", self.service, len(blob), offset)
         return manifest
@@ -455,10 +456,10 @@ class Snapshots:
             except SnapshotError as exc:  # a state the codec cannot hold: a bug, said; restarts replay it all
                 log.error("%s: %s", keeper.service, exc)
                 keeper.last_written, blob = time.time(), None
-            stalled = time.perf_counter() - started
+            stalled, taken_at = time.perf_counter() - started, time.time()
         try:
             if blob is not None:
-                await keeper.write(blob, offset, digest)
+                await keeper.write(blob, offset, digest, taken_at=taken_at)
                 keeper.cost = stalled  # the inbox waited for the capture only: the write is sent meanwhile
             await keeper.checkpoint(offset, digest)
         except KafkaError as exc:  # the next interval tries again; a restart then replays a longer tail

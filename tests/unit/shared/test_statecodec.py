@@ -61,6 +61,17 @@ def test_shared_references_and_cycles_stay_one_object():
     assert back["b"] == [1, 2, 3]
 
 
+def test_a_json_mapping_reachable_twice_stays_one_object():
+    """Mappings of JSON (a watched object) are written as they are; one reachable twice is not."""
+    obj = {"metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"replicas": [1, 2.5, None, True]}}
+    assert decode(encode({"obj": obj})) == {"obj": obj}
+    state = {"obj": obj, "labels": obj["metadata"]["labels"]}
+    back = decode(encode(state))
+    assert back == state and back["labels"] is back["obj"]["metadata"]["labels"]
+    tuples = {"k": (1, 2)}  # a tuple is no JSON: the mapping is tagged, and the tuple stays a tuple
+    assert type(decode(encode(tuples))["k"]) is tuple
+
+
 def test_pure_state_classes_pydantic_models_and_bound_methods(monkeypatch):
     monkeypatch.setattr(Node, "__module__", "shared.statecodec")  # as if a pure module defined it
     monkeypatch.setattr(statecodec, "Node", Node, raising=False)
@@ -95,7 +106,8 @@ def _blob(shapes: list, root) -> bytes:
     ([], ["a", 0, "|O", [1], "AAAAAAAAAAA="], "dtype"),
     ([], ["r", 7], "unknown object"),
     ([], ["x", 1], "unknown state node"),
-    ([], {"not": "a node"}, "unexpected dict"),
+    ([], ["d", 0, ["key without value"]], "key, value pairs"),
+    ([], ["l", 0, "no list"], "items must be a list"),
 ])
 def test_a_blob_naming_anything_else_is_refused(shapes, root, said):
     with pytest.raises(StateError, match=said.replace(".", r"\.")):
