@@ -29,10 +29,12 @@ from __future__ import annotations
 import base64
 import enum
 import json
+import math
 import sys
 import types
 from collections import Counter, OrderedDict, deque
-from typing import Any, Callable
+from itertools import chain
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pydantic
@@ -56,6 +58,7 @@ class StateError(ValueError):
 
 # --------------------------------------------------------------------------- encoding
 _INF = (float("inf"), float("-inf"))
+_SCALARS = frozenset({str, int, bool, float, type(None)})
 
 
 class _Encoder:
@@ -108,20 +111,28 @@ class _Encoder:
         ref = self.refs[id(x)] = len(self.refs)
         return ref
 
+    def _each(self, items: Iterable[Any]) -> list[Any]:
+        """``items`` as nodes: as they are when all are text, numbers or None (a dedupe window's ids,
+        a key tuple), which saves a call per item; else one by one."""
+        out = list(items)
+        kinds = set(map(type, out))
+        if kinds <= _SCALARS and (float not in kinds or all(map(math.isfinite, (v for v in out if type(v) is float)))):
+            return out
+        return [self.node(i) for i in out]
+
     def _list(self, x: list[Any]) -> Any:
         ref = self._new(x)
-        return ["l", ref, [self.node(i) for i in x]]
+        return ["l", ref, self._each(x)]
 
     def _tuple(self, x: tuple[Any, ...]) -> Any:
+        kinds = set(map(type, x))
+        if kinds <= _SCALARS and float not in kinds:  # immutable all through: no reference to keep
+            return ["T", list(x)]
         ref = self._new(x)
-        return ["t", ref, [self.node(i) for i in x]]
+        return ["t", ref, self._each(x)]
 
     def _pairs(self, x: dict[Any, Any]) -> list[Any]:
-        out: list[Any] = []
-        for k, v in x.items():
-            out.append(self.node(k))
-            out.append(self.node(v))
-        return out
+        return self._each(chain.from_iterable(x.items()))
 
     def _dict(self, x: dict[Any, Any]) -> Any:
         if self.raw_ok:
@@ -181,15 +192,15 @@ class _Encoder:
 
     def _set(self, x: set[Any]) -> Any:
         ref = self._new(x)
-        return ["s", ref, [self.node(i) for i in x]]
+        return ["s", ref, self._each(x)]
 
     def _frozenset(self, x: frozenset[Any]) -> Any:
         ref = self._new(x)
-        return ["z", ref, [self.node(i) for i in x]]
+        return ["z", ref, self._each(x)]
 
     def _deque(self, x: deque[Any]) -> Any:
         ref = self._new(x)
-        return ["q", ref, x.maxlen, [self.node(i) for i in x]]
+        return ["q", ref, x.maxlen, self._each(x)]
 
     def _bytes(self, x: bytes) -> Any:
         return ["b", _b64(x)]
@@ -247,7 +258,7 @@ class _Decoder:
         self.refs: dict[int, Any] = {}
         self.shapes = [self._shape(s) for s in shapes]
         self._tags: dict[str, Callable[[list[Any]], Any]] = {
-            "r": self._ref, "f": self._float, "l": self._list, "t": self._tuple, "d": self._dict,
+            "r": self._ref, "f": self._float, "l": self._list, "t": self._tuple, "T": self._plain_tuple, "d": self._dict,
             "o": self._ordered, "c": self._counter, "s": self._set, "z": self._frozenset, "q": self._deque,
             "b": self._bytes, "e": self._enum, "a": self._array, "g": self._scalar, "p": self._model,
             "i": self._object, "m": self._method,
@@ -293,7 +304,13 @@ class _Decoder:
     def _items(self, raw: Any) -> list[Any]:
         if type(raw) is not list:
             raise StateError("a container's items must be a list")
-        return [self.node(i) for i in raw]
+        for i in raw:
+            if type(i) is list:
+                return [self.node(i) for i in raw]
+        for i in raw:  # text, numbers, None and JSON mappings are themselves (``node``)
+            if not (i is None or type(i) in (str, bool, int, float, dict)):
+                raise StateError(f"unexpected {type(i).__name__} in a state")
+        return raw
 
     def _list(self, n: list[Any]) -> list[Any]:
         out: list[Any] = self._register(n[1], [])
@@ -302,6 +319,12 @@ class _Decoder:
 
     def _tuple(self, n: list[Any]) -> tuple[Any, ...]:
         return self._register(n[1], tuple(self._items(n[2])))
+
+    def _plain_tuple(self, n: list[Any]) -> tuple[Any, ...]:
+        items = n[1]
+        if type(items) is not list or not set(map(type, items)) <= _SCALARS:
+            raise StateError("a plain tuple holds text and numbers only")
+        return tuple(items)
 
     def _fill(self, target: Any, raw: Any) -> Any:
         items = self._items(raw)
