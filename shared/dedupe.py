@@ -68,7 +68,10 @@ class Seen:
         return True
 
     def __contains__(self, event_id: object) -> bool:
-        return any(event_id in ids for ids in self._by_source.values())
+        for ids in self._by_source.values():  # a loop, not any(<genexpr>): every envelope of every service asks
+            if event_id in ids:
+                return True
+        return False
 
     def __len__(self) -> int:
         return sum(len(ids) for ids in self._by_source.values())

@@ -394,15 +394,21 @@ class ResultProjection:
     def queue_usage(self) -> dict[str, dict[str, int]]:
         """Quota held per queue, rolled up to every ancestor."""
         usage: dict[str, dict[str, int]] = {}
+        queues = self.queues
         for view in self.workloads.values():
             if not view.holds_quota or view.queue is None:
                 continue
             name: str | None = view.queue
             seen: list[str] = []
+            demand = view.demand.items()
             while name is not None and name not in seen:
                 seen.append(name)
-                usage[name] = q.add(usage.get(name, {}), view.demand)
-                spec = self.queues.get(name)
+                held = usage.get(name)
+                if held is None:
+                    held = usage[name] = {}
+                for resource, amount in demand:  # ``q.add`` in place: the reconciler asks every second
+                    held[resource] = held.get(resource, 0) + amount
+                spec = queues.get(name)
                 name = spec.parent if spec else None
         return usage
 

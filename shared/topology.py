@@ -7,6 +7,7 @@ reconciler's apply adapter, or the simulated cluster); ``clock`` answers ``Timer
 from __future__ import annotations
 
 from shared.events import Envelope
+from shared.kube import REFUSED
 
 SERVICES = ("admission", "queue", "placement", "reconciler")
 
@@ -47,12 +48,17 @@ ROUTES: dict[str, tuple[str, ...]] = {
 RAY_POD_LABELS = ("ray.io/cluster", "ray.io/node-type", "ray.io/originated-from-crd")
 
 
-def admission_reads_pod(obj: dict) -> bool:
+def admission_reads_pod(obj: dict, change: str = "Added") -> bool:
     """Every pod but KubeRay's: a plain pod may be a gang member or a gang of one (admission decides by
-    its labels and ``spec.schedulerName``); KubeRay's pods belong to their RayCluster / RayJob."""
+    its labels and ``spec.schedulerName``); KubeRay's pods belong to their RayCluster / RayJob. Of
+    those, admission reads the ones ingest refused (it rejects their workload naming the pod) and
+    deletions (a refused pod that is gone no longer holds its workload back)."""
     meta = obj.get("metadata")
     labels = meta.get("labels") if isinstance(meta, dict) else None
-    return not (isinstance(labels, dict) and any(labels.get(k) for k in RAY_POD_LABELS))
+    if not (isinstance(labels, dict) and any(labels.get(k) for k in RAY_POD_LABELS)):
+        return True
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return change == "Deleted" or (isinstance(annotations, dict) and REFUSED in annotations)
 
 
 def destinations(env: Envelope) -> tuple[str, ...]:
@@ -60,7 +66,7 @@ def destinations(env: Envelope) -> tuple[str, ...]:
     if env.type == "ObjectChanged":
         kind = env.payload.kind
         if kind == "Pod":
-            return ("admission", "placement") if admission_reads_pod(env.payload.object) else ("placement",)
+            return ("admission", "placement") if admission_reads_pod(env.payload.object, env.payload.change) else ("placement",)
         if kind == "Node":
             return ("placement",)
         return ("admission",)

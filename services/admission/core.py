@@ -24,7 +24,7 @@ from typing import Any, Callable, Literal, Union
 from services.admission import fields
 from services.admission.fields import Invalid
 from services.admission.dialects import KUBERAY, GangRules, dialect_of
-from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, ray_owner
+from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, is_ray_pod, ray_owner
 from services.admission.priority import PriorityBook, class_name, preemptible, ray_pod_metas, volcano_pinned
 from services.admission.queues import QueueBook
 from services.admission.resolve import never_fits, queue_for
@@ -49,6 +49,7 @@ from shared.events import (
     WorkloadSubmitted,
     WorkloadUpdated,
 )
+from shared import kube
 from shared import quantity as q
 from shared.model import Gang, WorkloadSpec
 from shared.kube import REFUSED, watched_namespace
@@ -85,6 +86,9 @@ class RayWorkload:
     template's quantities) was most of admission's time in a replay."""
     last: tuple[tuple[Any, ...], WorkloadSpec] | None = None
     """The last spec ``_ray_spec`` built and all it was built from (``_ray_inputs``)."""
+    group_read: tuple[Mapping[str, Any], str | None] | None = None
+    """The workload's PodGroup object as last read by ``_ray_inputs`` (held, so compared by identity:
+    a new watch event of the group is a new object) and ``_read_parts`` of it."""
 
 
 class AdmissionCore:
@@ -113,6 +117,9 @@ class AdmissionCore:
         """Tombstones: workload id -> (uid, deleted at), oldest first (``TOMBSTONE_SECONDS``)."""
         self._definitions = 0
         """Counts events that may have changed a queue or PriorityClass (part of ``_ray_inputs``)."""
+        self.refused_pods: dict[str, dict[str, str]] = {}
+        """``Kind:namespace/name`` of a RayCluster / RayJob -> its pods ingest refused (name -> why): the
+        workload is rejected naming one until that pod is deleted (``topology.admission_reads_pod``)."""
 
     # ------------------------------------------------------------------ entry point
     def handle(self, env: Envelope) -> list[Any]:
@@ -132,6 +139,8 @@ class AdmissionCore:
         if p.kind in ("RayCluster", "RayJob"):
             return self._on_ray(p, namespace, now)
         if p.kind == "Pod":
+            if is_ray_pod(p.object):
+                return self._on_ray_pod(p, namespace)
             out: list[Output] = []
             for gang in self.pod_gangs.observe_pod(p.change, namespace, p.name, p.object):
                 out += self._evaluate_gang(gang, now)
@@ -203,6 +212,33 @@ class AdmissionCore:
                 out.append(WorkloadFinished(key=w.key, outcome=done[0], reason=done[1]))  # type: ignore[arg-type]
         return out
 
+    def _on_ray_pod(self, p: ObjectChanged, namespace: str) -> list[Output]:
+        """A KubeRay pod ingest refused (or the deletion of one): its RayCluster or RayJob is rejected
+        with the pod's name and the bound it broke, and evaluated again once no refused pod is left."""
+        key, kind = kube.workload_key_of_pod(p.object), kube.workload_kind_of_pod(p.object)
+        if key is None or kind is None:
+            return []
+        job = self.job_clusters.get(key) if kind == "RayCluster" else None
+        if job is not None:
+            kind, key = "RayJob", f"{namespace}/{job}"
+        wid = f"{kind}:{key}"
+        reason = kube.refused(p.object) if p.change != "Deleted" else None
+        known = self.refused_pods.get(wid, {})
+        if reason is not None:
+            if known.get(p.name) == reason:
+                return []
+            self.refused_pods.setdefault(wid, {})[p.name] = reason
+        else:
+            if p.name not in known:
+                return []
+            del known[p.name]
+            if not known:
+                del self.refused_pods[wid]
+        w = self.workloads.get(wid)
+        if w is None or w.deleted or w.finished:
+            return []
+        return self._evaluate(w)
+
     def _delete(self, w: RayWorkload | None, now: float) -> list[Output]:
         """Deleted → WorkloadDeleted once, for anything the rest of the system heard about. The
         workload itself is dropped; a tombstone with its uid stays ``TOMBSTONE_SECONDS``."""
@@ -215,6 +251,7 @@ class AdmissionCore:
         self._gone.pop(wid, None)
         self._gone[wid] = (w.uid, now)
         self._release(w.key, wid)
+        self.refused_pods.pop(wid, None)
         if w.spec is None and w.rejected is None:
             return []
         return [WorkloadDeleted(key=w.key)]
@@ -251,7 +288,8 @@ class AdmissionCore:
         if again:
             return build(keep)
         try:
-            if build(keep) == keep:
+            read = build(keep)
+            if read is keep or read == keep:  # most often the very spec kept (``_ray_spec``'s ``last``)
                 return keep
         except Invalid:
             pass
@@ -280,13 +318,23 @@ class AdmissionCore:
         (``muster.dev/``, written on every status change), none of which a spec is read from."""
         obj = _read_parts(w.obj)
         group = self.ray_groups.get(wid)
-        read_group = _read_parts(group) if group is not None else ""
+        if group is None:
+            read_group: str | None = ""
+        elif w.group_read is not None and w.group_read[0] is group:
+            read_group = w.group_read[1]  # the same object as at the last event: ``repr`` it once
+        else:
+            read_group = _read_parts(group)
+            w.group_read = (group, read_group)
         if obj is None or read_group is None:
             return None
-        return (keep, self._definitions, obj, read_group)
+        return (keep, self._definitions, obj, read_group, tuple(self.refused_pods.get(wid, {}).items()))
 
     def _ray_spec_of(self, w: RayWorkload, wid: str, keep: WorkloadSpec | None) -> WorkloadSpec:
         fields.not_refused(w.obj)
+        refused = self.refused_pods.get(wid)
+        if refused:
+            pod, reason = min(refused.items())
+            raise Invalid(f"pod {pod} refused at ingest: {reason}")
         shape = _shape(w, KUBERAY)  # the spec is checked before anything is read from it
         labels, annotations = fields.labels(w.obj), fields.annotations(w.obj)
         group = _group_spec(self.ray_groups.get(wid))
@@ -356,6 +404,10 @@ class AdmissionCore:
         first pods, every further live pod elastic, labels of the first pod; held while it has fewer
         live pods than its minimum."""
         self._claim(gang.key, gang.wid)
+        for pod_name, pod in gang.members.items():
+            reason = kube.refused(pod)
+            if reason is not None:
+                raise Invalid(f"pod {pod_name} refused at ingest: {reason}")
         minimums = self.pod_gangs.min_available(gang)
         if minimums is None:
             return None

@@ -254,6 +254,8 @@ class _Source:
     api_version: str
     names: tuple[str, ...] = ()
     rejected: str | None = None
+    seq: int = 0
+    """When the book first met the object (since it was last deleted): retries go in that order."""
 
 
 class QueueBook:
@@ -263,6 +265,9 @@ class QueueBook:
         self.specs: dict[str, QueueSpec] = {}
         self._owner: dict[str, str] = {}
         self._sources: dict[str, _Source] = {}
+        self._rejected: dict[str, int] = {}
+        """Sources whose last change was rejected (sid -> ``_Source.seq``): all ``_retry_rejected`` walks."""
+        self._seq = 0
 
     @staticmethod
     def source_id(kind: str, api_version: str, namespace: str, name: str) -> str | None:
@@ -293,7 +298,10 @@ class QueueBook:
 
     def apply(self, sid: str, kind: str, api_version: str, name: str, obj: Mapping[str, Any]) -> list[QueuePayload]:
         """An object was added or modified: define its queues, or reject it keeping what was defined."""
-        source = self._sources.get(sid) or _Source(kind=kind, name=name, obj=obj, api_version=api_version)
+        source = self._sources.get(sid)
+        if source is None:
+            self._seq += 1
+            source = _Source(kind=kind, name=name, obj=obj, api_version=api_version, seq=self._seq)
         source.obj, source.api_version = obj, api_version
         self._sources[sid] = source
         out = self._try(sid, source)
@@ -303,6 +311,7 @@ class QueueBook:
 
     def delete(self, sid: str) -> list[QueuePayload]:
         source = self._sources.pop(sid, None)
+        self._rejected.pop(sid, None)
         if source is None:
             return []
         out: list[QueuePayload] = []
@@ -328,6 +337,7 @@ class QueueBook:
                 if owner is not None and owner != sid:
                     raise Invalid(f"queue {spec.name} is already defined by {owner}", subject=spec.name)
         except Invalid as exc:
+            self._rejected[sid] = source.seq
             if source.rejected == exc.reason:
                 return []
             source.rejected = exc.reason
@@ -338,6 +348,7 @@ class QueueBook:
             return [QueueRejected(name=name, kind=source.kind, reason=exc.reason,
                                   object_namespace=str(meta.get("namespace") or ""), object_name=source.name)]
         source.rejected = None
+        self._rejected.pop(sid, None)
         return self._define(sid, source, specs)
 
     def _define(self, sid: str, source: _Source, specs: list[QueueSpec]) -> list[QueuePayload]:
@@ -362,12 +373,16 @@ class QueueBook:
         return out
 
     def _retry_rejected(self) -> list[QueuePayload]:
-        """Something was defined or removed: objects rejected earlier (e.g. parent missing) may now pass."""
+        """Something was defined or removed: objects rejected earlier (e.g. parent missing) may now pass.
+
+        Only the rejected ones are tried, in the order the book met them (as a walk of every source
+        skipping the accepted ones would): a definition costs the rejected objects, not every queue."""
         out: list[QueuePayload] = []
         progress = True
         while progress:
             progress = False
-            for sid, source in list(self._sources.items()):
+            for sid in sorted(self._rejected, key=self._rejected.__getitem__):
+                source = self._sources[sid]
                 if source.rejected is None:
                     continue
                 emitted = self._try(sid, source)

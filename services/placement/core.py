@@ -28,6 +28,7 @@ from services.placement.statement import Statement
 from services.placement.workloads import Slot, WorkloadRecord
 from shared.model import Gang, shrunk
 from shared.victims import minimal_victims
+from shared import kube
 from shared import quantity as q
 from shared.events import (
     CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, Envelope, GangDisrupted, GangPlaced, GangRunning,
@@ -119,7 +120,14 @@ class PlacementCore:
 
     # ------------------------------------------------------------------ nodes and capacity
     def _on_node(self, p: ObjectChanged) -> list[Any]:
-        change = self.nodes.remove(p.name) if p.change == "Deleted" else self.nodes.upsert(p.name, p.object)
+        """A node came, changed or left. One ingest refused (``kube.REFUSED``) is cordoned: left out
+        of scheduling, its pods still charged (the cluster link logs and counts the refusal)."""
+        if p.change == "Deleted":
+            change = self.nodes.remove(p.name)
+        elif kube.refused(p.object) is not None:
+            change = self.nodes.cordon(p.name)
+        else:
+            change = self.nodes.upsert(p.name, p.object)
         if change is None:
             return []
         lost: list[Any] = []
@@ -190,7 +198,11 @@ class PlacementCore:
 
     # ------------------------------------------------------------------ pods
     def _on_pod(self, p: ObjectChanged, now: float) -> list[Any]:
-        """Count bound live pods, fill or free slots, assign new pods of admitted workloads."""
+        """Count bound live pods, fill or free slots, assign new pods of admitted workloads. A version
+        ingest refused (``kube.REFUSED``) is not read: the pod's last readable version stands, and
+        admission rejects its workload naming it."""
+        if p.change != "Deleted" and kube.refused(p.object) is not None:
+            return []
         facts = pod_facts(p.change, p.object, p.name, p.namespace, self.policy.answers_to)
         rec = self.pods.get(facts.key)
         if rec is None:

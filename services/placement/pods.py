@@ -52,8 +52,37 @@ class PodFacts:
         return bool(self.node_name)
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+_mapping = kube.mapping
+
+_REQUESTS_MEMO = 4096
+"""How many distinct requests ``_requests`` remembers (then it starts afresh): a cluster's pods come
+from a few templates, and every watch event of a pod carries the same containers again."""
+_requests_memo: dict[str, dict[str, int]] = {}
+
+
+def _requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    """``kube.pod_requests`` of a pod spec, {} when unreadable. Remembered by the ``repr`` of the
+    containers' ``resources``, all it reads (a container's name only names it in an error, and an
+    error gives {}); ``repr``, not ``==``: ``1``, ``1.0`` and ``true`` are equal but do not parse
+    alike. Parsing the quantities of every pod event again was a tenth of a replay's time."""
+    containers = spec.get("containers")
+    if type(containers) is not list or any(type(c) is not dict for c in containers):
+        return _parse_requests(spec)  # not the usual shape: no memo
+    key = repr([c.get("resources") for c in containers])
+    requests = _requests_memo.get(key)
+    if requests is None:
+        requests = _parse_requests(spec)
+        if len(_requests_memo) >= _REQUESTS_MEMO:
+            _requests_memo.clear()
+        _requests_memo[key] = requests
+    return requests
+
+
+def _parse_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    try:
+        return kube.pod_requests(spec)
+    except (AttributeError, TypeError, ValueError, ArithmeticError):  # QuantityError, or .inf/.nan/1e1000000
+        return {}
 
 
 def pod_facts(change: str, obj: Mapping[str, Any], name: str, namespace: str,
@@ -66,10 +95,7 @@ def pod_facts(change: str, obj: Mapping[str, Any], name: str, namespace: str,
     namespace = str(meta.get("namespace") or namespace or "default")
     name = str(meta.get("name") or name)
     phase = str(_mapping(obj.get("status")).get("phase") or "Pending")
-    try:
-        requests = kube.pod_requests(spec)
-    except (AttributeError, TypeError, ValueError, ArithmeticError):  # QuantityError, or .inf/.nan/1e1000000
-        requests = {}
+    requests = _requests(spec)
     annotations = _mapping(meta.get("annotations"))
     try:
         share = kube.gpu_share(annotations, "metadata")

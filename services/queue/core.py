@@ -30,10 +30,10 @@ from services.queue.ordering import blocks, serve_key
 from services.queue.reasons import preempted_by, waiting
 from shared.reasons import amounts, gang_line
 from services.queue.room import RoomWaits
-from services.queue.reclaim import (CLUSTER, Choice, Running, choose_victims, shortage, within_guarantee,
-                                    within_share)
+from services.queue.reclaim import (CLUSTER, Choice, Running, above_guarantee, choose_victims, shortage,
+                                    within_guarantee, within_share)
 from services.queue.snapshot import Freed, Snapshot
-from services.queue.tree import QueueTree, cap_failure, over_limits, quota_failure
+from services.queue.tree import QueueTree, cap_failure, over_limits, quota_block, quota_failure
 from services.queue.workload import Tracked
 from shared.model import shrunk
 from shared.victims import minimal_victims
@@ -69,8 +69,10 @@ class QueueCore:
         """Times at which a blocked reclaim's victims reach their minimum runtime: wake-ups, not just cycles."""
         self._growing: dict[str, None] = {}
         """Keys of quota holders whose owners want elastic pods (the cycle's grant step reads only these)."""
-        self._room = RoomWaits()
+        self._room = RoomWaits(self._ledger)
         """Pending gangs placement found no room and no victim for: they wait for a release that holds them."""
+        self._quota = RoomWaits(self._ledger, "quota_key")
+        """Pending workloads over a limit with nothing to reclaim: they wait for usage under it to drop."""
         self._reclaiming: dict[str, None] = {}
         """Reserved workloads whose named victims may still hold quota (until placement answers)."""
         self._seq = 0
@@ -109,10 +111,12 @@ class QueueCore:
         if problem is not None:
             out.append(QueueRejected(name=p.queue.name, kind=p.queue.kind, reason=problem))
             return
+        self._wake_quota_all(now)  # a limit, parent or state changed: every quota wait is judged again
         self._request_cycle(now, out)  # limits, state or shape changed: the cycle re-tells waits
 
     def _on_queue_removed(self, p: QueueRemoved, now: float, out: Out) -> None:
         if self.tree.remove(p.name):
+            self._wake_quota_all(now)
             self._request_cycle(now, out)  # its pending workloads hear "does not exist" in the cycle
 
     # ------------------------------------------------------------------ workloads from admission
@@ -141,6 +145,7 @@ class QueueCore:
             return
         moved = spec.queue != w.queue
         self._room.unpark(w)  # a new shape or queue: placement has not judged it yet
+        self._quota.unpark(w)  # nor the quota check
         with self._ledger.moving(w):
             w.respec(spec)
         w.attempts, w.requeue_at = 0, None  # a changed spec is a new attempt: why it backed off may be gone
@@ -158,6 +163,7 @@ class QueueCore:
             with self._ledger.moving(w):
                 w.respec(w.spec.model_copy(update={"gang": smaller}))
             self._wake_all(now)  # quota came back: whatever waits for it may try at once
+            self._quota_freed(w.queue, now)
             self._request_cycle(now, out)
         w.latest = None if spec == w.spec else spec
         if self._set_goal(w):
@@ -167,8 +173,9 @@ class QueueCore:
         w = self._workloads.pop(p.key, None)
         if w is None:
             return
-        self._ledger.unbook(w)
         self._room.unpark(w)
+        self._quota.unpark(w)
+        self._ledger.unbook(w)
         self._growing.pop(w.key, None)
         reclaimer = self._workloads.get(w.promised_to) if w.promised_to else None
         if reclaimer is not None:
@@ -179,6 +186,7 @@ class QueueCore:
         out.append(WorkloadWithdrawn(key=w.key, reason=reason))
         if w.holds_quota:
             self._wake_all(now)
+            self._quota_freed(w.queue, now)
         self._request_cycle(now, out)
 
     def _on_rejected(self, p: WorkloadRejected, now: float, out: Out) -> None:
@@ -198,6 +206,7 @@ class QueueCore:
         if w.state == "pending":  # placement placed it after all: reality wins, it holds quota
             w.reserved_seq = self._next_seq()
             self._room.unpark(w)
+            self._quota.unpark(w)
         with self._ledger.moving(w):
             w.state = "admitted"
         w.attempts, w.requeue_at, w.preempted_by, w.held, w.reclaim_note = 0, None, "", "", ""
@@ -207,6 +216,12 @@ class QueueCore:
             for x in woken:  # a lower priority now holds nodes in their queue: they may preempt it
                 self._room.unpark(x)
                 x.requeue_at = now
+            if woken:
+                self._request_cycle(now, out)
+        if w.spec.preemptible and len(self._quota):
+            woken = self._quota.above(w.queue, w.spec.priority, self._workloads)
+            for x in woken:  # a lower priority now holds quota in their queue: they may preempt it for quota
+                self._quota.unpark(x)
             if woken:
                 self._request_cycle(now, out)
         if self._set_goal(w):
@@ -220,6 +235,8 @@ class QueueCore:
             w.state = "running"
         if w.started_at is None:
             w.started_at = now
+        if w.spec.preemptible and len(self._quota) and self._above_guarantee(w.queue):
+            self._reclaimable(w.queue, now, out)
         if self._set_goal(w):
             self._request_cycle(now, out)
 
@@ -239,6 +256,7 @@ class QueueCore:
         if parks:  # no node and no victim: it waits for a release that holds it, not for a timer
             self._room.park(w, p.room_key)
         self._back_off(w, now, w.reason(reason), out, arm=not parks)
+        self._quota_freed(w.queue, now)
         self._request_cycle(now, out)  # its reservation went back to the queue
 
     def _on_preempted(self, p: PreemptionRequested, now: float, out: Out) -> None:
@@ -258,6 +276,7 @@ class QueueCore:
         w.last_reason = f"{w.preempted_by}; {waiting(w.queue)}"
         out.append(Enqueued(key=w.key, queue=w.queue, reason=w.last_reason))
         self._wake_all(now)
+        self._quota_freed(w.queue, now)
         self._request_cycle(now, out)
 
     def _queue_of(self, key: str) -> str:
@@ -272,6 +291,7 @@ class QueueCore:
             return
         with self._ledger.moving(w):
             w.set_elastic(p.pod_set, w.elastic.get(p.pod_set, 0) - p.count)
+        self._quota_freed(w.queue, now)
         if p.refused:
             w.elastic_waits = True  # no node for it now: it asks again when capacity is released
             self._tell_elastic_wait(w, p.pod_set, p.count, f"{p.reason}; asked again when capacity is released", out)
@@ -308,6 +328,7 @@ class QueueCore:
             self._wake_all(now)  # victims a reclaim waited for have run their minimum runtime
             for w in self._room.wake_all(self._workloads):
                 w.requeue_at = now
+            self._wake_quota_all(now)
         self._cycle(now, out)
 
     # ------------------------------------------------------------------ the cycle
@@ -432,6 +453,7 @@ class QueueCore:
             ready = [w for w in members if not _resting(w, now)]
             if blocks(self.policy.queueing_for(name)):
                 resting = [w.order for w in members if _resting(w, now)]
+                resting += [w.order for w in self._ledger.parked.get(name, {}).values()]
                 if resting:  # StrictFIFO: nothing passes a head that is backing off
                     first = min(resting)
                     ready = [w for w in ready if w.order < first]
@@ -465,10 +487,10 @@ class QueueCore:
 
     def _try(self, w: Tracked, snap: Snapshot, now: float, out: Out) -> bool:
         """Steps 5-6 for one head; True when it took quota."""
-        failure = quota_failure(self.tree, w.queue, w.demand, snap.usage, snap.protected, w.spec.preemptible)
+        block = quota_block(self.tree, w.queue, w.demand, snap.usage, snap.protected, w.spec.preemptible)
         short = shortage(w.demand, snap.free)
-        if failure is not None:
-            return self._over_quota(w, failure, short, snap, now, out)
+        if block is not None:
+            return self._over_quota(w, block, short, snap, now, out)
         choice, pods = self._reclaim(w, {CLUSTER: short}, snap, now) if short else (Choice(None), [])
         if short and choice.victims is None:
             w.reclaim_note = self._ripening_reclaim(w, {CLUSTER: short}, snap, now, out) or _refused(choice.refusal)
@@ -482,13 +504,14 @@ class QueueCore:
             out.append(Dequeued(key=w.key, queue=w.queue, workload=w.spec, reason=w.last_reason))
         return True
 
-    def _over_quota(self, w: Tracked, failure: str, short: dict[str, int], snap: Snapshot, now: float,
+    def _over_quota(self, w: Tracked, block: tuple[str, str], short: dict[str, int], snap: Snapshot, now: float,
                     out: Out) -> bool:
         """Step 5 failed on a limit. When that limit is an ancestor's (shared with other queues), queues
         using more than their share under it give the quota back first (reclaim across the tree, what
         the ACK doc calls reclaiming a quota's minimum from quotas above theirs; their elastic pods before
         any whole gang); else lower priorities of ``w``'s own queue (in-queue preemption for quota); else
         ``BackedOff`` saying why."""
+        level, failure = block
         needs = over_limits(self.tree, w.queue, w.demand, snap.usage)
         note = ""
         if needs and w.queue not in needs and cap_failure(self.tree, w.queue, w.demand, snap.protected,
@@ -502,7 +525,7 @@ class QueueCore:
                 self._ask_reclaim(w, choice, pods, f" to stay within {failure}", out)
                 return True
             note = self._ripening_reclaim(w, needs, snap, now, out) or _refused(choice.refusal)
-        return self._preempt_for_quota(w, failure, snap, now, out, note)
+        return self._preempt_for_quota(w, failure, snap, now, out, note, level)
 
     def _ask_reclaim(self, w: Tracked, choice: Choice, pods: list[elastic.ElasticPod], within: str, out: Out) -> None:
         """``ReclaimRequested`` for a reservation that takes back what other queues hold."""
@@ -536,11 +559,12 @@ class QueueCore:
             snap.candidates, snap.candidate_queues = None, None  # promises changed
 
     def _preempt_for_quota(self, w: Tracked, failure: str, snap: Snapshot, now: float, out: Out,
-                           refused: str = "") -> bool:
+                           refused: str = "", level: str = "") -> bool:
         """Lower priorities of ``w``'s own leaf queue may give their quota back (preemption.py), their
         elastic pods before any whole gang (elastic.py). Then ``ReclaimRequested`` naming them (placement
         places ``w`` over them and evicts them as in-queue preemption), else ``BackedOff`` with the quota
-        reason (and ``refused``: why no reclaim)."""
+        reason (and ``refused``: why no reclaim): waiting for quota under ``level`` (``room.py``), or, when
+        only victims' minimum runtime stands in the way, for a time."""
         pods = self._elastic_quota_victims(w, snap, now)
         if pods is not None:
             w.reclaim_note = ""
@@ -553,7 +577,11 @@ class QueueCore:
         victims, note = self._quota_victims(w, snap, now, out)
         if victims is None:
             tail = " ".join(part for part in (note, refused) if part)
-            self._back_off(w, now, w.reason(gang_line(w.spec.gang) + failure + (f". {tail}" if tail else "")), out)
+            parks = bool(level) and not note
+            if parks:
+                self._quota.park(w, level)
+            self._back_off(w, now, w.reason(gang_line(w.spec.gang) + failure + (f". {tail}" if tail else "")), out,
+                           arm=not parks)
             return False
         keys = tuple(h.key for h in victims)
         w.reclaim_note = ""
@@ -755,6 +783,32 @@ class QueueCore:
         for key in self._growing:
             self._workloads[key].elastic_waits = False
 
+    def _quota_freed(self, queue: str, now: float) -> None:
+        """Usage of ``queue`` and its ancestors dropped: who waits for quota at one of them tries again."""
+        if len(self._quota):
+            levels = [spec.name for spec in self.tree.ancestry(queue)] or [queue]
+            for w in self._quota.wake_keys(levels, self._workloads):
+                w.requeue_at = now
+
+    def _above_guarantee(self, queue: str) -> bool:
+        """Whether ``queue`` holds more than it is entitled to of some resource (what reclaim may take back)."""
+        held = self._ledger.held.get(queue, {})
+        return above_guarantee(held, self.tree.get(queue), held)
+
+    def _reclaimable(self, queue: str, now: float, out: Out) -> None:
+        """A preemptible workload of ``queue`` runs above its guarantee: reclaim may take it for workloads
+        of other queues waiting for quota at one of its ancestors (the leaf's own wait for it to drop)."""
+        levels = [spec.name for spec in self.tree.ancestry(queue)][1:]
+        woken = self._quota.wake_keys(levels, self._workloads)
+        for w in woken:
+            w.requeue_at = now
+        if woken:
+            self._request_cycle(now, out)
+
+    def _wake_quota_all(self, now: float) -> None:
+        for w in self._quota.wake_all(self._workloads):
+            w.requeue_at = now
+
     def _unpromise(self, w: Tracked) -> None:
         """Placement answered ``w``'s reclaim (or ``w`` left): its victims are free to be chosen again."""
         for key in [*w.victims, *(unit.key for unit in w.elastic_victims)]:
@@ -814,7 +868,7 @@ class QueueCore:
 
 def _resting(w: Tracked, now: float) -> bool:
     """Not a head now: backing off, or waiting for room a release has not named yet."""
-    return bool(w.room_key) or backoff.backing_off(w.requeue_at, now)
+    return bool(w.room_key or w.quota_key) or backoff.backing_off(w.requeue_at, now)
 
 
 def _elastic_text(pods: Sequence[elastic.ElasticPod]) -> str:

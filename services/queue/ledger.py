@@ -25,6 +25,9 @@ def _shift(target: dict[str, Resources], queue: str, amounts: Mapping[str, int],
 class Ledger:
     def __init__(self) -> None:
         self.pending: dict[str, dict[str, Tracked]] = {}
+        """Pending workloads a cycle considers (not waiting for room or quota), per queue."""
+        self.parked: dict[str, dict[str, Tracked]] = {}
+        """Pending workloads waiting for room or quota (``room.RoomWaits``): no cycle walks them."""
         self.running: dict[str, Tracked] = {}
         self.running_elastic: dict[str, Tracked] = {}
         """Running holders with granted elastic pods: reclaim's first victims, without a walk of every holder."""
@@ -65,10 +68,11 @@ class Ledger:
                 self.running.pop(w.key, None)
                 self.running_elastic.pop(w.key, None)
         if w.state == "pending":
+            index = self.parked if w.room_key or w.quota_key else self.pending
             if sign > 0:
-                self.pending.setdefault(w.queue, {})[w.key] = w
+                index.setdefault(w.queue, {})[w.key] = w
             else:
-                members = self.pending.get(w.queue, {})
+                members = index.get(w.queue, {})
                 members.pop(w.key, None)
                 if not members:
-                    self.pending.pop(w.queue, None)
+                    index.pop(w.queue, None)

@@ -125,7 +125,7 @@ def _floor_kept(usage: Mapping[str, int], demand: Mapping[str, int], queue: Queu
     return True
 
 
-def _above_guarantee(usage: Mapping[str, int], queue: QueueSpec | None, need: Mapping[str, int]) -> bool:
+def above_guarantee(usage: Mapping[str, int], queue: QueueSpec | None, need: Mapping[str, int]) -> bool:
     """Above its guarantee, or its Volcano ``deserved`` where it has one, on a needed resource: it lends."""
     if queue is None:
         return False
@@ -197,7 +197,7 @@ def choose_victims(needs: Mapping[str, Mapping[str, int]], running: list[Running
                 continue
             share = dominant_share(left[name], shares.get(name, {}))
             spec = queues.get(name)
-            if share <= 1 and not (starved and _above_guarantee(left[name], spec, wanted)):
+            if share <= 1 and not (starved and above_guarantee(left[name], spec, wanted)):
                 continue
             for w in pool[name]:
                 if not any(w.demand.get(r, 0) > 0 for r in wanted):

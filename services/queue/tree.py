@@ -2,8 +2,10 @@
 
 Every quota decision the queue core makes goes through ``quota_failure`` here: a workload fits
 when, at its leaf and at every ancestor, usage + demand stays within the limit (a parent's limit
-binds its whole subtree) and, for a non-preemptible workload of a queue whose dialect caps them
-(KAI), within the guarantee. ``over_limits`` says by how much each level is exceeded (what reclaim
+binds its whole subtree) and within the signed 64 bits a usage is held in (``quantity.MAX_MILLI``:
+each workload's demand is bounded at the edge, a queue's sum over many is bounded here, so the
+history's ``BIGINT`` usage columns never overflow) and, for a non-preemptible workload of a queue
+whose dialect caps them (KAI), within the guarantee. ``over_limits`` says by how much each level is exceeded (what reclaim
 across the tree must free there).
 """
 
@@ -123,26 +125,38 @@ class QueueTree:
 
 def quota_failure(tree: QueueTree, queue: str, demand: Mapping[str, int], usage: Mapping[str, Mapping[str, int]],
                   protected: Mapping[str, Mapping[str, int]], preemptible: bool) -> str | None:
-    """The first quota a demand breaks, as a reason line, or None when it fits.
+    """The first quota a demand breaks, as a reason line, or None when it fits (``quota_block``)."""
+    block = quota_block(tree, queue, demand, usage, protected, preemptible)
+    return block[1] if block is not None else None
+
+
+def quota_block(tree: QueueTree, queue: str, demand: Mapping[str, int], usage: Mapping[str, Mapping[str, int]],
+                protected: Mapping[str, Mapping[str, int]], preemptible: bool) -> tuple[str, str] | None:
+    """The first quota a demand breaks: (the queue whose limit or cap it is, the reason line), or None.
 
     Levels leaf first, resources by name: ``queue Q <limit_word> cpu 4: used 3, requested 3``.
     ``usage`` is rolled-up usage of quota holders; ``protected`` the same for non-preemptible
     ones. Where the queue's dialect says so (``guarantee_caps_non_preemptible``, KAI), a
     non-preemptible workload may only use what its queues guarantee (resources a queue names in its
-    guarantee), since nobody could take it back later.
+    guarantee), since nobody could take it back later. The queue named is what a workload waiting
+    for quota waits on: only usage under it dropping can lift this block.
     """
     wanted = sorted(r for r, v in demand.items() if v > 0)
     for spec in tree.ancestry(queue):
         used = usage.get(spec.name, {})
         for resource in wanted:
             limit = spec.limit_of(resource)
-            if limit is not None and used.get(resource, 0) + demand[resource] > limit:
-                return (f"queue {spec.name} {spec.limit_word} {resource} {q.human(resource, limit)}: "
-                        f"used {q.human(resource, used.get(resource, 0))}, "
-                        f"requested {q.human(resource, demand[resource])}")
+            held = used.get(resource, 0)
+            if limit is not None and held + demand[resource] > limit:
+                return spec.name, (f"queue {spec.name} {spec.limit_word} {resource} {q.human(resource, limit)}: "
+                                   f"used {q.human(resource, held)}, requested {q.human(resource, demand[resource])}")
+            if held + demand[resource] > q.MAX_MILLI:
+                return spec.name, (f"queue {spec.name} {resource}: used {q.human(resource, held)}, requested "
+                                   f"{q.human(resource, demand[resource])}: together more than muster holds "
+                                   f"({q.MAX_MILLI // 1000} units, 2**63-1 milli-units)")
         capped = _guarantee_cap(spec, wanted, demand, protected, preemptible)
         if capped is not None:
-            return capped
+            return spec.name, capped
     return None
 
 

@@ -60,6 +60,10 @@ class Tracked:
     room_key: str = ""
     """Set while it waits for room placement reported no node and no victim for (``room.RoomWaits``):
     no head of a cycle until a release names room for this key."""
+    quota_key: str = ""
+    """Set while it waits for quota: the queue (its leaf or an ancestor) whose limit or guarantee cap
+    blocked it with nothing to reclaim or preempt (``room.RoomWaits``); no head of a cycle until usage
+    under that queue drops."""
 
     @classmethod
     def of(cls, spec: WorkloadSpec) -> "Tracked":

@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from typing import Any, Callable, Literal
 
 from shared.events import SCHEMA_VERSION, Envelope, ObjectChanged, derive_id
+from shared import kube
 from shared.kube import REFUSED, meta
-from shared.validation import MAX_BYTES, object_problem, tree_problem
+from shared.validation import MAX_BYTES, dns1123_subdomain, label_value, object_problem, tree_problem
 
 Change = Literal["Added", "Modified", "Deleted"]
 
@@ -122,12 +123,37 @@ def kept(obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+POD_OWNER_LABELS = (kube.RAY_CLUSTER, kube.RAY_NODE_TYPE, kube.RAY_ORIGIN_KIND, kube.RAY_ORIGIN_NAME,
+                    kube.POD_GROUP_X, kube.POD_GROUP_NAME)
+"""Labels that say which workload a pod belongs to: a refused Pod keeps those that are valid, so
+admission can reject that workload naming the pod (and routing still knows a KubeRay pod)."""
+POD_OWNER_ANNOTATIONS = (kube.VOLCANO_GROUP,)
+POD_OWNER_SPEC = ("schedulerName", "nodeName")
+
+
 def _identity(obj: Mapping[str, Any], reason: str) -> dict[str, Any]:
-    """The object reduced to what names it, every text made encodable, with the reason it was refused."""
+    """The object reduced to what names it, every text made encodable, with the reason it was refused.
+
+    A Pod also keeps what names its workload (``POD_OWNER_LABELS``, its group annotation, scheduler
+    and node), each only when it is a value the API server would take: the rest is lost, the owner is not."""
     metadata = meta(obj)
-    ident = {k: _safe(metadata[k]) for k in ("name", "namespace", "uid", "resourceVersion") if isinstance(metadata.get(k), str)}
-    return {**{k: _safe(obj[k]) for k in ("apiVersion", "kind") if isinstance(obj.get(k), str)},
-            "metadata": {**ident, "annotations": {REFUSED: reason}}}
+    ident: dict[str, Any] = {k: _safe(metadata[k]) for k in ("name", "namespace", "uid", "resourceVersion")
+                             if isinstance(metadata.get(k), str)}
+    annotations = {REFUSED: reason}
+    out: dict[str, Any] = {k: _safe(obj[k]) for k in ("apiVersion", "kind") if isinstance(obj.get(k), str)}
+    if obj.get("kind") == "Pod":
+        labels = {k: v for k, v in kube.labels(obj).items()
+                  if k in POD_OWNER_LABELS and isinstance(v, str) and label_value(v) is None}
+        if labels:
+            ident["labels"] = labels
+        annotations.update({k: v for k, v in kube.annotations(obj).items()
+                            if k in POD_OWNER_ANNOTATIONS and isinstance(v, str) and dns1123_subdomain(v) is None})
+        spec = kube.mapping(obj.get("spec"))
+        owned = {k: spec[k] for k in POD_OWNER_SPEC if isinstance(spec.get(k), str) and dns1123_subdomain(spec[k]) is None}
+        if owned:
+            out["spec"] = owned
+    out["metadata"] = {**ident, "annotations": annotations}
+    return out
 
 
 def _safe(text: str) -> str:

@@ -83,6 +83,8 @@ class StatusBook:
         self._queues: dict[str, None] = {}
         self._workloads: dict[str, None] = {}
         self._due: float | None = None
+        self._by_queue: dict[str | None, list[WorkloadView]] | None = None
+        """During a ``flush``: the live workloads per queue, in the view's order (one pass, not one per queue)."""
 
     def observe(self, env: Envelope) -> list[TimerSet]:
         """Fold one envelope; a timer for the next flush when something changed and none is set."""
@@ -120,21 +122,11 @@ class StatusBook:
                 name = specs[name].parent
         out: list[KubeEffect] = []
         trees: dict[tuple[str, str], list[QueueSpec]] = {}
-        views = self.view.queue_views(touched) if touched else {}
-        for name in sorted(touched):
-            spec = specs[name]
-            if spec.source is None:
-                continue
-            if spec.dialect == "elasticquotatree":
-                trees.setdefault((spec.source.namespace, spec.source.name), [])
-            elif spec.dialect == "volcano" and self.policy.answers_to("volcano"):
-                out.append(self._effect(spec, self._volcano(spec, views[name])))
-            elif spec.dialect == "kai" and self.policy.answers_to("kai-scheduler"):
-                out.append(self._effect(spec, self._kai(spec, views[name])))
-        for (namespace, tree), _ in sorted(trees.items()):
-            nodes = [s for s in specs.values() if s.source is not None and s.dialect == "elasticquotatree"
-                     and (s.source.namespace, s.source.name) == (namespace, tree)]
-            out.append(self._tree(nodes))
+        self._by_queue = None
+        try:
+            self._flush_touched(touched, specs, out, trees)
+        finally:
+            self._by_queue = None
         if self.policy.answers_to("volcano"):
             for key in sorted(workloads):
                 effect = self._pod_group(key)
@@ -142,6 +134,28 @@ class StatusBook:
                     out.append(effect)
         self._forget_deleted(workloads)
         return out
+
+    def _flush_touched(self, touched: dict[str, None], specs: dict[str, QueueSpec], out: list[KubeEffect],
+                       trees: dict[tuple[str, str], list[QueueSpec]]) -> None:
+        # Quota held per queue: all that Volcano's and KAI's status read of ``queue_views`` (its waiting
+        # lists and positions, a sort of every workload, are for ElasticQuotaTrees: ``_tree``).
+        usage: dict[str, dict[str, int]] | None = None
+        for name in sorted(touched):
+            spec = specs[name]
+            if spec.source is None:
+                continue
+            if spec.dialect == "elasticquotatree":
+                trees.setdefault((spec.source.namespace, spec.source.name), [])
+            elif spec.dialect == "volcano" and self.policy.answers_to("volcano"):
+                usage = self.view.queue_usage() if usage is None else usage
+                out.append(self._effect(spec, self._volcano(spec, q.format_resources(usage.get(name, {})))))
+            elif spec.dialect == "kai" and self.policy.answers_to("kai-scheduler"):
+                usage = self.view.queue_usage() if usage is None else usage
+                out.append(self._effect(spec, self._kai(spec, q.format_resources(usage.get(name, {})))))
+        for (namespace, tree), _ in sorted(trees.items()):
+            nodes = [s for s in specs.values() if s.source is not None and s.dialect == "elasticquotatree"
+                     and (s.source.namespace, s.source.name) == (namespace, tree)]
+            out.append(self._tree(nodes))
 
     def _forget_deleted(self, flushed: dict[str, None]) -> None:
         """A deleted workload's last status is written: its view goes, so the book holds live
@@ -155,23 +169,29 @@ class StatusBook:
 
     # ------------------------------------------------------------------ per dialect
     def _members(self, queue: str) -> list[WorkloadView]:
-        return [v for v in self.view.workloads.values() if v.queue == queue and v.phase not in (None, "Deleted")]
+        by_queue = self._by_queue
+        if by_queue is None:
+            by_queue = self._by_queue = {}
+            for v in self.view.workloads.values():
+                if v.phase not in (None, "Deleted"):
+                    by_queue.setdefault(v.queue, []).append(v)
+        return by_queue.get(queue, [])
 
-    def _volcano(self, spec: QueueSpec, view: dict[str, Any]) -> dict[str, Any]:
+    def _volcano(self, spec: QueueSpec, allocated: dict[str, str]) -> dict[str, Any]:
         members = self._members(spec.name)
         running = sum(1 for v in members if v.holds_quota and v.phase == "Running")
         inqueue = sum(1 for v in members if v.holds_quota and v.phase != "Running")
         pending = sum(1 for v in members if not v.holds_quota and v.phase in ("Queued", "Preempted"))
         return {"state": spec.state, "pending": pending, "inqueue": inqueue, "running": running,
-                "allocated": view["usage"]}
+                "allocated": allocated}
 
-    def _kai(self, spec: QueueSpec, view: dict[str, Any]) -> dict[str, Any]:
+    def _kai(self, spec: QueueSpec, allocated: dict[str, str]) -> dict[str, Any]:
         requested: q.Resources = {}
         for name in self._subtree(spec.name):
             for v in self._members(name):
                 if v.holds_quota or v.queue_state in ("pending", "backoff"):
                     requested = q.add(requested, v.demand)
-        return {"allocated": view["usage"], "requested": q.format_resources(requested)}
+        return {"allocated": allocated, "requested": q.format_resources(requested)}
 
     def _tree(self, nodes: list[QueueSpec]) -> KubeEffect:
         views = self.view.queue_views(s.name for s in nodes)

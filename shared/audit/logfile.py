@@ -51,6 +51,9 @@ class Record(tuple):
         return self[1]
 
 
+_record = tuple.__new__
+
+
 class LogSource(Protocol):
     """A log to read: its header, and its envelopes as bytes in replay order."""
 
@@ -177,7 +180,7 @@ class LogFile:
                         self._end(line, number, count, lines)
                         return
                     count += 1
-                    yield Record(f"line {number}", line[:-1])
+                    yield _record(Record, (f"line {number}", line[:-1]))  # ``Record(...)`` without its frame
             except (OSError, EOFError, zlib.error) as exc:
                 raise self._broken(exc, number + 1) from None
         raise TruncatedLog(f"{path}: no end line after line {number} (an exported log ends with "

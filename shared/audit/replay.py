@@ -86,7 +86,7 @@ class Derived:
     """Order of derivation (the earliest owed decision is named when the log ends)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     """One envelope of the log, where it was, and what each service it was delivered to derived from it."""
 

@@ -120,7 +120,8 @@ def base_app(app_id: str, config: BusConfig, *, cls: type[MusterApp] = MusterApp
         app_id, **config.faust(), datadir=str(datadir / app_id),
         web_enabled=False, topic_disable_leader=True, topic_allow_declare=False,
         consumer_auto_offset_reset="earliest", key_serializer="raw", value_serializer="raw",
-        broker_rebalance_timeout=2, broker_session_timeout=6, broker_heartbeat_interval=1,
+        broker_rebalance_timeout=2, broker_session_timeout=config.session_timeout_ms / 1000,
+        broker_heartbeat_interval=config.heartbeat_ms / 1000,
         broker_commit_interval=COMMIT_INTERVAL, stream_wait_empty=False, producer_max_batch_size=BATCH_BYTES,
         producer_acks=-1,  # every in-sync replica has it (``BusConfig.min_insync``), Faust's default said out loud
     )

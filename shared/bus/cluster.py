@@ -47,6 +47,7 @@ from shared.bus.config import BusConfig
 from shared.bus.topics import Topics
 from shared.bus.worker import Incoming, Producer, Record, dead_letter_record, logged_and_routed
 from shared.events import Envelope, KubeEffect, ObjectChanged
+from shared.kube import refused
 from shared.service import Seen
 
 log = logging.getLogger("muster.cluster")
@@ -139,6 +140,9 @@ class ClusterBridge:
         self.observed = 0
         self.unsent = 0
         """Watch events dead-lettered instead of sent (``send_burst``)."""
+        self.refused: collections.Counter[str] = collections.Counter()
+        """Watch events ingest reduced to their identity (``kube.REFUSED``), per kind: admission rejects
+        such a workload, queue or pod's workload; placement leaves such a node out of scheduling."""
         self.max_record_bytes = MAX_RECORD_BYTES
         self.down: dict[str, str] = {}
         """Tasks of the link that failed and wait to start again, and why (``supervised``)."""
@@ -267,10 +271,24 @@ class ClusterBridge:
             item: Envelope | Record = watch_envelope(change, obj, time.time())
         except Exception as exc:  # noqa: BLE001 - whatever the object makes ingest raise, it is bad input
             item = self._unsent(change, obj, f"cannot be read: {type(exc).__name__}: {_first_line(exc)}")
+        else:
+            self._note_refused(item)
         await self._changes.put(item)
         if change == "Deleted" and obj.get("kind") == "Pod" and self.applier is not None:
             metadata = obj.get("metadata") or {}
             await self.applier.pod_gone(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+
+    def _note_refused(self, env: Envelope) -> None:
+        """A log line and a count per kind for an object ingest refused: for a Node, the only report
+        (no workload to reject), saying that it is left out of scheduling until it can be read."""
+        p = env.payload
+        reason = refused(p.object) if isinstance(p, ObjectChanged) else None
+        if reason is None:
+            return
+        self.refused[p.kind] += 1
+        effect = ("left out of scheduling until a version muster can read comes" if p.kind == "Node"
+                  else "its workload is rejected" if p.kind == "Pod" else "rejected")
+        log.warning("%s %s refused at ingest (%s): %s", p.kind, env.subject.partition("/")[2], effect, reason)
 
     async def watch(self, api: Any, watcher: Watcher | None = None) -> None:
         """Watch every resource and publish what changes, until cancelled."""

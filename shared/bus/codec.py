@@ -189,7 +189,7 @@ def _watch_event(raw: dict[str, Any]) -> Envelope | None:
             or type(raw["source"]) is not str or type(raw["occurred_at"]) is not float
             or type(raw["correlation_id"]) is not str or (cause is not None and type(cause) is not str)
             or type(raw["schema_version"]) is not int or raw["schema_version"] != SCHEMA_VERSION
-            or type(trace) is not dict or any(type(v) is not str for v in trace.values())):
+            or type(trace) is not dict or (trace and any(type(v) is not str for v in trace.values()))):
         return None
     raw["payload"] = built(ObjectChanged, p)
     return built(Envelope, raw)

@@ -9,12 +9,17 @@
 | ``MUSTER_KAFKA_SASL_USERNAME`` / ``MUSTER_KAFKA_SASL_PASSWORD`` | SASL credentials               |
 | ``MUSTER_KAFKA_SSL_CAFILE`` / ``_CERTFILE`` / ``_KEYFILE``       | TLS trust and client certificate |
 | ``MUSTER_KAFKA_FETCH_WAIT_MS``  | longest a fetch waits for data (default 5)                     |
+| ``MUSTER_KAFKA_SESSION_TIMEOUT_MS`` | how long the group waits for a silent service before it hands its inbox on (default 6000) |
 | ``MUSTER_TOPIC_REPLICATION``    | replication factor of the topics muster creates (default 1)    |
 | ``MUSTER_TOPIC_MIN_INSYNC``     | their ``min.insync.replicas`` (default 1; at most the factor)  |
 
 The fetch wait is low on purpose: a broker that does not answer a fetch as soon as data arrives
 (Tansu, the test broker) would otherwise add the whole wait to every hop between two services.
 Apache Kafka answers early, so a low value costs it only idle polls.
+
+The session timeout is how long a service that died without leaving its group (killed, its
+host gone) keeps its inbox from its successor; a service heartbeats a third of it apart. Tansu also
+holds every group join for about half of it, so the test suite sets 2000 for its own brokers.
 
 Replication: 1 suits one broker (compose, Tansu); on a cluster of three or more, 3 and
 ``min.insync.replicas`` 2 keep every acknowledged record through the loss of a broker (muster's
@@ -33,6 +38,16 @@ from shared.bus.topics import DEFAULT_PREFIX, Topics
 Security = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 _SECURITY = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+SESSION_TIMEOUT_MS = 6_000
+
+
+def _session_timeout(env: Mapping[str, str]) -> int:
+    text = env.get("MUSTER_KAFKA_SESSION_TIMEOUT_MS", str(SESSION_TIMEOUT_MS))
+    if not _is_port(text):
+        raise BusConfigError(f"MUSTER_KAFKA_SESSION_TIMEOUT_MS {text!r}: a whole number of milliseconds")
+    return int(text)
 
 
 def _is_port(text: str) -> bool:
@@ -58,6 +73,8 @@ class BusConfig:
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     fetch_wait_ms: int = 5
+    session_timeout_ms: int = field(default_factory=lambda: _session_timeout(os.environ))
+    """``MUSTER_KAFKA_SESSION_TIMEOUT_MS`` (the module docstring); the heartbeat is a third of it."""
     replication: int = 1
     """Replication factor of the topics muster creates (``shared.bus.topics.Topics.specs``)."""
     min_insync: int = 1
@@ -75,6 +92,8 @@ class BusConfig:
             raise BusConfigError(f"security {self.security} needs MUSTER_KAFKA_SASL_USERNAME and _PASSWORD")
         if self.fetch_wait_ms < 0:
             raise BusConfigError(f"fetch wait {self.fetch_wait_ms} ms: must not be negative")
+        if not 1_000 <= self.session_timeout_ms <= 300_000:
+            raise BusConfigError(f"session timeout {self.session_timeout_ms} ms: from 1000 to 300000")
         if not 1 <= self.replication <= 32767:
             raise BusConfigError(f"topic replication factor {self.replication}: a whole number from 1 to 32767")
         if not 1 <= self.min_insync <= self.replication:
@@ -110,6 +129,7 @@ class BusConfig:
             ssl_certfile=env.get("MUSTER_KAFKA_SSL_CERTFILE"),
             ssl_keyfile=env.get("MUSTER_KAFKA_SSL_KEYFILE"),
             fetch_wait_ms=int(wait),
+            session_timeout_ms=_session_timeout(env),
             replication=counts["MUSTER_TOPIC_REPLICATION"],
             min_insync=counts["MUSTER_TOPIC_MIN_INSYNC"],
         )
@@ -129,6 +149,11 @@ class BusConfig:
         return out
 
     @property
+    def heartbeat_ms(self) -> int:
+        """A third of the session timeout, at most a second (aiokafka's and Kafka's rule of thumb)."""
+        return min(1_000, self.session_timeout_ms // 3)
+
+    @property
     def topics(self) -> Topics:
         return Topics(self.prefix)
 
@@ -137,6 +162,7 @@ class BusConfig:
         out = {"MUSTER_KAFKA": ",".join(self.servers), "MUSTER_TOPIC_PREFIX": self.prefix,
                "MUSTER_KAFKA_SECURITY": self.security, "MUSTER_KAFKA_SASL_MECHANISM": self.sasl_mechanism,
                "MUSTER_KAFKA_FETCH_WAIT_MS": str(self.fetch_wait_ms),
+               "MUSTER_KAFKA_SESSION_TIMEOUT_MS": str(self.session_timeout_ms),
                "MUSTER_TOPIC_REPLICATION": str(self.replication), "MUSTER_TOPIC_MIN_INSYNC": str(self.min_insync)}
         for name, value in (("SASL_USERNAME", self.sasl_username), ("SASL_PASSWORD", self.sasl_password),
                             ("SSL_CAFILE", self.ssl_cafile), ("SSL_CERTFILE", self.ssl_certfile),

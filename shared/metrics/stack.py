@@ -111,6 +111,12 @@ class ClusterCollector(Collector):
         yield CounterMetricFamily("muster_cluster_unsent_watch_events",
                                   "Watch events dead-lettered instead of sent (unencodable, too large, refused)",
                                   value=b.unsent)
+        refused = CounterMetricFamily("muster_cluster_refused_watch_events",
+                                      "Watch events ingest reduced to their identity (out of bounds), per kind",
+                                      labels=["kind"])
+        for kind, count in sorted(b.refused.items()):
+            refused.add_metric([kind], count)
+        yield refused
         down = GaugeMetricFamily("muster_cluster_task_down", "1 while a task of the cluster link is down",
                                  labels=["task"])
         for task in sorted(b.down):

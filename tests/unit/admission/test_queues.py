@@ -300,3 +300,30 @@ def test_each_queue_names_its_object() -> None:
     assert volcano == QueueSource(kind="Queue", api_version="scheduling.volcano.sh/v1beta1", name="v")
     assert kai == QueueSource(kind="Queue", api_version="scheduling.run.ai/v2", name="k")
     assert {(s.kind, s.namespace, s.name) for s in tree} == {("ElasticQuotaTree", "kube-system", "elasticquotatree")}
+
+
+def test_a_definition_retries_the_rejected_queue_objects_only_in_the_order_they_came(monkeypatch) -> None:
+    """Issue 14: a definition re-parses what was rejected, not every queue object the book holds."""
+    from services.admission.queues import QueueBook
+
+    d = AdmissionDriver()
+    for i in range(200):
+        d.send(volcano_queue(f"q{i}"))
+    d.send(volcano_queue("late-child", parent="dept"))
+    d.send(volcano_queue("bad", weight=0))
+    d.send(volcano_queue("early-child", parent="dept"))
+    parsed: list[str] = []
+    parse = QueueBook._parse
+    monkeypatch.setattr(QueueBook, "_parse", lambda book, source: parsed.append(source.name) or parse(book, source))
+    out = d.send(volcano_queue("dept"))
+    assert [(type(e).__name__, e.queue.name) for e in out] == [
+        ("QueueDefined", "dept"), ("QueueDefined", "late-child"), ("QueueDefined", "early-child")]
+    assert parsed == ["dept", "late-child", "bad", "early-child", "bad"]  # a second pass for what is still rejected
+    book = d.core.queues
+    assert list(book._rejected) == ["scheduling.volcano.sh/Queue/bad"]  # all a retry walks
+    parsed.clear()
+    d.send(volcano_queue("bad"))  # fixed: nothing is left to retry
+    assert parsed == ["bad"] and book._rejected == {}
+    d.send(volcano_queue("orphan", parent="gone"))
+    d.send(volcano_queue("orphan"), "Deleted")
+    assert book._rejected == {}  # a deleted object is never retried

@@ -141,3 +141,19 @@ def test_an_effect_whose_application_fails_otherwise_is_dead_lettered_and_the_ne
     [letter] = [json.loads(r.value) for r in broker.sent]
     assert (letter["offset"], letter["topic"]) == (0, TOPICS.effects)
     assert letter["error"] == "cannot be applied: KeyError: 'spec'"
+
+
+def test_an_object_ingest_refuses_is_sent_as_its_identity_logged_and_counted_per_kind(caplog):
+    from shared.metrics.stack import ClusterCollector
+
+    bridge = _bridge()
+    bad = node("n1", labels={"note": "x" * 64})
+    with caplog.at_level("WARNING", logger="muster.cluster"):
+        asyncio.run(bridge.observe("Added", bad))
+        asyncio.run(bridge.observe("Added", node("n2")))
+    assert bridge.refused == {"Node": 1} and bridge.observed == 2 and bridge.dead_letters == 0
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith("Node n1 refused at ingest (left out of scheduling until a version muster can read "
+                           "comes): metadata.labels.note:")
+    [family] = [f for f in ClusterCollector(bridge).collect() if f.name == "muster_cluster_refused_watch_events"]
+    assert [(s.labels, s.value) for s in family.samples if s.name.endswith("_total")] == [({"kind": "Node"}, 1)]

@@ -128,3 +128,15 @@ def test_replication_and_min_insync_from_flags_else_environment_else_one():
 def test_a_replication_that_cannot_work_is_refused(env, message):
     with pytest.raises(BusConfigError, match=re.escape(message)):
         _from({"MUSTER_KAFKA": "k:1", **env})
+
+
+def test_the_session_timeout_comes_from_the_environment_and_travels_to_processes():
+    config = BusConfig.from_env("a:1", env={"MUSTER_KAFKA_SESSION_TIMEOUT_MS": "2500"})
+    assert (config.session_timeout_ms, config.heartbeat_ms) == (2500, 833)
+    assert config.env()["MUSTER_KAFKA_SESSION_TIMEOUT_MS"] == "2500"
+    assert BusConfig.from_env("a:1", env={}).session_timeout_ms == 6000
+    assert BusConfig("a:1", session_timeout_ms=9000).heartbeat_ms == 1000
+    with pytest.raises(BusConfigError, match="MUSTER_KAFKA_SESSION_TIMEOUT_MS 'soon'"):
+        BusConfig.from_env("a:1", env={"MUSTER_KAFKA_SESSION_TIMEOUT_MS": "soon"})
+    with pytest.raises(BusConfigError, match="session timeout 500 ms"):
+        BusConfig("a:1", session_timeout_ms=500)

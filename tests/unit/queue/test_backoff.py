@@ -29,13 +29,16 @@ def _quota_blocked(**policy) -> QueueDriver:
     return d
 
 
-def test_quota_failures_back_off_exponentially_up_to_the_maximum_each_with_a_timer():
+def test_quota_failures_wait_for_quota_without_a_timer_and_are_not_retried_until_it_comes_back():
+    """Kueue's inadmissible workloads: nothing under q's limit changed, so no attempt repeats the same
+    quota check; ns/w waits in line (no backoff time) with the reason that names the shortfall."""
     d = _quota_blocked()
     d.settle(200.0)
-    assert [(x.requeue_at, x.attempts) for x in d.of(BackedOff, "ns/w")] == [
-        (11.0, 1), (13.0, 2), (17.0, 3), (25.0, 4), (41.0, 5), (73.0, 6), (133.0, 7), (193.0, 8), (253.0, 9)]
-    assert [x.at for x in d.of(TimerSet) if x.at > 10.0] == [11.0, 13.0, 17.0, 25.0, 41.0, 73.0, 133.0, 193.0, 253.0]
-    assert d.core.status()["q"]["backoff"] == [{"workload": "ns/w", "requeue_at": 253.0}]
+    assert [(x.requeue_at, x.attempts, x.reason) for x in d.of(BackedOff, "ns/w")] == [
+        (10.0, 1, "1/1 tasks in gang unschedulable: pod group is not ready, 1 Pending, 1 minAvailable; "
+                  "queue q capability cpu 1: used 1, requested 1")]
+    assert [x.at for x in d.of(TimerSet) if x.at > 10.0] == []
+    assert d.core.status()["q"]["pending"] == [{"workload": "ns/w", "position": 1}]
 
 
 def test_finish_of_a_holder_wakes_backing_off_workloads_at_once():

@@ -16,16 +16,18 @@ def _recount(core: QueueCore) -> dict:
     protected: dict = {}
     demand: dict = {}
     pending: dict = {}
+    parked: dict = {}
     for w in core._workloads.values():
         demand[w.queue] = q.add(demand.get(w.queue, {}), w.demand)
         if w.holds_quota:
             held[w.queue] = q.add(held.get(w.queue, {}), w.demand)
             if not w.spec.preemptible:
                 protected[w.queue] = q.add(protected.get(w.queue, {}), w.demand)
-        if w.state == "pending":
-            pending.setdefault(w.queue, []).append(w.key)
+        if w.state == "pending":  # those waiting for room or quota apart: no cycle walks them
+            (parked if w.room_key or w.quota_key else pending).setdefault(w.queue, []).append(w.key)
     running = sorted(w.key for w in core._workloads.values() if w.state == "running")
-    return {"held": held, "protected": protected, "demand": demand, "pending": pending, "running": running}
+    return {"held": held, "protected": protected, "demand": demand, "pending": pending, "parked": parked,
+            "running": running}
 
 
 def _nonzero(table: dict) -> dict:
@@ -35,7 +37,8 @@ def _nonzero(table: dict) -> dict:
 def _ledger(core: QueueCore) -> dict:
     book = core._ledger
     return {"held": _nonzero(book.held), "protected": _nonzero(book.protected), "demand": _nonzero(book.demand),
-            "pending": {k: list(v) for k, v in book.pending.items()}, "running": sorted(book.running)}
+            "pending": {k: list(v) for k, v in book.pending.items()},
+            "parked": {k: list(v) for k, v in book.parked.items()}, "running": sorted(book.running)}
 
 
 def test_ledger_matches_a_recount_after_every_event():

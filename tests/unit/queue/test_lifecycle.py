@@ -110,13 +110,17 @@ def test_update_replaces_the_spec_while_pending_and_is_ignored_once_it_holds_quo
 
 def test_timers_are_deduplicated_per_instant():
     d = QueueDriver()
-    d.send(defined(queue_spec("q", limit={"cpu": "1"})), 0.0)
+    d.send(defined(queue_spec("q")), 0.0)
     for key in ("ns/a", "ns/b", "ns/c"):
         d.send(submitted(job(key, "q", cpu="2", at=0.0)))
-    d.send(capacity(cpu="4"))
+    d.send(capacity(cpu="8"))
     d.settle()
-    # one cycle now, then all three back off to 1.0: one timer for that instant too
-    assert [x.at for x in d.of(TimerSet)] == [0.0, 1.0]
+    for key in ("ns/a", "ns/b", "ns/c"):
+        d.send(failed(key, "q"), 0.0)
+    d.settle()
+    # one cycle now; three failures: all three back off to 1.0 (one timer for that instant) and their
+    # reservations come back now (one more cycle now, not three)
+    assert [x.at for x in d.of(TimerSet)] == [0.0, 1.0, 0.0]
 
 
 def test_status_view_lists_active_in_admission_order_pending_positions_and_backoff():
@@ -127,7 +131,8 @@ def test_status_view_lists_active_in_admission_order_pending_positions_and_backo
     d.step(submitted(job("ns/z", "leaf", cpu="1", at=0.0, priority=1)))
     d.step(submitted(job("ns/y", "leaf", cpu="1", at=0.0)))
     d.step(placed("ns/y", "leaf"), 1.0)
-    d.step(submitted(job("ns/big", "leaf", cpu="2", at=2.0)), 2.0)  # backs off: 2 + 2 > 3
+    d.step(submitted(job("ns/big", "leaf", cpu="1", at=2.0)), 2.0)
+    d.step(failed("ns/big", "leaf"), 2.0)  # no node for it: backs off until 3
     d.step(defined(queue_spec("leaf", parent="root", limit={"cpu": "3"}, state="Closed")), 2.5)
     d.step(submitted(job("ns/p2", "leaf", cpu="1", at=2.5)), 2.5)
     d.step(submitted(job("ns/p1", "leaf", cpu="1", at=2.5, priority=5)))

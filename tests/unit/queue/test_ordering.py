@@ -52,9 +52,9 @@ def test_strict_fifo_stops_the_queue_at_its_head_also_while_the_head_backs_off()
     # another cycle at 1.5 (a new arrival elsewhere) must not let s pass h while h backs off
     assert names(d.step(submitted(job("ns/other", "default", at=1.5)), 1.5)) == [("Enqueued", "ns/other"),
                                                                                ("Dequeued", "ns/other")]
-    # at requeue time h is tried again, fails again, and still holds s back
-    assert names(d.settle(2.0)) == [("BackedOff", "ns/h")]
-    assert d.core.status()["q"]["pending"] == [{"workload": "ns/s", "position": 1}]
+    # h waits for quota (no retry while nothing under q changed) and still holds s back
+    assert names(d.settle(2.0)) == []
+    assert d.core.status()["q"]["pending"] == [{"workload": "ns/h", "position": 1}, {"workload": "ns/s", "position": 2}]
 
 
 def test_strict_fifo_per_queue_override_and_a_blocked_queue_never_blocks_another():

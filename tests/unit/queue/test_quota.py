@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from shared.events import BackedOff, Dequeued, Enqueued, QueueRejected
+from shared.events import BackedOff, CapacityChanged, Dequeued, Enqueued, QueueRejected
+from shared.quantity import MAX_MILLI
 from tests.builders import queue_spec, workload
 from tests.builders.queue import (
     QueueDriver, defined, deleted, job, names, placed, ray_gang, removed, submitted, unlimited,
@@ -37,7 +38,7 @@ def test_kube_queue_tree_second_rayjob_waits_on_the_video_leaf_max_with_the_exac
     d.step(placed("video/rayjob-video-a", "video"))
     second = d.step(submitted(_video_job("rayjob-video-b", 6.0)), 6.0)
     assert second[1] == BackedOff(
-        key="video/rayjob-video-b", queue="video", requeue_at=7.0, attempts=1,
+        key="video/rayjob-video-b", queue="video", requeue_at=6.0, attempts=1,  # waits for quota, no timer
         reason=GANG_LINE + "queue video max cpu 14: used 12500m, requested 12500m")
     status = d.core.status()
     assert status["video"]["usage"]["cpu"] == 12500
@@ -65,7 +66,9 @@ def test_volcano_capability_reason_names_the_queue_and_the_first_resource_that_d
     out = d.step(submitted(workload("default/test-cluster-1", queue="kuberay-test-queue", gang_=ray_gang(),
                                     submitted_at=10.0)), 10.0)
     assert out[1].reason == GANG_LINE + "queue kuberay-test-queue capability cpu 4: used 3, requested 3"
-    assert d.core.status()["kuberay-test-queue"]["backoff"] == [{"workload": "default/test-cluster-1", "requeue_at": 11.0}]
+    # it waits for quota in line (no backoff time: only a release in the queue wakes it)
+    assert d.core.status()["kuberay-test-queue"]["pending"] == [{"workload": "default/test-cluster-1", "position": 1}]
+    assert d.core.status()["kuberay-test-queue"]["backoff"] == []
 
 
 def test_the_first_offending_resource_is_by_name_when_several_do_not_fit():
@@ -156,3 +159,24 @@ def test_a_parent_that_would_make_a_cycle_is_rejected_not_raised():
     out = d.send(defined(queue_spec("a", parent="b")))
     assert out == [QueueRejected(name="a", kind="Queue", reason="spec.parent: 'b' would make a cycle (a -> b -> a)")]
     assert d.core.status()["a"]["parent"] is None
+
+
+def test_a_queue_sum_beyond_64_bits_waits_with_the_bound_named_instead_of_overflowing():
+    """Each workload's demand is bounded at the edge (admission); a queue's usage summed over many is
+    bounded here, at the leaf and every ancestor, even where no limit is set (the store's BIGINT)."""
+    d = QueueDriver()
+    d.step(CapacityChanged(total={"cpu": 4 * MAX_MILLI}, nodes=4, released=True), 0.0)  # four huge nodes
+    d.step(defined(queue_spec("root")), 0.0)
+    d.step(defined(queue_spec("a", parent="root")), 0.0)
+    d.step(defined(queue_spec("b", parent="root")), 0.0)
+    first = d.step(submitted(job("ns/first", "a", cpu="5e15", at=1.0)), 1.0)
+    assert names(first)[-1] == ("Dequeued", "ns/first")
+    d.step(placed("ns/first", "a"))
+    second = d.step(submitted(job("ns/second", "b", cpu="5e15", at=2.0)), 2.0)
+    assert second[1].reason == ("1/1 tasks in gang unschedulable: pod group is not ready, 1 Pending, 1 minAvailable; "
+                                "queue root cpu: used 5000000000000000, requested 5000000000000000: together more "
+                                "than muster holds (9223372036854775 units, 2**63-1 milli-units)")
+    assert d.core.status()["root"]["usage"]["cpu"] == 5 * 10**18 <= MAX_MILLI
+    d.step(deleted("ns/first"), 3.0)
+    d.settle(10.0)
+    assert [e.key for e in d.of(Dequeued)] == ["ns/first", "ns/second"]  # room again once the first is gone

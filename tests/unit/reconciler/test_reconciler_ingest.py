@@ -192,3 +192,18 @@ def test_a_new_version_a_new_incarnation_and_a_deletion_get_new_ids():
     recreated = watch_envelope("Added", _versioned(node("n1"), "u2", "7"), at=1.0).id
     deleted = watch_envelope("Deleted", _versioned(node("n1"), "u1", "7"), at=1.0).id
     assert len({base, newer, recreated, deleted}) == 4
+
+
+def test_a_refused_pod_keeps_what_names_its_workload_when_that_is_valid():
+    from tests.builders import pod
+
+    obj = pod("rc-head-x1", "team-a", node_name="n1", labels={
+        "ray.io/cluster": "rc", "ray.io/node-type": "head", "app": "x" * 64, "scheduling.x-k8s.io/pod-group": "-bad-"},
+        annotations={"scheduling.k8s.io/group-name": "ray-rc-pg", "other": "secret"})
+    sent = observe("Modified", obj).object
+    assert "label value" in refused(sent)
+    assert sent["metadata"]["labels"] == {"ray.io/cluster": "rc", "ray.io/node-type": "head"}
+    assert sent["metadata"]["annotations"] == {REFUSED: refused(sent), "scheduling.k8s.io/group-name": "ray-rc-pg"}
+    assert sent["spec"] == {"schedulerName": "muster", "nodeName": "n1"}
+    assert "containers" not in sent["spec"] and "status" not in sent
+    assert observe("Modified", sent).object == sent  # a second pass through ingest keeps it as it is

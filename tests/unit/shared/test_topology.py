@@ -26,7 +26,14 @@ def _watch(obj: dict, change: str = "Added"):
 ])
 @pytest.mark.parametrize("change", ["Added", "Modified", "Deleted"])
 def test_pod_routing(labels, expected, change):
+    if change == "Deleted":  # every pod's: a refused KubeRay pod that is gone no longer holds its workload back
+        expected = ("admission", "placement")
     assert destinations(_watch(pod("p", labels=labels), change)) == expected
+
+
+def test_a_kuberay_pod_ingest_refused_goes_to_admission_too():
+    refused = pod("p", labels={"ray.io/cluster": "rc", "ray.io/node-type": "head", "note": "x" * 64})
+    assert destinations(_watch(refused, "Modified")) == ("admission", "placement")
 
 
 @pytest.mark.parametrize("obj", [

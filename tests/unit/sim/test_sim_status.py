@@ -33,8 +33,9 @@ def test_elastic_quota_tree_shows_used_and_the_waiting_rayjob():
                                                                    "elasticquotatree")["status"]["queues"]
     assert tree["video"]["used"] == tree["algorithm"]["used"] == tree["root"]["used"]
     assert tree["video"]["used"]["cpu"] == "12"  # kube-queue charges a RayJob without its submitter
-    assert tree["video"]["queueItemDetails"] == {  # it waits out a backoff, as kube-queue's would
-        "active": [], "backoff": [{"name": "rayjob-video-b", "namespace": "video"}]}
+    # it waits in line for quota under video's max (no backoff timer: a release in video wakes it)
+    assert tree["video"]["queueItemDetails"] == {
+        "active": [{"name": "rayjob-video-b", "namespace": "video", "position": 1}], "backoff": []}
 
 
 def test_kai_queue_shows_allocated_and_requested_with_its_children():
