@@ -2,15 +2,17 @@
 
 ``service_app(name, ...)`` is the one wiring for all four services; ``muster run NAME`` runs it as
 a Faust worker. Faust hosts the process (signals, logging, lifecycle) and the producer; the inbox
-itself is read by ``InboxReader`` with a plain aiokafka consumer in group ``<prefix><service>``, on
-the app's own event loop. Faust's stream machinery costs about 300 µs of CPU per record on a small
-machine (a task per message, a consumer thread on a loop of its own, a 2 ms take timer that keeps
-firing while idle) against 7 µs for aiokafka's ``getmany``, and the services are CPU-bound.
+itself is read by ``InboxReader`` with a plain aiokafka consumer on the app's own event loop, which
+assigns itself the inbox's one partition and commits its offsets under group ``<prefix><service>``
+(no group membership: a start costs no join, see ``PartitionReader``). Faust's stream machinery
+costs about 300 µs of CPU per record on a small machine (a task per message, a consumer thread on a
+loop of its own, a 2 ms take timer that keeps firing while idle) against 7 µs for aiokafka's
+``getmany``, and the services are CPU-bound.
 
-On its first assignment the reader rebuilds the worker from the inbox's past (``replay``, from the
-start up to the committed offset), then hands it what each fetch returns, up to ``BATCH`` records
-(``InboxWorker.process_batch``); a second task fires the service's due timers into its own inbox.
-Offsets are committed every ``COMMIT_INTERVAL`` seconds, on a revoke and on stop, only ever past a
+On start the reader rebuilds the worker from the inbox's past (its latest snapshot and the records
+after it up to the committed offset, ``shared.bus.snapshot``; from the start without one), then
+hands it what each fetch returns, up to ``BATCH`` records (``InboxWorker.process_batch``); a second task fires the service's due timers into its own inbox.
+Offsets are committed every ``COMMIT_INTERVAL`` seconds and on stop, only ever past a
 batch whose outputs the broker acknowledged: at-least-once, and the copies are dropped by id. Each
 fetch goes through ``InOrder`` first: under concurrent producers Tansu can hand a live consumer a
 later batch before an earlier one, which it would otherwise skip for good.
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Sequence
 
 import faust
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka import errors
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -388,12 +390,18 @@ class InOrder:
 class PartitionReader:
     """Partition 0 of one topic on a plain aiokafka consumer in group ``group``, in the app's own loop.
 
-    ``run`` joins the group, calls ``_assigned`` on an assignment, then hands every batch of records,
-    in offset order (``InOrder``), to ``_handle`` until it is cancelled; ``_handle`` sets ``processed``
-    (the offset after what is done), which is committed every ``commit_interval`` seconds, when the
-    partition is revoked and at the end. ``stop`` lets the batch in hand finish and then ends ``run``.
-    A service's inbox (``InboxReader``) and ``muster run cluster``'s effects (``EffectsReader``) are
-    read so."""
+    ``run`` assigns itself the partition, calls ``_assigned``, then hands every batch of records, in
+    offset order (``InOrder``), to ``_handle`` until it is cancelled; ``_handle`` sets ``processed``
+    (the offset after what is done), which is committed every ``commit_interval`` seconds and at the
+    end. A service's inbox (``InboxReader``) and ``muster run cluster``'s effects (``EffectsReader``)
+    are read so.
+
+    The group is used for its committed offsets only, never joined: a join cost 3 s on every start
+    (a crashed member's session 6 s more) before a record was read, and each of these topics has one
+    partition read by one process (a service's Deployment runs one replica, replaced not rolled; the
+    cluster link's second replica waits for its Lease before it reads). A second process started on
+    the same inbox by mistake would handle the same records again: the same outputs under the same
+    ids, which every reader drops, but twice the work."""
 
     def __init__(self, config: BusConfig, group: str, topic: str, name: str, *, batch: int = BATCH,
                  commit_interval: float = COMMIT_INTERVAL) -> None:
@@ -425,13 +433,12 @@ class PartitionReader:
         collect_less()
         consumer = self._consumer = AIOKafkaConsumer(
             **self.config.aiokafka(), group_id=self.group, enable_auto_commit=False, auto_offset_reset="earliest",
-            fetch_max_wait_ms=self.config.fetch_wait_ms, session_timeout_ms=self.config.session_timeout_ms,
-            heartbeat_interval_ms=self.config.heartbeat_ms,
-            rebalance_timeout_ms=2_000)
-        consumer.subscribe([self.tp.topic], listener=_Rebalance(self))
+            fetch_max_wait_ms=self.config.fetch_wait_ms)
         helpers: list[asyncio.Future[Any]] = []
-        try:  # stopped while it joins its group, it still stops its consumer
+        try:  # stopped while it starts, it still stops its consumer
             await consumer.start()
+            consumer.assign([self.tp])  # no group membership: nothing to join, no rebalance to wait out
+            await self._assigned(consumer)
             helpers = [asyncio.ensure_future(helper) for helper in (self._commit_every(), *self._helpers())]
             while True:
                 fetched = await consumer.getmany(timeout_ms=1_000, max_records=self.batch)
@@ -490,25 +497,10 @@ def commit_delay(interval: float, failures: int, cap: float = COMMIT_BACKOFF_MAX
     return max(interval, min(interval * 2.0 ** min(failures, 32), cap))
 
 
-class _Rebalance(ConsumerRebalanceListener):
-    def __init__(self, reader: PartitionReader) -> None:
-        self.reader = reader
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        if self.reader.tp in revoked:
-            async with self.reader._lock:
-                await self.reader._commit()
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        if self.reader.tp in assigned and self.reader._consumer is not None:
-            await self.reader._assigned(self.reader._consumer)
-
-
 # --------------------------------------------------------------------------- a service
 class InboxReader(PartitionReader):
     """A service's inbox (see the module docstring and ``PartitionReader``): on the first assignment
-    it replays the past, then handles batches live; one inbox partition, so one member of the group
-    reads it and another instance waits."""
+    it replays the past, then handles batches live; one inbox partition, read by one process."""
 
     def __init__(self, config: BusConfig, group: str, worker: InboxWorker, producer: Producer, *,
                  batch: int = BATCH, commit_interval: float = COMMIT_INTERVAL,
@@ -574,8 +566,8 @@ class InboxReader(PartitionReader):
         self.ready.set()
 
     async def _assigned(self, consumer: AIOKafkaConsumer) -> None:
-        """The first assignment: replay from the start up to the committed offset (later ones resume
-        at the committed offset, the state is still here)."""
+        """On start: load the latest snapshot and replay from it (or from the start) up to the
+        committed offset (a second call changes nothing: the state is here)."""
         if self._replay_end is not None or self._starting:
             return
         self._starting = True

@@ -8,46 +8,47 @@ What a snapshot holds: the worker's whole state as it stood after handling every
 below ``offset`` — the service (core, dedupe window, counters), the ordering (held envelopes under
 ``simulate --bus``), the clock's pending timers (and those fired but not yet read back from the
 inbox), and ``digest``, a running hash over every output the service has produced since its lineage
-began (``chain``). It is pickled, checksummed (SHA-256) and written as records of its own topic
-``<prefix>snapshots.<service>``: chunks of ``CHUNK`` bytes, then a manifest naming them. A writer
-also records a *checkpoint* (offset, digest) every commit interval.
+began (``chain``). It is encoded by ``shared.statecodec`` (JSON of tagged nodes, which decoding
+cannot turn into code: a snapshot topic someone else could write is no way into the process),
+checksummed (SHA-256) and written as records of its own topic ``<prefix>snapshots.<service>``
+(made with every other topic, ``shared.bus.app.ensure_topics``): chunks of ``CHUNK`` bytes, then a
+manifest naming them. A writer also records a *checkpoint* (offset, digest) every commit interval.
+
+When: every ``INTERVAL`` seconds or ``EVERY_RECORDS`` records handled, whichever comes first, but
+never more than ``MAX_SHARE`` of the service's time; so what a restart folds again is bounded in
+records and in time, whatever the history.
 
 Loading is checked at three levels; any failure means a full replay, logged on one line and counted
 (``muster_snapshot_fallbacks``):
   1. format: the manifest's ``FORMAT``, muster's version and the policy's fingerprint must be this
-     process's (an upgrade or a changed policy rebuilds from the inbox, as before snapshots);
+     process's (an upgrade or a changed policy rebuilds from the inbox, as before snapshots), and the
+     state must decode (``statecodec``: its own format, only muster's pure state classes);
   2. integrity: the chunks' SHA-256 must match the manifest (a truncated or corrupted snapshot);
   3. behaviour: the tail replay from the snapshot must reproduce the outputs recorded for it — the
      digest reached at the latest checkpoint's offset must equal the checkpoint's. Outputs are not
      re-read from the log (the log is shared and long); their hash chain is.
 A full replay starts a new lineage and writes a snapshot at once, so the next start is short again.
-
-Snapshots are pickles: whoever can write the snapshot topic can make a service run code. The
-loader resolves only classes from muster's own packages and a short list of standard ones
-(``_Unpickler``), and the topic must be writable by muster's services only (Kafka ACLs), like the
-inboxes whose records already drive every decision.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import io
 import json
 import logging
-import pickle
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Callable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError
 
 from shared.bus.config import BusConfig
 from shared.bus.topics import Topics
-from shared.bus.sequencing import Ordering
+from shared.bus.sequencing import Ordering, Rounds
+from shared import statecodec
+from shared.events import Envelope
 from shared.policy import Policy
 from shared.service import Service
 
@@ -56,18 +57,26 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("muster.bus")
 
-FORMAT = 1
-"""The snapshot layout; a snapshot of another format is not loaded (full replay)."""
+FORMAT = 2
+"""The snapshot layout (2: ``shared.statecodec``'s JSON; 1 was a pickle); a snapshot of another format
+is not loaded (full replay)."""
 
 CHUNK = 512 * 1024
 """Bytes per snapshot record: well under Kafka's default ``message.max.bytes`` (1 MB)."""
 
-INTERVAL = 5.0
-"""Seconds between two snapshots of a service that handled something meanwhile."""
+INTERVAL = 2.0
+"""Seconds between two snapshots of a service that handled something meanwhile: a restart folds at
+most this much of the service's work again (a replay sends nothing, so it folds faster than live)."""
 
-EVERY_RECORDS = 20_000
-"""Or sooner, once this many inbox records were handled since the last one: the tail a restart
-replays stays under a few seconds of work however fast the inbox fills."""
+EVERY_RECORDS = 5_000
+"""Or sooner, once this many inbox records were handled since the last one: a burst of cheap records
+does not leave a long tail either."""
+
+MAX_SHARE = 0.1
+"""At most this share of a service's time goes into snapshots: after one whose capture held the inbox
+for ``c`` seconds (the state is encoded between two batches; the chunks are sent while the inbox
+goes on), the next waits at least ``c / MAX_SHARE`` (a large live state is snapshotted less often
+rather than stalling its inbox; the interval then stretches to that)."""
 
 KIND = "muster-snapshot"
 """The header naming a snapshot topic's record: ``chunk``, ``manifest`` or ``checkpoint``."""
@@ -97,30 +106,6 @@ class SnapshotError(ValueError):
 
 
 # --------------------------------------------------------------------------- state <-> bytes
-_ALLOWED_MODULES = ("services.", "shared.")
-_ALLOWED_GLOBALS = {
-    ("builtins", name) for name in ("set", "frozenset", "dict", "list", "tuple", "bytes", "bytearray", "complex",
-                                    "slice", "range", "object", "getattr")
-} | {("collections", "OrderedDict"), ("collections", "deque"), ("collections", "defaultdict"),
-     ("collections", "Counter"), ("copyreg", "_reconstructor"), ("copyreg", "__newobj__"),
-     ("numpy", "ndarray"), ("numpy", "dtype")} | {
-    (f"numpy{core}.{module}", name) for core in ("._core", ".core")
-    for module, name in (("multiarray", "_reconstruct"), ("multiarray", "scalar"), ("numeric", "_frombuffer"))
-} | {
-     ("pydantic.main", "_model_construction"), ("datetime", "datetime"), ("datetime", "timezone"),
-     ("datetime", "timedelta"), ("_codecs", "encode")}
-
-
-class _Unpickler(pickle.Unpickler):
-    """Resolves muster's own classes and a few standard ones, nothing else (see the module docstring)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if module.startswith(_ALLOWED_MODULES) or (module, name) in _ALLOWED_GLOBALS \
-                or module.startswith(("pydantic", "pydantic_core")):
-            return super().find_class(module, name)
-        raise SnapshotError(f"a snapshot may not name {module}.{name}")
-
-
 @dataclass(frozen=True)
 class Manifest:
     service: str
@@ -150,24 +135,45 @@ class Manifest:
 
 
 def capture(worker: "InboxWorker") -> bytes:
-    """The worker's state as bytes (call between two batches: nothing half handled)."""
-    clock = worker.clock
-    timers = None if clock is None else clock.state()
-    return pickle.dumps((worker.service, worker.ordering, timers, worker.digest), protocol=pickle.HIGHEST_PROTOCOL)
+    """The worker's state as bytes (call between two batches: nothing half handled), in the
+    encoding of ``shared.statecodec``: JSON that loading cannot turn into code."""
+    clock, ordering = worker.clock, worker.ordering
+    held = None
+    if isinstance(ordering, Rounds):
+        held = {"round": ordering.round, "held": list(ordering._held.values())}
+    state = {"service": worker.service, "ordering": type(ordering).__name__, "rounds": held,
+             "timers": None if clock is None else clock.state(), "digest": worker.digest}
+    try:
+        return statecodec.encode(state)
+    except (statecodec.StateError, RecursionError) as exc:
+        raise SnapshotError(f"state cannot be written: {exc}") from None
 
 
 def restore(worker: "InboxWorker", blob: bytes) -> None:
     """Put a captured state into ``worker`` (its tracer, watchers and clock's wall clock stay)."""
     try:
-        service, ordering, timers, digest = _Unpickler(io.BytesIO(blob)).load()
-    except SnapshotError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad snapshot, said in one line
-        raise SnapshotError(f"snapshot does not load: {type(exc).__name__}: {exc}") from None
+        state = statecodec.decode(blob)
+    except statecodec.StateError as exc:
+        raise SnapshotError(f"snapshot does not load: {exc}") from None
+    if type(state) is not dict or set(state) != {"service", "ordering", "rounds", "timers", "digest"}:
+        raise SnapshotError("snapshot does not hold a worker's state")
+    service, digest, timers = state["service"], state["digest"], state["timers"]
     if not isinstance(service, Service) or service.name != worker.service.name:
         raise SnapshotError("snapshot holds another service's state")
-    if type(ordering) is not type(worker.ordering):
-        raise SnapshotError(f"snapshot was taken under {type(ordering).__name__} ordering")
+    if state["ordering"] != type(worker.ordering).__name__:
+        raise SnapshotError(f"snapshot was taken under {state['ordering']!r:.30} ordering")
+    if not (digest is None or type(digest) is bytes) or not (timers is None or type(timers) is list and all(
+            isinstance(t, Envelope) and t.type == "TimerSet" for t in timers)):
+        raise SnapshotError("snapshot's digest or timers are malformed")
+    ordering = worker.ordering
+    if isinstance(ordering, Rounds):
+        ordering = Rounds()
+        rounds = state["rounds"]
+        if type(rounds) is not dict or type(rounds.get("round")) is not int or type(rounds.get("held")) is not list \
+                or not all(isinstance(env, Envelope) for env in rounds["held"]):
+            raise SnapshotError("snapshot's held envelopes are malformed")
+        ordering.round = rounds["round"]
+        ordering._held = {env.id: env for env in rounds["held"]}
     service.contexts = worker.service.contexts if service.contexts is None else service.contexts
     worker.service, worker.ordering, worker.digest = service, ordering, digest
     if worker.clock is not None and timers is not None:
@@ -198,26 +204,13 @@ class SnapshotKeeper:
         self.snapshot_offset: int | None = None
         """The inbox offset of that snapshot."""
         self.last_written = 0.0
+        self.cost = 0.0
+        """Seconds the latest snapshot's capture held the inbox (``MAX_SHARE``)."""
         self.written = 0
         self.fallbacks = 0
         self.fallback_reason: str | None = None
         self._checked: int | None = None
         self._producer: AIOKafkaProducer | None = None
-
-    async def ensure_topic(self) -> None:
-        admin = AIOKafkaAdminClient(**self.config.aiokafka())
-        await admin.start()
-        try:
-            if self.topic not in set(await admin.list_topics()):
-                spec = next(s for s in self.config.topics.specs(self.config.replication, self.config.min_insync)
-                            if s.name == self.topic)
-                try:
-                    await admin.create_topics([NewTopic(spec.name, spec.partitions, spec.replication,
-                                                        topic_configs=dict(spec.configs))])
-                except TopicAlreadyExistsError:
-                    pass
-        finally:
-            await admin.close()
 
     async def _send(self, records: list[tuple[bytes, bytes, str]]) -> list[int]:
         if self._producer is None:
@@ -242,17 +235,21 @@ class SnapshotKeeper:
             return offset > 0
         if offset <= self.snapshot_offset:
             return False
-        return offset - self.snapshot_offset >= self.every_records or time.time() - self.last_written >= self.interval
+        since = time.time() - self.last_written
+        if since < self.cost / MAX_SHARE:
+            return False
+        return offset - self.snapshot_offset >= self.every_records or since >= self.interval
 
-    async def write(self, blob: bytes, offset: int, digest: bytes) -> Manifest:
-        """Chunks, then the manifest naming them (a crash in between leaves the previous one latest)."""
+    async def write(self, blob: bytes, offset: int, digest: bytes, *, taken_at: float | None = None) -> Manifest:
+        """Chunks, then the manifest naming them (a crash in between leaves the previous one latest).
+        ``taken_at``: when the state was captured (the interval counts from there; default now)."""
         key = self.service.encode()
         pieces = [blob[i:i + CHUNK] for i in range(0, len(blob), CHUNK)] or [b""]
         chunks = await self._send([(key + b".chunk", piece, "chunk") for piece in pieces])
         manifest = Manifest(self.service, offset, digest.hex(), hashlib.sha256(blob).hexdigest(), len(blob), chunks,
                             policy=self.policy, written_at=time.time())
         (self.manifest_at,) = await self._send([(key, manifest.encode(), "manifest")])
-        self.snapshot_offset, self.last_written = offset, time.time()
+        self.snapshot_offset, self.last_written = offset, time.time() if taken_at is None else taken_at
         self.written += 1
         log.info("%s: snapshot of %d bytes at inbox offset %d", self.service, len(blob), offset)
         return manifest
@@ -355,6 +352,8 @@ class Snapshots:
         """The inbox offset of the snapshot this start loaded (None: it replayed from the start)."""
         self.tail = 0
         """Records the tail replay folded after the snapshot (what a restart cost)."""
+        self.load_seconds = (0.0, 0.0)
+        """Reading the latest snapshot from its topic, and checking and decoding it."""
         self._check: tuple[int, bytes] | None = None
         self._begin = 0
         self._consumer: Any = None
@@ -368,16 +367,14 @@ class Snapshots:
         """Load the latest snapshot into the worker; the inbox offset to read from (``begin`` when
         there is none or it is not usable: a full replay)."""
         self._consumer, self._begin = consumer, begin
-        keeper = self.keeper
-        try:
-            await keeper.ensure_topic()
-        except KafkaError as exc:  # snapshots are an optimisation: without the topic, replay it all
-            log.warning("%s: snapshot topic %s not usable: %r", keeper.service, keeper.topic, exc)
+        keeper = self.keeper  # its topic is made with the others (``shared.bus.app.ensure_topics``)
         if committed <= begin:
             self.worker.digest = GENESIS  # a first start: the lineage begins here
             return begin
+        started = time.perf_counter()
         try:
             loaded = await keeper.latest()
+            read = time.perf_counter()
             if loaded is None:
                 log.info("%s: no snapshot yet; rebuilding from the whole inbox", keeper.service)
                 return self._full(begin, None)
@@ -393,8 +390,10 @@ class Snapshots:
             # A checkpoint is written after its records' outputs were acknowledged, maybe past the
             # committed offset: replaying up to it (sending nothing) is as safe as up to the commit.
             self.reader._replay_end = max(committed, self._check[0])
-        log.info("%s: loaded the snapshot at inbox offset %d; replaying %d records after it", keeper.service,
-                 loaded.manifest.offset, max(self.reader._replay_end - loaded.manifest.offset, 0))
+        self.load_seconds = (read - started, time.perf_counter() - read)
+        log.info("%s: loaded the snapshot at inbox offset %d (%d bytes: %.2f s to read, %.2f s to decode); "
+                 "replaying %d records after it", keeper.service, loaded.manifest.offset, loaded.manifest.size,
+                 *self.load_seconds, max(self.reader._replay_end - loaded.manifest.offset, 0))
         return loaded.manifest.offset
 
     def _full(self, begin: int, reason: str | None) -> int:
@@ -449,12 +448,19 @@ class Snapshots:
         """A checkpoint, and a snapshot if one is due (``force``: if anything was handled since)."""
         keeper = self.keeper
         async with self.reader._lock:  # between two batches: the state is exactly that of ``offset``
+            started = time.perf_counter()
             offset = self.reader.processed if self.reader.processed is not None else self._resume_at
             digest = self.worker.digest if self.worker.digest is not None else GENESIS
-            blob = capture(self.worker) if keeper.due(offset, force=force) else None
+            try:
+                blob = capture(self.worker) if keeper.due(offset, force=force) else None
+            except SnapshotError as exc:  # a state the codec cannot hold: a bug, said; restarts replay it all
+                log.error("%s: %s", keeper.service, exc)
+                keeper.last_written, blob = time.time(), None
+            stalled, taken_at = time.perf_counter() - started, time.time()
         try:
             if blob is not None:
-                await keeper.write(blob, offset, digest)
+                await keeper.write(blob, offset, digest, taken_at=taken_at)
+                keeper.cost = stalled  # the inbox waited for the capture only: the write is sent meanwhile
             await keeper.checkpoint(offset, digest)
         except KafkaError as exc:  # the next interval tries again; a restart then replays a longer tail
             log.warning("%s: snapshot not written: %r", keeper.service, exc)

@@ -36,8 +36,8 @@ link applies every effect: so the inboxes, ``muster.effects``, ``muster.events``
 letters keep every record (``retention.ms=-1``, ``retention.bytes=-1``, ``cleanup.policy=delete``:
 compaction would drop older records of a key, and every record of a subject counts). Only the
 control topic, which the ``simulate --bus`` driver reads while a run lasts, keeps a day, and a
-service's snapshot topic (``shared.bus.snapshot``) a week: only its latest snapshot is ever read and a
-new one is written every few seconds of work, so an older one is garbage; when none is left the
+service's snapshot topic (``shared.bus.snapshot``) a week and at most 1 GiB: only its latest snapshot
+is ever read and a new one is written every few seconds of work, so an older one is garbage; when none is left the
 service rebuilds from its whole inbox, and says so. Replication
 factor and ``min.insync.replicas`` come from configuration (``BusConfig``: 1 and 1 by default, for
 one broker; 3 and 2 on a production cluster, with producers waiting for every in-sync replica).
@@ -63,6 +63,11 @@ CONTROL_RETENTION_MS = 24 * 3600 * 1000
 """The control topic's retention: the ``simulate --bus`` driver reads it only while its run lasts."""
 SNAPSHOT_RETENTION_MS = 7 * 24 * 3600 * 1000
 """A snapshot topic's retention: only the latest snapshot is read, and a missing one costs a full replay."""
+SNAPSHOT_RETENTION_BYTES = 1 << 30
+SNAPSHOT_SEGMENT_BYTES = 64 << 20
+"""And at most about this many bytes of it (in segments this large; the segment being written is never
+deleted, and it holds the latest snapshot): a busy service writes a few MB every few seconds, which
+a week of would be hundreds of GB."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,9 @@ class Topics:
             keeps_all = name not in bounded
             configs = {**durable, **KEEP_ALL} if keeps_all else {
                 **durable, "retention.ms": str(bounded[name]), "cleanup.policy": "delete"}
+            if name != self.control and not keeps_all:
+                configs.update({"retention.bytes": str(SNAPSHOT_RETENTION_BYTES),
+                                "segment.bytes": str(SNAPSHOT_SEGMENT_BYTES)})
             out.append(TopicSpec(name, partitions, replication, configs, keeps_all))
         return out
 

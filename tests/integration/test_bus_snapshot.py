@@ -2,7 +2,9 @@
 
 - a snapshot is written with the inbox offset it reflects; a restart loads it, replays only the
   records after it (counted, not timed), checks that the replay reproduced the outputs recorded
-  at the latest checkpoint, and decides the next event exactly as a service that never stopped;
+  at the latest checkpoint — the digest it reaches is that of every output admission wrote to the
+  log before it stopped, read back from the log — and decides the next event exactly as a service
+  that never stopped;
 - a snapshot of another format, a corrupted one, or one whose tail replay does not reproduce the
   recorded outputs is not used: the service replays its whole inbox and says so (log, counter).
 """
@@ -13,6 +15,7 @@ import asyncio
 import json
 import logging
 import time
+from functools import reduce
 from typing import Any, Callable
 
 import pytest
@@ -22,7 +25,8 @@ from services.admission.core import AdmissionCore
 from shared.bus import codec
 from shared.bus.app import service_app
 from shared.bus.config import BusConfig
-from shared.bus.snapshot import KIND, SnapshotKeeper, snapshot_topic
+from shared.bus.snapshot import GENESIS, KIND, SnapshotKeeper, snapshot_topic
+from shared.bus.worker import chain
 from shared.events import Envelope
 from shared.policy import Policy
 from shared.service import Service
@@ -66,14 +70,17 @@ def _history(config: BusConfig) -> list[Envelope]:
     return first + later
 
 
-def _restart(config: BusConfig, then: Envelope) -> tuple[Any, list[Envelope]]:
-    """Start admission again, hand it ``then``: the worker and what it logged for ``then``."""
+def _restart(config: BusConfig, then: Envelope) -> tuple[Any, list[Envelope], list[Envelope], bytes]:
+    """Start admission again, hand it ``then``: the reader, what it logged for ``then``, what the log
+    held before (its envelopes from admission), and the output digest it had when it was ready."""
     with running(config, lambda: service_app("admission", config, Policy(), snapshots=_keeper(config))) as (app, bus):
         bus.run(asyncio.wait_for(app.muster_reader.ready.wait(), 30))
+        digest = app.muster_worker.digest
         send(config, config.topics.inbox("admission"), codec.encode(then))
         log = envelopes(read_until(config, config.topics.log, lambda rs: any(
             codec.decode(r.value, r.headers).causation_id == then.id for r in rs)))
-        return app.muster_reader, [e for e in log if e.causation_id == then.id]
+        before = [e for e in log if e.source == "admission" and e.causation_id != then.id]
+        return app.muster_reader, [e for e in log if e.causation_id == then.id], before, digest
 
 
 def _expected(inputs: list[Envelope], then: Envelope) -> list[Envelope]:
@@ -90,12 +97,15 @@ def test_a_restart_loads_the_snapshot_and_replays_only_the_tail(kafka_bootstrap:
     inputs = _history(config)
     then = ingest(ray_cluster("rc-12"), 500, change="Deleted")
     with caplog.at_level(logging.INFO, logger="muster.bus"):
-        reader, outputs = _restart(config, then)
+        reader, outputs, before, digest = _restart(config, then)
     snapshots = reader.snapshots
     assert snapshots.loaded_at == FIRST
     assert reader.worker.replayed == snapshots.tail == LATER  # the tail only, not all FIRST + LATER
     assert snapshots.keeper.fallbacks == 0
     assert "snapshot verified" in caplog.text
+    # the restarted service reproduced, output for output, what the log holds from before the stop
+    assert len(before) >= FIRST + LATER
+    assert digest == reduce(chain, (codec.encode(e) for e in before), GENESIS)
     assert [(e.id, e.payload) for e in outputs] == [(e.id, e.payload) for e in _expected(inputs, then)]
     assert [e.type for e in outputs] == ["WorkloadDeleted"]
 
@@ -135,7 +145,7 @@ def test_an_unusable_snapshot_falls_back_to_a_full_replay(kafka_bootstrap: str, 
         asyncio.run(_append(config, json.dumps(spoil(manifest)).encode(), "manifest"))
     then = ingest(ray_cluster("rc-12"), 500, change="Deleted")
     with caplog.at_level(logging.INFO, logger="muster.bus"):
-        reader, outputs = _restart(config, then)
+        reader, outputs, _, _ = _restart(config, then)
     assert reader.snapshots.keeper.fallbacks == 1
     assert reader.snapshots.loaded_at is None
     assert reader.worker.replayed == FIRST + LATER  # the whole inbox

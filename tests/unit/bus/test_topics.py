@@ -62,6 +62,7 @@ def test_every_topic_but_control_and_snapshots_keeps_every_record():
             assert not spec.keeps_all and spec.configs["retention.ms"] == str(24 * 3600 * 1000)
         elif name.startswith("t1.snapshots."):
             assert not spec.keeps_all and spec.configs["retention.ms"] == str(7 * 24 * 3600 * 1000)
+            assert spec.configs["retention.bytes"] == str(1 << 30) and spec.configs["segment.bytes"] == str(64 << 20)
         else:
             assert spec.keeps_all and (spec.configs["retention.ms"], spec.configs["retention.bytes"]) == ("-1", "-1")
 
