@@ -38,7 +38,7 @@ from contextlib import ExitStack, contextmanager
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Iterator
 
-from bench.bus_bench import _settle
+from bench.bus_bench import _settle, _stop
 from bench.stats import percentile, spread
 from shared import kube
 from shared.bus.app import ensure_topics, service_app
@@ -249,12 +249,7 @@ def _service(config: BusConfig, name: str, kube_url: str) -> Iterator[int]:
                 time.sleep(0.1)
             yield process.pid
         finally:
-            process.terminate()
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            _stop(process)
 
 
 def _ready(port: int) -> bool:

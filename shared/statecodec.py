@@ -156,21 +156,13 @@ class _Encoder:
             self.shared_raw = True
             return False
         ids.add(key)
+        values: Iterable[Any] = x
         if type(x) is dict:
-            for k, v in x.items():
+            for k in x:
                 if type(k) is not str:
                     return False
-                t = type(v)
-                if t is str or t is int or t is bool or v is None:
-                    continue
-                if t is float:
-                    if v != v or v in _INF:
-                        return False
-                    continue
-                if (t is not dict and t is not list) or not self._native(v, ids):
-                    return False
-            return True
-        for v in x:
+            values = x.values()
+        for v in values:
             t = type(v)
             if t is str or t is int or t is bool or v is None:
                 continue
