@@ -7,7 +7,7 @@ per batch is how long a batch took, from read to outputs acknowledged (``batch_h
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -25,6 +25,14 @@ def batch_histogram(registry: CollectorRegistry) -> Histogram:
 def _counter(name: str, text: str, service: str, value: float) -> CounterMetricFamily:
     family = CounterMetricFamily(name, text, labels=["service"])
     family.add_metric([service], value)
+    return family
+
+
+def _per(name: str, text: str, label: str, counts: Mapping[str, float]) -> CounterMetricFamily:
+    """A counter with one sample per label value (an outcome, a kind), in name order."""
+    family = CounterMetricFamily(name, text, labels=[label])
+    for value, count in sorted(counts.items()):
+        family.add_metric([value], count)
     return family
 
 
@@ -97,12 +105,8 @@ class ClusterCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         b = self.bridge
-        applied = CounterMetricFamily("muster_cluster_effects",
-                                      "Effects the cluster link performed on the API server, per outcome",
-                                      labels=["outcome"])
-        for outcome, count in sorted(b.outcomes.items()):
-            applied.add_metric([outcome], count)
-        yield applied
+        yield _per("muster_cluster_effects", "Effects the cluster link performed on the API server, per outcome",
+                   "outcome", b.outcomes)
         yield CounterMetricFamily("muster_cluster_retries",
                                   "API calls retried (throttled, server errors, connection failures)", value=b.retries)
         yield CounterMetricFamily("muster_cluster_watch_events", "Watch events written to the inboxes",
@@ -111,12 +115,8 @@ class ClusterCollector(Collector):
         yield CounterMetricFamily("muster_cluster_unsent_watch_events",
                                   "Watch events dead-lettered instead of sent (unencodable, too large, refused)",
                                   value=b.unsent)
-        refused = CounterMetricFamily("muster_cluster_refused_watch_events",
-                                      "Watch events ingest reduced to their identity (out of bounds), per kind",
-                                      labels=["kind"])
-        for kind, count in sorted(b.refused.items()):
-            refused.add_metric([kind], count)
-        yield refused
+        yield _per("muster_cluster_refused_watch_events",
+                   "Watch events ingest reduced to their identity (out of bounds), per kind", "kind", b.refused)
         down = GaugeMetricFamily("muster_cluster_task_down", "1 while a task of the cluster link is down",
                                  labels=["task"])
         for task in sorted(b.down):
