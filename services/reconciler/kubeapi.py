@@ -376,8 +376,9 @@ class Watcher:
         """One cheap request (a list of at most one node): raises when the API server cannot be used."""
         await checked(self._call(NODE, limit=1, _preload_content=False))
 
-    async def run(self, resource: Resource, sink: Sink) -> None:
-        """Report every change of ``resource`` to ``sink``, forever."""
+    async def run(self, resource: Resource, sink: Sink, listed: Callable[[], None] | None = None) -> None:
+        """Report every change of ``resource`` to ``sink``, forever; ``listed`` is called after each
+        list (or on finding the resource not served): from then on a deletion is seen as one."""
         seen: dict[tuple[str, str], dict[str, Any]] = {}
         version: str | None = None
         absent_logged = False
@@ -386,10 +387,14 @@ class Watcher:
                 if version is None:
                     version = await self._relist(resource, seen, sink)
                     absent_logged = False
+                    if listed is not None:
+                        listed()
                 version = await self._watch(resource, version, seen, sink)
             except ApiException as exc:
                 version = None
                 if exc.status == 404:
+                    if listed is not None:
+                        listed()  # nothing of it exists to miss the deletion of
                     if not absent_logged:
                         log.info("%s (%s) is not served by this cluster; trying again every %ss",
                                  resource.plural, resource.api_version, self.absent_retry)

@@ -39,7 +39,7 @@ from aiokafka.errors import KafkaError
 from services.reconciler.ingest import Change, watch_envelope
 from services.reconciler.kubeapi import KubeApplier, Refused, Transient, Watcher, connect
 from services.reconciler.lease import LeaseElector, LeaseKeeper
-from services.reconciler.resources import WATCHED
+from services.reconciler.resources import WATCHED, Resource
 from shared.bus import codec
 from shared.bus.app import BATCH, BATCH_WAIT, FaustProducer, MusterApp, PartitionReader, base_app
 from shared.bus.codec import BadRecord
@@ -133,6 +133,10 @@ class ClusterBridge:
         self.retry_first, self.retry_max = retry_first, retry_max
         self.applier: KubeApplier | None = None
         self.connected = asyncio.Event()
+        self.listed = asyncio.Event()
+        """Every watched resource listed once by the current watch (``watch``): effects wait for it, as a
+        controller waits for its informers' caches to sync. Applied earlier, a bind could let a user
+        delete the object before the list, and a watcher that never saw it cannot report it gone."""
         self.seen = Seen()
         self.outcomes: collections.Counter[str] = collections.Counter()
         self.dead_letters = 0
@@ -293,7 +297,17 @@ class ClusterBridge:
     async def watch(self, api: Any, watcher: Watcher | None = None) -> None:
         """Watch every resource and publish what changes, until cancelled."""
         watcher = watcher or Watcher(api)
-        tasks = [asyncio.create_task(watcher.run(resource, self.observe)) for resource in WATCHED]
+        unlisted = set(WATCHED)
+        self.listed.clear()
+
+        def listed(resource: Resource) -> Callable[[], None]:
+            def done() -> None:
+                unlisted.discard(resource)
+                if not unlisted:
+                    self.listed.set()
+            return done
+
+        tasks = [asyncio.create_task(watcher.run(resource, self.observe, listed(resource))) for resource in WATCHED]
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -471,7 +485,7 @@ class EffectsReader(PartitionReader):
 
     async def run(self) -> None:
         self._task = asyncio.current_task()  # ``stop`` ends it while it waits for the API server too
-        await self.bridge.connected.wait()
+        await self.bridge.listed.wait()  # caches synced first (``ClusterBridge.listed``)
         await super().run()
 
     async def _handle(self, records: Sequence[Any]) -> None:

@@ -20,7 +20,9 @@ Apache Kafka answers early, so a low value costs it only idle polls.
 The session timeout is that of the Faust worker's own Kafka group (Faust hosts each process); a
 worker heartbeats a third of it apart. The inboxes are not read through a group: each reader
 assigns itself its one partition and uses the group for committed offsets only
-(``shared.bus.app.PartitionReader``), so no start waits for a join whatever this is.
+(``shared.bus.app.PartitionReader``). A worker killed without leaving its group holds its
+successor's start back until its session runs out; the test suite, which kills services on purpose,
+sets 2000.
 
 Replication: 1 suits one broker (compose, Tansu); on a cluster of three or more, 3 and
 ``min.insync.replicas`` 2 keep every acknowledged record through the loss of a broker (muster's

@@ -310,7 +310,9 @@ def without_history(store: dict[str, Any]) -> dict[str, Any]:
 
 def settled(kube: KubeApiEmulator, users: Users, url: str) -> Callable[[], dict[str, Any] | None]:
     """The end state once the users are done, every pod left is bound and the projection has caught
-    up with the cluster (every workload in its last phase, the same two reads in a row)."""
+    up with the cluster (every workload in its last phase: the live ones bound, the deleted ones
+    Deleted; the same two reads in a row). Two equal reads alone are not enough: a killed service
+    restarting for longer than their interval holds back what is left to project."""
     last: list[dict[str, Any]] = []
 
     def check() -> dict[str, Any] | None:
@@ -327,6 +329,8 @@ def settled(kube: KubeApiEmulator, users: Users, url: str) -> Callable[[], dict[
         if not live <= set(store["workloads"]) or any(
                 len(store["workloads"][key]["pods"]) != len(pods_of(int(key.rsplit("-", 1)[1]))) or
                 any(node is None for node, _ in store["workloads"][key]["pods"].values()) for key in live):
+            return None
+        if any(store["workloads"].get(f"team-a/{name}", {}).get("phase") != "Deleted" for name in DELETED):
             return None
         state = {"cluster": cluster, "store": store}
         if last and last[-1] == state:
