@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Sequence
 
 import faust
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka import errors
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -433,12 +433,12 @@ class PartitionReader:
         collect_less()
         consumer = self._consumer = AIOKafkaConsumer(
             **self.config.aiokafka(), group_id=self.group, enable_auto_commit=False, auto_offset_reset="earliest",
-            fetch_max_wait_ms=self.config.fetch_wait_ms)
+            fetch_max_wait_ms=self.config.fetch_wait_ms, session_timeout_ms=6_000, heartbeat_interval_ms=1_000,
+            rebalance_timeout_ms=2_000)
+        consumer.subscribe([self.tp.topic], listener=_Rebalance(self))
         helpers: list[asyncio.Future[Any]] = []
-        try:  # stopped while it starts, it still stops its consumer
+        try:  # stopped while it joins its group, it still stops its consumer
             await consumer.start()
-            consumer.assign([self.tp])  # no group membership: nothing to join, no rebalance to wait out
-            await self._assigned(consumer)
             helpers = [asyncio.ensure_future(helper) for helper in (self._commit_every(), *self._helpers())]
             while True:
                 fetched = await consumer.getmany(timeout_ms=1_000, max_records=self.batch)
@@ -495,6 +495,20 @@ def commit_delay(interval: float, failures: int, cap: float = COMMIT_BACKOFF_MAX
     """Seconds until the next commit after ``failures`` failed ones in a row: ``interval``, doubled
     per failure, at most ``cap`` (never below ``interval``)."""
     return max(interval, min(interval * 2.0 ** min(failures, 32), cap))
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, reader: PartitionReader) -> None:
+        self.reader = reader
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        if self.reader.tp in revoked:
+            async with self.reader._lock:
+                await self.reader._commit()
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        if self.reader.tp in assigned and self.reader._consumer is not None:
+            await self.reader._assigned(self.reader._consumer)
 
 
 # --------------------------------------------------------------------------- a service
