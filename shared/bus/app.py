@@ -2,9 +2,8 @@
 
 ``service_app(name, ...)`` is the one wiring for all four services; ``muster run NAME`` runs it as
 a Faust worker. Faust hosts the process (signals, logging, lifecycle) and the producer; the inbox
-itself is read by ``InboxReader`` with a plain aiokafka consumer on the app's own event loop, which
-assigns itself the inbox's one partition and commits its offsets under group ``<prefix><service>``
-(no group membership: a start costs no join, see ``PartitionReader``). Faust's stream machinery
+itself is read by ``InboxReader`` with a plain aiokafka consumer in group ``<prefix><service>``, on
+the app's own event loop (see ``PartitionReader``). Faust's stream machinery
 costs about 300 µs of CPU per record on a small machine (a task per message, a consumer thread on a
 loop of its own, a 2 ms take timer that keeps firing while idle) against 7 µs for aiokafka's
 ``getmany``, and the services are CPU-bound.
@@ -390,18 +389,15 @@ class InOrder:
 class PartitionReader:
     """Partition 0 of one topic on a plain aiokafka consumer in group ``group``, in the app's own loop.
 
-    ``run`` assigns itself the partition, calls ``_assigned``, then hands every batch of records, in
-    offset order (``InOrder``), to ``_handle`` until it is cancelled; ``_handle`` sets ``processed``
-    (the offset after what is done), which is committed every ``commit_interval`` seconds and at the
-    end. A service's inbox (``InboxReader``) and ``muster run cluster``'s effects (``EffectsReader``)
-    are read so.
+    ``run`` joins the group, calls ``_assigned`` on an assignment, then hands every batch of records,
+    in offset order (``InOrder``), to ``_handle`` until it is cancelled; ``_handle`` sets ``processed``
+    (the offset after what is done), which is committed every ``commit_interval`` seconds, when the
+    partition is revoked and at the end. A service's inbox (``InboxReader``) and ``muster run
+    cluster``'s effects (``EffectsReader``) are read so.
 
-    The group is used for its committed offsets only, never joined: a join cost 3 s on every start
-    (a crashed member's session 6 s more) before a record was read, and each of these topics has one
-    partition read by one process (a service's Deployment runs one replica, replaced not rolled; the
-    cluster link's second replica waits for its Lease before it reads). A second process started on
-    the same inbox by mistake would handle the same records again: the same outputs under the same
-    ids, which every reader drops, but twice the work."""
+    The join costs ≈ 3 s on every start on Tansu (a crashed member's session more). Reading by
+    ``assign()`` instead (no join) was tried and reverted: under the fault test's SIGKILLs the
+    projection then lost a workload's deletion in two runs of three (cause not found yet)."""
 
     def __init__(self, config: BusConfig, group: str, topic: str, name: str, *, batch: int = BATCH,
                  commit_interval: float = COMMIT_INTERVAL) -> None:
