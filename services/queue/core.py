@@ -29,11 +29,11 @@ from services.queue.ledger import Ledger
 from services.queue.ordering import blocks, serve_key
 from services.queue.reasons import preempted_by, waiting
 from shared.reasons import amounts, gang_line
-from services.queue.room import RoomWaits
+from services.queue.room import QuotaWaits, RoomWaits
 from services.queue.reclaim import (CLUSTER, Choice, Running, above_guarantee, choose_victims, shortage,
                                     within_guarantee, within_share)
 from services.queue.snapshot import Freed, Snapshot
-from services.queue.tree import QueueTree, cap_failure, over_limits, quota_block, quota_failure
+from services.queue.tree import QueueTree, cap_failure, level_failure, over_limits, quota_block, quota_failure
 from services.queue.workload import Tracked
 from shared.model import shrunk
 from shared.victims import minimal_victims
@@ -44,7 +44,7 @@ from shared.events import (
     ReclaimRequested, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted,
     WorkloadUpdated, WorkloadWithdrawn,
 )
-from shared.model import WorkloadSpec
+from shared.model import QueueSpec, WorkloadSpec
 from shared.policy import Policy
 
 CYCLE = "cycle"
@@ -71,12 +71,16 @@ class QueueCore:
         """Keys of quota holders whose owners want elastic pods (the cycle's grant step reads only these)."""
         self._room = RoomWaits(self._ledger)
         """Pending gangs placement found no room and no victim for: they wait for a release that holds them."""
-        self._quota = RoomWaits(self._ledger, "quota_key")
+        self._quota = QuotaWaits(self._ledger)
         """Pending workloads over a limit with nothing to reclaim: they wait for usage under it to drop."""
         self._reclaiming: dict[str, None] = {}
         """Reserved workloads whose named victims may still hold quota (until placement answers)."""
         self._seq = 0
         self._now = 0.0
+        self._version = 0
+        """Counts changes of promises and queue specs: with ``Ledger.running_version``, when reclaim's view
+        of the running workloads (``_candidates``) must be rebuilt."""
+        self._running_view: tuple[tuple[int, int], list[Running]] | None = None
         self._handlers: dict[str, Callable[[Any, float, Out], None]] = {
             "QueueDefined": self._on_queue_defined,
             "QueueRemoved": self._on_queue_removed,
@@ -108,6 +112,7 @@ class QueueCore:
     # ------------------------------------------------------------------ queues
     def _on_queue_defined(self, p: QueueDefined, now: float, out: Out) -> None:
         problem = self.tree.define(p.queue)
+        self._version += 1  # a minimum runtime may have changed
         if problem is not None:
             out.append(QueueRejected(name=p.queue.name, kind=p.queue.kind, reason=problem))
             return
@@ -116,6 +121,7 @@ class QueueCore:
 
     def _on_queue_removed(self, p: QueueRemoved, now: float, out: Out) -> None:
         if self.tree.remove(p.name):
+            self._version += 1
             self._wake_quota_all(now)
             self._request_cycle(now, out)  # its pending workloads hear "does not exist" in the cycle
 
@@ -466,8 +472,11 @@ class QueueCore:
         return serve_key(spec.priority if spec else 0, snap.dominant(name), name)
 
     def _snapshot(self) -> Snapshot:
-        return Snapshot.take(self.tree, self._ledger, self._capacity,
-                             [(w, self._freed_by(w)) for w in (self._workloads[k] for k in self._reclaiming)])
+        return Snapshot.take(self.tree, self._ledger, self._capacity, self._reclaims())
+
+    def _reclaims(self) -> list[tuple[Tracked, list[Freed]]]:
+        """Reservations whose victims may still hold quota, with what those give back (``Snapshot.credit``)."""
+        return [(w, self._freed_by(w)) for w in (self._workloads[k] for k in self._reclaiming)]
 
     def _freed_by(self, w: Tracked) -> list[Freed]:
         """What ``w``'s victims that still hold quota and are still promised to it give back once placement
@@ -550,6 +559,7 @@ class QueueCore:
         w.victims, w.elastic_victims = victims, elastic.as_victims(pods)
         for key in dict.fromkeys([*victims, *(unit.key for unit in w.elastic_victims)]):
             self._workloads[key].promised_to = w.key  # no one else may count on evicting it, nor may it grow
+            self._version += 1
         freed = self._freed_by(w)
         snap.charge(self.tree, w, freed)
         if victims or pods:
@@ -678,14 +688,22 @@ class QueueCore:
         return self._choose(w, needs, snap, now, self._candidates(snap)), []
 
     def _candidates(self, snap: Snapshot) -> list[Running]:
-        """Running workloads as reclaim sees them, whole (built once per cycle, again after a reclaim)."""
+        """Running workloads as reclaim sees them, whole: built again only when a running workload, a
+        promise or a queue changed since the last build (a cluster full of waiting gangs asks every cycle)."""
         if snap.candidates is None:
-            snap.candidates = [
-                Running(key=x.key, queue=x.queue, priority=x.spec.priority, preemptible=x.spec.preemptible,
-                        started_at=x.started_at or 0.0, min_runtime=self._min_runtime(x.queue), demand=x.demand,
-                        admitted_seq=x.reserved_seq, promised=bool(x.promised_to))
-                for x in self._ledger.running.values()
-            ]
+            version = (self._ledger.running_version, self._version)
+            if self._running_view is None or self._running_view[0] != version:
+                min_runtime: dict[str, float] = {}
+                for x in self._ledger.running.values():
+                    if x.queue not in min_runtime:
+                        min_runtime[x.queue] = self._min_runtime(x.queue)
+                self._running_view = version, [
+                    Running(key=x.key, queue=x.queue, priority=x.spec.priority, preemptible=x.spec.preemptible,
+                            started_at=x.started_at or 0.0, min_runtime=min_runtime[x.queue], demand=x.demand,
+                            admitted_seq=x.reserved_seq, promised=bool(x.promised_to))
+                    for x in self._ledger.running.values()
+                ]
+            snap.candidates = self._running_view[1]
         return snap.candidates
 
     def _choose(self, w: Tracked, needs: dict[str, dict[str, int]], snap: Snapshot, now: float,
@@ -784,11 +802,40 @@ class QueueCore:
             self._workloads[key].elastic_waits = False
 
     def _quota_freed(self, queue: str, now: float) -> None:
-        """Usage of ``queue`` and its ancestors dropped: who waits for quota at one of them tries again."""
+        """Usage of ``queue`` and its ancestors dropped: who waits for quota at one of them and now fits
+        tries again (``QuotaWaits.wake_fitting``), and the first waiter of each leaf under them, which may
+        reclaim or preempt instead (shares and usage moved): Kueue's one head per ClusterQueue."""
         if len(self._quota):
             levels = [spec.name for spec in self.tree.ancestry(queue)] or [queue]
-            for w in self._quota.wake_keys(levels, self._workloads):
+            for w in self._wake_quota(levels, lambda leaf: True):
                 w.requeue_at = now
+
+    def _wake_quota(self, levels: list[str], head: Callable[[str], bool]) -> list[Tracked]:
+        """Waiters for quota at ``levels`` that the levels' free quota now holds, per leaf queue in queue
+        order (what each one woken takes counted against the leaf's next), and the first waiter of every
+        leaf ``head`` names whether it fits or not (it may reclaim or preempt instead)."""
+        snap = Snapshot.quota(self.tree, self._ledger, self._reclaims())
+        usage, protected = snap.usage, snap.protected
+        woken: list[Tracked] = []
+        for level in levels:
+            spec = self.tree.get(level)
+            if spec is None:
+                woken += self._quota.wake_keys([level], self._workloads)
+                continue
+            used = usage.get(level, {})
+
+            def fits(w: Tracked, consumed: dict[str, int], spec: QueueSpec = spec, used: dict[str, int] = used) -> bool:
+                wanted = sorted(r for r, v in w.demand.items() if v > 0)
+                if consumed:
+                    used = q.add(used, consumed)
+                if w.spec.preempts:  # lower priorities of its own queue may give their quota back to it
+                    for priority, amounts in self._ledger.yielding.get(w.queue, {}).items():
+                        if priority < w.spec.priority:
+                            used = q.sub(used, amounts)
+                return level_failure(spec, wanted, w.demand, used, protected, w.spec.preemptible) is None
+
+            woken += self._quota.wake_fitting(level, fits, self._workloads, head)
+        return woken
 
     def _above_guarantee(self, queue: str) -> bool:
         """Whether ``queue`` holds more than it is entitled to of some resource (what reclaim may take back)."""
@@ -799,7 +846,7 @@ class QueueCore:
         """A preemptible workload of ``queue`` runs above its guarantee: reclaim may take it for workloads
         of other queues waiting for quota at one of its ancestors (the leaf's own wait for it to drop)."""
         levels = [spec.name for spec in self.tree.ancestry(queue)][1:]
-        woken = self._quota.wake_keys(levels, self._workloads)
+        woken = self._wake_quota(levels, lambda leaf: leaf != queue)  # each other leaf's head may reclaim it
         for w in woken:
             w.requeue_at = now
         if woken:
@@ -815,6 +862,7 @@ class QueueCore:
             victim = self._workloads.get(key)
             if victim is not None and victim.promised_to == w.key:
                 victim.promised_to = ""
+                self._version += 1
         w.victims, w.elastic_victims = (), ()
         w.promised_to = ""
         self._reclaiming.pop(w.key, None)

@@ -34,7 +34,13 @@ class Ledger:
         self.held: dict[str, Resources] = {}
         self.protected: dict[str, Resources] = {}
         self.demand: dict[str, Resources] = {}
+        self.yielding: dict[str, dict[int, Resources]] = {}
+        """Quota held by preemptible workloads, per queue and priority: what in-queue preemption could give
+        back to a higher priority there (a release judges quota waiters with it, ``QueueCore._wake_quota``)."""
         self.in_use: Resources = {}
+        self.running_version = 0
+        """Counts changes to running workloads (who runs, and what they hold): what reclaim sees of them
+        is rebuilt only after one (``QueueCore._candidates``)."""
 
     def book(self, w: Tracked) -> None:
         self._apply(w, 1)
@@ -59,7 +65,10 @@ class Ledger:
                 self.in_use[name] = self.in_use.get(name, 0) + sign * value
             if not w.spec.preemptible:
                 _shift(self.protected, w.queue, w.demand, sign)
+            else:
+                _shift(self.yielding.setdefault(w.queue, {}), w.spec.priority, w.demand, sign)
         if w.state == "running":
+            self.running_version += 1
             if sign > 0:
                 self.running[w.key] = w
                 if w.elastic:
