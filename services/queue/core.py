@@ -329,6 +329,7 @@ class QueueCore:
         if p.key != CYCLE:
             return
         self._armed.pop(now, None)
+        self._quota.cycled()
         if now in self._ripening:
             del self._ripening[now]
             self._wake_all(now)  # victims a reclaim waited for have run their minimum runtime

@@ -126,6 +126,9 @@ class QuotaWaits(RoomWaits):
         """Live (not stale) entries per heap, so a heap of mostly stale entries is rebuilt."""
         self._where: dict[str, tuple[str, tuple]] = {}
         """Workload key -> (leaf queue, shape) it was parked with."""
+        self._woken: dict[tuple[str, str], dict[str, int]] = {}
+        """(level, leaf queue) -> what the waiters woken there since the last cycle ask: the next release
+        before that cycle counts them as taken (several releases in one instant wake no more than fits)."""
 
     @staticmethod
     def _shape(w: Tracked) -> tuple:
@@ -180,8 +183,9 @@ class QuotaWaits(RoomWaits):
         woken: list[Tracked] = []
         for queue in sorted(self._shapes.get(key, {})):
             heaps = self._shapes[key][queue]
-            consumed: dict[str, int] = {}
-            first = head(queue)
+            consumed = self._woken.get((key, queue))
+            first = consumed is None and head(queue)  # one head per leaf and cycle
+            consumed = self._woken[(key, queue)] = consumed or {}
             while True:
                 best = None
                 for heap in heaps.values():
@@ -204,6 +208,10 @@ class QuotaWaits(RoomWaits):
                 if queue not in self._shapes.get(key, {}):
                     break
         return woken
+
+    def cycled(self) -> None:
+        """A cycle has judged everyone woken before it: the next release starts from the ledger again."""
+        self._woken.clear()
 
     def wake(self, room: dict[str, int], workloads: dict[str, Tracked]) -> list[Tracked]:
         """The first ``count`` waiters of each key in queue order, across its leaves."""
@@ -232,4 +240,5 @@ class QuotaWaits(RoomWaits):
         self._shapes.clear()
         self._live.clear()
         self._where.clear()
+        self._woken.clear()
         return woken
