@@ -77,10 +77,6 @@ class QueueCore:
         """Reserved workloads whose named victims may still hold quota (until placement answers)."""
         self._seq = 0
         self._now = 0.0
-        self._version = 0
-        """Counts changes of promises and queue specs: with ``Ledger.running_version``, when reclaim's view
-        of the running workloads (``_candidates``) must be rebuilt."""
-        self._running_view: tuple[tuple[int, int], list[Running]] | None = None
         self._handlers: dict[str, Callable[[Any, float, Out], None]] = {
             "QueueDefined": self._on_queue_defined,
             "QueueRemoved": self._on_queue_removed,
@@ -112,7 +108,6 @@ class QueueCore:
     # ------------------------------------------------------------------ queues
     def _on_queue_defined(self, p: QueueDefined, now: float, out: Out) -> None:
         problem = self.tree.define(p.queue)
-        self._version += 1  # a minimum runtime may have changed
         if problem is not None:
             out.append(QueueRejected(name=p.queue.name, kind=p.queue.kind, reason=problem))
             return
@@ -121,7 +116,6 @@ class QueueCore:
 
     def _on_queue_removed(self, p: QueueRemoved, now: float, out: Out) -> None:
         if self.tree.remove(p.name):
-            self._version += 1
             self._wake_quota_all(now)
             self._request_cycle(now, out)  # its pending workloads hear "does not exist" in the cycle
 
@@ -560,7 +554,6 @@ class QueueCore:
         w.victims, w.elastic_victims = victims, elastic.as_victims(pods)
         for key in dict.fromkeys([*victims, *(unit.key for unit in w.elastic_victims)]):
             self._workloads[key].promised_to = w.key  # no one else may count on evicting it, nor may it grow
-            self._version += 1
         freed = self._freed_by(w)
         snap.charge(self.tree, w, freed)
         if victims or pods:
@@ -679,6 +672,9 @@ class QueueCore:
         """Reclaim for ``w`` (see reclaim.py): what covers ``needs``, or why nothing does. Elastic pods of
         other queues first, each a victim of its own under the same rules (elastic.py); only when they
         do not cover, whole workloads (``Choice.victims`` then names them, and no pods)."""
+        usage, share = snap.usage.get(w.queue, {}), snap.shares.get(w.queue, {})
+        if not within_share(usage, w.demand, share):  # what _choose answers first, without a view of every running one
+            return Choice(None, self._beyond_share(w, usage, share, list(self._ledger.running_queues), snap)), []
         units = elastic.as_running(
             elastic.elastic_pods(x for x in self._ledger.running_elastic.values() if x.queue != w.queue),
             self._min_runtime)
@@ -689,22 +685,15 @@ class QueueCore:
         return self._choose(w, needs, snap, now, self._candidates(snap)), []
 
     def _candidates(self, snap: Snapshot) -> list[Running]:
-        """Running workloads as reclaim sees them, whole: built again only when a running workload, a
-        promise or a queue changed since the last build (a cluster full of waiting gangs asks every cycle)."""
+        """Running workloads as reclaim sees them, whole (built once per cycle, again after a reclaim)."""
         if snap.candidates is None:
-            version = (self._ledger.running_version, self._version)
-            if self._running_view is None or self._running_view[0] != version:
-                min_runtime: dict[str, float] = {}
-                for x in self._ledger.running.values():
-                    if x.queue not in min_runtime:
-                        min_runtime[x.queue] = self._min_runtime(x.queue)
-                self._running_view = version, [
-                    Running(key=x.key, queue=x.queue, priority=x.spec.priority, preemptible=x.spec.preemptible,
-                            started_at=x.started_at or 0.0, min_runtime=min_runtime[x.queue], demand=x.demand,
-                            admitted_seq=x.reserved_seq, promised=bool(x.promised_to))
-                    for x in self._ledger.running.values()
-                ]
-            snap.candidates = self._running_view[1]
+            min_runtime = {queue: self._min_runtime(queue) for queue in self._ledger.running_queues}
+            snap.candidates = [
+                Running(key=x.key, queue=x.queue, priority=x.spec.priority, preemptible=x.spec.preemptible,
+                        started_at=x.started_at or 0.0, min_runtime=min_runtime[x.queue], demand=x.demand,
+                        admitted_seq=x.reserved_seq, promised=bool(x.promised_to))
+                for x in self._ledger.running.values()
+            ]
         return snap.candidates
 
     def _choose(self, w: Tracked, needs: dict[str, dict[str, int]], snap: Snapshot, now: float,
@@ -746,6 +735,8 @@ class QueueCore:
         """No reclaim now: would there be one once the victims have run their minimum runtime (KAI's
         preemptMinRuntime / reclaimMinRuntime)? Then wake everyone up at that time, not only when a
         backoff expires, and say so in the reason ("" when age is not what blocks it)."""
+        if not within_share(snap.usage.get(w.queue, {}), w.demand, snap.shares.get(w.queue, {})):
+            return ""  # _choose's first answer, at any age of the victims
         later = self._choose(w, needs, snap, math.inf, self._candidates(snap)).victims
         if not later or snap.candidates is None:
             return ""
@@ -863,7 +854,6 @@ class QueueCore:
             victim = self._workloads.get(key)
             if victim is not None and victim.promised_to == w.key:
                 victim.promised_to = ""
-                self._version += 1
         w.victims, w.elastic_victims = (), ()
         w.promised_to = ""
         self._reclaiming.pop(w.key, None)

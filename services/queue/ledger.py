@@ -38,9 +38,9 @@ class Ledger:
         """Quota held by preemptible workloads, per queue and priority: what in-queue preemption could give
         back to a higher priority there (a release judges quota waiters with it, ``QueueCore._wake_quota``)."""
         self.in_use: Resources = {}
-        self.running_version = 0
-        """Counts changes to running workloads (who runs, and what they hold): what reclaim sees of them
-        is rebuilt only after one (``QueueCore._candidates``)."""
+        self.running_queues: dict[str, int] = {}
+        """How many workloads run per queue (only queues with some): whom reclaim could take from, without a
+        walk of every running workload (``QueueCore._reclaim``)."""
 
     def book(self, w: Tracked) -> None:
         self._apply(w, 1)
@@ -68,13 +68,18 @@ class Ledger:
             else:
                 _shift(self.yielding.setdefault(w.queue, {}), w.spec.priority, w.demand, sign)
         if w.state == "running":
-            self.running_version += 1
             if sign > 0:
                 self.running[w.key] = w
+                self.running_queues[w.queue] = self.running_queues.get(w.queue, 0) + 1
                 if w.elastic:
                     self.running_elastic[w.key] = w
             else:
-                self.running.pop(w.key, None)
+                if self.running.pop(w.key, None) is not None:
+                    left = self.running_queues[w.queue] - 1
+                    if left:
+                        self.running_queues[w.queue] = left
+                    else:
+                        del self.running_queues[w.queue]
                 self.running_elastic.pop(w.key, None)
         if w.state == "pending":
             index = self.parked if w.room_key or w.quota_key else self.pending
