@@ -69,6 +69,11 @@ def ray_pod(cluster: str, name: str, node_type: str, group: str, cpu: str) -> di
         k.RAY_ORIGIN_KIND: "RayCluster", k.RAY_ORIGIN_NAME: cluster})
 
 
+def changes(records: list[Any]) -> list[Any]:
+    """The watch events among ``records`` (each list's ``ObjectsListed`` left aside)."""
+    return [e for e in envelopes(records) if e.type == "ObjectChanged"]
+
+
 @pytest.fixture
 def kube() -> Iterator[KubeApiEmulator]:
     with KubeApiEmulator() as emulator:
@@ -126,10 +131,6 @@ def test_restarting_the_bridge_sends_nothing_new_for_unchanged_objects(
     kube.create(node("n1"))
     kube.create(QUEUE)
     log = config.topics.log
-
-    def changes(records: list[Any]) -> list[Any]:  # the watch events; each list's ObjectsListed aside
-        return [e for e in envelopes(records) if e.type == "ObjectChanged"]
-
     with stack(config, kube.url, services=()):
         first = changes(read_until(config, log, lambda rs: len(changes(rs)) >= 2))
     with stack(config, kube.url, services=()):
@@ -211,7 +212,7 @@ def test_watch_events_muster_cannot_hold_are_refused_at_ingest_and_later_ones_fl
         kube.create(odd)
         kube.create(huge)
         kube.create(node("n2"))
-        log = envelopes(read_until(config, topics.log, lambda rs: len(rs) >= 4))
+        log = changes(read_until(config, topics.log, lambda rs: len(changes(rs)) >= 4))
         assert bridge.not_ready() is None and bridge.unsent == 0 and bridge.dead_letters == 0
     assert sorted(e.subject for e in log) == ["Node/n1", "Node/n2", "RayCluster/team-a/huge", "RayCluster/team-a/odd"]
     refused = {e.subject: e.payload.object["metadata"]["annotations"][k.REFUSED] for e in log
