@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared.audit.kafka import KafkaLog
+from shared.audit.logfile import envelopes
+from shared.audit.replay import verify
 from shared.bus.app import ensure_topics, service_app
 from shared.bus.cluster import KubeTarget, cluster_app
 from shared.bus.config import BusConfig
@@ -109,3 +112,9 @@ def test_a_ray_cluster_its_pods_and_a_node_deleted_while_the_link_was_down_are_d
                 bus.run(gather_all(app.stop() for app in [*apps.values(), link]), timeout=60)
         finally:
             bus.close()
+    # the deletions are a fold over the inboxes: the log replays to the same decisions
+    tally = verify(KafkaLog(f"kafka://{kafka_bootstrap}", policy=Policy(), prefix=topic_prefix), Policy())
+    assert tally.different == 0 and tally.identical > 0
+    log = list(envelopes(KafkaLog(f"kafka://{kafka_bootstrap}", policy=Policy(), prefix=topic_prefix)))
+    listings = {e.id for e in log if e.type == "ObjectsListed"}
+    assert [e.subject for e in log if e.type == "WorkloadDeleted" and e.causation_id in listings] == ["team-a/rc"]
