@@ -21,7 +21,8 @@ from typing import Any
 
 from shared.events import ObjectChanged, ObjectsListed
 
-_META = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "ownerReferences")
+_IDENTITY = ("name", "namespace", "uid")
+_META = (*_IDENTITY, "labels", "annotations", "ownerReferences")
 _POD_SPEC = ("schedulerName", "nodeName")
 
 
@@ -37,11 +38,13 @@ def _copy(value: Any) -> Any:
 
 def last_state(obj: dict[str, Any]) -> dict[str, Any]:
     """What a core's handling of a deletion reads of an object: its identity, labels, annotations
-    and owners (which workload or gang it belongs to) and, for a pod, its scheduler and node."""
+    and owners (which workload or gang it belongs to) and, for a pod, its scheduler and node; of a
+    node only its identity (its deletion is read by name: a thousand nodes' labels are not kept twice)."""
     out: dict[str, Any] = {k: obj[k] for k in ("apiVersion", "kind") if type(obj.get(k)) is str}
     meta = obj.get("metadata")
     if type(meta) is dict:
-        out["metadata"] = {k: _copy(meta[k]) for k in _META if k in meta}
+        names = _IDENTITY if obj.get("kind") == "Node" else _META
+        out["metadata"] = {k: _copy(meta[k]) for k in names if k in meta}
     spec = obj.get("spec")
     if obj.get("kind") == "Pod" and type(spec) is dict:
         out["spec"] = {k: spec[k] for k in _POD_SPEC if type(spec.get(k)) is str}

@@ -151,3 +151,9 @@ def test_placement_frees_a_pod_and_drops_a_node_the_listings_lack():
     out = d.feed(listing("Node", "/n1"))
     assert one(out, CapacityChanged).nodes == 1
     assert fits(d, "4") and not fits(d, "5")  # n1 alone, all of it free again
+
+
+def test_of_a_node_only_its_identity_is_held():
+    book = WatchBook()
+    book.observe(observe("Added", node("n1", labels={"zone": "a"})))
+    assert book.held["Node.v1"]["/n1"]["metadata"].keys() <= {"name", "namespace", "uid"}
