@@ -223,7 +223,7 @@ def listing_envelopes(kind: str, api_version: str, resource_version: str, object
 
     Ids name the listing (the resource and the list's resourceVersion, which names the state of the
     whole cluster): listing the same state again gives the same ids, which consumers drop as
-    copies. A resource the cluster does not serve has no version: ``at`` names that listing."""
+    copies. A list that came without a resourceVersion is named by ``at``."""
     keys = sorted({listed_key(obj) for obj in objects})
     parts: list[list[str]] = [[]]
     size = 0

@@ -385,7 +385,8 @@ class Watcher:
         """Report every change of ``resource`` to ``sink``, forever. After each list, ``inventory``
         gets the list's resourceVersion and every object in it (after the list's changes went to
         ``sink``, before any later one), and ``listed`` is called: from then on a deletion is seen as
-        one. A resource not served counts as listed empty (once, until it is served again)."""
+        one. A resource not served (404) is no listing (as client-go's reflector, which replaces
+        its store only with a list it got): its objects are judged at the first list that works."""
         seen: dict[tuple[str, str], dict[str, Any]] = {}
         version: str | None = None
         absent_logged = False
@@ -401,11 +402,7 @@ class Watcher:
                 version = await self._watch(resource, version, seen, sink)
             except ApiException as exc:
                 version = None
-                if exc.status == 404:
-                    if not absent_logged:
-                        seen.clear()  # not served: none of it exists (deleting a CRD deletes its objects)
-                        if inventory is not None:
-                            await inventory(resource, "", [])
+                if exc.status == 404:  # no listing: a list that failed says nothing of what exists
                     if listed is not None:
                         listed()  # nothing of it exists to miss the deletion of
                     if not absent_logged:
