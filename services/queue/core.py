@@ -29,11 +29,11 @@ from services.queue.ledger import Ledger
 from services.queue.ordering import blocks, serve_key
 from services.queue.reasons import preempted_by, waiting
 from shared.reasons import amounts, gang_line
-from services.queue.room import RoomWaits
+from services.queue.room import QuotaWaits, RoomWaits
 from services.queue.reclaim import (CLUSTER, Choice, Running, above_guarantee, choose_victims, shortage,
                                     within_guarantee, within_share)
 from services.queue.snapshot import Freed, Snapshot
-from services.queue.tree import QueueTree, cap_failure, over_limits, quota_block, quota_failure
+from services.queue.tree import QueueTree, cap_failure, level_failure, over_limits, quota_block, quota_failure
 from services.queue.workload import Tracked
 from shared.model import shrunk
 from shared.victims import minimal_victims
@@ -44,7 +44,7 @@ from shared.events import (
     ReclaimRequested, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted,
     WorkloadUpdated, WorkloadWithdrawn,
 )
-from shared.model import WorkloadSpec
+from shared.model import QueueSpec, WorkloadSpec
 from shared.policy import Policy
 
 CYCLE = "cycle"
@@ -71,7 +71,7 @@ class QueueCore:
         """Keys of quota holders whose owners want elastic pods (the cycle's grant step reads only these)."""
         self._room = RoomWaits(self._ledger)
         """Pending gangs placement found no room and no victim for: they wait for a release that holds them."""
-        self._quota = RoomWaits(self._ledger, "quota_key")
+        self._quota = QuotaWaits(self._ledger)
         """Pending workloads over a limit with nothing to reclaim: they wait for usage under it to drop."""
         self._reclaiming: dict[str, None] = {}
         """Reserved workloads whose named victims may still hold quota (until placement answers)."""
@@ -323,6 +323,7 @@ class QueueCore:
         if p.key != CYCLE:
             return
         self._armed.pop(now, None)
+        self._quota.cycled()
         if now in self._ripening:
             del self._ripening[now]
             self._wake_all(now)  # victims a reclaim waited for have run their minimum runtime
@@ -466,8 +467,11 @@ class QueueCore:
         return serve_key(spec.priority if spec else 0, snap.dominant(name), name)
 
     def _snapshot(self) -> Snapshot:
-        return Snapshot.take(self.tree, self._ledger, self._capacity,
-                             [(w, self._freed_by(w)) for w in (self._workloads[k] for k in self._reclaiming)])
+        return Snapshot.take(self.tree, self._ledger, self._capacity, self._reclaims())
+
+    def _reclaims(self) -> list[tuple[Tracked, list[Freed]]]:
+        """Reservations whose victims may still hold quota, with what those give back (``Snapshot.credit``)."""
+        return [(w, self._freed_by(w)) for w in (self._workloads[k] for k in self._reclaiming)]
 
     def _freed_by(self, w: Tracked) -> list[Freed]:
         """What ``w``'s victims that still hold quota and are still promised to it give back once placement
@@ -668,6 +672,9 @@ class QueueCore:
         """Reclaim for ``w`` (see reclaim.py): what covers ``needs``, or why nothing does. Elastic pods of
         other queues first, each a victim of its own under the same rules (elastic.py); only when they
         do not cover, whole workloads (``Choice.victims`` then names them, and no pods)."""
+        usage, share = snap.usage.get(w.queue, {}), snap.shares.get(w.queue, {})
+        if not within_share(usage, w.demand, share):  # what _choose answers first, without a view of every running one
+            return Choice(None, self._beyond_share(w, usage, share, list(self._ledger.running_queues), snap)), []
         units = elastic.as_running(
             elastic.elastic_pods(x for x in self._ledger.running_elastic.values() if x.queue != w.queue),
             self._min_runtime)
@@ -680,9 +687,10 @@ class QueueCore:
     def _candidates(self, snap: Snapshot) -> list[Running]:
         """Running workloads as reclaim sees them, whole (built once per cycle, again after a reclaim)."""
         if snap.candidates is None:
+            min_runtime = {queue: self._min_runtime(queue) for queue in self._ledger.running_queues}
             snap.candidates = [
                 Running(key=x.key, queue=x.queue, priority=x.spec.priority, preemptible=x.spec.preemptible,
-                        started_at=x.started_at or 0.0, min_runtime=self._min_runtime(x.queue), demand=x.demand,
+                        started_at=x.started_at or 0.0, min_runtime=min_runtime[x.queue], demand=x.demand,
                         admitted_seq=x.reserved_seq, promised=bool(x.promised_to))
                 for x in self._ledger.running.values()
             ]
@@ -727,6 +735,8 @@ class QueueCore:
         """No reclaim now: would there be one once the victims have run their minimum runtime (KAI's
         preemptMinRuntime / reclaimMinRuntime)? Then wake everyone up at that time, not only when a
         backoff expires, and say so in the reason ("" when age is not what blocks it)."""
+        if not within_share(snap.usage.get(w.queue, {}), w.demand, snap.shares.get(w.queue, {})):
+            return ""  # _choose's first answer, at any age of the victims
         later = self._choose(w, needs, snap, math.inf, self._candidates(snap)).victims
         if not later or snap.candidates is None:
             return ""
@@ -784,11 +794,40 @@ class QueueCore:
             self._workloads[key].elastic_waits = False
 
     def _quota_freed(self, queue: str, now: float) -> None:
-        """Usage of ``queue`` and its ancestors dropped: who waits for quota at one of them tries again."""
+        """Usage of ``queue`` and its ancestors dropped: who waits for quota at one of them and now fits
+        tries again (``QuotaWaits.wake_fitting``), and the first waiter of each leaf under them, which may
+        reclaim or preempt instead (shares and usage moved): Kueue's one head per ClusterQueue."""
         if len(self._quota):
             levels = [spec.name for spec in self.tree.ancestry(queue)] or [queue]
-            for w in self._quota.wake_keys(levels, self._workloads):
+            for w in self._wake_quota(levels, lambda leaf: True):
                 w.requeue_at = now
+
+    def _wake_quota(self, levels: list[str], head: Callable[[str], bool]) -> list[Tracked]:
+        """Waiters for quota at ``levels`` that the levels' free quota now holds, per leaf queue in queue
+        order (what each one woken takes counted against the leaf's next), and the first waiter of every
+        leaf ``head`` names whether it fits or not (it may reclaim or preempt instead)."""
+        snap = Snapshot.quota(self.tree, self._ledger, self._reclaims())
+        usage, protected = snap.usage, snap.protected
+        woken: list[Tracked] = []
+        for level in levels:
+            spec = self.tree.get(level)
+            if spec is None:
+                woken += self._quota.wake_keys([level], self._workloads)
+                continue
+            used = usage.get(level, {})
+
+            def fits(w: Tracked, consumed: dict[str, int], spec: QueueSpec = spec, used: dict[str, int] = used) -> bool:
+                wanted = sorted(r for r, v in w.demand.items() if v > 0)
+                if consumed:
+                    used = q.add(used, consumed)
+                if w.spec.preempts:  # lower priorities of its own queue may give their quota back to it
+                    for priority, amounts in self._ledger.yielding.get(w.queue, {}).items():
+                        if priority < w.spec.priority:
+                            used = q.sub(used, amounts)
+                return level_failure(spec, wanted, w.demand, used, protected, w.spec.preemptible) is None
+
+            woken += self._quota.wake_fitting(level, fits, self._workloads, head)
+        return woken
 
     def _above_guarantee(self, queue: str) -> bool:
         """Whether ``queue`` holds more than it is entitled to of some resource (what reclaim may take back)."""
@@ -799,7 +838,7 @@ class QueueCore:
         """A preemptible workload of ``queue`` runs above its guarantee: reclaim may take it for workloads
         of other queues waiting for quota at one of its ancestors (the leaf's own wait for it to drop)."""
         levels = [spec.name for spec in self.tree.ancestry(queue)][1:]
-        woken = self._quota.wake_keys(levels, self._workloads)
+        woken = self._wake_quota(levels, lambda leaf: leaf != queue)  # each other leaf's head may reclaim it
         for w in woken:
             w.requeue_at = now
         if woken:

@@ -34,7 +34,13 @@ class Ledger:
         self.held: dict[str, Resources] = {}
         self.protected: dict[str, Resources] = {}
         self.demand: dict[str, Resources] = {}
+        self.yielding: dict[str, dict[int, Resources]] = {}
+        """Quota held by preemptible workloads, per queue and priority: what in-queue preemption could give
+        back to a higher priority there (a release judges quota waiters with it, ``QueueCore._wake_quota``)."""
         self.in_use: Resources = {}
+        self.running_queues: dict[str, int] = {}
+        """How many workloads run per queue (only queues with some): whom reclaim could take from, without a
+        walk of every running workload (``QueueCore._reclaim``)."""
 
     def book(self, w: Tracked) -> None:
         self._apply(w, 1)
@@ -59,13 +65,21 @@ class Ledger:
                 self.in_use[name] = self.in_use.get(name, 0) + sign * value
             if not w.spec.preemptible:
                 _shift(self.protected, w.queue, w.demand, sign)
+            else:
+                _shift(self.yielding.setdefault(w.queue, {}), w.spec.priority, w.demand, sign)
         if w.state == "running":
             if sign > 0:
                 self.running[w.key] = w
+                self.running_queues[w.queue] = self.running_queues.get(w.queue, 0) + 1
                 if w.elastic:
                     self.running_elastic[w.key] = w
             else:
-                self.running.pop(w.key, None)
+                if self.running.pop(w.key, None) is not None:
+                    left = self.running_queues[w.queue] - 1
+                    if left:
+                        self.running_queues[w.queue] = left
+                    else:
+                        del self.running_queues[w.queue]
                 self.running_elastic.pop(w.key, None)
         if w.state == "pending":
             index = self.parked if w.room_key or w.quota_key else self.pending

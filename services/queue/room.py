@@ -24,7 +24,7 @@ A waiting workload is out of its queue's pending index (``Ledger.parked``), so a
 from __future__ import annotations
 
 import heapq
-from typing import Iterable
+from typing import Callable, Iterable
 
 from services.queue.ledger import Ledger
 from services.queue.workload import Tracked
@@ -102,3 +102,143 @@ class RoomWaits:
         """Waiting workloads of ``queue`` with a priority above ``priority`` that may preempt."""
         return [workloads[key] for p, members in self._by_queue.get(queue, {}).items() if p > priority
                 for key in members if workloads[key].spec.preempts]
+
+
+_Fits = Callable[[Tracked, dict[str, int]], bool]
+"""Whether a waiter passes the blocking level's check with ``consumed`` already taken from it this wake."""
+
+
+class QuotaWaits(RoomWaits):
+    """Workloads waiting for quota, per blocking level, per leaf queue, per demand (its shape).
+
+    A release under a level wakes, per leaf queue, the waiters whose demand the level's free quota
+    holds, in queue order, each one's demand counted against what is left for that leaf's next
+    (``wake_fitting``): no more than could pass the level, each leaf judged alone because the cycle
+    serves leaves by fair share, not in one order. ``head`` adds the leaf's first waiter even when it
+    does not fit (it may reclaim or preempt instead). A leaf's waiters are kept in one heap per demand,
+    so a wake costs per workload woken, not per workload waiting."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        super().__init__(ledger, "quota_key")
+        self._shapes: dict[str, dict[str, dict[tuple, list[tuple[tuple[int, float, str], int, str]]]]] = {}
+        """Level -> leaf queue -> (preemptible, demand) -> heap of (order, park number, workload key)."""
+        self._live: dict[tuple[str, str, tuple], int] = {}
+        """Live (not stale) entries per heap, so a heap of mostly stale entries is rebuilt."""
+        self._where: dict[str, tuple[str, tuple]] = {}
+        """Workload key -> (leaf queue, shape) it was parked with."""
+        self._woken: dict[tuple[str, str], dict[str, int]] = {}
+        """(level, leaf queue) -> what the waiters woken there since the last cycle ask: the next release
+        before that cycle counts them as taken (several releases in one instant wake no more than fits)."""
+
+    @staticmethod
+    def _shape(w: Tracked) -> tuple:
+        return (w.spec.preemptible, tuple(sorted(w.demand.items())))
+
+    def park(self, w: Tracked, key: str) -> None:
+        self.unpark(w)
+        self._seq += 1
+        self._parked[w.key] = (key, self._seq)
+        shape = self._shape(w)
+        heap = self._shapes.setdefault(key, {}).setdefault(w.queue, {}).setdefault(shape, [])
+        heapq.heappush(heap, (w.order, self._seq, w.key))
+        self._live[(key, w.queue, shape)] = self._live.get((key, w.queue, shape), 0) + 1
+        self._where[w.key] = (w.queue, shape)
+        self._by_queue.setdefault(w.queue, {}).setdefault(w.spec.priority, {})[w.key] = None
+        with self._ledger.moving(w):
+            setattr(w, self._attr, key)
+
+    def unpark(self, w: Tracked) -> None:
+        parked = self._parked.get(w.key)
+        if parked is None:
+            return
+        key = parked[0]
+        queue, shape = self._where.pop(w.key)
+        super().unpark(w)
+        live = self._live.get((key, queue, shape), 0) - 1
+        leaves = self._shapes.get(key, {})
+        heaps = leaves.get(queue, {})
+        if live <= 0:  # nobody of this shape waits here any more: the heap holds stale entries only
+            self._live.pop((key, queue, shape), None)
+            heaps.pop(shape, None)
+            if not heaps:
+                leaves.pop(queue, None)
+                if not leaves:
+                    self._shapes.pop(key, None)
+            return
+        self._live[(key, queue, shape)] = live
+        heap = heaps[shape]
+        if len(heap) > 2 * live + 16:  # bounded state: drop entries of workloads woken, admitted or gone
+            heaps[shape] = [e for e in heap if self._parked.get(e[2]) == (key, e[1])]
+            heapq.heapify(heaps[shape])
+
+    def _first(self, key: str, heap: list) -> tuple | None:
+        while heap and self._parked.get(heap[0][2]) != (key, heap[0][1]):
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
+    def wake_fitting(self, key: str, fits: _Fits, workloads: dict[str, Tracked],
+                     head: Callable[[str], bool]) -> list[Tracked]:
+        """Per leaf queue waiting under ``key``: its waiters that ``fits`` in queue order, each woken one's
+        demand counted against the next; for leaves ``head`` names, its first waiter in any case."""
+        woken: list[Tracked] = []
+        for queue in sorted(self._shapes.get(key, {})):
+            heaps = self._shapes[key][queue]
+            consumed = self._woken.get((key, queue))
+            first = consumed is None and head(queue)  # one head per leaf and cycle
+            consumed = self._woken[(key, queue)] = consumed or {}
+            while True:
+                best = None
+                for heap in heaps.values():
+                    top = self._first(key, heap)
+                    if top is None or (best is not None and top >= best[0]):
+                        continue
+                    if first or fits(workloads[top[2]], consumed):
+                        best = (top, heap)
+                if best is None:
+                    break
+                w = workloads[best[0][2]]
+                if first and not fits(w, consumed):
+                    first = False  # the head wakes to reclaim or preempt: it takes nothing from the others
+                else:
+                    first = False
+                    for r, v in w.demand.items():
+                        consumed[r] = consumed.get(r, 0) + v
+                woken.append(w)
+                self.unpark(w)
+                if queue not in self._shapes.get(key, {}):
+                    break
+        return woken
+
+    def cycled(self) -> None:
+        """A cycle has judged everyone woken before it: the next release starts from the ledger again."""
+        self._woken.clear()
+
+    def wake(self, room: dict[str, int], workloads: dict[str, Tracked]) -> list[Tracked]:
+        """The first ``count`` waiters of each key in queue order, across its leaves."""
+        woken: list[Tracked] = []
+        for key, count in room.items():
+            while count > 0:
+                best = None
+                for heaps in self._shapes.get(key, {}).values():
+                    for heap in heaps.values():
+                        top = self._first(key, heap)
+                        if top is not None and (best is None or top < best):
+                            best = top
+                if best is None:
+                    break
+                count -= 1
+                w = workloads[best[2]]
+                woken.append(w)
+                self.unpark(w)
+        return woken
+
+    def wake_keys(self, keys: Iterable[str], workloads: dict[str, Tracked]) -> list[Tracked]:
+        return self.wake({key: len(self._parked) for key in keys if key in self._shapes}, workloads)
+
+    def wake_all(self, workloads: dict[str, Tracked]) -> list[Tracked]:
+        woken = super().wake_all(workloads)
+        self._shapes.clear()
+        self._live.clear()
+        self._where.clear()
+        self._woken.clear()
+        return woken

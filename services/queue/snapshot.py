@@ -6,7 +6,7 @@ decision in the cycle sees the reservations made before it in the same cycle.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from services.queue.fairshare import deserved, dominant_share
@@ -39,6 +39,8 @@ class Snapshot:
     """The queues of ``candidates`` in their order (built with the first reclaim that needs them)."""
     holders: dict[str, list[Tracked]] | None = None
     """Admitted and running workloads per leaf queue (quota preemption); built on first need."""
+    reclaims: list[tuple[Tracked, Sequence[Freed]]] = field(default_factory=list)
+    """The reservations with victims still holding quota that ``take`` credited."""
 
     @classmethod
     def take(cls, tree: QueueTree, ledger: Ledger, capacity: Mapping[str, int],
@@ -49,12 +51,23 @@ class Snapshot:
         for name, amounts in ledger.demand.items():
             # a queue that takes no workloads asks for no share on behalf of its waiting ones
             wanted[name] = amounts if tree.wait_reason(name) is None else ledger.held.get(name, {})
-        snap = cls(usage=tree.roll_up(ledger.held), protected=tree.roll_up(ledger.protected),
-                   free=q.sub(dict(capacity), ledger.in_use), shares=deserved(tree, capacity, wanted))
-        for w, freed in reclaims:
-            snap.credit(tree, w, freed)
+        snap = cls.quota(tree, ledger, reclaims)
+        snap.free = q.sub(dict(capacity), ledger.in_use)
+        snap.shares = deserved(tree, capacity, wanted)
+        for _, freed in snap.reclaims:
             for _, demand in freed:
                 snap.free_capacity_of(demand)
+        return snap
+
+    @classmethod
+    def quota(cls, tree: QueueTree, ledger: Ledger,
+              reclaims: Iterable[tuple[Tracked, Sequence[Freed]]] = ()) -> "Snapshot":
+        """Usage and protected usage alone, reclaims credited (no free capacity, no shares): what a
+        release of quota judges its waiters against (``QueueCore._wake_quota``)."""
+        snap = cls(usage=tree.roll_up(ledger.held), protected=tree.roll_up(ledger.protected), free={}, shares={})
+        snap.reclaims = list(reclaims)
+        for w, freed in snap.reclaims:
+            snap.credit(tree, w, freed)
         return snap
 
     def charge(self, tree: QueueTree, w: Tracked, freed: Sequence[Freed] = ()) -> None:

@@ -143,21 +143,27 @@ def quota_block(tree: QueueTree, queue: str, demand: Mapping[str, int], usage: M
     """
     wanted = sorted(r for r, v in demand.items() if v > 0)
     for spec in tree.ancestry(queue):
-        used = usage.get(spec.name, {})
-        for resource in wanted:
-            limit = spec.limit_of(resource)
-            held = used.get(resource, 0)
-            if limit is not None and held + demand[resource] > limit:
-                return spec.name, (f"queue {spec.name} {spec.limit_word} {resource} {q.human(resource, limit)}: "
-                                   f"used {q.human(resource, held)}, requested {q.human(resource, demand[resource])}")
-            if held + demand[resource] > q.MAX_MILLI:
-                return spec.name, (f"queue {spec.name} {resource}: used {q.human(resource, held)}, requested "
-                                   f"{q.human(resource, demand[resource])}: together more than muster holds "
-                                   f"({q.MAX_MILLI // 1000} units, 2**63-1 milli-units)")
-        capped = _guarantee_cap(spec, wanted, demand, protected, preemptible)
-        if capped is not None:
-            return spec.name, capped
+        failure = level_failure(spec, wanted, demand, usage.get(spec.name, {}), protected, preemptible)
+        if failure is not None:
+            return spec.name, failure
     return None
+
+
+def level_failure(spec: QueueSpec, wanted: list[str], demand: Mapping[str, int], used: Mapping[str, int],
+                  protected: Mapping[str, Mapping[str, int]], preemptible: bool) -> str | None:
+    """``quota_block`` at one level (``used``: its rolled-up usage; ``wanted``: the demanded resources, sorted);
+    also what a release under that level asks of a workload waiting for quota there (``QuotaWaits``)."""
+    for resource in wanted:
+        limit = spec.limit_of(resource)
+        held = used.get(resource, 0)
+        if limit is not None and held + demand[resource] > limit:
+            return (f"queue {spec.name} {spec.limit_word} {resource} {q.human(resource, limit)}: "
+                    f"used {q.human(resource, held)}, requested {q.human(resource, demand[resource])}")
+        if held + demand[resource] > q.MAX_MILLI:
+            return (f"queue {spec.name} {resource}: used {q.human(resource, held)}, requested "
+                    f"{q.human(resource, demand[resource])}: together more than muster holds "
+                    f"({q.MAX_MILLI // 1000} units, 2**63-1 milli-units)")
+    return _guarantee_cap(spec, wanted, demand, protected, preemptible)
 
 
 def cap_failure(tree: QueueTree, queue: str, demand: Mapping[str, int], protected: Mapping[str, Mapping[str, int]],

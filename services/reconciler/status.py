@@ -147,10 +147,10 @@ class StatusBook:
             if spec.dialect == "elasticquotatree":
                 trees.setdefault((spec.source.namespace, spec.source.name), [])
             elif spec.dialect == "volcano" and self.policy.answers_to("volcano"):
-                usage = self.view.queue_usage() if usage is None else usage
+                usage = self._usage() if usage is None else usage
                 out.append(self._effect(spec, self._volcano(spec, q.format_resources(usage.get(name, {})))))
             elif spec.dialect == "kai" and self.policy.answers_to("kai-scheduler"):
-                usage = self.view.queue_usage() if usage is None else usage
+                usage = self._usage() if usage is None else usage
                 out.append(self._effect(spec, self._kai(spec, q.format_resources(usage.get(name, {})))))
         for (namespace, tree), _ in sorted(trees.items()):
             nodes = [s for s in specs.values() if s.source is not None and s.dialect == "elasticquotatree"
@@ -166,6 +166,37 @@ class StatusBook:
             if view is not None and view.phase == "Deleted":
                 del views[key]
                 pods.pop(key, None)
+
+    def _usage(self) -> dict[str, dict[str, int]]:
+        """``ResultProjection.queue_usage`` as the status reads it (by queue, resources sorted there), in one
+        pass with ``_members``' index: each workload adds to its own queue, then each queue's sum climbs its
+        ancestors once, instead of every workload walking them (a flush reads every live workload)."""
+        direct: dict[str, dict[str, int]] = {}
+        by_queue: dict[str | None, list[WorkloadView]] = {}
+        for v in self.view.workloads.values():
+            if v.phase not in (None, "Deleted"):
+                by_queue.setdefault(v.queue, []).append(v)
+            if v.holds_quota and v.queue is not None:
+                held = direct.get(v.queue)
+                if held is None:
+                    held = direct[v.queue] = {}
+                for resource, amount in v.demand.items():
+                    held[resource] = held.get(resource, 0) + amount
+        if self._by_queue is None:
+            self._by_queue = by_queue
+        usage: dict[str, dict[str, int]] = {}
+        specs = self.view.queues
+        for queue, held in direct.items():
+            name: str | None = queue
+            seen: list[str] = []
+            while name is not None and name not in seen:
+                seen.append(name)
+                total = usage.setdefault(name, {})
+                for resource, amount in held.items():
+                    total[resource] = total.get(resource, 0) + amount
+                spec = specs.get(name)
+                name = spec.parent if spec else None
+        return usage
 
     # ------------------------------------------------------------------ per dialect
     def _members(self, queue: str) -> list[WorkloadView]:

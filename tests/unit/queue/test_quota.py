@@ -180,3 +180,27 @@ def test_a_queue_sum_beyond_64_bits_waits_with_the_bound_named_instead_of_overfl
     d.step(deleted("ns/first"), 3.0)
     d.settle(10.0)
     assert [e.key for e in d.of(Dequeued)] == ["ns/first", "ns/second"]  # room again once the first is gone
+
+
+def _cohort_of_two(d: QueueDriver) -> None:
+    """A cohort of 4 CPU over leaves ``a`` and ``b``; ``a`` holds all 4 (1 + 3, not preemptible), ``b`` waits:
+    ``b/big`` (3 CPU), then ``b/s1`` and ``b/s2`` (1 CPU each), all parked on the cohort's max."""
+    d.step(defined(queue_spec("cohort", limit={"cpu": "4"})), 0.0)
+    d.step(defined(queue_spec("a", parent="cohort")))
+    d.step(defined(queue_spec("b", parent="cohort")))
+    for key, cpu in (("a/h1", "1"), ("a/h3", "3")):
+        d.step(submitted(job(key, "a", cpu=cpu, preemptible=False)))
+        d.step(placed(key, "a"))
+    for at, (key, cpu) in enumerate((("b/big", "3"), ("b/s1", "1"), ("b/s2", "1")), start=1):
+        d.step(submitted(job(key, "b", cpu=cpu, at=float(at))), float(at))
+    assert [x.key for x in d.of(BackedOff)] == ["b/big", "b/s1", "b/s2"]
+
+
+def test_a_release_of_quota_wakes_the_leafs_head_and_whom_the_freed_quota_holds_not_every_waiter():
+    d = QueueDriver()
+    _cohort_of_two(d)
+    out = d.step(deleted("a/h1"), 10.0)  # 1 CPU back: b/big (the head) tries and fails, b/s1 fits, b/s2 sleeps on
+    assert names([x for x in out if isinstance(x, (Dequeued, BackedOff))]) == [("BackedOff", "b/big"), ("Dequeued", "b/s1")]
+    out = d.step(deleted("a/h3"), 11.0)  # 3 CPU back: b/big fits them all, so b/s2 is not woken to fail
+    assert names([x for x in out if isinstance(x, (Dequeued, BackedOff))]) == [("Dequeued", "b/big")]
+    assert len(d.of(BackedOff, "b/s2")) == 1
