@@ -16,7 +16,6 @@ asserted. ``python -m bench.replay_bench 50000`` runs it on a smaller log.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import statistics
 import sys
@@ -29,6 +28,7 @@ from bench.projector_bench import generated_scenario
 from shared.audit.header import LogHeader
 from shared.audit.logfile import LogFile, decode
 from shared.audit.replay import Replayer
+from shared.build import code_digest
 from shared.embedded import EmbeddedRuntime
 from shared.events import Envelope, to_json
 from shared.scenario import parse_scenario
@@ -56,14 +56,9 @@ class _Stream(list):
 
 
 def _code_digest() -> str:
-    """A digest of the code that makes the log's decisions: a cached log made by other code would not
-    verify (its decisions are the old code's), so it is made again."""
-    root = Path(__file__).resolve().parents[1]
-    digest = hashlib.blake2b(digest_size=6)
-    for path in sorted([*root.glob("services/**/*.py"), *root.glob("shared/**/*.py"), Path(__file__)]):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+    """The code that makes the log's decisions: a cached log made by other code would not verify (its
+    decisions are the old code's), so it is made again."""
+    return code_digest(Path(__file__))
 
 
 def log_file(events: int = EVENTS) -> Path:

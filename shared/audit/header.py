@@ -15,12 +15,12 @@ log topic does not say which muster wrote it; every envelope carries its schema 
 
 from __future__ import annotations
 
-from importlib import metadata
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from shared.audit.errors import CannotReproduce, NotAnEnvelope
+from shared.build import muster_version
 from shared.events import SCHEMA_VERSION
 from shared.policy import Policy
 from shared.validation import first_errors
@@ -29,13 +29,6 @@ FORMAT = 1
 """Version of the file layout (header, envelope lines, end line)."""
 
 Origin = Literal["simulate", "kafka", "store", "import"]
-
-
-def muster_version() -> str:
-    try:
-        return metadata.version("muster")
-    except metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree without install
-        return "unknown"
 
 
 class LogHeader(BaseModel):

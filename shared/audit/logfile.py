@@ -247,7 +247,7 @@ class StoreLog:
         except StoreError as exc:
             raise SourceError(str(exc)) from None
         if stored is None:
-            from shared.audit.header import muster_version
+            from shared.build import muster_version
 
             stored = {"muster_version": muster_version(), "origin": "store"}
         header = LogHeader.model_validate({k: v for k, v in stored.items() if v is not None or k == "policy"})

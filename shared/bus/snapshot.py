@@ -20,8 +20,9 @@ records and in time, whatever the history.
 
 Loading is checked at three levels; any failure means a full replay, logged on one line and counted
 (``muster_snapshot_fallbacks``):
-  1. format: the manifest's ``FORMAT``, muster's version and the policy's fingerprint must be this
-     process's (an upgrade or a changed policy rebuilds from the inbox, as before snapshots), and the
+  1. format: the manifest's ``FORMAT``, muster's version, the code's digest (``shared.build``: a
+     rebuilt image of the same version may hold its state otherwise) and the policy's fingerprint must
+     be this process's (an upgrade or a changed policy rebuilds from the inbox, as before snapshots), and the
      state must decode (``statecodec``: its own format, only muster's pure state classes);
   2. integrity: the chunks' SHA-256 must match the manifest (a truncated or corrupted snapshot);
   3. behaviour: the tail replay from the snapshot must reproduce the outputs recorded for it — the
@@ -38,7 +39,6 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import TYPE_CHECKING, Any, Callable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -48,6 +48,7 @@ from shared.bus.config import BusConfig
 from shared.bus.topics import Topics
 from shared.bus.sequencing import Ordering, Rounds
 from shared import statecodec
+from shared.build import code_digest, muster_version
 from shared.events import Envelope
 from shared.policy import Policy
 from shared.service import Service
@@ -85,13 +86,6 @@ GENESIS = b"\0" * 16
 """The digest a lineage starts from."""
 
 
-def muster_version() -> str:
-    try:
-        return metadata.version("muster")
-    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-        return "unknown"
-
-
 def policy_fingerprint(policy: Policy) -> str:
     """Equal for equal policies: a snapshot taken under another policy is not loaded."""
     return hashlib.sha256(policy.model_dump_json().encode()).hexdigest()[:32]
@@ -119,6 +113,8 @@ class Manifest:
     """Offsets of the chunk records in the snapshot topic, in order."""
     format: int = FORMAT
     muster: str = field(default_factory=muster_version)
+    code: str = field(default_factory=code_digest)
+    """The code's digest: the state's layout is the code's, whatever the version says."""
     policy: str = ""
     written_at: float = 0.0
 
@@ -129,7 +125,7 @@ class Manifest:
     def decode(cls, value: bytes) -> "Manifest":
         try:
             raw = json.loads(value)
-            return cls(**raw)
+            return cls(**{"code": "", **raw})  # a manifest from before the digest matches no code
         except (ValueError, TypeError) as exc:
             raise SnapshotError(f"unreadable snapshot manifest: {exc}") from None
 
@@ -317,6 +313,8 @@ class SnapshotKeeper:
             raise SnapshotError(f"snapshot format {manifest.format}, this muster reads {FORMAT}")
         if manifest.muster != muster_version():
             raise SnapshotError(f"snapshot from muster {manifest.muster}, this is {muster_version()}")
+        if manifest.code != code_digest():
+            raise SnapshotError(f"snapshot from other code ({manifest.code or 'no digest'}, this is {code_digest()})")
         if manifest.policy != self.policy:
             raise SnapshotError("snapshot taken under another policy")
         if manifest.service != self.service:

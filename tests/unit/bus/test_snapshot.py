@@ -180,6 +180,10 @@ def _loaded(spoil: str) -> tuple[Loaded, int]:
         manifest = replace(manifest, format=FORMAT - 1)
     elif spoil == "another policy":
         manifest = replace(manifest, policy="0" * 32)
+    elif spoil == "other code":  # same version, another build: its state may be laid out otherwise
+        manifest = replace(manifest, code="0" * 16)
+    elif spoil == "manifest from before code digests":
+        manifest = Manifest.decode(json.dumps({k: v for k, v in manifest.__dict__.items() if k != "code"}).encode())
     return Loaded(manifest, blob, None), half
 
 
@@ -205,6 +209,8 @@ def test_a_sound_snapshot_is_loaded_and_the_inbox_read_after_it():
     ("corrupted, checksum rewritten", "does not load"),
     ("wrong version", f"snapshot format {FORMAT - 1}"),
     ("another policy", "another policy"),
+    ("other code", "snapshot from other code (0000000000000000"),
+    ("manifest from before code digests", "snapshot from other code (no digest"),
 ])
 def test_an_unusable_snapshot_means_a_full_replay_said_in_one_line(spoil, said, caplog):
     loaded, half = _loaded(spoil)
