@@ -117,8 +117,12 @@ def _expected(inputs: list[Envelope], then: Envelope) -> list[Envelope]:
     return service.handle(then)
 
 
-def test_a_restart_loads_the_snapshot_and_replays_only_the_tail(kafka_bootstrap: str, topic_prefix: str,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("fork", ["1", "0"], ids=["forked capture", "in-process capture"])
+def test_a_restart_loads_the_snapshot_and_replays_only_the_tail(kafka_bootstrap: str, topic_prefix: str, fork: str,
+                                                                caplog: pytest.LogCaptureFixture,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MUSTER_SNAPSHOT_FORK", fork)
+    caplog.set_level(logging.INFO, logger="muster.bus")
     config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
     inputs = _history(config)
     then = ingest(ray_cluster("rc-12"), 500, change="Deleted")
@@ -129,6 +133,8 @@ def test_a_restart_loads_the_snapshot_and_replays_only_the_tail(kafka_bootstrap:
     assert reader.worker.replayed == snapshots.tail == LATER  # the tail only, not all FIRST + LATER
     assert snapshots.keeper.fallbacks == 0
     assert "snapshot verified" in caplog.text
+    said = "forked in" if fork == "1" else "captured while the inbox waited"
+    assert said in caplog.text  # the snapshot the restart loaded was captured that way
     # the restarted service reproduced, output for output, what the log holds from before the stop
     assert len(before) >= FIRST + LATER
     assert digest == reduce(chain, (codec.encode(e) for e in before), GENESIS)
