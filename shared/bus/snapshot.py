@@ -186,7 +186,6 @@ def restore(worker: "InboxWorker", blob: bytes) -> None:
         worker.clock.load(timers)
 
 
-
 # --------------------------------------------------------------------------- capture in a forked child
 FORK_VARIABLE = "MUSTER_SNAPSHOT_FORK"
 """``0`` captures in the service's own process, with the inbox waiting (as before forked captures);

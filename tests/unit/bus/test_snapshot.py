@@ -20,7 +20,7 @@ from shared.bus import codec
 from shared import statecodec
 from shared.bus.app import InboxReader
 from shared.bus.sequencing import Arrival, Rounds
-from shared.bus.snapshot import (FORMAT, GENESIS, MAX_SHARE, ForkedCapture, Loaded, Manifest, SnapshotError, SnapshotKeeper,
+from shared.bus.snapshot import (FORMAT, GENESIS, MAX_SHARE, CaptureLost, ForkedCapture, Loaded, Manifest, SnapshotError, SnapshotKeeper,
                                  Snapshots, capture, fork_wanted, policy_fingerprint, restore)
 from shared.bus.worker import Clock, InboxWorker
 from shared.bus.config import BusConfig
@@ -398,3 +398,16 @@ def test_a_stopped_capture_kills_and_reaps_its_child(monkeypatch):
     (child,) = children
     assert _gone(child.pid) and os.WIFSIGNALED(child.status) and child.fd == -1
     assert snapshots.keeper.blobs == []
+
+
+@fork_only
+def test_a_child_past_its_time_is_killed_and_reaped(monkeypatch):
+    def stuck(worker):  # as a child stuck on a lock another thread held at the fork would be
+        time.sleep(60)
+        return b""
+
+    monkeypatch.setattr("shared.bus.snapshot.capture", stuck)
+    child = ForkedCapture.start(_worker("queue"))
+    with pytest.raises(CaptureLost, match="took more than"):
+        asyncio.run(child.result(timeout=0.2))
+    assert _gone(child.pid) and os.WIFSIGNALED(child.status)
