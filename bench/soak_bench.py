@@ -133,7 +133,7 @@ def slope(xs: list[float], ys: list[float]) -> float:
 def soak(jobs: int = JOBS, hours: float = HOURS, nodes: int = NODES, every: float = SAMPLE) -> dict[str, Any]:
     """Run the day and sample it; the figures (see the module docstring)."""
     policy = Policy.from_mapping({"scheduler_names": [*Policy().scheduler_names, "default-scheduler"]})
-    cluster = SimCluster(pod_startup=2.0)
+    cluster = SimCluster(pod_startup=2.0, annotation_history=False)  # as ``muster simulate`` without --check's annotations
     runtime = EmbeddedRuntime(policy, cluster)
     finished = [0]
 

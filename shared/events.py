@@ -3,6 +3,7 @@
 Lifecycle of a workload as the events tell it::
 
     ObjectChanged(RayCluster Added)            reconciler.ingest -> admission
+    ObjectsListed                              reconciler.ingest -> admission, placement (after a list)
     WorkloadSubmitted | WorkloadRejected       admission -> queue | reconciler
     Enqueued, BackedOff*                       queue -> reconciler (status)
     Dequeued | ReclaimRequested                queue -> placement (quota reserved)
@@ -46,6 +47,26 @@ class ObjectChanged(Frozen):
     @property
     def subject(self) -> str:
         return f"{self.kind}/{self.namespace}/{self.name}" if self.namespace else f"{self.kind}/{self.name}"
+
+
+class ObjectsListed(Frozen):
+    """After each list (or relist) of one watched resource: the keys (``namespace/name``, ``/name``
+    for a cluster-scoped object) of every object of it that exists at ``resource_version``, in
+    parts small enough for the broker; ``last`` closes the listing. A core that holds an object of
+    that resource the listing lacks treats it as deleted (``shared.listing``): the deletion happened
+    while no watch was open, as client-go's ``DeltaFIFO.Replace`` reports ``DeletedFinalStateUnknown``."""
+
+    type: Literal["ObjectsListed"] = "ObjectsListed"
+    kind: str
+    api_version: str
+    resource_version: str
+    part: int
+    keys: tuple[str, ...]
+    last: bool
+
+    @property
+    def subject(self) -> str:
+        return f"listing/{self.kind}.{self.api_version}"
 
 
 # --------------------------------------------------------------------------- admission
@@ -367,7 +388,7 @@ Payload = Annotated[
         WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
         ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
         GangDisrupted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
-        ElasticGranted, ElasticReleased, ElasticWaiting,
+        ElasticGranted, ElasticReleased, ElasticWaiting, ObjectsListed,
     ],
     Field(discriminator="type"),
 ]
@@ -379,7 +400,7 @@ PAYLOAD_TYPES: dict[str, type[BaseModel]] = {
         WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
         ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
         GangDisrupted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
-        ElasticGranted, ElasticReleased, ElasticWaiting,
+        ElasticGranted, ElasticReleased, ElasticWaiting, ObjectsListed,
     )
 }
 

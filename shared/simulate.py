@@ -37,7 +37,9 @@ class Run:
 
 
 def new_cluster(scenario: Scenario, policy: Policy) -> SimCluster:
-    return SimCluster(pod_startup=scenario.startup_seconds, batch_scheduler=scenario.batch_scheduler)
+    """The scenario's simulated cluster; it records annotation writes only when an expectation reads them."""
+    return SimCluster(pod_startup=scenario.startup_seconds, batch_scheduler=scenario.batch_scheduler,
+                      annotation_history=any(e.annotations_present is not None for e in scenario.expect))
 
 
 def simulate(scenario: Scenario, policy: Policy | None = None, *, traced: bool = False) -> Run:

@@ -62,7 +62,8 @@ def admission_reads_pod(obj: dict, change: str = "Added") -> bool:
 
 
 def destinations(env: Envelope) -> tuple[str, ...]:
-    """Inboxes an envelope goes to. Watch events split by kind; plain pods (not KubeRay's) go to both."""
+    """Inboxes an envelope goes to. Watch events split by kind; plain pods (not KubeRay's) go to both,
+    and a listing of pods to both (each core judges only the pods it was told of)."""
     if env.type == "ObjectChanged":
         kind = env.payload.kind
         if kind == "Pod":
@@ -70,6 +71,9 @@ def destinations(env: Envelope) -> tuple[str, ...]:
         if kind == "Node":
             return ("placement",)
         return ("admission",)
+    if env.type == "ObjectsListed":  # to every core that holds objects of that kind (``shared.listing``)
+        kind = env.payload.kind
+        return ("admission", "placement") if kind == "Pod" else ("placement",) if kind == "Node" else ("admission",)
     if env.type == "TimerFired":
         return ()
     return ROUTES[env.type]

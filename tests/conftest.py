@@ -34,10 +34,10 @@ from typing import Iterator
 import pytest
 
 os.environ.setdefault("MUSTER_KAFKA_SESSION_TIMEOUT_MS", "2000")
-"""Services of the suite (in-process and ``muster run`` processes alike, who inherit it) join their groups
-with a 2 s session: Tansu holds each join about half the session timeout and a restarted service's
-first fetch about twice it, which at the deployment's 6 s was 3 s per service start and 11 s per
-restart, a third of the integration tests' time. Same code paths, shorter waits (shared/bus/config.py)."""
+"""Services of the suite (in-process and ``muster run`` processes alike, who inherit it) run their Faust
+worker's group with a 2 s session: a worker SIGKILLed by the fault test leaves its member behind, and
+its successor's start waits that member's session out (6 s at the deployment's default). The inbox
+readers themselves assign their partition and join nothing (shared/bus/config.py)."""
 
 LOCAL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 LOCAL_KAFKA = "127.0.0.1:9092"

@@ -40,6 +40,7 @@ from services.admission.workloads import (
 from shared.events import (
     Envelope,
     ObjectChanged,
+    ObjectsListed,
     QueueDefined,
     QueueRejected,
     QueueRemoved,
@@ -53,6 +54,7 @@ from shared import kube
 from shared import quantity as q
 from shared.model import Gang, WorkloadSpec
 from shared.kube import REFUSED, watched_namespace
+from shared.listing import WatchBook
 from shared.policy import Policy
 
 Output = Union[QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadRejected,
@@ -120,6 +122,8 @@ class AdmissionCore:
         self.refused_pods: dict[str, dict[str, str]] = {}
         """``Kind:namespace/name`` of a RayCluster / RayJob -> its pods ingest refused (name -> why): the
         workload is rejected naming one until that pod is deleted (``topology.admission_reads_pod``)."""
+        self.book = WatchBook()
+        """Every watched object admission was told of, to tell what a list lacks (``shared.listing``)."""
 
     # ------------------------------------------------------------------ entry point
     def handle(self, env: Envelope) -> list[Any]:
@@ -129,8 +133,14 @@ class AdmissionCore:
         if len(self._seen) > self.SEEN_IDS:
             del self._seen[next(iter(self._seen))]
         payload = env.payload
+        if isinstance(payload, ObjectsListed):  # objects deleted while no watch was open
+            out: list[Output] = []
+            for gone in self.book.listed(payload):
+                out += self._on_object(gone, env.occurred_at)
+            return out
         if not isinstance(payload, ObjectChanged):
             return []
+        self.book.observe(payload)
         return list(self._on_object(payload, env.occurred_at))
 
     def _on_object(self, p: ObjectChanged, now: float) -> list[Output]:

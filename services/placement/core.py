@@ -32,10 +32,11 @@ from shared import kube
 from shared import quantity as q
 from shared.events import (
     CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, Envelope, GangDisrupted, GangPlaced, GangRunning,
-    ObjectChanged, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested,
+    ObjectChanged, ObjectsListed, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested,
     SlotAssignment, TimerFired, TimerSet, WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.dedupe import RECENT_IDS, Seen
+from shared.listing import WatchBook
 from shared.policy import Policy
 
 CAPACITY_TIMER = "capacity"
@@ -83,6 +84,8 @@ class PlacementCore:
         """Gangs that found no room and no victim (workload key -> room key): they wait for a release."""
         self._shapes: dict[str, tuple[Gang, str, dict[str, None]]] = {}
         """Room key -> (gang, strategy, keys of the waiting gangs of that shape)."""
+        self.book = WatchBook()
+        """Every node and pod placement was told of, to tell what a list lacks (``shared.listing``)."""
 
     # ------------------------------------------------------------------ routing
     def handle(self, env: Envelope) -> list[Any]:
@@ -90,6 +93,7 @@ class PlacementCore:
         now = env.occurred_at
         self._now = now
         if isinstance(p, ObjectChanged):
+            self.book.observe(p)
             if p.kind == "Node":
                 return self._on_node(p)
             if p.kind == "Pod":
@@ -97,6 +101,11 @@ class PlacementCore:
             return []
         if isinstance(p, TimerFired):
             return self._on_timer(p.key, now)
+        if isinstance(p, ObjectsListed):  # nodes and pods deleted while no watch was open
+            out: list[Any] = []
+            for gone in self.book.listed(p):
+                out += self._on_node(gone) if gone.kind == "Node" else self._on_pod(gone, now)
+            return out
         if isinstance(p, QueueDefined):
             if p.queue.min_runtime is None:
                 self._queue_min_runtime.pop(p.queue.name, None)

@@ -12,10 +12,10 @@ reduced to its identity and marked ``REFUSED`` with the reason, which admission 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Literal
 
-from shared.events import SCHEMA_VERSION, Envelope, ObjectChanged, derive_id
+from shared.events import SCHEMA_VERSION, Envelope, ObjectChanged, ObjectsListed, derive_id
 from shared import kube
 from shared.kube import REFUSED, meta
 from shared.validation import MAX_BYTES, dns1123_subdomain, label_value, object_problem, tree_problem
@@ -201,3 +201,45 @@ def watch_envelope(change: Change, obj: Mapping[str, Any], at: float) -> Envelop
         id=event_id, type=payload.type, subject=payload.subject, source="ingest", occurred_at=at,
         causation_id=None, correlation_id=event_id, schema_version=SCHEMA_VERSION, trace={}, payload=payload,
     )
+
+
+LISTING_PART_CHARS = 200_000
+"""Characters of keys in one ``ObjectsListed`` part: a list of 50,000 pods is a dozen records, each
+far below the broker's ``message.max.bytes`` (``shared.bus.cluster.MAX_RECORD_BYTES``)."""
+
+
+def listed_key(obj: Mapping[str, Any]) -> str:
+    """An object's key in a listing: ``namespace/name`` as ``observe`` names its watch events
+    (``shared.listing.WatchBook`` keys them so)."""
+    metadata = obj.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    return f"{_safe(_text(metadata.get('namespace')))}/{_safe(_text(metadata.get('name')))}"
+
+
+def listing_envelopes(kind: str, api_version: str, resource_version: str, objects: Iterable[Mapping[str, Any]],
+                      at: float, *, part_chars: int = LISTING_PART_CHARS) -> list[Envelope]:
+    """The ``ObjectsListed`` parts of one list of a resource: its keys in order, at most
+    ``part_chars`` of them a part, at least one part (an empty list says every object is gone).
+
+    Ids name the listing (the resource and the list's resourceVersion, which names the state of the
+    whole cluster): listing the same state again gives the same ids, which consumers drop as
+    copies. A list that came without a resourceVersion is named by ``at``."""
+    keys = sorted({listed_key(obj) for obj in objects})
+    parts: list[list[str]] = [[]]
+    size = 0
+    for key in keys:
+        if parts[-1] and size + len(key) > part_chars:
+            parts.append([])
+            size = 0
+        parts[-1].append(key)
+        size += len(key) + 1
+    version = resource_version or f"unversioned at {at!r}"
+    out: list[Envelope] = []
+    for index, part in enumerate(parts):
+        payload = ObjectsListed(kind=kind, api_version=api_version, resource_version=resource_version, part=index,
+                                keys=tuple(part), last=index == len(parts) - 1)
+        event_id = derive_id("ingest", "listed", kind, api_version, version, index)
+        out.append(Envelope.model_construct(
+            id=event_id, type=payload.type, subject=payload.subject, source="ingest", occurred_at=at,
+            causation_id=None, correlation_id=event_id, schema_version=SCHEMA_VERSION, trace={}, payload=payload))
+    return out

@@ -350,6 +350,8 @@ class KubeApplier:
 
 # --------------------------------------------------------------------------- watch
 Sink = Callable[[Change, dict[str, Any]], Awaitable[None]]
+Inventory = Callable[[Resource, str, list[dict[str, Any]]], Awaitable[None]]
+"""After a list: the resource, the list's resourceVersion and every object in it (``Watcher.run``)."""
 _CHANGES: dict[str, Change] = {"ADDED": "Added", "MODIFIED": "Modified", "DELETED": "Deleted"}
 
 
@@ -358,7 +360,9 @@ class Watcher:
     list again when the version has expired (410) or the connection failed.
 
     What a relist finds is compared with what was seen: new objects are Added, changed ones
-    Modified, missing ones Deleted (with their last version), unchanged ones not sent again. A
+    Modified, missing ones Deleted (with their last version), unchanged ones not sent again; and
+    every list is reported whole (``inventory``), for what a restarted watcher never saw to be found
+    gone downstream (``shared.listing``). A
     resource the cluster does not serve (a CRD not installed: 404) is tried again every
     ``absent_retry`` seconds, so installing Volcano later needs no restart.
     """
@@ -376,9 +380,13 @@ class Watcher:
         """One cheap request (a list of at most one node): raises when the API server cannot be used."""
         await checked(self._call(NODE, limit=1, _preload_content=False))
 
-    async def run(self, resource: Resource, sink: Sink, listed: Callable[[], None] | None = None) -> None:
-        """Report every change of ``resource`` to ``sink``, forever; ``listed`` is called after each
-        list (or on finding the resource not served): from then on a deletion is seen as one."""
+    async def run(self, resource: Resource, sink: Sink, listed: Callable[[], None] | None = None,
+                  inventory: Inventory | None = None) -> None:
+        """Report every change of ``resource`` to ``sink``, forever. After each list, ``inventory``
+        gets the list's resourceVersion and every object in it (after the list's changes went to
+        ``sink``, before any later one), and ``listed`` is called: from then on a deletion is seen as
+        one. A resource not served (404) is no listing (as client-go's reflector, which replaces
+        its store only with a list it got): its objects are judged at the first list that works."""
         seen: dict[tuple[str, str], dict[str, Any]] = {}
         version: str | None = None
         absent_logged = False
@@ -387,12 +395,14 @@ class Watcher:
                 if version is None:
                     version = await self._relist(resource, seen, sink)
                     absent_logged = False
+                    if inventory is not None:
+                        await inventory(resource, version, list(seen.values()))
                     if listed is not None:
                         listed()
                 version = await self._watch(resource, version, seen, sink)
             except ApiException as exc:
                 version = None
-                if exc.status == 404:
+                if exc.status == 404:  # no listing: a list that failed says nothing of what exists
                     if listed is not None:
                         listed()  # nothing of it exists to miss the deletion of
                     if not absent_logged:

@@ -2,8 +2,9 @@
 
 ``service_app(name, ...)`` is the one wiring for all four services; ``muster run NAME`` runs it as
 a Faust worker. Faust hosts the process (signals, logging, lifecycle) and the producer; the inbox
-itself is read by ``InboxReader`` with a plain aiokafka consumer in group ``<prefix><service>``, on
-the app's own event loop (see ``PartitionReader``). Faust's stream machinery
+itself is read by ``InboxReader`` with a plain aiokafka consumer on the app's own event loop, which
+assigns itself the inbox's one partition and commits its offsets under group ``<prefix><service>``
+(no group membership: a start costs no join, see ``PartitionReader``). Faust's stream machinery
 costs about 300 µs of CPU per record on a small machine (a task per message, a consumer thread on a
 loop of its own, a 2 ms take timer that keeps firing while idle) against 7 µs for aiokafka's
 ``getmany``, and the services are CPU-bound.
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Sequence
 
 import faust
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka import errors
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -389,15 +390,23 @@ class InOrder:
 class PartitionReader:
     """Partition 0 of one topic on a plain aiokafka consumer in group ``group``, in the app's own loop.
 
-    ``run`` joins the group, calls ``_assigned`` on an assignment, then hands every batch of records,
-    in offset order (``InOrder``), to ``_handle`` until it is cancelled; ``_handle`` sets ``processed``
-    (the offset after what is done), which is committed every ``commit_interval`` seconds, when the
-    partition is revoked and at the end. A service's inbox (``InboxReader``) and ``muster run
-    cluster``'s effects (``EffectsReader``) are read so.
+    ``run`` assigns itself the partition, calls ``_assigned``, then hands every batch of records, in
+    offset order (``InOrder``), to ``_handle`` until it is cancelled; ``_handle`` sets ``processed``
+    (the offset after what is done), which is committed every ``commit_interval`` seconds and at the
+    end. A service's inbox (``InboxReader``) and ``muster run cluster``'s effects (``EffectsReader``)
+    are read so.
 
-    The join costs ≈ 3 s on every start on Tansu (a crashed member's session more). Reading by
-    ``assign()`` instead (no join) was tried and reverted: under the fault test's SIGKILLs the
-    projection then lost a workload's deletion in two runs of three (cause not found yet)."""
+    The group is used for its committed offsets only, never joined: a join cost 3 s on every start
+    (a crashed member's session 6 s more) before a record was read, and each of these topics has one
+    partition read by one process (a service's Deployment runs one replica, replaced not rolled; the
+    cluster link's second replica waits for its Lease before it reads). A second process started on
+    the same inbox by mistake would handle the same records again: the same outputs under the same
+    ids, which every reader drops, but twice the work.
+
+    This was reverted once because the fault test then lost a workload's deletion; the deletion had
+    happened while the test had the cluster link SIGKILLed, and a restarted link lists only what
+    exists (docs/design.md, "Inbox readers assign their partition"). The join's 3 s per restart
+    had only moved the test's binds away from that kill."""
 
     def __init__(self, config: BusConfig, group: str, topic: str, name: str, *, batch: int = BATCH,
                  commit_interval: float = COMMIT_INTERVAL) -> None:
@@ -429,12 +438,12 @@ class PartitionReader:
         collect_less()
         consumer = self._consumer = AIOKafkaConsumer(
             **self.config.aiokafka(), group_id=self.group, enable_auto_commit=False, auto_offset_reset="earliest",
-            fetch_max_wait_ms=self.config.fetch_wait_ms, session_timeout_ms=6_000, heartbeat_interval_ms=1_000,
-            rebalance_timeout_ms=2_000)
-        consumer.subscribe([self.tp.topic], listener=_Rebalance(self))
+            fetch_max_wait_ms=self.config.fetch_wait_ms)
         helpers: list[asyncio.Future[Any]] = []
-        try:  # stopped while it joins its group, it still stops its consumer
+        try:  # stopped while it starts, it still stops its consumer
             await consumer.start()
+            consumer.assign([self.tp])  # no group membership: nothing to join, no rebalance to wait out
+            await self._assigned(consumer)
             helpers = [asyncio.ensure_future(helper) for helper in (self._commit_every(), *self._helpers())]
             while True:
                 fetched = await consumer.getmany(timeout_ms=1_000, max_records=self.batch)
@@ -471,7 +480,7 @@ class PartitionReader:
             return True
         try:
             await consumer.commit({self.tp: offset})
-        except KafkaError as exc:  # a rebalance under way: the next commit (or the new owner) catches up
+        except KafkaError as exc:  # the broker away or refusing for now: the next commit catches up
             self.commit_failures += 1
             log.warning("%s: offset %d not committed (%d failures in a row; next try in %.0f s): %r", self.name,
                         offset, self.commit_failures, commit_delay(self.commit_interval, self.commit_failures), exc)
@@ -491,20 +500,6 @@ def commit_delay(interval: float, failures: int, cap: float = COMMIT_BACKOFF_MAX
     """Seconds until the next commit after ``failures`` failed ones in a row: ``interval``, doubled
     per failure, at most ``cap`` (never below ``interval``)."""
     return max(interval, min(interval * 2.0 ** min(failures, 32), cap))
-
-
-class _Rebalance(ConsumerRebalanceListener):
-    def __init__(self, reader: PartitionReader) -> None:
-        self.reader = reader
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        if self.reader.tp in revoked:
-            async with self.reader._lock:
-                await self.reader._commit()
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        if self.reader.tp in assigned and self.reader._consumer is not None:
-            await self.reader._assigned(self.reader._consumer)
 
 
 # --------------------------------------------------------------------------- a service

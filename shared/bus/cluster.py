@@ -6,7 +6,9 @@ Two loops in one Faust app (group ``<prefix>cluster``), neither deciding anythin
   each change becomes an ``ObjectChanged`` envelope (``ingest.watch_envelope``: its id names the
   object's uid and resourceVersion) written to the log topic first, then to the inboxes
   ``shared.topology.destinations`` names. A restarted bridge lists everything again and re-sends
-  unchanged objects under the same ids, which the services drop as copies.
+  unchanged objects under the same ids, which the services drop as copies; after each list it
+  sends ``ObjectsListed`` (the keys the list holds), from which admission and placement find the
+  objects deleted while no watch was open (``shared.listing``).
 - **effects → API**: ``EffectsReader`` reads ``muster.effects`` and performs each ``KubeEffect`` with
   ``KubeApplier``: each object's effects in their order, different objects' side by side (up to
   ``EFFECT_CONCURRENCY`` requests in flight), an eviction after everything before it and before
@@ -36,7 +38,7 @@ from typing import Any, Awaitable, Callable, Sequence
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
-from services.reconciler.ingest import Change, watch_envelope
+from services.reconciler.ingest import Change, listing_envelopes, watch_envelope
 from services.reconciler.kubeapi import KubeApplier, Refused, Transient, Watcher, connect
 from services.reconciler.lease import LeaseElector, LeaseKeeper
 from services.reconciler.resources import WATCHED, Resource
@@ -282,6 +284,12 @@ class ClusterBridge:
             metadata = obj.get("metadata") or {}
             await self.applier.pod_gone(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
 
+    async def inventory(self, resource: Resource, version: str, objects: list[dict[str, Any]]) -> None:
+        """After a list: ``ObjectsListed`` (``ingest.listing_envelopes``), queued behind the list's own
+        changes, so that the cores find what they hold and the list lacks (``shared.listing``)."""
+        for env in listing_envelopes(resource.kind, resource.api_version, version, objects, time.time()):
+            await self._changes.put(env)
+
     def _note_refused(self, env: Envelope) -> None:
         """A log line and a count per kind for an object ingest refused: for a Node, the only report
         (no workload to reject), saying that it is left out of scheduling until it can be read."""
@@ -307,7 +315,8 @@ class ClusterBridge:
                     self.listed.set()
             return done
 
-        tasks = [asyncio.create_task(watcher.run(resource, self.observe, listed(resource))) for resource in WATCHED]
+        tasks = [asyncio.create_task(watcher.run(resource, self.observe, listed(resource), self.inventory))
+                 for resource in WATCHED]
         try:
             await asyncio.gather(*tasks)
         finally:

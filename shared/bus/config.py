@@ -9,7 +9,7 @@
 | ``MUSTER_KAFKA_SASL_USERNAME`` / ``MUSTER_KAFKA_SASL_PASSWORD`` | SASL credentials               |
 | ``MUSTER_KAFKA_SSL_CAFILE`` / ``_CERTFILE`` / ``_KEYFILE``       | TLS trust and client certificate |
 | ``MUSTER_KAFKA_FETCH_WAIT_MS``  | longest a fetch waits for data (default 5)                     |
-| ``MUSTER_KAFKA_SESSION_TIMEOUT_MS`` | how long the group waits for a silent service before it hands its inbox on (default 6000) |
+| ``MUSTER_KAFKA_SESSION_TIMEOUT_MS`` | the session of the Faust worker's own group (default 6000) |
 | ``MUSTER_TOPIC_REPLICATION``    | replication factor of the topics muster creates (default 1)    |
 | ``MUSTER_TOPIC_MIN_INSYNC``     | their ``min.insync.replicas`` (default 1; at most the factor)  |
 
@@ -17,9 +17,12 @@ The fetch wait is low on purpose: a broker that does not answer a fetch as soon 
 (Tansu, the test broker) would otherwise add the whole wait to every hop between two services.
 Apache Kafka answers early, so a low value costs it only idle polls.
 
-The session timeout is how long a service that died without leaving its group (killed, its
-host gone) keeps its inbox from its successor; a service heartbeats a third of it apart. Tansu also
-holds every group join for about half of it, so the test suite sets 2000 for its own brokers.
+The session timeout is that of the Faust worker's own Kafka group (Faust hosts each process); a
+worker heartbeats a third of it apart. The inboxes are not read through a group: each reader
+assigns itself its one partition and uses the group for committed offsets only
+(``shared.bus.app.PartitionReader``). A worker killed without leaving its group holds its
+successor's start back until its session runs out; the test suite, which kills services on purpose,
+sets 2000.
 
 Replication: 1 suits one broker (compose, Tansu); on a cluster of three or more, 3 and
 ``min.insync.replicas`` 2 keep every acknowledged record through the loss of a broker (muster's

@@ -36,8 +36,11 @@ kubelet (``kubelet.py``)
 
 Effects (``SimCluster.perform``)
   ``suspend``/``unsuspend`` set ``spec.suspend``; ``bind`` binds an unbound pod and merges the
-  effect's annotations; ``annotate`` merges annotations (recorded in ``annotation_history``);
-  ``evict`` deletes the pod; ``event`` appends a core/v1 Event to ``SimCluster.events``. An effect
+  effect's annotations; ``annotate`` merges annotations (recorded in ``annotation_history`` when
+  the cluster is made to keep it: ``muster simulate`` does when an expectation reads annotations);
+  ``evict`` deletes the pod; ``event`` appends a core/v1 Event to ``SimCluster.events``, kept an
+  hour (``EVENT_TTL``, the API server's ``--event-ttl``). What the cluster keeps of an object goes
+  when the object does (a long run keeps nothing per job gone, but a KubeRay slot's count). An effect
   with ``kind=""`` addresses the workload of that namespace/name (RayJob, else RayCluster). Effects
   on objects that do not exist are ignored; applying an effect twice changes nothing.
 """

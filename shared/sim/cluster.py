@@ -31,6 +31,8 @@ CLUSTER_SCOPED = frozenset({
 """Kinds with no namespace (Volcano's and KAI's Queue are cluster-scoped too)."""
 
 _SETTLE_LIMIT = 1_000_000
+EVENT_TTL = 3600.0
+"""Seconds an Event is kept after it was written: kube-apiserver's ``--event-ttl`` default (1h)."""
 
 Key = tuple[str, str, str]
 """(kind, namespace, name); namespace is "" for cluster-scoped kinds."""
@@ -163,9 +165,14 @@ class ApiServer:
         return obj
 
     def request_timer(self, at: float, key: str) -> None:
+        """Ask for ``key`` to fire at ``at``, once while it is pending (a second request is a no-op)."""
         if key not in self._timer_keys:
             self._timer_keys.add(key)
             self.timers.append((at, key))
+
+    def timer_fired(self, key: str) -> None:
+        """``key`` fired: it is no longer pending (a long run keeps no key of every pod it started)."""
+        self._timer_keys.discard(key)
 
     # ------------------------------------------------------------------ internals
     @staticmethod
@@ -237,12 +244,18 @@ def _validate(obj: object) -> None:
 class SimCluster:
     """API server + KubeRay + kubelet behind the interface the embedded runtime drives."""
 
-    def __init__(self, *, pod_startup: float = 2.0, batch_scheduler: Setting = "none") -> None:
+    def __init__(self, *, pod_startup: float = 2.0, batch_scheduler: Setting = "none",
+                 annotation_history: bool = True) -> None:
         self.pod_startup = pod_startup
         self.api = ApiServer(self._changed)
         self.kuberay = KubeRay(self.api, plugin(batch_scheduler))
         self.events: list[dict] = []
-        """core/v1 Events written by ``event`` effects, in order (not on the watch stream)."""
+        """core/v1 Events written by ``event`` effects, in order (not on the watch stream), for
+        ``EVENT_TTL`` seconds after they were written, as the API server keeps them."""
+        self._events_written = 0
+        self.keeps_annotation_history = annotation_history
+        """Record every annotation write for ``annotation_history`` (what ``--check``'s
+        ``annotations_present`` reads, for the whole run): off, a long run keeps nothing per object gone."""
         self._history: dict[Key, list[tuple[float, dict[str, str]]]] = {}
         self._last_applied_suspend: dict[Key, object] = {}
         self._last_event: dict[tuple[str, str, str, str], tuple[str, str, str]] = {}
@@ -317,6 +330,7 @@ class SimCluster:
 
     def fire(self, key: str, now: float) -> None:
         """One of the timers from ``take_timer_requests`` came due."""
+        self.api.timer_fired(key)
         if key.startswith(kubelet.TIMER_PREFIX):
             kubelet.fire(self.api, key)
         else:
@@ -349,6 +363,8 @@ class SimCluster:
         return None
 
     def _record_annotations(self, target: Key, now: float) -> None:
+        if not self.keeps_annotation_history:
+            return
         obj = self.api.obj(*target)
         if obj is not None:
             self._history.setdefault(target, []).append((now, dict(kube.annotations(obj))))
@@ -362,9 +378,16 @@ class SimCluster:
         if self._last_event.get((*target, uid)) == said:
             return
         self._last_event[(*target, uid)] = said
+        self._events_written += 1
+        expired = 0
+        for event in self.events:  # oldest first: those past the API server's --event-ttl are gone
+            if event["simTime"] > now - EVENT_TTL:
+                break
+            expired += 1
+        del self.events[:expired]
         self.events.append({
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{name}.{len(self.events) + 1:x}", "namespace": namespace or "default"},
+            "metadata": {"name": f"{name}.{self._events_written:x}", "namespace": namespace or "default"},
             "involvedObject": {"apiVersion": involved.get("apiVersion", ""), "kind": kind, "namespace": namespace,
                                "name": name, "uid": uid},
             "reason": effect.reason, "message": effect.message, "type": effect.event_type,
@@ -404,6 +427,8 @@ class SimCluster:
         nothing — every sync is level-triggered and writes only real changes — and they were two in
         three of all the simulator's syncs."""
         kind, namespace, name = key_of(obj)
+        if change == "Deleted":
+            self._forget(kind, namespace, name, str(kube.meta(obj).get("uid") or ""))
         if kind == "Pod" and self._unseen_by_controllers(change, obj, previous):
             return
         labels = kube.labels(obj)
@@ -414,6 +439,16 @@ class SimCluster:
         if kind in ("Pod", "RayCluster") and labels.get(kube.RAY_ORIGIN_KIND) == "RayJob" \
                 and labels.get(kube.RAY_ORIGIN_NAME):
             self._pending[("RayJob", namespace, labels[kube.RAY_ORIGIN_NAME])] = None
+
+    def _forget(self, kind: str, namespace: str, name: str, uid: str) -> None:
+        """What the simulated cluster kept for an object that is gone: nothing reads it again (a
+        new object of the same name starts afresh; its pods still get names never used: ``KubeRay``)."""
+        key = (kind, namespace, name)
+        self._last_applied_suspend.pop(key, None)
+        self._last_event.pop((*key, uid), None)
+        if not self.keeps_annotation_history:
+            self._history.pop(key, None)
+        self.kuberay.forget(kind, namespace, name, uid)
 
     def _unseen_by_controllers(self, change: str, pod: dict, previous: dict | None) -> bool:
         if change == "Added":

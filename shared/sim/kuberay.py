@@ -239,6 +239,16 @@ class KubeRay:
         self._desired_by_uid: dict[str, tuple[int, tuple[int, q.Resources] | None]] = {}
         """RayCluster uid -> (generation, its desired gang): KubeRay's arithmetic once per spec."""
 
+    def forget(self, kind: str, namespace: str, name: str, uid: str) -> None:
+        """An object is gone: drop what pointed at it (a slot's or a job's current pod, a job's runs).
+        ``_generations`` stays, so a cluster or job made again under the name never repeats a pod name."""
+        if kind == "RayCluster":
+            for slot in [k for k in self._slot_pods if k[0] == namespace and k[1] == name]:
+                del self._slot_pods[slot]
+        elif kind == "RayJob":
+            self._submitters.pop((namespace, name), None)
+            self._runs.pop(uid, None)
+
     # ------------------------------------------------------------------ RayCluster
     def sync_cluster(self, namespace: str, name: str, now: float) -> None:
         """Make the cluster's pods match its spec and report ``status.state``."""

@@ -17,7 +17,7 @@ from services.reconciler.ingest import observe
 from shared import kube
 from shared.events import (
     BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, ElasticVictim, ElasticWaiting, Enqueued, Envelope,
-    GangPlaced, GangDisrupted, GangRunning, GpuAssignment,
+    GangPlaced, GangDisrupted, GangRunning, GpuAssignment, ObjectsListed,
     KubeEffect, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined, QueueRejected,
     QueueRemoved, ReclaimRequested, SlotAssignment, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished,
     WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWithdrawn, wrap,
@@ -72,6 +72,8 @@ def sample_payloads() -> dict[str, Any]:
         KubeEffect(op="annotate", kind="RayCluster", namespace="team-a", name="rc", annotations={"a": "b"}),
         TimerSet(key="cycle", at=7.0),
         TimerFired(key="cycle"),
+        ObjectsListed(kind="Pod", api_version="v1", resource_version="4711", part=0,
+                      keys=("team-a/rc-head-abcde", "team-a/rc-worker-fghij"), last=True),
     ]
     return {p.type: p for p in samples}
 

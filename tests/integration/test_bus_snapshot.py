@@ -4,7 +4,8 @@
   records after it (counted, not timed), checks that the replay reproduced the outputs recorded
   at the latest checkpoint — the digest it reaches is that of every output admission wrote to the
   log before it stopped, read back from the log — and decides the next event exactly as a service
-  that never stopped;
+  that never stopped; it takes its inbox without joining the group (no member while it reads) and
+  resumes at the offset it committed without one;
 - a snapshot of another format, a corrupted one, or one whose tail replay does not reproduce the
   recorded outputs is not used: the service replays its whole inbox and says so (log, counter).
 """
@@ -20,6 +21,7 @@ from typing import Any, Callable
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
 
 from services.admission.core import AdmissionCore
 from shared.bus import codec
@@ -70,11 +72,30 @@ def _history(config: BusConfig) -> list[Envelope]:
     return first + later
 
 
+def _members(config: BusConfig, group: str) -> list[Any]:
+    """The members the broker lists for ``group`` (DescribeGroups)."""
+    async def go() -> list[Any]:
+        admin = AIOKafkaAdminClient(**config.aiokafka())
+        await admin.start()
+        try:
+            (answer,) = await admin.describe_consumer_groups([group])
+        finally:
+            await admin.close()
+        (described,) = answer.to_object()["groups"]
+        return list(described["members"])
+
+    return asyncio.run(go())
+
+
 def _restart(config: BusConfig, then: Envelope) -> tuple[Any, list[Envelope], list[Envelope], bytes]:
     """Start admission again, hand it ``then``: the reader, what it logged for ``then``, what the log
     held before (its envelopes from admission), and the output digest it had when it was ready."""
     with running(config, lambda: service_app("admission", config, Policy(), snapshots=_keeper(config))) as (app, bus):
         bus.run(asyncio.wait_for(app.muster_reader.ready.wait(), 30))
+        # it took its inbox without a group join (a join cost seconds per start): the group has no
+        # member while it reads, yet its committed offset is where this start resumed
+        assert _members(config, app.muster_reader.group) == []
+        assert app.muster_reader.resumed
         digest = app.muster_worker.digest
         send(config, config.topics.inbox("admission"), codec.encode(then))
         log = envelopes(read_until(config, config.topics.log, lambda rs: any(

@@ -332,6 +332,51 @@ def test_a_resource_the_cluster_does_not_serve_is_retried_quietly() -> None:
     assert seen == [("Added", "Node", "n1")]
 
 
+def test_every_list_is_reported_whole_after_its_changes_and_a_resource_not_served_never() -> None:
+    """``inventory``: what the link turns into ``ObjectsListed`` (shared.listing)."""
+    with KubeApiEmulator(serves=(NODE,)) as kube:
+        kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"}})
+        kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "b"}})
+        order: list[tuple[Any, ...]] = []
+
+        async def work(api: Any) -> None:
+            async def sink(change: str, obj: dict) -> None:
+                order.append((change, obj["metadata"]["name"]))
+
+            async def inventory(resource: Resource, version: str, objects: list[dict]) -> None:
+                order.append(("listed", resource.kind, bool(version), sorted(o["metadata"]["name"] for o in objects)))
+
+            watcher = Watcher(api, absent_retry=0.05)
+            tasks = [asyncio.create_task(watcher.run(r, sink, inventory=inventory)) for r in (NODE, VOLCANO_QUEUE)]
+            try:
+                for _ in range(200):
+                    if sum(1 for o in order if o[0] == "listed") >= 1 and watcher.lists >= 4:
+                        break
+                    await asyncio.sleep(0.02)
+                while not kube.watching:
+                    await asyncio.sleep(0.01)
+                kube.cut_watches()  # a watch gap: "a" goes unseen and the history is compacted
+                await later(kube.delete, "Node", "v1", "", "a")
+                kube.compact()
+                await later(kube.end_watches)
+                for _ in range(200):
+                    if sum(1 for o in order if o[:2] == ("listed", "Node")) >= 2:
+                        break
+                    await asyncio.sleep(0.02)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+        run(kube, work)
+    nodes = [o for o in order if o[:2] != ("listed", "Queue")]
+    assert sorted(nodes[:2]) == [("Added", "a"), ("Added", "b")]
+    assert nodes[2] == ("listed", "Node", True, ["a", "b"])
+    assert nodes[3:] == [("Deleted", "a"), ("listed", "Node", True, ["b"])]
+    # a 404 is no list: a CRD briefly not served must not make every object of it look deleted
+    assert [o for o in order if o[:2] == ("listed", "Queue")] == []
+
+
 def test_list_items_without_kind_get_it_from_the_resource(kube: KubeApiEmulator) -> None:
     kube.create(pod("p"))
     kinds: list[tuple[str, str]] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.reconciler.ingest import observe
-from shared.events import PAYLOAD_TYPES
+from shared.events import PAYLOAD_TYPES, ObjectsListed
 from shared.topology import ADMISSION_KINDS, PLACEMENT_KINDS, ROUTES, SERVICES, destinations, admission_reads_pod
 from tests.builders import node, pod, ray_cluster
 from tests.builders.shared import at, sample_payloads
@@ -55,6 +55,15 @@ def test_every_other_kind_routes_to_admission(kind):
     assert destinations(_watch(obj)) == ("admission",)
 
 
+@pytest.mark.parametrize("kind, expected", [
+    ("Pod", ("admission", "placement")), ("Node", ("placement",)), ("RayCluster", ("admission",)),
+    ("Queue", ("admission",)), ("PriorityClass", ("admission",)),
+])
+def test_a_listing_goes_to_every_core_that_reads_that_kind(kind, expected):
+    listing = ObjectsListed(kind=kind, api_version="v1", resource_version="9", part=0, keys=(), last=True)
+    assert destinations(at(listing, 0.0, source="ingest")) == expected
+
+
 def test_kind_sets():
     assert PLACEMENT_KINDS == {"Node", "Pod"}
     assert ADMISSION_KINDS == {"RayCluster", "RayJob", "PodGroup", "Queue", "ElasticQuotaTree", "PriorityClass"}
@@ -68,7 +77,7 @@ def test_timer_fired_has_no_route():
 def test_routes_refer_to_real_payload_types_and_real_inboxes():
     assert set(ROUTES) <= set(PAYLOAD_TYPES)
     # every payload but the two special cases must be routable, or destinations() raises KeyError
-    assert set(PAYLOAD_TYPES) - set(ROUTES) == {"ObjectChanged", "TimerFired"}
+    assert set(PAYLOAD_TYPES) - set(ROUTES) == {"ObjectChanged", "ObjectsListed", "TimerFired"}
     for type_, inboxes in ROUTES.items():
         assert inboxes, type_
         assert len(set(inboxes)) == len(inboxes), type_

@@ -3,6 +3,7 @@ import json
 import pytest
 
 from shared.sim import ScenarioError, SimCluster
+from shared.sim.cluster import EVENT_TTL
 from tests.builders import node, pod, ray_cluster, ray_job, worker_group
 from tests.builders.sim import SimHarness, effect
 
@@ -278,3 +279,23 @@ def test_a_pod_change_the_controllers_cannot_act_on_does_not_run_them():
     h.advance(4.0)  # the pods turn Running: a phase the controller reads (then its own status changes)
     assert synced[1:] == ["rc"] * 4
     assert h.sim.get("RayCluster", "default", "rc")["status"]["state"] == "ready"
+
+
+def test_events_expire_after_the_api_servers_event_ttl_and_names_never_repeat():
+    h = SimHarness().apply(ray_cluster("rc"))
+    h.perform(effect("event", "RayCluster", "rc", reason="A", message="first"), at=10.0)
+    h.perform(effect("event", "RayCluster", "rc", reason="B", message="second"), at=10.0 + EVENT_TTL - 1)
+    assert [e["reason"] for e in h.sim.events] == ["A", "B"]
+    h.perform(effect("event", "RayCluster", "rc", reason="C", message="third"), at=10.0 + EVENT_TTL + 1)
+    assert [(e["reason"], e["metadata"]["name"]) for e in h.sim.events] == [("B", "rc.2"), ("C", "rc.3")]
+
+
+def test_a_cluster_made_again_under_its_name_gets_pods_never_named_before():
+    """What the simulated KubeRay keeps of a deleted cluster is dropped, but for its slots' counts."""
+    h = SimHarness().apply(ray_cluster("rc"))
+    first = h.pod_names(cluster="rc")
+    h.delete("RayCluster", "rc")
+    assert h.pod_names(cluster="rc") == [] and not h.sim.kuberay._slot_pods
+    h.apply(ray_cluster("rc"))
+    again = h.pod_names(cluster="rc")
+    assert len(again) == len(first) and not set(again) & set(first)
