@@ -57,11 +57,13 @@ class Seen:
 
     def add(self, event_id: str, source: str = "") -> bool:
         """Remember ``event_id`` (sent by ``source``); False if it was remembered already (a duplicate)."""
-        if event_id in self:
-            return False
-        ids = self._by_source.get(source)
+        by_source = self._by_source
+        for ids in by_source.values():  # ``__contains__`` inlined: every envelope of every service adds
+            if event_id in ids:
+                return False
+        ids = by_source.get(source)
         if ids is None:
-            ids = self._by_source[source] = OrderedDict()
+            ids = by_source[source] = OrderedDict()
         ids[event_id] = None
         if len(ids) > self.capacity:
             ids.popitem(last=False)

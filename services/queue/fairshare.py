@@ -81,22 +81,25 @@ def split_level(available: int, children: list[QueueSpec], demand: Mapping[str, 
 def capped_demand(tree: QueueTree, direct: Mapping[str, Mapping[str, int]], resources: list[str]) -> dict[str, Resources]:
     """Per queue: its own plus its subtree's demand, each level capped by its limit."""
     out: dict[str, Resources] = {}
-
-    def visit(name: str) -> Resources:
-        total = {r: direct.get(name, {}).get(r, 0) for r in resources}
-        for child in tree.children(name):
-            total = q.add(total, visit(child))
-        spec = tree.get(name)
-        for r in resources:
-            limit = spec.limit_of(r) if spec else None
-            if limit is not None:
-                total[r] = min(total[r], limit)
-        out[name] = total
-        return total
-
     for top in tree.children(None):
-        visit(top)
+        _capped(tree, direct, resources, top, out)
     return out
+
+
+def _capped(tree: QueueTree, direct: Mapping[str, Mapping[str, int]], resources: list[str], name: str,
+            out: dict[str, Resources]) -> Resources:
+    """``capped_demand`` of ``name``'s subtree. A module function, not a closure: a recursive closure
+    is a reference cycle, garbage only the cyclic collector frees (the queue asks every cycle)."""
+    total = {r: direct.get(name, {}).get(r, 0) for r in resources}
+    for child in tree.children(name):
+        total = q.add(total, _capped(tree, direct, resources, child, out))
+    spec = tree.get(name)
+    for r in resources:
+        limit = spec.limit_of(r) if spec else None
+        if limit is not None:
+            total[r] = min(total[r], limit)
+    out[name] = total
+    return total
 
 
 def deserved(tree: QueueTree, capacity: Mapping[str, int], direct: Mapping[str, Mapping[str, int]]) -> dict[str, Resources]:
@@ -107,21 +110,24 @@ def deserved(tree: QueueTree, capacity: Mapping[str, int], direct: Mapping[str, 
     resources = sorted(r for r in capacity if capacity[r] > 0)
     demand = capped_demand(tree, direct, resources)
     shares: dict[str, Resources] = {name: {} for name in tree.names()}
-
-    def visit(parent: str | None, available: Mapping[str, int]) -> None:
-        kids = tree.children(parent)
-        if not kids:
-            return
-        specs = [spec for spec in (tree.get(k) for k in kids) if spec is not None]
-        for r in resources:
-            level = split_level(available.get(r, 0), specs, {s.name: demand[s.name][r] for s in specs}, r)
-            for name, amount in level.items():
-                shares[name][r] = amount
-        for spec in specs:
-            visit(spec.name, shares[spec.name])
-
-    visit(None, capacity)
+    _share_out(tree, resources, demand, shares, None, capacity)
     return shares
+
+
+def _share_out(tree: QueueTree, resources: list[str], demand: Mapping[str, Resources], shares: dict[str, Resources],
+               parent: str | None, available: Mapping[str, int]) -> None:
+    """Split ``available`` among ``parent``'s children, then each child's share among its own (a
+    module function for the reason ``_capped`` is)."""
+    kids = tree.children(parent)
+    if not kids:
+        return
+    specs = [spec for spec in (tree.get(k) for k in kids) if spec is not None]
+    for r in resources:
+        level = split_level(available.get(r, 0), specs, {s.name: demand[s.name][r] for s in specs}, r)
+        for name, amount in level.items():
+            shares[name][r] = amount
+    for spec in specs:
+        _share_out(tree, resources, demand, shares, spec.name, shares[spec.name])
 
 
 def dominant_share(usage: Mapping[str, int], share: Mapping[str, int]) -> float:

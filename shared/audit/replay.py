@@ -41,6 +41,8 @@ from shared.topology import SERVICES, destinations
 
 _ID_START, _ID_END = len(b'{"id":"'), len(b'{"id":"') + 24
 _DECIDERS = frozenset(SERVICES)
+COLLECT_EVERY = 1 << 20
+"""Envelopes between the young collections a replay makes while the collector waits (``Replayer.run``)."""
 
 
 class Router:
@@ -261,9 +263,11 @@ class Replayer:
 
     def run(self, source: LogSource, tick: Callable[[], None] | None = None, every: int = 4096) -> Iterator[Step]:
         """Every envelope of ``source`` through ``step``, then ``finish``. ``tick`` is called every
-        ``every`` envelopes (a progress bar). Cyclic garbage collection waits while a stretch of
-        the log is read: envelopes and the cores' state are freed by reference counting, and
-        collections over a million live envelopes would cost more than the replay itself."""
+        ``every`` envelopes (a progress bar). Cyclic garbage collection waits while the log is read:
+        envelopes and the cores' state are freed by reference counting, and the cores make no
+        cycles (a 104,000-event log leaves 10 objects to the collector). A young collection every
+        ``COLLECT_EVERY`` envelopes is the bound should one appear: every 65,536 it cost 4-6 % of a
+        replay, each one walking all the state built since the last."""
         started = time.perf_counter()
         where = "the start of the log"
         n = 0
@@ -277,7 +281,7 @@ class Replayer:
                 if n % every == 0:
                     if tick is not None:
                         tick()
-                    if was_enabled and n % (every * 16) == 0:
+                    if was_enabled and n % COLLECT_EVERY == 0:
                         gc.collect(0)
             self.finish(f"after {where}")
         except Divergence:

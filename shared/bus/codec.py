@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
+import msgspec
 import pydantic_core
 from pydantic import ValidationError
 
@@ -154,12 +156,73 @@ def _parse_envelope(value: bytes) -> Envelope | None:
     consumer decodes every record it reads. None for anything that does not go through cleanly;
     ``from_json`` then gives the answer or the error, so a bad record reads exactly as before."""
     try:
+        if _WATCH_TYPE in value[:_WATCH_TYPE_WITHIN]:
+            env = _typed_watch_event(value)
+            if env is not None:
+                return env
         raw = pydantic_core.from_json(value)
         if type(raw) is not dict:
             return None
         return _watch_event(raw) or _VALIDATE(upcast(raw))
     except Exception:  # noqa: BLE001 - any trouble: the reference path decides
         return None
+
+
+class _WatchPayload(msgspec.Struct, forbid_unknown_fields=True):
+    """``ObjectChanged`` as muster writes it: every field, no other (see ``_typed_watch_event``)."""
+
+    type: Literal["ObjectChanged"]
+    change: Literal["Added", "Modified", "Deleted"]
+    kind: str
+    api_version: str
+    namespace: str
+    name: str
+    object: dict[str, Any]
+
+
+class _WatchRecord(msgspec.Struct, forbid_unknown_fields=True):
+    """An ``Envelope`` of an ``ObjectChanged`` as muster writes it."""
+
+    id: str
+    type: Literal["ObjectChanged"]
+    subject: str
+    source: str
+    occurred_at: float
+    causation_id: str | None
+    correlation_id: str
+    schema_version: int
+    trace: dict[str, str]
+    payload: _WatchPayload
+
+
+_WATCH_TYPE = b',"type":"ObjectChanged",'
+_WATCH_TYPE_WITHIN = 64
+"""The envelope's type follows its 24-character id: a watch event says so in its first bytes."""
+_WATCH_DECODER = msgspec.json.Decoder(_WatchRecord)
+
+
+def _typed_watch_event(value: bytes) -> Envelope | None:
+    """A watch event (most of any log, and the largest records) parsed and type-checked in one pass
+    by msgspec, then built without the validator: what ``_watch_event`` accepts, checked by the
+    decoder's types instead of Python code (it parses faster than pydantic-core, 4.4 against 7.9 µs a
+    watch event with the build). Every field must be present, once or last-wins like pydantic-core,
+    no other, of exactly the JSON type validation would leave as is: a string for ``str``, an
+    integer for ``schema_version``; ``occurred_at`` a number (an integer is read as the float
+    validation makes of it), finite. The object is read as JSON, as pydantic-core reads it. Anything
+    else raises or gives None: the reference path then decides, as it does for ``_watch_event``."""
+    rec = _WATCH_DECODER.decode(value)
+    p = rec.payload
+    subject = f"{p.kind}/{p.namespace}/{p.name}" if p.namespace else f"{p.kind}/{p.name}"
+    if rec.subject != subject or rec.schema_version != SCHEMA_VERSION or not math.isfinite(rec.occurred_at):
+        return None
+    return built(Envelope, {
+        "id": rec.id, "type": rec.type, "subject": rec.subject, "source": rec.source, "occurred_at": rec.occurred_at,
+        "causation_id": rec.causation_id, "correlation_id": rec.correlation_id, "schema_version": rec.schema_version,
+        "trace": rec.trace,
+        "payload": built(ObjectChanged, {"type": p.type, "change": p.change, "kind": p.kind,
+                                         "api_version": p.api_version, "namespace": p.namespace, "name": p.name,
+                                         "object": p.object}),
+    })
 
 
 _ENVELOPE_KEYS = tuple(Envelope.model_fields)

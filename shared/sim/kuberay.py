@@ -229,8 +229,9 @@ class KubeRay:
     def __init__(self, api: ApiServer, batch: BatchScheduler) -> None:
         self.api = api
         self.batch = batch
-        self._slot_pods: dict[tuple[str, str, str, int], str] = {}
-        """(namespace, cluster, group, index) -> name of the pod that fills the slot now."""
+        self._slot_pods: dict[tuple[str, str], dict[tuple[str, int], str]] = {}
+        """(namespace, cluster) -> (group, index) -> name of the pod that fills the slot now: by cluster, so
+        a deletion drops its cluster's slots without a scan of every cluster's."""
         self._generations: dict[tuple[str, ...], int] = {}
         """How often a slot (or a job's submitter) was filled; survives deletion, so names never repeat."""
         self._submitters: dict[tuple[str, str], str] = {}
@@ -243,8 +244,7 @@ class KubeRay:
         """An object is gone: drop what pointed at it (a slot's or a job's current pod, a job's runs).
         ``_generations`` stays, so a cluster or job made again under the name never repeats a pod name."""
         if kind == "RayCluster":
-            for slot in [k for k in self._slot_pods if k[0] == namespace and k[1] == name]:
-                del self._slot_pods[slot]
+            self._slot_pods.pop((namespace, name), None)
         elif kind == "RayJob":
             self._submitters.pop((namespace, name), None)
             self._runs.pop(uid, None)
@@ -286,7 +286,8 @@ class KubeRay:
         m = kube.meta(cluster)
         namespace, name, uid = m["namespace"], m["name"], m["uid"]
         slot_key = (namespace, name, slot.group, slot.index)
-        current = self._slot_pods.get(slot_key)
+        slots = self._slot_pods.get((namespace, name))
+        current = None if slots is None else slots.get((slot.group, slot.index))
         if current and _owned(self.api.obj("Pod", namespace, current), uid):
             return current
         while True:
@@ -297,7 +298,7 @@ class KubeRay:
             if self.api.obj("Pod", namespace, pod_name) is None:
                 break
         self.api.create(self._ray_pod(cluster, slot, pod_name), now)
-        self._slot_pods[slot_key] = pod_name
+        self._slot_pods.setdefault((namespace, name), {})[(slot.group, slot.index)] = pod_name
         return pod_name
 
     def _ray_pod(self, cluster: Mapping[str, Any], slot: PodSlot, pod_name: str) -> dict[str, Any]:

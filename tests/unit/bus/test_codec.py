@@ -232,7 +232,20 @@ def test_a_duplicate_key_after_the_payload_is_no_payload_to_cut_out(tail):
     (b'"subject":"Pod/ns/p"', b'"subject":"Pod/ns/q"'),     # the envelope disagrees with its payload
     (b'"trace":{}', b'"trace":{"traceparent":1}'),
     (b'"schema_version":1', b'"schema_version":true'),
-], ids=["int-time", "int-namespace", "bad-change", "bad-subject", "bad-trace", "bool-version"])
+    (b'"schema_version":1', b'"schema_version":1.0'),
+    (b'"schema_version":1', b'"schema_version":2'),          # newer than this muster: refused
+    (b'"occurred_at":1.0', b'"occurred_at":' + b"9" * 400),  # an integer beyond a double
+    (b'"occurred_at":1.0', b'"occurred_at":1e400'),
+    (b'"source":"test"', b'"source":null'),
+    (b'"api_version":"",', b''),                              # a field left out: its default
+    (b'"api_version":"",', b'"api_version":"","extra":1,'),  # a key the payload does not have
+    (b'"trace":{}', b'"trace":{},"extra":1'),                 # one the envelope does not have
+    (b'"kind":"Pod",', b'"kind":"Node","kind":"Pod",'),       # a duplicate key: the last wins
+    (b'"object":{"a":[1,true]}', b'"object":{"a":[12345678901234567890123,1e-7,-0.0,null]}'),
+    (b'"id":', b'"occurred_at":2.0,"id":'),                   # keys in another order (a duplicate time)
+], ids=["int-time", "int-namespace", "bad-change", "bad-subject", "bad-trace", "bool-version", "float-version",
+        "newer-version", "huge-int-time", "overflowing-time", "null-source", "missing-field", "extra-payload-key",
+        "extra-envelope-key", "duplicate-key", "big-numbers-in-object", "reordered"])
 def test_a_watch_event_not_exactly_as_written_is_validated(old, new):
     # watch events written as muster writes them skip the validator; anything else must not
     env = at(ObjectChanged(change="Added", kind="Pod", namespace="ns", name="p", object={"a": [1, True]}), 1.0)
