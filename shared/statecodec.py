@@ -242,7 +242,7 @@ def encode(state: Any) -> bytes:
         encoder = _Encoder(raw=False)
         root = encoder.node(state)
     doc = {"format": FORMAT, "shapes": encoder.shape_list, "root": root}
-    try:  # pydantic-core's writer: the same JSON a quarter of the CPU (a snapshot is taken on the loop)
+    try:  # pydantic-core's writer: the same JSON for a quarter of the CPU (a snapshot's budget is CPU)
         return pydantic_core.to_json(doc)
     except pydantic_core.PydanticSerializationError:  # text UTF-8 cannot hold (half a surrogate pair): escaped
         return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()

@@ -72,6 +72,8 @@ class ServiceCollector(Collector):
                            "replayed the whole inbox (the log says why)", s, snapshots.keeper.fallbacks)
             yield _counter("muster_snapshots_written", "Snapshots of the service's state written", s,
                            snapshots.keeper.written)
+            yield _counter("muster_snapshot_stall_seconds", "Seconds the inbox waited for snapshot captures "
+                           "(the forks; whole encodings with MUSTER_SNAPSHOT_FORK=0)", s, snapshots.stalled)
 
 
 class ProjectorCollector(Collector):

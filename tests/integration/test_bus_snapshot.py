@@ -15,8 +15,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import signal
+import subprocess
+import sys
 import time
 from functools import reduce
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -25,7 +30,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from services.admission.core import AdmissionCore
 from shared.bus import codec
-from shared.bus.app import service_app
+from shared.bus.app import ensure_topics, service_app
 from shared.bus.config import BusConfig
 from shared.bus.snapshot import GENESIS, KIND, SnapshotKeeper, snapshot_topic
 from shared.bus.worker import chain
@@ -112,8 +117,12 @@ def _expected(inputs: list[Envelope], then: Envelope) -> list[Envelope]:
     return service.handle(then)
 
 
-def test_a_restart_loads_the_snapshot_and_replays_only_the_tail(kafka_bootstrap: str, topic_prefix: str,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("fork", ["1", "0"], ids=["forked capture", "in-process capture"])
+def test_a_restart_loads_the_snapshot_and_replays_only_the_tail(kafka_bootstrap: str, topic_prefix: str, fork: str,
+                                                                caplog: pytest.LogCaptureFixture,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MUSTER_SNAPSHOT_FORK", fork)
+    caplog.set_level(logging.INFO, logger="muster.bus")
     config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
     inputs = _history(config)
     then = ingest(ray_cluster("rc-12"), 500, change="Deleted")
@@ -124,6 +133,8 @@ def test_a_restart_loads_the_snapshot_and_replays_only_the_tail(kafka_bootstrap:
     assert reader.worker.replayed == snapshots.tail == LATER  # the tail only, not all FIRST + LATER
     assert snapshots.keeper.fallbacks == 0
     assert "snapshot verified" in caplog.text
+    said = "forked in" if fork == "1" else "captured while the inbox waited"
+    assert said in caplog.text  # the snapshot the restart loaded was captured that way
     # the restarted service reproduced, output for output, what the log holds from before the stop
     assert len(before) >= FIRST + LATER
     assert digest == reduce(chain, (codec.encode(e) for e in before), GENESIS)
@@ -172,3 +183,65 @@ def test_an_unusable_snapshot_falls_back_to_a_full_replay(kafka_bootstrap: str, 
     assert reader.worker.replayed == FIRST + LATER  # the whole inbox
     assert "snapshot not used" in caplog.text
     assert [(e.id, e.payload) for e in outputs] == [(e.id, e.payload) for e in _expected(inputs, then)]
+
+
+SLOW_CHILD = """
+import time
+import shared.bus.snapshot as snapshot
+from shared.cli import main
+
+def encoding_for_minutes(worker):  # what the forked child runs: it is still encoding when SIGTERM comes
+    time.sleep(300)
+    return b""
+
+snapshot.capture = encoding_for_minutes
+main()
+"""
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``, zombies included (their /proc entry stays until reaped)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/stat").exists(), reason="forks; reads /proc")
+def test_the_inbox_goes_on_while_a_child_encodes_and_sigterm_takes_the_child_along(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    """``muster run admission`` as operators run it: its snapshot's child encodes (here: for minutes),
+    the inbox goes on meanwhile, and SIGTERM stops the service with its child killed and reaped."""
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    asyncio.run(ensure_topics(config))
+    inbox = config.topics.inbox("admission")
+    out = (tmp_path / "admission.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_CHILD, "run", "admission", "--metrics-port", "0"],
+                            env={**os.environ, **config.env(), "MUSTER_SNAPSHOT_FORK": "1"}, stdout=out,
+                            stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2])
+    try:
+        first = ingest(ray_cluster("rc-1"), 1)
+        send(config, inbox, codec.encode(first))  # once it is handled a snapshot is due: the child forks
+        deadline = time.monotonic() + 60
+        while not (children := _children(proc.pid)):
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "admission.log").read_text()
+            time.sleep(0.05)
+        (child,) = children
+        later = ingest(ray_cluster("rc-2"), 2)
+        send(config, inbox, codec.encode(later))  # handled while the child is still encoding
+        read_until(config, config.topics.log, lambda rs: any(
+            codec.decode(r.value, r.headers).causation_id == later.id for r in rs))
+        assert _children(proc.pid) == [child]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, (tmp_path / "admission.log").read_text()
+        assert not Path(f"/proc/{child}").exists()  # killed and reaped: no orphan encoding on, no zombie
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        out.close()

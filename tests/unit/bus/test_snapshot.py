@@ -7,7 +7,9 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import pickle
+import signal
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,8 +20,8 @@ from shared.bus import codec
 from shared import statecodec
 from shared.bus.app import InboxReader
 from shared.bus.sequencing import Arrival, Rounds
-from shared.bus.snapshot import (FORMAT, GENESIS, MAX_SHARE, Loaded, Manifest, SnapshotError, SnapshotKeeper, Snapshots, capture,
-                                 policy_fingerprint, restore)
+from shared.bus.snapshot import (FORMAT, GENESIS, MAX_SHARE, CaptureLost, ForkedCapture, Loaded, Manifest, SnapshotError, SnapshotKeeper,
+                                 Snapshots, capture, fork_wanted, policy_fingerprint, restore)
 from shared.bus.worker import Clock, InboxWorker
 from shared.bus.config import BusConfig
 from shared.embedded import CORE_CLASSES
@@ -240,3 +242,172 @@ def test_a_costly_snapshot_waits_longer():
     assert not keeper.due(10_000)
     keeper.last_written = time.time() - 1.0 / MAX_SHARE - 1
     assert keeper.due(10_000)
+
+
+# --------------------------------------------------------------------------- captured in a forked child
+fork_only = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+
+
+def _folded(name: str) -> InboxWorker:
+    """A worker after the first half of its inbox in the first example."""
+    worker = _worker(name)
+    worker.digest = GENESIS
+    log = simulate(load_scenario(EXAMPLES[0])).runtime.log
+    inbox = [env for env in log if name in _destinations(env)]
+    for env in inbox[: len(inbox) // 2]:
+        worker.replay(codec.encode(env), None)
+    return worker
+
+
+def _gone(pid: int) -> bool:
+    """``pid`` is no child of this process any more: reaped, not a zombie."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+@fork_only
+@pytest.mark.parametrize("name", list(CORE_CLASSES))
+def test_a_forked_capture_gives_the_bytes_of_the_capture_in_process(name):
+    worker = _folded(name)
+    child = ForkedCapture.start(worker)
+    assert asyncio.run(child.result()) == capture(worker)
+    assert _gone(child.pid) and child.status == 0 and child.cpu is not None and child.cpu > 0
+
+
+@fork_only
+def test_the_child_encodes_the_state_as_it_was_at_the_fork():
+    """The parent goes on handling while the child encodes: the child's bytes are the state's at the fork."""
+    worker = _folded("admission")
+    before = capture(worker)
+
+    async def go() -> bytes:
+        child = ForkedCapture.start(worker)
+        log = simulate(load_scenario(EXAMPLES[0])).runtime.log
+        for env in [env for env in log if "admission" in _destinations(env)][-5:]:
+            worker.replay(codec.encode(env), None)
+        return await child.result()
+
+    assert asyncio.run(go()) == before != capture(worker)
+
+
+class _Written(SnapshotKeeper):
+    """The keeper with its topic replaced by a list of what it was asked to write."""
+
+    def __init__(self, interval: float = 0.0) -> None:
+        super().__init__(BusConfig("127.0.0.1:1"), "admission", Policy(), interval=interval, every_records=1_000)
+        self.blobs: list[tuple[bytes, int]] = []
+
+    async def write(self, blob, offset, digest, *, taken_at=None, how=""):  # type: ignore[override]
+        self.blobs.append((blob, offset))
+        self.snapshot_offset, self.last_written = offset, taken_at or time.time()
+        self.written += 1
+
+    async def checkpoint(self, offset, digest):  # type: ignore[override]
+        pass
+
+
+def _writing(worker: InboxWorker, *, fork: bool, interval: float = 0.0) -> Snapshots:
+    reader = InboxReader(BusConfig("127.0.0.1:1"), "g", worker, FakeProducer())
+    reader.processed = 7
+    snapshots = Snapshots(_Written(interval), reader, lambda: None)  # type: ignore[arg-type]
+    snapshots.fork = fork
+    return snapshots
+
+
+@pytest.mark.parametrize("fork", [pytest.param(True, marks=fork_only), False])
+def test_write_once_writes_the_capture_and_counts_its_cost(fork):
+    """Forked or in process, the same bytes are written; forked, the cost is the child's CPU (and the
+    fork), which ``MAX_SHARE`` spaces the next by, and the inbox waited for the fork only."""
+    worker = _folded("placement")
+    snapshots = _writing(worker, fork=fork)
+    asyncio.run(snapshots.write_once())
+    keeper = snapshots.keeper
+    assert keeper.blobs == [(capture(worker), 7)]
+    assert snapshots.stalls == 1 and 0 < snapshots.stalled <= keeper.cost
+    assert not keeper.due(8)  # spaced by its cost: 10 x the capture
+
+
+def test_fork_is_the_default_and_the_variable_turns_it_off(monkeypatch):
+    monkeypatch.delenv("MUSTER_SNAPSHOT_FORK", raising=False)
+    assert fork_wanted() == hasattr(os, "fork")
+    monkeypatch.setenv("MUSTER_SNAPSHOT_FORK", "0")
+    assert not fork_wanted()
+    assert not _snapshots(None, 0).fork  # a service captures in process then
+
+
+def _die(how: str):
+    def capture_in_child(worker):
+        if how == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if how == "exits":
+            os._exit(3)
+        if how == "silent":
+            os._exit(0)
+        raise SnapshotError("state cannot be written: a test's state")
+    return capture_in_child
+
+
+@fork_only
+@pytest.mark.parametrize("how, said, level", [
+    ("killed", "no snapshot this time: its child was killed by signal 9", logging.WARNING),
+    ("exits", "no snapshot this time: its child exited with status 3", logging.WARNING),
+    ("silent", "no snapshot this time: its child's answer is cut short (0 bytes)", logging.WARNING),
+    ("fails", "state cannot be written: a test's state", logging.ERROR),
+])
+def test_a_child_that_gives_no_snapshot_is_said_once_and_changes_nothing(how, said, level, monkeypatch, caplog):
+    worker = _folded("queue")
+    before = capture(worker)
+    snapshots = _writing(worker, fork=True, interval=3600.0)
+    snapshots.keeper.snapshot_offset = 3  # the last one, an interval ago
+    monkeypatch.setattr("shared.bus.snapshot.capture", _die(how))  # what the child runs (it is forked after)
+    with caplog.at_level(logging.INFO, logger="muster.bus"):
+        asyncio.run(snapshots.write_once())
+    (line,) = [r for r in caplog.records if "snapshot" in r.getMessage() or "state" in r.getMessage()]
+    assert line.getMessage() == f"admission: {said}" and line.levelno == level
+    assert snapshots.keeper.blobs == [] and snapshots.keeper.snapshot_offset == 3
+    monkeypatch.undo()
+    assert capture(worker) == before  # the parent's state untouched
+    assert not snapshots.keeper.due(7)  # tried again after the interval, not at every commit
+
+
+@fork_only
+def test_a_stopped_capture_kills_and_reaps_its_child(monkeypatch):
+    """A service stopping cancels its snapshot task: the child is killed and reaped, no zombie left."""
+    def slow(worker):
+        time.sleep(60)
+        return b""
+
+    snapshots = _writing(_folded("reconciler"), fork=True)
+    monkeypatch.setattr("shared.bus.snapshot.capture", slow)
+    children: list[ForkedCapture] = []
+    start = ForkedCapture.start
+    monkeypatch.setattr(ForkedCapture, "start", classmethod(lambda cls, w: children.append(start(w)) or children[-1]))
+
+    async def go() -> None:
+        task = asyncio.ensure_future(snapshots.write_once())
+        while not children:
+            await asyncio.sleep(0.01)
+        assert not _gone(children[0].pid)  # encoding, while the loop goes on
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(go())
+    (child,) = children
+    assert _gone(child.pid) and os.WIFSIGNALED(child.status) and child.fd == -1
+    assert snapshots.keeper.blobs == []
+
+
+@fork_only
+def test_a_child_past_its_time_is_killed_and_reaped(monkeypatch):
+    def stuck(worker):  # as a child stuck on a lock another thread held at the fork would be
+        time.sleep(60)
+        return b""
+
+    monkeypatch.setattr("shared.bus.snapshot.capture", stuck)
+    child = ForkedCapture.start(_worker("queue"))
+    with pytest.raises(CaptureLost, match="took more than"):
+        asyncio.run(child.result(timeout=0.2))
+    assert _gone(child.pid) and os.WIFSIGNALED(child.status)
