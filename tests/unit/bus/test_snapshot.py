@@ -20,7 +20,7 @@ from shared.bus import codec
 from shared import statecodec
 from shared.bus.app import InboxReader
 from shared.bus.sequencing import Arrival, Rounds
-from shared.bus.snapshot import (FORMAT, GENESIS, MAX_SHARE, CaptureLost, ForkedCapture, Loaded, Manifest, SnapshotError, SnapshotKeeper,
+from shared.bus.snapshot import (CHILD_NICE, FORMAT, GENESIS, MAX_SHARE, CaptureLost, ForkedCapture, Loaded, Manifest, SnapshotError, SnapshotKeeper,
                                  Snapshots, capture, fork_wanted, policy_fingerprint, restore)
 from shared.bus.worker import Clock, InboxWorker
 from shared.bus.config import BusConfig
@@ -291,6 +291,16 @@ def test_the_child_encodes_the_state_as_it_was_at_the_fork():
         return await child.result()
 
     assert asyncio.run(go()) == before != capture(worker)
+
+
+@fork_only
+def test_the_child_encodes_at_a_lower_priority(monkeypatch):
+    """Background work: the services' loops on the same cores come first."""
+    worker = _folded("queue")
+    monkeypatch.setattr("shared.bus.snapshot.capture", lambda w: str(os.nice(0)).encode())
+    child = ForkedCapture.start(worker)
+    assert CHILD_NICE > 0
+    assert asyncio.run(child.result()) == str(min(os.nice(0) + CHILD_NICE, 19)).encode()  # 19: the lowest
 
 
 class _Written(SnapshotKeeper):
