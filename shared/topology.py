@@ -64,16 +64,14 @@ def admission_reads_pod(obj: dict, change: str = "Added") -> bool:
 def destinations(env: Envelope) -> tuple[str, ...]:
     """Inboxes an envelope goes to. Watch events split by kind; plain pods (not KubeRay's) go to both,
     and a listing of pods to both (each core judges only the pods it was told of)."""
-    if env.type == "ObjectChanged":
-        kind = env.payload.kind
-        if kind == "Pod":
-            return ("admission", "placement") if admission_reads_pod(env.payload.object, env.payload.change) else ("placement",)
-        if kind == "Node":
+    if env.type in ("ObjectChanged", "ObjectsListed"):  # a listing: to every core holding that kind (``shared.listing``)
+        p = env.payload
+        if p.kind == "Node":
             return ("placement",)
-        return ("admission",)
-    if env.type == "ObjectsListed":  # to every core that holds objects of that kind (``shared.listing``)
-        kind = env.payload.kind
-        return ("admission", "placement") if kind == "Pod" else ("placement",) if kind == "Node" else ("admission",)
+        if p.kind != "Pod":
+            return ("admission",)
+        listed = env.type == "ObjectsListed"
+        return ("admission", "placement") if listed or admission_reads_pod(p.object, p.change) else ("placement",)
     if env.type == "TimerFired":
         return ()
     return ROUTES[env.type]

@@ -678,8 +678,8 @@ class Snapshots:
                         log.warning("%s: snapshot not taken: cannot fork (%r)", keeper.service, exc)
                         keeper.last_written = time.time()
                 stalled, taken_at = time.perf_counter() - started, time.time()
-            self.stalls += 1 if child is not None or blob is not None else 0
-            self.stalled += stalled if child is not None or blob is not None else 0.0
+            if child is not None or blob is not None:
+                self.stalls, self.stalled = self.stalls + 1, self.stalled + stalled
             cost = stalled  # in process, the inbox waited for the whole capture
             if child is not None:
                 try:
