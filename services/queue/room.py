@@ -51,10 +51,14 @@ class RoomWaits:
         self.unpark(w)
         self._seq += 1
         self._parked[w.key] = (key, self._seq)
-        heapq.heappush(self._heaps.setdefault(key, []), (w.order, self._seq, w.key))
+        self._push(w, key, (w.order, self._seq, w.key))
         self._by_queue.setdefault(w.queue, {}).setdefault(w.spec.priority, {})[w.key] = None
         with self._ledger.moving(w):
             setattr(w, self._attr, key)
+
+    def _push(self, w: Tracked, key: str, entry: tuple[tuple[int, float, str], int, str]) -> None:
+        """Index a workload just parked under ``key``: (its order, park number, key) in the key's heap."""
+        heapq.heappush(self._heaps.setdefault(key, []), entry)
 
     def unpark(self, w: Tracked) -> None:
         """``w`` no longer waits (woken, edited, moved, admitted or gone)."""
@@ -134,18 +138,11 @@ class QuotaWaits(RoomWaits):
     def _shape(w: Tracked) -> tuple:
         return (w.spec.preemptible, tuple(sorted(w.demand.items())))
 
-    def park(self, w: Tracked, key: str) -> None:
-        self.unpark(w)
-        self._seq += 1
-        self._parked[w.key] = (key, self._seq)
+    def _push(self, w: Tracked, key: str, entry: tuple[tuple[int, float, str], int, str]) -> None:
         shape = self._shape(w)
-        heap = self._shapes.setdefault(key, {}).setdefault(w.queue, {}).setdefault(shape, [])
-        heapq.heappush(heap, (w.order, self._seq, w.key))
+        heapq.heappush(self._shapes.setdefault(key, {}).setdefault(w.queue, {}).setdefault(shape, []), entry)
         self._live[(key, w.queue, shape)] = self._live.get((key, w.queue, shape), 0) + 1
         self._where[w.key] = (w.queue, shape)
-        self._by_queue.setdefault(w.queue, {}).setdefault(w.spec.priority, {})[w.key] = None
-        with self._ledger.moving(w):
-            setattr(w, self._attr, key)
 
     def unpark(self, w: Tracked) -> None:
         parked = self._parked.get(w.key)
@@ -197,12 +194,10 @@ class QuotaWaits(RoomWaits):
                 if best is None:
                     break
                 w = workloads[best[0][2]]
-                if first and not fits(w, consumed):
-                    first = False  # the head wakes to reclaim or preempt: it takes nothing from the others
-                else:
-                    first = False
-                    for r, v in w.demand.items():
+                if not first or fits(w, consumed):  # a head that does not fit wakes to reclaim or preempt:
+                    for r, v in w.demand.items():    # it takes nothing from the others
                         consumed[r] = consumed.get(r, 0) + v
+                first = False
                 woken.append(w)
                 self.unpark(w)
                 if queue not in self._shapes.get(key, {}):
