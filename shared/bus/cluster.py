@@ -42,7 +42,7 @@ from services.reconciler.ingest import Change, listing_envelopes, watch_envelope
 from services.reconciler.kubeapi import KubeApplier, Refused, Transient, Watcher, connect
 from services.reconciler.lease import LeaseElector, LeaseKeeper
 from services.reconciler.resources import WATCHED, Resource
-from shared.bus import codec
+from shared.bus import codec, stagetrace
 from shared.bus.app import BATCH, BATCH_WAIT, FaustProducer, MusterApp, PartitionReader, base_app
 from shared.bus.codec import BadRecord
 from shared.bus.config import BusConfig
@@ -232,6 +232,8 @@ class ClusterBridge:
             started = time.time()
             outcome = await self._apply(env)
             self.outcomes[outcome] += 1
+            if (trace := stagetrace.current()) is not None:
+                trace.note("apply", started, time.time(), env.payload.op)
             if self.tracer is not None:
                 self._traced(env, incoming, started, outcome)
         except Refused as exc:
@@ -273,6 +275,8 @@ class ClusterBridge:
         """The watcher's sink: event time is when the change was seen. An object that cannot even
         become an envelope is dead-lettered (``_unsent``); the watch goes on."""
         self.observed += 1
+        if (trace := stagetrace.current()) is not None:
+            trace.note("watch", time.time(), obj.get("kind"), change)
         try:
             item: Envelope | Record = watch_envelope(change, obj, time.time())
         except Exception as exc:  # noqa: BLE001 - whatever the object makes ingest raise, it is bad input
@@ -330,7 +334,10 @@ class ClusterBridge:
             await asyncio.sleep(BATCH_WAIT)
             while not self._changes.empty() and len(burst) < BATCH:
                 burst.append(self._changes.get_nowait())
+            started = time.time()
             await self.send_burst(burst, producer)
+            if (trace := stagetrace.current()) is not None:
+                trace.note("publish", started, time.time(), len(burst))
 
     async def send_burst(self, burst: Sequence[Envelope | Record], producer: Producer) -> None:
         """Write a burst as ``send_logged`` does, each envelope on its own when it has to be: one the
@@ -526,6 +533,7 @@ def cluster_app(config: BusConfig, target: KubeTarget, *, sink: Any = None) -> M
     """The app behind ``muster run cluster`` (which takes the Lease first: ``take_lease``); with a
     ``sink`` (tracing on) each effect applied is a span."""
     app = base_app(f"{config.prefix}cluster", config, cls=ClusterApp)
+    stagetrace.start("cluster")
     bridge = ClusterBridge(config.topics)
     if sink is not None:
         from shared.tracing.live import HopTracer
