@@ -107,7 +107,13 @@ def stages(nodes: int, fill: int, waiting: int, workloads: int, rate: float,
             written = at + offset
             for stage, when in appended.get(name, {}).items():
                 rows.setdefault(stage, []).append(1000 * (when - written))
-            rows.setdefault("bound (last pod)", []).append(1000 * (max(bound[("bench", p)] for p in pods) - at))
+            last = max(bound[("bench", p)] for p in pods)
+            rows.setdefault("bound (last pod)", []).append(1000 * (last - at))
+            hops = appended.get(name, {})
+            for stage, before in (("effect bind", "PodAssigned"), ("bound (last pod)", "effect bind")):
+                if before in hops and (stage in hops or stage.startswith("bound")):
+                    end = last + offset if stage.startswith("bound") else hops[stage]
+                    rows.setdefault(f"  {before} -> {stage}", []).append(1000 * (end - hops[before]))
 
     saved = os.environ.get(stagetrace.VARIABLE)
     if folder is not None:

@@ -12,8 +12,9 @@ Two loops in one Faust app (group ``<prefix>cluster``), neither deciding anythin
 - **effects → API**: ``EffectsReader`` reads ``muster.effects`` and performs each ``KubeEffect`` with
   ``KubeApplier``: each object's effects in their order, different objects' side by side (up to
   ``EFFECT_CONCURRENCY`` requests in flight), an eviction after everything before it and before
-  everything after it. An effect the API server cannot take now (throttled, unavailable) is retried with
-  backoff and holds the batch, so its offset is not committed before it is done; one it refuses for
+  everything after it, effects read while earlier ones are in flight started at once
+  (``ClusterBridge.admit``). An effect the API server cannot take now (throttled, unavailable) is
+  retried with backoff and holds the commit, so its offset is not committed before it is done; one it refuses for
   good (forbidden, invalid) goes to the dead-letter topic with the server's answer, as does a record
   that is not an effect, or one whose application fails otherwise (a bug: it would fail again
   after every restart). Effects are idempotent, so a batch handled again after a crash changes
