@@ -110,7 +110,8 @@ def stages(nodes: int, fill: int, waiting: int, workloads: int, rate: float,
             last = max(bound[("bench", p)] for p in pods)
             rows.setdefault("bound (last pod)", []).append(1000 * (last - at))
             hops = appended.get(name, {})
-            for stage, before in (("effect bind", "PodAssigned"), ("bound (last pod)", "effect bind")):
+            for stage, before in (("WorkloadSubmitted", "seen RayCluster Added"), ("effect bind", "PodAssigned"),
+                                  ("bound (last pod)", "effect bind")):
                 if before in hops and (stage in hops or stage.startswith("bound")):
                     end = last + offset if stage.startswith("bound") else hops[stage]
                     rows.setdefault(f"  {before} -> {stage}", []).append(1000 * (end - hops[before]))
