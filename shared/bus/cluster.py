@@ -399,24 +399,16 @@ class ClusterBridge:
                 task.cancel()
 
     async def publish(self, producer: Producer) -> None:
-        """Send observed changes in the order seen, a burst at a time, until cancelled. A burst is
-        logged once the one before it is logged, while that one's routes are still on their way
-        (``start_burst``): the next burst waits for one produce round trip, not two."""
-        routing: asyncio.Future[None] | None = None
-        try:
-            while True:
-                burst = [await self._changes.get()]
-                await asyncio.sleep(BATCH_WAIT)
-                while not self._changes.empty() and len(burst) < BATCH:
-                    burst.append(self._changes.get_nowait())
-                started = time.time()
-                routing = await self.start_burst(burst, producer, routing)
-                if (trace := stagetrace.current()) is not None:
-                    trace.note("publish", started, time.time(), len(burst))
-        finally:
-            if routing is not None and not routing.done():
-                routing.cancel()
-                await asyncio.gather(routing, return_exceptions=True)
+        """Send observed changes in the order seen, a burst at a time, until cancelled."""
+        while True:
+            burst = [await self._changes.get()]
+            await asyncio.sleep(BATCH_WAIT)
+            while not self._changes.empty() and len(burst) < BATCH:
+                burst.append(self._changes.get_nowait())
+            started = time.time()
+            await self.send_burst(burst, producer)
+            if (trace := stagetrace.current()) is not None:
+                trace.note("publish", started, time.time(), len(burst))
 
     async def send_burst(self, burst: Sequence[Envelope | Record], producer: Producer) -> None:
         """Write a burst as ``send_logged`` does, each envelope on its own when it has to be: one the
@@ -425,14 +417,6 @@ class ClusterBridge:
         the broker refuses for good is found by sending the burst one envelope at a time and
         dead-lettered too; the others go on. What the broker cannot take now (it is down, a leader
         moves) is retried with backoff and holds the burst: nothing is lost or sent out of order."""
-        await (await self.start_burst(burst, producer, None))
-
-    async def start_burst(self, burst: Sequence[Envelope | Record], producer: Producer,
-                          before: "asyncio.Future[None] | None") -> "asyncio.Future[None]":
-        """``send_burst`` in two steps: returns once the burst's dead letters and log records are
-        acknowledged, with a task that routes it to the inboxes after ``before`` (the previous burst's
-        routing) is done, so that each inbox gets the bursts in their order. The log never holds an
-        effect before its cause: a burst is routed only once it is logged."""
         letters = [item for item in burst if isinstance(item, Record)]
         ready: list[tuple[Envelope, Record, list[Record]]] = []
         for env in burst:
@@ -452,36 +436,16 @@ class ClusterBridge:
         if letters:
             await self._retrying(producer, letters)
         try:
-            if ready:
-                await self._retrying(producer, [first for _, first, _ in ready])
+            await self._send_pairs(producer, ready)
         except Exception as exc:  # noqa: BLE001 - refused for good (retriable errors were waited out)
-            # one envelope at a time, before the next burst is logged: the log keeps the order seen
-            await self._route(producer, ready, before, exc)
-            return asyncio.ensure_future(asyncio.sleep(0))
-        return asyncio.ensure_future(self._route(producer, ready, before, None))
-
-    async def _route(self, producer: Producer, ready: Sequence[tuple[Envelope, Record, list[Record]]],
-                     before: "asyncio.Future[None] | None", refused: Exception | None) -> None:
-        """After ``before``: the routed records of a logged burst; a burst the broker refused for good
-        (its log records, ``refused``, or its routes) is sent again one envelope at a time."""
-        if before is not None:
-            await before
-        if refused is None:
-            routed = [record for _, _, rest in ready for record in rest]
-            try:
-                if routed:
-                    await self._retrying(producer, routed)
-                return
-            except Exception as exc:  # noqa: BLE001 - refused for good
-                refused = exc
-        log.warning("the broker refused a burst of %d watch events (%s); sending them one at a time",
-                    len(ready), _first_line(refused))
-        for env, first, rest in ready:
-            try:
-                await self._send_pairs(producer, [(env, first, rest)])
-            except Exception as one:  # noqa: BLE001
-                await self._retrying(producer, [self._unsent_envelope(
-                    env, f"refused by the broker: {type(one).__name__}: {_first_line(one)}")])
+            log.warning("the broker refused a burst of %d watch events (%s); sending them one at a time",
+                        len(ready), _first_line(exc))
+            for env, first, rest in ready:
+                try:
+                    await self._send_pairs(producer, [(env, first, rest)])
+                except Exception as one:  # noqa: BLE001
+                    await self._retrying(producer, [self._unsent_envelope(
+                        env, f"refused by the broker: {type(one).__name__}: {_first_line(one)}")])
 
     async def _send_pairs(self, producer: Producer, ready: Sequence[tuple[Envelope, Record, list[Record]]]) -> None:
         """The log records, then the routed ones (the log never holds an effect before its cause)."""

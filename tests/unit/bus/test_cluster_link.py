@@ -201,32 +201,3 @@ def test_effects_read_while_earlier_ones_are_in_flight_start_at_once_and_the_com
     assert applier.applied == ["bind a", "bind b", "bind slow", "annotate slow"]
     assert broker.sent == [] and bridge.outcomes == {"applied": 4}
 
-
-def test_a_burst_is_logged_while_the_one_before_is_routed_and_the_inboxes_get_them_in_order():
-    """``publish``: the next burst waits for the previous one's log records only; its routes wait for
-    the previous routes, and nothing is routed before it is logged."""
-
-    class Gated(Broker):
-        def __init__(self) -> None:
-            super().__init__()
-            self.open = asyncio.Event()
-
-        async def send_all(self, records: Sequence[Record]) -> list[int]:
-            if records[0].topic != TOPICS.log:
-                await self.open.wait()  # routes held: the broker is slow to acknowledge them
-            return await super().send_all(records)
-
-    bridge, broker = _bridge(), Gated()
-
-    async def go() -> None:
-        first = await bridge.start_burst(_events("n1"), broker, None)
-        second = await bridge.start_burst(_events("n2"), broker, first)  # logged with n1's routes held
-        assert [(r.topic, codec.decode(r.value).subject) for r in broker.sent] == [
-            (TOPICS.log, "Node/n1"), (TOPICS.log, "Node/n2")]
-        broker.open.set()
-        await second
-        assert first.done()
-
-    asyncio.run(go())
-    routed = [codec.decode(r.value).subject for r in broker.sent if r.topic != TOPICS.log]
-    assert routed == ["Node/n1", "Node/n2"]
