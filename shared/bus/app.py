@@ -436,6 +436,11 @@ class PartitionReader:
     async def _assigned(self, consumer: AIOKafkaConsumer) -> None:
         raise NotImplementedError
 
+    async def _fetched(self) -> None:
+        """After every fetch, with records or not (at least once a second): what a reader whose
+        batches finish after ``_handle`` returns does to move ``processed`` on. A failure here ends
+        ``run``, as one in ``_handle`` does."""
+
     def _helpers(self) -> list[Awaitable[Any]]:
         """Loops that run beside the reading (the clock's), cancelled with it."""
         return []
@@ -463,6 +468,7 @@ class PartitionReader:
                             await self._handle(records)
                         else:
                             await self._traced(trace, records)
+                await self._fetched()
         finally:
             for helper in helpers:
                 helper.cancel()

@@ -206,8 +206,8 @@ class ClusterBridge:
         Returns once the batch is started; with ``EFFECTS_AHEAD`` effects unsettled, first waits for
         the oldest to settle."""
         assert self.applier is not None, "connect() first"
-        while len(self._admitted) >= EFFECTS_AHEAD:
-            self._progress.clear()
+        while len(self._admitted) >= EFFECTS_AHEAD and not self._admitted[0].done:
+            self._progress.clear()  # the reader settles the oldest once this returns (``settle``)
             await self._progress.wait()
         if self._slots is None:
             self._slots = asyncio.Semaphore(EFFECT_CONCURRENCY)
@@ -237,7 +237,6 @@ class ClusterBridge:
                 task.add_done_callback(lambda t, obj=obj: self._tails.pop(obj) if self._tails.get(obj) is t else None)
             self._running.add(task)
             task.add_done_callback(self._running.discard)
-        self._progress.set()
 
     async def _after(self, before: list[asyncio.Task[None]], entry: _Admitted, incoming: Incoming, env: Envelope,
                      *, slot: bool) -> None:
@@ -268,14 +267,7 @@ class ClusterBridge:
                 letters.append(entry.letter)
         if letters:
             await producer.send_all(letters)
-        self._progress.set()  # room for ``admit``
         return through
-
-    async def progress(self) -> None:
-        """Until the oldest effect read is settled (for the reader's settling loop)."""
-        while not (self._admitted and self._admitted[0].done):
-            self._progress.clear()
-            await self._progress.wait()
 
     async def drain(self, producer: Producer) -> int | None:
         """Wait for every effect admitted to settle; ``settle``'s answer."""
@@ -578,20 +570,17 @@ class EffectsReader(PartitionReader):
         finally:
             await self.bridge.abandon()  # the next run reads what was not settled again
 
-    def _helpers(self) -> list[Awaitable[Any]]:
-        return [self._settling()]
-
-    async def _settling(self) -> None:
-        """As effects finish: their dead letters out, then ``processed`` past them (what is committed)."""
-        while True:
-            through = await self.bridge.settle(self.producer)
-            if through is not None:
-                self.processed = through
-            await self.bridge.progress()
-
     async def _handle(self, records: Sequence[Any]) -> None:
-        """Start the batch's effects (``ClusterBridge.admit``) and read on: ``_settling`` commits them."""
+        """Start the batch's effects (``ClusterBridge.admit``) and read on: ``_fetched`` settles them."""
         await self.bridge.admit([Incoming(m.value, m.headers, m.partition, m.offset) for m in records])
+
+    async def _fetched(self) -> None:
+        """The effects settled so far: their dead letters out, then ``processed`` past them (what is
+        committed). Done between fetches, so that a failure to send a dead letter ends ``run`` and
+        ``supervised`` starts it again, as when batches were applied whole."""
+        through = await self.bridge.settle(self.producer)
+        if through is not None:
+            self.processed = through
 
     async def _assigned(self, consumer: AIOKafkaConsumer) -> None:
         """Read on from the committed offset (from the start when none is)."""

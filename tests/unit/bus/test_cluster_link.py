@@ -159,7 +159,8 @@ def test_an_object_ingest_refuses_is_sent_as_its_identity_logged_and_counted_per
     assert [(s.labels, s.value) for s in family.samples if s.name.endswith("_total")] == [({"kind": "Node"}, 1)]
 
 
-def test_effects_read_while_earlier_ones_are_in_flight_start_at_once_and_the_commit_waits_for_the_oldest():
+def test_effects_read_while_earlier_ones_are_in_flight_start_at_once_and_the_commit_waits_for_the_oldest(
+        monkeypatch):
     """The effects reader does not apply batch by batch: a second batch's effect on another object is
     applied while the first batch's is held by the API server, one on the held object waits behind
     it, and what may be committed never passes the held one."""
@@ -200,4 +201,21 @@ def test_effects_read_while_earlier_ones_are_in_flight_start_at_once_and_the_com
     assert asyncio.run(go()) == [None, 4]  # nothing past the held bind at offset 0; all four once it is done
     assert applier.applied == ["bind a", "bind b", "bind slow", "annotate slow"]
     assert broker.sent == [] and bridge.outcomes == {"applied": 4}
+
+    # with EFFECTS_AHEAD unsettled, the reader reads no more until the oldest is done
+    monkeypatch.setattr("shared.bus.cluster.EFFECTS_AHEAD", 2)
+    applier.release = asyncio.Event()
+    applier.applied.clear()
+
+    async def held() -> int | None:
+        await bridge.admit(batch(10, ("bind", "slow"), ("bind", "c")))
+        third = asyncio.ensure_future(bridge.admit(batch(12, ("bind", "d"))))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not third.done() and applier.applied == ["bind c"]
+        applier.release.set()
+        await third  # the oldest is done: it reads on (the reader then settles)
+        return await bridge.drain(broker)
+
+    assert asyncio.run(held()) == 13
 
