@@ -22,7 +22,7 @@ from typing import Any, Iterable
 from services.placement import elastic, gpu, reasons
 from services.placement.gang import GangAttempt, ordered_pod_sets, place_gang, place_pods, pod_demand
 from services.placement.nodes import NodeTable
-from services.placement.pods import PodRecord, pod_facts, pod_set_of
+from services.placement.pods import PodRecord, pod_facts, pod_key, pod_set_of
 from services.placement.preemption import eligible, victim_order
 from services.placement.statement import Statement
 from services.placement.workloads import Slot, WorkloadRecord
@@ -212,8 +212,9 @@ class PlacementCore:
         admission rejects its workload naming it."""
         if p.change != "Deleted" and kube.refused(p.object) is not None:
             return []
-        facts = pod_facts(p.change, p.object, p.name, p.namespace, self.policy.answers_to)
-        rec = self.pods.get(facts.key)
+        rec = self.pods.get(pod_key(p.object, p.name, p.namespace))
+        facts = pod_facts(p.change, p.object, p.name, p.namespace, self.policy.answers_to,
+                          None if rec is None else (rec.facts, rec.obj))
         if rec is None:
             if not facts.live or (not facts.bound and facts.workload is None):
                 return []
