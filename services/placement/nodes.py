@@ -49,6 +49,15 @@ wins and binpack only breaks ties."""
 DEMAND_MEMO = 4096
 """Distinct pod requests ``NodeTable.demand`` remembers (pods come from a few templates)."""
 
+SCORED_SHAPES = 32
+"""Pod shapes (demand, constraints, strategy) whose score vectors ``NodeTable.scores`` keeps."""
+ONE_BY_ONE = 24
+"""Up to this many changed rows a kept vector is brought up to date row by row (``fit_score``), past
+it with one numpy pass over those rows."""
+CHANGED_ROWS = 4096
+"""Rows changed (``NodeTable.changed``) that are kept to bring kept score vectors up to date; past
+that the log starts afresh and every kept vector is computed again when next asked for."""
+
 
 @dataclass(frozen=True, eq=False)
 class Demand:
@@ -80,6 +89,16 @@ class Demand:
     def same_as(self, other: "Demand | None") -> bool:
         return other is not None and (self.items, self.gpu_whole, self.gpu_share) == (
             other.items, other.gpu_whole, other.gpu_share)
+
+
+@dataclass(eq=False)
+class _Scored:
+    """A kept score vector (``NodeTable.scores``): for which static mask, and how much of
+    ``NodeTable.changed`` it has taken in."""
+
+    static: np.ndarray
+    vector: np.ndarray
+    seen: int
 
 
 @dataclass(frozen=True)
@@ -146,6 +165,9 @@ class NodeTable:
         self._masks: dict[tuple, np.ndarray] = {}
         self._demands: dict[tuple, Demand] = {}
         self.mix = fragmentation.Mix()
+        self.changed: list[int] = []
+        """Rows whose usage changed, in order (charges and their undoing): what ``scores`` recomputes."""
+        self._scored: dict[tuple, _Scored] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         """A snapshot (``shared.bus.snapshot``) leaves the demand memo out: it is rebuilt as pods come."""
@@ -340,6 +362,7 @@ class NodeTable:
                       gpu_whole=whole, gpu_share=gpu_share)
 
     def charge(self, i: int, demand: Demand, devices: gpu.GpuCharge) -> None:
+        self.touch(i)
         used, free = self.used, self.free
         # Element by element: a pod charges 3-4 distinct columns, where two fancy-indexed updates cost
         # four times as much (every bound pod is charged and uncharged on each change of its slot).
@@ -352,6 +375,7 @@ class NodeTable:
             self._refresh_gpu(i)
 
     def uncharge(self, i: int, demand: Demand, devices: gpu.GpuCharge) -> None:
+        self.touch(i)
         used, free = self.used, self.free
         for c, amount in zip(demand.charge_cols.tolist(), demand.charge_amts.tolist()):  # see ``charge``
             used[c, i] -= amount
@@ -386,6 +410,89 @@ class NodeTable:
         if demand.gpu_share:
             ok &= self.gpu_room[sl] >= demand.gpu_share
         return ok
+
+    def scores(self, demand: Demand, pod_set: PodSet, strategy: str) -> np.ndarray:
+        """Every node's score for one more pod of ``demand`` and ``pod_set``'s constraints, ``-inf``
+        where it does not fit: the vector the gang placer takes the best node from (``argmax``: ties
+        to the lowest row).
+
+        The node index: under binpack and spread a node's fit and score depend on that node's row
+        alone, so one vector is kept per pod shape (demand, constraints, strategy) and only the rows
+        charged or uncharged since it was last asked for (``changed``) are computed again, with the
+        same elementwise numpy arithmetic (so the same floats), instead of every node for every pod
+        set of every gang: between two gangs a few dozen rows change out of thousands. A vector whose
+        static mask was rebuilt (nodes came, left or changed) is computed afresh, and so is every
+        one under ``fragmentation``, whose scores follow the workload mix too.
+
+        The caller may write into the vector (it is the kept one) only at rows it then charges, or
+        names to ``touch``, so that the next call computes them again."""
+        static = self.static_mask(pod_set)
+        if strategy == FRAGMENTATION:
+            return self._fresh(demand, static, strategy, slice(0, self.n))
+        key = (demand.items, demand.gpu_share, strategy, pod_set.constraint_key)
+        kept = self._scored.get(key)
+        changed = self.changed
+        if kept is None or kept.static is not static:
+            if len(self._scored) >= SCORED_SHAPES:
+                self._scored.clear()
+            kept = self._scored[key] = _Scored(static, self._fresh(demand, static, strategy, slice(0, self.n)),
+                                               len(changed))
+        elif kept.seen < len(changed):
+            rows = set(changed[kept.seen:])
+            if len(rows) <= ONE_BY_ONE:
+                vector = kept.vector
+                for i in rows:
+                    vector[i] = self.fit_score(demand, static, strategy, i)
+            elif len(rows) * 4 < self.n:
+                at = np.fromiter(rows, np.intp, len(rows))
+                kept.vector[at] = self._fresh(demand, static, strategy, at)
+            else:
+                kept.vector = self._fresh(demand, static, strategy, slice(0, self.n))
+            kept.seen = len(changed)
+        return kept.vector
+
+    def fit_score(self, demand: Demand, static: np.ndarray, strategy: str, i: int) -> float:
+        """``_fresh`` for one row under binpack or spread, element by element: numpy's own scalar
+        arithmetic on the same dtypes in the same order (int64 sum, float64 quotient, float64 sums),
+        so the very float ``_fresh`` gives, at a tenth of the cost of numpy calls on a one-row slice."""
+        if not static[i]:
+            return -np.inf
+        free = self.free
+        for c, amount in demand.filter:
+            if free[c, i] < amount:
+                return -np.inf
+        if demand.gpu_share and self.gpu_room[i] < demand.gpu_share:
+            return -np.inf
+        used, divisor = self.used, self.divisor
+        total = None
+        for c, amount in demand.score:
+            part = (used[c, i] + amount) / divisor[c, i]
+            total = part if total is None else total + part
+        need = demand.gpu_need
+        if need:
+            part = (self.gpu_load[i] + need) / self.gpu_div[i]
+            total = part if total is None else total + part
+        if total is None:
+            total = np.float64(0.0)
+        return float(-total if strategy == "spread" else total)
+
+    def touch(self, i: int) -> None:
+        """Row ``i`` changed, or a vector from ``scores`` was written there without a charge."""
+        changed = self.changed
+        changed.append(i)
+        if len(changed) >= CHANGED_ROWS:  # the log starts afresh; kept vectors are computed anew
+            changed.clear()
+            self._scored.clear()
+
+    def _fresh(self, demand: Demand, static: np.ndarray, strategy: str, rows: slice | np.ndarray) -> np.ndarray:
+        """Fit and score of ``rows`` (a slice from 0, or row numbers), ``-inf`` where the pod does not fit."""
+        ok = self.feasible(demand, static, rows)
+        if strategy != FRAGMENTATION:  # elementwise: scoring every row gives the fitting ones the same floats
+            return np.where(ok, self.score(demand, strategy, rows), -np.inf)
+        picked = np.flatnonzero(ok)
+        out = np.full(len(ok), -np.inf)
+        out[picked] = self.score(demand, strategy, picked if isinstance(rows, slice) else rows[picked])
+        return out
 
     def score(self, demand: Demand, strategy: str, sl: slice | np.ndarray) -> np.ndarray:
         """Higher is better. binpack: Σ over requested resources of utilisation after placing; spread:
