@@ -69,9 +69,8 @@ class Demand:
     """(column, amount) every node must have free: all resources incl. pods and whole GPUs."""
     score: tuple[tuple[int, int], ...]
     """(column, amount) that count for binpack/spread: resources except pods and GPU."""
-    charge_cols: np.ndarray
-    charge_amts: np.ndarray
-    """What is added to ``used`` (GPU excluded: devices account for it)."""
+    charge: tuple[tuple[int, int], ...]
+    """(column, amount) added to ``used`` (GPU excluded: devices account for it)."""
     gpu_whole: int
     gpu_share: int
 
@@ -165,6 +164,7 @@ class NodeTable:
         self._masks: dict[tuple, np.ndarray] = {}
         self._demands: dict[tuple, Demand] = {}
         self.mix = fragmentation.Mix()
+        self._schedulable: int | None = None
         self.changed: list[int] = []
         """Rows whose usage changed, in order (charges and their undoing): what ``scores`` recomputes."""
         self._scored: dict[tuple, _Scored] = {}
@@ -215,7 +215,7 @@ class NodeTable:
         self.index[name] = i
         self.labels.append({})
         self.taints.append(())
-        self._masks.clear()
+        self._nodes_changed()
         return i
 
     def _grow_rows(self) -> None:
@@ -258,7 +258,7 @@ class NodeTable:
         if self.counting(i):
             self._add_total(vector, +1)
         grew = self.counting(i) and (not was_counting or bool((vector > old).any()))
-        self._masks.clear()
+        self._nodes_changed()
         return NodeChange(capacity=capacity, grew=grew, constraints=constraints and was_present)
 
     def cordon(self, name: str) -> NodeChange | None:
@@ -271,7 +271,7 @@ class NodeTable:
         if self.counting(i):
             self._add_total(self.alloc[:, i], -1)
         self.present[i], self.schedulable[i] = True, False
-        self._masks.clear()
+        self._nodes_changed()
         return NodeChange(capacity=True, grew=False, constraints=False)
 
     def _vector(self, amounts: Mapping[str, int]) -> np.ndarray:
@@ -290,12 +290,17 @@ class NodeTable:
         if self.counting(i):
             self._add_total(self.alloc[:, i], -1)
         self.present[i] = False
-        self._masks.clear()
+        self._nodes_changed()
         return NodeChange(capacity=True, grew=False, constraints=False)
 
     def _add_total(self, vector: np.ndarray, sign: int) -> None:
         for c, amount in enumerate(vector.tolist()):
             self.total_alloc[c] += sign * amount
+
+    def _nodes_changed(self) -> None:
+        """A node came, left, or changed what it accepts: static masks and the node count are stale."""
+        self._masks.clear()
+        self._schedulable = None
 
     def _set_gpu_count(self, i: int, count: int) -> None:
         if count > self.gpu_used.shape[1]:
@@ -357,8 +362,7 @@ class NodeTable:
             if name != q.PODS:
                 score_cols.append((c, amount))
         return Demand(items=items, filter=tuple(filter_cols), score=tuple(score_cols),
-                      charge_cols=np.array([c for c, _ in charge], np.intp),
-                      charge_amts=np.array([a for _, a in charge], np.int64),
+                      charge=tuple(charge),
                       gpu_whole=whole, gpu_share=gpu_share)
 
     def charge(self, i: int, demand: Demand, devices: gpu.GpuCharge) -> None:
@@ -366,7 +370,7 @@ class NodeTable:
         used, free = self.used, self.free
         # Element by element: a pod charges 3-4 distinct columns, where two fancy-indexed updates cost
         # four times as much (every bound pod is charged and uncharged on each change of its slot).
-        for c, amount in zip(demand.charge_cols.tolist(), demand.charge_amts.tolist()):
+        for c, amount in demand.charge:
             used[c, i] += amount
             free[c, i] -= amount
         if devices:
@@ -377,7 +381,7 @@ class NodeTable:
     def uncharge(self, i: int, demand: Demand, devices: gpu.GpuCharge) -> None:
         self.touch(i)
         used, free = self.used, self.free
-        for c, amount in zip(demand.charge_cols.tolist(), demand.charge_amts.tolist()):  # see ``charge``
+        for c, amount in demand.charge:  # see ``charge``
             used[c, i] -= amount
             free[c, i] += amount
         if devices:
@@ -549,8 +553,11 @@ class NodeTable:
         return {r: self.total_alloc[c] for c, r in enumerate(self.resources) if self.total_alloc[c] > 0}
 
     def schedulable_count(self) -> int:
-        n = self.n
-        return int((self.present[:n] & self.schedulable[:n]).sum())
+        """Present, schedulable nodes (every CapacityChanged says it): counted again only after a change."""
+        if self._schedulable is None:
+            n = self.n
+            self._schedulable = int((self.present[:n] & self.schedulable[:n]).sum())
+        return self._schedulable
 
     def present_count(self) -> int:
         return int(self.present[:self.n].sum())
