@@ -18,7 +18,7 @@ is one contiguous vector over all nodes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -55,7 +55,7 @@ ONE_BY_ONE = 24
 """Up to this many changed rows a kept vector is brought up to date row by row (``fit_score``), past
 it with one numpy pass over those rows."""
 CHANGED_ROWS = 4096
-"""Rows changed (``NodeTable.changed``) that are kept to bring kept score vectors up to date; past
+"""Rows changed (``ScoreIndex.changed``) that are kept to bring kept score vectors up to date; past
 that the log starts afresh and every kept vector is computed again when next asked for."""
 
 
@@ -93,11 +93,21 @@ class Demand:
 @dataclass(eq=False)
 class _Scored:
     """A kept score vector (``NodeTable.scores``): for which static mask, and how much of
-    ``NodeTable.changed`` it has taken in."""
+    ``ScoreIndex.changed`` it has taken in."""
 
     static: np.ndarray
     vector: np.ndarray
     seen: int
+
+
+@dataclass(eq=False)
+class ScoreIndex:
+    """The node index's state (``NodeTable.scores``): a window bounded by construction (at most
+    ``SCORED_SHAPES`` vectors and ``CHANGED_ROWS`` rows), whatever the history."""
+
+    changed: list[int] = field(default_factory=list)
+    """Rows whose usage changed, in order (charges and their undoing): what ``scores`` recomputes."""
+    kept: dict[tuple, _Scored] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -165,9 +175,7 @@ class NodeTable:
         self._demands: dict[tuple, Demand] = {}
         self.mix = fragmentation.Mix()
         self._schedulable: int | None = None
-        self.changed: list[int] = []
-        """Rows whose usage changed, in order (charges and their undoing): what ``scores`` recomputes."""
-        self._scored: dict[tuple, _Scored] = {}
+        self.scored = ScoreIndex()
 
     def __getstate__(self) -> dict[str, Any]:
         """A snapshot (``shared.bus.snapshot``) leaves the demand memo out: it is rebuilt as pods come."""
@@ -422,7 +430,7 @@ class NodeTable:
 
         The node index: under binpack and spread a node's fit and score depend on that node's row
         alone, so one vector is kept per pod shape (demand, constraints, strategy) and only the rows
-        charged or uncharged since it was last asked for (``changed``) are computed again, with the
+        charged or uncharged since it was last asked for (``ScoreIndex.changed``) are computed again, with the
         same elementwise numpy arithmetic (so the same floats), instead of every node for every pod
         set of every gang: between two gangs a few dozen rows change out of thousands. A vector whose
         static mask was rebuilt (nodes came, left or changed) is computed afresh, and so is every
@@ -434,12 +442,13 @@ class NodeTable:
         if strategy == FRAGMENTATION:
             return self._fresh(demand, static, strategy, slice(0, self.n))
         key = (demand.items, demand.gpu_share, strategy, pod_set.constraint_key)
-        kept = self._scored.get(key)
-        changed = self.changed
+        index = self.scored
+        kept = index.kept.get(key)
+        changed = index.changed
         if kept is None or kept.static is not static:
-            if len(self._scored) >= SCORED_SHAPES:
-                self._scored.clear()
-            kept = self._scored[key] = _Scored(static, self._fresh(demand, static, strategy, slice(0, self.n)),
+            if len(index.kept) >= SCORED_SHAPES:
+                index.kept.clear()
+            kept = index.kept[key] = _Scored(static, self._fresh(demand, static, strategy, slice(0, self.n)),
                                                len(changed))
         elif kept.seen < len(changed):
             rows = set(changed[kept.seen:])
@@ -482,11 +491,11 @@ class NodeTable:
 
     def touch(self, i: int) -> None:
         """Row ``i`` changed, or a vector from ``scores`` was written there without a charge."""
-        changed = self.changed
-        changed.append(i)
-        if len(changed) >= CHANGED_ROWS:  # the log starts afresh; kept vectors are computed anew
-            changed.clear()
-            self._scored.clear()
+        index = self.scored
+        index.changed.append(i)
+        if len(index.changed) >= CHANGED_ROWS:  # the log starts afresh; kept vectors are computed anew
+            index.changed.clear()
+            index.kept.clear()
 
     def _fresh(self, demand: Demand, static: np.ndarray, strategy: str, rows: slice | np.ndarray) -> np.ndarray:
         """Fit and score of ``rows`` (a slice from 0, or row numbers), ``-inf`` where the pod does not fit."""

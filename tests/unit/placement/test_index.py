@@ -96,5 +96,5 @@ def test_a_long_run_of_changes_starts_the_log_afresh(monkeypatch):
     table.scores(demand, ps, "binpack")
     for i in range(20):
         table.charge(i % 3, demand, ())
-        assert len(table.changed) < 8
+        assert len(table.scored.changed) < 8
         assert np.array_equal(table.scores(demand, ps, "binpack"), _full_scan(table, ps, "binpack"))
