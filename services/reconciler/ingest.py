@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Literal
 
-from shared.events import SCHEMA_VERSION, Envelope, ObjectChanged, ObjectsListed, derive_id
+from shared.events import SCHEMA_VERSION, Envelope, ObjectChanged, ObjectsListed, built, derive_id
 from shared import kube
 from shared.kube import REFUSED, meta
 from shared.validation import MAX_BYTES, dns1123_subdomain, label_value, object_problem, tree_problem
@@ -158,6 +158,8 @@ def _identity(obj: Mapping[str, Any], reason: str) -> dict[str, Any]:
 
 def _safe(text: str) -> str:
     """``text`` with lone surrogates escaped, so that it encodes as UTF-8 (names from a hostile server)."""
+    if text.isascii():  # every name a valid object has: nothing to escape
+        return text[:253]
     return text.encode("utf-8", "backslashreplace").decode("utf-8")[:253]
 
 
@@ -174,14 +176,16 @@ def observe(change: Change, obj: Mapping[str, Any]) -> ObjectChanged:
         problem = object_problem(keep)
     if problem is not None:
         keep = _identity(obj, problem)
-    return ObjectChanged(
-        change=change,
-        kind=_safe(_text(obj.get("kind"))),
-        api_version=_safe(_text(obj.get("apiVersion"))),
-        namespace=_safe(_text(metadata.get("namespace"))),
-        name=_safe(_text(metadata.get("name"))),
-        object=keep,
-    )
+    fields = {"type": "ObjectChanged", "change": change, "kind": _safe(_text(obj.get("kind"))),
+              "api_version": _safe(_text(obj.get("apiVersion"))),
+              "namespace": _safe(_text(metadata.get("namespace"))), "name": _safe(_text(metadata.get("name"))),
+              "object": keep}
+    if change in _CHANGES and all(type(k) is str for k in keep):  # all validation would do: copy ``keep``
+        return built(ObjectChanged, fields)
+    return ObjectChanged(**fields)
+
+
+_CHANGES = frozenset({"Added", "Modified", "Deleted"})
 
 
 def watch_envelope(change: Change, obj: Mapping[str, Any], at: float) -> Envelope:
