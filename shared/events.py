@@ -440,7 +440,7 @@ _VERSION = TypeAdapter(int)
 
 def derive_id(*parts: object) -> str:
     """Deterministic id: same inputs, same id, on every run and every runtime."""
-    digest = hashlib.blake2b("\x1f".join(str(p) for p in parts).encode(), digest_size=12)
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=12)
     return digest.hexdigest()
 
 

@@ -29,10 +29,10 @@ _POD_SPEC = ("schedulerName", "nodeName")
 def _copy(value: Any) -> Any:
     """A copy of a JSON tree: the state held here shares no container with what a core keeps (a
     snapshot writes each mapping held once as plain JSON, ``shared.statecodec``)."""
-    if type(value) is dict:
-        return {k: _copy(v) for k, v in value.items()}
+    if type(value) is dict:  # text, the commonest value (labels, annotations), without a call
+        return {k: v if type(v) is str else _copy(v) for k, v in value.items()}
     if type(value) is list:
-        return [_copy(v) for v in value]
+        return [v if type(v) is str else _copy(v) for v in value]
     return value
 
 

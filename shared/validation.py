@@ -102,6 +102,22 @@ def label_value(value: str) -> str | None:
     return None
 
 
+_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+_ENCODE = _C_ENCODER(None, str, json.encoder.encode_basestring, None, ": ", ", ", False, True, True) \
+    if _C_ENCODER is not None else None
+"""``json.dumps(value, ensure_ascii=False, check_circular=False, skipkeys=True, default=str)``'s C encoder,
+made once: ``dumps`` with arguments builds a ``JSONEncoder`` and a C encoder on every call, which cost
+twice the encoding of a watched object."""
+
+
+def _json_text(value: Any) -> str:
+    """``value`` as JSON text (see ``_ENCODE``): every text as it is, keys that are no text, number,
+    boolean or None skipped, anything JSON has no form for as its ``str``."""
+    if _ENCODE is None:
+        return json.dumps(value, ensure_ascii=False, check_circular=False, skipkeys=True, default=str)
+    return "".join(_ENCODE(value, 0))
+
+
 def tree_problem(value: Any, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES,
                  max_bytes: int | None = None) -> str | None:
     """Why a decoded JSON/YAML value is too deep, too large or holds text no encoder takes (lone
@@ -122,9 +138,10 @@ def tree_problem(value: Any, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX
             return f"more than {max_nodes} values (YAML aliases count each time they are used)"
         below = depth + 1
         for child in children:
-            if type(child) is dict or type(child) is list or isinstance(child, (dict, list)):
+            kind = type(child)  # most values are text: two comparisons, no ``isinstance``
+            if kind is dict or kind is list or (kind is not str and isinstance(child, (dict, list))):
                 stack.append((child, below))
-    text = json.dumps(value, ensure_ascii=False, check_circular=False, skipkeys=True, default=str)
+    text = _json_text(value)
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
@@ -140,7 +157,7 @@ def object_problem(obj: Mapping[str, Any], *, require_name: bool = True) -> str 
     namespace; names of every kind muster reads are DNS-1123 subdomains, as ``ValidateObjectMeta``
     checks them for Pods, Nodes, CRDs and PriorityClasses."""
     meta = obj.get("metadata")
-    if not isinstance(meta, Mapping):
+    if type(meta) is not dict and not isinstance(meta, Mapping):
         return "metadata: missing" if require_name or meta is not None else None
     name = meta.get("name")
     if name is not None or require_name:
@@ -160,15 +177,15 @@ def object_problem(obj: Mapping[str, Any], *, require_name: bool = True) -> str 
         values = meta.get(field)
         if values is None:
             continue
-        if not isinstance(values, Mapping):
+        if type(values) is not dict and not isinstance(values, Mapping):
             return f"metadata.{field}: not a mapping"
         for key, value in values.items():
-            if not isinstance(key, str):
+            if type(key) is not str and not isinstance(key, str):
                 return f"metadata.{field}: key {key!r} is not a string"
             problem = qualified_name(key)
             if problem:
                 return f"metadata.{field}: {problem}"
-            if not isinstance(value, str):
+            if type(value) is not str and not isinstance(value, str):
                 return f"metadata.{field}.{key}: {shown(repr(value))} is not a string"
             problem = label_value(value) if field == "labels" else None
             if problem:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Literal
 
-from shared.events import SCHEMA_VERSION, Envelope, ObjectChanged, ObjectsListed, derive_id
+from shared.events import SCHEMA_VERSION, Envelope, ObjectChanged, ObjectsListed, built, derive_id
 from shared import kube
 from shared.kube import REFUSED, meta
 from shared.validation import MAX_BYTES, dns1123_subdomain, label_value, object_problem, tree_problem
@@ -54,16 +54,22 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _pick(value: Any, names: tuple[str, ...], **nested: Callable[[Any], Any]) -> Any:
-    """The named fields of a mapping (``nested`` ones reduced further). A value of the wrong shape is
-    kept as written: admission refuses it with the reason it gives today, naming the field."""
-    if not isinstance(value, Mapping):
-        return value
-    out = {k: value[k] for k in names if k in value}
-    for k, reduce in nested.items():
-        if k in value:
-            out[k] = reduce(value[k])
-    return out
+def _picker(names: tuple[str, ...], **nested: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A reduction to the named fields of a mapping (``nested`` ones, in order, reduced further), made
+    once: every watch event goes through a dozen of them. A value of the wrong shape is kept as
+    written: admission refuses it with the reason it gives today, naming the field."""
+    inner = tuple(nested.items())
+
+    def pick(value: Any) -> Any:
+        if type(value) is not dict and not isinstance(value, Mapping):
+            return value
+        out = {k: value[k] for k in names if k in value}
+        for k, reduce in inner:
+            if k in value:
+                out[k] = reduce(value[k])
+        return out
+
+    return pick
 
 
 def _each(reduce: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -77,32 +83,18 @@ def _annotations(value: Any) -> Any:
             if isinstance(k, str) and (k in ANNOTATIONS or k.startswith(ANNOTATION_PREFIXES))}
 
 
-def _metadata(value: Any) -> Any:
-    return _pick(value, _METADATA + ("labels",), annotations=_annotations,
-                 ownerReferences=_each(lambda ref: _pick(ref, _OWNER)))
-
-
-def _pod_spec(value: Any) -> Any:
-    return _pick(value, _POD_SPEC, containers=_each(lambda c: _pick(c, _CONTAINER)))
-
-
-def _template(value: Any) -> Any:
-    return _pick(value, (), metadata=lambda m: _pick(m, ("labels",), annotations=_annotations), spec=_pod_spec)
-
-
-def _ray_cluster_spec(value: Any) -> Any:
-    return _pick(value, _RAY_CLUSTER, headGroupSpec=lambda h: _pick(h, (), template=_template),
-                 workerGroupSpecs=_each(lambda g: _pick(g, _WORKER_GROUP, template=_template)))
-
-
-def _ray_job_spec(value: Any) -> Any:
-    return _pick(value, _RAY_JOB, rayClusterSpec=_ray_cluster_spec, submitterPodTemplate=_template)
-
+_metadata = _picker(_METADATA + ("labels",), annotations=_annotations, ownerReferences=_each(_picker(_OWNER)))
+_pod_spec = _picker(_POD_SPEC, containers=_each(_picker(_CONTAINER)))
+_template = _picker((), metadata=_picker(("labels",), annotations=_annotations), spec=_pod_spec)
+_ray_cluster_spec = _picker(_RAY_CLUSTER, headGroupSpec=_picker((), template=_template),
+                            workerGroupSpecs=_each(_picker(_WORKER_GROUP, template=_template)))
+_ray_job_spec = _picker(_RAY_JOB, rayClusterSpec=_ray_cluster_spec, submitterPodTemplate=_template)
 
 _SPEC: dict[str, Callable[[Any], Any]] = {
     "Pod": _pod_spec, "RayCluster": _ray_cluster_spec, "RayJob": _ray_job_spec,
-    "Node": lambda spec: _pick(spec, ("taints", "unschedulable")),
+    "Node": _picker(("taints", "unschedulable")),
 }
+_STATUS_KEPT: dict[str, Callable[[Any], Any]] = {kind: _picker(names) for kind, names in _STATUS.items()}
 
 
 def kept(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -119,7 +111,7 @@ def kept(obj: Mapping[str, Any]) -> dict[str, Any]:
     if "spec" in obj and kind in _SPEC:
         out["spec"] = _SPEC[kind](obj["spec"])
     if "status" in obj and kind in _STATUS:
-        out["status"] = _pick(obj["status"], _STATUS[kind])
+        out["status"] = _STATUS_KEPT[kind](obj["status"])
     return out
 
 
@@ -158,6 +150,8 @@ def _identity(obj: Mapping[str, Any], reason: str) -> dict[str, Any]:
 
 def _safe(text: str) -> str:
     """``text`` with lone surrogates escaped, so that it encodes as UTF-8 (names from a hostile server)."""
+    if text.isascii():  # every name a valid object has: nothing to escape
+        return text[:253]
     return text.encode("utf-8", "backslashreplace").decode("utf-8")[:253]
 
 
@@ -174,14 +168,16 @@ def observe(change: Change, obj: Mapping[str, Any]) -> ObjectChanged:
         problem = object_problem(keep)
     if problem is not None:
         keep = _identity(obj, problem)
-    return ObjectChanged(
-        change=change,
-        kind=_safe(_text(obj.get("kind"))),
-        api_version=_safe(_text(obj.get("apiVersion"))),
-        namespace=_safe(_text(metadata.get("namespace"))),
-        name=_safe(_text(metadata.get("name"))),
-        object=keep,
-    )
+    fields = {"type": "ObjectChanged", "change": change, "kind": _safe(_text(obj.get("kind"))),
+              "api_version": _safe(_text(obj.get("apiVersion"))),
+              "namespace": _safe(_text(metadata.get("namespace"))), "name": _safe(_text(metadata.get("name"))),
+              "object": keep}
+    if change in _CHANGES and all(type(k) is str for k in keep):  # all validation would do: copy ``keep``
+        return built(ObjectChanged, fields)
+    return ObjectChanged(**fields)
+
+
+_CHANGES = frozenset({"Added", "Modified", "Deleted"})
 
 
 def watch_envelope(change: Change, obj: Mapping[str, Any], at: float) -> Envelope:

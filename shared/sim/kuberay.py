@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, NamedTuple
 
 from shared import kube
@@ -36,6 +37,7 @@ _FINISHED = ("Complete", "Failed")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
+@lru_cache(maxsize=64)  # everything that happens at one instant is stamped with it: strftime once
 def timestamp(now: float) -> str:
     """Scenario time as an RFC 3339 timestamp counted from the epoch (deterministic, no wall clock)."""
     return (_EPOCH + timedelta(seconds=now)).strftime("%Y-%m-%dT%H:%M:%SZ")

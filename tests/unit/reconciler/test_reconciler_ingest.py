@@ -207,3 +207,19 @@ def test_a_refused_pod_keeps_what_names_its_workload_when_that_is_valid():
     assert sent["spec"] == {"schedulerName": "muster", "nodeName": "n1"}
     assert "containers" not in sent["spec"] and "status" not in sent
     assert observe("Modified", sent).object == sent  # a second pass through ingest keeps it as it is
+
+
+def test_observe_builds_the_event_validation_would():
+    """``observe`` skips pydantic's validation of the event it makes when validation would take it as
+    it is; what it builds must equal the validated event, field for field (a config kind keeps keys
+    of any kind, which still go through validation)."""
+    from shared.events import ObjectChanged
+
+    for change, obj in [("Added", ray_cluster("rc", namespace="team-a")), ("Deleted", node("n1")),
+                        ("Modified", {"apiVersion": "v1", "kind": "PriorityClass", "metadata": {"name": "p"},
+                                      "value": 5})]:
+        made = observe(change, obj)
+        validated = ObjectChanged.model_validate(made.model_dump())
+        assert made == validated and made.model_dump() == validated.model_dump()
+        assert made.model_fields_set == validated.model_fields_set
+        assert to_json(watch_envelope(change, obj, 1.0)) == to_json(watch_envelope(change, obj, 1.0))
