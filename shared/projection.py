@@ -289,12 +289,18 @@ class ResultProjection:
             self.now = at
         if env.source not in _NOT_DECISIONS:
             self.decisions += 1
+        self._folded = None
         handler = self._handlers.get(env.type)
         if handler is not None:
-            self._folded = None
             handler(self, env.payload, at)
             if self._folded is not None:
                 self.hold(self._folded)
+
+    @property
+    def folded(self) -> WorkloadView | None:
+        """The workload the last envelope applied was about, if its fold read or changed one (a pod's
+        bookkeeping alone is not)."""
+        return self._folded
 
     def hold(self, view: WorkloadView) -> None:
         """Take ``view`` as it is now into the quota held and the queues' members (``apply`` does this

@@ -108,7 +108,8 @@ class StatusBook:
             self._queues[p.queue.name if env.type == "QueueDefined" else p.name] = None
         elif key and key in self.view.workloads:
             view = self.view.workloads[key]
-            self._count(view)
+            if self.view.folded is view:  # else only its pods' bookkeeping moved (PodAssigned)
+                self._count(view)
             self._workloads[key] = None
             for queue in (queue_before, view.queue):
                 if queue:

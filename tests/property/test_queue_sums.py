@@ -4,8 +4,8 @@ sequence of events (``shared.projection.QueueSums``, ``ResultProjection.hold``; 
 
 The references below are the full recomputations the incremental code replaced: every workload
 walked per read. Random sequences mix the events that move a workload's charge or place in line
-(submission, edits, queueing, admission, elastic grants and releases, placement, preemption, the
-end of a workload, deletion and the status book forgetting it) with queue definitions whose parents
+(submission, edits, queueing, admission, elastic grants and releases, placement and pods bound,
+preemption, the end of a workload, deletion and the status book forgetting it) with queue definitions whose parents
 change, go missing or form cycles.
 """
 
@@ -21,7 +21,7 @@ from services.reconciler.status import StatusBook
 from shared import quantity as q
 from shared.events import (
     BackedOff, Dequeued, ElasticGranted, ElasticReleased, Enqueued, GangPlaced, GangRunning, PlacementFailed,
-    PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, WorkloadDeleted, WorkloadFinished,
+    PodAssigned, PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, WorkloadDeleted, WorkloadFinished,
     WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.model import QueueSource
@@ -125,7 +125,7 @@ def _event(draw: st.DrawFn) -> Any:
     kind = draw(st.sampled_from(["define", "define", "remove", "submit", "update", "enqueue", "backoff", "dequeue",
                                  "reclaim", "placed", "failed", "running", "preempt", "finish", "delete",
                                  "withdraw", "grant", "release", "rejected", "submit", "dequeue", "placed",
-                                 "enqueue", "enqueue", "running"]))
+                                 "enqueue", "enqueue", "running", "assigned"]))
     queue = draw(st.sampled_from(QUEUES))
     if kind not in ("define", "remove"):
         queue = draw(st.sampled_from(("a", "a", "a", queue)))  # workloads crowd a queue: counts above one
@@ -153,6 +153,7 @@ def _event(draw: st.DrawFn) -> Any:
         "placed": lambda: GangPlaced(key=key, queue=queue, kind="RayCluster", gate="pods", slots=(), reason=reason),
         "failed": lambda: PlacementFailed(key=key, queue=queue, reason=reason),
         "running": lambda: GangRunning(key=key, reason=reason),
+        "assigned": lambda: PodAssigned(key=key, pod_namespace="ns", pod=f"{key[3:]}-head", pod_set="head", node="n"),
         "preempt": lambda: PreemptionRequested(key=key, kind="RayCluster", gate="pods", preemptor="x", pods=(),
                                                reason=reason),
         "finish": lambda: WorkloadFinished(key=key, outcome=draw(st.sampled_from(["Succeeded", "Failed"])),
