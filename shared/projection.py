@@ -7,7 +7,7 @@ replay of a stored log all build the same view from the same events.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, ClassVar, Iterable, Union, get_args
+from typing import Annotated, Any, Callable, ClassVar, Iterable, Mapping, Union, get_args
 
 from pydantic import ConfigDict, Field, TypeAdapter
 from typing_extensions import TypedDict
@@ -147,8 +147,110 @@ class WorkloadView:
         return current
 
 
+def rolled_up(direct: Mapping[str, Mapping[str, int]], queues: Mapping[str, QueueSpec]) -> dict[str, dict[str, int]]:
+    """Each queue's own sums added to it and to every ancestor (``parent`` links of ``queues``; a
+    missing queue ends the climb, a parent cycle is climbed once): fresh dicts, the caller's to keep."""
+    usage: dict[str, dict[str, int]] = {}
+    for queue, own in direct.items():
+        name: str | None = queue
+        seen: list[str] = []
+        amounts = own.items()
+        while name is not None and name not in seen:
+            seen.append(name)
+            total = usage.get(name)
+            if total is None:
+                total = usage[name] = {}
+            for resource, amount in amounts:
+                total[resource] = total.get(resource, 0) + amount
+            spec = queues.get(name)
+            name = spec.parent if spec else None
+    return usage
+
+
+class QueueSums:
+    """What the workloads of each queue add up to, kept as each workload changes.
+
+    ``set`` says what one workload contributes now (amounts to one queue, or nothing); the sums move
+    by the difference, so reading them costs the queues, not the workloads: the reconciler reads
+    them every second of event time, with every workload it has seen still in view. A queue is in
+    ``direct`` while some workload contributes to it, a name in its sums while one of those names it
+    (an amount of 0 too): what summing every workload afresh gives, the same dicts (the order of
+    their names aside; every writer sorts them). ``tests/property/test_queue_sums.py`` holds it.
+    """
+
+    __slots__ = ("direct", "_of", "_names", "_count")
+
+    def __init__(self) -> None:
+        self.direct: dict[str, dict[str, int]] = {}
+        """Queue -> the sums of its own workloads (``rolled_up`` adds the queues below it)."""
+        self._of: dict[str, tuple[str, dict[str, int]]] = {}
+        """Workload key -> the queue and amounts it contributes (only those that contribute)."""
+        self._names: dict[str, dict[str, int]] = {}
+        """Queue -> name -> how many of its contributing workloads name it."""
+        self._count: dict[str, int] = {}
+        """Queue -> how many workloads contribute to it."""
+
+    def set(self, key: str, queue: str | None, amounts: Mapping[str, int]) -> None:
+        """``key`` contributes ``amounts`` to ``queue`` from now on (``None``: to no queue)."""
+        old = self._of.get(key)
+        if old is None:
+            if queue is None:
+                return
+        elif old[0] == queue and old[1] == amounts:
+            return
+        else:
+            self._take(key, old[0], old[1])
+        if queue is None:
+            return
+        kept = dict(amounts)
+        self._of[key] = (queue, kept)
+        sums = self.direct.get(queue)
+        if sums is None:
+            sums, names = self.direct[queue], self._names[queue] = {}, {}
+            self._count[queue] = 1
+        else:
+            names = self._names[queue]
+            self._count[queue] += 1
+        for name, amount in kept.items():
+            sums[name] = sums.get(name, 0) + amount
+            names[name] = names.get(name, 0) + 1
+
+    def drop(self, key: str) -> None:
+        """``key`` contributes nothing any more (a forgotten workload)."""
+        old = self._of.get(key)
+        if old is not None:
+            self._take(key, old[0], old[1])
+
+    def _take(self, key: str, queue: str, amounts: dict[str, int]) -> None:
+        del self._of[key]
+        left = self._count[queue] - 1
+        if not left:
+            del self.direct[queue], self._names[queue], self._count[queue]
+            return
+        self._count[queue] = left
+        sums, names = self.direct[queue], self._names[queue]
+        for name, amount in amounts.items():
+            if names[name] == 1:
+                del names[name], sums[name]
+            else:
+                names[name] -= 1
+                sums[name] -= amount
+
+    def rolled(self, queues: Mapping[str, QueueSpec]) -> dict[str, dict[str, int]]:
+        """The sums of each queue and every queue below it (``rolled_up``)."""
+        return rolled_up(self.direct, queues)
+
+
+_IN_QUEUE_STATES = frozenset({"pending", "backoff"})
+
+
 class ResultProjection:
-    """Folds envelopes into workloads, pods and queues as the result contract describes."""
+    """Folds envelopes into workloads, pods and queues as the result contract describes.
+
+    Views change through ``apply`` (and ``hold``, for one loaded from elsewhere): the quota each
+    holds (``held``) and who is in each queue are kept as they change, so the queries below cost
+    the queues and their members, not every workload ever folded.
+    """
 
     def __init__(self, scenario: str = "") -> None:
         self.scenario = scenario
@@ -161,6 +263,14 @@ class ResultProjection:
         self.decisions = 0
         self.now = 0.0
         self._created = 0
+        self.held = QueueSums()
+        """Quota each workload holds, by queue (``queue_usage`` rolls it up)."""
+        self._in_queue: dict[str, str] = {}
+        """Workload key -> its queue, while it holds quota there or waits in it."""
+        self._queue_members: dict[str, dict[str, WorkloadView]] = {}
+        """Queue -> the workloads ``_in_queue`` names it for: all that ``queue_views`` lists."""
+        self._folded: WorkloadView | None = None
+        """The workload the envelope being applied is about (``_workload`` names it)."""
 
     # ------------------------------------------------------------------ fold
     _handlers: ClassVar[dict[str, Callable[[Any, Any, float], None]]]
@@ -179,9 +289,51 @@ class ResultProjection:
             self.now = at
         if env.source not in _NOT_DECISIONS:
             self.decisions += 1
+        self._folded = None
         handler = self._handlers.get(env.type)
         if handler is not None:
             handler(self, env.payload, at)
+            if self._folded is not None:
+                self.hold(self._folded)
+
+    @property
+    def folded(self) -> WorkloadView | None:
+        """The workload the last envelope applied was about, if its fold read or changed one (a pod's
+        bookkeeping alone is not)."""
+        return self._folded
+
+    def hold(self, view: WorkloadView) -> None:
+        """Take ``view`` as it is now into the quota held and the queues' members (``apply`` does this
+        for the workload each envelope is about; a subclass that loads a view calls it)."""
+        key, queue = view.key, view.queue
+        self.held.set(key, queue if view.holds_quota else None, view.demand)
+        listed = queue if view.holds_quota or view.queue_state in _IN_QUEUE_STATES else None
+        was = self._in_queue.get(key)
+        if was == listed:
+            if listed is not None:
+                self._queue_members[listed][key] = view
+            return
+        if was is not None:
+            members = self._queue_members[was]
+            del members[key]
+            if not members:
+                del self._queue_members[was]
+            del self._in_queue[key]
+        if listed is not None:
+            self._in_queue[key] = listed
+            self._queue_members.setdefault(listed, {})[key] = view
+
+    def forget(self, key: str) -> None:
+        """Drop a workload's view and pods (a reader that keeps only live workloads)."""
+        self.workloads.pop(key, None)
+        self.pods.pop(key, None)
+        self.held.drop(key)
+        was = self._in_queue.pop(key, None)
+        if was is not None:
+            members = self._queue_members[was]
+            del members[key]
+            if not members:
+                del self._queue_members[was]
 
     def _workload(self, key: str, kind: str = "") -> WorkloadView:
         view = self.workloads.get(key)
@@ -190,6 +342,7 @@ class ResultProjection:
             self._created += 1  # not len(workloads): a reader may forget views (``StatusBook``)
         elif kind and not view.kind:
             view.kind = kind
+        self._folded = view
         return view
 
     def _describe(self, view: WorkloadView, spec: Any) -> None:
@@ -392,25 +545,8 @@ class ResultProjection:
         return list(self.pods.get(key, {}).values())
 
     def queue_usage(self) -> dict[str, dict[str, int]]:
-        """Quota held per queue, rolled up to every ancestor."""
-        usage: dict[str, dict[str, int]] = {}
-        queues = self.queues
-        for view in self.workloads.values():
-            if not view.holds_quota or view.queue is None:
-                continue
-            name: str | None = view.queue
-            seen: list[str] = []
-            demand = view.demand.items()
-            while name is not None and name not in seen:
-                seen.append(name)
-                held = usage.get(name)
-                if held is None:
-                    held = usage[name] = {}
-                for resource, amount in demand:  # ``q.add`` in place: the reconciler asks every second
-                    held[resource] = held.get(resource, 0) + amount
-                spec = queues.get(name)
-                name = spec.parent if spec else None
-        return usage
+        """Quota held per queue, rolled up to every ancestor (fresh dicts: the caller's to keep)."""
+        return self.held.rolled(self.queues)
 
     def queue_views(self, only: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
         """The result's ``queues`` section (every queue known, or ``only`` these): usage rolled up,
@@ -419,13 +555,9 @@ class ResultProjection:
         usage = self.queue_usage()
         names = sorted(set(self.queues) | set(usage) | set(self.rejected_queues)
                        | {v.queue for v in self.workloads.values() if v.queue}) if only is None else sorted(only)
-        members_of: dict[str, list[WorkloadView]] = {name: [] for name in names}
-        for view in sorted(self.workloads.values(), key=lambda v: v.order):
-            if view.queue in members_of:
-                members_of[view.queue].append(view)
         queues: dict[str, Any] = {}
         for name in names:
-            members = members_of[name]
+            members = sorted(self._queue_members.get(name, {}).values(), key=_by_order)
             backoff = [v for v in members if v.queue_state == "backoff" and (v.requeue_at or 0) > self.now]
             waiting = [v for v in members if v.queue_state in ("pending", "backoff") and v not in backoff]
             waiting.sort(key=lambda v: (-v.priority, v.order))
@@ -465,6 +597,10 @@ class ResultProjection:
             "queues": self.queue_views(),
             "stats": {"events": self.events, "decisions": self.decisions, "wall_seconds": round(wall_seconds, 3)},
         }
+
+
+def _by_order(view: WorkloadView) -> int:
+    return view.order
 
 
 def pod_workload_key(p: Any) -> str:

@@ -35,7 +35,7 @@ from shared import quantity as q
 from shared.events import Envelope, KubeEffect, TimerSet, derive_id
 from shared.model import QueueSpec
 from shared.policy import Policy
-from shared.projection import ResultProjection, WorkloadView
+from shared.projection import QueueSums, ResultProjection, WorkloadView
 
 STATUS_TIMER = "status"
 PERIOD = 1.0
@@ -43,6 +43,13 @@ PERIOD = 1.0
 
 VOLCANO_GROUP = "scheduling.volcano.sh"
 VOLCANO_PODGROUP = "scheduling.volcano.sh/v1beta1"
+_NOT_LIVE = frozenset({None, "Deleted"})
+_WAITING = frozenset({"pending", "backoff"})
+_ONE = {"live": 1}
+_TALLY = {(True, True): {"live": 1, "running": 1}, (True, False): {"live": 1, "inqueue": 1},
+          (False, True): {"live": 1, "pending": 1}, (False, False): _ONE}
+"""What one live workload adds to its queue's counts: by (holds quota, is Running) when it holds
+quota, by (False, waits: Queued or Preempted) when it does not."""
 _PODGROUP_PHASE = {"Queued": "Pending", "Preempted": "Pending", "Rejected": "Pending", "Admitted": "Inqueue",
                    "Running": "Running", "Succeeded": "Completed", "Failed": "Completed"}
 
@@ -83,8 +90,12 @@ class StatusBook:
         self._queues: dict[str, None] = {}
         self._workloads: dict[str, None] = {}
         self._due: float | None = None
-        self._by_queue: dict[str | None, list[WorkloadView]] | None = None
-        """During a ``flush``: the live workloads per queue, in the view's order (one pass, not one per queue)."""
+        self._tally = QueueSums()
+        """Per queue, its own live workloads (``live``) and Volcano's counts of them (``pending``,
+        ``inqueue``, ``running``), kept as each workload changes: a flush reads them, not every workload."""
+        self._requested = QueueSums()
+        """Per queue, the demand of its own workloads holding quota or waiting: KAI's ``requested``, rolled
+        up over the parent links as KAI's ``resource_updater.go`` sums the children."""
 
     def observe(self, env: Envelope) -> list[TimerSet]:
         """Fold one envelope; a timer for the next flush when something changed and none is set."""
@@ -96,8 +107,11 @@ class StatusBook:
         if env.type in ("QueueDefined", "QueueRemoved"):
             self._queues[p.queue.name if env.type == "QueueDefined" else p.name] = None
         elif key and key in self.view.workloads:
+            view = self.view.workloads[key]
+            if self.view.folded is view:  # else only its pods' bookkeeping moved (PodAssigned)
+                self._count(view)
             self._workloads[key] = None
-            for queue in (queue_before, self.view.workloads[key].queue):
+            for queue in (queue_before, view.queue):
                 if queue:
                     self._queues[queue] = None
         else:
@@ -106,6 +120,18 @@ class StatusBook:
             return []
         self._due = env.occurred_at + PERIOD
         return [TimerSet(key=STATUS_TIMER, at=self._due)]
+
+    def _count(self, view: WorkloadView) -> None:
+        """Take ``view``'s change into the per-queue counts (what ``_volcano``, ``_kai`` and ``_tree`` read)."""
+        key, queue = view.key, view.queue
+        if view.phase in _NOT_LIVE or queue is None:
+            self._tally.drop(key)
+            self._requested.drop(key)
+            return
+        holds = view.holds_quota
+        self._tally.set(key, queue, _TALLY[holds, view.phase == "Running" if holds else
+                                           view.phase in ("Queued", "Preempted")])
+        self._requested.set(key, queue if holds or view.queue_state in _WAITING else None, view.demand)
 
     def flush(self) -> list[KubeEffect]:
         """Status effects for every object whose status may have changed (the caller drops repeats)."""
@@ -121,12 +147,7 @@ class StatusBook:
                 touched[name] = None
                 name = specs[name].parent
         out: list[KubeEffect] = []
-        trees: dict[tuple[str, str], list[QueueSpec]] = {}
-        self._by_queue = None
-        try:
-            self._flush_touched(touched, specs, out, trees)
-        finally:
-            self._by_queue = None
+        self._flush_touched(touched, specs, out)
         if self.policy.answers_to("volcano"):
             for key in sorted(workloads):
                 effect = self._pod_group(key)
@@ -135,24 +156,27 @@ class StatusBook:
         self._forget_deleted(workloads)
         return out
 
-    def _flush_touched(self, touched: dict[str, None], specs: dict[str, QueueSpec], out: list[KubeEffect],
-                       trees: dict[tuple[str, str], list[QueueSpec]]) -> None:
-        # Quota held per queue: all that Volcano's and KAI's status read of ``queue_views`` (its waiting
-        # lists and positions, a sort of every workload, are for ElasticQuotaTrees: ``_tree``).
+    def _flush_touched(self, touched: dict[str, None], specs: dict[str, QueueSpec], out: list[KubeEffect]) -> None:
+        # Quota held (and KAI's requested) per queue, rolled up once per flush from the per-queue sums
+        # kept as workloads change: a flush costs the queues, not the workloads.
         usage: dict[str, dict[str, int]] | None = None
+        requested: dict[str, dict[str, int]] | None = None
+        trees: dict[tuple[str, str], None] = {}
         for name in sorted(touched):
             spec = specs[name]
             if spec.source is None:
                 continue
             if spec.dialect == "elasticquotatree":
-                trees.setdefault((spec.source.namespace, spec.source.name), [])
+                trees[(spec.source.namespace, spec.source.name)] = None
             elif spec.dialect == "volcano" and self.policy.answers_to("volcano"):
-                usage = self._usage() if usage is None else usage
+                usage = self.view.queue_usage() if usage is None else usage
                 out.append(self._effect(spec, self._volcano(spec, q.format_resources(usage.get(name, {})))))
             elif spec.dialect == "kai" and self.policy.answers_to("kai-scheduler"):
-                usage = self._usage() if usage is None else usage
-                out.append(self._effect(spec, self._kai(spec, q.format_resources(usage.get(name, {})))))
-        for (namespace, tree), _ in sorted(trees.items()):
+                usage = self.view.queue_usage() if usage is None else usage
+                requested = self._requested.rolled(specs) if requested is None else requested
+                out.append(self._effect(spec, {"allocated": q.format_resources(usage.get(name, {})),
+                                               "requested": q.format_resources(requested.get(name, {}))}))
+        for namespace, tree in sorted(trees):
             nodes = [s for s in specs.values() if s.source is not None and s.dialect == "elasticquotatree"
                      and (s.source.namespace, s.source.name) == (namespace, tree)]
             out.append(self._tree(nodes))
@@ -160,69 +184,17 @@ class StatusBook:
     def _forget_deleted(self, flushed: dict[str, None]) -> None:
         """A deleted workload's last status is written: its view goes, so the book holds live
         workloads only (a long-running reconciler must not keep every workload it ever saw)."""
-        views, pods = self.view.workloads, self.view.pods
+        views = self.view.workloads
         for key in flushed:
             view = views.get(key)
             if view is not None and view.phase == "Deleted":
-                del views[key]
-                pods.pop(key, None)
-
-    def _usage(self) -> dict[str, dict[str, int]]:
-        """``ResultProjection.queue_usage`` as the status reads it (by queue, resources sorted there), in one
-        pass with ``_members``' index: each workload adds to its own queue, then each queue's sum climbs its
-        ancestors once, instead of every workload walking them (a flush reads every live workload)."""
-        direct: dict[str, dict[str, int]] = {}
-        by_queue: dict[str | None, list[WorkloadView]] = {}
-        for v in self.view.workloads.values():
-            if v.phase not in (None, "Deleted"):
-                by_queue.setdefault(v.queue, []).append(v)
-            if v.holds_quota and v.queue is not None:
-                held = direct.get(v.queue)
-                if held is None:
-                    held = direct[v.queue] = {}
-                for resource, amount in v.demand.items():
-                    held[resource] = held.get(resource, 0) + amount
-        if self._by_queue is None:
-            self._by_queue = by_queue
-        usage: dict[str, dict[str, int]] = {}
-        specs = self.view.queues
-        for queue, held in direct.items():
-            name: str | None = queue
-            seen: list[str] = []
-            while name is not None and name not in seen:
-                seen.append(name)
-                total = usage.setdefault(name, {})
-                for resource, amount in held.items():
-                    total[resource] = total.get(resource, 0) + amount
-                spec = specs.get(name)
-                name = spec.parent if spec else None
-        return usage
+                self.view.forget(key)
 
     # ------------------------------------------------------------------ per dialect
-    def _members(self, queue: str) -> list[WorkloadView]:
-        by_queue = self._by_queue
-        if by_queue is None:
-            by_queue = self._by_queue = {}
-            for v in self.view.workloads.values():
-                if v.phase not in (None, "Deleted"):
-                    by_queue.setdefault(v.queue, []).append(v)
-        return by_queue.get(queue, [])
-
     def _volcano(self, spec: QueueSpec, allocated: dict[str, str]) -> dict[str, Any]:
-        members = self._members(spec.name)
-        running = sum(1 for v in members if v.holds_quota and v.phase == "Running")
-        inqueue = sum(1 for v in members if v.holds_quota and v.phase != "Running")
-        pending = sum(1 for v in members if not v.holds_quota and v.phase in ("Queued", "Preempted"))
-        return {"state": spec.state, "pending": pending, "inqueue": inqueue, "running": running,
-                "allocated": allocated}
-
-    def _kai(self, spec: QueueSpec, allocated: dict[str, str]) -> dict[str, Any]:
-        requested: q.Resources = {}
-        for name in self._subtree(spec.name):
-            for v in self._members(name):
-                if v.holds_quota or v.queue_state in ("pending", "backoff"):
-                    requested = q.add(requested, v.demand)
-        return {"allocated": allocated, "requested": q.format_resources(requested)}
+        counts = self._tally.direct.get(spec.name, {})
+        return {"state": spec.state, "pending": counts.get("pending", 0), "inqueue": counts.get("inqueue", 0),
+                "running": counts.get("running", 0), "allocated": allocated}
 
     def _tree(self, nodes: list[QueueSpec]) -> KubeEffect:
         views = self.view.queue_views(s.name for s in nodes)
@@ -230,21 +202,13 @@ class StatusBook:
         for spec in nodes:
             view = views[spec.name]
             entry: dict[str, Any] = {"used": view["usage"]}
-            if view["pending"] or view["backoff"] or self._members(spec.name):
+            if view["pending"] or view["backoff"] or spec.name in self._tally.direct:
                 entry["queueItemDetails"] = {
                     "active": [{**_ref(item["workload"]), "position": item["position"]} for item in view["pending"]],
                     "backoff": [_ref(key) for key in view["backoff"]],
                 }
             queues[spec.name] = entry
         return self._effect(nodes[0], {"queues": queues})
-
-    def _subtree(self, name: str) -> list[str]:
-        out, todo = [], [name]
-        while todo:
-            current = todo.pop()
-            out.append(current)
-            todo += sorted(s.name for s in self.view.queues.values() if s.parent == current and s.name not in out)
-        return out
 
     def _pod_group(self, key: str) -> KubeEffect | None:
         view = self.view.workloads.get(key)

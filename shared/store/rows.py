@@ -31,7 +31,7 @@ from pydantic import TypeAdapter
 
 from shared.events import Envelope
 from shared.model import QueueSpec
-from shared.projection import PodView, ResultProjection, WorkloadView, pod_workload_key
+from shared.projection import PodView, ResultProjection, WorkloadView, pod_workload_key, rolled_up
 
 QUEUE_TREE_EVENTS = frozenset({"QueueDefined", "QueueRemoved"})
 QUEUE_EVENTS = QUEUE_TREE_EVENTS | {"QueueRejected"}
@@ -43,6 +43,9 @@ _FOLD_STATE = frozenset({"scenario", "workloads", "pods", "queues", "rejected_qu
 """ResultProjection's attributes: the store carries its workloads, pods, queues and rejected queues
 and has no use for the rest (counters, the scenario name, the latest time). Tests guard that there
 are no others, so state the projection gains cannot be silently dropped by the store."""
+_DERIVED_STATE = frozenset({"held", "_in_queue", "_queue_members", "_folded"})
+"""ResultProjection's indexes of its views (quota held, members of each queue, the view being folded):
+``Projector._hold_row`` rebuilds them as it loads views (``ResultProjection.hold``), so they are not stored."""
 _NOT_FOLD_STATE = {"key", "transitions"}
 """A workload's key and transitions have columns and a table of their own: not in ``fold_state``."""
 _POD_FIELDS = ("name", "pod_set", "node", "gpu", "bound", "gone")
@@ -315,6 +318,7 @@ class Projector(ResultProjection):
         key = row["key"]
         if key not in self.workloads:
             view = self.workloads[key] = _VIEW.validate_python({**row["fold_state"], "key": key, "transitions": []})
+            self.hold(view)
             self._charges[key] = _kept(_charge(view))
             self.rows[key] = {k: row[k] for k in ("transition_count", "first_seen_at", "phase_since")}
 
@@ -348,10 +352,7 @@ class Projector(ResultProjection):
         holds, queue, demand = charge
         if not holds or queue is None:
             return {}
-        scratch = ResultProjection()
-        scratch.queues = self.queues
-        scratch.workloads = {"": WorkloadView(key="", kind="", queue=queue, demand=dict(demand), holds_quota=True)}
-        return scratch.queue_usage()
+        return rolled_up({queue: demand}, self.queues)
 
     # ------------------------------------------------------------------ one batch
     def convert(self, batch: Prepared, *, consumer: str) -> RowOps:
@@ -524,8 +525,7 @@ class Projector(ResultProjection):
             if key in protected or (view is not None and view.holds_quota):
                 continue
             del self.loaded[key]
-            self.workloads.pop(key, None)
-            self.pods.pop(key, None)
+            self.forget(key)
             self.rows.pop(key, None)
             self._charges.pop(key, None)
             excess -= 1
