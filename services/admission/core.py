@@ -319,6 +319,8 @@ class AdmissionCore:
         if inputs is not None and last is not None and last[0][0] is inputs[0] and last[0][1:] == inputs[1:]:
             return last[1]
         spec = self._ray_spec_of(w, wid, keep)
+        if keep is not None and spec == keep:
+            spec = keep  # what ``_settled`` and ``_accept`` make of an equal spec: kept, the next skip is ``read is keep``
         if inputs is not None:
             w.last = (inputs, spec)
         return spec
