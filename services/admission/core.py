@@ -510,7 +510,7 @@ class AdmissionCore:
         if entity.spec is None:
             entity.spec, entity.rejected = spec, None
             return [WorkloadSubmitted(workload=spec)]
-        if spec == entity.spec and entity.rejected is None:
+        if (spec is entity.spec or spec == entity.spec) and entity.rejected is None:  # ``is``: most events keep it
             return []
         entity.spec, entity.rejected = spec, None
         return [WorkloadUpdated(workload=spec)]
