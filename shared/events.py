@@ -444,6 +444,7 @@ def derive_id(*parts: object) -> str:
     return digest.hexdigest()
 
 
+_blake2b = hashlib.blake2b
 _new = object.__new__
 _set = object.__setattr__
 
@@ -472,7 +473,7 @@ def wrap(payload: Any, *, source: str, cause: Envelope | None, index: int, at: f
             "payload": payload,
         })
     return built(Envelope, {
-        "id": derive_id(source, cause.id, index),
+        "id": _blake2b(f"{source}\x1f{cause.id}\x1f{index}".encode(), digest_size=12).hexdigest(),  # derive_id
         "type": payload.type,
         "subject": payload.subject,
         "source": source,

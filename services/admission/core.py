@@ -320,7 +320,7 @@ class AdmissionCore:
             return last[1]
         spec = self._ray_spec_of(w, wid, keep)
         if keep is not None and spec == keep:
-            spec = keep  # what ``_settled`` and ``_accept`` make of an equal spec: kept, the next skip is ``read is keep``
+            spec = keep  # as ``_settled`` and ``_accept`` take an equal spec: kept (the next skip is ``read is keep``)
         if inputs is not None:
             w.last = (inputs, spec)
         return spec
@@ -510,7 +510,7 @@ class AdmissionCore:
         if entity.spec is None:
             entity.spec, entity.rejected = spec, None
             return [WorkloadSubmitted(workload=spec)]
-        if (spec is entity.spec or spec == entity.spec) and entity.rejected is None:  # ``is``: most events keep it
+        if (spec is entity.spec or spec == entity.spec) and entity.rejected is None:  # ``is``: mostly kept
             return []
         entity.spec, entity.rejected = spec, None
         return [WorkloadUpdated(workload=spec)]
