@@ -88,7 +88,10 @@ class WatchBook:
                 if not held:
                     del self.held[resource]
             return
-        self.held.setdefault(resource, {})[key] = last_state(p.object)
+        held = self.held.get(resource)
+        if held is None:
+            held = self.held[resource] = {}
+        held[key] = last_state(p.object)
 
     def listed(self, p: ObjectsListed) -> list[ObjectChanged]:
         """Read one part of a listing; at its last part, the deletions of every object held that it
