@@ -7,6 +7,10 @@ server, p50 and p99 over the workloads, in the order they happen: seen by the wa
 enqueued, dequeued, placed, its effects, bound. A stage that adds seconds where the one before
 adds milliseconds is the queue in front of that service.
 
+Then, from each process's stage trace (``shared.bus.stagetrace``, on for the run) over the measured
+part: how old records were when a fetch returned them, how long a batch and a send took, the
+collections, how late the event loop ran a 10 ms timer, the effects' HTTP requests, the captures.
+
     python -m bench.e2e_stages [--nodes 200 --fill 150 --waiting 20 --workloads 50 --rate 50]
 """
 
@@ -14,14 +18,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import glob
+import json
+import os
 import re
+import tempfile
 import time
 from typing import Any
 
 from bench import e2e_bench
 from bench.bus_bench import _log_reader
 from bench.stats import percentile
-from shared.bus import codec
+from shared.bus import codec, stagetrace
 from shared.bus.config import BusConfig
 from shared.bus.localbroker import LocalBroker
 from shared.events import Envelope
@@ -50,23 +58,75 @@ async def _first_appended(config: BusConfig, names: set[str]) -> dict[str, dict[
     return seen
 
 
-def stages(nodes: int, fill: int, waiting: int, workloads: int, rate: float) -> list[tuple[str, float, float]]:
-    """(stage, p50 ms, p99 ms) after submission, in the order of their p50."""
+def traced(folder: str, start: float, end: float) -> list[str]:
+    """The stage traces of ``folder`` (``shared.bus.stagetrace``) between ``start`` and ``end`` (wall
+    seconds), one line per process and kind: counts, p50 / p99 / max in ms."""
+    found: dict[tuple[str, str], list[float]] = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.jsonl"))):
+        with open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                what, t = row[0], row[1]
+                if not start <= t <= end:
+                    continue
+                if what == "fetch":
+                    found.setdefault((row[2], "record age at fetch"), []).extend(row[3])
+                elif what in ("batch", "send", "gc", "capture"):
+                    found.setdefault((row[3], what if what != "gc" else f"gc gen{row[4]}"), []).append(row[2] - t)
+                elif what == "lag":
+                    found.setdefault((row[2], "loop late >2ms"), []).append(row[3])
+                elif what == "apply":
+                    found.setdefault(("cluster", f"apply {row[3]}"), []).append(row[2] - t)
+                elif what == "publish":
+                    found.setdefault(("cluster", "publish burst"), []).append(row[2] - t)
+    out = []
+    for (process, what), values in sorted(found.items()):
+        v = sorted(values)
+        out.append(f"{process:16s} {what:22s} n {len(v):6d}  p50 {1000 * percentile(v, 0.5):8.1f}  "
+                   f"p99 {1000 * percentile(v, 0.99):8.1f}  max {1000 * v[-1]:8.1f}  sum {1000 * sum(v):9.0f} ms")
+    return out
+
+
+window: list[float] = []
+"""The measured part of the last ``stages`` run: (first submission, last binding), wall seconds."""
+
+
+def stages(nodes: int, fill: int, waiting: int, workloads: int, rate: float,
+           folder: str | None = None) -> list[tuple[str, float, float]]:
+    """(stage, p50 ms, p99 ms) after submission, in the order of their p50; with ``folder``, the
+    processes' stage traces go there and ``window`` holds the measured part's (start, end)."""
     e2e_bench.NODES = nodes
     offset = time.time() - time.monotonic()  # the API server's times are monotonic, the log's wall
     rows: dict[str, list[float]] = {}
 
     def inspect(config: BusConfig, submitted: dict[str, tuple[float, list[str]]],
                 bound: dict[tuple[str, str], float]) -> None:
+        window[:] = [min(at for at, _ in submitted.values()) + offset, max(bound.values()) + offset]
         appended = asyncio.run(_first_appended(config, set(submitted)))
         for name, (at, pods) in submitted.items():
             written = at + offset
             for stage, when in appended.get(name, {}).items():
                 rows.setdefault(stage, []).append(1000 * (when - written))
-            rows.setdefault("bound (last pod)", []).append(1000 * (max(bound[("bench", p)] for p in pods) - at))
+            last = max(bound[("bench", p)] for p in pods)
+            rows.setdefault("bound (last pod)", []).append(1000 * (last - at))
+            hops = appended.get(name, {})
+            for stage, before in (("WorkloadSubmitted", "seen RayCluster Added"), ("effect bind", "PodAssigned"),
+                                  ("bound (last pod)", "effect bind")):
+                if before in hops and (stage in hops or stage.startswith("bound")):
+                    end = last + offset if stage.startswith("bound") else hops[stage]
+                    rows.setdefault(f"  {before} -> {stage}", []).append(1000 * (end - hops[before]))
 
-    with LocalBroker() as broker:
-        e2e_bench._loaded_run(broker.bootstrap, rate, workloads, fill, waiting, inspect=inspect)
+    saved = os.environ.get(stagetrace.VARIABLE)
+    if folder is not None:
+        os.environ[stagetrace.VARIABLE] = folder  # the service processes inherit it
+    try:
+        with LocalBroker() as broker:
+            e2e_bench._loaded_run(broker.bootstrap, rate, workloads, fill, waiting, inspect=inspect)
+    finally:
+        if saved is None:
+            os.environ.pop(stagetrace.VARIABLE, None)
+        else:
+            os.environ[stagetrace.VARIABLE] = saved
     out = [(stage, percentile(sorted(v), 0.5), percentile(sorted(v), 0.99)) for stage, v in rows.items()]
     return sorted(out, key=lambda row: row[1])
 
@@ -78,9 +138,15 @@ def main() -> None:
     parser.add_argument("--waiting", type=int, default=20)
     parser.add_argument("--workloads", type=int, default=50)
     parser.add_argument("--rate", type=float, default=50.0)
+    parser.add_argument("--trace", help="keep the stage traces in this folder (default: a temporary one)")
     args = parser.parse_args()
-    for stage, p50, p99 in stages(args.nodes, args.fill, args.waiting, args.workloads, args.rate):
+    folder = args.trace or tempfile.mkdtemp(prefix="muster-stages-")
+    os.makedirs(folder, exist_ok=True)
+    for stage, p50, p99 in stages(args.nodes, args.fill, args.waiting, args.workloads, args.rate, folder):
         print(f"{stage:32s} p50 {p50:9.1f} ms   p99 {p99:9.1f} ms")
+    print(f"stage traces ({folder}), over the measured part:")
+    for line in traced(folder, *window):
+        print(line)
 
 
 if __name__ == "__main__":

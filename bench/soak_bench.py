@@ -13,7 +13,7 @@ needs the long run to mean anything).
 
 Every ``SAMPLE`` simulated seconds the soak samples each service with ``shared.footprint.retained``:
 its core, and apart from it its bounded windows (the dedupe windows, ``shared.dedupe.Seen``, and
-placement's shape mix: constant caps that fill during the run; ``windows``), and the process's
+placement's shape mix and node index: constant caps that fill during the run; ``windows``), and the process's
 resident memory. The figure is the least-squares
 slope of each core's retained bytes against finished jobs after the first quarter (warm-up), in
 bytes per 1,000 finished jobs; the target is under 1 KiB. RSS is reported beside it: it includes
@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from services.admission.core import AdmissionCore
 from services.placement.fragmentation import Mix
+from services.placement.nodes import ScoreIndex
 from shared.dedupe import DEDUPE_WINDOW, Seen
 from shared.embedded import EmbeddedRuntime
 from shared.footprint import retained
@@ -110,12 +111,14 @@ def steps(cluster: SimCluster, jobs: int, nodes: int, seconds: float) -> list[tu
 
 def windows(core: Any) -> list[Any]:
     """The bounded windows a core holds — its own dedupe window (``shared.dedupe.Seen``), placement's
-    shape mix — whose size is a constant cap, not a function of history: they fill during a short
+    shape mix and node index (``ScoreIndex``) — whose size is a constant cap, not a function of history: they fill during a short
     run, so they are measured apart from the rest of the core."""
     found = [v for v in vars(core).values() if isinstance(v, (Seen, Mix))]
     nodes = getattr(core, "nodes", None)
     if nodes is not None and isinstance(getattr(nodes, "mix", None), Mix):
         found.append(nodes.mix)
+    if nodes is not None and isinstance(getattr(nodes, "scored", None), ScoreIndex):
+        found.append(nodes.scored)  # the node index: kept score vectors and the rows changed since
     if isinstance(core, AdmissionCore):
         found.append(core._seen)
     return found

@@ -21,8 +21,8 @@ from typing import Any, Iterable
 
 from services.placement import elastic, gpu, reasons
 from services.placement.gang import GangAttempt, ordered_pod_sets, place_gang, place_pods, pod_demand
-from services.placement.nodes import NodeTable
-from services.placement.pods import PodRecord, pod_facts, pod_set_of
+from services.placement.nodes import FRAGMENTATION, NodeTable
+from services.placement.pods import PodRecord, pod_facts, pod_key, pod_set_of
 from services.placement.preemption import eligible, victim_order
 from services.placement.statement import Statement
 from services.placement.workloads import Slot, WorkloadRecord
@@ -86,6 +86,8 @@ class PlacementCore:
         """Room key -> (gang, strategy, keys of the waiting gangs of that shape)."""
         self.book = WatchBook()
         """Every node and pod placement was told of, to tell what a list lacks (``shared.listing``)."""
+        self._mixing = FRAGMENTATION in (policy.placement, *(q_.placement for q_ in policy.queues.values()))
+        """Whether any queue places by fragmentation, the only reader of the workload mix (else not fed)."""
 
     # ------------------------------------------------------------------ routing
     def handle(self, env: Envelope) -> list[Any]:
@@ -212,8 +214,9 @@ class PlacementCore:
         admission rejects its workload naming it."""
         if p.change != "Deleted" and kube.refused(p.object) is not None:
             return []
-        facts = pod_facts(p.change, p.object, p.name, p.namespace, self.policy.answers_to)
-        rec = self.pods.get(facts.key)
+        rec = self.pods.get(pod_key(p.object, p.name, p.namespace))
+        facts = pod_facts(p.change, p.object, p.name, p.namespace, self.policy.answers_to,
+                          None if rec is None else (rec.facts, rec.obj))
         if rec is None:
             if not facts.live or (not facts.bound and facts.workload is None):
                 return []
@@ -537,8 +540,9 @@ class PlacementCore:
         self._stop_waiting(p.key)
         rec = WorkloadRecord(spec=p.workload, queue=p.queue)
         self.workloads[p.key] = rec
-        self.nodes.mix.observe(p.key, ((pod_demand(self.nodes, ps).shape, ps.count)
-                                       for ps in p.workload.gang.pod_sets))
+        if self._mixing:
+            self.nodes.mix.observe(p.key, ((pod_demand(self.nodes, ps).shape, ps.count)
+                                           for ps in p.workload.gang.pod_sets))
         return restored, rec
 
     def _on_dequeued(self, p: Dequeued, now: float) -> list[Any]:

@@ -17,7 +17,7 @@ import numpy as np
 
 from services.placement import reasons
 from services.placement.gpu import GpuCharge
-from services.placement.nodes import Demand, NodeTable
+from services.placement.nodes import FRAGMENTATION, Demand, NodeTable
 from services.placement.statement import Statement
 from shared import quantity as q
 from shared.model import Gang, PodSet
@@ -75,11 +75,8 @@ def place_pods(table: NodeTable, stmt: Statement, pod_set: PodSet, demand: Deman
     placed: list[Placement] = []
     if count <= 0 or n == 0:
         return placed
+    scores = table.scores(demand, pod_set, strategy)
     static = table.static_mask(pod_set)
-    everywhere = slice(0, n)
-    rows = np.flatnonzero(table.feasible(demand, static, everywhere))
-    scores = np.full(n, -np.inf)
-    scores[rows] = table.score(demand, strategy, rows)
     while len(placed) < count:
         node = int(scores.argmax())
         if scores[node] == -np.inf:
@@ -87,13 +84,17 @@ def place_pods(table: NodeTable, stmt: Statement, pod_set: PodSet, demand: Deman
         devices = table.devices_for(node, demand, strategy)
         if devices is None:  # cannot happen after filtering; never trust it blindly
             scores[node] = -np.inf
+            table.touch(node)
             continue
         stmt.charge(node, demand, devices)
         placed.append(Placement(pod_set, first_index + len(placed), node, devices, demand))
         if len(placed) == count:
             break
-        one = slice(node, node + 1)
-        scores[node] = table.score(demand, strategy, one)[0] if table.feasible(demand, static, one)[0] else -np.inf
+        if strategy == FRAGMENTATION:
+            one = slice(node, node + 1)
+            scores[node] = table.score(demand, strategy, one)[0] if table.feasible(demand, static, one)[0] else -np.inf
+        else:
+            scores[node] = table.fit_score(demand, static, strategy, node)
     return placed
 
 

@@ -40,6 +40,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from shared.bus import stagetrace
 from shared.bus.config import BusConfig
 from shared.bus.sequencing import Arrival, Rounds
 from shared.bus.snapshot import SnapshotKeeper, Snapshots
@@ -179,7 +180,13 @@ class FaustProducer:
         self.app = app
 
     async def send_all(self, records: Sequence[Record]) -> list[int]:
-        return await send_records(self.app.producer._ensure_producer(), records)
+        trace = stagetrace.current()
+        if trace is None:
+            return await send_records(self.app.producer._ensure_producer(), records)
+        started = time.time()
+        offsets = await send_records(self.app.producer._ensure_producer(), records)
+        trace.note("send", started, time.time(), trace.process, len(records))
+        return offsets
 
 
 # --------------------------------------------------------------------------- topics and the past
@@ -429,6 +436,11 @@ class PartitionReader:
     async def _assigned(self, consumer: AIOKafkaConsumer) -> None:
         raise NotImplementedError
 
+    async def _fetched(self) -> None:
+        """After every fetch, with records or not (at least once a second): what a reader whose
+        batches finish after ``_handle`` returns does to move ``processed`` on. A failure here ends
+        ``run``, as one in ``_handle`` does."""
+
     def _helpers(self) -> list[Awaitable[Any]]:
         """Loops that run beside the reading (the clock's), cancelled with it."""
         return []
@@ -440,23 +452,36 @@ class PartitionReader:
             **self.config.aiokafka(), group_id=self.group, enable_auto_commit=False, auto_offset_reset="earliest",
             fetch_max_wait_ms=self.config.fetch_wait_ms)
         helpers: list[asyncio.Future[Any]] = []
+        trace = stagetrace.start(self.name.split()[0])
         try:  # stopped while it starts, it still stops its consumer
             await consumer.start()
             consumer.assign([self.tp])  # no group membership: nothing to join, no rebalance to wait out
             await self._assigned(consumer)
-            helpers = [asyncio.ensure_future(helper) for helper in (self._commit_every(), *self._helpers())]
+            probes = [trace.lag_probe()] if trace is not None else []
+            helpers = [asyncio.ensure_future(helper) for helper in (self._commit_every(), *self._helpers(), *probes)]
             while True:
                 fetched = await consumer.getmany(timeout_ms=1_000, max_records=self.batch)
                 records = self._in_order.take(consumer, fetched.get(self.tp, ()))
                 if records:
                     async with self._lock:
-                        await self._handle(records)
+                        if trace is None:
+                            await self._handle(records)
+                        else:
+                            await self._traced(trace, records)
+                await self._fetched()
         finally:
             for helper in helpers:
                 helper.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
             await self._commit()
             await consumer.stop()
+
+    async def _traced(self, trace: stagetrace.StageTrace, records: Sequence[Any]) -> None:
+        """``_handle``, its records' ages at the fetch and its own time noted (``stagetrace``)."""
+        started = time.time()
+        trace.note("fetch", started, self.name, [round(started - m.timestamp / 1000, 4) for m in records])
+        await self._handle(records)
+        trace.note("batch", started, time.time(), self.name, len(records))
 
     def lag(self) -> int:
         """Records of the partition not handled yet, as of the last fetch (0 before the first)."""
@@ -638,6 +663,7 @@ def service_app(service: str, config: BusConfig, policy: Policy, *, ordering: Or
         raise ValueError(f"unknown service {service!r}: one of {', '.join(CORE_CLASSES)}")
     group = f"{config.prefix}{service}"
     app = base_app(group, config, cls=ServiceApp)
+    stagetrace.start(service)
     clock = Clock() if ordering == "arrival" else None
     tracer = None
     if sink is not None:

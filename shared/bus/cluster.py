@@ -12,8 +12,9 @@ Two loops in one Faust app (group ``<prefix>cluster``), neither deciding anythin
 - **effects → API**: ``EffectsReader`` reads ``muster.effects`` and performs each ``KubeEffect`` with
   ``KubeApplier``: each object's effects in their order, different objects' side by side (up to
   ``EFFECT_CONCURRENCY`` requests in flight), an eviction after everything before it and before
-  everything after it. An effect the API server cannot take now (throttled, unavailable) is retried with
-  backoff and holds the batch, so its offset is not committed before it is done; one it refuses for
+  everything after it, effects read while earlier ones are in flight started at once
+  (``ClusterBridge.admit``). An effect the API server cannot take now (throttled, unavailable) is
+  retried with backoff and holds the commit, so its offset is not committed before it is done; one it refuses for
   good (forbidden, invalid) goes to the dead-letter topic with the server's answer, as does a record
   that is not an effect, or one whose application fails otherwise (a bug: it would fail again
   after every restart). Effects are idempotent, so a batch handled again after a crash changes
@@ -42,7 +43,7 @@ from services.reconciler.ingest import Change, listing_envelopes, watch_envelope
 from services.reconciler.kubeapi import KubeApplier, Refused, Transient, Watcher, connect
 from services.reconciler.lease import LeaseElector, LeaseKeeper
 from services.reconciler.resources import WATCHED, Resource
-from shared.bus import codec
+from shared.bus import codec, stagetrace
 from shared.bus.app import BATCH, BATCH_WAIT, FaustProducer, MusterApp, PartitionReader, base_app
 from shared.bus.codec import BadRecord
 from shared.bus.config import BusConfig
@@ -59,7 +60,20 @@ MAX_RECORD_BYTES = 1_000_000
 broker refuses larger records): a larger one is dead-lettered (``ClusterBridge.send_burst``)."""
 
 EFFECT_CONCURRENCY = 32
-"""Requests to the API server in flight at once (``ClusterBridge._apply_side_by_side``)."""
+"""Requests to the API server in flight at once (``ClusterBridge.admit``)."""
+
+EFFECTS_AHEAD = 10 * BATCH
+"""Effects read but not yet settled (applied, or waiting behind one that is not) a reader may hold:
+past it, it reads no more until the oldest are settled (``ClusterBridge.admit``)."""
+
+
+@dataclass
+class _Admitted:
+    """An effects record read: whether it is settled (applied, refused, or nothing to do) and its dead letter."""
+
+    offset: int
+    done: bool = False
+    letter: Record | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +170,16 @@ class ClusterBridge:
         """With tracing on (``shared.tracing.live.HopTracer``): a span per effect applied."""
         self._changes: asyncio.Queue[Envelope | Record] = asyncio.Queue()
         """Watch events to send, in the order seen (and the dead letters of those that cannot be)."""
+        self._admitted: collections.deque[_Admitted] = collections.deque()
+        """Effects records read, in offset order, until settled and taken by ``settle``."""
+        self._running: set[asyncio.Task[None]] = set()
+        self._tails: dict[tuple[str, str, str], asyncio.Task[None]] = {}
+        """Per object, the task of its latest effect: the next one on that object waits for it."""
+        self._barrier: asyncio.Task[None] | None = None
+        """The latest eviction's task: every effect read after it waits for it."""
+        self._queued: set[str] = set()
+        self._progress = asyncio.Event()
+        self._slots: asyncio.Semaphore | None = None
 
     def connect(self, api: Any) -> None:
         self.applier = KubeApplier(api)
@@ -163,66 +187,105 @@ class ClusterBridge:
 
     # ------------------------------------------------------------------ effects -> API
     async def apply_batch(self, batch: Sequence[Incoming], producer: Producer) -> None:
-        """Apply a batch's effects: in order for each object, objects side by side (``_apply_side_by_side``);
-        an eviction waits for everything before it and holds back everything after it. Dead letters go
-        out in the order of the batch."""
+        """Apply a batch's effects and wait until all are settled (``admit``, then ``drain``); dead
+        letters go out in the order of the batch."""
+        await self.admit(batch)
+        await self.drain(producer)
+
+    async def admit(self, batch: Sequence[Incoming]) -> None:
+        """Start applying a batch's effects without waiting for them: each object's effects go one
+        after another, in their order, different objects' side by side, up to ``EFFECT_CONCURRENCY``
+        requests in flight, as kube-scheduler binds each pod in a goroutine of its own while it goes on
+        scheduling; an eviction waits for every effect read before it and holds back every one read
+        after it (a bind to a node waits for the pods evicted from it, which it knows of only once
+        their eviction has started). ``settle`` then takes them in offset order as they finish.
+
+        Effects read while earlier ones are in flight start at once: a reader that applied a batch
+        whole before reading the next held each new effect behind the slowest request of the batch
+        before it, and under load the batches, and that wait, grew from one to the next (issue 16 §4).
+        Returns once the batch is started; with ``EFFECTS_AHEAD`` effects unsettled, first waits for
+        the oldest to settle."""
         assert self.applier is not None, "connect() first"
-        letters: list[Record | None] = []
-        run: list[tuple[Incoming, Envelope]] = []
-        places: list[int] = []
-        """Where each effect of ``run`` puts its dead letter in ``letters``."""
-        queued: set[str] = set()
-
-        async def settle_run() -> None:
-            for place, letter in zip(places, await self._apply_side_by_side(run)):
-                letters[place] = letter
-            run.clear()
-            places.clear()
-            queued.clear()
-
+        while len(self._admitted) >= EFFECTS_AHEAD and not self._admitted[0].done:
+            self._progress.clear()  # the reader settles the oldest once this returns (``settle``)
+            await self._progress.wait()
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(EFFECT_CONCURRENCY)
         for incoming in batch:
+            entry = _Admitted(incoming.offset)
+            self._admitted.append(entry)
             try:
                 env = codec.decode(incoming.value, incoming.headers)
                 if not isinstance(env, Envelope) or not isinstance(env.payload, KubeEffect):
                     raise BadRecord(f"not a KubeEffect envelope: {type(env).__name__}")
             except BadRecord as exc:
-                letters.append(self._dead_letter(incoming, str(exc)))
+                entry.done, entry.letter = True, self._dead_letter(incoming, str(exc))
                 continue
-            if env.id in self.seen or env.id in queued:
+            if env.id in self.seen or env.id in self._queued:
+                entry.done = True
                 continue
+            self._queued.add(env.id)
             if env.payload.op == "evict":
-                await settle_run()
-                letters.append(await self._apply_one(incoming, env))
+                waits = list(self._running)
+                task = asyncio.ensure_future(self._after(waits, entry, incoming, env, slot=False))
+                self._barrier = task
             else:
-                run.append((incoming, env))
-                places.append(len(letters))
-                letters.append(None)
-                queued.add(env.id)
-        await settle_run()
-        if any(letters):
-            await producer.send_all([letter for letter in letters if letter is not None])
+                obj = _object_of(env.payload)
+                before = [t for t in (self._tails.get(obj), self._barrier) if t is not None and not t.done()]
+                task = asyncio.ensure_future(self._after(before, entry, incoming, env, slot=True))
+                self._tails[obj] = task
+                task.add_done_callback(lambda t, obj=obj: self._tails.pop(obj) if self._tails.get(obj) is t else None)
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
 
-    async def _apply_side_by_side(self, run: Sequence[tuple[Incoming, Envelope]]) -> list[Record | None]:
-        """Effects on different objects commute: each object's effects go one after another, in their
-        order, and up to ``EFFECT_CONCURRENCY`` requests are in flight at once, as kube-scheduler binds
-        in goroutines of its own; one round trip after another, binding 9,000 pods took longer than
-        deciding where they go. Evictions are left out (``apply_batch``): a bind to a node waits for
-        the pods evicted from it, which it knows of only once their eviction has started.
-        The dead letters, in the order of ``run``."""
-        if len(run) <= 1:
-            return [await self._apply_one(incoming, env) for incoming, env in run]
-        chains: dict[tuple[str, str, str], list[int]] = {}
-        for index, (_, env) in enumerate(run):
-            chains.setdefault(_object_of(env.payload), []).append(index)
-        letters: list[Record | None] = [None] * len(run)
-        slots = asyncio.Semaphore(EFFECT_CONCURRENCY)
+    async def _after(self, before: list[asyncio.Task[None]], entry: _Admitted, incoming: Incoming, env: Envelope,
+                     *, slot: bool) -> None:
+        """Apply ``env`` once the tasks ``before`` it are done (a slot of ``EFFECT_CONCURRENCY`` with ``slot``)."""
+        if before:
+            await asyncio.wait(before)
+        try:
+            if slot:
+                assert self._slots is not None
+                async with self._slots:
+                    entry.letter = await self._apply_one(incoming, env)
+            else:
+                entry.letter = await self._apply_one(incoming, env)
+        finally:
+            self._queued.discard(env.id)
+        entry.done = True
+        self._progress.set()
 
-        async def chain(indexes: list[int]) -> None:
-            for index in indexes:
-                async with slots:
-                    letters[index] = await self._apply_one(*run[index])
-        await asyncio.gather(*(chain(indexes) for indexes in chains.values()))
-        return letters
+    async def settle(self, producer: Producer) -> int | None:
+        """Take the settled effects at the head of what was read, in offset order, and send their dead
+        letters; the offset after the last one taken (what may be committed), None when none was."""
+        letters: list[Record] = []
+        through = None
+        while self._admitted and self._admitted[0].done:
+            entry = self._admitted.popleft()
+            through = entry.offset + 1
+            if entry.letter is not None:
+                letters.append(entry.letter)
+        if letters:
+            await producer.send_all(letters)
+        return through
+
+    async def drain(self, producer: Producer) -> int | None:
+        """Wait for every effect admitted to settle; ``settle``'s answer."""
+        while self._running:
+            await asyncio.wait(list(self._running))
+        return await self.settle(producer)
+
+    async def abandon(self) -> None:
+        """Cancel the effects in flight and forget those read (a stopped or restarted reader reads them
+        again from its committed offset; effects are idempotent)."""
+        running = list(self._running)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        self._admitted.clear()
+        self._tails.clear()
+        self._queued.clear()
+        self._barrier = None
 
     async def _apply_one(self, incoming: Incoming, env: Envelope) -> Record | None:
         """Apply one effect (a span of its own with tracing on); its dead letter when the API server
@@ -232,6 +295,8 @@ class ClusterBridge:
             started = time.time()
             outcome = await self._apply(env)
             self.outcomes[outcome] += 1
+            if (trace := stagetrace.current()) is not None:
+                trace.note("apply", started, time.time(), env.payload.op)
             if self.tracer is not None:
                 self._traced(env, incoming, started, outcome)
         except Refused as exc:
@@ -273,6 +338,8 @@ class ClusterBridge:
         """The watcher's sink: event time is when the change was seen. An object that cannot even
         become an envelope is dead-lettered (``_unsent``); the watch goes on."""
         self.observed += 1
+        if (trace := stagetrace.current()) is not None:
+            trace.note("watch", time.time(), obj.get("kind"), change)
         try:
             item: Envelope | Record = watch_envelope(change, obj, time.time())
         except Exception as exc:  # noqa: BLE001 - whatever the object makes ingest raise, it is bad input
@@ -330,7 +397,10 @@ class ClusterBridge:
             await asyncio.sleep(BATCH_WAIT)
             while not self._changes.empty() and len(burst) < BATCH:
                 burst.append(self._changes.get_nowait())
+            started = time.time()
             await self.send_burst(burst, producer)
+            if (trace := stagetrace.current()) is not None:
+                trace.note("publish", started, time.time(), len(burst))
 
     async def send_burst(self, burst: Sequence[Envelope | Record], producer: Producer) -> None:
         """Write a burst as ``send_logged`` does, each envelope on its own when it has to be: one the
@@ -495,12 +565,22 @@ class EffectsReader(PartitionReader):
     async def run(self) -> None:
         self._task = asyncio.current_task()  # ``stop`` ends it while it waits for the API server too
         await self.bridge.listed.wait()  # caches synced first (``ClusterBridge.listed``)
-        await super().run()
+        try:
+            await super().run()
+        finally:
+            await self.bridge.abandon()  # the next run reads what was not settled again
 
     async def _handle(self, records: Sequence[Any]) -> None:
-        await self.bridge.apply_batch([Incoming(m.value, m.headers, m.partition, m.offset) for m in records],
-                                      self.producer)
-        self.processed = records[-1].offset + 1
+        """Start the batch's effects (``ClusterBridge.admit``) and read on: ``_fetched`` settles them."""
+        await self.bridge.admit([Incoming(m.value, m.headers, m.partition, m.offset) for m in records])
+
+    async def _fetched(self) -> None:
+        """The effects settled so far: their dead letters out, then ``processed`` past them (what is
+        committed). Done between fetches, so that a failure to send a dead letter ends ``run`` and
+        ``supervised`` starts it again, as when batches were applied whole."""
+        through = await self.bridge.settle(self.producer)
+        if through is not None:
+            self.processed = through
 
     async def _assigned(self, consumer: AIOKafkaConsumer) -> None:
         """Read on from the committed offset (from the start when none is)."""
@@ -526,6 +606,7 @@ def cluster_app(config: BusConfig, target: KubeTarget, *, sink: Any = None) -> M
     """The app behind ``muster run cluster`` (which takes the Lease first: ``take_lease``); with a
     ``sink`` (tracing on) each effect applied is a span."""
     app = base_app(f"{config.prefix}cluster", config, cls=ClusterApp)
+    stagetrace.start("cluster")
     bridge = ClusterBridge(config.topics)
     if sink is not None:
         from shared.tracing.live import HopTracer

@@ -157,3 +157,65 @@ def test_an_object_ingest_refuses_is_sent_as_its_identity_logged_and_counted_per
                            "comes): metadata.labels.note:")
     [family] = [f for f in ClusterCollector(bridge).collect() if f.name == "muster_cluster_refused_watch_events"]
     assert [(s.labels, s.value) for s in family.samples if s.name.endswith("_total")] == [({"kind": "Node"}, 1)]
+
+
+def test_effects_read_while_earlier_ones_are_in_flight_start_at_once_and_the_commit_waits_for_the_oldest(
+        monkeypatch):
+    """The effects reader does not apply batch by batch: a second batch's effect on another object is
+    applied while the first batch's is held by the API server, one on the held object waits behind
+    it, and what may be committed never passes the held one."""
+    from shared.bus.worker import Incoming
+    from shared.events import KubeEffect, wrap
+
+    class Applier:
+        def __init__(self) -> None:
+            self.applied: list[str] = []
+            self.release = asyncio.Event()
+
+        async def apply(self, effect: KubeEffect, effect_id: str) -> str:
+            if effect.name == "slow" and effect.op == "bind":
+                await self.release.wait()
+            self.applied.append(f"{effect.op} {effect.name}")
+            return "applied"
+
+    def batch(first: int, *effects: tuple[str, str]) -> list[Incoming]:
+        envs = [wrap(KubeEffect(op=op, kind="Pod", namespace="ns", name=name, node="n1"), source="reconciler",
+                     cause=None, index=first + i, at=1.0) for i, (op, name) in enumerate(effects)]
+        return [Incoming(codec.encode(env), codec.envelope_headers(env), 0, first + i) for i, env in enumerate(envs)]
+
+    bridge, broker = _bridge(), Broker()
+    applier = bridge.applier = Applier()  # type: ignore[assignment]
+
+    async def go() -> list[int | None]:
+        through = []
+        await bridge.admit(batch(0, ("bind", "slow"), ("bind", "a")))
+        await bridge.admit(batch(2, ("bind", "b"), ("annotate", "slow")))  # not held by the first batch
+        for _ in range(20):
+            await asyncio.sleep(0)
+        through.append(await bridge.settle(broker))
+        assert applier.applied == ["bind a", "bind b"]  # "annotate slow" waits for "bind slow"
+        applier.release.set()
+        through.append(await bridge.drain(broker))
+        return through
+
+    assert asyncio.run(go()) == [None, 4]  # nothing past the held bind at offset 0; all four once it is done
+    assert applier.applied == ["bind a", "bind b", "bind slow", "annotate slow"]
+    assert broker.sent == [] and bridge.outcomes == {"applied": 4}
+
+    # with EFFECTS_AHEAD unsettled, the reader reads no more until the oldest is done
+    monkeypatch.setattr("shared.bus.cluster.EFFECTS_AHEAD", 2)
+    applier.release = asyncio.Event()
+    applier.applied.clear()
+
+    async def held() -> int | None:
+        await bridge.admit(batch(10, ("bind", "slow"), ("bind", "c")))
+        third = asyncio.ensure_future(bridge.admit(batch(12, ("bind", "d"))))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not third.done() and applier.applied == ["bind c"]
+        applier.release.set()
+        await third  # the oldest is done: it reads on (the reader then settles)
+        return await bridge.drain(broker)
+
+    assert asyncio.run(held()) == 13
+

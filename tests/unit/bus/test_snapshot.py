@@ -273,7 +273,8 @@ def _gone(pid: int) -> bool:
 def test_a_forked_capture_gives_the_bytes_of_the_capture_in_process(name):
     worker = _folded(name)
     child = ForkedCapture.start(worker)
-    assert asyncio.run(child.result()) == capture(worker)
+    blob, sha256 = asyncio.run(child.result())
+    assert blob == capture(worker) and sha256 == hashlib.sha256(blob).hexdigest()
     assert _gone(child.pid) and child.status == 0 and child.cpu is not None and child.cpu > 0
 
 
@@ -288,7 +289,7 @@ def test_the_child_encodes_the_state_as_it_was_at_the_fork():
         log = simulate(load_scenario(EXAMPLES[0])).runtime.log
         for env in [env for env in log if "admission" in _destinations(env)][-5:]:
             worker.replay(codec.encode(env), None)
-        return await child.result()
+        return (await child.result())[0]
 
     assert asyncio.run(go()) == before != capture(worker)
 
@@ -300,7 +301,7 @@ def test_the_child_encodes_at_a_lower_priority(monkeypatch):
     monkeypatch.setattr("shared.bus.snapshot.capture", lambda w: str(os.nice(0)).encode())
     child = ForkedCapture.start(worker)
     assert CHILD_NICE > 0
-    assert asyncio.run(child.result()) == str(min(os.nice(0) + CHILD_NICE, 19)).encode()  # 19: the lowest
+    assert asyncio.run(child.result())[0] == str(min(os.nice(0) + CHILD_NICE, 19)).encode()  # 19: the lowest
 
 
 class _Written(SnapshotKeeper):
@@ -310,7 +311,7 @@ class _Written(SnapshotKeeper):
         super().__init__(BusConfig("127.0.0.1:1"), "admission", Policy(), interval=interval, every_records=1_000)
         self.blobs: list[tuple[bytes, int]] = []
 
-    async def write(self, blob, offset, digest, *, taken_at=None, how=""):  # type: ignore[override]
+    async def write(self, blob, offset, digest, *, taken_at=None, how="", sha256=None):  # type: ignore[override]
         self.blobs.append((blob, offset))
         self.snapshot_offset, self.last_written = offset, taken_at or time.time()
         self.written += 1
@@ -328,7 +329,7 @@ def _writing(worker: InboxWorker, *, fork: bool, interval: float = 0.0) -> Snaps
 
 
 @pytest.mark.parametrize("fork", [pytest.param(True, marks=fork_only), False])
-def test_write_once_writes_the_capture_and_counts_its_cost(fork):
+def test_write_once_writes_the_capture_and_counts_its_cost(fork, monkeypatch):
     """Forked or in process, the same bytes are written; forked, the cost is the child's CPU (and the
     fork), which ``MAX_SHARE`` spaces the next by, and the inbox waited for the fork only."""
     worker = _folded("placement")
@@ -337,7 +338,50 @@ def test_write_once_writes_the_capture_and_counts_its_cost(fork):
     keeper = snapshots.keeper
     assert keeper.blobs == [(capture(worker), 7)]
     assert snapshots.stalls == 1 and 0 < snapshots.stalled <= keeper.cost
-    assert not keeper.due(8)  # spaced by its cost: 10 x the capture
+    spacing = keeper.cost / MAX_SHARE  # the clock is set, not read: a loaded machine's write takes longer
+    for after, due in ((0.5 * spacing, False), (1.01 * spacing, True)):
+        monkeypatch.setattr("shared.bus.snapshot.time.time", lambda: keeper.last_written + after)
+        assert keeper.due(8) is due
+
+
+class _Sent(SnapshotKeeper):
+    """The keeper with its topic replaced by a list of the records it sent (their offsets: indexes)."""
+
+    def __init__(self) -> None:
+        super().__init__(BusConfig("127.0.0.1:1"), "placement", Policy(), interval=0.0, every_records=1_000)
+        self.records: list[tuple[bytes, bytes, str]] = []
+
+    async def _send(self, records):  # type: ignore[override]
+        self.records.extend(records)
+        return list(range(len(self.records) - len(records), len(self.records)))
+
+
+@pytest.mark.parametrize("fork", [pytest.param(True, marks=fork_only), False])
+def test_the_manifest_checksum_verifies_whoever_computed_it(fork, monkeypatch):
+    """Forked, the child hashes the blob (the parent's loop does not spend the ≈ 20 ms placement's
+    state takes); in process, the keeper does, on a thread. Either way the manifest written verifies
+    against the chunks written, and the state loads back."""
+    monkeypatch.setattr("shared.bus.snapshot.CHUNK", 4096)  # several chunks
+    worker = _folded("placement")
+    reader = InboxReader(BusConfig("127.0.0.1:1"), "g", worker, FakeProducer())
+    reader.processed = 7
+    keeper = _Sent()
+    snapshots = Snapshots(keeper, reader, lambda: None)  # type: ignore[arg-type]
+    snapshots.fork = fork
+    hashed_here: list[int] = []
+    real = hashlib.sha256
+    monkeypatch.setattr("shared.bus.snapshot.hashlib.sha256", lambda *a: hashed_here.append(1) or real(*a))
+    asyncio.run(snapshots.write_once())
+    assert bool(hashed_here) != fork  # forked: the child's hash (its calls are not this process's)
+    *chunks, (_, body, kind) = [r for r in keeper.records if r[2] != "checkpoint"]
+    assert kind == "manifest" and len(chunks) > 1 and all(k == "chunk" for _, _, k in chunks)
+    manifest = Manifest.decode(body)
+    blob = b"".join(value for _, value, _ in chunks)
+    keeper.verify(manifest, blob)  # raises on a checksum that does not match
+    assert blob == capture(worker) and manifest.offset == 7
+    copy = _worker("placement")
+    restore(copy, blob)
+    assert copy.service.handled == worker.service.handled > 0 and copy.digest == worker.digest
 
 
 def test_fork_is_the_default_and_the_variable_turns_it_off(monkeypatch):

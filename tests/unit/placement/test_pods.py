@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.placement.pods import GPU_DEVICES, pod_facts
 from shared.events import (
     CapacityChanged, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, PlacementFailed, PodAssigned, TimerSet, derive_id,
 )
@@ -413,3 +417,52 @@ def test_pods_another_scheduler_bound_fill_the_slots_where_they_landed():
     assert fits(d, "4")  # n1's reservations went with the slots the pods filled on n2
     two_nodes = workload("ns/two", gang_=gang(pod_set("head", 2, cpu="4")))
     assert of_type(d.dequeue(two_nodes), GangPlaced) == []  # and n2 holds the pods: 3 of its 4 CPU
+
+
+# --------------------------------------------------------------------------- facts of a later version
+_VALUES = st.sampled_from(["1", "2", 1, 1.0, True, 0, False, -0.0, 0.0, None, "ray-a", "ray-b"])
+_LABELS = st.dictionaries(st.sampled_from([kube.RAY_CLUSTER, kube.RAY_ORIGIN_KIND, kube.RAY_ORIGIN_NAME,
+                                           kube.RAY_NODE_TYPE, kube.POD_GROUP_NAME, "x"]),
+                          st.one_of(_VALUES, st.sampled_from(["RayJob", "head", "worker"])), max_size=4)
+_ANNOTATIONS = st.dictionaries(st.sampled_from([kube.GPU_FRACTION, kube.VOLCANO_GROUP, GPU_DEVICES]),
+                               st.one_of(_VALUES, st.sampled_from(["0.5", "0,1"])), max_size=2)
+_VERSION = st.fixed_dictionaries({
+    "labels": _LABELS, "annotations": _ANNOTATIONS, "cpu": _VALUES,
+    "node": st.sampled_from(["", "n1", "n2"]), "phase": st.sampled_from(["Pending", "Running", "Succeeded"]),
+    "scheduler": st.sampled_from(["muster", "volcano", 1, None]), "namespace": st.sampled_from(["ns", "", 1, None]),
+})
+
+
+def _version(v: dict) -> dict:
+    obj = pod("p", "ns", requests={"cpu": v["cpu"]}, node_name=v["node"], labels=v["labels"],
+              annotations=v["annotations"], phase=v["phase"])
+    obj["spec"]["schedulerName"] = v["scheduler"]
+    obj["metadata"]["namespace"] = v["namespace"]
+    return obj
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_VERSION, min_size=2, max_size=4), st.sampled_from(["Modified", "Deleted"]))
+def test_facts_of_a_later_version_are_those_read_afresh(versions, change):
+    """Reading a pod's later version against the facts of the one before (only node, phase and
+    liveness read again when the rest is the same text) gives the facts reading it afresh gives,
+    whatever the values: ``1``, ``1.0`` and ``true`` are equal but do not read alike."""
+    answers = Policy().answers_to
+    objects = [_version(v) for v in versions]
+    facts = pod_facts("Added", objects[0], "p", "ev", answers)
+    for before, obj in zip(objects, objects[1:]):
+        fresh = pod_facts(change, obj, "p", "ev", answers)
+        facts = pod_facts(change, obj, "p", "ev", answers, before=(facts, before))
+        assert facts == fresh
+
+
+def test_a_later_version_equal_in_text_reuses_what_was_read():
+    answers = Policy().answers_to
+    first = ray_pod("rc", "head")
+    facts = pod_facts("Added", first, "rc-head", "default", answers)
+    later = with_phase(bound(first, "n1"), "Running")
+    again = pod_facts("Modified", later, "rc-head", "default", answers, before=(facts, first))
+    assert again.requests is facts.requests and facts.text_only  # nothing but node and phase read again
+    assert (again.node_name, again.phase, again.live) == ("n1", "Running", True)
+    relabelled = {**later, "metadata": {**later["metadata"], "labels": {**later["metadata"]["labels"], "x": 1}}}
+    assert not pod_facts("Modified", relabelled, "rc-head", "default", answers, before=(again, later)).text_only
