@@ -24,12 +24,14 @@ from shared.events import ObjectChanged, ObjectsListed
 _IDENTITY = ("name", "namespace", "uid")
 _META = (*_IDENTITY, "labels", "annotations", "ownerReferences")
 _POD_SPEC = ("schedulerName", "nodeName")
+_TYPE = ("apiVersion", "kind")
 
 
 def _copy(value: Any) -> Any:
     """A copy of a JSON tree: the state held here shares no container with what a core keeps (a
-    snapshot writes each mapping held once as plain JSON, ``shared.statecodec``)."""
-    if type(value) is dict:  # text, the commonest value (labels, annotations), without a call
+    snapshot writes each mapping held once as plain JSON, ``shared.statecodec``). A string, the
+    commonest leaf, is returned without a call (every watch event copies its labels and annotations)."""
+    if type(value) is dict:
         return {k: v if type(v) is str else _copy(v) for k, v in value.items()}
     if type(value) is list:
         return [v if type(v) is str else _copy(v) for v in value]
@@ -40,14 +42,24 @@ def last_state(obj: dict[str, Any]) -> dict[str, Any]:
     """What a core's handling of a deletion reads of an object: its identity, labels, annotations
     and owners (which workload or gang it belongs to) and, for a pod, its scheduler and node; of a
     node only its identity (its deletion is read by name: a thousand nodes' labels are not kept twice)."""
-    out: dict[str, Any] = {k: obj[k] for k in ("apiVersion", "kind") if type(obj.get(k)) is str}
+    out: dict[str, Any] = {}
+    for k in _TYPE:
+        v = obj.get(k)
+        if type(v) is str:
+            out[k] = v
+    kind = obj.get("kind")
     meta = obj.get("metadata")
     if type(meta) is dict:
-        names = _IDENTITY if obj.get("kind") == "Node" else _META
-        out["metadata"] = {k: _copy(meta[k]) for k in names if k in meta}
-    spec = obj.get("spec")
-    if obj.get("kind") == "Pod" and type(spec) is dict:
-        out["spec"] = {k: spec[k] for k in _POD_SPEC if type(spec.get(k)) is str}
+        held = {}
+        for k in _IDENTITY if kind == "Node" else _META:
+            if k in meta:
+                v = meta[k]
+                held[k] = v if type(v) is str else _copy(v)
+        out["metadata"] = held
+    if kind == "Pod":
+        spec = obj.get("spec")
+        if type(spec) is dict:
+            out["spec"] = {k: v for k in _POD_SPEC if type(v := spec.get(k)) is str}
     return out
 
 
@@ -76,7 +88,10 @@ class WatchBook:
                 if not held:
                     del self.held[resource]
             return
-        self.held.setdefault(resource, {})[key] = last_state(p.object)
+        held = self.held.get(resource)
+        if held is None:
+            held = self.held[resource] = {}
+        held[key] = last_state(p.object)
 
     def listed(self, p: ObjectsListed) -> list[ObjectChanged]:
         """Read one part of a listing; at its last part, the deletions of every object held that it

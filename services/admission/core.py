@@ -17,6 +17,7 @@ sets the event aside (``shared.faults``).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Union
@@ -56,6 +57,7 @@ from shared.model import Gang, WorkloadSpec
 from shared.kube import REFUSED, watched_namespace
 from shared.listing import WatchBook
 from shared.policy import Policy
+from shared.treekey import tree_key
 
 Output = Union[QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadRejected,
                WorkloadFinished, WorkloadDeleted]
@@ -82,13 +84,13 @@ class RayWorkload:
     """The current rejection reason (dedupes repeats; cleared when the object becomes valid)."""
     finished: bool = False
     deleted: bool = False
-    shapes: dict[GangRules, tuple[str, RayShape]] = field(default_factory=dict)
-    """The last shape read per dialect's rules, with ``repr`` of the ``spec`` it was read from: most
+    shapes: dict[GangRules, tuple[bytes | str, RayShape]] = field(default_factory=dict)
+    """The last shape read per dialect's rules, with ``tree_key`` of the ``spec`` it was read from: most
     watch events of a Ray object change only its status, and reading the spec again (every pod
     template's quantities) was most of admission's time in a replay."""
     last: tuple[tuple[Any, ...], WorkloadSpec] | None = None
     """The last spec ``_ray_spec`` built and all it was built from (``_ray_inputs``)."""
-    group_read: tuple[Mapping[str, Any], str | None] | None = None
+    group_read: tuple[Mapping[str, Any], bytes | str | None] | None = None
     """The workload's PodGroup object as last read by ``_ray_inputs`` (held, so compared by identity:
     a new watch event of the group is a new object) and ``_read_parts`` of it."""
 
@@ -114,8 +116,10 @@ class AdmissionCore:
         self.job_clusters: dict[str, str] = {}
         """``namespace/cluster`` of a RayJob's own RayCluster -> the RayJob's name."""
         self._claims: dict[str, str] = {}
-        self._seen: dict[str, None] = {}
-        self._gone: dict[str, tuple[str, float]] = {}
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        """Ids of the last ``SEEN_IDS`` envelopes, oldest first: an ``OrderedDict``, whose oldest is found
+        in one step (a ``dict``'s first key is found past every slot deleted before it)."""
+        self._gone: OrderedDict[str, tuple[str, float]] = OrderedDict()
         """Tombstones: workload id -> (uid, deleted at), oldest first (``TOMBSTONE_SECONDS``)."""
         self._definitions = 0
         """Counts events that may have changed a queue or PriorityClass (part of ``_ray_inputs``)."""
@@ -131,7 +135,7 @@ class AdmissionCore:
             return []
         self._seen[env.id] = None
         if len(self._seen) > self.SEEN_IDS:
-            del self._seen[next(iter(self._seen))]
+            self._seen.popitem(last=False)
         payload = env.payload
         if isinstance(payload, ObjectsListed):  # objects deleted while no watch was open
             out: list[Output] = []
@@ -315,6 +319,8 @@ class AdmissionCore:
         if inputs is not None and last is not None and last[0][0] is inputs[0] and last[0][1:] == inputs[1:]:
             return last[1]
         spec = self._ray_spec_of(w, wid, keep)
+        if keep is not None and spec == keep:
+            spec = keep  # as ``_settled`` and ``_accept`` take an equal spec: kept (the next skip is ``read is keep``)
         if inputs is not None:
             w.last = (inputs, spec)
         return spec
@@ -323,15 +329,15 @@ class AdmissionCore:
         """All ``_ray_spec_of`` reads besides what a workload keeps (kind, name, gate, first seen):
         the same inputs, the same spec, so a watch event of a status change skips building it (None:
         do not skip). The kept spec by identity; queues and PriorityClasses by ``_definitions``; the
-        object's and its PodGroup's spec and metadata by ``repr`` (which tells ``true`` from ``1``,
-        where ``==`` does not), without their status, resourceVersion and muster's own annotations
-        (``muster.dev/``, written on every status change), none of which a spec is read from."""
+        object's and its PodGroup's spec and metadata by ``tree_key`` (which tells ``true`` from ``1``
+        as ``repr`` does, where ``==`` does not), without their status, resourceVersion and muster's
+        own annotations (``muster.dev/``, written on every status change), none of which a spec is read from."""
         obj = _read_parts(w.obj)
         group = self.ray_groups.get(wid)
         if group is None:
-            read_group: str | None = ""
+            read_group: bytes | str | None = b""
         elif w.group_read is not None and w.group_read[0] is group:
-            read_group = w.group_read[1]  # the same object as at the last event: ``repr`` it once
+            read_group = w.group_read[1]  # the same object as at the last event: key it once
         else:
             read_group = _read_parts(group)
             w.group_read = (group, read_group)
@@ -504,7 +510,7 @@ class AdmissionCore:
         if entity.spec is None:
             entity.spec, entity.rejected = spec, None
             return [WorkloadSubmitted(workload=spec)]
-        if spec == entity.spec and entity.rejected is None:
+        if (spec is entity.spec or spec == entity.spec) and entity.rejected is None:  # ``is``: mostly kept
             return []
         entity.spec, entity.rejected = spec, None
         return [WorkloadUpdated(workload=spec)]
@@ -561,9 +567,10 @@ def _all_pods(gang: Gang) -> dict[str, int]:
 _OWN_ANNOTATIONS = "muster.dev/"
 
 
-def _read_parts(obj: Mapping[str, Any]) -> str | None:
-    """``repr`` of the parts of an object a spec is read from (see ``_ray_inputs``); None when its
-    metadata or annotations are not of the shape to tell (then nothing is skipped)."""
+def _read_parts(obj: Mapping[str, Any]) -> bytes | str | None:
+    """``tree_key`` (``repr``'s test, faster) of the parts of an object a spec is read from (see
+    ``_ray_inputs``); None when its metadata or annotations are not of the shape to tell (then
+    nothing is skipped)."""
     meta = obj.get("metadata")
     if type(meta) is not dict:
         return None
@@ -577,14 +584,14 @@ def _read_parts(obj: Mapping[str, Any]) -> str | None:
                 return None  # refused by ``fields.annotations``: not skipped
             if not name.startswith(_OWN_ANNOTATIONS) or name == REFUSED:  # a refusal is read (``fields.not_refused``)
                 read[name] = value
-    return repr((obj.get("spec"), meta.get("name"), meta.get("labels"), read))
+    return tree_key((obj.get("spec"), meta.get("name"), meta.get("labels"), read))
 
 
 def _shape(w: RayWorkload, rules: GangRules) -> RayShape:
     """``parse_ray_cluster`` / ``parse_ray_job`` of ``w``'s object, read again only when its ``spec``
-    (all they read, with the name, which a workload keeps) changed. ``repr`` is the key, not ``==``:
-    it tells ``true`` from ``1`` and ``1.0``, which the parsers read differently (``==`` does not)."""
-    text = repr(w.obj.get("spec"))
+    (all they read, with the name, which a workload keeps) changed. ``tree_key`` is the key, not ``==``:
+    it tells ``true`` from ``1`` and ``1.0`` as ``repr`` does, which the parsers read differently (``==`` does not)."""
+    text = tree_key(w.obj.get("spec"))
     last = w.shapes.get(rules)
     if last is not None and last[0] == text:
         return last[1]

@@ -37,7 +37,7 @@ from shared.embedded import build_cores
 from shared.events import Envelope, to_json
 from shared.policy import Policy
 from shared.service import Service
-from shared.topology import SERVICES, destinations
+from shared.topology import ROUTES, SERVICES, destinations
 
 _ID_START, _ID_END = len(b'{"id":"'), len(b'{"id":"') + 24
 _DECIDERS = frozenset(SERVICES)
@@ -54,17 +54,19 @@ class Router:
 
     def targets(self, env: Envelope) -> tuple[str, ...] | None:
         """The services (and ``cluster``) ``env`` was delivered to; None for a timer no service set."""
-        if env.type == "TimerFired":
-            owner = self._timer_owner.get(env.causation_id or "")
-            return None if owner is None else (owner,)
-        targets = destinations(env)
+        targets = ROUTES.get(env.type)  # ``destinations`` of every type it routes by type alone
+        if targets is None:
+            if env.type == "TimerFired":
+                owner = self._timer_owner.get(env.causation_id or "")
+                return None if owner is None else (owner,)
+            targets = destinations(env)
         if targets == _CLOCK:
             self._timer_owner[env.id] = env.source
             return ()
         return targets
 
 
-_CLOCK = ("clock",)
+_CLOCK = ROUTES["TimerSet"]
 
 
 def inbox(envelopes: Iterable[Envelope], service: str) -> Iterator[Envelope]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
 from shared.events import (
@@ -196,6 +198,24 @@ def test_a_spec_equal_only_by_python_equality_is_read_again() -> None:
     assert d.send(running, "Modified") == []
     running["spec"]["workerGroupSpecs"][0]["replicas"] = True
     assert "replicas" in d.rejected(running, "Modified")
+
+
+def test_a_spec_holding_what_marshal_refuses_is_still_read_once_per_change() -> None:
+    # the skip keys a spec by ``tree_key``: a YAML timestamp is keyed by its ``repr``, so a status-only
+    # event still skips the read and a real edit beside it is still read
+    d = AdmissionDriver()
+    rc = ray_cluster(workers=[worker_group(replicas=1)])
+    rc["spec"]["note"] = datetime.datetime(2024, 1, 1)
+    d.submitted(rc)
+    assert d.send(with_status(rc, state="starting"), "Modified") == []
+    w = d.core.workloads["RayCluster:default/rc"]
+    built = w.last
+    assert built is not None and isinstance(built[0][2], str)
+    assert d.send(with_status(rc, state="ready"), "Modified") == []
+    assert w.last is built                   # the spec was not built again
+    rc["spec"]["workerGroupSpecs"][0]["replicas"] = 3
+    out = d.send(rc, "Modified")
+    assert len(out) == 1 and isinstance(out[0], WorkloadUpdated) and out[0].workload.gang.desired_count == 4
 
 
 def test_a_status_only_event_after_a_queue_change_still_sees_the_queue() -> None:

@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from shared.events import (
-    PAYLOAD_TYPES, SCHEMA_VERSION, Envelope, Payload, TimerSet, WorkloadDeleted, derive_id, from_json,
-    json_schemas, to_json, upcast, wrap,
+    PAYLOAD_TYPES, SCHEMA_VERSION, Envelope, ObjectChanged, Payload, TimerSet, WorkloadDeleted, built, derive_id,
+    from_json, json_schemas, to_json, upcast, wrap,
 )
 from tests.builders.shared import at, sample_payloads
 
@@ -123,6 +123,41 @@ def test_to_json_field_order_and_values():
     }
     assert list(json.loads(to_json(env))) == ["id", "type", "subject", "source", "occurred_at", "causation_id",
                                               "correlation_id", "schema_version", "trace", "payload"]
+
+
+# the writer ``to_json`` uses must write exactly what ``Envelope``'s own serializer writes
+_ODD_OBJECT = {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan"), "big": 10 ** 30, "tiny": 1.5e-7,
+               "e16": 1e16, "neg0": -0.0, "text": "é\u2028\"\\\x01\ud7ff", "flags": [True, 1, 1.0, None], "t": (1, 2)}
+
+
+@pytest.mark.parametrize("type_", sorted(SAMPLES))
+def test_to_json_writes_what_the_envelope_serializer_writes(type_):
+    cause = at(TimerSet(key="k", at=1.0), 0.5, source="queue")
+    for when in (2.25, float("inf"), 1e16, -0.0):
+        env = wrap(SAMPLES[type_], source="placement", cause=cause, index=1, at=when)
+        assert to_json(env) == Envelope.__pydantic_serializer__.to_json(env)
+
+
+def test_to_json_of_odd_values_in_a_watched_object_matches_the_envelope_serializer():
+    env = wrap(ObjectChanged(change="Added", kind="X", name="n", object=_ODD_OBJECT), source="ingest", cause=None,
+               index=0, at=float("nan"))
+    data = to_json(env)
+    assert data == Envelope.__pydantic_serializer__.to_json(env)
+    assert b'"inf":Infinity' in data and b'"nan":NaN' in data  # constants, as the envelope's config says
+
+
+def test_to_json_of_an_envelope_laid_out_otherwise_uses_the_envelope_serializer():
+    env = wrap(WorkloadDeleted(key="ns/w"), source="admission", cause=None, index=0, at=1.0)
+    reordered = built(Envelope, dict(reversed(list(env.__dict__.items()))))
+    assert to_json(reordered) == Envelope.__pydantic_serializer__.to_json(reordered)
+    missing = built(Envelope, {k: v for k, v in env.__dict__.items() if k != "trace"})
+    assert to_json(missing) == Envelope.__pydantic_serializer__.to_json(missing, warnings=False)
+
+    class Sub(WorkloadDeleted):
+        pass
+
+    sub = built(Envelope, {**env.__dict__, "payload": Sub(key="ns/w")})
+    assert to_json(sub) == Envelope.__pydantic_serializer__.to_json(sub, warnings=False)
 
 
 def _raw() -> dict:
