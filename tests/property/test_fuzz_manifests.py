@@ -150,6 +150,12 @@ def _holds_surrogate(value: Any) -> bool:
     return False
 
 
+def _encodable(text: str) -> str:
+    """A name as the answer names it: lone surrogates escaped so that it encodes as UTF-8, cut at 253
+    characters (ingest's form of a name from a hostile server)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:253]
+
+
 def _answered(kind: str, obj: dict[str, Any], out: list[Envelope], answered: set[str]) -> None:
     """A workload object is accepted or rejected with a reason, a queue object defined or rejected;
     or it was answered before (the same object applied again unchanged needs no new answer)."""
@@ -170,8 +176,9 @@ def _answered(kind: str, obj: dict[str, Any], out: list[Envelope], answered: set
     if not (isinstance(name, str) and name and isinstance(obj.get("spec"), dict)
             and obj.get("apiVersion") == BASES[kind]["apiVersion"] and obj.get("kind") == BASES[kind]["kind"]):
         return  # not an object of a kind muster reads (or nameless): passed by
+    name = _encodable(name)
     if kind in ("RayCluster", "RayJob"):
-        namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else ""
+        namespace = _encodable(meta.get("namespace")) if isinstance(meta.get("namespace"), str) else ""
         assert f"{namespace or 'default'}/{name}" in answered, (kind, [env.payload for env in out])
     if kind in ("VolcanoQueue", "KaiQueue"):
         assert f"queue/{name}" in answered, (kind, [env.payload for env in out])
