@@ -328,6 +328,8 @@ class ResultProjection:
         self.workloads.pop(key, None)
         self.pods.pop(key, None)
         self.held.drop(key)
+        if self._folded is not None and self._folded.key == key:
+            self._folded = None  # the last fold's pointer is not a reason to keep the view
         was = self._in_queue.pop(key, None)
         if was is not None:
             members = self._queue_members[was]

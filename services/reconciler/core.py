@@ -24,7 +24,7 @@ from shared.events import (
 )
 from shared.dedupe import RECENT_IDS, Seen
 from shared.policy import Policy
-from services.reconciler.status import STATUS_TIMER, StatusBook
+from services.reconciler.status import STATUS_TIMER, StatusBook, effect_object, pod_group_object
 
 ENQUEUED_AT = "muster.dev/enqueued-at"
 DEQUEUED_AT = "muster.dev/dequeued-at"
@@ -123,8 +123,7 @@ class ReconcilerCore:
         """Status effects whose content differs from what was last written to that object."""
         out: list[KubeEffect | TimerSet] = []
         for effect in self.status.flush():
-            if self._remember(f"{effect.api_version}/{effect.kind}/{effect.namespace}/{effect.name}", "status",
-                              effect.status):
+            if self._remember(effect_object(effect), "status", effect.status):
                 out.append(effect)
         return out
 
@@ -303,6 +302,7 @@ class ReconcilerCore:
     def _forget(self, wl: _Workload) -> None:
         """A new incarnation of the object: nothing we wrote on the old one is on it."""
         self._applied.pop(wl.object_id, None)
+        self._applied.pop(pod_group_object(f"{wl.namespace}/{wl.name}"), None)
         for pod_id in wl.pods:
             self._applied.pop(pod_id, None)
         wl.pods.clear()

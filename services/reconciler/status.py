@@ -75,6 +75,19 @@ def pod_group_name(workload: str) -> str:
     return f"ray-{workload.rpartition('/')[2]}-pg"
 
 
+def pod_group_object(key: str) -> str:
+    """The object id (as ``effect_object`` names it) of the PodGroup written for workload ``key``: the
+    reconciler forgets what it wrote there with the workload (KubeRay makes a new PodGroup for a new
+    incarnation, so a status equal to the old one's must be written again)."""
+    namespace = key.rpartition("/")[0]
+    return f"{VOLCANO_PODGROUP}/PodGroup/{namespace or 'default'}/{pod_group_name(key)}"
+
+
+def effect_object(effect: KubeEffect) -> str:
+    """The object a status effect writes, as the reconciler remembers what it wrote."""
+    return f"{effect.api_version}/{effect.kind}/{effect.namespace}/{effect.name}"
+
+
 def _ref(key: str) -> dict[str, str]:
     namespace, _, name = key.rpartition("/")
     return {"name": name, "namespace": namespace or "default"}

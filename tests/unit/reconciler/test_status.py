@@ -10,8 +10,9 @@ from services.reconciler.core import ReconcilerCore
 from services.reconciler.status import STATUS_TIMER, rfc3339
 from shared.events import (
     BackedOff, Dequeued, Enqueued, GangPlaced, GangRunning, KubeEffect, QueueDefined, QueueRemoved, TimerFired,
-    TimerSet, WorkloadSubmitted,
+    TimerSet, WorkloadDeleted, WorkloadSubmitted,
 )
+from shared.footprint import retained
 from shared.model import QueueSource
 from shared.policy import Policy
 from tests.builders import envelope, gang, pod_set, queue_spec, workload
@@ -138,6 +139,22 @@ def test_a_volcano_gangs_podgroup_gets_its_phase_and_the_wait_reason():
     d.feed(GangRunning(key="ml/a", reason="running"), 12.0)
     group = by_target(d.fire())[("scheduling.volcano.sh/v1beta1", "ml", "ray-a-pg")]
     assert group["phase"] == "Running" and group["conditions"][0]["type"] == "Scheduled"
+
+
+def test_a_deleted_gang_leaves_nothing_of_its_podgroup_behind():
+    """What the reconciler remembers writing on a PodGroup goes with the workload (KubeRay makes a new
+    PodGroup for a new incarnation); a sidecar running for months would keep one per gang ever seen."""
+    d = Driver()
+    d.feed(QueueDefined(queue=queue_spec("research", source=VOLCANO)), 0.0)
+    d.submit("ml/b", "research", 0.0)
+    d.fire()
+    before = retained(d.core, exclude=[d.core._seen]).entries
+    d.submit("ml/a", "research", 3.0)
+    d.feed(BackedOff(key="ml/a", queue="research", requeue_at=9.0, attempts=1, reason="full"), 3.0)
+    assert ("scheduling.volcano.sh/v1beta1", "ml", "ray-a-pg") in by_target(d.fire())
+    d.feed(WorkloadDeleted(key="ml/a"), 4.0)
+    d.fire()
+    assert retained(d.core, exclude=[d.core._seen]).entries == before
 
 
 def test_a_removed_queue_is_not_written():
