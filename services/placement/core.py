@@ -540,9 +540,11 @@ class PlacementCore:
         self._stop_waiting(p.key)
         rec = WorkloadRecord(spec=p.workload, queue=p.queue)
         self.workloads[p.key] = rec
+        # Every pod set's demand is made here, mixing or not: it names the table's resource columns in the
+        # order gangs arrive, which ``totals()`` (CapacityChanged) keeps; logs made before must verify.
+        shapes = [(pod_demand(self.nodes, ps).shape, ps.count) for ps in p.workload.gang.pod_sets]
         if self._mixing:
-            self.nodes.mix.observe(p.key, ((pod_demand(self.nodes, ps).shape, ps.count)
-                                           for ps in p.workload.gang.pod_sets))
+            self.nodes.mix.observe(p.key, shapes)
         return restored, rec
 
     def _on_dequeued(self, p: Dequeued, now: float) -> list[Any]:
