@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from pydantic import ValidationError
 
@@ -102,9 +102,17 @@ def label_value(value: str) -> str | None:
     return None
 
 
-_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)
-_ENCODE = _C_ENCODER(None, str, json.encoder.encode_basestring, None, ": ", ", ", False, True, True) \
-    if _C_ENCODER is not None else None
+def _c_encoder() -> Callable[[Any, int], Any] | None:
+    """The C encoder ``json.dumps`` would build, or None where this Python's private signature differs."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    try:
+        return make(None, str, json.encoder.encode_basestring, None, ": ", ", ", False, True, True) \
+            if make is not None else None
+    except TypeError:
+        return None
+
+
+_ENCODE = _c_encoder()
 """``json.dumps(value, ensure_ascii=False, check_circular=False, skipkeys=True, default=str)``'s C encoder,
 made once: ``dumps`` with arguments builds a ``JSONEncoder`` and a C encoder on every call, which cost
 twice the encoding of a watched object."""
