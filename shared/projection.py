@@ -241,7 +241,8 @@ class QueueSums:
         return rolled_up(self.direct, queues)
 
 
-_IN_QUEUE_STATES = frozenset({"pending", "backoff"})
+IN_QUEUE_STATES = frozenset({"pending", "backoff"})
+"""Queue states of a workload waiting in its queue (a member of it, as Volcano and KAI count them)."""
 
 
 class ResultProjection:
@@ -307,7 +308,7 @@ class ResultProjection:
         for the workload each envelope is about; a subclass that loads a view calls it)."""
         key, queue = view.key, view.queue
         self.held.set(key, queue if view.holds_quota else None, view.demand)
-        listed = queue if view.holds_quota or view.queue_state in _IN_QUEUE_STATES else None
+        listed = queue if view.holds_quota or view.queue_state in IN_QUEUE_STATES else None
         was = self._in_queue.get(key)
         if was == listed:
             if listed is not None:

@@ -35,7 +35,7 @@ from shared import quantity as q
 from shared.events import Envelope, KubeEffect, TimerSet, derive_id
 from shared.model import QueueSpec
 from shared.policy import Policy
-from shared.projection import QueueSums, ResultProjection, WorkloadView
+from shared.projection import IN_QUEUE_STATES, QueueSums, ResultProjection, WorkloadView
 
 STATUS_TIMER = "status"
 PERIOD = 1.0
@@ -44,7 +44,6 @@ PERIOD = 1.0
 VOLCANO_GROUP = "scheduling.volcano.sh"
 VOLCANO_PODGROUP = "scheduling.volcano.sh/v1beta1"
 _NOT_LIVE = frozenset({None, "Deleted"})
-_WAITING = frozenset({"pending", "backoff"})
 _ONE = {"live": 1}
 _TALLY = {(True, True): {"live": 1, "running": 1}, (True, False): {"live": 1, "inqueue": 1},
           (False, True): {"live": 1, "pending": 1}, (False, False): _ONE}
@@ -144,7 +143,7 @@ class StatusBook:
         holds = view.holds_quota
         self._tally.set(key, queue, _TALLY[holds, view.phase == "Running" if holds else
                                            view.phase in ("Queued", "Preempted")])
-        self._requested.set(key, queue if holds or view.queue_state in _WAITING else None, view.demand)
+        self._requested.set(key, queue if holds or view.queue_state in IN_QUEUE_STATES else None, view.demand)
 
     def flush(self) -> list[KubeEffect]:
         """Status effects for every object whose status may have changed (the caller drops repeats)."""
