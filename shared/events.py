@@ -440,11 +440,14 @@ _VERSION = TypeAdapter(int)
 
 def derive_id(*parts: object) -> str:
     """Deterministic id: same inputs, same id, on every run and every runtime."""
-    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=12)
-    return digest.hexdigest()
+    return _hashed("\x1f".join(map(str, parts)))
 
 
-_blake2b = hashlib.blake2b
+def _hashed(text: str) -> str:
+    """The id of ``derive_id``'s joined parts (``wrap`` joins its three without the generic join)."""
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
 _new = object.__new__
 _set = object.__setattr__
 
@@ -473,7 +476,7 @@ def wrap(payload: Any, *, source: str, cause: Envelope | None, index: int, at: f
             "payload": payload,
         })
     return built(Envelope, {
-        "id": _blake2b(f"{source}\x1f{cause.id}\x1f{index}".encode(), digest_size=12).hexdigest(),  # derive_id
+        "id": _hashed(f"{source}\x1f{cause.id}\x1f{index}"),  # derive_id(source, cause.id, index)
         "type": payload.type,
         "subject": payload.subject,
         "source": source,
