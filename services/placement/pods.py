@@ -19,6 +19,7 @@ from services.placement.workloads import Slot
 from shared import kube
 from shared import quantity as q
 from shared.model import MatchExpression, PodSet, Toleration
+from shared.treekey import tree_key
 
 FINISHED = ("Succeeded", "Failed")
 GPU_DEVICES = "muster.dev/gpu-devices"
@@ -61,18 +62,18 @@ _mapping = kube.mapping
 _REQUESTS_MEMO = 4096
 """How many distinct requests ``_requests`` remembers (then it starts afresh): a cluster's pods come
 from a few templates, and every watch event of a pod carries the same containers again."""
-_requests_memo: dict[str, dict[str, int]] = {}
+_requests_memo: dict[bytes | str, dict[str, int]] = {}
 
 
 def _requests(spec: Mapping[str, Any]) -> dict[str, int]:
-    """``kube.pod_requests`` of a pod spec, {} when unreadable. Remembered by the ``repr`` of the
+    """``kube.pod_requests`` of a pod spec, {} when unreadable. Remembered by the ``tree_key`` of the
     containers' ``resources``, all it reads (a container's name only names it in an error, and an
-    error gives {}); ``repr``, not ``==``: ``1``, ``1.0`` and ``true`` are equal but do not parse
+    error gives {}); ``repr``'s test, not ``==``: ``1``, ``1.0`` and ``true`` are equal but do not parse
     alike. Parsing the quantities of every pod event again was a tenth of a replay's time."""
     containers = spec.get("containers")
     if type(containers) is not list or any(type(c) is not dict for c in containers):
         return _parse_requests(spec)  # not the usual shape: no memo
-    key = repr([c.get("resources") for c in containers])
+    key = tree_key([c.get("resources") for c in containers])
     requests = _requests_memo.get(key)
     if requests is None:
         requests = _parse_requests(spec)
