@@ -188,7 +188,8 @@ class ClusterBridge:
     # ------------------------------------------------------------------ effects -> API
     async def apply_batch(self, batch: Sequence[Incoming], producer: Producer) -> None:
         """Apply a batch's effects and wait until all are settled (``admit``, then ``drain``); dead
-        letters go out in the order of the batch."""
+        letters go out in the order of the batch. The effects reader does not wait so: it admits each
+        fetch and settles between fetches (``PartitionReader._fetched``)."""
         await self.admit(batch)
         await self.drain(producer)
 

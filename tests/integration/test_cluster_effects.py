@@ -1,5 +1,6 @@
 """``muster run cluster``'s effect loop against the API emulator (real HTTP), without a broker:
-``ClusterBridge.apply_batch`` as the Faust agent calls it, with a recording producer."""
+``ClusterBridge.apply_batch`` (the reader's ``admit`` then settling, for one batch whole), with a
+recording producer."""
 
 from __future__ import annotations
 
