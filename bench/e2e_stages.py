@@ -9,7 +9,7 @@ adds milliseconds is the queue in front of that service.
 
 Then, from each process's stage trace (``shared.bus.stagetrace``, on for the run) over the measured
 part: how old records were when a fetch returned them, how long a batch and a send took, the
-collections, how late the event loop ran a 10 ms timer, the effects' HTTP requests, the captures.
+collections (their wall time and their CPU: the difference is waiting for a core), how late the event loop ran a 10 ms timer, the effects' HTTP requests, the captures.
 
     python -m bench.e2e_stages [--nodes 200 --fill 150 --waiting 20 --workloads 50 --rate 50]
 """
@@ -73,6 +73,8 @@ def traced(folder: str, start: float, end: float) -> list[str]:
                     found.setdefault((row[2], "record age at fetch"), []).extend(row[3])
                 elif what in ("batch", "send", "gc", "capture"):
                     found.setdefault((row[3], what if what != "gc" else f"gc gen{row[4]}"), []).append(row[2] - t)
+                    if what == "gc" and len(row) > 5:
+                        found.setdefault((row[3], f"gc gen{row[4]} cpu"), []).append(row[5])
                 elif what == "lag":
                     found.setdefault((row[2], "loop late >2ms"), []).append(row[3])
                 elif what == "apply":
