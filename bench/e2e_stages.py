@@ -9,7 +9,8 @@ adds milliseconds is the queue in front of that service.
 
 Then, from each process's stage trace (``shared.bus.stagetrace``, on for the run) over the measured
 part: how old records were when a fetch returned them, how long a batch and a send took, the
-collections (their wall time and their CPU: the difference is waiting for a core), how late the event loop ran a 10 ms timer, the effects' HTTP requests, the captures.
+collections (their wall time, their CPU — the difference is waiting for a core — and the garbage
+they found), how late the event loop ran a 10 ms timer, the effects' HTTP requests, the captures.
 
     python -m bench.e2e_stages [--nodes 200 --fill 150 --waiting 20 --workloads 50 --rate 50]
 """
@@ -87,7 +88,8 @@ def traced(folder: str, start: float, end: float) -> list[str]:
         v = sorted(values)
         scale, unit = (1, "objects") if what.endswith("garbage") else (1000, "ms")
         out.append(f"{process:16s} {what:22s} n {len(v):6d}  p50 {scale * percentile(v, 0.5):8.1f}  "
-                   f"p99 {scale * percentile(v, 0.99):8.1f}  max {scale * v[-1]:8.1f}  sum {scale * sum(v):9.0f} {unit}")
+                   f"p99 {scale * percentile(v, 0.99):8.1f}  max {scale * v[-1]:8.1f}  "
+                   f"sum {scale * sum(v):9.0f} {unit}")
     return out
 
 

@@ -491,12 +491,12 @@ it deleted when a relist no longer finds it.
 The watcher holds the last version of every object it watches, as an informer's cache does, but
 nothing reads those objects except that rare relist. Kept as parsed dicts they were what the cluster
 link's cyclic collector walked: every watch event's object survived the young collections (a pod
-replaces its last version), so a young collection walked tens of thousands of objects (1–26 ms of
-CPU in generation 0, 17–50 in generation 1, under load), and a full one the whole cache (60–260 ms:
-every pod and node of the cluster). A plain tuple of texts is not tracked by the collector once a
-collection has seen it (CPython untracks tuples of atomic values; a subclass it would not), the line
-is already there (nothing encoded on a watch event; a list's items are encoded once), and the text
-is smaller than its dicts."""
+replaces its last version), so a young collection walked tens of thousands of objects (generation
+1: up to 76–133 ms of CPU a collection under load, 28–39 ms since), and a full one the whole cache,
+every pod and node of the cluster (240–260 ms of CPU once it was full). A plain tuple of texts is
+not tracked by the collector once a collection has seen it (CPython untracks tuples of atomic
+values; a subclass it would not), the line is already there (nothing encoded on a watch event; a
+list's items are encoded once), and the text is smaller than its dicts."""
 
 
 def _seen(obj: dict[str, Any], line: str | bytes | None = None) -> Cached:
@@ -508,7 +508,7 @@ def _seen(obj: dict[str, Any], line: str | bytes | None = None) -> Cached:
 
 
 def revived(kept: Cached, resource: Resource) -> dict[str, Any]:
-    """The object ``seen`` kept, as the watch or list gave it."""
+    """The object ``_seen`` kept, as the watch or list gave it."""
     value = json.loads(kept[2])
     return _complete(value["object"] if kept[3] else value, resource)
 
