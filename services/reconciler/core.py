@@ -13,6 +13,7 @@ namespace/name" (the cluster adapter resolves RayJob first, then RayCluster).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
@@ -38,6 +39,8 @@ ELASTIC = "muster.dev/elastic"
 
 _NO_ANNOTATIONS = frozenset({"PodGroup"})
 """Kinds whose workload object muster does not annotate (a plain pod gang may have no object)."""
+_REBORN = frozenset({"WorkloadSubmitted", "WorkloadRejected"})
+"""Admission's events that start an incarnation of a key: after a deletion, the only ones it takes."""
 
 
 def seconds(t: float) -> str:
@@ -82,6 +85,10 @@ class ReconcilerCore:
     """Folds decisions into Kubernetes effects; see docs/design.md, "reconciler"."""
 
     service = "reconciler"
+    TOMBSTONE_SECONDS = 600.0
+    """How long (event time) a deleted workload's key is remembered, to drop what the queue and placement
+    decided about it before they heard of the deletion (admission's tombstones last as long); then
+    it is forgotten, so what the reconciler keeps follows live objects."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
@@ -90,6 +97,8 @@ class ReconcilerCore:
         self._workloads: dict[str, _Workload] = {}
         self._applied: dict[str, dict[str, Any]] = {}
         """object id -> field -> last value emitted for it."""
+        self._gone: OrderedDict[str, float] = OrderedDict()
+        """Tombstones: deleted workload key -> when, oldest first (``TOMBSTONE_SECONDS``)."""
         self.status = StatusBook(policy)
         self._handlers: dict[str, Callable[[Any, float], list[KubeEffect]]] = {
             "Enqueued": self._on_enqueued,
@@ -115,9 +124,28 @@ class ReconcilerCore:
             return []
         if isinstance(env.payload, TimerFired):
             return self._flush_status() if env.payload.key == STATUS_TIMER else []
+        if self._gone and self._late(env):
+            return []
         handler = self._handlers.get(env.type)
         out: list[KubeEffect | TimerSet] = list(handler(env.payload, env.occurred_at)) if handler else []
         return out + self.status.observe(env)
+
+    def _late(self, env: Envelope) -> bool:
+        """An event about a deleted workload that is no new incarnation of it: the queue or placement
+        decided it before the deletion reached them (the inbox has several writers). Like an update
+        kube-scheduler's cache refuses for a pod it no longer holds, it is dropped whole: it would
+        write on an object that is gone and bring back the state dropped with it."""
+        p = env.payload
+        key = getattr(p, "key", None)
+        if key is None:
+            workload = getattr(p, "workload", None)
+            key = workload.key if workload is not None else None
+        if key not in self._gone:
+            return False
+        if env.type in _REBORN:
+            del self._gone[key]
+            return False
+        return True
 
     def _flush_status(self) -> list[KubeEffect | TimerSet]:
         """Status effects whose content differs from what was last written to that object."""
@@ -235,6 +263,13 @@ class ReconcilerCore:
         wl = self._workloads.pop(p.key, None)
         if wl is not None:
             self._forget(wl)
+        horizon = now - self.TOMBSTONE_SECONDS
+        while self._gone:
+            key, at = next(iter(self._gone.items()))
+            if at >= horizon:
+                break
+            del self._gone[key]
+        self._gone[p.key] = now
         return []
 
     # ------------------------------------------------------------------ effects
