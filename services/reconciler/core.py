@@ -20,12 +20,12 @@ from typing import Any, Callable, Literal
 from shared import kube
 from shared.events import (
     BackedOff, ElasticReleased, ElasticWaiting, Enqueued, Envelope, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, KubeEffect,
-    PodAssigned, PreemptionRequested, QueueRejected, TimerFired, TimerSet, WorkloadDeleted, WorkloadRejected,
-    WorkloadSubmitted, WorkloadUpdated,
+    PodAssigned, PreemptionRequested, QueueRejected, QueueRemoved, TimerFired, TimerSet, WorkloadDeleted,
+    WorkloadRejected, WorkloadSubmitted, WorkloadUpdated,
 )
 from shared.dedupe import RECENT_IDS, Seen
 from shared.policy import Policy
-from services.reconciler.status import STATUS_TIMER, StatusBook, effect_object, pod_group_object
+from services.reconciler.status import STATUS_TIMER, StatusBook, effect_object, pod_group_object, queue_object
 
 ENQUEUED_AT = "muster.dev/enqueued-at"
 DEQUEUED_AT = "muster.dev/dequeued-at"
@@ -50,6 +50,11 @@ def seconds(t: float) -> str:
 
 def _status(word: str, reason: str) -> str:
     return f"{word}: {reason}" if reason else word
+
+
+def _rejection_object(kind: str, namespace: str, name: str) -> str:
+    """What the reconciler calls the object defining a queue when it tells of its rejection."""
+    return f"{kind}/{namespace}/{name}"
 
 
 def gpu_annotations(gpu: GpuAssignment | None) -> dict[str, str]:
@@ -115,6 +120,7 @@ class ReconcilerCore:
             "WorkloadSubmitted": self._on_workload_known,
             "WorkloadUpdated": self._on_workload_known,
             "WorkloadDeleted": self._on_workload_deleted,
+            "QueueRemoved": self._on_queue_removed,
         }
 
     def handle(self, env: Envelope) -> list[KubeEffect | TimerSet]:
@@ -239,7 +245,7 @@ class ReconcilerCore:
         """Status annotation and a Warning event on the object that defines the queue (the queue itself,
         or the ElasticQuotaTree one of whose nodes is wrong)."""
         namespace, name = p.object_namespace, p.object_name or p.name
-        object_id = f"{p.kind}/{namespace}/{name}"
+        object_id = _rejection_object(p.kind, namespace, name)
         out: list[KubeEffect] = []
         status = _status("Rejected", p.reason)
         if self._remember(object_id, f"annotation:{STATUS}", status):
@@ -270,6 +276,18 @@ class ReconcilerCore:
                 break
             del self._gone[key]
         self._gone[p.key] = now
+        return []
+
+    def _on_queue_removed(self, p: QueueRemoved, now: float) -> list[KubeEffect]:
+        """The last queue an object defined is gone, so is the object: forget what was written on it
+        (its status, a rejection), so that one made again under that name is written in full."""
+        specs = self.status.view.queues
+        spec = specs.get(p.name)
+        source = spec.source if spec is not None else None
+        if source is None or any(s.source == source for name, s in specs.items() if name != p.name):
+            return []
+        self._applied.pop(queue_object(source), None)
+        self._applied.pop(_rejection_object(source.kind, source.namespace, source.name), None)
         return []
 
     # ------------------------------------------------------------------ effects

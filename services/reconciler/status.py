@@ -33,7 +33,7 @@ from typing import Any
 
 from shared import quantity as q
 from shared.events import Envelope, KubeEffect, TimerSet, derive_id
-from shared.model import QueueSpec
+from shared.model import QueueSource, QueueSpec
 from shared.policy import Policy
 from shared.projection import IN_QUEUE_STATES, QueueSums, ResultProjection, WorkloadView
 
@@ -80,6 +80,12 @@ def pod_group_object(key: str) -> str:
     incarnation, so a status equal to the old one's must be written again)."""
     namespace = key.rpartition("/")[0]
     return f"{VOLCANO_PODGROUP}/PodGroup/{namespace or 'default'}/{pod_group_name(key)}"
+
+
+def queue_object(source: QueueSource) -> str:
+    """The object id (as ``effect_object`` names it) of the queue object whose status is written from
+    ``source``: forgotten once no queue is defined by it."""
+    return f"{source.api_version}/{source.kind}/{source.namespace}/{source.name}"
 
 
 def effect_object(effect: KubeEffect) -> str:

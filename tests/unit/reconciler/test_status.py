@@ -218,6 +218,24 @@ def test_a_new_object_under_a_deleted_name_is_a_new_workload():
     )[0].annotations
 
 
+def test_a_removed_queue_forgets_what_was_written_on_it_and_its_successor_starts_clean():
+    """A queue object deleted and made again is a new object with no status: what the reconciler
+    wrote on the old one (its status, a rejection) is forgotten with it and written again."""
+    d = Driver()
+    before = _footprint(d)
+    d.feed(QueueRejected(name="research", kind="Queue", reason="bad weight"), 0.0)
+    d.feed(QueueDefined(queue=queue_spec("research", source=VOLCANO)), 0.5)
+    first = by_target(d.fire())
+    assert first
+    d.feed(QueueRemoved(name="research"), 2.0)
+    d.fire()
+    assert _footprint(d) == before
+    d.feed(QueueDefined(queue=queue_spec("research", source=VOLCANO)), 4.0)
+    assert by_target(d.fire()) == first
+    assert [e.op for e in d.feed(QueueRejected(name="research", kind="Queue", reason="bad weight"), 6.0)
+            if isinstance(e, KubeEffect)] == ["annotate", "event"]
+
+
 def test_a_removed_queue_is_not_written():
     d = Driver()
     d.feed(QueueDefined(queue=queue_spec("research", source=VOLCANO)), 0.0)
