@@ -35,7 +35,7 @@ from shared import quantity as q
 from shared.events import Envelope, KubeEffect, TimerSet, derive_id
 from shared.model import QueueSource, QueueSpec
 from shared.policy import Policy
-from shared.projection import IN_QUEUE_STATES, QueueSums, ResultProjection, WorkloadView
+from shared.projection import IN_QUEUE_STATES, NOT_LIVE, QueueSums, ResultProjection, WorkloadView
 
 STATUS_TIMER = "status"
 PERIOD = 1.0
@@ -43,7 +43,6 @@ PERIOD = 1.0
 
 VOLCANO_GROUP = "scheduling.volcano.sh"
 VOLCANO_PODGROUP = "scheduling.volcano.sh/v1beta1"
-_NOT_LIVE = frozenset({None, "Deleted"})
 _ONE = {"live": 1}
 _TALLY = {(True, True): {"live": 1, "running": 1}, (True, False): {"live": 1, "inqueue": 1},
           (False, True): {"live": 1, "pending": 1}, (False, False): _ONE}
@@ -142,7 +141,7 @@ class StatusBook:
     def _count(self, view: WorkloadView) -> None:
         """Take ``view``'s change into the per-queue counts (what ``_volcano``, ``_kai`` and ``_tree`` read)."""
         key, queue = view.key, view.queue
-        if view.phase in _NOT_LIVE or queue is None:
+        if view.phase in NOT_LIVE or queue is None:
             self._tally.drop(key)
             self._requested.drop(key)
             return
