@@ -97,13 +97,24 @@ def _ref(key: str) -> dict[str, str]:
     return {"name": name, "namespace": namespace or "default"}
 
 
+class _StatusView(ResultProjection):
+    """The result view's fold without pods' bookkeeping: status reads workloads and queues, never
+    pods, and a gang that runs for months sees its pods replaced (a view of each would stay with it)."""
+
+    def _on_PodAssigned(self, p: Any, t: float) -> None:
+        return None
+
+    def _on_ObjectChanged(self, p: Any, t: float) -> None:
+        return None
+
+
 class StatusBook:
     """Folds the reconciler's inbox into the status of queue objects and PodGroups; ``flush`` says
     what to write for what changed since the last flush."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self.view = ResultProjection()
+        self.view = _StatusView()
         self._queues: dict[str, None] = {}
         self._workloads: dict[str, None] = {}
         self._due: float | None = None

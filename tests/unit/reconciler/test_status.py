@@ -247,3 +247,17 @@ def test_a_removed_queue_is_not_written():
                                            (951_782_400, "2000-02-29T00:00:00Z"), (4_107_542_399, "2100-02-28T23:59:59Z")])
 def test_event_time_as_a_kubernetes_timestamp(seconds, text):
     assert rfc3339(seconds) == text
+
+
+def test_the_status_book_keeps_no_pods_of_a_long_lived_gang():
+    """A RayCluster that runs for months sees its workers replaced (autoscaling, lost nodes): status
+    reads workloads and queues, never pods, so the book keeps none of them."""
+    d = Driver()
+    d.feed(QueueDefined(queue=queue_spec("research", source=VOLCANO)), 0.0)
+    d.submit("ml/a", "research", 0.0, admit=True, run=True)
+    d.fire()
+    before = retained(d.core.status).entries
+    for i in range(20):
+        d.feed(PodAssigned(key="ml/a", pod_namespace="ml", pod=f"a-worker-{i}", pod_set="worker", node="n1"), 1.0 + i)
+        d.fire()
+    assert retained(d.core.status).entries == before
