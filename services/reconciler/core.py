@@ -104,6 +104,8 @@ class ReconcilerCore:
         """object id -> field -> last value emitted for it."""
         self._gone: OrderedDict[str, float] = OrderedDict()
         """Tombstones: deleted workload key -> when, oldest first (``TOMBSTONE_SECONDS``)."""
+        self._refused: dict[str, str] = {}
+        """Queue name -> the object its rejection was written on, until the queue is removed."""
         self.status = StatusBook(policy)
         self._handlers: dict[str, Callable[[Any, float], list[KubeEffect]]] = {
             "Enqueued": self._on_enqueued,
@@ -245,7 +247,7 @@ class ReconcilerCore:
         """Status annotation and a Warning event on the object that defines the queue (the queue itself,
         or the ElasticQuotaTree one of whose nodes is wrong)."""
         namespace, name = p.object_namespace, p.object_name or p.name
-        object_id = _rejection_object(p.kind, namespace, name)
+        object_id = self._refused[p.name] = _rejection_object(p.kind, namespace, name)
         out: list[KubeEffect] = []
         status = _status("Rejected", p.reason)
         if self._remember(object_id, f"annotation:{STATUS}", status):
@@ -280,14 +282,17 @@ class ReconcilerCore:
 
     def _on_queue_removed(self, p: QueueRemoved, now: float) -> list[KubeEffect]:
         """The last queue an object defined is gone, so is the object: forget what was written on it
-        (its status, a rejection), so that one made again under that name is written in full."""
+        (its status, a rejection), so that one made again under that name is written in full. So too
+        for a refused object that defined nothing (admission removes its rejected queue)."""
+        refused = self._refused.pop(p.name, None)
         specs = self.status.view.queues
         spec = specs.get(p.name)
         source = spec.source if spec is not None else None
-        if source is None or any(s.source == source for name, s in specs.items() if name != p.name):
-            return []
-        self._applied.pop(queue_object(source), None)
-        self._applied.pop(_rejection_object(source.kind, source.namespace, source.name), None)
+        if source is not None and not any(s.source == source for name, s in specs.items() if name != p.name):
+            self._applied.pop(queue_object(source), None)
+            self._applied.pop(_rejection_object(source.kind, source.namespace, source.name), None)
+        if refused is not None and spec is None and refused not in self._refused.values():
+            self._applied.pop(refused, None)
         return []
 
     # ------------------------------------------------------------------ effects

@@ -236,6 +236,19 @@ def test_a_removed_queue_forgets_what_was_written_on_it_and_its_successor_starts
             if isinstance(e, KubeEffect)] == ["annotate", "event"]
 
 
+def test_a_refused_queue_object_deleted_before_it_defined_anything_is_forgotten():
+    """Admission's QueueRemoved for a refused object that is gone: what was written on it goes too."""
+    d = Driver()
+    before = _footprint(d)
+    tree = dict(kind="ElasticQuotaTree", object_namespace="kube-system", object_name="tree")
+    d.feed(QueueRejected(name="video", reason="min above max", **tree), 0.0)
+    d.feed(QueueRejected(name="research", kind="Queue", reason="bad weight"), 0.0)
+    d.feed(QueueRemoved(name="video"), 1.0)
+    d.feed(QueueRemoved(name="research"), 1.0)
+    d.fire()
+    assert _footprint(d) == before
+
+
 def test_a_removed_queue_is_not_written():
     d = Driver()
     d.feed(QueueDefined(queue=queue_spec("research", source=VOLCANO)), 0.0)
