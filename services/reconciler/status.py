@@ -98,8 +98,17 @@ def _ref(key: str) -> dict[str, str]:
 
 
 class _StatusView(ResultProjection):
-    """The result view's fold without pods' bookkeeping: status reads workloads and queues, never
-    pods, and a gang that runs for months sees its pods replaced (a view of each would stay with it)."""
+    """The result view's fold without its history: status reads workloads and queues, never pods,
+    and of a workload's transitions only the last (its PodGroup's condition). A gang that waits or
+    runs for months changes reason again and again and sees its pods replaced: the views of each
+    would stay with it."""
+
+    def hold(self, view: WorkloadView) -> None:
+        super().hold(view)
+        if len(view.transitions) > 1:
+            del view.transitions[:-1]
+        if len(view.elastic_waiting) > 1:
+            del view.elastic_waiting[:-1]
 
     def _on_PodAssigned(self, p: Any, t: float) -> None:
         return None

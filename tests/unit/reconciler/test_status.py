@@ -274,3 +274,20 @@ def test_the_status_book_keeps_no_pods_of_a_long_lived_gang():
         d.feed(PodAssigned(key="ml/a", pod_namespace="ml", pod=f"a-worker-{i}", pod_set="worker", node="n1"), 1.0 + i)
         d.fire()
     assert retained(d.core.status).entries == before
+
+
+def test_the_status_book_keeps_only_the_last_transition_of_a_long_lived_gang():
+    """Status writes a gang's last transition (its PodGroup's condition); a gang that waits or runs for
+    months changes phase or reason again and again (a backoff's reason names the usage it met), and
+    the book kept every change."""
+    d = Driver()
+    d.feed(QueueDefined(queue=queue_spec("research", source=VOLCANO)), 0.0)
+    d.submit("ml/a", "research", 0.0)
+    d.feed(BackedOff(key="ml/a", queue="research", requeue_at=9.0, attempts=1, reason="used 0"), 1.0)
+    d.fire()
+    before = retained(d.core.status).entries
+    for i in range(1, 21):
+        d.feed(BackedOff(key="ml/a", queue="research", requeue_at=9.0 + i, attempts=1, reason=f"used {i}"), 1.0 + i)
+        written = by_target(d.fire())[("scheduling.volcano.sh/v1beta1", "ml", "ray-a-pg")]
+        assert written["conditions"][0]["message"] == f"used {i}"
+    assert retained(d.core.status).entries == before
