@@ -30,7 +30,7 @@ import gc
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 from shared.audit.chain import recorded_before
 from shared.audit.logfile import LogSource, Record, decode
@@ -82,9 +82,9 @@ def inbox(envelopes: Iterable[Envelope], service: str) -> Iterator[Envelope]:
             yield env
 
 
-@dataclass(slots=True)
-class Derived:
-    """A decision a service derived and the log still owes."""
+class Derived(NamedTuple):
+    """A decision a service derived and the log still owes (a tuple: one is made per decision, and a
+    dataclass's ``__init__`` cost more than the comparison it waits for)."""
 
     service: str
     envelope: Envelope
@@ -93,6 +93,9 @@ class Derived:
     cause_where: str
     seq: int
     """Order of derivation (the earliest owed decision is named when the log ends)."""
+
+
+_derived = tuple.__new__
 
 
 @dataclass(slots=True)
@@ -212,7 +215,7 @@ class Replayer:
         seq = self.tally.derived
         for out in outs:
             seq += 1
-            derived = Derived(target, out, to_json(out), cause, where, seq)
+            derived = _derived(Derived, (target, out, to_json(out), cause, where, seq))  # ``Derived(...)`` without its frame
             owed.append(derived)
             by_id[out.id] = derived
         self.tally.derived = seq
