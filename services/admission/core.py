@@ -629,5 +629,5 @@ def _where_group(group: Mapping[str, Any] | None, namespace: str) -> str:
 
 def _uid(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata")
-    uid = meta.get("uid") if isinstance(meta, Mapping) else None
+    uid = meta.get("uid") if type(meta) is dict or isinstance(meta, Mapping) else None  # dict first: no ABC frame
     return uid if isinstance(uid, str) else ""

@@ -69,11 +69,11 @@ def volcano_pinned(metas: Iterable[tuple[str, Mapping[str, Any]]]) -> bool:
     """
     pinned = False
     for where, meta in metas:
-        if not isinstance(meta, Mapping):
+        if not (type(meta) is dict or isinstance(meta, Mapping)):  # dict first: no ABC frame
             continue
         for part in ("annotations", "labels"):
             values = meta.get(part)
-            raw = values.get(VOLCANO_PREEMPTABLE) if isinstance(values, Mapping) else None
+            raw = values.get(VOLCANO_PREEMPTABLE) if type(values) is dict or isinstance(values, Mapping) else None
             if raw is None:
                 continue
             if not isinstance(raw, str) or raw not in GO_BOOLS:
@@ -107,8 +107,8 @@ def ray_pod_metas(kind: str, obj: Mapping[str, Any]) -> list[tuple[str, Mapping[
 
 
 def _meta(obj: object) -> Mapping[str, Any]:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    return meta if isinstance(meta, Mapping) else {}
+    meta = obj.get("metadata") if type(obj) is dict or isinstance(obj, Mapping) else None
+    return meta if type(meta) is dict or isinstance(meta, Mapping) else {}
 
 
 class PriorityBook:
