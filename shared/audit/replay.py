@@ -95,12 +95,12 @@ class Derived(NamedTuple):
     """Order of derivation (the earliest owed decision is named when the log ends)."""
 
 
-_derived = tuple.__new__
+_derived = _step = tuple.__new__
 
 
-@dataclass(slots=True)
-class Step:
-    """One envelope of the log, where it was, and what each service it was delivered to derived from it."""
+class Step(NamedTuple):
+    """One envelope of the log, where it was, and what each service it was delivered to derived from it
+    (a tuple made without a Python frame: one per envelope, most dropped at once by ``verify``)."""
 
     where: str
     envelope: Envelope
@@ -190,10 +190,10 @@ class Replayer:
                 if check:
                     raise Divergence("unexpected", where, f"a timer fired ({env.payload.key}) that no service set "
                                      f"earlier in the log (its TimerSet {env.causation_id} is missing)", recorded=env)
-                return Step(where, env, [])
+                return _step(Step, (where, env, []))
         if targets is _CLOCK:
             self.router.timer_set(env)
-            return Step(where, env, [])
+            return _step(Step, (where, env, []))
         outputs: list[tuple[str, list[Envelope]]] = []
         services = self.services
         for target in targets:
@@ -206,7 +206,7 @@ class Replayer:
                 outputs.append((target, outs))
                 if check:
                     self._owe(target, outs, env, where)
-        return Step(where, env, outputs)
+        return _step(Step, (where, env, outputs))
 
     def _owe(self, target: str, outs: list[Envelope], cause: Envelope, where: str) -> None:
         """``target``'s outputs from ``cause``: owed by the log, in order, each as the bytes to compare."""
