@@ -381,8 +381,8 @@ def kube_effect(op: str, kind: str, namespace: str, name: str, *, api_version: s
     if (type(op) is str and op in _EFFECT_OPS and type(event_type) is str and event_type in _EVENT_TYPES and type(annotations) is dict and type(status) is dict
             and type(kind) is str and type(namespace) is str and type(name) is str and type(api_version) is str
             and type(node) is str and type(reason) is str and type(message) is str
-            and all(type(k) is str and type(v) is str for k, v in annotations.items())
-            and all(type(k) is str for k in status)):
+            and (not annotations or all(type(k) is str and type(v) is str for k, v in annotations.items()))
+            and (not status or all(type(k) is str for k in status))):
         return built(KubeEffect, {
             "type": "KubeEffect", "op": op, "kind": kind, "namespace": namespace, "name": name,
             "api_version": api_version, "node": node, "annotations": dict(annotations), "status": dict(status),
