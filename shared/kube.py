@@ -43,7 +43,7 @@ def mapping(value: Any) -> Mapping[str, Any]:
     """``value`` if it is a mapping, else empty: objects from users may have any shape."""
     if type(value) is dict:  # the common case, checked first: this sits on every pod event's path
         return value
-    return value if isinstance(value, AbcMapping) else {}
+    return value if value is not None and isinstance(value, AbcMapping) else {}  # None: no ABC frame
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -86,7 +86,7 @@ def key(obj: Mapping[str, Any]) -> str:
 def container_requests(container: Mapping[str, Any], where: str) -> q.Resources:
     """A container's requests with limits filling any missing request (as the API server defaults)."""
     res = container.get("resources") or {}
-    if not isinstance(res, AbcMapping):
+    if type(res) is not dict and not isinstance(res, AbcMapping):  # dict first: no ABC frame
         raise q.QuantityError(f"{where}.resources must be a mapping")
     requests = q.parse_resources(res.get("requests"), where=f"{where}.resources.requests")
     limits = q.parse_resources(res.get("limits"), where=f"{where}.resources.limits")
@@ -195,5 +195,5 @@ def watched_namespace(event_namespace: str, obj: Mapping[str, Any]) -> str:
     if event_namespace:
         return event_namespace
     meta = obj.get("metadata")
-    namespace = meta.get("namespace") if isinstance(meta, AbcMapping) else None
+    namespace = meta.get("namespace") if type(meta) is dict or isinstance(meta, AbcMapping) else None
     return namespace if isinstance(namespace, str) and namespace else "default"
