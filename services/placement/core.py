@@ -36,7 +36,7 @@ from shared.events import (
     SlotAssignment, TimerFired, TimerSet, WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.dedupe import RECENT_IDS, Seen
-from shared.listing import Held, WatchBook
+from shared.listing import Held, WatchBook, last_state
 from shared.policy import Policy
 
 CAPACITY_TIMER = "capacity"
@@ -216,6 +216,8 @@ class PlacementCore:
         admission rejects its workload naming it. ``held``: the watch book's ``Held`` of this event's
         object (None for a deletion, whose object the book no longer holds)."""
         if p.change != "Deleted" and kube.refused(p.object) is not None:
+            if held is not None:  # the book keeps a copy: this version may share parts with the record's
+                held.obj = last_state(held.obj)
             return []
         rec = self.pods.get(pod_key(p.object, p.name, p.namespace))
         facts = pod_facts(p.change, p.object, p.name, p.namespace, self.policy.answers_to,
