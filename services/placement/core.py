@@ -344,10 +344,12 @@ class PlacementCore:
     def _stand_in(self, wrec: WorkloadRecord, gone: Slot) -> Slot | None:
         """The newest elastic slot of the same pod set holding a bound pod on a present node: the pod that
         may take a gone gang pod's place (a gang is a count of running pods, not particular ones)."""
-        for slot in sorted(wrec.slots, key=lambda s: -s.index):
-            if slot.elastic and slot.pod_set == gone.pod_set and slot.filled and self.nodes.present[slot.node]:
-                return slot
-        return None
+        found = None  # the highest index; of equal ones the first, as a stable sort by -index gives
+        for slot in wrec.slots:
+            if slot.elastic and slot.pod_set == gone.pod_set and slot.filled and self.nodes.present[slot.node] \
+                    and (found is None or slot.index > found.index):
+                found = slot
+        return found
 
     def _attach(self, wrec: WorkloadRecord, rec: PodRecord) -> list[Any]:
         """Give a live pod of an admitted workload a slot; unbound pods muster answers to are told where
