@@ -48,6 +48,14 @@ class Ledger:
     def unbook(self, w: Tracked) -> None:
         self._apply(w, -1)
 
+    def forget(self, queue: str) -> None:
+        """``queue`` is gone: if no workload books there any more (its totals are all zero), drop them,
+        so the ledger keeps the queues in use, not every name a workload ever named."""
+        if any(self.demand.get(queue, {}).values()):  # held, protected, yielding are parts of demand
+            return
+        for table in (self.held, self.protected, self.demand, self.yielding):
+            table.pop(queue, None)
+
     @contextmanager
     def moving(self, w: Tracked) -> Iterator[Tracked]:
         """``with ledger.moving(w): w.state = ...`` keeps every aggregate exact."""
