@@ -59,8 +59,11 @@ def annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
 
 
 def refused(obj: Mapping[str, Any]) -> str | None:
-    """Why ingest refused ``obj`` (``REFUSED``), or None."""
-    reason = annotations(obj).get(REFUSED)
+    """Why ingest refused ``obj`` (``REFUSED``), or None. Asked of every watch event a core reads,
+    so the usual shape (plain dicts all the way) is read without a call per level."""
+    meta = obj.get("metadata") if type(obj) is dict else mapping(obj).get("metadata")
+    notes = meta.get("annotations") if type(meta) is dict else mapping(meta).get("annotations")
+    reason = notes.get(REFUSED) if type(notes) is dict else mapping(notes).get(REFUSED)
     return reason if isinstance(reason, str) else None
 
 
