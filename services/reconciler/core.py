@@ -21,7 +21,7 @@ from shared import kube
 from shared.events import (
     BackedOff, ElasticReleased, ElasticWaiting, Enqueued, Envelope, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, KubeEffect,
     PodAssigned, PreemptionRequested, QueueRejected, QueueRemoved, TimerFired, TimerSet, WorkloadDeleted,
-    WorkloadRejected, WorkloadSubmitted, WorkloadUpdated,
+    WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, kube_effect,
 )
 from shared.dedupe import RECENT_IDS, Seen
 from shared.policy import Policy
@@ -192,7 +192,7 @@ class ReconcilerCore:
             annotations[ELASTIC] = "true"
         if not self._remember(pod_id, "placement", ("bind", p.node, tuple(sorted(annotations.items())))):
             return []
-        return [KubeEffect(op="bind", kind="Pod", namespace=p.pod_namespace or wl.namespace, name=p.pod,
+        return [kube_effect(op="bind", kind="Pod", namespace=p.pod_namespace or wl.namespace, name=p.pod,
                            node=p.node, annotations=annotations)]
 
     def _on_gang_running(self, p: GangRunning, now: float) -> list[KubeEffect]:
@@ -218,7 +218,7 @@ class ReconcilerCore:
         for pod in p.promoted:  # it took a gang pod's place: no longer among the first to go
             namespace, _, name = pod.rpartition("/")
             if self._remember(self._pod_id(wl, namespace, name), f"annotation:{ELASTIC}", "false"):
-                out.append(KubeEffect(op="annotate", kind="Pod", namespace=namespace or wl.namespace, name=name,
+                out.append(kube_effect(op="annotate", kind="Pod", namespace=namespace or wl.namespace, name=name,
                                       annotations={ELASTIC: "false"}))
         if not p.evicted:
             return out
@@ -235,9 +235,9 @@ class ReconcilerCore:
             # A second object of another kind claimed the same name: it is the one refused, not ours.
             wl = _Workload(namespace=known.namespace, name=known.name, kind=p.kind)
             status = _status("Rejected", p.reason)
-            out = [KubeEffect(op="annotate", kind=p.kind, namespace=wl.namespace, name=wl.name,
+            out = [kube_effect(op="annotate", kind=p.kind, namespace=wl.namespace, name=wl.name,
                               annotations={STATUS: status})]
-            return out + [KubeEffect(op="event", kind=p.kind, namespace=wl.namespace, name=wl.name,
+            return out + [kube_effect(op="event", kind=p.kind, namespace=wl.namespace, name=wl.name,
                                      reason="Rejected", message=p.reason, event_type="Warning")]
         wl = self._workload(p.key, p.kind)
         out = self._annotate(wl, {STATUS: _status("Rejected", p.reason)})
@@ -251,10 +251,10 @@ class ReconcilerCore:
         out: list[KubeEffect] = []
         status = _status("Rejected", p.reason)
         if self._remember(object_id, f"annotation:{STATUS}", status):
-            out.append(KubeEffect(op="annotate", kind=p.kind, namespace=namespace, name=name,
+            out.append(kube_effect(op="annotate", kind=p.kind, namespace=namespace, name=name,
                                   annotations={STATUS: status}))
         if self._remember(object_id, "event", ("Warning", "Rejected", p.reason)):
-            out.append(KubeEffect(op="event", kind=p.kind, namespace=namespace, name=name, reason="Rejected",
+            out.append(kube_effect(op="event", kind=p.kind, namespace=namespace, name=name, reason="Rejected",
                                   message=p.reason, event_type="Warning"))
         return out
 
@@ -308,12 +308,12 @@ class ReconcilerCore:
         changed = {k: v for k, v in values.items() if self._remember(wl.object_id, f"annotation:{k}", v)}
         if not changed:
             return []
-        return [KubeEffect(op="annotate", kind=wl.kind, namespace=wl.namespace, name=wl.name, annotations=changed)]
+        return [kube_effect(op="annotate", kind=wl.kind, namespace=wl.namespace, name=wl.name, annotations=changed)]
 
     def _suspend(self, wl: _Workload, value: bool) -> list[KubeEffect]:
         if not self._remember(wl.object_id, "spec.suspend", value):
             return []
-        return [KubeEffect(op="suspend" if value else "unsuspend", kind=wl.kind, namespace=wl.namespace,
+        return [kube_effect(op="suspend" if value else "unsuspend", kind=wl.kind, namespace=wl.namespace,
                            name=wl.name)]
 
     def _evict_all(self, wl: _Workload, pods: tuple[str, ...]) -> list[KubeEffect]:
@@ -322,7 +322,7 @@ class ReconcilerCore:
             namespace, _, name = pod.rpartition("/")
             namespace = namespace or wl.namespace
             if self._remember(self._pod_id(wl, namespace, name), "placement", ("evict",)):
-                out.append(KubeEffect(op="evict", kind="Pod", namespace=namespace, name=name))
+                out.append(kube_effect(op="evict", kind="Pod", namespace=namespace, name=name))
         return out
 
     def _event(self, wl: _Workload, event_type: Literal["Normal", "Warning"], reason: str,
@@ -330,7 +330,7 @@ class ReconcilerCore:
         """Consecutive identical events on one object are one event (Kubernetes would count them)."""
         if not self._remember(wl.object_id, "event", (event_type, reason, message)):
             return []
-        return [KubeEffect(op="event", kind=wl.kind, namespace=wl.namespace, name=wl.name, reason=reason,
+        return [kube_effect(op="event", kind=wl.kind, namespace=wl.namespace, name=wl.name, reason=reason,
                            message=message, event_type=event_type)]
 
     # ------------------------------------------------------------------ memory

@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared import quantity as q
-from shared.events import Envelope, KubeEffect, TimerSet, derive_id
+from shared.events import Envelope, KubeEffect, TimerSet, derive_id, kube_effect
 from shared.model import QueueSource, QueueSpec
 from shared.policy import Policy
 from shared.projection import IN_QUEUE_STATES, NOT_LIVE, QueueSums, ResultProjection, WorkloadView
@@ -262,12 +262,12 @@ class StatusBook:
                      "message": last["reason"], "transitionID": derive_id(key, last["t"], last["phase"]),
                      "lastTransitionTime": rfc3339(last["t"])}
         namespace, _, _ = key.rpartition("/")
-        return KubeEffect(op="status", kind="PodGroup", api_version=VOLCANO_PODGROUP, namespace=namespace or "default",
+        return kube_effect(op="status", kind="PodGroup", api_version=VOLCANO_PODGROUP, namespace=namespace or "default",
                           name=pod_group_name(key), status={"phase": phase, "conditions": [condition]})
 
     @staticmethod
     def _effect(spec: QueueSpec, status: dict[str, Any]) -> KubeEffect:
         source = spec.source
         assert source is not None
-        return KubeEffect(op="status", kind=source.kind, api_version=source.api_version, namespace=source.namespace,
+        return kube_effect(op="status", kind=source.kind, api_version=source.api_version, namespace=source.namespace,
                           name=source.name, status=status)

@@ -90,3 +90,19 @@ def test_a_queue_nobody_books_any_more_leaves_no_totals_behind(ending):
         d.step(payload)
     assert _ledger(d.core) == _nonzero_recount(d.core)
     assert retained(d.core._ledger).entries == before
+
+
+def test_a_move_that_raises_still_books_the_workload_back():
+    d = QueueDriver()
+    d.step(capacity(cpu="8"), 0.0)
+    d.step(submitted(job("ns/a", cpu="2", at=0.0)), 0.0)
+    d.step(placed("ns/a"), 0.0)
+    w = d.core._workloads["ns/a"]
+    try:
+        with d.core._ledger.moving(w) as moved:
+            assert moved is w and _ledger(d.core)["held"] == {}  # out of every aggregate while it moves
+            w.state = "running"
+            raise RuntimeError("a bug in the body")
+    except RuntimeError:
+        pass
+    assert _ledger(d.core) == _nonzero_recount(d.core) and _ledger(d.core)["running"] == ["ns/a"]
