@@ -9,7 +9,8 @@ adds milliseconds is the queue in front of that service.
 
 Then, from each process's stage trace (``shared.bus.stagetrace``, on for the run) over the measured
 part: how old records were when a fetch returned them, how long a batch and a send took, the
-collections, how late the event loop ran a 10 ms timer, the effects' HTTP requests, the captures.
+collections (their wall time, their CPU — the difference is waiting for a core — and the garbage
+they found), how late the event loop ran a 10 ms timer, the effects' HTTP requests, the captures.
 
     python -m bench.e2e_stages [--nodes 200 --fill 150 --waiting 20 --workloads 50 --rate 50]
 """
@@ -73,6 +74,9 @@ def traced(folder: str, start: float, end: float) -> list[str]:
                     found.setdefault((row[2], "record age at fetch"), []).extend(row[3])
                 elif what in ("batch", "send", "gc", "capture"):
                     found.setdefault((row[3], what if what != "gc" else f"gc gen{row[4]}"), []).append(row[2] - t)
+                    if what == "gc" and len(row) > 6:
+                        found.setdefault((row[3], f"gc gen{row[4]} cpu"), []).append(row[5])
+                        found.setdefault((row[3], f"gc gen{row[4]} garbage"), []).append(row[6])
                 elif what == "lag":
                     found.setdefault((row[2], "loop late >2ms"), []).append(row[3])
                 elif what == "apply":
@@ -82,8 +86,10 @@ def traced(folder: str, start: float, end: float) -> list[str]:
     out = []
     for (process, what), values in sorted(found.items()):
         v = sorted(values)
-        out.append(f"{process:16s} {what:22s} n {len(v):6d}  p50 {1000 * percentile(v, 0.5):8.1f}  "
-                   f"p99 {1000 * percentile(v, 0.99):8.1f}  max {1000 * v[-1]:8.1f}  sum {1000 * sum(v):9.0f} ms")
+        scale, unit = (1, "objects") if what.endswith("garbage") else (1000, "ms")
+        out.append(f"{process:16s} {what:22s} n {len(v):6d}  p50 {scale * percentile(v, 0.5):8.1f}  "
+                   f"p99 {scale * percentile(v, 0.99):8.1f}  max {scale * v[-1]:8.1f}  "
+                   f"sum {scale * sum(v):9.0f} {unit}")
     return out
 
 

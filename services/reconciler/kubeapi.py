@@ -381,6 +381,8 @@ class Watcher:
     gone downstream (``shared.listing``). A
     resource the cluster does not serve (a CRD not installed: 404) is tried again every
     ``absent_retry`` seconds, so installing Volcano later needs no restart.
+
+    What was seen is kept as text, not as the parsed objects: see ``Cached``.
     """
 
     def __init__(self, api: client.ApiClient, *, watch_timeout: int = 300, absent_retry: float = 30.0,
@@ -403,16 +405,16 @@ class Watcher:
         ``sink``, before any later one), and ``listed`` is called: from then on a deletion is seen as
         one. A resource not served (404) is no listing (as client-go's reflector, which replaces
         its store only with a list it got): its objects are judged at the first list that works."""
-        seen: dict[tuple[str, str], dict[str, Any]] = {}
+        seen: dict[tuple[str, str], Cached] = {}
         version: str | None = None
         absent_logged = False
         while True:
             try:
                 if version is None:
-                    version = await self._relist(resource, seen, sink)
+                    version, listing = await self._relist(resource, seen, sink)
                     absent_logged = False
                     if inventory is not None:
-                        await inventory(resource, version, list(seen.values()))
+                        await inventory(resource, version, listing)
                     if listed is not None:
                         listed()
                 version = await self._watch(resource, version, seen, sink)
@@ -434,7 +436,9 @@ class Watcher:
                 log.warning("watching %s: %s; listing again", resource.plural, exc)
                 await asyncio.sleep(self.error_retry)
 
-    async def _relist(self, resource: Resource, seen: dict[tuple[str, str], dict[str, Any]], sink: Sink) -> str:
+    async def _relist(self, resource: Resource, seen: dict[tuple[str, str], Cached], sink: Sink
+                      ) -> tuple[str, list[dict[str, Any]]]:
+        """List, report what changed since ``seen``; the list's resourceVersion and its objects."""
         self.lists += 1
         listing = await checked(self._call(resource, _preload_content=False))
         present: dict[tuple[str, str], dict[str, Any]] = {}
@@ -442,16 +446,15 @@ class Watcher:
             obj = _complete(item, resource)
             present[_key(obj)] = obj
         for key in [k for k in seen if k not in present]:
-            await sink("Deleted", seen.pop(key))
+            await sink("Deleted", revived(seen.pop(key), resource))
         for key, obj in present.items():
             before = seen.get(key)
-            if before is None or _version(before) != _version(obj):
-                seen[key] = obj
+            if before is None or before[:2] != _version(obj):
+                seen[key] = _seen(obj)
                 await sink("Added" if before is None else "Modified", obj)
-        return str((listing.get("metadata") or {}).get("resourceVersion") or "")
+        return str((listing.get("metadata") or {}).get("resourceVersion") or ""), list(present.values())
 
-    async def _watch(self, resource: Resource, version: str, seen: dict[tuple[str, str], dict[str, Any]],
-                     sink: Sink) -> str:
+    async def _watch(self, resource: Resource, version: str, seen: dict[tuple[str, str], Cached], sink: Sink) -> str:
         """Follow one watch until the server ends it; the resourceVersion to resume from."""
         watch = _RawWatch(return_type="object")
         async with watch:
@@ -465,7 +468,7 @@ class Watcher:
                 if change == "Deleted":
                     seen.pop(_key(obj), None)
                 else:
-                    seen[_key(obj)] = obj
+                    seen[_key(obj)] = _seen(obj, event.get("raw_line"))
                 await sink(change, obj)
         return str(watch.resource_version or version)
 
@@ -486,10 +489,44 @@ class _RawWatch(Watch):
     """kubernetes-asyncio's watch hands each event's object to ``deserialize`` for the return type;
     for ``object`` that is a ``json.dumps`` and a ``json.loads`` of the dict it has just parsed, twice
     the parsing a watch event needs. This one keeps the parsed dict (``raw_object``, as the watcher
-    reads it); errors, bookmarks and the resourceVersion are handled as before."""
+    reads it) and the line it came in (``raw_line``, what ``Cached`` keeps); errors, bookmarks and the
+    resourceVersion are handled as before."""
 
     def unmarshal_event(self, data: str | bytes, response_type: str | None) -> Any:
-        return super().unmarshal_event(data, None)
+        event = super().unmarshal_event(data, None)
+        if isinstance(event, dict):
+            event["raw_line"] = data
+        return event
+
+
+Cached = tuple[str, str, "str | bytes", bool]
+"""An object as the watcher last saw it: ``(uid, resourceVersion, text, whether the text is the watch
+event's line)`` (``_seen``); ``revived`` parses it again, for the one use of a past object: reporting
+it deleted when a relist no longer finds it.
+
+The watcher holds the last version of every object it watches, as an informer's cache does, but
+nothing reads those objects except that rare relist. Kept as parsed dicts they were what the cluster
+link's cyclic collector walked: every watch event's object survived the young collections (a pod
+replaces its last version), so a young collection walked tens of thousands of objects (generation
+1: up to 76–133 ms of CPU a collection under load, 28–39 ms since), and a full one the whole cache,
+every pod and node of the cluster (240–260 ms of CPU once it was full). A plain tuple of texts is
+not tracked by the collector once a collection has seen it (CPython untracks tuples of atomic
+values; a subclass it would not), the line is already there (nothing encoded on a watch event; a
+list's items are encoded once), and the text is smaller than its dicts."""
+
+
+def _seen(obj: dict[str, Any], line: str | bytes | None = None) -> Cached:
+    """``obj`` as the watcher keeps it: the watch event's ``line`` when given, else its JSON text."""
+    uid, version = _version(obj)
+    if line is None:
+        return (uid, version, json.dumps(obj, separators=(",", ":")), False)
+    return (uid, version, line, True)
+
+
+def revived(kept: Cached, resource: Resource) -> dict[str, Any]:
+    """The object ``_seen`` kept, as the watch or list gave it."""
+    value = json.loads(kept[2])
+    return _complete(value["object"] if kept[3] else value, resource)
 
 
 def _complete(obj: dict[str, Any], resource: Resource) -> dict[str, Any]:

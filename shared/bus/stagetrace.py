@@ -11,7 +11,10 @@ What is noted, each a ``[what, ...]`` line:
 - ``batch``: ``[t0, t1, reader, records]``: a batch handled, its outputs sent and acknowledged
 - ``send``: ``[t0, t1, process, records]``: one ``send_all``, from the call to the broker's
   acknowledgement of every record
-- ``gc``: ``[t0, t1, process, generation]``: a collection (``gc.callbacks``)
+- ``gc``: ``[t0, t1, process, generation, cpu, collected]``: a collection (``gc.callbacks``), ``cpu``
+  the seconds of CPU it took (``time.thread_time``: on a loaded machine a collection's wall time is
+  mostly the waits for a core, which ``t1 - t0`` cannot tell from its own work), ``collected`` the
+  objects it found unreachable (cyclic garbage: freeing it is part of the pause)
 - ``lag``: ``[t, process, late]``: a 10 ms timer fired ``late`` seconds after it was due: the event
   loop was held (CPU, a collection, a capture, a long callback)
 - ``apply``: ``[t0, t1, op]``: one effect applied over HTTP (``muster run cluster``)
@@ -43,6 +46,7 @@ class StageTrace:
         self.process = process
         self.rows: list[list[Any]] = []
         self._gc_started = 0.0
+        self._gc_cpu = 0.0
         self._flushed = time.time()
 
     def note(self, *row: Any) -> None:
@@ -58,9 +62,10 @@ class StageTrace:
 
     def _gc(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
-            self._gc_started = time.time()
+            self._gc_started, self._gc_cpu = time.time(), time.thread_time()
         else:
-            self.rows.append(["gc", self._gc_started, time.time(), self.process, info.get("generation")])
+            self.rows.append(["gc", self._gc_started, time.time(), self.process, info.get("generation"),
+                              round(time.thread_time() - self._gc_cpu, 6), info.get("collected")])
 
     async def lag_probe(self) -> None:
         """Note how late a short sleep wakes, for as long as the loop runs (cancelled with it)."""

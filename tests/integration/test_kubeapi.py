@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any, Awaitable, Callable, TypeVar
 
 import pytest
@@ -318,6 +319,53 @@ def test_an_expired_watch_lists_again_and_reports_only_what_changed(kube: KubeAp
     seen = watch(kube, (NODE,), script).seen
     assert sorted(seen[:2]) == [("Added", "Node", "goes"), ("Added", "Node", "stays")]
     assert sorted(seen[2:]) == [("Added", "Node", "new"), ("Deleted", "Node", "goes")]
+
+
+def test_an_object_gone_while_unwatched_is_reported_as_last_watched_and_the_cache_is_not_walked_by_gc(
+        kube: KubeApiEmulator) -> None:
+    """The watcher keeps what it saw as text (``kubeapi.Cached``): a relist that misses an object
+    reports its last watched version, as the parsed object would have been, and nothing of the
+    cache is tracked by the cyclic collector."""
+    kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "goes", "labels": {"v": "1"}}})
+    kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "stays"}})
+    objects: list[tuple[str, dict]] = []
+    caches: list[dict] = []
+
+    class Keeping(Collector):
+        async def __call__(self, change: str, obj: dict) -> None:
+            objects.append((change, obj))
+            await super().__call__(change, obj)
+
+    async def work(api: Any) -> None:
+        collector = Keeping()
+        watcher = Watcher(api)
+        real = watcher._watch
+
+        async def watching(resource: Resource, version: str, seen: dict, sink: Any) -> str:
+            caches.append(seen)
+            return await real(resource, version, seen, sink)
+
+        watcher._watch = watching  # type: ignore[method-assign]
+        task = asyncio.create_task(watcher.run(NODE, collector))
+        try:
+            await collector.until(2)
+            await later(kube.patch, "Node", "v1", "", "goes", {"metadata": {"labels": {"v": "2"}}})
+            await collector.until(3)
+            gc.collect()
+            assert not any(gc.is_tracked(kept) for kept in caches[0].values())
+            kube.cut_watches()
+            await later(kube.delete, "Node", "v1", "", "goes")
+            kube.compact()
+            await later(kube.end_watches)
+            await collector.until(4)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    run(kube, work)
+    modified = next(obj for change, obj in objects if change == "Modified")
+    deleted = next(obj for change, obj in objects if change == "Deleted")
+    assert deleted == modified and deleted["metadata"]["labels"] == {"v": "2"} and deleted["kind"] == "Node"
 
 
 def test_a_resource_the_cluster_does_not_serve_is_retried_quietly() -> None:

@@ -35,3 +35,9 @@ def test_on_it_writes_what_each_stage_took_and_the_bench_sums_the_window(monkeyp
     assert [line.split()[:4] for line in lines] == [["queue", "inbox", "batch", "n"],
                                                       ["queue", "inbox", "record", "age"]]
     assert "n      2" in lines[1] and "max      6.0" in lines[1] and "sum        10 ms" in lines[1]
+    collected = rows[3]
+    assert collected[3:5] == ["queue", 2] and 0 <= collected[5] and 0 <= collected[6]  # its CPU, its garbage
+    around = traced(str(tmp_path), collected[1] - 1, collected[1] + 1)
+    assert [line.split()[:4] for line in around] == [["queue", "gc", "gen2", "n"], ["queue", "gc", "gen2", "cpu"],
+                                                       ["queue", "gc", "gen2", "garbage"]]
+    assert around[2].endswith(" objects") and around[1].endswith(" ms")
