@@ -93,6 +93,12 @@ class PlacementCore:
 
     # ------------------------------------------------------------------ routing
     def handle(self, env: Envelope) -> list[Any]:
+        out = self._route(env)
+        if self.nodes.compaction_due():  # between two events: no statement is open, no row is in flight
+            self._compact_nodes()
+        return out
+
+    def _route(self, env: Envelope) -> list[Any]:
         p = env.payload
         now = env.occurred_at
         self._now = now
@@ -157,6 +163,22 @@ class PlacementCore:
         self._release_pending = False
         out: list[Any] = lost + [self._capacity_changed(released, everyone=bool(change.grew or change.constraints))]
         return out + self._retry_displaced() if released else out
+
+    def _compact_nodes(self) -> None:
+        """Drop the node table's rows of gone nodes nothing refers to (``NodeTable.compact``) and move
+        every row number placement holds (charged pods, slots) to its row's new place."""
+        slots = {id(s): s for wrec in self.workloads.values() for s in wrec.slots}
+        for rec in self.pods.values():
+            if rec.slot is not None:
+                slots.setdefault(id(rec.slot), rec.slot)
+        referenced = {rec.node for rec in self.pods.values() if rec.node is not None}
+        referenced.update(s.node for s in slots.values())
+        moved = self.nodes.compact(referenced).tolist()
+        for rec in self.pods.values():
+            if rec.node is not None:
+                rec.node = moved[rec.node]
+        for slot in slots.values():
+            slot.node = moved[slot.node]
 
     def _capacity_changed(self, released: bool, everyone: bool = False) -> CapacityChanged:
         """``everyone``: nodes came, changed or victims ripened; every waiting gang may try. Otherwise a

@@ -14,6 +14,9 @@ is one contiguous vector over all nodes.
   (identical floats, stable ties).
 - ``mix``: the shapes of recently arrived pods, which the ``fragmentation`` strategy measures against
   (``fragmentation.py``); the core feeds it as workloads arrive.
+- ``compact``: rows of nodes that left and that nothing refers to any more are dropped once they
+  outnumber the live ones (``compaction_due``), live rows keeping their relative order: the table is
+  bounded by the live nodes, not by every node ever seen (an autoscaler names each node anew).
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ SCORED_SHAPES = 32
 ONE_BY_ONE = 24
 """Up to this many changed rows a kept vector is brought up to date row by row (``fit_score``), past
 it with one numpy pass over those rows."""
+COMPACT_MIN = 64
+"""Rows of gone nodes the table keeps before it compacts at all (``compaction_due``)."""
 CHANGED_ROWS = 4096
 """Rows changed (``ScoreIndex.changed``) that are kept to bring kept score vectors up to date; past
 that the log starts afresh and every kept vector is computed again when next asked for."""
@@ -176,6 +181,12 @@ class NodeTable:
         self.mix = fragmentation.Mix()
         self._schedulable: int | None = None
         self.scored = ScoreIndex()
+        self.live = 0
+        """Present rows; the others are nodes that left (or that only a pod has named so far)."""
+        self.compact_min: int | None = COMPACT_MIN
+        """Gone rows tolerated before ``compaction_due``; None never compacts (tests compare the two)."""
+        self._absent_kept = 0
+        """Gone rows the last compaction had to keep (something still referred to them)."""
 
     def __getstate__(self) -> dict[str, Any]:
         """A snapshot (``shared.bus.snapshot``) leaves the demand memo out: it is rebuilt as pods come."""
@@ -256,6 +267,8 @@ class NodeTable:
             return None
         if was_counting:
             self._add_total(old, -1)
+        if not was_present:
+            self.live += 1
         self.alloc[:, i] = vector
         self.free[:, i] = vector - self.used[:, i]
         self.divisor[:, i] = np.maximum(vector, 1)
@@ -278,6 +291,8 @@ class NodeTable:
             return None
         if self.counting(i):
             self._add_total(self.alloc[:, i], -1)
+        if not self.present[i]:
+            self.live += 1
         self.present[i], self.schedulable[i] = True, False
         self._nodes_changed()
         return NodeChange(capacity=True, grew=False, constraints=False)
@@ -298,8 +313,60 @@ class NodeTable:
         if self.counting(i):
             self._add_total(self.alloc[:, i], -1)
         self.present[i] = False
+        self.live -= 1
         self._nodes_changed()
         return NodeChange(capacity=True, grew=False, constraints=False)
+
+    def compaction_due(self) -> bool:
+        """More rows of gone nodes than live ones (and at least ``compact_min``, and twice what the last
+        compaction had to keep, so rows still referred to do not make every event try again)."""
+        absent = len(self.names) - self.live
+        return self.compact_min is not None and absent >= self.compact_min and absent > self.live \
+            and absent > 2 * self._absent_kept
+
+    def compact(self, referenced: set[int]) -> np.ndarray:
+        """Drop the rows of nodes not present that no row number in ``referenced`` names (the caller's
+        pods and slots); returns the new row of every old one (-1: dropped), for the caller to remap.
+
+        Live rows keep their relative order, so every tie broken by row order among them breaks alike
+        and decisions do not change: a dropped row was never feasible (not present) and charged
+        nothing (nothing referred to it). A name whose row was dropped that comes back gets a new row
+        after every other, as a node added anew does in kube-scheduler's node tree. Kept score vectors
+        and static masks are dropped (computed afresh they are the same floats: ``scores``); the
+        arrays shrink to the rows kept."""
+        n = self.n
+        keep = self.present[:n].copy()
+        if referenced:
+            keep[np.fromiter(referenced, np.intp, len(referenced))] = True
+        rows = np.flatnonzero(keep)
+        new_of_old = np.full(n, -1, np.intp)
+        new_of_old[rows] = np.arange(len(rows))
+        order = rows.tolist()
+        self.names = [self.names[i] for i in order]
+        self.index = {name: j for j, name in enumerate(self.names)}
+        self.labels = [self.labels[i] for i in order]
+        self.taints = [self.taints[i] for i in order]
+        cap = 64
+        while cap < len(order):
+            cap *= 2
+
+        def cut(a: np.ndarray, fill: Any, axis: int) -> np.ndarray:
+            kept = np.take(a, rows, axis=axis)
+            pad = [(0, 0)] * a.ndim
+            pad[axis] = (0, cap - len(order))
+            return np.pad(kept, pad, constant_values=fill)
+
+        self.alloc, self.used, self.free = cut(self.alloc, 0, 1), cut(self.used, 0, 1), cut(self.free, 0, 1)
+        self.divisor = cut(self.divisor, 1.0, 1)
+        self.present, self.schedulable = cut(self.present, False, 0), cut(self.schedulable, True, 0)
+        self.hard_tainted, self.gpu_count = cut(self.hard_tainted, False, 0), cut(self.gpu_count, 0, 0)
+        self.gpu_used = cut(self.gpu_used, gpu.SENTINEL, 0)
+        self.gpu_room, self.gpu_load = cut(self.gpu_room, -1, 0), cut(self.gpu_load, 0, 0)
+        self.gpu_div = cut(self.gpu_div, 1.0, 0)
+        self._nodes_changed()
+        self.scored = ScoreIndex()
+        self._absent_kept = len(order) - self.live
+        return new_of_old
 
     def _add_total(self, vector: np.ndarray, sign: int) -> None:
         for c, amount in enumerate(vector.tolist()):
