@@ -689,10 +689,9 @@ class QueueCore:
         if snap.candidates is None:
             min_runtime = {queue: self._min_runtime(queue) for queue in self._ledger.running_queues}
             snap.candidates = [
-                Running(key=x.key, queue=x.queue, priority=x.spec.priority, preemptible=x.spec.preemptible,
-                        started_at=x.started_at or 0.0, min_runtime=min_runtime[x.queue], demand=x.demand,
-                        admitted_seq=x.reserved_seq, promised=bool(x.promised_to))
-                for x in self._ledger.running.values()
+                Running(spec.key, spec.queue, spec.priority, spec.preemptible, x.started_at or 0.0,
+                        min_runtime[spec.queue], x.demand, x.reserved_seq, bool(x.promised_to))
+                for x in self._ledger.running.values() for spec in (x.spec,)
             ]
         return snap.candidates
 
