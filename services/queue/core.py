@@ -703,8 +703,8 @@ class QueueCore:
         queues above their guarantee give as well."""
         usage = snap.usage.get(w.queue, {})
         if candidates is snap.candidates:
-            if snap.candidate_queues is None:
-                snap.candidate_queues = list(dict.fromkeys(x.queue for x in candidates))
+            if snap.candidate_queues is None:  # the queues of every running workload, which the ledger counts
+                snap.candidate_queues = list(self._ledger.running_queues)
             names = snap.candidate_queues
         else:
             names = list(dict.fromkeys(x.queue for x in candidates))

@@ -32,6 +32,7 @@ Rules, in the order they are applied:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Iterable, Mapping, NamedTuple
 
 from services.queue.fairshare import dominant_share
@@ -64,6 +65,9 @@ class Running(NamedTuple):
     def order(self) -> tuple[int, float, int, str]:
         """Who goes first: lowest priority, then newest (latest start, admitted last), then key."""
         return (self.priority, -self.started_at, -self.admitted_seq, self.key)
+
+
+_order = attrgetter("order")
 
 
 @dataclass(frozen=True)
@@ -183,9 +187,8 @@ def choose_victims(needs: Mapping[str, Mapping[str, int]], running: list[Running
     """
     need = _Needs(needs, scopes or {})
     pool: dict[str, list[Running]] = {}
-    for w in sorted(running, key=lambda w: w.order):
-        if _eligible(w, requester, queues.get(w.queue), now):
-            pool.setdefault(w.queue, []).append(w)
+    for w in sorted([w for w in running if _eligible(w, requester, queues.get(w.queue), now)], key=_order):
+        pool.setdefault(w.queue, []).append(w)  # only the eligible are sorted: the same pools, in the same order
     left = {name: dict(usage.get(name, {})) for name in pool}
     taken: list[Running] = []
     refusal = ""
