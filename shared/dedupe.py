@@ -16,7 +16,7 @@ resumes at an offset (``shared.bus.snapshot``), and what lies below it is never 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+from collections import deque
 
 PEAK_RATE = 10_000
 """Envelopes per second one producer can write into one inbox: a service's batch of 1,000 records
@@ -45,35 +45,37 @@ RECENT_IDS = 4096
 
 
 class Seen:
-    """The most recent ``capacity`` ids of each source, oldest forgotten first."""
+    """The most recent ``capacity`` ids of each source, oldest forgotten first.
 
-    __slots__ = ("capacity", "_by_source")
+    One dict of every remembered id answers "seen?" in one lookup (every envelope of every service
+    asks); each source's ids, oldest first, sit in a deque that says which to forget. An id is held
+    once, by the source that sent it first: a copy is refused before it is queued twice."""
+
+    __slots__ = ("capacity", "_ids", "_by_source")
 
     def __init__(self, capacity: int = DEDUPE_WINDOW) -> None:
         if capacity < 1:
             raise ValueError("a dedupe window must hold at least one id")
         self.capacity = capacity
-        self._by_source: dict[str, OrderedDict[str, None]] = {}
+        self._ids: dict[str, None] = {}
+        self._by_source: dict[str, deque[str]] = {}
 
     def add(self, event_id: str, source: str = "") -> bool:
         """Remember ``event_id`` (sent by ``source``); False if it was remembered already (a duplicate)."""
-        by_source = self._by_source
-        for ids in by_source.values():  # ``__contains__`` inlined: every envelope of every service adds
-            if event_id in ids:
-                return False
-        ids = by_source.get(source)
-        if ids is None:
-            ids = by_source[source] = OrderedDict()
+        ids = self._ids
+        if event_id in ids:
+            return False
         ids[event_id] = None
-        if len(ids) > self.capacity:
-            ids.popitem(last=False)
+        order = self._by_source.get(source)
+        if order is None:
+            order = self._by_source[source] = deque()
+        order.append(event_id)
+        if len(order) > self.capacity:
+            del ids[order.popleft()]
         return True
 
     def __contains__(self, event_id: object) -> bool:
-        for ids in self._by_source.values():  # a loop, not any(<genexpr>): every envelope of every service asks
-            if event_id in ids:
-                return True
-        return False
+        return event_id in self._ids
 
     def __len__(self) -> int:
-        return sum(len(ids) for ids in self._by_source.values())
+        return len(self._ids)

@@ -43,7 +43,7 @@ def mapping(value: Any) -> Mapping[str, Any]:
     """``value`` if it is a mapping, else empty: objects from users may have any shape."""
     if type(value) is dict:  # the common case, checked first: this sits on every pod event's path
         return value
-    return value if isinstance(value, AbcMapping) else {}
+    return value if value is not None and isinstance(value, AbcMapping) else {}  # None: no ABC frame
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -59,8 +59,11 @@ def annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
 
 
 def refused(obj: Mapping[str, Any]) -> str | None:
-    """Why ingest refused ``obj`` (``REFUSED``), or None."""
-    reason = annotations(obj).get(REFUSED)
+    """Why ingest refused ``obj`` (``REFUSED``), or None. Asked of every watch event a core reads,
+    so the usual shape (plain dicts all the way) is read without a call per level."""
+    meta = obj.get("metadata") if type(obj) is dict else mapping(obj).get("metadata")
+    notes = meta.get("annotations") if type(meta) is dict else mapping(meta).get("annotations")
+    reason = notes.get(REFUSED) if type(notes) is dict else mapping(notes).get(REFUSED)
     return reason if isinstance(reason, str) else None
 
 
@@ -86,7 +89,7 @@ def key(obj: Mapping[str, Any]) -> str:
 def container_requests(container: Mapping[str, Any], where: str) -> q.Resources:
     """A container's requests with limits filling any missing request (as the API server defaults)."""
     res = container.get("resources") or {}
-    if not isinstance(res, AbcMapping):
+    if type(res) is not dict and not isinstance(res, AbcMapping):  # dict first: no ABC frame
         raise q.QuantityError(f"{where}.resources must be a mapping")
     requests = q.parse_resources(res.get("requests"), where=f"{where}.resources.requests")
     limits = q.parse_resources(res.get("limits"), where=f"{where}.resources.limits")
@@ -195,5 +198,5 @@ def watched_namespace(event_namespace: str, obj: Mapping[str, Any]) -> str:
     if event_namespace:
         return event_namespace
     meta = obj.get("metadata")
-    namespace = meta.get("namespace") if isinstance(meta, AbcMapping) else None
+    namespace = meta.get("namespace") if type(meta) is dict or isinstance(meta, AbcMapping) else None
     return namespace if isinstance(namespace, str) and namespace else "default"

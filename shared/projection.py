@@ -74,6 +74,9 @@ ENVELOPE_READ = TypeAdapter(EnvelopeRead)
 
 
 PHASES = ("Rejected", "Queued", "Admitted", "Running", "Succeeded", "Failed", "Preempted", "Deleted")
+NOT_LIVE = frozenset({None, "Deleted"})
+"""Phases of a view that is no workload of its queue: not heard of yet (``None``), or deleted. Counted
+in no queue (the reconciler's status book)."""
 
 
 @dataclass

@@ -46,6 +46,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
 
 
 RAY_POD_LABELS = ("ray.io/cluster", "ray.io/node-type", "ray.io/originated-from-crd")
+_CLUSTER_LABEL, _NODE_TYPE_LABEL, _ORIGIN_LABEL = RAY_POD_LABELS
 
 
 def admission_reads_pod(obj: dict, change: str = "Added") -> bool:
@@ -55,7 +56,8 @@ def admission_reads_pod(obj: dict, change: str = "Added") -> bool:
     deletions (a refused pod that is gone no longer holds its workload back)."""
     meta = obj.get("metadata")
     labels = meta.get("labels") if isinstance(meta, dict) else None
-    if not (isinstance(labels, dict) and any(labels.get(k) for k in RAY_POD_LABELS)):
+    if not (isinstance(labels, dict) and (labels.get(_CLUSTER_LABEL) or labels.get(_NODE_TYPE_LABEL)
+                                          or labels.get(_ORIGIN_LABEL))):  # any of ``RAY_POD_LABELS``, unrolled
         return True
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
     return change == "Deleted" or (isinstance(annotations, dict) and REFUSED in annotations)

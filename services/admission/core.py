@@ -605,9 +605,9 @@ def _shape(w: RayWorkload, rules: GangRules) -> RayShape:
 def _rayjob_of(cluster: Mapping[str, Any]) -> str:
     """The RayJob a RayCluster was made for (KubeRay's origin label, else its owner), "" if unknown."""
     meta = cluster.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
+    meta = meta if type(meta) is dict or isinstance(meta, Mapping) else {}  # dict first: no ABC frame
     labels = meta.get("labels")
-    name = labels.get("ray.io/originated-from-cr-name") if isinstance(labels, Mapping) else None
+    name = labels.get("ray.io/originated-from-cr-name") if type(labels) is dict or isinstance(labels, Mapping) else None
     if isinstance(name, str) and name:
         return name
     owners = meta.get("ownerReferences")
@@ -620,16 +620,16 @@ def _rayjob_of(cluster: Mapping[str, Any]) -> str:
 def _group_spec(group: Mapping[str, Any] | None) -> Mapping[str, Any]:
     """A KubeRay-made PodGroup's spec (empty when there is none)."""
     spec = group.get("spec") if group is not None else None
-    return spec if isinstance(spec, Mapping) else {}
+    return spec if type(spec) is dict or (spec is not None and isinstance(spec, Mapping)) else {}
 
 
 def _where_group(group: Mapping[str, Any] | None, namespace: str) -> str:
     meta = group.get("metadata") if group is not None else None
-    name = meta.get("name") if isinstance(meta, Mapping) else None
+    name = meta.get("name") if type(meta) is dict or (meta is not None and isinstance(meta, Mapping)) else None
     return f"PodGroup {namespace}/{name}"
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata")
-    uid = meta.get("uid") if isinstance(meta, Mapping) else None
+    uid = meta.get("uid") if type(meta) is dict or isinstance(meta, Mapping) else None  # dict first: no ABC frame
     return uid if isinstance(uid, str) else ""

@@ -46,7 +46,7 @@ def mapping(value: object, where: str) -> Mapping[str, Any]:
     """A required mapping (missing and null are refused)."""
     if value is None:
         raise Invalid(f"{where}: missing")
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):  # dict first: the ABC check runs a Python frame
         raise Invalid(f"{where}: {show(value)} is not a mapping")
     return value
 

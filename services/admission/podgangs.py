@@ -195,8 +195,8 @@ def _bound(pod: Mapping[str, Any]) -> bool:
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """Labels, tolerating a malformed metadata (the shape is reported later, when the pod is parsed)."""
     meta = obj.get("metadata")
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    return labels if isinstance(labels, Mapping) else {}
+    labels = meta.get("labels") if type(meta) is dict or isinstance(meta, Mapping) else None  # dict first: no ABC frame
+    return labels if type(labels) is dict or isinstance(labels, Mapping) else {}
 
 
 def is_ray_pod(pod: Mapping[str, Any]) -> bool:
@@ -232,9 +232,9 @@ def is_plain_podgroup(api_version: str, obj: Mapping[str, Any]) -> bool:
 def ray_owner(obj: Mapping[str, Any]) -> tuple[str, str] | None:
     """(kind, name) of the RayCluster or RayJob that owns ``obj`` (a PodGroup KubeRay made), else None."""
     meta = obj.get("metadata")
-    owners = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    owners = meta.get("ownerReferences") if type(meta) is dict or isinstance(meta, Mapping) else None
     for owner in owners if isinstance(owners, list) else []:
-        if isinstance(owner, Mapping) and owner.get("kind") in RAY_OWNERS and isinstance(owner.get("name"), str):
+        if (type(owner) is dict or isinstance(owner, Mapping)) and owner.get("kind") in RAY_OWNERS and isinstance(owner.get("name"), str):
             return owner["kind"], owner["name"]
     return None
 

@@ -25,7 +25,7 @@ def pod_resources(spec: Mapping[str, Any], where: str) -> q.Resources:
     if not containers:
         raise Invalid(f"{where}.containers: missing (a pod needs at least one container)")
     for i, container in enumerate(containers):
-        if not isinstance(container, Mapping):
+        if type(container) is not dict and not isinstance(container, Mapping):
             raise Invalid(f"{where}.containers[{i}]: {show(container)} is not a mapping")
         name = container.get("name") or str(i)
         res = opt_mapping(container.get("resources"), f"{where}.containers[{name}].resources")

@@ -69,11 +69,13 @@ def volcano_pinned(metas: Iterable[tuple[str, Mapping[str, Any]]]) -> bool:
     """
     pinned = False
     for where, meta in metas:
-        if not isinstance(meta, Mapping):
+        if not (type(meta) is dict or isinstance(meta, Mapping)):  # dict first: no ABC frame
             continue
         for part in ("annotations", "labels"):
             values = meta.get(part)
-            raw = values.get(VOLCANO_PREEMPTABLE) if isinstance(values, Mapping) else None
+            if values is None:
+                continue
+            raw = values.get(VOLCANO_PREEMPTABLE) if type(values) is dict or isinstance(values, Mapping) else None
             if raw is None:
                 continue
             if not isinstance(raw, str) or raw not in GO_BOOLS:
@@ -87,28 +89,30 @@ def ray_pod_metas(kind: str, obj: Mapping[str, Any]) -> list[tuple[str, Mapping[
     """The metadata of a RayCluster / RayJob and of each pod template in it (head, workers, submitter)."""
     out: list[tuple[str, Mapping[str, Any]]] = [("metadata", _meta(obj))]
     spec = obj.get("spec")
-    if not isinstance(spec, Mapping):
+    if type(spec) is not dict and not isinstance(spec, Mapping):
         return out
     prefix, cluster = "spec", spec
     if kind == "RayJob":
         prefix, cluster = "spec.rayClusterSpec", spec.get("rayClusterSpec")
         out.append(("spec.submitterPodTemplate.metadata", _meta(spec.get("submitterPodTemplate"))))
-    if not isinstance(cluster, Mapping):
+    if type(cluster) is not dict and not isinstance(cluster, Mapping):
         return out
     head = cluster.get("headGroupSpec")
-    if isinstance(head, Mapping):
+    if type(head) is dict or isinstance(head, Mapping):
         out.append((f"{prefix}.headGroupSpec.template.metadata", _meta(head.get("template"))))
     groups = cluster.get("workerGroupSpecs")
     for i, group in enumerate(groups if isinstance(groups, list) else []):
-        if isinstance(group, Mapping):
+        if type(group) is dict or isinstance(group, Mapping):
             name = group.get("groupName") or i
             out.append((f"{prefix}.workerGroupSpecs[{name}].template.metadata", _meta(group.get("template"))))
     return out
 
 
 def _meta(obj: object) -> Mapping[str, Any]:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    return meta if isinstance(meta, Mapping) else {}
+    if obj is None:
+        return {}
+    meta = obj.get("metadata") if type(obj) is dict or isinstance(obj, Mapping) else None
+    return meta if type(meta) is dict or (meta is not None and isinstance(meta, Mapping)) else {}
 
 
 class PriorityBook:

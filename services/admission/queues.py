@@ -254,6 +254,8 @@ class _Source:
     api_version: str
     names: tuple[str, ...] = ()
     rejected: str | None = None
+    rejected_name: str = ""
+    """The queue its last rejection named (a node of an ElasticQuotaTree, or the object's own name)."""
     seq: int = 0
     """When the book first met the object (since it was last deleted): retries go in that order."""
 
@@ -319,7 +321,11 @@ class QueueBook:
             self.specs.pop(qname, None)
             self._owner.pop(qname, None)
             out.append(QueueRemoved(name=qname))
-        return out + (self._retry_rejected() if out else [])
+        out += self._retry_rejected() if out else []
+        refused = source.rejected_name if source.rejected is not None else ""
+        if refused and refused not in source.names and refused not in self.specs:
+            out.append(QueueRemoved(name=refused))  # its rejection goes with it (no other object defines it)
+        return out
 
     def _parse(self, source: _Source) -> list[QueueSpec]:
         not_refused(source.obj)
@@ -341,7 +347,7 @@ class QueueBook:
             if source.rejected == exc.reason:
                 return []
             source.rejected = exc.reason
-            name = exc.subject or source.name
+            name = source.rejected_name = exc.subject or source.name
             if name == source.name:
                 return [QueueRejected(name=name, kind=source.kind, reason=exc.reason)]
             meta = kube.meta(source.obj)

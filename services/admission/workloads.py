@@ -47,10 +47,10 @@ class RayShape:
 def is_rayjob_cluster(obj: Mapping[str, Any]) -> bool:
     """A RayCluster KubeRay created for a RayJob: the RayJob is the workload, so admission skips it."""
     meta = obj.get("metadata")
-    if not isinstance(meta, Mapping):
+    if not (type(meta) is dict or isinstance(meta, Mapping)):  # dict first: no ABC frame
         return False
     labels = meta.get("labels")
-    if isinstance(labels, Mapping) and labels.get(kube.RAY_ORIGIN_KIND) == "RayJob":
+    if (type(labels) is dict or isinstance(labels, Mapping)) and labels.get(kube.RAY_ORIGIN_KIND) == "RayJob":
         return True
     owners = meta.get("ownerReferences")
     return isinstance(owners, list) and any(isinstance(o, Mapping) and o.get("kind") == "RayJob" for o in owners)
@@ -172,7 +172,7 @@ def submitter_pod_set(spec: Mapping[str, Any]) -> PodSet:
 def rayjob_outcome(obj: Mapping[str, Any]) -> tuple[Literal["Succeeded", "Failed"], str] | None:
     """(outcome, reason) once the RayJob's status says it is over, else None."""
     status = obj.get("status")
-    if not isinstance(status, Mapping):
+    if not (type(status) is dict or isinstance(status, Mapping)):  # dict first: no ABC frame
         return None
     job, deployment = status.get("jobStatus"), status.get("jobDeploymentStatus")
     if job not in TERMINAL_JOB_STATUS and deployment not in TERMINAL_DEPLOYMENT_STATUS:

@@ -36,7 +36,7 @@ from shared.events import (
     SlotAssignment, TimerFired, TimerSet, WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.dedupe import RECENT_IDS, Seen
-from shared.listing import WatchBook
+from shared.listing import Held, WatchBook, last_state
 from shared.policy import Policy
 
 CAPACITY_TIMER = "capacity"
@@ -84,8 +84,10 @@ class PlacementCore:
         """Gangs that found no room and no victim (workload key -> room key): they wait for a release."""
         self._shapes: dict[str, tuple[Gang, str, dict[str, None]]] = {}
         """Room key -> (gang, strategy, keys of the waiting gangs of that shape)."""
-        self.book = WatchBook()
-        """Every node and pod placement was told of, to tell what a list lacks (``shared.listing``)."""
+        self.book = WatchBook(by_reference=frozenset({"Pod"}))
+        """Every node and pod placement was told of, to tell what a list lacks (``shared.listing``).
+        Pods by reference: ``PodRecord.held`` is the book's ``Held``, so a pod's object is neither
+        copied on each of its watch events nor held twice."""
         self._mixing = FRAGMENTATION in (policy.placement, *(q_.placement for q_ in policy.queues.values()))
         """Whether any queue places by fragmentation, the only reader of the workload mix (else not fed)."""
 
@@ -95,11 +97,11 @@ class PlacementCore:
         now = env.occurred_at
         self._now = now
         if isinstance(p, ObjectChanged):
-            self.book.observe(p)
+            held = self.book.observe(p)
             if p.kind == "Node":
                 return self._on_node(p)
             if p.kind == "Pod":
-                return self._on_pod(p, now)
+                return self._on_pod(p, now, held)
             return []
         if isinstance(p, TimerFired):
             return self._on_timer(p.key, now)
@@ -208,11 +210,14 @@ class PlacementCore:
             self._foreign[q.GPU] = self._foreign.get(q.GPU, 0) + sign * shares
 
     # ------------------------------------------------------------------ pods
-    def _on_pod(self, p: ObjectChanged, now: float) -> list[Any]:
+    def _on_pod(self, p: ObjectChanged, now: float, held: Held | None = None) -> list[Any]:
         """Count bound live pods, fill or free slots, assign new pods of admitted workloads. A version
         ingest refused (``kube.REFUSED``) is not read: the pod's last readable version stands, and
-        admission rejects its workload naming it."""
+        admission rejects its workload naming it. ``held``: the watch book's ``Held`` of this event's
+        object (None for a deletion, whose object the book no longer holds)."""
         if p.change != "Deleted" and kube.refused(p.object) is not None:
+            if held is not None:  # the book keeps a copy: this version may share parts with the record's
+                held.obj = last_state(held.obj)
             return []
         rec = self.pods.get(pod_key(p.object, p.name, p.namespace))
         facts = pod_facts(p.change, p.object, p.name, p.namespace, self.policy.answers_to,
@@ -220,12 +225,12 @@ class PlacementCore:
         if rec is None:
             if not facts.live or (not facts.bound and facts.workload is None):
                 return []
-            rec = PodRecord(facts=facts, obj=p.object)
+            rec = PodRecord(facts=facts, held=held or Held(p.object))
             self.pods[facts.key] = rec
             if facts.workload:
                 self.pods_of.setdefault(facts.workload, {})[facts.key] = None
         else:
-            rec.facts, rec.obj = facts, p.object
+            rec.facts, rec.held = facts, held or Held(p.object)
         wrec = self._admitted(facts.workload)
         if wrec is not None and facts.kind not in (None, wrec.spec.kind):
             wrec = None  # another kind's object under the same name: not this workload's pod
@@ -339,10 +344,12 @@ class PlacementCore:
     def _stand_in(self, wrec: WorkloadRecord, gone: Slot) -> Slot | None:
         """The newest elastic slot of the same pod set holding a bound pod on a present node: the pod that
         may take a gone gang pod's place (a gang is a count of running pods, not particular ones)."""
-        for slot in sorted(wrec.slots, key=lambda s: -s.index):
-            if slot.elastic and slot.pod_set == gone.pod_set and slot.filled and self.nodes.present[slot.node]:
-                return slot
-        return None
+        found = None  # the highest index; of equal ones the first, as a stable sort by -index gives
+        for slot in wrec.slots:
+            if slot.elastic and slot.pod_set == gone.pod_set and slot.filled and self.nodes.present[slot.node] \
+                    and (found is None or slot.index > found.index):
+                found = slot
+        return found
 
     def _attach(self, wrec: WorkloadRecord, rec: PodRecord) -> list[Any]:
         """Give a live pod of an admitted workload a slot; unbound pods muster answers to are told where

@@ -18,6 +18,7 @@ from services.placement.nodes import Demand
 from services.placement.workloads import Slot
 from shared import kube
 from shared import quantity as q
+from shared.listing import Held
 from shared.model import MatchExpression, PodSet, Toleration
 from shared.treekey import tree_key
 
@@ -92,7 +93,9 @@ def _parse_requests(spec: Mapping[str, Any]) -> dict[str, int]:
 
 def pod_key(obj: Mapping[str, Any], name: str, namespace: str) -> str:
     """``namespace/name`` of a pod watch event (the object's own, else the event's): its record's key."""
-    meta = _mapping(obj.get("metadata"))
+    meta = obj.get("metadata")
+    if type(meta) is not dict:
+        meta = _mapping(meta)
     return f"{meta.get('namespace') or namespace or 'default'}/{meta.get('name') or name}"
 
 
@@ -109,21 +112,31 @@ def pod_facts(change: str, obj: Mapping[str, Any], name: str, namespace: str,
     phase changing, and reading the rest again was a fifth of placement's time in a replay. All
     text, because ``==`` takes ``1``, ``1.0`` and ``true`` as one, which parse and format apart; an
     equal value of a text-only one is the same text (key order aside, which nothing here reads)."""
-    meta = _mapping(obj.get("metadata"))
-    spec = _mapping(obj.get("spec"))
-    namespace = str(meta.get("namespace") or namespace or "default")
-    name = str(meta.get("name") or name)
-    phase = str(_mapping(obj.get("status")).get("phase") or "Pending")
+    meta, spec, status = obj.get("metadata"), obj.get("spec"), obj.get("status")
+    if type(meta) is not dict:
+        meta = _mapping(meta)
+    if type(spec) is not dict:
+        spec = _mapping(spec)
+    phase = str((status.get("phase") if type(status) is dict else _mapping(status).get("phase")) or "Pending")
+    own_namespace, own_name = meta.get("namespace"), meta.get("name")
+    namespace = own_namespace if type(own_namespace) is str and own_namespace else str(
+        own_namespace or namespace or "default")
+    name = own_name if type(own_name) is str and own_name else str(own_name or name)
     labels, annotations, containers = meta.get("labels"), meta.get("annotations"), spec.get("containers")
-    scheduler, own_namespace = spec.get("schedulerName"), meta.get("namespace")
+    scheduler = spec.get("schedulerName")
     if before is not None and before[0].text_only:
         facts, old = before
-        old_meta, old_spec = _mapping(old.get("metadata")), _mapping(old.get("spec"))
+        old_meta, old_spec = old.get("metadata"), old.get("spec")
+        if type(old_meta) is not dict:
+            old_meta = _mapping(old_meta)
+        if type(old_spec) is not dict:
+            old_spec = _mapping(old_spec)
         if facts.namespace == namespace and facts.name == name and labels == old_meta.get("labels") \
                 and annotations == old_meta.get("annotations") and containers == old_spec.get("containers") \
                 and scheduler == old_spec.get("schedulerName") and own_namespace == old_meta.get("namespace"):
-            return PodFacts(facts.key, namespace, name, str(spec.get("nodeName") or ""), phase,
-                            change != "Deleted" and phase not in FINISHED, facts.workload, facts.kind,
+            node_name = spec.get("nodeName")
+            return PodFacts(facts.key, namespace, name, node_name if type(node_name) is str else str(node_name or ""),
+                            phase, change != "Deleted" and phase not in FINISHED, facts.workload, facts.kind,
                             facts.pod_set, facts.requests, facts.gpu_share, facts.gpu_devices,
                             facts.scheduler_name, True)
     requests = _requests(spec)
@@ -160,10 +173,17 @@ def _text_only(value: Any) -> bool:
     if kind is str or value is None:
         return True
     if kind is dict:
-        return all(type(v) is str or _text_only(v) for v in value.values())
-    if kind is list:
-        return all(map(_text_only, value))
-    return False
+        values = value.values()
+    elif kind is list:
+        values = value
+    else:
+        return False
+    if _TEXT.issuperset(map(type, values)):  # text leaves alone (labels, annotations): checked in C
+        return True
+    return all(map(_text_only, values))
+
+
+_TEXT = frozenset({str, type(None)})
 
 
 def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
@@ -197,7 +217,9 @@ def pod_set_of(obj: Mapping[str, Any], name: str, facts: PodFacts) -> PodSet | N
 @dataclass
 class PodRecord:
     facts: PodFacts
-    obj: Mapping[str, Any]
+    held: Held
+    """The object these facts were read from, as the watch book holds it (``shared.listing.Held``):
+    one reference for both, so a snapshot writes it once and no watch event copies it."""
     node: int | None = None
     """Row the pod is charged to, None while it does not count."""
     demand: Demand | None = None
@@ -212,3 +234,7 @@ class PodRecord:
     @property
     def key(self) -> str:
         return self.facts.key
+
+    @property
+    def obj(self) -> Mapping[str, Any]:
+        return self.held.obj

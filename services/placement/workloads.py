@@ -86,8 +86,15 @@ class WorkloadRecord:
 
     def surplus(self, pod_set: str) -> int:
         """Gang slots of a pod set beyond what its (possibly shrunk) spec asks for."""
-        wanted = next((ps.count for ps in self.spec.gang.pod_sets if ps.name == pod_set), 0)
-        return sum(1 for s in self.slots if s.pod_set == pod_set and not s.elastic) - wanted
+        surplus = 0  # plain loops: asked on every pod that leaves its slot
+        for ps in self.spec.gang.pod_sets:
+            if ps.name == pod_set:
+                surplus = -ps.count
+                break
+        for s in self.slots:
+            if s.pod_set == pod_set and not s.elastic:
+                surplus += 1
+        return surplus
 
     def elastic_room(self, pod_set: str) -> int:
         """Elastic pods of a pod set the owner wants beyond the elastic slots it has (negative: too many)."""

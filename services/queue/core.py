@@ -116,8 +116,14 @@ class QueueCore:
 
     def _on_queue_removed(self, p: QueueRemoved, now: float, out: Out) -> None:
         if self.tree.remove(p.name):
+            self._ledger.forget(p.name)
             self._wake_quota_all(now)
             self._request_cycle(now, out)  # its pending workloads hear "does not exist" in the cycle
+
+    def _left(self, queue: str) -> None:
+        """A workload left ``queue``: the ledger forgets a queue that does not exist once nobody books there."""
+        if not self.tree.exists(queue):
+            self._ledger.forget(queue)
 
     # ------------------------------------------------------------------ workloads from admission
     def _on_submitted(self, p: WorkloadSubmitted, now: float, out: Out) -> None:
@@ -143,11 +149,13 @@ class QueueCore:
             return
         if spec == w.spec:
             return
-        moved = spec.queue != w.queue
+        moved, was = spec.queue != w.queue, w.queue
         self._room.unpark(w)  # a new shape or queue: placement has not judged it yet
         self._quota.unpark(w)  # nor the quota check
         with self._ledger.moving(w):
             w.respec(spec)
+        if moved:
+            self._left(was)
         w.attempts, w.requeue_at = 0, None  # a changed spec is a new attempt: why it backed off may be gone
         if moved:
             self._tell_where(w, self.tree.wait_reason(w.queue), out, moved=True)
@@ -176,6 +184,7 @@ class QueueCore:
         self._room.unpark(w)
         self._quota.unpark(w)
         self._ledger.unbook(w)
+        self._left(w.queue)
         self._growing.pop(w.key, None)
         reclaimer = self._workloads.get(w.promised_to) if w.promised_to else None
         if reclaimer is not None:

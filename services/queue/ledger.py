@@ -8,8 +8,7 @@ spec and books it again afterwards (``Ledger.moving``).
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator, Mapping
+from typing import Mapping
 
 from services.queue.workload import Tracked
 
@@ -48,14 +47,18 @@ class Ledger:
     def unbook(self, w: Tracked) -> None:
         self._apply(w, -1)
 
-    @contextmanager
-    def moving(self, w: Tracked) -> Iterator[Tracked]:
-        """``with ledger.moving(w): w.state = ...`` keeps every aggregate exact."""
-        self.unbook(w)
-        try:
-            yield w
-        finally:
-            self.book(w)
+    def forget(self, queue: str) -> None:
+        """``queue`` is gone: if no workload books there any more (its totals are all zero), drop them,
+        so the ledger keeps the queues in use, not every name a workload ever named."""
+        if any(self.demand.get(queue, {}).values()):  # held, protected, yielding are parts of demand
+            return
+        for table in (self.held, self.protected, self.demand, self.yielding):
+            table.pop(queue, None)
+
+    def moving(self, w: Tracked) -> "_Moving":
+        """``with ledger.moving(w): w.state = ...`` keeps every aggregate exact (``w`` is taken out of
+        them on entering, put back on leaving, also when the body raises)."""
+        return _Moving(self, w)
 
     def _apply(self, w: Tracked, sign: int) -> None:
         _shift(self.demand, w.queue, w.demand, sign)
@@ -90,3 +93,20 @@ class Ledger:
                 members.pop(w.key, None)
                 if not members:
                     index.pop(w.queue, None)
+
+
+class _Moving:
+    """``Ledger.moving``: a plain context manager, not ``contextlib``'s (a generator and two resumptions
+    each time; the queue moves a workload on most events it reads)."""
+
+    __slots__ = ("ledger", "w")
+
+    def __init__(self, ledger: Ledger, w: Tracked) -> None:
+        self.ledger, self.w = ledger, w
+
+    def __enter__(self) -> Tracked:
+        self.ledger.unbook(self.w)
+        return self.w
+
+    def __exit__(self, *exc: object) -> None:
+        self.ledger.book(self.w)

@@ -42,6 +42,8 @@ class RoomWaits:
         """Workload key -> (key, park number) while it waits."""
         self._by_queue: dict[str, dict[int, dict[str, None]]] = {}
         """Queue -> priority -> waiting workload keys (who a newly admitted lower priority may serve)."""
+        self._under: dict[str, int] = {}
+        """Key -> how many wait under it (its heap's live entries): a heap of stale entries only goes."""
         self._seq = 0
 
     def __len__(self) -> int:
@@ -59,11 +61,15 @@ class RoomWaits:
     def _push(self, w: Tracked, key: str, entry: tuple[tuple[int, float, str], int, str]) -> None:
         """Index a workload just parked under ``key``: (its order, park number, key) in the key's heap."""
         heapq.heappush(self._heaps.setdefault(key, []), entry)
+        self._under[key] = self._under.get(key, 0) + 1
 
     def unpark(self, w: Tracked) -> None:
         """``w`` no longer waits (woken, edited, moved, admitted or gone)."""
-        if self._parked.pop(w.key, None) is None:
+        parked = self._parked.pop(w.key, None)
+        if parked is None:
             return
+        if parked[0] in self._under:
+            self._unpushed(parked[0])
         with self._ledger.moving(w):
             setattr(w, self._attr, "")
         by_priority = self._by_queue.get(w.queue, {})
@@ -73,6 +79,21 @@ class RoomWaits:
             by_priority.pop(w.spec.priority, None)
             if not by_priority:
                 self._by_queue.pop(w.queue, None)
+
+    def _unpushed(self, key: str) -> None:
+        """One waiting under ``key`` waits no more, its heap entry stale: a key nobody waits under goes
+        (a shape no release names again would keep its entries for months), and a heap mostly of stale
+        entries keeps only the live ones (``QuotaWaits.unpark``'s rule). Live entries pop as before."""
+        live = self._under[key] - 1
+        if live <= 0:
+            del self._under[key]
+            self._heaps.pop(key, None)
+            return
+        self._under[key] = live
+        heap = self._heaps.get(key)
+        if heap is not None and len(heap) > 2 * live + 16:
+            heap[:] = [e for e in heap if self._parked.get(e[2]) == (key, e[1])]
+            heapq.heapify(heap)
 
     def wake(self, room: dict[str, int], workloads: dict[str, Tracked]) -> list[Tracked]:
         """The first ``count`` waiting workloads of each key, in queue order; they wait no more."""
@@ -100,6 +121,7 @@ class RoomWaits:
         for w in woken:
             self.unpark(w)
         self._heaps.clear()
+        self._under.clear()
         return woken
 
     def above(self, queue: str, priority: int, workloads: dict[str, Tracked]) -> list[Tracked]:

@@ -18,6 +18,17 @@ from shared.model import QueueSpec, UNLIMITED
 
 Resources = dict[str, int]
 
+_IMPLICIT: dict[str, QueueSpec] = {}
+
+
+def _implicit(name: str) -> QueueSpec:
+    """The implicit default queue's spec, made once per name (frozen, so one serves every reader): the
+    fair share asks for it on every queue cycle."""
+    spec = _IMPLICIT.get(name)
+    if spec is None:
+        spec = _IMPLICIT[name] = QueueSpec(name=name)
+    return spec
+
 class QueueTree:
     """QueueSpecs by name plus the implicit, unlimited default queue (until one is defined)."""
 
@@ -54,7 +65,7 @@ class QueueTree:
     def get(self, name: str) -> QueueSpec | None:
         spec = self._specs.get(name)
         if spec is None and name == self.default_queue:
-            return QueueSpec(name=name)
+            return _implicit(name)
         return spec
 
     def exists(self, name: str) -> bool:

@@ -13,18 +13,19 @@ namespace/name" (the cluster adapter resolves RayJob first, then RayCluster).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from shared import kube
 from shared.events import (
     BackedOff, ElasticReleased, ElasticWaiting, Enqueued, Envelope, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, KubeEffect,
-    PodAssigned, PreemptionRequested, QueueRejected, TimerFired, TimerSet, WorkloadDeleted, WorkloadRejected,
-    WorkloadSubmitted, WorkloadUpdated,
+    PodAssigned, PreemptionRequested, QueueRejected, QueueRemoved, TimerFired, TimerSet, WorkloadDeleted,
+    WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, kube_effect,
 )
 from shared.dedupe import RECENT_IDS, Seen
 from shared.policy import Policy
-from services.reconciler.status import STATUS_TIMER, StatusBook, effect_object, pod_group_object
+from services.reconciler.status import STATUS_TIMER, StatusBook, effect_object, pod_group_object, queue_object
 
 ENQUEUED_AT = "muster.dev/enqueued-at"
 DEQUEUED_AT = "muster.dev/dequeued-at"
@@ -38,6 +39,8 @@ ELASTIC = "muster.dev/elastic"
 
 _NO_ANNOTATIONS = frozenset({"PodGroup"})
 """Kinds whose workload object muster does not annotate (a plain pod gang may have no object)."""
+_REBORN = frozenset({"WorkloadSubmitted", "WorkloadRejected"})
+"""Admission's events that start an incarnation of a key: after a deletion, the only ones it takes."""
 
 
 def seconds(t: float) -> str:
@@ -47,6 +50,11 @@ def seconds(t: float) -> str:
 
 def _status(word: str, reason: str) -> str:
     return f"{word}: {reason}" if reason else word
+
+
+def _rejection_object(kind: str, namespace: str, name: str) -> str:
+    """What the reconciler calls the object defining a queue when it tells of its rejection."""
+    return f"{kind}/{namespace}/{name}"
 
 
 def gpu_annotations(gpu: GpuAssignment | None) -> dict[str, str]:
@@ -82,6 +90,10 @@ class ReconcilerCore:
     """Folds decisions into Kubernetes effects; see docs/design.md, "reconciler"."""
 
     service = "reconciler"
+    TOMBSTONE_SECONDS = 600.0
+    """How long (event time) a deleted workload's key is remembered, to drop what the queue and placement
+    decided about it before they heard of the deletion (admission's tombstones last as long); then
+    it is forgotten, so what the reconciler keeps follows live objects."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
@@ -90,6 +102,10 @@ class ReconcilerCore:
         self._workloads: dict[str, _Workload] = {}
         self._applied: dict[str, dict[str, Any]] = {}
         """object id -> field -> last value emitted for it."""
+        self._gone: OrderedDict[str, float] = OrderedDict()
+        """Tombstones: deleted workload key -> when, oldest first (``TOMBSTONE_SECONDS``)."""
+        self._refused: dict[str, str] = {}
+        """Queue name -> the object its rejection was written on, until the queue is removed."""
         self.status = StatusBook(policy)
         self._handlers: dict[str, Callable[[Any, float], list[KubeEffect]]] = {
             "Enqueued": self._on_enqueued,
@@ -106,6 +122,7 @@ class ReconcilerCore:
             "WorkloadSubmitted": self._on_workload_known,
             "WorkloadUpdated": self._on_workload_known,
             "WorkloadDeleted": self._on_workload_deleted,
+            "QueueRemoved": self._on_queue_removed,
         }
 
     def handle(self, env: Envelope) -> list[KubeEffect | TimerSet]:
@@ -115,9 +132,28 @@ class ReconcilerCore:
             return []
         if isinstance(env.payload, TimerFired):
             return self._flush_status() if env.payload.key == STATUS_TIMER else []
+        if self._gone and self._late(env):
+            return []
         handler = self._handlers.get(env.type)
         out: list[KubeEffect | TimerSet] = list(handler(env.payload, env.occurred_at)) if handler else []
         return out + self.status.observe(env)
+
+    def _late(self, env: Envelope) -> bool:
+        """An event about a deleted workload that is no new incarnation of it: the queue or placement
+        decided it before the deletion reached them (the inbox has several writers). Like an update
+        kube-scheduler's cache refuses for a pod it no longer holds, it is dropped whole: it would
+        write on an object that is gone and bring back the state dropped with it."""
+        p = env.payload
+        key = getattr(p, "key", None)
+        if key is None:
+            workload = getattr(p, "workload", None)
+            key = workload.key if workload is not None else None
+        if key not in self._gone:
+            return False
+        if env.type in _REBORN:
+            del self._gone[key]
+            return False
+        return True
 
     def _flush_status(self) -> list[KubeEffect | TimerSet]:
         """Status effects whose content differs from what was last written to that object."""
@@ -156,7 +192,7 @@ class ReconcilerCore:
             annotations[ELASTIC] = "true"
         if not self._remember(pod_id, "placement", ("bind", p.node, tuple(sorted(annotations.items())))):
             return []
-        return [KubeEffect(op="bind", kind="Pod", namespace=p.pod_namespace or wl.namespace, name=p.pod,
+        return [kube_effect(op="bind", kind="Pod", namespace=p.pod_namespace or wl.namespace, name=p.pod,
                            node=p.node, annotations=annotations)]
 
     def _on_gang_running(self, p: GangRunning, now: float) -> list[KubeEffect]:
@@ -182,7 +218,7 @@ class ReconcilerCore:
         for pod in p.promoted:  # it took a gang pod's place: no longer among the first to go
             namespace, _, name = pod.rpartition("/")
             if self._remember(self._pod_id(wl, namespace, name), f"annotation:{ELASTIC}", "false"):
-                out.append(KubeEffect(op="annotate", kind="Pod", namespace=namespace or wl.namespace, name=name,
+                out.append(kube_effect(op="annotate", kind="Pod", namespace=namespace or wl.namespace, name=name,
                                       annotations={ELASTIC: "false"}))
         if not p.evicted:
             return out
@@ -199,9 +235,9 @@ class ReconcilerCore:
             # A second object of another kind claimed the same name: it is the one refused, not ours.
             wl = _Workload(namespace=known.namespace, name=known.name, kind=p.kind)
             status = _status("Rejected", p.reason)
-            out = [KubeEffect(op="annotate", kind=p.kind, namespace=wl.namespace, name=wl.name,
+            out = [kube_effect(op="annotate", kind=p.kind, namespace=wl.namespace, name=wl.name,
                               annotations={STATUS: status})]
-            return out + [KubeEffect(op="event", kind=p.kind, namespace=wl.namespace, name=wl.name,
+            return out + [kube_effect(op="event", kind=p.kind, namespace=wl.namespace, name=wl.name,
                                      reason="Rejected", message=p.reason, event_type="Warning")]
         wl = self._workload(p.key, p.kind)
         out = self._annotate(wl, {STATUS: _status("Rejected", p.reason)})
@@ -211,14 +247,14 @@ class ReconcilerCore:
         """Status annotation and a Warning event on the object that defines the queue (the queue itself,
         or the ElasticQuotaTree one of whose nodes is wrong)."""
         namespace, name = p.object_namespace, p.object_name or p.name
-        object_id = f"{p.kind}/{namespace}/{name}"
+        object_id = self._refused[p.name] = _rejection_object(p.kind, namespace, name)
         out: list[KubeEffect] = []
         status = _status("Rejected", p.reason)
         if self._remember(object_id, f"annotation:{STATUS}", status):
-            out.append(KubeEffect(op="annotate", kind=p.kind, namespace=namespace, name=name,
+            out.append(kube_effect(op="annotate", kind=p.kind, namespace=namespace, name=name,
                                   annotations={STATUS: status}))
         if self._remember(object_id, "event", ("Warning", "Rejected", p.reason)):
-            out.append(KubeEffect(op="event", kind=p.kind, namespace=namespace, name=name, reason="Rejected",
+            out.append(kube_effect(op="event", kind=p.kind, namespace=namespace, name=name, reason="Rejected",
                                   message=p.reason, event_type="Warning"))
         return out
 
@@ -235,6 +271,28 @@ class ReconcilerCore:
         wl = self._workloads.pop(p.key, None)
         if wl is not None:
             self._forget(wl)
+        horizon = now - self.TOMBSTONE_SECONDS
+        while self._gone:
+            key, at = next(iter(self._gone.items()))
+            if at >= horizon:
+                break
+            del self._gone[key]
+        self._gone[p.key] = now
+        return []
+
+    def _on_queue_removed(self, p: QueueRemoved, now: float) -> list[KubeEffect]:
+        """The last queue an object defined is gone, so is the object: forget what was written on it
+        (its status, a rejection), so that one made again under that name is written in full. So too
+        for a refused object that defined nothing (admission removes its rejected queue)."""
+        refused = self._refused.pop(p.name, None)
+        specs = self.status.view.queues
+        spec = specs.get(p.name)
+        source = spec.source if spec is not None else None
+        if source is not None and not any(s.source == source for name, s in specs.items() if name != p.name):
+            self._applied.pop(queue_object(source), None)
+            self._applied.pop(_rejection_object(source.kind, source.namespace, source.name), None)
+        if refused is not None and spec is None and refused not in self._refused.values():
+            self._applied.pop(refused, None)
         return []
 
     # ------------------------------------------------------------------ effects
@@ -250,12 +308,12 @@ class ReconcilerCore:
         changed = {k: v for k, v in values.items() if self._remember(wl.object_id, f"annotation:{k}", v)}
         if not changed:
             return []
-        return [KubeEffect(op="annotate", kind=wl.kind, namespace=wl.namespace, name=wl.name, annotations=changed)]
+        return [kube_effect(op="annotate", kind=wl.kind, namespace=wl.namespace, name=wl.name, annotations=changed)]
 
     def _suspend(self, wl: _Workload, value: bool) -> list[KubeEffect]:
         if not self._remember(wl.object_id, "spec.suspend", value):
             return []
-        return [KubeEffect(op="suspend" if value else "unsuspend", kind=wl.kind, namespace=wl.namespace,
+        return [kube_effect(op="suspend" if value else "unsuspend", kind=wl.kind, namespace=wl.namespace,
                            name=wl.name)]
 
     def _evict_all(self, wl: _Workload, pods: tuple[str, ...]) -> list[KubeEffect]:
@@ -264,7 +322,7 @@ class ReconcilerCore:
             namespace, _, name = pod.rpartition("/")
             namespace = namespace or wl.namespace
             if self._remember(self._pod_id(wl, namespace, name), "placement", ("evict",)):
-                out.append(KubeEffect(op="evict", kind="Pod", namespace=namespace, name=name))
+                out.append(kube_effect(op="evict", kind="Pod", namespace=namespace, name=name))
         return out
 
     def _event(self, wl: _Workload, event_type: Literal["Normal", "Warning"], reason: str,
@@ -272,7 +330,7 @@ class ReconcilerCore:
         """Consecutive identical events on one object are one event (Kubernetes would count them)."""
         if not self._remember(wl.object_id, "event", (event_type, reason, message)):
             return []
-        return [KubeEffect(op="event", kind=wl.kind, namespace=wl.namespace, name=wl.name, reason=reason,
+        return [kube_effect(op="event", kind=wl.kind, namespace=wl.namespace, name=wl.name, reason=reason,
                            message=message, event_type=event_type)]
 
     # ------------------------------------------------------------------ memory

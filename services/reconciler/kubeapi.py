@@ -42,6 +42,7 @@ import os
 import time
 import urllib.parse
 import urllib.request
+from collections import OrderedDict
 from typing import Any, Awaitable, Callable, Literal
 
 import aiohttp
@@ -181,8 +182,9 @@ class KubeApplier:
         self.requests = Requests(api)
         self.victim_wait = victim_wait
         self.status_interval = status_interval
-        self._status_written: dict[tuple[str, str, str, str], float] = {}
-        """(apiVersion, kind, namespace, name) -> when its status was last written (monotonic)."""
+        self._status_written: OrderedDict[tuple[str, str, str, str], float] = OrderedDict()
+        """(apiVersion, kind, namespace, name) -> when its status was last written (monotonic), oldest
+        first; a write older than ``status_interval`` spaces nothing, so it is forgotten (``_written``)."""
         self.leaving: dict[str, set[tuple[str, str]]] = {}
         """node -> pods evicted from it that have not yet gone (a bind there waits for them)."""
         self._gone = asyncio.Condition()
@@ -243,9 +245,23 @@ class KubeApplier:
                     if again.status != 404:
                         raise _failure(again, f"status of {resource.kind} {effect.namespace}/{effect.name}") from None
                     continue
-            self._status_written[target] = time.monotonic()
+            self._written(target)
             return "applied"
         return "absent"
+
+    def _written(self, target: tuple[str, str, str, str]) -> None:
+        """Note a status write to ``target`` and forget the writes too old to space the next one: the
+        link keeps the objects written in the last interval, not one per PodGroup ever written."""
+        now = time.monotonic()
+        written = self._status_written
+        written[target] = now
+        written.move_to_end(target)
+        horizon = now - self.status_interval
+        while written:
+            oldest, at = next(iter(written.items()))
+            if at > horizon:
+                break
+            del written[oldest]
 
     async def _patch_status(self, resource: Resource, namespace: str | None, name: str, body: dict[str, Any], *,
                             subresource: bool) -> None:

@@ -32,10 +32,10 @@ from __future__ import annotations
 from typing import Any
 
 from shared import quantity as q
-from shared.events import Envelope, KubeEffect, TimerSet, derive_id
-from shared.model import QueueSpec
+from shared.events import Envelope, KubeEffect, TimerSet, derive_id, kube_effect
+from shared.model import QueueSource, QueueSpec
 from shared.policy import Policy
-from shared.projection import IN_QUEUE_STATES, QueueSums, ResultProjection, WorkloadView
+from shared.projection import IN_QUEUE_STATES, NOT_LIVE, QueueSums, ResultProjection, WorkloadView
 
 STATUS_TIMER = "status"
 PERIOD = 1.0
@@ -43,7 +43,6 @@ PERIOD = 1.0
 
 VOLCANO_GROUP = "scheduling.volcano.sh"
 VOLCANO_PODGROUP = "scheduling.volcano.sh/v1beta1"
-_NOT_LIVE = frozenset({None, "Deleted"})
 _ONE = {"live": 1}
 _TALLY = {(True, True): {"live": 1, "running": 1}, (True, False): {"live": 1, "inqueue": 1},
           (False, True): {"live": 1, "pending": 1}, (False, False): _ONE}
@@ -82,6 +81,12 @@ def pod_group_object(key: str) -> str:
     return f"{VOLCANO_PODGROUP}/PodGroup/{namespace or 'default'}/{pod_group_name(key)}"
 
 
+def queue_object(source: QueueSource) -> str:
+    """The object id (as ``effect_object`` names it) of the queue object whose status is written from
+    ``source``: forgotten once no queue is defined by it."""
+    return f"{source.api_version}/{source.kind}/{source.namespace}/{source.name}"
+
+
 def effect_object(effect: KubeEffect) -> str:
     """The object a status effect writes, as the reconciler remembers what it wrote."""
     return f"{effect.api_version}/{effect.kind}/{effect.namespace}/{effect.name}"
@@ -92,13 +97,33 @@ def _ref(key: str) -> dict[str, str]:
     return {"name": name, "namespace": namespace or "default"}
 
 
+class _StatusView(ResultProjection):
+    """The result view's fold without its history: status reads workloads and queues, never pods,
+    and of a workload's transitions only the last (its PodGroup's condition). A gang that waits or
+    runs for months changes reason again and again and sees its pods replaced: the views of each
+    would stay with it."""
+
+    def hold(self, view: WorkloadView) -> None:
+        super().hold(view)
+        if len(view.transitions) > 1:
+            del view.transitions[:-1]
+        if len(view.elastic_waiting) > 1:
+            del view.elastic_waiting[:-1]
+
+    def _on_PodAssigned(self, p: Any, t: float) -> None:
+        return None
+
+    def _on_ObjectChanged(self, p: Any, t: float) -> None:
+        return None
+
+
 class StatusBook:
     """Folds the reconciler's inbox into the status of queue objects and PodGroups; ``flush`` says
     what to write for what changed since the last flush."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self.view = ResultProjection()
+        self.view = _StatusView()
         self._queues: dict[str, None] = {}
         self._workloads: dict[str, None] = {}
         self._due: float | None = None
@@ -136,7 +161,7 @@ class StatusBook:
     def _count(self, view: WorkloadView) -> None:
         """Take ``view``'s change into the per-queue counts (what ``_volcano``, ``_kai`` and ``_tree`` read)."""
         key, queue = view.key, view.queue
-        if view.phase in _NOT_LIVE or queue is None:
+        if view.phase in NOT_LIVE or queue is None:
             self._tally.drop(key)
             self._requested.drop(key)
             return
@@ -237,12 +262,12 @@ class StatusBook:
                      "message": last["reason"], "transitionID": derive_id(key, last["t"], last["phase"]),
                      "lastTransitionTime": rfc3339(last["t"])}
         namespace, _, _ = key.rpartition("/")
-        return KubeEffect(op="status", kind="PodGroup", api_version=VOLCANO_PODGROUP, namespace=namespace or "default",
+        return kube_effect(op="status", kind="PodGroup", api_version=VOLCANO_PODGROUP, namespace=namespace or "default",
                           name=pod_group_name(key), status={"phase": phase, "conditions": [condition]})
 
     @staticmethod
     def _effect(spec: QueueSpec, status: dict[str, Any]) -> KubeEffect:
         source = spec.source
         assert source is not None
-        return KubeEffect(op="status", kind=source.kind, api_version=source.api_version, namespace=source.namespace,
+        return kube_effect(op="status", kind=source.kind, api_version=source.api_version, namespace=source.namespace,
                           name=source.name, status=status)

@@ -47,3 +47,17 @@ def causes(source: LogSource, first: str, stop: str | None = None, limit: int = 
             if len(found) == len(places):
                 break
     return [found[i] for i in wanted if i in found]
+
+
+def recorded_before(source: LogSource, event_id: str, stop: str) -> bool:
+    """Whether an envelope with id ``event_id`` is in ``source`` before the record at ``stop``.
+
+    A replay keeps no set of every id it has read (it would grow with the log): a divergence that
+    may be a second copy of a decision reads the log again to tell (only then)."""
+    wanted = event_id.encode("ascii", "replace")
+    for where, raw in source.records():
+        if where == stop:
+            return False
+        if raw[_ID] == wanted:
+            return True
+    return False

@@ -30,8 +30,9 @@ import gc
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 
+from shared.audit.chain import recorded_before
 from shared.audit.logfile import LogSource, Record, decode
 from shared.embedded import build_cores
 from shared.events import Envelope, to_json
@@ -60,10 +61,14 @@ class Router:
                 owner = self._timer_owner.get(env.causation_id or "")
                 return None if owner is None else (owner,)
             targets = destinations(env)
-        if targets == _CLOCK:
-            self._timer_owner[env.id] = env.source
+        if targets is _CLOCK:
+            self.timer_set(env)
             return ()
         return targets
+
+    def timer_set(self, env: Envelope) -> None:
+        """``env`` (a ``TimerSet``) is its source's: the ``TimerFired`` that answers it goes there."""
+        self._timer_owner[env.id] = env.source
 
 
 _CLOCK = ROUTES["TimerSet"]
@@ -77,9 +82,9 @@ def inbox(envelopes: Iterable[Envelope], service: str) -> Iterator[Envelope]:
             yield env
 
 
-@dataclass(slots=True)
-class Derived:
-    """A decision a service derived and the log still owes."""
+class Derived(NamedTuple):
+    """A decision a service derived and the log still owes (a tuple: one is made per decision, and a
+    dataclass's ``__init__`` cost more than the comparison it waits for)."""
 
     service: str
     envelope: Envelope
@@ -90,9 +95,12 @@ class Derived:
     """Order of derivation (the earliest owed decision is named when the log ends)."""
 
 
-@dataclass(slots=True)
-class Step:
-    """One envelope of the log, where it was, and what each service it was delivered to derived from it."""
+_derived = _step = tuple.__new__
+
+
+class Step(NamedTuple):
+    """One envelope of the log, where it was, and what each service it was delivered to derived from it
+    (a tuple made without a Python frame: one per envelope, most dropped at once by ``verify``)."""
 
     where: str
     envelope: Envelope
@@ -145,32 +153,80 @@ class Replayer:
         self._owed: dict[str, deque[Derived]] = {name: deque() for name in self.services}
         self._by_id: dict[str, Derived] = {}
         self.router = Router()
-        self._recorded: set[str] = set()
+        self._source: LogSource | None = None
+        """The log ``run`` reads: read again, up to a divergence, to tell a duplicate (``_unexpected``)."""
 
     def step(self, record: Record) -> Step:
-        """Read one record: check it if it is a decision, then deliver it to its services."""
+        """Read one record: check it if it is a decision, then deliver it to its services.
+
+        A recorded decision is looked up by the id at the start of its line (muster's encoder writes
+        ``id`` first) among those derived and owed; found, it is compared as bytes and the derived
+        envelope goes on, so a decision is never decoded. Anything else is decoded."""
         where, raw = record
         tally = self.tally
         tally.events += 1
+        check = self.check
         derived = self._by_id.pop(raw[_ID_START:_ID_END].decode("ascii", "replace"), None) \
-            if self.check and raw.startswith(b'{"id":"') else None
+            if check and raw.startswith(b'{"id":"') else None
         if derived is not None:
-            env = self._matched(derived, record)
+            owed = self._owed[derived.service]
+            if owed[0] is not derived or derived.data != raw:
+                raise self._mismatch(derived, record)
+            owed.popleft()
+            tally.identical += 1
+            env = derived.envelope
+            targets = ROUTES.get(env.type)  # a decision: every type of one routes by type alone
+            if targets is None:
+                targets = self.router.targets(env)
         else:
             env = decode(record)
-            if self.check:
+            if check:
                 if env.causation_id in self._by_id:
                     raise self._before_cause(env, record)
                 if env.source in _DECIDERS:
                     raise self._unexpected(env, record)
-        return Step(where, env, self._deliver(env, where))
+            targets = self.router.targets(env)
+            if targets is None:
+                if check:
+                    raise Divergence("unexpected", where, f"a timer fired ({env.payload.key}) that no service set "
+                                     f"earlier in the log (its TimerSet {env.causation_id} is missing)", recorded=env)
+                return _step(Step, (where, env, []))
+        if targets is _CLOCK:
+            self.router.timer_set(env)
+            return _step(Step, (where, env, []))
+        outputs: list[tuple[str, list[Envelope]]] = []
+        services = self.services
+        for target in targets:
+            service = services.get(target)
+            if service is None:  # "cluster": the Kubernetes side, not a core
+                continue
+            tally.delivered += 1
+            outs = service.handle(env)
+            if outs:
+                outputs.append((target, outs))
+                if check:
+                    self._owe(target, outs, env, where)
+        return _step(Step, (where, env, outputs))
 
-    def _matched(self, derived: Derived, record: Record) -> Envelope:
+    def _owe(self, target: str, outs: list[Envelope], cause: Envelope, where: str) -> None:
+        """``target``'s outputs from ``cause``: owed by the log, in order, each as the bytes to compare."""
+        owed = self._owed[target]
+        by_id = self._by_id
+        seq = self.tally.derived
+        for out in outs:
+            seq += 1
+            derived = _derived(Derived, (target, out, to_json(out), cause, where, seq))  # ``Derived(...)`` without its frame
+            owed.append(derived)
+            by_id[out.id] = derived
+        self.tally.derived = seq
+
+    def _mismatch(self, derived: Derived, record: Record) -> Divergence:
+        """A recorded decision some service derived, but not next (``missing``) or not byte for byte (``differs``)."""
         owed = self._owed[derived.service]
+        recorded = decode(record)
         if owed[0] is not derived:
             first = owed[0]
-            recorded = decode(record)
-            raise Divergence(
+            return Divergence(
                 "missing", record.where,
                 f"{first.service} derived {first.envelope.type} {first.envelope.subject} ({first.envelope.id}) "
                 f"from {first.cause.type} {first.cause.subject} at {first.cause_where} before this "
@@ -179,16 +235,11 @@ class Replayer:
                 recorded=recorded, recorded_raw=record.raw, derived=first, cause=first.cause,
                 cause_where=first.cause_where)
         owed.popleft()
-        if derived.data != record.raw:
-            recorded = decode(record)
-            raise Divergence(
-                "differs", record.where,
-                f"{derived.service}'s {derived.envelope.type} {derived.envelope.subject} ({derived.envelope.id}) "
-                f"differs from the one recorded", recorded=recorded, recorded_raw=record.raw, derived=derived,
-                cause=derived.cause, cause_where=derived.cause_where)
-        self.tally.identical += 1
-        self._recorded.add(derived.envelope.id)
-        return derived.envelope
+        return Divergence(
+            "differs", record.where,
+            f"{derived.service}'s {derived.envelope.type} {derived.envelope.subject} ({derived.envelope.id}) "
+            f"differs from the one recorded", recorded=recorded, recorded_raw=record.raw, derived=derived,
+            cause=derived.cause, cause_where=derived.cause_where)
 
     def _before_cause(self, env: Envelope, record: Record) -> Divergence:
         """``env`` answers a decision a service derived that the log has not shown yet."""
@@ -201,7 +252,7 @@ class Replayer:
             recorded=env, recorded_raw=record.raw, derived=cause, cause=cause.cause, cause_where=cause.cause_where)
 
     def _unexpected(self, env: Envelope, record: Record) -> Divergence:
-        if env.id in self._recorded:
+        if self._source is not None and recorded_before(self._source, env.id, record.where):
             why = "a second copy of a decision the log has already (a duplicate)"
         elif env.causation_id and not self._seen_cause(env):
             why = f"its cause {env.causation_id} is not earlier in the log (moved before its cause, or made up)"
@@ -220,33 +271,6 @@ class Replayer:
             if env.causation_id in service.seen:
                 return True
         return False
-
-    def _deliver(self, env: Envelope, where: str) -> list[tuple[str, list[Envelope]]]:
-        targets = self.router.targets(env)
-        if targets is None:
-            if self.check:
-                raise Divergence("unexpected", where, f"a timer fired ({env.payload.key}) that no service set "
-                                 f"earlier in the log (its TimerSet {env.causation_id} is missing)", recorded=env)
-            return []
-        outputs: list[tuple[str, list[Envelope]]] = []
-        for target in targets:
-            service = self.services.get(target)
-            if service is None:  # "cluster": the Kubernetes side, not a core
-                continue
-            self.tally.delivered += 1
-            outs = service.handle(env)
-            if outs:
-                outputs.append((target, outs))
-                if self.check:
-                    owed = self._owed[target]
-                    seq = self.tally.derived
-                    for out in outs:
-                        seq += 1
-                        derived = Derived(target, out, to_json(out), env, where, seq)
-                        owed.append(derived)
-                        self._by_id[out.id] = derived
-                    self.tally.derived += len(outs)
-        return outputs
 
     def finish(self, where: str) -> None:
         """The log ended: every derived decision must have been recorded."""
@@ -271,6 +295,7 @@ class Replayer:
         ``COLLECT_EVERY`` envelopes is the bound should one appear: every 65,536 it cost 4-6 % of a
         replay, each one walking all the state built since the last."""
         started = time.perf_counter()
+        self._source = source
         where = "the start of the log"
         n = 0
         was_enabled = gc.isenabled()
@@ -290,6 +315,7 @@ class Replayer:
             self.tally.different = 1  # the replay stops at the first
             raise
         finally:
+            self._source = None
             if was_enabled:
                 gc.enable()
             self.tally.wall_seconds += time.perf_counter() - started

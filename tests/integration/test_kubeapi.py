@@ -492,6 +492,25 @@ def test_writes_of_status_to_one_object_are_spaced(kube: KubeApiEmulator) -> Non
     assert kube.get("Queue", "scheduling.volcano.sh/v1beta1", "", "research")["status"]["pending"] == 2
 
 
+def test_the_spacing_of_status_writes_forgets_objects_last_written_longer_ago(kube: KubeApiEmulator) -> None:
+    """The time of an object's last status write matters for one interval: a PodGroup per gang ever
+    written (and every queue object) was kept for as long as the link ran."""
+    for name in ("a", "b", "c"):
+        kube.create(volcano_queue(name))
+
+    async def work(api: Any) -> int:
+        applier = KubeApplier(api, status_interval=0.05)
+        for i, name in enumerate(("a", "b", "c")):
+            await applier.apply(effect("status", "Queue", name, "", api_version="scheduling.volcano.sh/v1beta1",
+                                       status={"pending": i}), f"s{i}")
+        await asyncio.sleep(0.1)  # every write is older than the interval now (no assertion on time)
+        await applier.apply(effect("status", "Queue", "a", "", api_version="scheduling.volcano.sh/v1beta1",
+                                   status={"pending": 9}), "s9")
+        return len(applier._status_written)
+
+    assert run(kube, work) == 1
+
+
 def test_a_patch_of_a_custom_object_itself_cannot_change_its_status(kube: KubeApiEmulator) -> None:
     kube.create(volcano_queue())
     write = effect("annotate", "Queue", "research", "", annotations={"a": "b"})

@@ -263,6 +263,23 @@ def test_invalid_change_keeps_the_previous_definition_and_repeats_no_rejection()
     assert d.send(bad, "Deleted") == [QueueRemoved(name="q")]
 
 
+def test_deleting_a_queue_object_that_defined_nothing_ends_its_rejection() -> None:
+    """A refused queue object that is deleted is no rejected queue any more: readers that keep the
+    rejection (the result view's ``rejected_queues``, the reconciler's memory of what it wrote on the
+    object) hear QueueRemoved, as for a queue that was defined. Never for a name another object
+    defines (that one stays)."""
+    d = AdmissionDriver()
+    bad = volcano_queue("q", capability={"cpu": "four"})
+    assert isinstance(d.send(bad)[0], QueueRejected)
+    assert d.send(bad, "Deleted") == [QueueRemoved(name="q")]
+    assert d.send(bad, "Deleted") == []
+    d.send(kai_queue("team"))
+    claim = volcano_queue("team")
+    assert isinstance(d.send(claim)[0], QueueRejected)
+    assert d.send(claim, "Deleted") == []
+    assert d.core.queues.specs["team"].dialect == "kai"
+
+
 def test_one_name_one_owner_across_dialects() -> None:
     d = AdmissionDriver()
     d.send(kai_queue("team"))

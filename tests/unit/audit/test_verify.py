@@ -80,6 +80,22 @@ def test_a_duplicated_decision_is_found_on_the_copy(log: Path, tmp_path: Path) -
     assert "duplicate" in d.message
 
 
+def test_a_copy_of_a_decision_long_after_it_is_named_a_duplicate(log: Path, tmp_path: Path) -> None:
+    lines = lines_of(log)
+    i = decision_lines(lines)[0]
+    d = _diverges(rewritten(log, lines + [lines[i]], tmp_path / "late-copy.jsonl"))  # the replayer keeps no set of ids
+    assert (d.kind, d.where) == ("unexpected", f"line {len(lines) + 2}")
+    assert "duplicate" in d.message
+
+
+def test_a_replayer_keeps_nothing_per_verified_decision(log: Path) -> None:
+    replayer = Replayer(scenario_run(PREEMPTION).policy)
+    tally = verify(LogFile(log), scenario_run(PREEMPTION).policy, replayer=replayer)
+    assert tally.identical > 20
+    held = {name: len(value) for name, value in vars(replayer).items() if isinstance(value, (set, dict, list))}
+    assert all(n < tally.identical for n in held.values()), held  # only what is owed, per service, and routing
+
+
 def test_a_decision_cut_from_the_end_is_owed_when_the_log_ends(log: Path, tmp_path: Path) -> None:
     lines = lines_of(log)
     last = max(i for i, line in enumerate(lines) if b'"source":"reconciler"' in line and b'"KubeEffect"' in line)

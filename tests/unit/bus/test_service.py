@@ -108,3 +108,15 @@ def test_two_services_failing_on_the_same_envelope_give_the_same_rejection():
 
     poison = at(GangPlaced(key="default/poison", queue="q", kind="RayJob", gate="pods", slots=(), reason="x"), 1.0)
     assert _raising().handle(poison) == _raising().handle(poison)
+
+
+def test_seen_forgets_each_sources_oldest_only_when_that_source_overflows():
+    seen = Seen(2)
+    seen.add("a1", "a")
+    seen.add("b1", "b")
+    seen.add("a2", "a")
+    seen.add("a3", "a")  # a's window is full: a1 goes, b1 stays
+    assert "a1" not in seen and "b1" in seen and "a2" in seen and "a3" in seen
+    assert seen.add("a1", "b") is True  # forgotten: taken again, now in b's window
+    seen.add("b2", "b")
+    assert "b1" not in seen and "a1" in seen and len(seen) == 4

@@ -130,3 +130,14 @@ def test_volcano_deserved_comes_before_weights():
     by_weight = _tree(queue_spec("a", weight=1000), queue_spec("b", weight=3000))
     shares = deserved(by_weight, {gpu: 8000}, {"a": {gpu: 4000}, "b": {gpu: 8000}})
     assert (shares["a"][gpu], shares["b"][gpu]) == (2000, 6000)
+
+
+def test_the_implicit_default_queue_gives_way_to_a_defined_one_and_comes_back():
+    tree = QueueTree("default")
+    implicit = tree.get("default")
+    assert implicit == QueueSpec(name="default") and tree.get("default") is implicit  # made once
+    defined = QueueSpec(name="default", limit={"cpu": 4000})
+    tree.define(defined)
+    assert tree.get("default") is defined
+    tree.remove("default")
+    assert tree.get("default") == QueueSpec(name="default") and tree.get("other") is None

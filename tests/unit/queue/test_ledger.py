@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from services.queue.core import QueueCore
 from shared import quantity as q
+from shared.footprint import retained
 from tests.builders import queue_spec
 from tests.builders.queue import (
-    QueueDriver, capacity, cpu_gang, defined, deleted, failed, finished, job, placed, preempted, running, submitted,
-    updated,
+    QueueDriver, capacity, cpu_gang, defined, deleted, failed, finished, job, placed, preempted, removed, running,
+    submitted, updated,
 )
 
 
@@ -62,3 +65,44 @@ def _nonzero_recount(core: QueueCore) -> dict:
     for key in ("held", "protected", "demand"):
         counted[key] = _nonzero(counted[key])
     return counted
+
+
+@pytest.mark.parametrize("ending", ["deleted, then its queue removed", "its queue removed, then deleted",
+                                    "moved out of a queue that never existed"])
+def test_a_queue_nobody_books_any_more_leaves_no_totals_behind(ending):
+    """The totals are per queue name: once the queue is gone and no workload books there, its (zero)
+    totals go too, so queues made and removed, or a mistyped name, are not kept for months."""
+    d = QueueDriver()
+    d.step(capacity(cpu="8", memory="8Gi"))
+    for payload in (submitted(job("ns/w", cpu="1")), placed("ns/w"), deleted("ns/w")):  # the default queue's
+        d.step(payload)  # totals stay (it always exists), and those over all queues, per resource name
+    before = retained(d.core._ledger).entries
+    d.step(defined(queue_spec("team")))
+    if ending == "moved out of a queue that never existed":
+        d.step(submitted(job("ns/a", "tema", cpu="1")))
+        d.step(updated(job("ns/a", "team", cpu="1")))
+    else:
+        d.step(submitted(job("ns/a", "team", cpu="1")))
+    d.step(placed("ns/a", "team"))
+    d.step(running("ns/a"))
+    gone = [deleted("ns/a"), removed("team")]
+    for payload in reversed(gone) if ending.startswith("its queue removed") else gone:
+        d.step(payload)
+    assert _ledger(d.core) == _nonzero_recount(d.core)
+    assert retained(d.core._ledger).entries == before
+
+
+def test_a_move_that_raises_still_books_the_workload_back():
+    d = QueueDriver()
+    d.step(capacity(cpu="8"), 0.0)
+    d.step(submitted(job("ns/a", cpu="2", at=0.0)), 0.0)
+    d.step(placed("ns/a"), 0.0)
+    w = d.core._workloads["ns/a"]
+    try:
+        with d.core._ledger.moving(w) as moved:
+            assert moved is w and _ledger(d.core)["held"] == {}  # out of every aggregate while it moves
+            w.state = "running"
+            raise RuntimeError("a bug in the body")
+    except RuntimeError:
+        pass
+    assert _ledger(d.core) == _nonzero_recount(d.core) and _ledger(d.core)["running"] == ["ns/a"]

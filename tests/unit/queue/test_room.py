@@ -4,7 +4,8 @@ timer; a release naming room for its shape wakes as many as fit, in queue order.
 from __future__ import annotations
 
 from shared.events import BackedOff, CapacityChanged, Dequeued, PlacementFailed, TimerSet
-from tests.builders.queue import QueueDriver, capacity, job, names, placed, submitted
+from shared.footprint import retained
+from tests.builders.queue import QueueDriver, capacity, deleted, job, names, placed, submitted
 
 
 def _no_room(key: str) -> PlacementFailed:
@@ -47,3 +48,24 @@ def test_a_lower_priority_admitted_to_its_queue_wakes_a_waiting_gang_that_may_pr
     d.step(submitted(job("ns/low", cpu="1", at=2.0, priority=1)), 2.0)
     out = d.step(placed("ns/low"))
     assert [x.key for x in out if isinstance(x, Dequeued)] == ["ns/high"]
+
+
+def test_gangs_gone_while_they_waited_for_room_leave_nothing_in_the_waits():
+    """A room key is a shape: one no release names again kept the entries of every workload deleted
+    while it waited there, for as long as the stack ran. A key nobody waits under goes, and a key
+    someone still waits under keeps about as many entries as wait (stale ones are dropped)."""
+    d = QueueDriver()
+    d.step(capacity(cpu="100"), 0.0)
+    waits = d.core._room
+    before = retained(waits, exclude=[d.core._ledger]).entries
+    d.step(submitted(job("ns/stays", cpu="1", at=0.5)), 0.5)
+    d.step(_no_room("ns/stays"))
+    for i in range(100):
+        key, at = f"ns/w{i}", 1.0 + i
+        d.step(submitted(job(key, cpu="1", at=at)), at)
+        d.step(PlacementFailed(key=key, queue="default", reason="0/1 nodes are available: 1 Insufficient cpu",
+                               room_key=f"shape-{i}" if i % 2 else "shape-a"))
+        d.step(deleted(key), at)
+    assert len(waits._heaps["shape-a"]) <= 2 * len(waits) + 16
+    d.step(deleted("ns/stays"), 200.0)
+    assert retained(waits, exclude=[d.core._ledger]).entries == before

@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from shared.events import (
-    PAYLOAD_TYPES, SCHEMA_VERSION, Envelope, ObjectChanged, Payload, TimerSet, WorkloadDeleted, built, derive_id,
-    from_json, json_schemas, to_json, upcast, wrap,
+    PAYLOAD_TYPES, SCHEMA_VERSION, Envelope, KubeEffect, ObjectChanged, Payload, TimerSet, WorkloadDeleted, built,
+    derive_id, from_json, json_schemas, kube_effect, to_json, upcast, wrap,
 )
 from tests.builders.shared import at, sample_payloads
 
@@ -254,3 +254,42 @@ def test_envelope_schema_discriminates_payload_by_type():
     assert payload["discriminator"]["propertyName"] == "type"
     assert set(payload["discriminator"]["mapping"]) == set(PAYLOAD_TYPES)
     assert set(schema["required"]) == {"id", "type", "subject", "source", "occurred_at", "correlation_id", "payload"}
+
+
+@pytest.mark.parametrize("fields", [
+    {"op": "bind", "kind": "Pod", "namespace": "ns", "name": "p", "node": "n1",
+     "annotations": {"muster.dev/gpu-devices": "0,1"}},
+    {"op": "event", "kind": "RayJob", "namespace": "ns", "name": "j", "reason": "Queued", "message": "waiting",
+     "event_type": "Warning"},
+    {"op": "status", "kind": "Queue", "namespace": "", "name": "q", "api_version": "scheduling.volcano.sh/v1beta1",
+     "status": {"state": "Open", "allocated": {"cpu": "2"}, "gone": None}},
+    {"op": "unsuspend", "kind": "", "namespace": "default", "name": "w"},
+])
+def test_kube_effect_is_the_validated_effect_byte_for_byte(fields):
+    fast, checked = kube_effect(**fields), KubeEffect(**fields)
+    assert fast == checked and fast.__dict__ == checked.__dict__
+    assert list(fast.__dict__) == list(KubeEffect.model_fields)
+    cause = at(WorkloadDeleted(key="ns/w"), 1.0)
+    assert to_json(wrap(fast, source="reconciler", cause=cause, index=0)) == \
+        to_json(wrap(checked, source="reconciler", cause=cause, index=0))
+
+
+def test_kube_effect_copies_its_mappings_as_validation_does():
+    annotations, status = {"a": "1"}, {"phase": "Running"}
+    effect = kube_effect(op="status", kind="PodGroup", namespace="ns", name="g", annotations=annotations, status=status)
+    annotations["b"], status["x"] = "2", 1
+    assert effect.annotations == {"a": "1"} and effect.status == {"phase": "Running"}
+
+
+@pytest.mark.parametrize("odd", [{"op": "delete"}, {"annotations": {"a": 1}}, {"name": None}, {"event_type": "Info"},
+                                 {"status": {1: "x"}}])
+def test_kube_effect_validates_what_is_not_exactly_typed(odd):
+    fields = {"op": "annotate", "kind": "Pod", "namespace": "ns", "name": "p", **odd}
+    try:
+        expected = KubeEffect(**fields)
+    except ValidationError:
+        with pytest.raises(ValidationError):
+            kube_effect(**fields)
+    else:
+        got = kube_effect(**fields)
+        assert got == expected and to_json(at(got, 1.0)) == to_json(at(expected, 1.0))

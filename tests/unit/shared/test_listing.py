@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import copy
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from services.reconciler.ingest import LISTING_PART_CHARS, listing_envelopes, observe
 from shared import statecodec
 from shared.events import (
-    CapacityChanged, ObjectsListed, QueueRemoved, WorkloadDeleted, WorkloadSubmitted,
+    CapacityChanged, ObjectChanged, ObjectsListed, QueueRemoved, WorkloadDeleted, WorkloadSubmitted,
 )
-from shared.listing import WatchBook
+from shared.kube import REFUSED
+from shared.listing import WatchBook, last_state
 from tests.builders import envelope, node, pod, ray_cluster
 from tests.builders.admission import AdmissionDriver, changed, gang_pod, volcano_queue
 from tests.builders.placement import PlacementDriver, fits, of_type, one
@@ -157,3 +161,87 @@ def test_of_a_node_only_its_identity_is_held():
     book = WatchBook()
     book.observe(observe("Added", node("n1", labels={"zone": "a"})))
     assert book.held["Node.v1"]["/n1"]["metadata"].keys() <= {"name", "namespace", "uid"}
+
+
+# --------------------------------------------------------------------------- held by reference
+_LEAF = st.one_of(st.text(max_size=3), st.integers(-2, 2), st.sampled_from([1.0, -0.0, True, False, None]))
+_JSON = st.recursive(_LEAF, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                     st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+                     max_leaves=8)
+_POD_VERSION = st.fixed_dictionaries({
+    "name": st.sampled_from(["a", "b"]), "labels": _JSON, "annotations": _JSON, "owners": _JSON,
+    "node": st.sampled_from(["", "n1", 1]), "change": st.sampled_from(["Added", "Modified", "Deleted"]),
+})
+
+
+def _version(v: dict) -> ObjectChanged:
+    obj = pod(v["name"], "ns")
+    obj["metadata"].update(labels=v["labels"], annotations=v["annotations"], ownerReferences=v["owners"])
+    obj["spec"]["nodeName"] = v["node"]
+    return ObjectChanged(change=v["change"], kind="Pod", api_version="v1", namespace="ns", name=v["name"], object=obj)
+
+
+def _exact(value: object) -> str:
+    """``value`` with its types and key order: ``1``, ``1.0`` and ``true`` are equal but not the same."""
+    return repr(value)
+
+
+def _containers(value: object) -> list[int]:
+    if isinstance(value, dict):
+        return [id(value)] + [i for v in value.values() for i in _containers(v)]
+    if isinstance(value, list):
+        return [id(value)] + [i for v in value for i in _containers(v)]
+    return []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_POD_VERSION, min_size=1, max_size=6), st.sampled_from([(), ("ns/a",), ("ns/b",)]))
+def test_a_book_holding_pods_by_reference_reports_what_a_copying_book_reports(versions, kept):
+    """Held by reference, a pod's ``last_state`` is taken when a listing lacks it: of the version
+    observed last, exactly what the copying book took at once (types and key order included), and
+    sharing no container with that version's object."""
+    copying, referencing = WatchBook(), WatchBook(by_reference=frozenset({"Pod"}))
+    for v in versions:
+        event = _version(v)
+        assert copying.observe(event) is None
+        held = referencing.observe(event)
+        assert (held is None) == (event.change == "Deleted") and (held is None or held.obj is event.object)
+    objects = {f"ns/{v['name']}": _version(v).object for v in versions}
+    expected, got = copying.listed(listing("Pod", *kept)), referencing.listed(listing("Pod", *kept))
+    assert _exact([p.model_dump() for p in got]) == _exact([p.model_dump() for p in expected])
+    for p in got:
+        assert not set(_containers(p.object)) & set(_containers(objects[f"{p.namespace}/{p.name}"]))
+
+
+def test_last_state_copies_every_container_and_keeps_types_and_order():
+    owners = [{"kind": "RayCluster", "controller": True, "n": 1, "f": 1.0, "nested": {"x": [1, "y", None]}}]
+    obj = pod("p", "ns", labels={"b": "1", "a": "2"}, node_name="n1")
+    obj["metadata"].update(ownerReferences=owners, annotations={"k": ["v", {"w": False}]})
+    state = last_state(obj)
+    assert _exact(state["metadata"]["ownerReferences"]) == _exact(owners)
+    assert list(state["metadata"]["labels"]) == ["b", "a"]
+    assert not set(_containers(state)) & set(_containers(obj))
+
+
+def test_placement_keeps_the_books_held_pod_so_a_snapshot_stays_plain_json_and_decides_alike():
+    """Placement's PodRecord keeps the book's ``Held``, not the object: one reference, so its state
+    is still written as plain JSON; a refused version leaves the record on the readable one."""
+    d = PlacementDriver(None, node("n1", cpu="4"))
+    d.pod(pod("daemon", "kube-system", requests={"cpu": "1"}, node_name="n1", scheduler="default-scheduler"))
+    readable = pod("other", "kube-system", requests={"cpu": "1"}, node_name="n1", scheduler="default-scheduler")
+    d.pod(readable)
+    refused = {**readable, "metadata": {**readable["metadata"], "annotations": {REFUSED: "too long"}}}
+    d.pod(refused, "Modified")
+    d.settle()
+    rec = d.core.pods["kube-system/other"]
+    assert rec.obj == readable
+    assert d.core.book.held["Pod.v1"]["kube-system/other"].obj == last_state(refused)  # a copy: no part shared
+    assert d.core.pods["kube-system/daemon"].held is d.core.book.held["Pod.v1"]["kube-system/daemon"]
+    encoder = statecodec._Encoder()
+    encoder.node(d.core)
+    assert not encoder.shared_raw
+    restored = statecodec.decode(statecodec.encode(d.core))
+    assert restored.pods["kube-system/daemon"].held is restored.book.held["Pod.v1"]["kube-system/daemon"]
+    gone = listing("Pod", "kube-system/daemon")
+    assert restored.handle(envelope(gone)) == d.core.handle(envelope(gone))
+    assert fits(d, "3") and not fits(d, "4")  # the daemon's cpu is still charged; "other"'s is free again

@@ -12,7 +12,7 @@ from shared.events import (
     PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, TimerFired, WorkloadDeleted,
     WorkloadFinished, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated,
 )
-from shared.projection import PHASES, PodView, ResultProjection
+from shared.projection import NOT_LIVE, PHASES, PodView, ResultProjection
 from tests.builders import gang, pod, pod_set, queue_spec, workload
 from tests.builders.shared import SCENARIOS, Clock, ray_pod, watch
 
@@ -37,6 +37,7 @@ def _fold(*items) -> ResultProjection:
 
 def test_phases():
     assert PHASES == ("Rejected", "Queued", "Admitted", "Running", "Succeeded", "Failed", "Preempted", "Deleted")
+    assert NOT_LIVE <= {None, *PHASES}  # a renamed phase must not leave the set naming one no view has
 
 
 def test_transition_recorded_on_phase_or_reason_change_only():
