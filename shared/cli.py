@@ -117,7 +117,7 @@ def simulate_cmd(
         if bus is not None:
             run = _simulate_on_bus(loaded, policy, bus, services, store, keep_topics, err, trace)
         else:
-            run = simulate(loaded, policy, traced=trace)
+            run = simulate(loaded, policy, traced=trace, keep_log=trace or store is not None)  # its only readers
     except (ScenarioError, PolicyError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)

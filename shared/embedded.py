@@ -78,13 +78,19 @@ class EmbeddedRuntime:
     """Runs the four cores against a ``SimCluster`` on virtual time."""
 
     def __init__(self, policy: Policy, cluster: SimCluster, *, cores: dict[str, Core] | None = None,
-                 max_deliveries_per_instant: int = 2_000_000, traced: bool = False) -> None:
+                 max_deliveries_per_instant: int = 2_000_000, traced: bool = False, keep_log: bool = True) -> None:
         self.policy = policy
         self.cluster = cluster
         self.cores = cores if cores is not None else build_cores(policy)
         self.services = {name: Service(core, traced=traced) for name, core in self.cores.items()}
         self.now = 0.0
         self.log: list[Envelope] = []
+        """Every envelope published, in order: replay material (``--store``, traces, the audit). Empty when
+        ``keep_log`` is off: a run whose log nobody reads keeps no copy of every watch object, which the
+        cyclic collector would walk in every full collection (a cost that grows with the run's length)."""
+        self.keep_log = keep_log
+        self.published = 0
+        """Envelopes published, kept or not."""
         self.faults: list[Fault] = []
         """Envelopes a core raised on, in the order handled (each rejected what it concerned)."""
         self.listeners: list[Listener] = []
@@ -101,7 +107,9 @@ class EmbeddedRuntime:
         self.listeners.append(listener)
 
     def publish(self, env: Envelope) -> None:
-        self.log.append(env)
+        self.published += 1
+        if self.keep_log:
+            self.log.append(env)
         for listener in self.listeners:
             listener(env)
         for dest in destinations(env):

@@ -42,11 +42,14 @@ def new_cluster(scenario: Scenario, policy: Policy) -> SimCluster:
                       annotation_history=any(e.annotations_present is not None for e in scenario.expect))
 
 
-def simulate(scenario: Scenario, policy: Policy | None = None, *, traced: bool = False) -> Run:
+def simulate(scenario: Scenario, policy: Policy | None = None, *, traced: bool = False,
+             keep_log: bool = True) -> Run:
     """Run ``scenario`` to its ``until``; bad manifests raise ``ScenarioError`` naming the step.
-    ``traced``: every output carries its trace context (``shared.tracing.context``)."""
+    ``traced``: every output carries its trace context (``shared.tracing.context``). ``keep_log`` off:
+    ``runtime.log`` stays empty (the result and the checks read the history, never the log)."""
     effective = scenario.effective_policy(policy)
-    return play(scenario, effective, EmbeddedRuntime(effective, new_cluster(scenario, effective), traced=traced))
+    return play(scenario, effective, EmbeddedRuntime(effective, new_cluster(scenario, effective), traced=traced,
+                                                     keep_log=keep_log))
 
 
 def play(scenario: Scenario, policy: Policy, runtime: EmbeddedRuntime) -> Run:

@@ -229,6 +229,8 @@ class AdmissionCore:
     def _on_ray_pod(self, p: ObjectChanged, namespace: str) -> list[Output]:
         """A KubeRay pod ingest refused (or the deletion of one): its RayCluster or RayJob is rejected
         with the pod's name and the bound it broke, and evaluated again once no refused pod is left."""
+        if p.change == "Deleted" and not self.refused_pods:
+            return []  # every KubeRay pod's deletion comes here (routing cannot tell a refused one): none is
         key, kind = kube.workload_key_of_pod(p.object), kube.workload_kind_of_pod(p.object)
         if key is None or kind is None:
             return []

@@ -698,10 +698,9 @@ class QueueCore:
         if snap.candidates is None:
             min_runtime = {queue: self._min_runtime(queue) for queue in self._ledger.running_queues}
             snap.candidates = [
-                Running(key=x.key, queue=x.queue, priority=x.spec.priority, preemptible=x.spec.preemptible,
-                        started_at=x.started_at or 0.0, min_runtime=min_runtime[x.queue], demand=x.demand,
-                        admitted_seq=x.reserved_seq, promised=bool(x.promised_to))
-                for x in self._ledger.running.values()
+                Running(spec.key, spec.queue, spec.priority, spec.preemptible, x.started_at or 0.0,
+                        min_runtime[spec.queue], x.demand, x.reserved_seq, bool(x.promised_to))
+                for x in self._ledger.running.values() for spec in (x.spec,)
             ]
         return snap.candidates
 
@@ -713,8 +712,8 @@ class QueueCore:
         queues above their guarantee give as well."""
         usage = snap.usage.get(w.queue, {})
         if candidates is snap.candidates:
-            if snap.candidate_queues is None:
-                snap.candidate_queues = list(dict.fromkeys(x.queue for x in candidates))
+            if snap.candidate_queues is None:  # the queues of every running workload, which the ledger counts
+                snap.candidate_queues = list(self._ledger.running_queues)
             names = snap.candidate_queues
         else:
             names = list(dict.fromkeys(x.queue for x in candidates))

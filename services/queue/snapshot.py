@@ -36,7 +36,8 @@ class Snapshot:
     candidates: list[Running] | None = None
     """Running workloads reclaim may choose from; built on first need, dropped after a reclaim."""
     candidate_queues: list[str] | None = None
-    """The queues of ``candidates`` in their order (built with the first reclaim that needs them)."""
+    """The queues of ``candidates`` (built with the first reclaim that needs them; only which, not their
+    order, is read)."""
     holders: dict[str, list[Tracked]] | None = None
     """Admitted and running workloads per leaf queue (quota preemption); built on first need."""
     reclaims: list[tuple[Tracked, Sequence[Freed]]] = field(default_factory=list)

@@ -70,3 +70,16 @@ def test_a_refused_single_pod_is_rejected_as_its_own_workload() -> None:
     d = AdmissionDriver()
     assert d.rejected(refused(pod("notebook"))).startswith("pod notebook refused at ingest: metadata.labels.note")
 
+
+
+def test_a_deleted_kuberay_pod_clears_only_a_refusal_of_that_pod() -> None:
+    """Every KubeRay pod's deletion reaches admission; with no pod refused (the common case, which
+    returns at once) or another pod refused, it changes nothing."""
+    d = AdmissionDriver()
+    d.submitted(ray_cluster("rc"))
+    head, worker = ray_pod("rc", name="rc-head-x1"), ray_pod("rc", name="rc-worker-x2")
+    assert d.send(worker, "Deleted") == [] and d.core.refused_pods == {}
+    assert [type(e) for e in d.send(refused(head), "Modified")] == [WorkloadRejected]
+    assert d.send(worker, "Deleted") == []  # another pod: the workload stays rejected
+    assert [type(e) for e in d.send(head, "Deleted")] == [WorkloadUpdated]
+    assert d.core.refused_pods == {}

@@ -249,3 +249,20 @@ def test_a_core_that_raises_rejects_the_workload_and_the_run_goes_on():
     assert [(e.source, e.payload.key) for e in rejected] == [("admission", "default/poison")]
     assert [t[3] for t in trace if t[0] == "admission"] == ["poison", "fine"]  # the next one handled too
     assert ("queue", "WorkloadRejected", 0.0, "default/poison") in trace  # routed as any rejection
+
+
+def test_a_run_that_keeps_no_log_decides_the_same_and_counts_what_it_published():
+    """``keep_log=False`` (``muster simulate`` without --store or --trace) drops the replay copy only:
+    the same result, the same checks, and as many envelopes published as the kept log holds."""
+    from shared.scenario import load_scenario
+    from shared.simulate import simulate
+    from tests.builders.shared import VOLCANO
+
+    kept, dropped = simulate(load_scenario(VOLCANO)), simulate(load_scenario(VOLCANO), keep_log=False)
+    assert dropped.runtime.log == [] and kept.runtime.log
+    assert dropped.runtime.published == kept.runtime.published == len(kept.runtime.log)
+    results = [run.result() for run in (kept, dropped)]
+    for result in results:
+        del result["stats"]["wall_seconds"]
+    assert results[0] == results[1]
+    assert [str(f) for f in dropped.check()] == [str(f) for f in kept.check()]
