@@ -24,7 +24,6 @@ from shared.events import ObjectChanged, ObjectsListed
 _IDENTITY = ("name", "namespace", "uid")
 _META = (*_IDENTITY, "labels", "annotations", "ownerReferences")
 _POD_SPEC = ("schedulerName", "nodeName")
-_TYPE = ("apiVersion", "kind")
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})

@@ -318,11 +318,7 @@ class ResultProjection:
                 self._queue_members[listed][key] = view
             return
         if was is not None:
-            members = self._queue_members[was]
-            del members[key]
-            if not members:
-                del self._queue_members[was]
-            del self._in_queue[key]
+            self._unlist(key, was)
         if listed is not None:
             self._in_queue[key] = listed
             self._queue_members.setdefault(listed, {})[key] = view
@@ -334,12 +330,17 @@ class ResultProjection:
         self.held.drop(key)
         if self._folded is not None and self._folded.key == key:
             self._folded = None  # the last fold's pointer is not a reason to keep the view
-        was = self._in_queue.pop(key, None)
+        was = self._in_queue.get(key)
         if was is not None:
-            members = self._queue_members[was]
-            del members[key]
-            if not members:
-                del self._queue_members[was]
+            self._unlist(key, was)
+
+    def _unlist(self, key: str, was: str) -> None:
+        """Take ``key`` out of queue ``was``'s members; a queue left with none is no longer listed."""
+        members = self._queue_members[was]
+        del members[key]
+        if not members:
+            del self._queue_members[was]
+        del self._in_queue[key]
 
     def _workload(self, key: str, kind: str = "") -> WorkloadView:
         view = self.workloads.get(key)

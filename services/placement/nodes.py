@@ -150,6 +150,22 @@ def parse_allocatable(obj: Mapping[str, Any]) -> dict[str, int]:
     return out
 
 
+_ROW_ARRAYS: tuple[tuple[str, Any, int], ...] = (
+    ("alloc", 0, 1), ("used", 0, 1), ("free", 0, 1), ("divisor", 1.0, 1),
+    ("present", False, 0), ("schedulable", True, 0), ("hard_tainted", False, 0), ("gpu_count", 0, 0),
+    ("gpu_used", gpu.SENTINEL, 0), ("gpu_room", -1, 0), ("gpu_load", 0, 0), ("gpu_div", 1.0, 0),
+)
+"""``NodeTable``'s per-row arrays: name, what an unused row holds, the axis rows run along. Growing
+and compacting go over this one list, so no array is left out of line with the others."""
+
+
+def _padded(a: np.ndarray, extra: int, fill: Any, axis: int) -> np.ndarray:
+    """``a`` with ``extra`` rows of ``fill`` added along ``axis``."""
+    pad = [(0, 0)] * a.ndim
+    pad[axis] = (0, extra)
+    return np.pad(a, pad, constant_values=fill)
+
+
 class NodeTable:
     """Nodes × resources, GPU devices per node, and the cached static filters."""
 
@@ -239,19 +255,8 @@ class NodeTable:
 
     def _grow_rows(self) -> None:
         extra = self.present.shape[0]
-        cols = ((0, 0), (0, extra))
-        self.alloc = np.pad(self.alloc, cols)
-        self.used = np.pad(self.used, cols)
-        self.free = np.pad(self.free, cols)
-        self.divisor = np.pad(self.divisor, cols, constant_values=1.0)
-        self.present = np.pad(self.present, (0, extra))
-        self.schedulable = np.pad(self.schedulable, (0, extra), constant_values=True)
-        self.hard_tainted = np.pad(self.hard_tainted, (0, extra))
-        self.gpu_count = np.pad(self.gpu_count, (0, extra))
-        self.gpu_used = np.pad(self.gpu_used, ((0, extra), (0, 0)), constant_values=gpu.SENTINEL)
-        self.gpu_room = np.pad(self.gpu_room, (0, extra), constant_values=-1)
-        self.gpu_load = np.pad(self.gpu_load, (0, extra))
-        self.gpu_div = np.pad(self.gpu_div, (0, extra), constant_values=1.0)
+        for name, fill, axis in _ROW_ARRAYS:
+            setattr(self, name, _padded(getattr(self, name), extra, fill, axis))
 
     # ------------------------------------------------------------------ node objects
     def upsert(self, name: str, obj: Mapping[str, Any]) -> NodeChange | None:
@@ -349,20 +354,8 @@ class NodeTable:
         cap = 64
         while cap < len(order):
             cap *= 2
-
-        def cut(a: np.ndarray, fill: Any, axis: int) -> np.ndarray:
-            kept = np.take(a, rows, axis=axis)
-            pad = [(0, 0)] * a.ndim
-            pad[axis] = (0, cap - len(order))
-            return np.pad(kept, pad, constant_values=fill)
-
-        self.alloc, self.used, self.free = cut(self.alloc, 0, 1), cut(self.used, 0, 1), cut(self.free, 0, 1)
-        self.divisor = cut(self.divisor, 1.0, 1)
-        self.present, self.schedulable = cut(self.present, False, 0), cut(self.schedulable, True, 0)
-        self.hard_tainted, self.gpu_count = cut(self.hard_tainted, False, 0), cut(self.gpu_count, 0, 0)
-        self.gpu_used = cut(self.gpu_used, gpu.SENTINEL, 0)
-        self.gpu_room, self.gpu_load = cut(self.gpu_room, -1, 0), cut(self.gpu_load, 0, 0)
-        self.gpu_div = cut(self.gpu_div, 1.0, 0)
+        for name, fill, axis in _ROW_ARRAYS:
+            setattr(self, name, _padded(np.take(getattr(self, name), rows, axis=axis), cap - len(order), fill, axis))
         self._nodes_changed()
         self.scored = ScoreIndex()
         self._absent_kept = len(order) - self.live
@@ -635,5 +628,3 @@ class NodeTable:
             self._schedulable = int((self.present[:n] & self.schedulable[:n]).sum())
         return self._schedulable
 
-    def present_count(self) -> int:
-        return int(self.present[:self.n].sum())

@@ -13,7 +13,7 @@ reduced to its identity and marked ``REFUSED`` with the reason, which admission 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, get_args
 
 from shared.events import SCHEMA_VERSION, Envelope, ObjectChanged, ObjectsListed, built, derive_id
 from shared import kube
@@ -177,7 +177,7 @@ def observe(change: Change, obj: Mapping[str, Any]) -> ObjectChanged:
     return ObjectChanged(**fields)
 
 
-_CHANGES = frozenset({"Added", "Modified", "Deleted"})
+_CHANGES = frozenset(get_args(Change))
 
 
 def watch_envelope(change: Change, obj: Mapping[str, Any], at: float) -> Envelope:

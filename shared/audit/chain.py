@@ -10,7 +10,8 @@ from __future__ import annotations
 from shared.audit.logfile import LogSource, Record, decode
 from shared.events import Envelope
 
-_ID = slice(len(b'{"id":"'), len(b'{"id":"') + 24)
+ID_SPAN = slice(len(b'{"id":"'), len(b'{"id":"') + 24)
+"""Where muster's encoder writes an envelope's id: first, 24 characters."""
 _CAUSE_KEY = b',"causation_id":'
 
 
@@ -31,7 +32,7 @@ def causes(source: LogSource, first: str, stop: str | None = None, limit: int = 
     ``stop`` (a record's ``where``) at most. An id the log does not hold ends the chain."""
     parents: dict[str, tuple[str | None, str]] = {}
     for where, raw in source.records():
-        parents[raw[_ID].decode("ascii", "replace")] = (_cause_of(raw), where)
+        parents[raw[ID_SPAN].decode("ascii", "replace")] = (_cause_of(raw), where)
         if where == stop:
             break
     wanted: list[str] = []
@@ -58,6 +59,6 @@ def recorded_before(source: LogSource, event_id: str, stop: str) -> bool:
     for where, raw in source.records():
         if where == stop:
             return False
-        if raw[_ID] == wanted:
+        if raw[ID_SPAN] == wanted:
             return True
     return False

@@ -32,7 +32,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, NamedTuple
 
-from shared.audit.chain import recorded_before
+from shared.audit.chain import ID_SPAN, recorded_before
 from shared.audit.logfile import LogSource, Record, decode
 from shared.embedded import build_cores
 from shared.events import Envelope, to_json
@@ -40,7 +40,6 @@ from shared.policy import Policy
 from shared.service import Service
 from shared.topology import ROUTES, SERVICES, destinations
 
-_ID_START, _ID_END = len(b'{"id":"'), len(b'{"id":"') + 24
 _DECIDERS = frozenset(SERVICES)
 COLLECT_EVERY = 1 << 20
 """Envelopes between the young collections a replay makes while the collector waits (``Replayer.run``)."""
@@ -166,7 +165,7 @@ class Replayer:
         tally = self.tally
         tally.events += 1
         check = self.check
-        derived = self._by_id.pop(raw[_ID_START:_ID_END].decode("ascii", "replace"), None) \
+        derived = self._by_id.pop(raw[ID_SPAN].decode("ascii", "replace"), None) \
             if check and raw.startswith(b'{"id":"') else None
         if derived is not None:
             owed = self._owed[derived.service]

@@ -179,7 +179,7 @@ class ClusterBridge:
         """The latest eviction's task: every effect read after it waits for it."""
         self._queued: set[str] = set()
         self._progress = asyncio.Event()
-        self._slots: asyncio.Semaphore | None = None
+        self._slots = asyncio.Semaphore(EFFECT_CONCURRENCY)
 
     def connect(self, api: Any) -> None:
         self.applier = KubeApplier(api)
@@ -210,8 +210,6 @@ class ClusterBridge:
         while len(self._admitted) >= EFFECTS_AHEAD and not self._admitted[0].done:
             self._progress.clear()  # the reader settles the oldest once this returns (``settle``)
             await self._progress.wait()
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(EFFECT_CONCURRENCY)
         for incoming in batch:
             entry = _Admitted(incoming.offset)
             self._admitted.append(entry)
@@ -246,7 +244,6 @@ class ClusterBridge:
             await asyncio.wait(before)
         try:
             if slot:
-                assert self._slots is not None
                 async with self._slots:
                     entry.letter = await self._apply_one(incoming, env)
             else:
