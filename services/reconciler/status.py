@@ -73,12 +73,17 @@ def pod_group_name(workload: str) -> str:
     return f"ray-{workload.rpartition('/')[2]}-pg"
 
 
+def pod_group_ref(key: str) -> tuple[str, str]:
+    """Namespace and name of the PodGroup written for workload ``key`` (its status, and what is forgotten)."""
+    return key.rpartition("/")[0] or "default", pod_group_name(key)
+
+
 def pod_group_object(key: str) -> str:
     """The object id (as ``effect_object`` names it) of the PodGroup written for workload ``key``: the
     reconciler forgets what it wrote there with the workload (KubeRay makes a new PodGroup for a new
     incarnation, so a status equal to the old one's must be written again)."""
-    namespace = key.rpartition("/")[0]
-    return f"{VOLCANO_PODGROUP}/PodGroup/{namespace or 'default'}/{pod_group_name(key)}"
+    namespace, name = pod_group_ref(key)
+    return f"{VOLCANO_PODGROUP}/PodGroup/{namespace}/{name}"
 
 
 def queue_object(source: QueueSource) -> str:
@@ -261,9 +266,9 @@ class StatusBook:
                      "reason": "NotEnoughResources" if waiting else "tasks in gang are ready to be scheduled",
                      "message": last["reason"], "transitionID": derive_id(key, last["t"], last["phase"]),
                      "lastTransitionTime": rfc3339(last["t"])}
-        namespace, _, _ = key.rpartition("/")
-        return kube_effect(op="status", kind="PodGroup", api_version=VOLCANO_PODGROUP, namespace=namespace or "default",
-                          name=pod_group_name(key), status={"phase": phase, "conditions": [condition]})
+        namespace, name = pod_group_ref(key)
+        return kube_effect(op="status", kind="PodGroup", api_version=VOLCANO_PODGROUP, namespace=namespace,
+                           name=name, status={"phase": phase, "conditions": [condition]})
 
     @staticmethod
     def _effect(spec: QueueSpec, status: dict[str, Any]) -> KubeEffect:
