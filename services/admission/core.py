@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Callable, Literal, Union
 
 from services.admission import fields
@@ -55,6 +56,7 @@ from shared import kube
 from shared import quantity as q
 from shared.model import Gang, WorkloadSpec
 from shared.kube import REFUSED, watched_namespace
+from shared.dedupe import forget_before
 from shared.listing import WatchBook
 from shared.policy import Policy
 from shared.treekey import tree_key
@@ -62,6 +64,8 @@ from shared.treekey import tree_key
 Output = Union[QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadRejected,
                WorkloadFinished, WorkloadDeleted]
 Gate = Literal["suspend", "pods"]
+_DELETED_AT = itemgetter(1)
+"""When a tombstone's workload was deleted: its (uid, deleted at)'s second (``forget_before``)."""
 
 
 @dataclass
@@ -201,7 +205,7 @@ class AdmissionCore:
         key = f"{namespace}/{p.name}"
         wid = f"{p.kind}:{key}"
         w = self.workloads.get(wid)
-        self._forget_gone(now)
+        forget_before(self._gone, now - self.TOMBSTONE_SECONDS, _DELETED_AT)
         if p.change == "Deleted":
             return self._delete(w, now)
         uid = _uid(p.object)
@@ -272,14 +276,6 @@ class AdmissionCore:
             return []
         return [WorkloadDeleted(key=w.key)]
 
-    def _forget_gone(self, now: float) -> None:
-        """Drop the tombstones older than ``TOMBSTONE_SECONDS`` (they are in deletion order)."""
-        horizon = now - self.TOMBSTONE_SECONDS
-        while self._gone:
-            wid, (_, at) = next(iter(self._gone.items()))
-            if at >= horizon:
-                break
-            del self._gone[wid]
 
     def _evaluate(self, w: RayWorkload, again: bool = False) -> list[Output]:
         """``again``: re-evaluation after queues or PriorityClasses changed (see ``_reevaluate``)."""

@@ -23,7 +23,7 @@ from shared.events import (
     PodAssigned, PreemptionRequested, QueueRejected, QueueRemoved, TimerFired, TimerSet, WorkloadDeleted,
     WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, kube_effect,
 )
-from shared.dedupe import RECENT_IDS, Seen
+from shared.dedupe import RECENT_IDS, Seen, forget_before
 from shared.policy import Policy
 from services.reconciler.status import STATUS_TIMER, StatusBook, effect_object, pod_group_object, queue_object
 
@@ -271,12 +271,7 @@ class ReconcilerCore:
         wl = self._workloads.pop(p.key, None)
         if wl is not None:
             self._forget(wl)
-        horizon = now - self.TOMBSTONE_SECONDS
-        while self._gone:
-            key, at = next(iter(self._gone.items()))
-            if at >= horizon:
-                break
-            del self._gone[key]
+        forget_before(self._gone, now - self.TOMBSTONE_SECONDS)
         self._gone[p.key] = now
         return []
 

@@ -52,6 +52,7 @@ from kubernetes_asyncio.watch import Watch
 
 from services.reconciler.ingest import Change
 from services.reconciler.resources import EVENT, NODE, POD, Resource, candidates, located
+from shared.dedupe import forget_before
 from shared.events import KubeEffect
 
 log = logging.getLogger("muster.cluster")
@@ -256,12 +257,7 @@ class KubeApplier:
         written = self._status_written
         written[target] = now
         written.move_to_end(target)
-        horizon = now - self.status_interval
-        while written:
-            oldest, at = next(iter(written.items()))
-            if at > horizon:
-                break
-            del written[oldest]
+        forget_before(written, now - self.status_interval)
 
     async def _patch_status(self, resource: Resource, namespace: str | None, name: str, body: dict[str, Any], *,
                             subresource: bool) -> None:

@@ -8,10 +8,12 @@ the placement's shape mix) and left out; ``make bench``'s soak measures the byte
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import pytest
 
 from bench.soak_bench import rayjob, steps, windows
-from shared.dedupe import Seen, dedupe_window
+from shared.dedupe import Seen, dedupe_window, forget_before
 from shared.embedded import EmbeddedRuntime
 from shared.footprint import retained
 from shared.policy import Policy
@@ -62,3 +64,16 @@ def test_each_source_keeps_its_own_window():
         seen.add(str(i), "placement")
     assert "a" in seen and len(seen) == 3
     assert seen.add("a", "admission") is False
+
+
+def test_forget_before_drops_only_what_was_noted_before_the_horizon():
+    """The tombstones and recent writes the cores and the cluster link keep for a time: oldest first,
+    so dropping stops at the first entry still inside the window (a later one noted earlier stays)."""
+    gone = OrderedDict([("a", 1.0), ("b", 5.0), ("c", 2.0)])
+    forget_before(gone, 5.0)
+    assert list(gone) == ["b", "c"]
+    tombstones = OrderedDict([("x", ("uid-x", 3.0)), ("y", ("uid-y", 9.0))])
+    forget_before(tombstones, 4.0, lambda entry: entry[1])
+    assert tombstones == OrderedDict([("y", ("uid-y", 9.0))])
+    forget_before(tombstones, 100.0, lambda entry: entry[1])
+    assert not tombstones
