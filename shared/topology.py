@@ -7,7 +7,7 @@ reconciler's apply adapter, or the simulated cluster); ``clock`` answers ``Timer
 from __future__ import annotations
 
 from shared.events import Envelope
-from shared.kube import REFUSED
+from shared.kube import REFUSED, ray_labelled
 
 SERVICES = ("admission", "queue", "placement", "reconciler")
 
@@ -45,10 +45,6 @@ ROUTES: dict[str, tuple[str, ...]] = {
 }
 
 
-RAY_POD_LABELS = ("ray.io/cluster", "ray.io/node-type", "ray.io/originated-from-crd")
-_CLUSTER_LABEL, _NODE_TYPE_LABEL, _ORIGIN_LABEL = RAY_POD_LABELS
-
-
 def admission_reads_pod(obj: dict, change: str = "Added") -> bool:
     """Every pod but KubeRay's: a plain pod may be a gang member or a gang of one (admission decides by
     its labels and ``spec.schedulerName``); KubeRay's pods belong to their RayCluster / RayJob. Of
@@ -56,10 +52,9 @@ def admission_reads_pod(obj: dict, change: str = "Added") -> bool:
     deletions (a refused pod that is gone no longer holds its workload back)."""
     meta = obj.get("metadata")
     labels = meta.get("labels") if isinstance(meta, dict) else None
-    if not (isinstance(labels, dict) and (labels.get(_CLUSTER_LABEL) or labels.get(_NODE_TYPE_LABEL)
-                                          or labels.get(_ORIGIN_LABEL))):  # any of ``RAY_POD_LABELS``, unrolled
+    if not (isinstance(labels, dict) and ray_labelled(labels)):
         return True
-    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    annotations = meta.get("annotations")
     return change == "Deleted" or (isinstance(annotations, dict) and REFUSED in annotations)
 
 

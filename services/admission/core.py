@@ -26,7 +26,7 @@ from typing import Any, Callable, Literal, Union
 from services.admission import fields
 from services.admission.fields import Invalid
 from services.admission.dialects import KUBERAY, GangRules, dialect_of
-from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, is_ray_pod, ray_owner
+from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, ray_owner
 from services.admission.priority import PriorityBook, class_name, preemptible, ray_pod_metas, volcano_pinned
 from services.admission.queues import QueueBook
 from services.admission.resolve import never_fits, queue_for
@@ -157,7 +157,7 @@ class AdmissionCore:
         if p.kind in ("RayCluster", "RayJob"):
             return self._on_ray(p, namespace, now)
         if p.kind == "Pod":
-            if is_ray_pod(p.object):
+            if kube.is_ray_pod(p.object):
                 return self._on_ray_pod(p, namespace)
             out: list[Output] = []
             for gang in self.pod_gangs.observe_pod(p.change, namespace, p.name, p.object):
