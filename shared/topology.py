@@ -45,6 +45,13 @@ ROUTES: dict[str, tuple[str, ...]] = {
 }
 
 
+_PLAIN_POD = ("admission", "placement")
+_RAY_POD = ("placement",)
+_POD_GONE = ("admission", "placement", "reconciler")
+"""A pod's deletion: the reconciler too forgets what it wrote on the pod (what it keeps per pod follows
+the pods that exist, not every pod a long-lived workload ever had)."""
+
+
 def admission_reads_pod(obj: dict, change: str = "Added") -> bool:
     """Every pod but KubeRay's: a plain pod may be a gang member or a gang of one (admission decides by
     its labels and ``spec.schedulerName``); KubeRay's pods belong to their RayCluster / RayJob. Of
@@ -60,15 +67,19 @@ def admission_reads_pod(obj: dict, change: str = "Added") -> bool:
 
 def destinations(env: Envelope) -> tuple[str, ...]:
     """Inboxes an envelope goes to. Watch events split by kind; plain pods (not KubeRay's) go to both,
-    and a listing of pods to both (each core judges only the pods it was told of)."""
+    and a listing of pods to both (each core judges only the pods it was told of); a pod's deletion
+    to the reconciler as well."""
     if env.type in ("ObjectChanged", "ObjectsListed"):  # a listing: to every core holding that kind (``shared.listing``)
         p = env.payload
         if p.kind == "Node":
             return ("placement",)
         if p.kind != "Pod":
             return ("admission",)
-        listed = env.type == "ObjectsListed"
-        return ("admission", "placement") if listed or admission_reads_pod(p.object, p.change) else ("placement",)
+        if env.type == "ObjectsListed":
+            return _PLAIN_POD
+        if p.change == "Deleted":
+            return _POD_GONE
+        return _PLAIN_POD if admission_reads_pod(p.object, p.change) else _RAY_POD
     if env.type == "TimerFired":
         return ()
     return ROUTES[env.type]

@@ -18,13 +18,18 @@ from shared.embedded import EmbeddedRuntime
 from shared.footprint import retained
 from shared.policy import Policy
 from shared.sim.cluster import SimCluster
+from tests.builders import node, ray_cluster, worker_group
 
 GAP = 30.0
 """Seconds between two arrivals: a few jobs overlap, as in a busy cluster."""
 
 
+POLICY = Policy.from_mapping({"scheduler_names": [*Policy().scheduler_names, "default-scheduler"]})
+"""Muster binds the pods that name no scheduler too (the simulated KubeRay's)."""
+
+
 def _entries_after(jobs: int) -> dict[str, int]:
-    policy = Policy.from_mapping({"scheduler_names": [*Policy().scheduler_names, "default-scheduler"]})
+    policy = POLICY
     cluster = SimCluster(pod_startup=2.0, annotation_history=False)
     runtime = EmbeddedRuntime(policy, cluster)
     plan = steps(cluster, jobs, nodes=8, seconds=jobs * GAP)
@@ -77,3 +82,31 @@ def test_forget_before_drops_only_what_was_noted_before_the_horizon():
     assert tombstones == OrderedDict([("y", ("uid-y", 9.0))])
     forget_before(tombstones, 100.0, lambda entry: entry[1])
     assert not tombstones
+
+
+def _reconciler_entries_after(replaced: int) -> int:
+    """A RayCluster runs while its worker pods are deleted one after another (lost, evicted by
+    someone else, an autoscaler's churn); KubeRay makes each a successor under a new name, which
+    muster places and binds. What the reconciler keeps once the last successor is bound."""
+    cluster = SimCluster(pod_startup=2.0, annotation_history=False)
+    runtime = EmbeddedRuntime(POLICY, cluster)
+
+    def boot(now: float) -> None:
+        cluster.apply(node("n1", cpu="64", memory="256Gi"), now)
+        cluster.apply(ray_cluster("rc", workers=[worker_group(replicas=2)]), now)
+
+    def lose_a_worker(now: float) -> None:
+        workers = sorted(p["metadata"]["name"] for p in cluster.api.objects("Pod", "default")
+                         if p["metadata"]["labels"].get("ray.io/node-type") == "worker")
+        cluster.delete("Pod", "default", workers[0], now)
+
+    plan = [(0.0, boot)] + [(10.0 * (i + 1), lose_a_worker) for i in range(replaced)]
+    runtime.run(plan, 10.0 * (replaced + 2))
+    core = runtime.cores["reconciler"]
+    return retained(core, exclude=windows(core)).entries
+
+
+def test_the_reconciler_keeps_only_the_live_pods_of_a_workload_whose_pods_come_and_go():
+    """Issue 14 within one live workload: per-pod memory (what was bound, which pods the workload
+    had) follows the pods that exist, not every pod the workload ever had."""
+    assert _reconciler_entries_after(8) == _reconciler_entries_after(2)
