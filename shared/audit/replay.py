@@ -34,11 +34,11 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 
 from shared.audit.chain import ID_SPAN, recorded_before
 from shared.audit.logfile import LogSource, Record, decode
+from shared.dedupe import DEDUPE_WINDOW
 from shared.embedded import build_cores
 from shared.events import Envelope, to_json
 from shared.policy import Policy
 from shared.service import Service
-from shared.dedupe import DEDUPE_WINDOW
 from shared.topology import ROUTES, SERVICES, destinations
 
 _DECIDERS = frozenset(SERVICES)
