@@ -45,8 +45,6 @@ ROUTES: dict[str, tuple[str, ...]] = {
 }
 
 
-_PLAIN_POD = ("admission", "placement")
-_RAY_POD = ("placement",)
 _POD_GONE = ("admission", "placement", "reconciler")
 """A pod's deletion: the reconciler too forgets what it wrote on the pod (what it keeps per pod follows
 the pods that exist, not every pod a long-lived workload ever had)."""
@@ -66,20 +64,30 @@ def admission_reads_pod(obj: dict, change: str = "Added") -> bool:
 
 
 def destinations(env: Envelope) -> tuple[str, ...]:
-    """Inboxes an envelope goes to. Watch events split by kind; plain pods (not KubeRay's) go to both,
-    and a listing of pods to both (each core judges only the pods it was told of); a pod's deletion
-    to the reconciler as well."""
-    if env.type in ("ObjectChanged", "ObjectsListed"):  # a listing: to every core holding that kind (``shared.listing``)
+    """Inboxes an envelope goes to. Most types route by type alone (``ROUTES``, looked up first: every
+    decision and timer request of a log is one); watch events split by kind; plain pods (not KubeRay's)
+    go to both, and a listing of pods to both (each core judges only the pods it was told of); a pod's
+    deletion to the reconciler as well. A ``TimerFired`` has no route of its own: the clock delivers
+    it to the service whose timer it is."""
+    kind = env.type
+    targets = ROUTES.get(kind)
+    if targets is not None:
+        return targets
+    if kind == "ObjectChanged":
         p = env.payload
         if p.kind == "Node":
-            return ("placement",)
+            return _PLACEMENT
         if p.kind != "Pod":
-            return ("admission",)
-        if env.type == "ObjectsListed":
-            return _PLAIN_POD
+            return _ADMISSION
         if p.change == "Deleted":
             return _POD_GONE
-        return _PLAIN_POD if admission_reads_pod(p.object, p.change) else _RAY_POD
-    if env.type == "TimerFired":
+        return _BOTH if admission_reads_pod(p.object, p.change) else _PLACEMENT
+    if kind == "ObjectsListed":  # a listing: to every core holding that kind (``shared.listing``)
+        p = env.payload
+        return _PLACEMENT if p.kind == "Node" else _BOTH if p.kind == "Pod" else _ADMISSION
+    if kind == "TimerFired":
         return ()
-    return ROUTES[env.type]
+    raise KeyError(kind)
+
+
+_PLACEMENT, _ADMISSION, _BOTH = ("placement",), ("admission",), ("admission", "placement")
