@@ -683,7 +683,7 @@ class QueueCore:
         do not cover, whole workloads (``Choice.victims`` then names them, and no pods)."""
         usage, share = snap.usage.get(w.queue, {}), snap.shares.get(w.queue, {})
         if not within_share(usage, w.demand, share):  # what _choose answers first, without a view of every running one
-            return Choice(None, self._beyond_share(w, usage, share, list(self._ledger.running_queues), snap)), []
+            return Choice(None, self._beyond_share(w, usage, share, list(self._ledger.running_of), snap)), []
         units = elastic.as_running(
             elastic.elastic_pods(x for x in self._ledger.running_elastic.values() if x.queue != w.queue),
             self._min_runtime)
@@ -691,29 +691,48 @@ class QueueCore:
             choice = self._choose(w, needs, snap, now, [r for r, _ in units.values()])
             if choice.victims:
                 return Choice((), by_guarantee=choice.by_guarantee), [units[key][1] for key in choice.victims]
-        return self._choose(w, needs, snap, now, self._candidates(snap)), []
+        return self._choose(w, needs, snap, now), []
 
-    def _candidates(self, snap: Snapshot) -> list[Running]:
-        """Running workloads as reclaim sees them, whole (built once per cycle, again after a reclaim)."""
+    def _candidates(self, snap: Snapshot, names: list[str]) -> list[Running]:
+        """The running workloads of queues ``names`` as reclaim sees them, whole: each queue's built once per
+        cycle (again after a reclaim), and only when a reclaim may take from that queue (``_giving_queues``)."""
         if snap.candidates is None:
-            min_runtime = {queue: self._min_runtime(queue) for queue in self._ledger.running_queues}
-            snap.candidates = [
-                Running(spec.key, spec.queue, spec.priority, spec.preemptible, x.started_at or 0.0,
-                        min_runtime[spec.queue], x.demand, x.reserved_seq, bool(x.promised_to))
-                for x in self._ledger.running.values() for spec in (x.spec,)
-            ]
-        return snap.candidates
+            snap.candidates = {}
+        out: list[Running] = []
+        for name in names:
+            views = snap.candidates.get(name)
+            if views is None:
+                min_runtime = self._min_runtime(name)
+                views = snap.candidates[name] = [
+                    Running(spec.key, spec.queue, spec.priority, spec.preemptible, x.started_at or 0.0,
+                            min_runtime, x.demand, x.reserved_seq, bool(x.promised_to))
+                    for x in self._ledger.running_of[name].values() for spec in (x.spec,)
+                ]
+            out += views
+        return out
+
+    def _giving_queues(self, requester: str, names: list[str], snap: Snapshot, contested: set[str],
+                starved: bool) -> list[str]:
+        """The queues of ``names`` a reclaim for ``requester`` could take from or must name in a refusal:
+        those above their fair share, and, for a starved requester, those above their guarantee on a
+        contested resource. Taking victims only lowers a queue's usage, so a queue that is neither now
+        never becomes one during the choice (``choose_victims`` skips it), and its running workloads
+        need no view."""
+        return [name for name in names if name != requester and (
+            snap.dominant(name) > 1
+            or (starved and above_guarantee(snap.usage.get(name, {}), self.tree.get(name), contested)))]
 
     def _choose(self, w: Tracked, needs: dict[str, dict[str, int]], snap: Snapshot, now: float,
-                candidates: list[Running]) -> Choice:
-        """Victims among ``candidates`` covering ``needs``, or why there are none.
+                candidates: list[Running] | None = None) -> Choice:
+        """Victims among ``candidates`` (by default the running workloads of the queues that may give)
+        covering ``needs``, or why there are none.
 
         ``w``'s queue must stay within its fair share; staying within its guarantee too, it is starved, and
         queues above their guarantee give as well."""
         usage = snap.usage.get(w.queue, {})
-        if candidates is snap.candidates:
-            if snap.candidate_queues is None:  # the queues of every running workload, which the ledger counts
-                snap.candidate_queues = list(self._ledger.running_queues)
+        if candidates is None:
+            if snap.candidate_queues is None:  # the queues of every running workload, which the ledger keeps
+                snap.candidate_queues = list(self._ledger.running_of)
             names = snap.candidate_queues
         else:
             names = list(dict.fromkeys(x.queue for x in candidates))
@@ -724,6 +743,8 @@ class QueueCore:
         scopes = {name: frozenset(spec.name for spec in self.tree.ancestry(name)) for name in names}
         contested = {r for amounts in needs.values() for r in amounts}
         starved = within_guarantee(usage, w.demand, self.tree.get(w.queue), contested)
+        if candidates is None:
+            candidates = self._candidates(snap, self._giving_queues(w.queue, names, snap, contested, starved))
         return choose_victims(needs, candidates, queues, snap.usage, snap.shares, w.queue, now, scopes=scopes,
                               starved=starved)
 
@@ -745,17 +766,18 @@ class QueueCore:
         backoff expires, and say so in the reason ("" when age is not what blocks it)."""
         if not within_share(snap.usage.get(w.queue, {}), w.demand, snap.shares.get(w.queue, {})):
             return ""  # _choose's first answer, at any age of the victims
-        later = self._choose(w, needs, snap, math.inf, self._candidates(snap)).victims
+        later = self._choose(w, needs, snap, math.inf).victims
         if not later or snap.candidates is None:
             return ""
-        ripe = max(c.started_at + c.min_runtime for c in snap.candidates if c.key in later)
+        ripe = max(c.started_at + c.min_runtime for views in snap.candidates.values() for c in views if c.key in later)
         if ripe <= now:
             return ""
         if ripe not in self._ripening:
             self._ripening[ripe] = None
             self._arm(ripe, now, out)
+        queues = dict.fromkeys(x.queue for key, x in self._ledger.running.items() if key in later)  # in running order
         return (f"Reclaiming {', '.join(later)} waits for the minimum runtime of queue "
-                f"{', '.join(dict.fromkeys(c.queue for c in snap.candidates if c.key in later))} (until {ripe:g}s).")
+                f"{', '.join(queues)} (until {ripe:g}s).")
 
     def _min_runtime(self, queue: str) -> float:
         spec = self.tree.get(queue)

@@ -37,9 +37,9 @@ class Ledger:
         """Quota held by preemptible workloads, per queue and priority: what in-queue preemption could give
         back to a higher priority there (a release judges quota waiters with it, ``QueueCore._wake_quota``)."""
         self.in_use: Resources = {}
-        self.running_queues: dict[str, int] = {}
-        """How many workloads run per queue (only queues with some): whom reclaim could take from, without a
-        walk of every running workload (``QueueCore._reclaim``)."""
+        self.running_of: dict[str, dict[str, Tracked]] = {}
+        """The running workloads per queue (only queues with some): whom reclaim could take from, without a
+        walk of every running workload (``QueueCore._reclaim``), and only of the queues that may give."""
 
     def book(self, w: Tracked) -> None:
         self._apply(w, 1)
@@ -73,16 +73,15 @@ class Ledger:
         if w.state == "running":
             if sign > 0:
                 self.running[w.key] = w
-                self.running_queues[w.queue] = self.running_queues.get(w.queue, 0) + 1
+                self.running_of.setdefault(w.queue, {})[w.key] = w
                 if w.elastic:
                     self.running_elastic[w.key] = w
             else:
                 if self.running.pop(w.key, None) is not None:
-                    left = self.running_queues[w.queue] - 1
-                    if left:
-                        self.running_queues[w.queue] = left
-                    else:
-                        del self.running_queues[w.queue]
+                    members = self.running_of[w.queue]
+                    del members[w.key]
+                    if not members:
+                        del self.running_of[w.queue]
                 self.running_elastic.pop(w.key, None)
         if w.state == "pending":
             index = self.parked if w.room_key or w.quota_key else self.pending

@@ -33,8 +33,9 @@ class Snapshot:
     shares: dict[str, Resources]
     """Deserved (fair) share per queue."""
 
-    candidates: list[Running] | None = None
-    """Running workloads reclaim may choose from; built on first need, dropped after a reclaim."""
+    candidates: dict[str, list[Running]] | None = None
+    """Per queue, its running workloads as reclaim sees them; each queue's built on first need (only for
+    queues that may give), all dropped after a reclaim."""
     candidate_queues: list[str] | None = None
     """The queues of ``candidates`` (built with the first reclaim that needs them; only which, not their
     order, is read)."""

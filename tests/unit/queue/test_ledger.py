@@ -29,8 +29,12 @@ def _recount(core: QueueCore) -> dict:
         if w.state == "pending":  # those waiting for room or quota apart: no cycle walks them
             (parked if w.room_key or w.quota_key else pending).setdefault(w.queue, []).append(w.key)
     running = sorted(w.key for w in core._workloads.values() if w.state == "running")
+    running_of: dict = {}
+    for w in core._workloads.values():
+        if w.state == "running":
+            running_of.setdefault(w.queue, []).append(w.key)
     return {"held": held, "protected": protected, "demand": demand, "pending": pending, "parked": parked,
-            "running": running}
+            "running": running, "running_of": {k: sorted(v) for k, v in sorted(running_of.items())}}
 
 
 def _nonzero(table: dict) -> dict:
@@ -41,7 +45,8 @@ def _ledger(core: QueueCore) -> dict:
     book = core._ledger
     return {"held": _nonzero(book.held), "protected": _nonzero(book.protected), "demand": _nonzero(book.demand),
             "pending": {k: list(v) for k, v in book.pending.items()},
-            "parked": {k: list(v) for k, v in book.parked.items()}, "running": sorted(book.running)}
+            "parked": {k: list(v) for k, v in book.parked.items()}, "running": sorted(book.running),
+            "running_of": {k: sorted(v) for k, v in sorted(book.running_of.items())}}
 
 
 def test_ledger_matches_a_recount_after_every_event():

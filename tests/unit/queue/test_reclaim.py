@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from services.queue.core import QueueCore
 from services.queue.reclaim import CLUSTER, Running, choose_victims, within_guarantee
 from shared.events import Dequeued, ReclaimRequested
 from shared.policy import Policy
@@ -246,3 +249,46 @@ def test_no_minimum_runtime_note_when_age_is_not_what_blocks_reclaim():
     assert d.core._workloads["ns/b1"].reclaim_note == ("Reclaim refused: queue b would go over its fair share "
                                                        "nvidia.com/gpu 4 (used 0, requested 6).")
     assert not any(t > 100.0 for t in d.timers)  # no wake-up for victims that would not be taken anyway
+
+
+class _Viewing(QueueCore):
+    """The queue core, noting which queues' running workloads reclaim viewed."""
+
+    def __init__(self, policy: Policy) -> None:
+        super().__init__(policy)
+        self.viewed: set[str] = set()
+
+    def _candidates(self, snap, names):
+        self.viewed.update(names)
+        return super()._candidates(snap, names)
+
+
+class _ViewingAll(_Viewing):
+    """Reclaim viewing every other queue's running workloads, as it did before the views were gated."""
+
+    def _giving_queues(self, requester, names, snap, contested, starved):
+        return [name for name in names if name != requester]
+
+
+@pytest.mark.parametrize("a_reclaimable", [True, False])
+def test_reclaim_views_only_queues_that_may_give_and_chooses_as_if_it_viewed_every_queue(a_reclaimable):
+    """Shares a 6, b 4, c 1, d 2 GPUs: a is above its share, b at it but above its guarantee (d, within
+    its own guarantee, is starved, so b gives too), c at both its share and its guarantee: it never gives,
+    so its running workloads need no view; the choice, refusals included, is the one over every queue."""
+    gpu = "nvidia.com/gpu"
+    outs = []
+    for core in (_Viewing, _ViewingAll):
+        d = QueueDriver(Policy())
+        d.core = core(d.policy)
+        d.step(capacity(cpu="100", memory="1Ti", **{gpu: "13"}), 0.0)
+        for spec in (queue_spec("a", reclaimable=a_reclaimable), queue_spec("b", guarantee={gpu: "2"}),
+                     queue_spec("c", guarantee={gpu: "1"}), queue_spec("d", guarantee={gpu: "4"})):
+            d.step(defined(spec))
+        _run(d, "a", 8)
+        _run(d, "b", 4, start=20.0)
+        _run(d, "c", 1, start=30.0)
+        outs.append((_ask(d, "ns/d1", "d", 2), d.core.viewed))
+    (gated, viewed), (full, every) = outs
+    assert gated == full
+    assert gated[0].victims == (("ns/a8", "ns/a7") if a_reclaimable else ("ns/b4", "ns/b3"))
+    assert viewed == {"a", "b"} and every == {"a", "b", "c"}
