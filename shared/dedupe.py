@@ -11,12 +11,18 @@ inbox, instead of one ever-growing set or a flat million shared by every source.
 
 Inboxes are ordered, so a service never needs ids for what it re-reads of its own inbox: a restart
 resumes at an offset (``shared.bus.snapshot``), and what lies below it is never handed over again.
+
+What a service remembers for a time rather than by count (a deleted object's tombstone, a recent
+write) is kept oldest first and let go by ``forget_before``.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
+from typing import Any, Callable, TypeVar
+
+K = TypeVar("K")
 
 PEAK_RATE = 10_000
 """Envelopes per second one producer can write into one inbox: a service's batch of 1,000 records
@@ -79,3 +85,15 @@ class Seen:
 
     def __len__(self) -> int:
         return len(self._ids)
+
+
+def forget_before(entries: OrderedDict[K, Any], horizon: float, when: Callable[[Any], float] = float) -> None:
+    """Drop the entries noted before ``horizon``: ``entries`` is oldest first (a key noted again is
+    moved to the end), ``when`` reads an entry's time (the value itself by default). So a memory of
+    the last N seconds (tombstones of deleted objects, recent writes) costs what came in those
+    seconds, not the history; one step per entry dropped, plus one."""
+    while entries:
+        key, value = next(iter(entries.items()))
+        if when(value) >= horizon:
+            return
+        del entries[key]

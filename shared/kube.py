@@ -67,6 +67,19 @@ def refused(obj: Mapping[str, Any]) -> str | None:
     return reason if isinstance(reason, str) else None
 
 
+def ray_labelled(pod_labels: Mapping[str, Any]) -> bool:
+    """Labels of a pod KubeRay made (head, worker or a RayJob's submitter: any of its labels says so)."""
+    return bool(pod_labels.get(RAY_NODE_TYPE) or pod_labels.get(RAY_CLUSTER) or pod_labels.get(RAY_ORIGIN_KIND))
+
+
+def is_ray_pod(pod: Mapping[str, Any]) -> bool:
+    """A pod KubeRay made: its RayCluster or RayJob is the workload (``ray_labelled``). Asked of every
+    pod watch event admission reads, so plain dicts are read without a call per level."""
+    meta = pod.get("metadata") if type(pod) is dict else mapping(pod).get("metadata")
+    pod_labels = meta.get("labels") if type(meta) is dict else mapping(meta).get("labels")
+    return ray_labelled(pod_labels if type(pod_labels) is dict else mapping(pod_labels))
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch: maps merge key by key, ``None`` removes, anything else replaces
     (what the API server does with ``application/merge-patch+json``)."""

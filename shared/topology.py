@@ -7,7 +7,7 @@ reconciler's apply adapter, or the simulated cluster); ``clock`` answers ``Timer
 from __future__ import annotations
 
 from shared.events import Envelope
-from shared.kube import REFUSED
+from shared.kube import REFUSED, ray_labelled
 
 SERVICES = ("admission", "queue", "placement", "reconciler")
 
@@ -45,8 +45,9 @@ ROUTES: dict[str, tuple[str, ...]] = {
 }
 
 
-RAY_POD_LABELS = ("ray.io/cluster", "ray.io/node-type", "ray.io/originated-from-crd")
-_CLUSTER_LABEL, _NODE_TYPE_LABEL, _ORIGIN_LABEL = RAY_POD_LABELS
+_POD_GONE = ("admission", "placement", "reconciler")
+"""A pod's deletion: the reconciler too forgets what it wrote on the pod (what it keeps per pod follows
+the pods that exist, not every pod a long-lived workload ever had)."""
 
 
 def admission_reads_pod(obj: dict, change: str = "Added") -> bool:
@@ -56,18 +57,18 @@ def admission_reads_pod(obj: dict, change: str = "Added") -> bool:
     deletions (a refused pod that is gone no longer holds its workload back)."""
     meta = obj.get("metadata")
     labels = meta.get("labels") if isinstance(meta, dict) else None
-    if not (isinstance(labels, dict) and (labels.get(_CLUSTER_LABEL) or labels.get(_NODE_TYPE_LABEL)
-                                          or labels.get(_ORIGIN_LABEL))):  # any of ``RAY_POD_LABELS``, unrolled
+    if not (isinstance(labels, dict) and ray_labelled(labels)):
         return True
-    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    annotations = meta.get("annotations")
     return change == "Deleted" or (isinstance(annotations, dict) and REFUSED in annotations)
 
 
 def destinations(env: Envelope) -> tuple[str, ...]:
     """Inboxes an envelope goes to. Most types route by type alone (``ROUTES``, looked up first: every
     decision and timer request of a log is one); watch events split by kind; plain pods (not KubeRay's)
-    go to both, and a listing of pods to both (each core judges only the pods it was told of). A
-    ``TimerFired`` has no route of its own: the clock delivers it to the service whose timer it is."""
+    go to both, and a listing of pods to both (each core judges only the pods it was told of); a pod's
+    deletion to the reconciler as well. A ``TimerFired`` has no route of its own: the clock delivers
+    it to the service whose timer it is."""
     kind = env.type
     targets = ROUTES.get(kind)
     if targets is not None:
@@ -78,6 +79,8 @@ def destinations(env: Envelope) -> tuple[str, ...]:
             return _PLACEMENT
         if p.kind != "Pod":
             return _ADMISSION
+        if p.change == "Deleted":
+            return _POD_GONE
         return _BOTH if admission_reads_pod(p.object, p.change) else _PLACEMENT
     if kind == "ObjectsListed":  # a listing: to every core holding that kind (``shared.listing``)
         p = env.payload

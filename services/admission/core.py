@@ -20,12 +20,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Callable, Literal, Union
 
 from services.admission import fields
 from services.admission.fields import Invalid
 from services.admission.dialects import KUBERAY, GangRules, dialect_of
-from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, is_ray_pod, ray_owner
+from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, ray_owner
 from services.admission.priority import PriorityBook, class_name, preemptible, ray_pod_metas, volcano_pinned
 from services.admission.queues import QueueBook
 from services.admission.resolve import never_fits, queue_for
@@ -55,6 +56,7 @@ from shared import kube
 from shared import quantity as q
 from shared.model import Gang, WorkloadSpec
 from shared.kube import REFUSED, watched_namespace
+from shared.dedupe import forget_before
 from shared.listing import WatchBook
 from shared.policy import Policy
 from shared.treekey import tree_key
@@ -62,6 +64,8 @@ from shared.treekey import tree_key
 Output = Union[QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadRejected,
                WorkloadFinished, WorkloadDeleted]
 Gate = Literal["suspend", "pods"]
+_DELETED_AT = itemgetter(1)
+"""When a tombstone's workload was deleted: its (uid, deleted at)'s second (``forget_before``)."""
 
 
 @dataclass
@@ -153,7 +157,7 @@ class AdmissionCore:
         if p.kind in ("RayCluster", "RayJob"):
             return self._on_ray(p, namespace, now)
         if p.kind == "Pod":
-            if is_ray_pod(p.object):
+            if kube.is_ray_pod(p.object):
                 return self._on_ray_pod(p, namespace)
             out: list[Output] = []
             for gang in self.pod_gangs.observe_pod(p.change, namespace, p.name, p.object):
@@ -201,7 +205,7 @@ class AdmissionCore:
         key = f"{namespace}/{p.name}"
         wid = f"{p.kind}:{key}"
         w = self.workloads.get(wid)
-        self._forget_gone(now)
+        forget_before(self._gone, now - self.TOMBSTONE_SECONDS, _DELETED_AT)
         if p.change == "Deleted":
             return self._delete(w, now)
         uid = _uid(p.object)
@@ -272,14 +276,6 @@ class AdmissionCore:
             return []
         return [WorkloadDeleted(key=w.key)]
 
-    def _forget_gone(self, now: float) -> None:
-        """Drop the tombstones older than ``TOMBSTONE_SECONDS`` (they are in deletion order)."""
-        horizon = now - self.TOMBSTONE_SECONDS
-        while self._gone:
-            wid, (_, at) = next(iter(self._gone.items()))
-            if at >= horizon:
-                break
-            del self._gone[wid]
 
     def _evaluate(self, w: RayWorkload, again: bool = False) -> list[Output]:
         """``again``: re-evaluation after queues or PriorityClasses changed (see ``_reevaluate``)."""

@@ -199,15 +199,9 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return labels if type(labels) is dict or isinstance(labels, Mapping) else {}
 
 
-def is_ray_pod(pod: Mapping[str, Any]) -> bool:
-    """A pod KubeRay made (head, worker or a RayJob's submitter): its RayCluster or RayJob is the workload."""
-    labels = _labels(pod)
-    return bool(labels.get(kube.RAY_NODE_TYPE) or labels.get(kube.RAY_CLUSTER) or labels.get(kube.RAY_ORIGIN_KIND))
-
-
 def group_of(pod: Mapping[str, Any]) -> str | None:
     """G for a plain gang member, None for KubeRay pods and pods that name no group."""
-    return None if is_ray_pod(pod) else kube.pod_group_of(pod)
+    return None if kube.is_ray_pod(pod) else kube.pod_group_of(pod)
 
 
 def task_of(pod: Mapping[str, Any]) -> str:
@@ -259,7 +253,7 @@ class PodGangBook:
         group = group_of(pod)
         if group is not None:
             return (f"{namespace}/{group}", "PodGroup") if self.answers_to(scheduler) else None
-        if is_ray_pod(pod) or (scheduler or kube.DEFAULT_SCHEDULER) == kube.DEFAULT_SCHEDULER \
+        if kube.is_ray_pod(pod) or (scheduler or kube.DEFAULT_SCHEDULER) == kube.DEFAULT_SCHEDULER \
                 or not self.answers_to(scheduler):
             return None  # a gang of one names its scheduler: kube-scheduler's own pods are never one
         key = f"{namespace}/{name}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -254,8 +254,10 @@ class _Source:
     api_version: str
     names: tuple[str, ...] = ()
     rejected: str | None = None
-    rejected_name: str = ""
-    """The queue its last rejection named (a node of an ElasticQuotaTree, or the object's own name)."""
+    rejected_names: dict[str, None] = field(default_factory=dict)
+    """The queues its rejections named (a node of an ElasticQuotaTree, or the object's own name), the
+    latest last: each carries the rejection for readers (the result view, the reconciler) until its
+    QueueRemoved, which the object's deletion sends for every one no object defines."""
     seq: int = 0
     """When the book first met the object (since it was last deleted): retries go in that order."""
 
@@ -322,9 +324,9 @@ class QueueBook:
             self._owner.pop(qname, None)
             out.append(QueueRemoved(name=qname))
         out += self._retry_rejected() if out else []
-        refused = source.rejected_name if source.rejected is not None else ""
-        if refused and refused not in source.names and refused not in self.specs:
-            out.append(QueueRemoved(name=refused))  # its rejection goes with it (no other object defines it)
+        for refused in reversed(source.rejected_names):  # its rejections go with it (no other object defines them)
+            if refused not in source.names and refused not in self.specs:
+                out.append(QueueRemoved(name=refused))
         return out
 
     def _parse(self, source: _Source) -> list[QueueSpec]:
@@ -347,7 +349,9 @@ class QueueBook:
             if source.rejected == exc.reason:
                 return []
             source.rejected = exc.reason
-            name = source.rejected_name = exc.subject or source.name
+            name = exc.subject or source.name
+            source.rejected_names.pop(name, None)
+            source.rejected_names[name] = None
             if name == source.name:
                 return [QueueRejected(name=name, kind=source.kind, reason=exc.reason)]
             meta = kube.meta(source.obj)

@@ -24,7 +24,7 @@ A waiting workload is out of its queue's pending index (``Ledger.parked``), so a
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from services.queue.ledger import Ledger
 from services.queue.workload import Tracked
@@ -81,19 +81,24 @@ class RoomWaits:
                 self._by_queue.pop(w.queue, None)
 
     def _unpushed(self, key: str) -> None:
-        """One waiting under ``key`` waits no more, its heap entry stale: a key nobody waits under goes
-        (a shape no release names again would keep its entries for months), and a heap mostly of stale
-        entries keeps only the live ones (``QuotaWaits.unpark``'s rule). Live entries pop as before."""
-        live = self._under[key] - 1
-        if live <= 0:
-            del self._under[key]
+        """One waiting under ``key`` waits no more (``_stale``)."""
+        if not self._stale(self._under, key, key, self._heaps.get(key)):
             self._heaps.pop(key, None)
-            return
-        self._under[key] = live
-        heap = self._heaps.get(key)
-        if heap is not None and len(heap) > 2 * live + 16:
+
+    def _stale(self, live: dict[Any, int], at: Any, key: str, heap: list[tuple[Any, int, str]] | None) -> bool:
+        """One entry of ``heap`` (parked under ``key``, its live entries counted in ``live[at]``) went
+        stale; False when none is live any more, for the caller to drop the heap: a heap nobody waits in
+        goes (a shape no release names again would keep its entries for months), and one mostly of stale
+        entries keeps only the live ones. Live entries pop as before."""
+        left = live.get(at, 0) - 1
+        if left <= 0:
+            live.pop(at, None)
+            return False
+        live[at] = left
+        if heap is not None and len(heap) > 2 * left + 16:
             heap[:] = [e for e in heap if self._parked.get(e[2]) == (key, e[1])]
             heapq.heapify(heap)
+        return True
 
     def wake(self, room: dict[str, int], workloads: dict[str, Tracked]) -> list[Tracked]:
         """The first ``count`` waiting workloads of each key, in queue order; they wait no more."""
@@ -117,11 +122,10 @@ class RoomWaits:
         return self.wake({key: len(self._parked) for key in keys if key in self._heaps}, workloads)
 
     def wake_all(self, workloads: dict[str, Tracked]) -> list[Tracked]:
+        """Every waiting workload; ``unpark`` leaves no heap or count behind once none waits."""
         woken = [workloads[key] for key in self._parked]
         for w in woken:
             self.unpark(w)
-        self._heaps.clear()
-        self._under.clear()
         return woken
 
     def above(self, queue: str, priority: int, workloads: dict[str, Tracked]) -> list[Tracked]:
@@ -173,22 +177,14 @@ class QuotaWaits(RoomWaits):
         key = parked[0]
         queue, shape = self._where.pop(w.key)
         super().unpark(w)
-        live = self._live.get((key, queue, shape), 0) - 1
         leaves = self._shapes.get(key, {})
         heaps = leaves.get(queue, {})
-        if live <= 0:  # nobody of this shape waits here any more: the heap holds stale entries only
-            self._live.pop((key, queue, shape), None)
-            heaps.pop(shape, None)
+        if not self._stale(self._live, (key, queue, shape), key, heaps.get(shape)):
+            heaps.pop(shape, None)  # nobody of this shape waits here any more
             if not heaps:
                 leaves.pop(queue, None)
                 if not leaves:
                     self._shapes.pop(key, None)
-            return
-        self._live[(key, queue, shape)] = live
-        heap = heaps[shape]
-        if len(heap) > 2 * live + 16:  # bounded state: drop entries of workloads woken, admitted or gone
-            heaps[shape] = [e for e in heap if self._parked.get(e[2]) == (key, e[1])]
-            heapq.heapify(heaps[shape])
 
     def _first(self, key: str, heap: list) -> tuple | None:
         while heap and self._parked.get(heap[0][2]) != (key, heap[0][1]):
@@ -251,11 +247,3 @@ class QuotaWaits(RoomWaits):
 
     def wake_keys(self, keys: Iterable[str], workloads: dict[str, Tracked]) -> list[Tracked]:
         return self.wake({key: len(self._parked) for key in keys if key in self._shapes}, workloads)
-
-    def wake_all(self, workloads: dict[str, Tracked]) -> list[Tracked]:
-        woken = super().wake_all(workloads)
-        self._shapes.clear()
-        self._live.clear()
-        self._where.clear()
-        self._woken.clear()
-        return woken

@@ -20,10 +20,10 @@ from typing import Any, Callable, Literal
 from shared import kube
 from shared.events import (
     BackedOff, ElasticReleased, ElasticWaiting, Enqueued, Envelope, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, KubeEffect,
-    PodAssigned, PreemptionRequested, QueueRejected, QueueRemoved, TimerFired, TimerSet, WorkloadDeleted,
+    ObjectChanged, PodAssigned, PreemptionRequested, QueueRejected, QueueRemoved, TimerFired, TimerSet, WorkloadDeleted,
     WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, kube_effect,
 )
-from shared.dedupe import RECENT_IDS, Seen
+from shared.dedupe import RECENT_IDS, Seen, forget_before
 from shared.policy import Policy
 from services.reconciler.status import STATUS_TIMER, StatusBook, effect_object, pod_group_object, queue_object
 
@@ -77,8 +77,9 @@ class _Workload:
     """Learnt from GangPlaced, PreemptionRequested, WorkloadRejected (or WorkloadSubmitted if routed here)."""
     phase: str = ""
     """``queued``, ``placed`` or ``preempted``: tells a requeue after preemption from a new incarnation."""
-    pods: list[str] = field(default_factory=list)
-    """Object ids of pods this workload had effects on, to forget them with the workload."""
+    pods: dict[str, None] = field(default_factory=dict)
+    """Object ids of its pods the reconciler had effects on (and has not heard are gone), to forget
+    them with the workload."""
 
     @property
     def object_id(self) -> str:
@@ -106,6 +107,8 @@ class ReconcilerCore:
         """Tombstones: deleted workload key -> when, oldest first (``TOMBSTONE_SECONDS``)."""
         self._refused: dict[str, str] = {}
         """Queue name -> the object its rejection was written on, until the queue is removed."""
+        self._pod_owner: dict[str, _Workload] = {}
+        """Pod object id -> the workload whose ``pods`` hold it, until the pod or the workload goes."""
         self.status = StatusBook(policy)
         self._handlers: dict[str, Callable[[Any, float], list[KubeEffect]]] = {
             "Enqueued": self._on_enqueued,
@@ -132,6 +135,9 @@ class ReconcilerCore:
             return []
         if isinstance(env.payload, TimerFired):
             return self._flush_status() if env.payload.key == STATUS_TIMER else []
+        if isinstance(env.payload, ObjectChanged):  # a pod deleted (``topology``): nothing is written on it again
+            self._pod_gone(f"Pod/{env.payload.namespace}/{env.payload.name}")
+            return []
         if self._gone and self._late(env):
             return []
         handler = self._handlers.get(env.type)
@@ -272,12 +278,7 @@ class ReconcilerCore:
         wl = self._workloads.pop(p.key, None)
         if wl is not None:
             self._forget(wl)
-        horizon = now - self.TOMBSTONE_SECONDS
-        while self._gone:
-            key, at = next(iter(self._gone.items()))
-            if at >= horizon:
-                break
-            del self._gone[key]
+        forget_before(self._gone, now - self.TOMBSTONE_SECONDS)
         self._gone[p.key] = now
         return []
 
@@ -346,9 +347,22 @@ class ReconcilerCore:
 
     def _pod_id(self, wl: _Workload, namespace: str, pod: str) -> str:
         pod_id = f"Pod/{namespace or wl.namespace}/{pod}"
-        if pod_id not in wl.pods:
-            wl.pods.append(pod_id)
+        owner = self._pod_owner.get(pod_id)
+        if owner is not wl:
+            if owner is not None:  # another workload's before: one owner forgets it
+                owner.pods.pop(pod_id, None)
+            wl.pods[pod_id] = None
+            self._pod_owner[pod_id] = wl
         return pod_id
+
+    def _pod_gone(self, pod_id: str) -> None:
+        """The pod is deleted: what was written on it goes, so a long-lived workload whose pods come and
+        go (lost nodes, autoscaling, evictions) keeps its live pods only. A pod of that name made again
+        is a new pod, bound in full."""
+        self._applied.pop(pod_id, None)
+        owner = self._pod_owner.pop(pod_id, None)
+        if owner is not None:
+            owner.pods.pop(pod_id, None)
 
     def _remember(self, object_id: str, field_: str, value: Any) -> bool:
         """Record ``value`` as the last one emitted for (object, field); False if it already was."""
@@ -364,4 +378,5 @@ class ReconcilerCore:
         self._applied.pop(pod_group_object(f"{wl.namespace}/{wl.name}"), None)
         for pod_id in wl.pods:
             self._applied.pop(pod_id, None)
+            self._pod_owner.pop(pod_id, None)
         wl.pods.clear()

@@ -52,6 +52,7 @@ from kubernetes_asyncio.watch import Watch
 
 from services.reconciler.ingest import Change
 from services.reconciler.resources import EVENT, NODE, POD, Resource, candidates, located
+from shared.dedupe import forget_before
 from shared.events import KubeEffect
 
 log = logging.getLogger("muster.cluster")
@@ -198,6 +199,21 @@ class KubeApplier:
                     del self.leaving[node]
             self._gone.notify_all()
 
+    async def pods_listed(self, pods: list[dict[str, Any]]) -> None:
+        """After a list of every pod: an evicted pod the list lacks went while no watch saw it go (a
+        watcher started again lists only what exists), so ``leaving`` holds pods that exist, not every
+        deletion missed. The API server is asked first (the pod may have been made and evicted after
+        the list was taken); an answer it cannot give now leaves the pod to the next list or bind."""
+        if not self.leaving:
+            return
+        listed = {_key(pod) for pod in pods}
+        for namespace, name in sorted({pod for node in self.leaving.values() for pod in node} - listed):
+            try:
+                if await self._read_pod(namespace, name) is None:
+                    await self.pod_gone(namespace, name)
+            except (Transient, Refused, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                log.info("evicted pod %s/%s not in the list; asking the API server failed: %s", namespace, name, exc)
+
     async def apply(self, effect: KubeEffect, effect_id: str) -> Outcome:
         try:
             if effect.op in ("suspend", "unsuspend"):
@@ -256,12 +272,7 @@ class KubeApplier:
         written = self._status_written
         written[target] = now
         written.move_to_end(target)
-        horizon = now - self.status_interval
-        while written:
-            oldest, at = next(iter(written.items()))
-            if at > horizon:
-                break
-            del written[oldest]
+        forget_before(written, now - self.status_interval)
 
     async def _patch_status(self, resource: Resource, namespace: str | None, name: str, body: dict[str, Any], *,
                             subresource: bool) -> None:

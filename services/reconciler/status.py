@@ -43,11 +43,11 @@ PERIOD = 1.0
 
 VOLCANO_GROUP = "scheduling.volcano.sh"
 VOLCANO_PODGROUP = "scheduling.volcano.sh/v1beta1"
-_ONE = {"live": 1}
-_TALLY = {(True, True): {"live": 1, "running": 1}, (True, False): {"live": 1, "inqueue": 1},
-          (False, True): {"live": 1, "pending": 1}, (False, False): _ONE}
-"""What one live workload adds to its queue's counts: by (holds quota, is Running) when it holds
-quota, by (False, waits: Queued or Preempted) when it does not."""
+_TALLY: dict[tuple[bool, bool], dict[str, int]] = {
+    (True, True): {"running": 1}, (True, False): {"inqueue": 1}, (False, True): {"pending": 1}, (False, False): {}}
+"""What one live workload adds to its queue's Volcano counts: by (holds quota, is Running) when it
+holds quota, by (False, waits: Queued or Preempted) when it does not. A queue with live workloads is
+in ``QueueSums.direct`` whatever they add (its count of contributors says so)."""
 _PODGROUP_PHASE = {"Queued": "Pending", "Preempted": "Pending", "Rejected": "Pending", "Admitted": "Inqueue",
                    "Running": "Running", "Succeeded": "Completed", "Failed": "Completed"}
 
@@ -108,12 +108,36 @@ class _StatusView(ResultProjection):
     runs for months changes reason again and again and sees its pods replaced: the views of each
     would stay with it."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.tally = QueueSums()
+        """Per queue, Volcano's counts of its own live workloads (``pending``, ``inqueue``, ``running``),
+        kept as each workload changes: a flush reads them, not every workload."""
+        self.requested = QueueSums()
+        """Per queue, the demand of its own workloads holding quota or waiting: KAI's ``requested``, rolled
+        up over the parent links as KAI's ``resource_updater.go`` sums the children."""
+
     def hold(self, view: WorkloadView) -> None:
+        """Take the workload an envelope changed into the queues' counts too (``_count``); a pod's
+        bookkeeping alone (PodAssigned) changes no workload, so it is never held."""
         super().hold(view)
         if len(view.transitions) > 1:
             del view.transitions[:-1]
         if len(view.elastic_waiting) > 1:
             del view.elastic_waiting[:-1]
+        self._count(view)
+
+    def _count(self, view: WorkloadView) -> None:
+        """Take ``view``'s change into the per-queue counts (what ``_volcano``, ``_kai`` and ``_tree`` read)."""
+        key, queue = view.key, view.queue
+        if view.phase in NOT_LIVE or queue is None:
+            self.tally.drop(key)
+            self.requested.drop(key)
+            return
+        holds = view.holds_quota
+        self.tally.set(key, queue, _TALLY[holds, view.phase == "Running" if holds else
+                                          view.phase in ("Queued", "Preempted")])
+        self.requested.set(key, queue if holds or view.queue_state in IN_QUEUE_STATES else None, view.demand)
 
     def _on_PodAssigned(self, p: Any, t: float) -> None:
         return None
@@ -132,12 +156,6 @@ class StatusBook:
         self._queues: dict[str, None] = {}
         self._workloads: dict[str, None] = {}
         self._due: float | None = None
-        self._tally = QueueSums()
-        """Per queue, its own live workloads (``live``) and Volcano's counts of them (``pending``,
-        ``inqueue``, ``running``), kept as each workload changes: a flush reads them, not every workload."""
-        self._requested = QueueSums()
-        """Per queue, the demand of its own workloads holding quota or waiting: KAI's ``requested``, rolled
-        up over the parent links as KAI's ``resource_updater.go`` sums the children."""
 
     def observe(self, env: Envelope) -> list[TimerSet]:
         """Fold one envelope; a timer for the next flush when something changed and none is set."""
@@ -152,8 +170,6 @@ class StatusBook:
         if env.type in ("QueueDefined", "QueueRemoved"):
             self._queues[p.queue.name if env.type == "QueueDefined" else p.name] = None
         elif view is not None:
-            if fold.folded is view:  # else only its pods' bookkeeping moved (PodAssigned)
-                self._count(view)
             self._workloads[key] = None
             for queue in (queue_before, view.queue):
                 if queue:
@@ -164,18 +180,6 @@ class StatusBook:
             return []
         self._due = env.occurred_at + PERIOD
         return [TimerSet(key=STATUS_TIMER, at=self._due)]
-
-    def _count(self, view: WorkloadView) -> None:
-        """Take ``view``'s change into the per-queue counts (what ``_volcano``, ``_kai`` and ``_tree`` read)."""
-        key, queue = view.key, view.queue
-        if view.phase in NOT_LIVE or queue is None:
-            self._tally.drop(key)
-            self._requested.drop(key)
-            return
-        holds = view.holds_quota
-        self._tally.set(key, queue, _TALLY[holds, view.phase == "Running" if holds else
-                                           view.phase in ("Queued", "Preempted")])
-        self._requested.set(key, queue if holds or view.queue_state in IN_QUEUE_STATES else None, view.demand)
 
     def flush(self) -> list[KubeEffect]:
         """Status effects for every object whose status may have changed (the caller drops repeats)."""
@@ -217,7 +221,7 @@ class StatusBook:
                 out.append(self._effect(spec, self._volcano(spec, q.format_resources(usage.get(name, {})))))
             elif spec.dialect == "kai" and self.policy.answers_to("kai-scheduler"):
                 usage = self.view.queue_usage() if usage is None else usage
-                requested = self._requested.rolled(specs) if requested is None else requested
+                requested = self.view.requested.rolled(specs) if requested is None else requested
                 out.append(self._effect(spec, {"allocated": q.format_resources(usage.get(name, {})),
                                                "requested": q.format_resources(requested.get(name, {}))}))
         for namespace, tree in sorted(trees):
@@ -236,7 +240,7 @@ class StatusBook:
 
     # ------------------------------------------------------------------ per dialect
     def _volcano(self, spec: QueueSpec, allocated: dict[str, str]) -> dict[str, Any]:
-        counts = self._tally.direct.get(spec.name, {})
+        counts = self.view.tally.direct.get(spec.name, {})
         return {"state": spec.state, "pending": counts.get("pending", 0), "inqueue": counts.get("inqueue", 0),
                 "running": counts.get("running", 0), "allocated": allocated}
 
@@ -246,7 +250,7 @@ class StatusBook:
         for spec in nodes:
             view = views[spec.name]
             entry: dict[str, Any] = {"used": view["usage"]}
-            if view["pending"] or view["backoff"] or spec.name in self._tally.direct:
+            if view["pending"] or view["backoff"] or spec.name in self.view.tally.direct:
                 entry["queueItemDetails"] = {
                     "active": [{**_ref(item["workload"]), "position": item["position"]} for item in view["pending"]],
                     "backoff": [_ref(key) for key in view["backoff"]],

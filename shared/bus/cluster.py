@@ -354,6 +354,8 @@ class ClusterBridge:
         changes, so that the cores find what they hold and the list lacks (``shared.listing``)."""
         for env in listing_envelopes(resource.kind, resource.api_version, version, objects, time.time()):
             await self._changes.put(env)
+        if resource.kind == "Pod" and self.applier is not None:
+            await self.applier.pods_listed(objects)  # an evicted pod whose deletion no watch saw
 
     def _note_refused(self, env: Envelope) -> None:
         """A log line and a count per kind for an object ingest refused: for a Node, the only report

@@ -12,6 +12,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.reconciler.kubeapi import KubeApplier, Refused, Transient, Watcher, connect
 from services.reconciler.resources import NODE, POD, RAY_CLUSTER, VOLCANO_QUEUE, Resource
+from shared.bus.cluster import ClusterBridge
+from shared.bus.topics import Topics
 from tests.builders.sim import effect
 from tests.kubeapi import KubeApiEmulator
 
@@ -489,6 +491,29 @@ def test_a_bind_asks_the_server_when_no_deletion_was_seen() -> None:
             return outcome
 
         assert run(kube, work) == "applied"
+
+
+def test_an_evicted_pod_a_list_lacks_is_forgotten_when_the_server_says_it_is_gone() -> None:
+    """A deletion no watch saw (the link's watcher started again, which lists only what exists):
+    after the next list of pods the link asks the server about each evicted pod the list lacks, so
+    ``leaving`` holds pods that exist, not every deletion ever missed. One made and evicted after
+    the list was taken is still there, and stays."""
+    with KubeApiEmulator(graceful=True) as kube:  # an evicted pod terminates until it is deleted
+        for name, where in (("victim", "n1"), ("late", "n2"), ("bystander", "n3")):
+            kube.create(pod(name, node=where))
+
+        async def work(api: Any) -> dict[str, set[tuple[str, str]]]:
+            applier = KubeApplier(api)
+            bridge = ClusterBridge(Topics())
+            bridge.applier = applier
+            await applier.apply(effect("evict", "Pod", "victim", "team-a"), "e1")
+            await applier.apply(effect("evict", "Pod", "late", "team-a"), "e2")
+            assert set(applier.leaving) == {"n1", "n2"}
+            await later(kube.delete, "Pod", "v1", "team-a", "victim")  # the kubelet's part; nobody tells the applier
+            await bridge.inventory(POD, "9", [pod("bystander", node="n3")])  # the list lacks both
+            return applier.leaving
+
+        assert run(kube, work) == {"n2": {("team-a", "late")}}
 
 
 # --------------------------------------------------------------------------- status

@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 
 from services.admission.dialects import queue_fields
-from shared.events import QueueDefined, QueueRejected, QueueRemoved
+from services.reconciler.core import ReconcilerCore
+from services.reconciler.status import STATUS_TIMER
+from shared.events import QueueDefined, QueueRejected, QueueRemoved, TimerFired
+from shared.footprint import retained
 from shared.model import UNLIMITED, QueueSource, QueueSpec
+from shared.policy import Policy
+from tests.builders import envelope
 from tests.builders.admission import (
     AdmissionDriver,
     eqt_node,
@@ -344,3 +349,32 @@ def test_a_definition_retries_the_rejected_queue_objects_only_in_the_order_they_
     d.send(volcano_queue("orphan", parent="gone"))
     d.send(volcano_queue("orphan"), "Deleted")
     assert book._rejected == {}  # a deleted object is never retried
+
+
+def _refused_tree(bad: str) -> dict:
+    """An ElasticQuotaTree refused for its node ``bad`` (min above max)."""
+    return elastic_quota_tree(eqt_node("root", min={"cpu": 10}, max={"cpu": 10}, children=[
+        eqt_node(name, min={"cpu": 4 if name == bad else 1}, max={"cpu": 2}) for name in ("video", "research")]))
+
+
+def test_deleting_a_queue_object_refused_under_two_names_ends_both_rejections() -> None:
+    """An ElasticQuotaTree refused for one node, then (edited) for another: two queues carry its
+    rejection, and its deletion ends both (the reconciler forgets the object only once no refused
+    queue names it), never one that another object defines."""
+    d, tree = AdmissionDriver(), _refused_tree
+    assert [(e.name, type(e)) for e in d.send(tree("video"))] == [("video", QueueRejected)]
+    assert [(e.name, type(e)) for e in d.send(tree("research"))] == [("research", QueueRejected)]
+    assert d.send(tree("research"), "Deleted") == [QueueRemoved(name="research"), QueueRemoved(name="video")]
+
+
+def test_the_reconciler_forgets_a_queue_object_refused_under_two_names_once_it_is_deleted() -> None:
+    """What admission says of such an object, fed to the reconciler: what it wrote on the object (its
+    rejection annotation and event) and which queues name it go with the object."""
+    admission, reconciler = AdmissionDriver(), ReconcilerCore(Policy())
+    before = retained(reconciler, exclude=[reconciler._seen]).entries
+    for i, (obj, change) in enumerate([(_refused_tree("video"), "Added"), (_refused_tree("research"), "Modified"),
+                                       (_refused_tree("research"), "Deleted")]):
+        for payload in admission.send(obj, change, at=float(i)):
+            reconciler.handle(envelope(payload, at=float(i)))
+    reconciler.handle(envelope(TimerFired(key=STATUS_TIMER), at=9.0))  # the queues' status, written
+    assert retained(reconciler, exclude=[reconciler._seen]).entries == before

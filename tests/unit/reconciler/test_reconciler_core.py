@@ -1,7 +1,7 @@
 from shared.events import (
     WorkloadDeleted,
     WorkloadSubmitted,
-    BackedOff, Enqueued, GangPlaced, GangRunning, GpuAssignment, KubeEffect, PodAssigned, PreemptionRequested,
+    BackedOff, Enqueued, GangPlaced, GangRunning, GpuAssignment, KubeEffect, ObjectChanged, PodAssigned, PreemptionRequested,
     QueueRejected, SlotAssignment, TimerFired, TimerSet, WorkloadRejected, WorkloadSubmitted,
 )
 from shared.policy import Policy
@@ -195,6 +195,20 @@ def test_bind_after_evict_of_same_pod_is_emitted():
     c.handle(envelope(assign))
     c.handle(envelope(preempted(kind="PodGroup", gate="pods", pods=("p",))))
     assert c.handle(envelope(assign)) == [eff("bind", "Pod", "p", node="n1")]
+
+
+def test_a_pod_made_again_under_its_name_after_its_deletion_is_bound_again():
+    """A StatefulSet's ``web-0`` in a pod gang, deleted and made again: placement assigns the new pod,
+    maybe to the same node, and it must be bound (the old one's bind was written on a pod that is
+    gone). The deletion's watch event says so, and the pod is forgotten (``topology``: a pod's
+    deletion goes to the reconciler)."""
+    c = core()
+    assign = PodAssigned(key=KEY, pod_namespace="default", pod="web-0", pod_set="pods", node="n1")
+    assert c.handle(envelope(assign)) == [eff("bind", "Pod", "web-0", node="n1")]
+    gone = ObjectChanged(change="Deleted", kind="Pod", api_version="v1", namespace="default", name="web-0",
+                         object={"kind": "Pod", "metadata": {"name": "web-0", "namespace": "default"}})
+    assert c.handle(envelope(gone)) == []
+    assert c.handle(envelope(assign)) == [eff("bind", "Pod", "web-0", node="n1")]
 
 
 def test_workload_rejected_annotates_and_warns():

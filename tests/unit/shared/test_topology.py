@@ -26,8 +26,8 @@ def _watch(obj: dict, change: str = "Added"):
 ])
 @pytest.mark.parametrize("change", ["Added", "Modified", "Deleted"])
 def test_pod_routing(labels, expected, change):
-    if change == "Deleted":  # every pod's: a refused KubeRay pod that is gone no longer holds its workload back
-        expected = ("admission", "placement")
+    if change == "Deleted":  # every pod's: a refused KubeRay pod that is gone no longer holds its workload back,
+        expected = ("admission", "placement", "reconciler")  # and nothing is written on a pod that is gone
     assert destinations(_watch(pod("p", labels=labels), change)) == expected
 
 
