@@ -187,21 +187,48 @@ iterating; the figure records its size, ``e2e_rayclusters``)."""
 class Stack:
     """The running services: their topics' config and, per service process, its CPU seconds so far."""
 
-    def __init__(self, config: BusConfig, pids: list[int]) -> None:
+    def __init__(self, config: BusConfig, pids: list[int], children: Callable[[], list[int]] = list) -> None:
         self.config = config
         self.pids = pids
+        self.children = children
+        """In one-process mode: the processes the apps started (the cluster link's watching process)."""
 
     def cpu_seconds(self) -> float:
-        """CPU the services have used: their processes' (``/proc``), or this process's in one-process mode."""
+        """CPU the services have used: their processes' and their children's (``/proc``: the cluster
+        link's watching process, ``shared.bus.cluster_watch``), or in one-process mode this process's
+        and the watching process's."""
         if not self.pids:
-            return time.process_time()
-        tick = os.sysconf("SC_CLK_TCK")
-        total = 0
-        for pid in self.pids:
+            return time.process_time() + _cpu(self.children())
+        return _cpu(_with_children(self.pids))
+
+
+def _cpu(pids: list[int]) -> float:
+    """CPU seconds of the processes ``pids`` (``/proc/PID/stat``; one that has ended counts nothing)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        return total / tick
+        except FileNotFoundError:
+            continue  # ended between the listing and the read
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+def _with_children(pids: list[int]) -> list[int]:
+    """``pids`` and their descendants alive now (``/proc/PID/task/TID/children``)."""
+    out, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    todo.extend(int(child) for child in f.read().split())
+        except FileNotFoundError:
+            continue
+    return out
 
 
 @contextmanager
@@ -218,7 +245,8 @@ def stack(bootstrap: str, api: ApiServer) -> Iterator[Stack]:
             bus.run(gather_all(app.start() for app in apps), timeout=120)
             try:
                 bus.run(_settle(config))  # the nodes and queues listed, published and decided on
-                yield Stack(config, [])
+                watcher = apps[-1].muster_watcher  # type: ignore[attr-defined]
+                yield Stack(config, [], lambda: [watcher.pid] if watcher.pid is not None else [])
             finally:
                 bus.run(gather_all(app.stop() for app in apps), timeout=60)
         else:
