@@ -48,7 +48,8 @@ from shared.service import collect_less
 log = logging.getLogger("muster.cluster")
 
 COUNTS_EVERY = 0.2
-"""Seconds between two ``counts`` lines (sent only when a counter moved)."""
+"""Seconds between two ``counts`` lines (sent only when a counter moved): a child killed loses at most
+that much of its counts, which only ever undercount."""
 
 STOP_WAIT = 5.0
 """Seconds the parent gives a stopped child to exit before it kills it."""
