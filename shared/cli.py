@@ -345,7 +345,7 @@ def run_cmd(
             raise typer.Exit(2)
         sock = claim_port()
         _topics_or_exit(config, "the cluster link", config.topics.effects, group=f"{config.prefix}cluster")
-        app_ = cluster_app(config, target, sink=sink)
+        app_ = cluster_app(config, target, sink=sink, loglevel=loglevel)
         exposition = metrics.cluster_exposition(app_)
         elector = None
         if (lease or "").lower() != "none":

@@ -1,24 +1,26 @@
 """``muster run cluster``: the stack's link to a real Kubernetes API server.
 
-Two loops in one Faust app (group ``<prefix>cluster``), neither deciding anything:
+Two loops, neither deciding anything, each in a process of its own (two cores: one event loop
+could not do both under load, ``shared.bus.cluster_watch``): the Faust app (group ``<prefix>cluster``,
+the Lease, ``/metrics`` and ``/readyz``) applies effects and starts the watching process beside it.
 
-- **watch → inboxes**: ``Watcher`` lists and watches every resource admission and placement read;
-  each change becomes an ``ObjectChanged`` envelope (``ingest.watch_envelope``: its id names the
-  object's uid and resourceVersion) written to the log topic first, then to the inboxes
-  ``shared.topology.destinations`` names. A restarted bridge lists everything again and re-sends
-  unchanged objects under the same ids, which the services drop as copies; after each list it
-  sends ``ObjectsListed`` (the keys the list holds), from which admission and placement find the
+- **watch → inboxes** (the watching process): ``Watcher`` lists and watches every resource admission
+  and placement read; each change becomes an ``ObjectChanged`` envelope (``ingest.watch_envelope``:
+  its id names the object's uid and resourceVersion) written to the log topic first, then to the
+  inboxes ``shared.topology.destinations`` names. A restarted bridge lists everything again and
+  re-sends unchanged objects under the same ids, which the services drop as copies; after each list
+  it sends ``ObjectsListed`` (the keys the list holds), from which admission and placement find the
   objects deleted while no watch was open (``shared.listing``).
-- **effects → API**: ``EffectsReader`` reads ``muster.effects`` and performs each ``KubeEffect`` with
-  ``KubeApplier``: each object's effects in their order, different objects' side by side (up to
-  ``EFFECT_CONCURRENCY`` requests in flight), an eviction after everything before it and before
-  everything after it, effects read while earlier ones are in flight started at once
-  (``ClusterBridge.admit``). An effect the API server cannot take now (throttled, unavailable) is
-  retried with backoff and holds the commit, so its offset is not committed before it is done; one it refuses for
-  good (forbidden, invalid) goes to the dead-letter topic with the server's answer, as does a record
-  that is not an effect, or one whose application fails otherwise (a bug: it would fail again
-  after every restart). Effects are idempotent, so a batch handled again after a crash changes
-  nothing more.
+- **effects → API** (the app's process): ``EffectsReader`` reads ``muster.effects`` and performs
+  each ``KubeEffect`` with ``KubeApplier``: each object's effects in their order, different objects'
+  side by side (up to ``EFFECT_CONCURRENCY`` requests in flight), an eviction after everything
+  before it and before everything after it, effects read while earlier ones are in flight started at
+  once (``ClusterBridge.admit``). An effect the API server cannot take now (throttled, unavailable)
+  is retried with backoff and holds the commit, so its offset is not committed before it is done;
+  one it refuses for good (forbidden, invalid) goes to the dead-letter topic with the server's
+  answer, as does a record that is not an effect, or one whose application fails otherwise (a bug:
+  it would fail again after every restart). Effects are idempotent, so a batch handled again after a
+  crash changes nothing more.
 
 Neither loop dies silently: a watch event that cannot be encoded or sent is dead-lettered and the
 rest go on (``ClusterBridge.send_burst``), and a loop that fails all the same is started again with
@@ -140,7 +142,8 @@ async def reachable(target: KubeTarget) -> str | None:
 
 
 class ClusterBridge:
-    """The two loops without Faust (``cluster_app`` wires them): see the module docstring."""
+    """The two loops without Faust (``cluster_app`` wires the effects side, ``cluster_watch`` the
+    watch side, each in its own process): see the module docstring."""
 
     name = "cluster"
 
@@ -149,6 +152,12 @@ class ClusterBridge:
         self.retry_first, self.retry_max = retry_first, retry_max
         self.applier: KubeApplier | None = None
         self.connected = asyncio.Event()
+        """Both sides connected to the API server: the applier (``connect``) and the watching process
+        (``watch_connected``); ``/readyz`` is false until then."""
+        self._sides: set[str] = set()
+        self.on_pod_gone: Callable[[str, str], Awaitable[None]] | None = None
+        """Where the watch reports a pod deleted (the watching process: a line to the parent, whose
+        applier's binds may wait for it, ``KubeApplier.pod_gone``)."""
         self.listed = asyncio.Event()
         """Every watched resource listed once by the current watch (``watch``): effects wait for it, as a
         controller waits for its informers' caches to sync. Applied earlier, a bind could let a user
@@ -182,8 +191,23 @@ class ClusterBridge:
         self._slots = asyncio.Semaphore(EFFECT_CONCURRENCY)
 
     def connect(self, api: Any) -> None:
+        """The applier's API client (the effects reader's, ``cluster_app``)."""
         self.applier = KubeApplier(api)
-        self.connected.set()
+        self._side("apply", True)
+
+    def watch_connected(self, up: bool) -> None:
+        """The watching process has made its API client (True), or has ended (False)."""
+        self._side("watch", up)
+
+    def _side(self, side: str, up: bool) -> None:
+        if up:
+            self._sides.add(side)
+        else:
+            self._sides.discard(side)
+        if self._sides == {"apply", "watch"}:
+            self.connected.set()
+        else:
+            self.connected.clear()
 
     # ------------------------------------------------------------------ effects -> API
     async def apply_batch(self, batch: Sequence[Incoming], producer: Producer) -> None:
@@ -345,9 +369,9 @@ class ClusterBridge:
         else:
             self._note_refused(item)
         await self._changes.put(item)
-        if change == "Deleted" and obj.get("kind") == "Pod" and self.applier is not None:
+        if change == "Deleted" and obj.get("kind") == "Pod" and self.on_pod_gone is not None:
             metadata = obj.get("metadata") or {}
-            await self.applier.pod_gone(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+            await self.on_pod_gone(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
 
     async def inventory(self, resource: Resource, version: str, objects: list[dict[str, Any]]) -> None:
         """After a list: ``ObjectsListed`` (``ingest.listing_envelopes``), queued behind the list's own
@@ -509,7 +533,11 @@ class ClusterBridge:
         """Why ``/readyz`` is false: not connected yet, or a task down (None: ready)."""
         if self.down:
             return "; ".join(self.down[name] for name in sorted(self.down))
-        return None if self.connected.is_set() else "not connected to the Kubernetes API server yet"
+        if self.connected.is_set():
+            return None
+        if "watch" not in self._sides and "apply" in self._sides:
+            return "the watching process has not connected to the Kubernetes API server yet"
+        return "not connected to the Kubernetes API server yet"
 
 
 async def first_to_end(*loops: Awaitable[None]) -> None:
@@ -602,9 +630,9 @@ class ClusterApp(MusterApp):
         await super().on_stop()
 
 
-def cluster_app(config: BusConfig, target: KubeTarget, *, sink: Any = None) -> MusterApp:
+def cluster_app(config: BusConfig, target: KubeTarget, *, sink: Any = None, loglevel: str = "info") -> MusterApp:
     """The app behind ``muster run cluster`` (which takes the Lease first: ``take_lease``); with a
-    ``sink`` (tracing on) each effect applied is a span."""
+    ``sink`` (tracing on) each effect applied is a span; ``loglevel`` is the watching process's."""
     app = base_app(f"{config.prefix}cluster", config, cls=ClusterApp)
     stagetrace.start("cluster")
     bridge = ClusterBridge(config.topics)
@@ -617,20 +645,25 @@ def cluster_app(config: BusConfig, target: KubeTarget, *, sink: Any = None) -> M
     effects = EffectsReader(config, bridge, producer)
     app.muster_effects = effects  # type: ignore[attr-defined]
 
-    @app.task
-    async def apply_effects() -> None:
-        await bridge.supervised("applying effects", effects.run)
-
-    async def watch_and_publish_once() -> None:
+    async def apply_effects_once() -> None:
         api = await target.connect()
         bridge.connect(api)
-        try:  # either one failing stops both, and both start again (``supervised``)
-            await first_to_end(bridge.watch(api), bridge.publish(producer))
+        try:
+            await effects.run()
         finally:
             await api.close()
 
     @app.task
-    async def watch_and_publish() -> None:
-        await bridge.supervised("watching and publishing", watch_and_publish_once)
+    async def apply_effects() -> None:
+        await bridge.supervised("applying effects", apply_effects_once)
+
+    from shared.bus.cluster_watch import WatchProcess
+
+    watcher = WatchProcess(config, target, bridge, loglevel=loglevel)
+    app.muster_watcher = watcher  # type: ignore[attr-defined]
+
+    @app.task
+    async def watch_and_publish() -> None:  # in a process of its own: shared.bus.cluster_watch
+        await bridge.supervised("watching and publishing", watcher.run)
 
     return app

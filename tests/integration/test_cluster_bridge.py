@@ -220,3 +220,53 @@ def test_watch_events_muster_cannot_hold_are_refused_at_ingest_and_later_ones_fl
     assert "surrogate" in refused["RayCluster/team-a/odd"]
     assert refused["RayCluster/team-a/huge"]
     assert all(len(codec.encode(e)) < 10_000 for e in log)  # identity and the reason, not the object
+
+
+def test_a_pod_deleted_seen_by_the_watching_process_lets_the_bind_waiting_for_its_node_go(
+        kafka_bootstrap: str, topic_prefix: str) -> None:
+    """The watch runs in a process of its own (``shared.bus.cluster_watch``), the applier in the app's:
+    a bind to a node an evicted pod still holds waits for that pod's deletion, which only the watching
+    process sees; it reaches the applier as a line to the parent (without it the bind would wait
+    ``victim_wait``, set here beyond the test's patience)."""
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    with KubeApiEmulator(graceful=True) as kube:  # an eviction marks the pod terminating; the test deletes it
+        kube.create(node("n1"))
+        kube.create(pod("victim", "team-a", node_name="n1"))
+        kube.create(pod("b", "team-a"))
+        with stack(config, kube.url, services=()) as apps:
+            bridge = apps["cluster"].muster_bridge
+            eventually(lambda: bridge.applier is not None and bridge.listed.is_set(), "the link to list")
+            bridge.applier.victim_wait = 3600.0
+
+            def effect(op: str, name: str, index: int, node_name: str = "") -> bytes:
+                payload = KubeEffect(op=op, kind="Pod", namespace="team-a", name=name, node=node_name)  # type: ignore[arg-type]
+                return codec.encode(wrap(payload, source="reconciler", cause=None, index=index, at=time.time()))
+
+            send(config, config.topics.effects, effect("evict", "victim", 1), effect("bind", "b", 2, "n1"))
+            eventually(lambda: (kube.get("Pod", "v1", "team-a", "victim") or {}).get("metadata", {})
+                       .get("deletionTimestamp"), "the victim to be terminating")
+            assert bridge.applier.leaving == {"n1": {("team-a", "victim")}}  # the bind waits for it
+            kube.delete("Pod", "v1", "team-a", "victim")  # the kubelet's part
+            eventually(lambda: (kube.get("Pod", "v1", "team-a", "b") or {}).get("spec", {}).get("nodeName"),
+                       "the bind behind the eviction")
+            assert bridge.applier.leaving == {} and bridge.dead_letters == 0
+
+
+def test_a_watching_process_that_dies_is_started_again_and_the_link_is_not_ready_meanwhile(
+        kafka_bootstrap: str, topic_prefix: str, kube: KubeApiEmulator) -> None:
+    import os
+    import signal
+
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    kube.create(node("n1"))
+    with stack(config, kube.url, services=()) as apps:
+        bridge, watcher = apps["cluster"].muster_bridge, apps["cluster"].muster_watcher
+        eventually(lambda: bridge.observed >= 1 and bridge.not_ready() is None, "the watch to start")
+        first = watcher.pid
+        os.kill(first, signal.SIGKILL)
+        assert "watching" in eventually(bridge.not_ready, "the link to say so")  # down, then starting again
+        eventually(lambda: watcher.pid not in (None, first) and bridge.not_ready() is None, "a new watching process")
+        kube.create(node("n2"))
+        log = changes(read_until(config, config.topics.log, lambda rs: "Node/n2" in {e.subject for e in changes(rs)}))
+    assert {e.subject for e in log} == {"Node/n1", "Node/n2"}
+    assert bridge.observed >= 3  # n1 twice (each process lists it), n2
