@@ -142,12 +142,17 @@ def shrunk(admitted: Gang, edited: Gang) -> Gang | None:
 def elastic_wanted(admitted: Gang, latest: Gang) -> dict[str, int]:
     """Per admitted pod set, the elastic pods the owner wants now: what the latest spec desires beyond
     the admitted count, for a pod set whose pods still have the admitted shape (a reshaped or new pod
-    set waits for the next admission). Queue (grants) and placement (slots) apply this one rule."""
+    set waits for the next admission). Queue (grants) and placement (slots) apply this one rule.
+
+    A pod set not edited since its admission is the admitted one itself, which passes the test
+    whatever it holds, so its shape is not worked out twice: the queue asks on every change of a
+    holder, most of them never edited."""
     latest_sets = {ps.name: ps for ps in latest.pod_sets}
     out: dict[str, int] = {}
     for ps in admitted.pod_sets:
         now = latest_sets.get(ps.name)
-        if now is not None and now.shape == ps.shape and now.charged == ps.charged and now.in_gang == ps.in_gang:
+        if now is not None and (now is ps or (now.shape == ps.shape and now.charged == ps.charged
+                                              and now.in_gang == ps.in_gang)):
             extra = now.desired - ps.count
             if extra > 0:
                 out[ps.name] = extra

@@ -74,7 +74,10 @@ class Service:
             self.failed += 1
             self.faults.append(Fault(self.name, env, error))
             payloads = rejections(self.name, env, error)
-        outputs = [wrap(payload, source=self.name, cause=env, index=i) for i, payload in enumerate(payloads)]
+        if not payloads and self.contexts is None:  # most envelopes: no list made, no loop entered
+            return []
+        name = self.name
+        outputs = [wrap(payload, source=name, cause=env, index=i) for i, payload in enumerate(payloads)]
         return outputs if self.contexts is None else self.contexts.fill(env, outputs)
 
     def take_faults(self) -> list[Fault]:

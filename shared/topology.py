@@ -64,16 +64,27 @@ def admission_reads_pod(obj: dict, change: str = "Added") -> bool:
 
 
 def destinations(env: Envelope) -> tuple[str, ...]:
-    """Inboxes an envelope goes to. Watch events split by kind; plain pods (not KubeRay's) go to both,
-    and a listing of pods to both (each core judges only the pods it was told of)."""
-    if env.type in ("ObjectChanged", "ObjectsListed"):  # a listing: to every core holding that kind (``shared.listing``)
+    """Inboxes an envelope goes to. Most types route by type alone (``ROUTES``, looked up first: every
+    decision and timer request of a log is one); watch events split by kind; plain pods (not KubeRay's)
+    go to both, and a listing of pods to both (each core judges only the pods it was told of). A
+    ``TimerFired`` has no route of its own: the clock delivers it to the service whose timer it is."""
+    kind = env.type
+    targets = ROUTES.get(kind)
+    if targets is not None:
+        return targets
+    if kind == "ObjectChanged":
         p = env.payload
         if p.kind == "Node":
-            return ("placement",)
+            return _PLACEMENT
         if p.kind != "Pod":
-            return ("admission",)
-        listed = env.type == "ObjectsListed"
-        return ("admission", "placement") if listed or admission_reads_pod(p.object, p.change) else ("placement",)
-    if env.type == "TimerFired":
+            return _ADMISSION
+        return _BOTH if admission_reads_pod(p.object, p.change) else _PLACEMENT
+    if kind == "ObjectsListed":  # a listing: to every core holding that kind (``shared.listing``)
+        p = env.payload
+        return _PLACEMENT if p.kind == "Node" else _BOTH if p.kind == "Pod" else _ADMISSION
+    if kind == "TimerFired":
         return ()
-    return ROUTES[env.type]
+    raise KeyError(kind)
+
+
+_PLACEMENT, _ADMISSION, _BOTH = ("placement",), ("admission",), ("admission", "placement")

@@ -135,8 +135,9 @@ class ReconcilerCore:
         if self._gone and self._late(env):
             return []
         handler = self._handlers.get(env.type)
-        out: list[KubeEffect | TimerSet] = list(handler(env.payload, env.occurred_at)) if handler else []
-        return out + self.status.observe(env)
+        out: list[KubeEffect | TimerSet] = handler(env.payload, env.occurred_at) if handler else []  # a new list
+        timers = self.status.observe(env)
+        return out + timers if timers else out
 
     def _late(self, env: Envelope) -> bool:
         """An event about a deleted workload that is no new incarnation of it: the queue or placement

@@ -143,14 +143,16 @@ class StatusBook:
         """Fold one envelope; a timer for the next flush when something changed and none is set."""
         p = env.payload
         key = getattr(p, "key", None) or getattr(getattr(p, "workload", None), "key", None)
-        before = self.view.workloads.get(key) if key else None
+        fold = self.view
+        workloads = fold.workloads  # one dict for the view's life: ``apply`` adds and forgets in it
+        before = workloads.get(key) if key else None
         queue_before = before.queue if before is not None else None
-        self.view.apply(env)
+        fold.apply(env)
+        view = workloads.get(key) if key else None
         if env.type in ("QueueDefined", "QueueRemoved"):
             self._queues[p.queue.name if env.type == "QueueDefined" else p.name] = None
-        elif key and key in self.view.workloads:
-            view = self.view.workloads[key]
-            if self.view.folded is view:  # else only its pods' bookkeeping moved (PodAssigned)
+        elif view is not None:
+            if fold.folded is view:  # else only its pods' bookkeeping moved (PodAssigned)
                 self._count(view)
             self._workloads[key] = None
             for queue in (queue_before, view.queue):

@@ -81,7 +81,7 @@ class LogSource(Protocol):
 def decode(record: Record) -> Envelope:
     """The envelope of a record; ``NotAnEnvelope`` (or ``CannotReproduce`` for a newer schema) naming where."""
     try:
-        env = decode_record(record.raw)
+        env = decode_record(record[1])  # ``record.raw`` without the property's call
     except BadRecord as exc:
         text = str(exc)
         if "newer than this muster" in text:

@@ -34,6 +34,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 
 from shared.audit.chain import ID_SPAN, recorded_before
 from shared.audit.logfile import LogSource, Record, decode
+from shared.dedupe import DEDUPE_WINDOW
 from shared.embedded import build_cores
 from shared.events import Envelope, to_json
 from shared.policy import Policy
@@ -47,27 +48,69 @@ COLLECT_EVERY = 1 << 20
 
 class Router:
     """Which services' inboxes an envelope of the log was in: ``shared.topology.destinations``, and a
-    ``TimerFired`` to the service whose ``TimerSet`` it answers (the log holds both, in that order)."""
+    ``TimerFired`` to the service whose ``TimerSet`` it answers (the log holds both, in that order).
 
-    def __init__(self) -> None:
-        self._timer_owner: dict[str, str] = {}
+    What it remembers is bounded by the timers pending, not by the log's length: a ``TimerSet`` is
+    kept until a ``TimerFired`` answers it, then among the last ``window`` settled ones (a copy of
+    a ``TimerFired`` — a restarted clock fires again, under the same id — still goes to its service,
+    whose dedupe window drops it). A clock arms one timer per service, key and instant (``at``, or
+    the time it was set if later: ``shared.embedded``, ``shared.bus.worker.Clock``), so a second
+    ``TimerSet`` of a pending one's instant never fires: it settles with the one that does."""
+
+    def __init__(self, window: int = DEDUPE_WINDOW) -> None:
+        self.window = window
+        self._pending: dict[str, tuple[str, tuple[str, str, float]]] = {}
+        """``TimerSet`` id -> (its source, its instant: source, key, when it fires), until answered."""
+        self._instants: dict[tuple[str, str, float], list[str]] = {}
+        """Instant -> the ids of the pending ``TimerSet``s for it (one fires; the others are copies)."""
+        self._settled: dict[str, str] = {}
+        """Answered ``TimerSet`` id -> its source, the last ``window`` (``_settled_order``, oldest first)."""
+        self._settled_order: deque[str] = deque()
 
     def targets(self, env: Envelope) -> tuple[str, ...] | None:
-        """The services (and ``cluster``) ``env`` was delivered to; None for a timer no service set."""
-        targets = ROUTES.get(env.type)  # ``destinations`` of every type it routes by type alone
-        if targets is None:
-            if env.type == "TimerFired":
-                owner = self._timer_owner.get(env.causation_id or "")
-                return None if owner is None else (owner,)
-            targets = destinations(env)
-        if targets is _CLOCK:
-            self.timer_set(env)
-            return ()
-        return targets
+        """The services (and ``cluster``) ``env`` was delivered to; None for a timer no service set.
+        A ``TimerSet`` (for the clock) is remembered, and delivered to no service: ``()``."""
+        targets = destinations(env)
+        if targets:
+            if targets is _CLOCK:
+                self.timer_set(env)
+                return ()
+            return targets
+        if env.type != "TimerFired":
+            return targets
+        timer = env.causation_id or ""
+        pending = self._pending.pop(timer, None)
+        if pending is None:
+            owner = self._settled.get(timer)
+            return None if owner is None else (owner,)
+        owner, instant = pending
+        self._settle(instant)
+        return (owner,)
 
     def timer_set(self, env: Envelope) -> None:
         """``env`` (a ``TimerSet``) is its source's: the ``TimerFired`` that answers it goes there."""
-        self._timer_owner[env.id] = env.source
+        p = env.payload
+        instant = (env.source, p.key, max(p.at, env.occurred_at))
+        self._pending[env.id] = (env.source, instant)
+        ids = self._instants.get(instant)
+        if ids is None:
+            self._instants[instant] = [env.id]
+        else:
+            ids.append(env.id)
+
+    def _settle(self, instant: tuple[str, str, float]) -> None:
+        """The timer of ``instant`` fired: its ``TimerSet``s (the one answered and any copies) settle."""
+        pending, settled, order = self._pending, self._settled, self._settled_order
+        for timer in self._instants.pop(instant, ()):
+            pending.pop(timer, None)
+            settled[timer] = instant[0]
+            order.append(timer)
+        while len(order) > self.window:
+            settled.pop(order.popleft(), None)
+
+    def __len__(self) -> int:
+        """Timers remembered, pending and settled (bounded: see the class docstring)."""
+        return len(self._pending) + len(self._settled)
 
 
 _CLOCK = ROUTES["TimerSet"]
@@ -174,9 +217,7 @@ class Replayer:
             owed.popleft()
             tally.identical += 1
             env = derived.envelope
-            targets = ROUTES.get(env.type)  # a decision: every type of one routes by type alone
-            if targets is None:
-                targets = self.router.targets(env)
+            targets = self.router.targets(env)
         else:
             env = decode(record)
             if check:
@@ -190,9 +231,6 @@ class Replayer:
                     raise Divergence("unexpected", where, f"a timer fired ({env.payload.key}) that no service set "
                                      f"earlier in the log (its TimerSet {env.causation_id} is missing)", recorded=env)
                 return _step(Step, (where, env, []))
-        if targets is _CLOCK:
-            self.router.timer_set(env)
-            return _step(Step, (where, env, []))
         outputs: list[tuple[str, list[Envelope]]] = []
         services = self.services
         for target in targets:

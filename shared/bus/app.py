@@ -452,7 +452,7 @@ class PartitionReader:
             **self.config.aiokafka(), group_id=self.group, enable_auto_commit=False, auto_offset_reset="earliest",
             fetch_max_wait_ms=self.config.fetch_wait_ms)
         helpers: list[asyncio.Future[Any]] = []
-        trace = stagetrace.start(self.name.split()[0])
+        trace = stagetrace.current()  # the process started it (``service_app``, ``cluster_app``), named for itself
         try:  # stopped while it starts, it still stops its consumer
             await consumer.start()
             consumer.assign([self.tp])  # no group membership: nothing to join, no rebalance to wait out

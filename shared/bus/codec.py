@@ -100,7 +100,7 @@ def decode(value: bytes | None, headers: Headers | None = None) -> Envelope | Co
     """Parse a record; ``BadRecord`` says what is wrong with it."""
     if value is None:
         raise BadRecord("empty record (no value)")
-    kind = control_kind(headers)
+    kind = control_kind(headers) if headers else None  # a log's record has no headers
     if kind is None:
         env = _parse_envelope(value)
         if env is None:

@@ -8,8 +8,8 @@ import pytest
 
 from shared.audit.errors import CannotReproduce
 from shared.audit.logfile import LogFile, open_log
-from shared.audit.replay import Divergence, Replayer, inbox, replay, verify
-from shared.events import to_json
+from shared.audit.replay import Divergence, Replayer, Router, inbox, replay, verify
+from shared.events import TimerFired, TimerSet, to_json, wrap
 from shared.topology import SERVICES
 from tests.builders.audit import (
     SCENARIO_FILES, decision_lines, exported, header_of, lines_of, rewritten, scenario_run,
@@ -185,3 +185,38 @@ def test_the_replayer_counts_deliveries_per_service_handling(log: Path) -> None:
         pass
     assert replayer.tally.delivered >= replayer.tally.events - sum(
         1 for e in scenario_run(PREEMPTION).runtime.log if e.type in ("TimerSet", "KubeEffect"))
+
+
+def _timer_pair(key: str, at: float, t: float, source: str = "queue", index: int = 0):
+    """A ``TimerSet`` of ``source`` at event time ``t`` and the ``TimerFired`` a clock answers it with."""
+    timer_set = wrap(TimerSet(key=key, at=at), source=source, cause=envelope_at(t, index), index=0)
+    return timer_set, wrap(TimerFired(key=key), source="clock", cause=timer_set, index=0, at=max(at, t))
+
+
+def envelope_at(t: float, index: int):
+    return wrap(TimerFired(key="cause"), source="clock", cause=None, index=index, at=t)
+
+
+def test_the_router_remembers_timers_pending_and_a_window_of_settled_ones() -> None:
+    router = Router(window=3)
+    for n in range(50):
+        timer_set, fired = _timer_pair("cycle", float(n + 1), float(n), index=n)
+        assert router.targets(timer_set) == ()
+        assert router.targets(fired) == ("queue",)
+        assert router.targets(fired) == ("queue",)  # a copy (a restarted clock): still its service's
+    assert len(router) == 3  # the last three settled; none pending
+    first, _ = _timer_pair("cycle", 1.0, 0.0, index=0)
+    assert router.targets(_timer_pair("cycle", 1.0, 0.0, index=0)[1]) is None  # settled long ago: forgotten
+    assert first.id not in router._settled
+
+
+def test_a_second_timer_set_for_the_same_instant_settles_with_the_one_that_fires() -> None:
+    router = Router()
+    one, fired = _timer_pair("cycle", 5.0, 1.0, index=1)
+    two, _ = _timer_pair("cycle", 5.0, 2.0, index=2)  # the clock has one armed for (queue, cycle, 5): never fires
+    other, _ = _timer_pair("status", 5.0, 2.0, source="reconciler", index=3)
+    for timer_set in (one, two, other):
+        router.targets(timer_set)
+    assert router.targets(fired) == ("queue",)
+    assert set(router._pending) == {other.id} and set(router._settled) == {one.id, two.id}
+

@@ -293,3 +293,18 @@ def test_kube_effect_validates_what_is_not_exactly_typed(odd):
     else:
         got = kube_effect(**fields)
         assert got == expected and to_json(at(got, 1.0)) == to_json(at(expected, 1.0))
+
+
+def test_built_is_model_construct_of_every_field() -> None:
+    """``built`` sets ``BaseModel``'s slots through their own setters: the model is the one
+    ``model_construct`` makes of the same fields, down to its set fields, extra and private parts."""
+    cause = at(WorkloadDeleted(key="ns/w"), 1.0)
+    env = wrap(kube_effect(op="event", kind="RayJob", namespace="ns", name="w", reason="R"),
+               source="reconciler", cause=cause, index=0)
+    slow = Envelope.model_construct(**env.__dict__)
+    for fast, made in ((env, slow), (env.payload, KubeEffect.model_construct(**env.payload.__dict__))):
+        assert fast == made and fast.__dict__ == made.__dict__ and repr(fast) == repr(made)
+        assert fast.model_fields_set == made.model_fields_set
+        assert (fast.__pydantic_extra__, fast.__pydantic_private__) == (made.__pydantic_extra__, made.__pydantic_private__)
+        assert fast.model_copy() == made.model_copy() and fast.model_dump() == made.model_dump()
+    assert to_json(env) == to_json(slow)

@@ -103,3 +103,11 @@ def test_destinations_follow_routes(type_):
 ])
 def test_routes_match_the_documented_flow(type_, inboxes):
     assert ROUTES[type_] == inboxes
+
+
+def test_a_type_with_a_route_goes_by_it_and_nothing_else() -> None:
+    """``destinations`` looks ``ROUTES`` up first: each routed type's answer is the table's own tuple (a
+    replay tells a ``TimerSet`` by it), whatever else the envelope holds."""
+    for kind, payload in sample_payloads().items():
+        if kind in ROUTES:
+            assert destinations(at(payload, 0.0, source="queue")) is ROUTES[kind]
