@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import itemgetter
 from typing import Any, Callable, Literal, Union
 
@@ -35,6 +35,7 @@ from services.admission.workloads import (
     is_rayjob_cluster,
     parse_ray_cluster,
     parse_ray_job,
+    ray_cluster_name,
     rayjob_outcome,
     spec_suspended,
     with_minimum,
@@ -585,15 +586,37 @@ def _read_parts(obj: Mapping[str, Any]) -> bytes | str | None:
     return tree_key((obj.get("spec"), meta.get("name"), meta.get("labels"), read))
 
 
+SHAPES_MEMO = 1024
+"""How many distinct (kind, rules, spec) shapes ``_shape`` remembers across workloads (then it starts
+afresh): a cluster's Ray workloads come from a few templates, and parsing each new one's pod
+templates, quantities and pod sets was most of a RayJob's first event in a replay."""
+_shapes_memo: dict[tuple[str, GangRules, bytes | str], RayShape] = {}
+
+
 def _shape(w: RayWorkload, rules: GangRules) -> RayShape:
     """``parse_ray_cluster`` / ``parse_ray_job`` of ``w``'s object, read again only when its ``spec``
     (all they read, with the name, which a workload keeps) changed. ``tree_key`` is the key, not ``==``:
-    it tells ``true`` from ``1`` and ``1.0`` as ``repr`` does, which the parsers read differently (``==`` does not)."""
+    it tells ``true`` from ``1`` and ``1.0`` as ``repr`` does, which the parsers read differently (``==`` does not).
+
+    A spec read before, by any workload of the kind, under the same rules gives the shape read then
+    (``_shapes_memo``), with this workload's own cluster name (``ray_cluster_name``, the one part a
+    parser takes from the name). Only shapes read without error are remembered: a spec that is
+    refused is parsed again, as before, so its reason is the parser's."""
     text = tree_key(w.obj.get("spec"))
     last = w.shapes.get(rules)
     if last is not None and last[0] == text:
         return last[1]
-    shape = (parse_ray_cluster if w.kind == "RayCluster" else parse_ray_job)(w.name, w.obj, rules)
+    memo_key = (w.kind, rules, text)
+    shape = _shapes_memo.get(memo_key)
+    if shape is None:
+        shape = (parse_ray_cluster if w.kind == "RayCluster" else parse_ray_job)(w.name, w.obj, rules)
+        if len(_shapes_memo) >= SHAPES_MEMO:
+            _shapes_memo.clear()
+        _shapes_memo[memo_key] = shape
+    else:
+        cluster_name = ray_cluster_name(w.kind, w.name)
+        if shape.cluster_name != cluster_name:
+            shape = replace(shape, cluster_name=cluster_name)
     w.shapes[rules] = (text, shape)
     return shape
 

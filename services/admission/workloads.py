@@ -112,13 +112,20 @@ def with_minimum(gang: Gang, min_member: int) -> Gang:
     workload has pods: a stale PodGroup cannot ask for pods KubeRay will not create."""
     left = min_member
     sets = []
+    same = True
     for ps in gang.pod_sets:
         if not ps.in_gang:
             sets.append(ps)
             continue
         take = min(left, ps.desired)
         left -= take
-        sets.append(ps.model_copy(update={"count": take, "elastic": ps.desired - take}))
+        if take == ps.count and ps.desired - take == ps.elastic:
+            sets.append(ps)  # what ``model_copy`` would make of it: equal, so kept
+        else:
+            same = False
+            sets.append(ps.model_copy(update={"count": take, "elastic": ps.desired - take}))
+    if same and gang.min_member == sum(ps.count for ps in sets if ps.in_gang):
+        return gang  # ``gang_of(sets)`` would equal it: every PodGroup event of a Ray workload asks again
     return gang_of(sets)
 
 
@@ -133,7 +140,8 @@ def parse_ray_cluster(name: str, obj: Mapping[str, Any], rules: GangRules) -> Ra
     spec = mapping(obj.get("spec"), "spec")
     sets = cluster_pod_sets(spec, "spec", rules)
     cls, field = _head_priority(spec, "spec")
-    return RayShape(gang=gang_of(sets), cluster_name=name, head_priority_class=cls, head_priority_field=field)
+    return RayShape(gang=gang_of(sets), cluster_name=ray_cluster_name("RayCluster", name), head_priority_class=cls,
+                    head_priority_field=field)
 
 
 def parse_ray_job(name: str, obj: Mapping[str, Any], rules: GangRules) -> RayShape:
@@ -157,8 +165,14 @@ def parse_ray_job(name: str, obj: Mapping[str, Any], rules: GangRules) -> RaySha
     if mode == "K8sJobMode":
         sets.append(submitter_pod_set(spec).model_copy(update={"charged": rules.charge_submitter}))
     cls, field = _head_priority(cluster, "spec.rayClusterSpec")
-    return RayShape(gang=gang_of(sets), cluster_name=kube.rayjob_cluster_name(name),
+    return RayShape(gang=gang_of(sets), cluster_name=ray_cluster_name("RayJob", name),
                     head_priority_class=cls, head_priority_field=field)
+
+
+def ray_cluster_name(kind: str, name: str) -> str:
+    """The RayCluster whose pods form a RayCluster's or RayJob's gang: the part of a ``RayShape`` its
+    parser reads from the workload's name (everything else comes from its ``spec``)."""
+    return name if kind == "RayCluster" else kube.rayjob_cluster_name(name)
 
 
 def submitter_pod_set(spec: Mapping[str, Any]) -> PodSet:

@@ -22,6 +22,7 @@ from typing import Any, Iterable
 from services.placement import elastic, gpu, reasons
 from services.placement.gang import GangAttempt, ordered_pod_sets, place_gang, place_pods, pod_demand
 from services.placement.nodes import FRAGMENTATION, NodeTable
+from services.placement.payloads import gang_placed, pod_assigned, slot_assignment
 from services.placement.pods import PodRecord, pod_facts, pod_key, pod_set_of
 from services.placement.preemption import eligible, victim_order
 from services.placement.statement import Statement
@@ -33,7 +34,7 @@ from shared import quantity as q
 from shared.events import (
     CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, Envelope, GangDisrupted, GangPlaced, GangRunning,
     ObjectChanged, ObjectsListed, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested,
-    SlotAssignment, TimerFired, TimerSet, WorkloadUpdated, WorkloadWithdrawn,
+    TimerFired, TimerSet, WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.dedupe import RECENT_IDS, Seen
 from shared.listing import Held, WatchBook, last_state
@@ -968,17 +969,14 @@ class PlacementCore:
 
     def _gang_placed(self, rec: WorkloadRecord) -> GangPlaced:
         names = self.nodes.names
-        slots = tuple(SlotAssignment(pod_set=s.pod_set, index=s.index, node=names[s.node],
-                                     gpu=gpu.assignment(rec.key, names[s.node], s.devices))
+        slots = tuple(slot_assignment(s.pod_set, s.index, names[s.node], gpu.assignment(rec.key, names[s.node], s.devices))
                       for s in rec.slots if not s.elastic)
-        return GangPlaced(key=rec.key, queue=rec.queue, kind=rec.spec.kind, gate=rec.spec.gate, slots=slots,
-                          reason=rec.reason)
+        return gang_placed(rec.key, rec.queue, rec.spec.kind, rec.spec.gate, slots, rec.reason)
 
     def _pod_assigned(self, wrec: WorkloadRecord, rec: PodRecord, slot: Slot) -> PodAssigned:
         node = self.nodes.names[slot.node]
-        return PodAssigned(key=wrec.key, pod_namespace=rec.facts.namespace, pod=rec.facts.name,
-                           pod_set=slot.pod_set, node=node, gpu=gpu.assignment(wrec.key, node, slot.devices),
-                           elastic=slot.elastic)
+        return pod_assigned(wrec.key, rec.facts.namespace, rec.facts.name, slot.pod_set, node,
+                            gpu.assignment(wrec.key, node, slot.devices), slot.elastic)
 
 
 def _counts(pods: list[elastic.Victim]) -> dict[tuple[str, str], int]:
