@@ -26,7 +26,8 @@ SECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
 
 def main(argv: list[str]) -> None:
     """Run every section, or only those named (``python -m bench.run kueue e2e``): a re-measured section
-    replaces its figures in results.json and keeps the others, each section with its own time and load."""
+    replaces its figures in results.json and keeps the others, each section with its own time and load.
+    The file is written after each section, so a run stopped part way keeps the sections it finished."""
     unknown = [name for name in argv if name not in SECTIONS]
     if unknown:
         raise SystemExit(f"unknown benchmark section {', '.join(unknown)}; known: {', '.join(SECTIONS)}")
@@ -39,8 +40,8 @@ def main(argv: list[str]) -> None:
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
         figures[name] = {"measured_at": started, **measured(SECTIONS[name])}
         print(json.dumps(figures[name], indent=2), flush=True)
-    out.write_text(json.dumps(figures, indent=2) + "\n")
-    print(f"wrote {out}")
+        out.write_text(json.dumps(figures, indent=2) + "\n")  # each section kept as it ends: a run cut short keeps them
+        print(f"wrote {out}", flush=True)
 
 
 if __name__ == "__main__":
