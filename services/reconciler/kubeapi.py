@@ -199,15 +199,13 @@ class KubeApplier:
                     del self.leaving[node]
             self._gone.notify_all()
 
-    async def pods_listed(self, pods: list[dict[str, Any]]) -> None:
-        """After a list of every pod: an evicted pod the list lacks went while no watch saw it go (a
-        watcher started again lists only what exists), so ``leaving`` holds pods that exist, not every
-        deletion missed. The API server is asked first (the pod may have been made and evicted after
-        the list was taken); an answer it cannot give now leaves the pod to the next list or bind."""
-        if not self.leaving:
-            return
-        listed = {_key(pod) for pod in pods}
-        for namespace, name in sorted({pod for node in self.leaving.values() for pod in node} - listed):
+    async def pods_listed(self) -> None:
+        """After a list of every pod: an evicted pod may have gone while no watch saw it go (a watcher
+        started again lists only what exists), so the API server is asked after each one and those it
+        no longer has are gone: ``leaving`` holds pods that exist, not every deletion missed. Asked, not
+        read from the list: the list is the watching process's, and a pod may have been made and evicted
+        after it was taken. An answer the server cannot give now leaves the pod to the next list or bind."""
+        for namespace, name in sorted({pod for node in self.leaving.values() for pod in node}):
             try:
                 if await self._read_pod(namespace, name) is None:
                     await self.pod_gone(namespace, name)

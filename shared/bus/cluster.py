@@ -158,6 +158,9 @@ class ClusterBridge:
         self.on_pod_gone: Callable[[str, str], Awaitable[None]] | None = None
         """Where the watch reports a pod deleted (the watching process: a line to the parent, whose
         applier's binds may wait for it, ``KubeApplier.pod_gone``)."""
+        self.on_pods_listed: Callable[[], Awaitable[None]] | None = None
+        """Where the watch reports a list of every pod taken (the watching process: a line to the parent,
+        whose applier then asks after the evicted pods no watch saw go, ``KubeApplier.pods_listed``)."""
         self.listed = asyncio.Event()
         """Every watched resource listed once by the current watch (``watch``): effects wait for it, as a
         controller waits for its informers' caches to sync. Applied earlier, a bind could let a user
@@ -378,8 +381,8 @@ class ClusterBridge:
         changes, so that the cores find what they hold and the list lacks (``shared.listing``)."""
         for env in listing_envelopes(resource.kind, resource.api_version, version, objects, time.time()):
             await self._changes.put(env)
-        if resource.kind == "Pod" and self.applier is not None:
-            await self.applier.pods_listed(objects)  # an evicted pod whose deletion no watch saw
+        if resource.kind == "Pod" and self.on_pods_listed is not None:
+            await self.on_pods_listed()  # an evicted pod whose deletion no watch saw
 
     def _note_refused(self, env: Envelope) -> None:
         """A log line and a count per kind for an object ingest refused: for a Node, the only report

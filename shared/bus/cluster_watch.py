@@ -15,6 +15,8 @@ producer of its own, and tells the parent, one JSON line each on its standard ou
   (``ClusterBridge.listed``), as a controller waits for its informers' caches to sync;
 - ``{"gone": [namespace, name]}``: a pod deleted, which a bind waiting for an evicted victim's
   node needs (``KubeApplier.pod_gone``);
+- ``{"pods_listed": true}``: every pod listed (again), after which the parent's applier asks after
+  the evicted pods whose deletion no watch saw (``KubeApplier.pods_listed``);
 - ``{"counts": {...}}``: its counters' increments since the last line (``muster_cluster_*``).
 
 The child holds nothing the parent must keep: when it fails, it exits, and the parent says so in
@@ -110,6 +112,9 @@ class WatchProcess:
             namespace, name = message["gone"]
             if bridge.applier is not None:
                 await bridge.applier.pod_gone(namespace, name)
+        elif "pods_listed" in message:
+            if bridge.applier is not None:
+                await bridge.applier.pods_listed()
         elif "counts" in message:
             counts = message["counts"]
             for counter in COUNTERS:
@@ -192,7 +197,10 @@ async def watch(config: BusConfig, target: KubeTarget, parent: _Parent) -> None:
     async def gone(namespace: str, name: str) -> None:
         parent.say({"gone": [namespace, name]})
 
-    bridge.on_pod_gone = gone
+    async def pods_listed() -> None:
+        parent.say({"pods_listed": True})
+
+    bridge.on_pod_gone, bridge.on_pods_listed = gone, pods_listed
     api = await target.connect()
     producer = _Producer(config)
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 from typing import Any, Awaitable, Callable, TypeVar
 
 import pytest
@@ -12,7 +13,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.reconciler.kubeapi import KubeApplier, Refused, Transient, Watcher, connect
 from services.reconciler.resources import NODE, POD, RAY_CLUSTER, VOLCANO_QUEUE, Resource
-from shared.bus.cluster import ClusterBridge
+from shared.bus.cluster import ClusterBridge, KubeTarget
+from shared.bus.cluster_watch import WatchProcess
+from shared.bus.config import BusConfig
 from shared.bus.topics import Topics
 from tests.builders.sim import effect
 from tests.kubeapi import KubeApiEmulator
@@ -495,17 +498,24 @@ def test_a_bind_asks_the_server_when_no_deletion_was_seen() -> None:
 
 def test_an_evicted_pod_a_list_lacks_is_forgotten_when_the_server_says_it_is_gone() -> None:
     """A deletion no watch saw (the link's watcher started again, which lists only what exists):
-    after the next list of pods the link asks the server about each evicted pod the list lacks, so
-    ``leaving`` holds pods that exist, not every deletion ever missed. One made and evicted after
-    the list was taken is still there, and stays."""
+    after the next list of pods, which the watching process reports to the applying one as a line
+    (``WatchProcess.take``), the link asks the server about each evicted pod, so ``leaving`` holds
+    pods that exist, not every deletion ever missed. One made and evicted after the list was taken
+    is still there, and stays."""
     with KubeApiEmulator(graceful=True) as kube:  # an evicted pod terminates until it is deleted
         for name, where in (("victim", "n1"), ("late", "n2"), ("bystander", "n3")):
             kube.create(pod(name, node=where))
 
         async def work(api: Any) -> dict[str, set[tuple[str, str]]]:
             applier = KubeApplier(api)
-            bridge = ClusterBridge(Topics())
+            bridge = ClusterBridge(Topics())  # the applying process's, and the watching process's below
             bridge.applier = applier
+            parent = WatchProcess(BusConfig(bootstrap="unused:9092"), KubeTarget(kube.url), bridge)
+
+            async def line() -> None:  # what the watching process's hook says, taken as the parent takes it
+                await parent.take(json.loads(json.dumps({"pods_listed": True})))
+
+            bridge.on_pods_listed = line
             await applier.apply(effect("evict", "Pod", "victim", "team-a"), "e1")
             await applier.apply(effect("evict", "Pod", "late", "team-a"), "e2")
             assert set(applier.leaving) == {"n1", "n2"}
