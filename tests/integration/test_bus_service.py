@@ -35,6 +35,11 @@ from shared.policy import Policy
 from tests.builders import node, pod, ray_cluster
 
 
+READY_WAIT = 90.0
+"""Longest wait for a started service to have replayed its inbox: seconds on a quiet machine, far
+more on a loaded one (a full replay after an unusable snapshot timed out at 30 s at load 10)."""
+
+
 @contextmanager
 def running(config: BusConfig, make: Callable[[], Any]) -> Iterator[tuple[Any, EventLoopThread]]:
     bus = EventLoopThread()
@@ -63,7 +68,7 @@ def send(config: BusConfig, topic: str, *values: bytes) -> None:
     asyncio.run(go())
 
 
-def read_until(config: BusConfig, topic: str, done: Callable[[list[Any]], bool], timeout: float = 30.0) -> list[Any]:
+def read_until(config: BusConfig, topic: str, done: Callable[[list[Any]], bool], timeout: float = 60.0) -> list[Any]:
     """Records of ``topic`` from its start, until ``done(records)`` (or fail after ``timeout``)."""
     async def go() -> list[Any]:
         tp = TopicPartition(topic, 0)
@@ -167,7 +172,7 @@ def test_a_service_stopped_at_once_resumes_after_what_it_handled(kafka_bootstrap
     # stopped well within the commit interval: the stop lets the batch finish and commits it
     admission_handles(config, ingest(ray_cluster("rc"), 1), then_wait=0.0)
     with running(config, lambda: service_app("admission", config, Policy(), snapshots=False)) as (app, bus):
-        bus.run(asyncio.wait_for(app.muster_reader.ready.wait(), 30))
+        bus.run(asyncio.wait_for(app.muster_reader.ready.wait(), READY_WAIT))
         assert app.muster_worker.replayed == 1  # rebuilt from it, not handed it again
         assert app.muster_worker.service.handled == 1
 
@@ -220,7 +225,7 @@ def test_a_record_the_core_raises_on_is_dead_lettered_once_and_the_service_goes_
         topics.inbox("admission"), 0, 0, "admission")
     assert letter["error"] == "admission failed on ObjectChanged RayCluster/default/poison: RuntimeError: a bug on poison"
     with running(config, lambda: service_app("admission", config, Policy())) as (app, bus):
-        bus.run(asyncio.wait_for(app.muster_reader.ready.wait(), 30))
+        bus.run(asyncio.wait_for(app.muster_reader.ready.wait(), READY_WAIT))
         send(config, topics.inbox("admission"), codec.encode(later))
         log = envelopes(read_until(config, topics.log, submitted("later")))
         worker = app.muster_worker

@@ -38,12 +38,12 @@ from shared.events import Envelope
 from shared.policy import Policy
 from shared.service import Service
 from tests.builders import ray_cluster
-from tests.integration.test_bus_service import envelopes, ingest, read_until, running, send
+from tests.integration.test_bus_service import READY_WAIT, envelopes, ingest, read_until, running, send
 
 FIRST, LATER = 20, 5
 
 
-def _wait(bus: Any, until: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+def _wait(bus: Any, until: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
     async def go() -> None:
         while not until():
             await asyncio.sleep(0.05)
@@ -96,7 +96,7 @@ def _restart(config: BusConfig, then: Envelope) -> tuple[Any, list[Envelope], li
     """Start admission again, hand it ``then``: the reader, what it logged for ``then``, what the log
     held before (its envelopes from admission), and the output digest it had when it was ready."""
     with running(config, lambda: service_app("admission", config, Policy(), snapshots=_keeper(config))) as (app, bus):
-        bus.run(asyncio.wait_for(app.muster_reader.ready.wait(), 30))
+        bus.run(asyncio.wait_for(app.muster_reader.ready.wait(), READY_WAIT))
         # it took its inbox without a group join (a join cost seconds per start): the group has no
         # member while it reads, yet its committed offset is where this start resumed
         assert _members(config, app.muster_reader.group) == []
