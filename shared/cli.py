@@ -732,16 +732,14 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
 
     from shared.audit import whatif
     from shared.audit.logfile import envelopes
-    from shared.validation import yaml_error
+    from shared.validation import read_text, yaml_error
 
     Policy.from_yaml(change_file)  # every key checked, before the long part
-    change = yaml.safe_load(change_file.read_text()) or {}
+    change = yaml.safe_load(read_text(change_file, "policy", PolicyError)) or {}
     extra: list[dict[str, Any]] = []
     for path in extra_files:
         try:
-            docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-        except OSError as exc:
-            raise ScenarioError(f"cannot read {path}: {exc.strerror or exc}") from None
+            docs = [d for d in yaml.safe_load_all(read_text(path, "manifests", ScenarioError)) if d is not None]
         except yaml.YAMLError as exc:
             raise ScenarioError(yaml_error(exc, str(path))) from None
         if not all(isinstance(d, dict) and d.get("kind") and isinstance(d.get("metadata"), dict) for d in docs):

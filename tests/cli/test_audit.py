@@ -11,6 +11,7 @@ import pytest
 from tests.builders.audit import decision_lines, exported, lines_of, rewritten, scenario_run
 from tests.builders.cli import clean_exit as _clean_exit, flat as _flat, invoke as _invoke
 from tests.builders.cli import one_line_error as _error
+from tests.builders.shared import SCENARIOS
 
 NAME = "kai-priority-preemption"
 
@@ -161,3 +162,23 @@ def test_what_if_outputs_that_cannot_be_written_are_one_line_before_the_run(log:
 def test_replay_needs_something_to_do(log: Path) -> None:
     _error(_invoke("replay", log), 2, "--verify")
     _error(_invoke("replay", "sqlite:////nonexistent/dir/h.db", "--verify"), 2, "no database file")
+
+
+# --------------------------------------------------------------------------- bad input (issue 12 audit)
+BINARY = b"\x89PNG\r\n\x1a\n\xff\xfe\x00binary"
+
+
+@pytest.mark.parametrize("command", [
+    ["replay", "{log}", "--what-if", "{bin}"],
+    ["replay", "{log}", "--what-if", "{policy}", "--apply", "{bin}"],
+    ["replay", "{log}", "--verify", "--policy", "{bin}"],
+    ["explain", "default/train-cluster", "--log", "{log}", "--policy", "{bin}"],
+    ["simulate", str(SCENARIOS / f"{NAME}.yaml"), "--policy", "{bin}"],
+    ["simulate", "{bin}"],
+], ids=["what-if", "apply", "replay-policy", "explain-policy", "simulate-policy", "scenario"])
+def test_a_binary_file_given_as_text_is_one_line_and_exit_2(log: Path, tmp_path: Path, command: list[str]) -> None:
+    binary, policy = tmp_path / "bin.file", tmp_path / "p.yaml"
+    binary.write_bytes(BINARY)
+    policy.write_text("min_runtime_seconds: 600\n")
+    args = [a.format(log=log, bin=binary, policy=policy) for a in command]
+    _error(_invoke(*args), 2, f"{binary}: not UTF-8 text (byte 0x89 at offset 0)")
