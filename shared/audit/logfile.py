@@ -84,7 +84,7 @@ def decode(record: Record) -> Envelope:
         env = decode_record(record[1])  # ``record.raw`` without the property's call
     except BadRecord as exc:
         text = str(exc)
-        if "newer than this muster" in text:
+        if "event schema version" in text:  # newer than this muster's, or before the first (``upcast``)
             raise CannotReproduce(f"{record.where}: {text.removeprefix('not a valid envelope: ')}") from None
         raise NotAnEnvelope(f"{record.where}: {text}") from None
     if not isinstance(env, Envelope):

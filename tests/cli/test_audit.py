@@ -182,3 +182,29 @@ def test_a_binary_file_given_as_text_is_one_line_and_exit_2(log: Path, tmp_path:
     policy.write_text("min_runtime_seconds: 600\n")
     args = [a.format(log=log, bin=binary, policy=policy) for a in command]
     _error(_invoke(*args), 2, f"{binary}: not UTF-8 text (byte 0x89 at offset 0)")
+
+
+@pytest.mark.parametrize("field, value, text", [
+    ("schema_version", 0, "event schema version 0 is unknown"),
+    ("schema_version", -1, "event schema version -1 is unknown"),
+    ("muster_log", 0, "log layout 0 is unknown"),
+    ("muster_log", -1, "log layout -1 is unknown"),
+    ("schema_version", 99, "the log's event schema version 99 is newer than this muster's (1)"),
+    ("muster_log", 2, "log layout 2 is newer than this muster's (1)"),
+])
+def test_a_header_version_this_muster_does_not_know_is_exit_2(log: Path, tmp_path: Path, field: str, value: int,
+                                                              text: str) -> None:
+    raw = log.read_bytes().splitlines(keepends=True)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(json.dumps({**json.loads(raw[0]), field: value}).encode() + b"\n" + b"".join(raw[1:]))
+    for command in (["replay", bad, "--verify"], ["explain", "default/train-cluster", "--log", bad]):
+        result = _invoke(*command)
+        _error(result, 2, text)
+        assert "or later" not in result.stderr
+
+
+def test_an_envelope_of_schema_version_0_is_exit_2(log: Path, tmp_path: Path) -> None:
+    lines = lines_of(log)
+    lines[0] = lines[0].replace(b'"schema_version":1', b'"schema_version":0')
+    _error(_invoke("replay", rewritten(log, lines, tmp_path / "old.jsonl"), "--verify"), 2,
+           "line 2: event schema version 0 is unknown")

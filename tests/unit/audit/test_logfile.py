@@ -158,3 +158,45 @@ def test_the_header_records_this_musters_versions() -> None:
     header = LogHeader.made_now(None, origin="kafka")
     assert header.policy is None and header.schema_version == SCHEMA_VERSION
     assert LogHeader.parse(header.line(), "x") == header
+
+
+# --------------------------------------------------------------------------- versions, windows, line counts (issue 12 audit)
+@pytest.mark.parametrize("field, value, text", [
+    ("schema_version", 0, "event schema version 0 is unknown"),
+    ("schema_version", -1, "event schema version -1 is unknown"),
+    ("muster_log", 0, "log layout 0 is unknown"),
+    ("muster_log", -3, "log layout -3 is unknown"),
+])
+def test_a_version_before_the_first_cannot_be_reproduced(log: Path, tmp_path: Path, field: str, value: int,
+                                                         text: str) -> None:
+    raw = log.read_bytes().splitlines(keepends=True)
+    old = tmp_path / "old.jsonl"
+    old.write_bytes(json.dumps({**json.loads(raw[0]), field: value}).encode() + b"\n" + b"".join(raw[1:]))
+    with pytest.raises(CannotReproduce, match=text):
+        LogFile(old)
+
+
+@pytest.mark.parametrize("field", ["schema_version", "muster_log"])
+def test_a_version_that_is_not_an_integer_is_a_bad_header(log: Path, tmp_path: Path, field: str) -> None:
+    raw = log.read_bytes().splitlines(keepends=True)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(json.dumps({**json.loads(raw[0]), field: True}).encode() + b"\n" + b"".join(raw[1:]))
+    with pytest.raises(NotAnEnvelope, match=f"a bad log header: {field}"):
+        LogFile(bad)
+
+
+def test_a_newer_schema_says_plainly_which_is_newer(log: Path, tmp_path: Path) -> None:
+    raw = log.read_bytes().splitlines(keepends=True)
+    newer = tmp_path / "newer.jsonl"
+    newer.write_bytes(json.dumps({**json.loads(raw[0]), "schema_version": 7}).encode() + b"\n" + b"".join(raw[1:]))
+    with pytest.raises(CannotReproduce) as refused:
+        LogFile(newer)
+    assert str(refused.value) == (f"{newer}: line 1: the log's event schema version 7 is newer than this muster's "
+                                  f"({SCHEMA_VERSION})")
+
+
+def test_an_envelope_of_a_version_before_the_first_cannot_be_reproduced(log: Path, tmp_path: Path) -> None:
+    lines = lines_of(log)
+    lines[3] = lines[3].replace(b'"schema_version":1', b'"schema_version":0')
+    with pytest.raises(CannotReproduce, match="line 5: event schema version 0 is unknown"):
+        _read_all(rewritten(log, lines, tmp_path / "old-line.jsonl"))
