@@ -208,3 +208,40 @@ def test_an_envelope_of_schema_version_0_is_exit_2(log: Path, tmp_path: Path) ->
     lines[0] = lines[0].replace(b'"schema_version":1', b'"schema_version":0')
     _error(_invoke("replay", rewritten(log, lines, tmp_path / "old.jsonl"), "--verify"), 2,
            "line 2: event schema version 0 is unknown")
+
+
+def test_bad_time_flags_are_one_line_and_exit_2(log: Path, tmp_path: Path) -> None:
+    explain = ("explain", "default/train-cluster", "--log", log)
+    _error(_invoke(*explain, "--at", -5), 2, "Invalid value for '--at': -5 is negative: event time starts at 0")
+    _error(_invoke(*explain, "--at", "abc"), 2, "Invalid value for '--at': abc is not a number of seconds")
+    _error(_invoke(*explain, "--at", "nan"), 2, "nan is not a number of seconds")
+    _error(_invoke("log", "export", "--from", log, "--since", "abc", "--out", tmp_path / "x.jsonl"), 2, "--since")
+    _error(_invoke("queues", "--at", "-1"), 2, "--at")
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_every_usage_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    _error(_invoke("replay"), 2, "Missing argument 'LOG'")
+    _error(_invoke("explain", "--no-such-flag"), 2, "No such option: --no-such-flag")
+    _error(_invoke("no-such-command"), 2, "No such command 'no-such-command'")
+    _error(_invoke("log", "export"), 2, "Missing option '--out'")
+    helped = _invoke("log")  # a group named alone still shows its help
+    assert "export" in helped.output and "error:" not in helped.output
+
+
+def test_at_takes_a_duration_as_scenarios_do(log: Path) -> None:
+    seconds = _invoke("explain", "default/train-cluster", "--log", log, "--at", 40, "--json")
+    duration = _invoke("explain", "default/train-cluster", "--log", log, "--at", "40s", "--json")
+    _clean_exit(duration, 0)
+    assert json.loads(duration.stdout) == json.loads(seconds.stdout)
+
+
+def test_at_past_the_end_of_the_log_says_so_and_explains_at_its_end(log: Path) -> None:
+    end = scenario_run(NAME).scenario.until
+    result = _invoke("explain", "default/train-cluster", "--log", log, "--at", "1e9")
+    _clean_exit(result, 0)
+    assert f"note: --at 1e+09s is past the end of the log ({end:g}s): explained at {end:g}s" in _flat(result.stderr)
+    assert f"at {end:g}s: Running" in _flat(result.stdout) and "1e+09" not in result.stdout
+    queue = _invoke("explain", "--queue", "team-a", "--log", log, "--at", "1e9", "--json")
+    _clean_exit(queue, 0)
+    assert json.loads(queue.stdout)["at"] == end
