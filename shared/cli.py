@@ -678,6 +678,8 @@ def log_export(
 
     if (source is None) == (store is None):
         raise _audit_failed(ValueError("say where the log is: --from kafka://HOST:PORT | URL | FILE, or --store URL"))
+    if since is not None and until is not None and since > until:
+        raise _audit_failed(ValueError(f"--since {since:g} is after --until {until:g}: the window holds no time"))
     try:
         log = open_log(source or store or "", policy=_policy(policy_file), topic_prefix=prefix)
         with progress_of(log, "exporting") as tick:

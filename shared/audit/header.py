@@ -6,7 +6,8 @@
 ``policy`` is the policy the services decided with, as ``Policy`` serialises it, or null when
 nothing recorded it (a Kafka deployment's services get theirs from ``--policy``/``MUSTER_POLICY``,
 which the log does not carry: give the same file to ``muster log export --policy``). ``since`` and
-``before`` are set when only a window of the history was exported (``--since``/``--until``): such a
+``before`` are set when only a window of the history was exported (a ``--since``/``--until`` that
+left envelopes out; one that cuts nothing exports the whole history, unmarked): such a
 log can be read, explained and reported on, but not verified or replayed under another policy,
 which need the history from its start. The header holds no wall-clock time, so exporting the same
 history twice gives the same file. A log read off Kafka names the exporting muster's versions (the

@@ -21,6 +21,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import shutil
+import tempfile
 import zlib
 from pathlib import Path
 from typing import IO, Callable, Iterable, Iterator, Protocol
@@ -200,23 +202,38 @@ class LogFile:
             number += 1
 
 
-def write_log(path: Path, header: LogHeader, records: Iterable[bytes],
+def write_log(path: Path, header: LogHeader | Callable[[], LogHeader], records: Iterable[bytes],
               keep: Callable[[bytes], bool] | None = None) -> int:
     """Write an exported log: header, each envelope's bytes a line, the end line; the count written.
 
+    A header given as a function is asked for once every record has been read (an export window is
+    marked only if ``keep`` left an envelope out): the lines are kept in a temporary file till then.
     Written to a temporary name and renamed, so a failed export never leaves half a file that looks whole."""
     tmp = path.with_name(path.name + ".partial")
     count = 0
+
+    def lines(out: IO[bytes]) -> int:
+        count = 0
+        for raw in records:
+            if keep is not None and not keep(raw):
+                continue
+            out.write(raw)
+            out.write(b"\n")
+            count += 1
+        return count
+
     try:
         opener = gzip.open if is_compressed(path) else open
         with opener(tmp, "wb") as out:  # type: ignore[operator]
-            out.write(header.line())
-            for raw in records:
-                if keep is not None and not keep(raw):
-                    continue
-                out.write(raw)
-                out.write(b"\n")
-                count += 1
+            if isinstance(header, LogHeader):
+                out.write(header.line())
+                count = lines(out)
+            else:
+                with tempfile.TemporaryFile(dir=path.parent) as body:
+                    count = lines(body)
+                    out.write(header().line())
+                    body.seek(0)
+                    shutil.copyfileobj(body, out, 1 << 20)
             out.write(b'{"muster_log_end":{"events":%d}}\n' % count)
         tmp.replace(path)
     except OSError as exc:

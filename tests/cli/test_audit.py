@@ -245,3 +245,17 @@ def test_at_past_the_end_of_the_log_says_so_and_explains_at_its_end(log: Path) -
     queue = _invoke("explain", "--queue", "team-a", "--log", log, "--at", "1e9", "--json")
     _clean_exit(queue, 0)
     assert json.loads(queue.stdout)["at"] == end
+
+
+def test_an_export_window_the_wrong_way_round_is_exit_2(log: Path, tmp_path: Path) -> None:
+    out = tmp_path / "w.jsonl"
+    _error(_invoke("log", "export", "--from", log, "--since", 100, "--until", 10, "--out", out), 2,
+           "--since 100 is after --until 10")
+    assert not out.exists()
+
+
+def test_an_export_window_that_cuts_nothing_is_the_whole_log(log: Path, tmp_path: Path) -> None:
+    out = tmp_path / "w.jsonl"
+    _clean_exit(_invoke("log", "export", "--from", log, "--since", 0, "--until", "1e9", "--out", out), 0)
+    assert out.read_bytes() == log.read_bytes()
+    _clean_exit(_invoke("replay", out, "--verify"), 0)

@@ -200,3 +200,19 @@ def test_an_envelope_of_a_version_before_the_first_cannot_be_reproduced(log: Pat
     lines[3] = lines[3].replace(b'"schema_version":1', b'"schema_version":0')
     with pytest.raises(CannotReproduce, match="line 5: event schema version 0 is unknown"):
         _read_all(rewritten(log, lines, tmp_path / "old-line.jsonl"))
+
+
+def test_an_export_window_that_cuts_nothing_is_not_a_window(log: Path, tmp_path: Path) -> None:
+    times = [e.occurred_at for e in scenario_run(NAME).runtime.log]
+    for since, until in ((0.0, None), (None, max(times)), (min(times), max(times) + 1)):
+        out = tmp_path / "all.jsonl"
+        export(LogFile(log), out, since=since, until=until)
+        assert not LogFile(out).header.windowed
+        assert out.read_bytes() == log.read_bytes()
+    cut_start = tmp_path / "since.jsonl"
+    export(LogFile(log), cut_start, since=10.0, until=max(times) + 1)
+    assert (LogFile(cut_start).header.since, LogFile(cut_start).header.before) == (10.0, None)
+    cut_end = tmp_path / "until.jsonl.gz"
+    export(LogFile(log), cut_end, since=0.0, until=10.0)
+    assert (LogFile(cut_end).header.since, LogFile(cut_end).header.before) == (None, 10.0)
+    assert [occurred_at(r.raw) for r in LogFile(cut_end).records()] == [t for t in times if t <= 10.0]
