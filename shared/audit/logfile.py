@@ -143,11 +143,24 @@ class LogFile:
 
     def _broken(self, exc: BaseException, line: int) -> Exception:
         if isinstance(exc, EOFError):
-            return TruncatedLog(f"{self.path}: the compressed stream ends early, after line {line - 1}: "
+            return TruncatedLog(f"{self.path}: the compressed stream ends early, after line {self._whole_lines()}: "
                                 "the file was cut short")
         if isinstance(exc, gzip.BadGzipFile):
             return NotAnEnvelope(f"{self.path}: not a gzip file ({exc}), though its name ends .gz")
         return SourceError(f"{self.path}: cannot read line {line}: {exc}")
+
+    def _whole_lines(self) -> int:
+        """How many whole lines the compressed stream gives before it breaks. The reader's own count
+        says little: its buffer reads a megabyte ahead, so a smaller file breaks before line 1 is
+        handed out. ``read1`` hands out what each step decompressed, so none is lost to the break."""
+        count = 0
+        try:
+            with gzip.open(self.path, "rb") as stream:
+                while chunk := stream.read1(1 << 16):
+                    count += chunk.count(b"\n")
+        except (OSError, EOFError, zlib.error):
+            pass
+        return count
 
     def hint(self) -> str:
         return ""

@@ -202,6 +202,28 @@ def test_an_envelope_of_a_version_before_the_first_cannot_be_reproduced(log: Pat
         _read_all(rewritten(log, lines, tmp_path / "old-line.jsonl"))
 
 
+@pytest.mark.parametrize("keep", [1, 2, 5, 17])
+def test_a_compressed_stream_that_ends_early_names_the_whole_lines_before_the_break(log: Path, tmp_path: Path,
+                                                                                   keep: int) -> None:
+    data = log.read_bytes()
+    whole = b"".join(data.splitlines(keepends=True)[:keep])
+    packed = gzip.compress(data, mtime=0)
+    cut = tmp_path / "cut.jsonl.gz"
+    # the shortest cut of the stream that still gives every byte of the first ``keep`` lines
+    size = next(n for n in range(len(packed)) if _inflated(packed[:n]).startswith(whole))
+    cut.write_bytes(packed[:size])
+    lines = _inflated(packed[:size]).count(b"\n")
+    assert lines >= keep
+    with pytest.raises(TruncatedLog, match=f"compressed stream ends early, after line {lines}:"):
+        _read_all(cut)
+
+
+def _inflated(prefix: bytes) -> bytes:
+    import zlib
+
+    return zlib.decompressobj(wbits=31).decompress(prefix)
+
+
 def test_an_export_window_that_cuts_nothing_is_not_a_window(log: Path, tmp_path: Path) -> None:
     times = [e.occurred_at for e in scenario_run(NAME).runtime.log]
     for since, until in ((0.0, None), (None, max(times)), (min(times), max(times) + 1)):
