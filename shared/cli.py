@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -12,14 +13,50 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
+from shared.duration import DurationError, parse_duration
 from shared.policy import Policy, PolicyError
 from shared.scenario import ScenarioError, load_scenario
 
 if TYPE_CHECKING:
     from shared.bus.config import BusConfig
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+try:  # typer 0.22 and later parse with a copy of click of their own, whose exceptions these are
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - an older typer, on click itself
+    from click.exceptions import NoArgsIsHelpError, UsageError
+
+
+class _OneLineUsage(TyperGroup):
+    """click's usage errors (a bad flag value, a missing argument, an unknown option or command) as one
+    ``error:`` line and exit code 2, like every other bad input, instead of typer's usage box; whichever
+    subcommand they come from, they pass through the root group's parsing or invoking."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> typer.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except UsageError as exc:
+            raise _usage_failed(exc) from None
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UsageError as exc:
+            raise _usage_failed(exc) from None
+
+
+def _usage_failed(exc: UsageError) -> Exception:
+    """The one line for a usage error; a group named without a command still shows its help."""
+    if isinstance(exc, NoArgsIsHelpError):
+        return exc
+    text = " ".join(exc.format_message().split())
+    if exc.ctx is not None:
+        text += f" (see {exc.ctx.command_path} --help)"
+    return _failed(text)
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=_OneLineUsage,
                   help="muster: an event-sourced batch scheduler for Ray workloads on Kubernetes.")
 schema_app = typer.Typer(no_args_is_help=True, help="The event contract.")
 app.add_typer(schema_app, name="schema")
@@ -35,12 +72,22 @@ STORE_HELP = ("History store URL: sqlite:///history.db or postgresql+psycopg://u
               "(default: $MUSTER_STORE).")
 
 
-def _finite(value: Optional[float]) -> Optional[float]:
-    """A time option (``--at``, ``--since``, ``--until``) is a number of seconds: ``nan`` and ``inf``,
-    which a float option takes, are a usage error instead of a nonsense answer."""
-    if value is not None and not math.isfinite(value):
+def _seconds(value: str) -> float:
+    """A time option (``--at``, ``--since``, ``--until``): event time in seconds, as a number or a
+    duration as scenarios write one (``90s``, ``1h30m``). ``nan``, ``inf`` and a negative time are a
+    usage error instead of a nonsense answer: event time starts at 0."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parse_duration(value, where=value)
+        except DurationError:
+            raise typer.BadParameter(f"{value} is not a number of seconds (e.g. 90, 90s, 1h30m)") from None
+    if not math.isfinite(seconds):
         raise typer.BadParameter(f"{value} is not a number of seconds")
-    return value
+    if seconds < 0:
+        raise typer.BadParameter(f"{value} is negative: event time starts at 0")
+    return seconds
 
 
 def _failed(exc: Exception | str) -> typer.Exit:
@@ -515,7 +562,7 @@ def history_cmd(
 @app.command("queues")
 def queues_cmd(
     store: Optional[str] = typer.Option(None, "--store", envvar="MUSTER_STORE", help=STORE_HELP),
-    at: Optional[float] = typer.Option(None, "--at", callback=_finite, help="Usage at this scenario time (seconds) instead of now."),
+    at: Optional[float] = typer.Option(None, "--at", parser=_seconds, metavar="SECONDS", help="Usage at this scenario time (seconds) instead of now."),
     as_json: bool = typer.Option(False, "--json", help="Print the queues as JSON."),
 ) -> None:
     """Print each queue's usage against its guarantee and limit, from the history store."""
@@ -618,8 +665,8 @@ def log_export(
     source: Optional[str] = typer.Option(None, "--from", help="Where the log is: kafka://HOST:PORT, a store URL "
                                          "or an exported file."),
     store: Optional[str] = typer.Option(None, "--store", help="Export this history store's log (same as --from URL)."),
-    since: Optional[float] = typer.Option(None, "--since", callback=_finite, help="Only envelopes at or after this event time (seconds)."),
-    until: Optional[float] = typer.Option(None, "--until", callback=_finite, help="Only envelopes at or before this event time (seconds)."),
+    since: Optional[float] = typer.Option(None, "--since", parser=_seconds, metavar="SECONDS", help="Only envelopes at or after this event time (seconds)."),
+    until: Optional[float] = typer.Option(None, "--until", parser=_seconds, metavar="SECONDS", help="Only envelopes at or before this event time (seconds)."),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the services ran with, for the "
                                                "header (a Kafka log does not record it)."),
     prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
@@ -631,6 +678,8 @@ def log_export(
 
     if (source is None) == (store is None):
         raise _audit_failed(ValueError("say where the log is: --from kafka://HOST:PORT | URL | FILE, or --store URL"))
+    if since is not None and until is not None and since > until:
+        raise _audit_failed(ValueError(f"--since {since:g} is after --until {until:g}: the window holds no time"))
     try:
         log = open_log(source or store or "", policy=_policy(policy_file), topic_prefix=prefix)
         with progress_of(log, "exporting") as tick:
@@ -732,16 +781,14 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
 
     from shared.audit import whatif
     from shared.audit.logfile import envelopes
-    from shared.validation import yaml_error
+    from shared.validation import read_text, yaml_error
 
     Policy.from_yaml(change_file)  # every key checked, before the long part
-    change = yaml.safe_load(change_file.read_text()) or {}
+    change = yaml.safe_load(read_text(change_file, "policy", PolicyError)) or {}
     extra: list[dict[str, Any]] = []
     for path in extra_files:
         try:
-            docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-        except OSError as exc:
-            raise ScenarioError(f"cannot read {path}: {exc.strerror or exc}") from None
+            docs = [d for d in yaml.safe_load_all(read_text(path, "manifests", ScenarioError)) if d is not None]
         except yaml.YAMLError as exc:
             raise ScenarioError(yaml_error(exc, str(path))) from None
         if not all(isinstance(d, dict) and d.get("kind") and isinstance(d.get("metadata"), dict) for d in docs):
@@ -793,7 +840,7 @@ def explain_cmd(
     workload: Optional[str] = typer.Argument(None, metavar="NAMESPACE/NAME", help="The workload to explain."),
     store: Optional[str] = typer.Option(None, "--store", help=STORE_HELP),
     log: Optional[str] = typer.Option(None, "--log", help="An exported log file (or kafka://HOST:PORT)."),
-    at: Optional[float] = typer.Option(None, "--at", callback=_finite, help="At this event time (seconds; default: the end of the log)."),
+    at: Optional[float] = typer.Option(None, "--at", parser=_seconds, metavar="SECONDS", help="At this event time (seconds or a duration, e.g. 90s; default: the end of the log)."),
     queue: Optional[str] = typer.Option(None, "--queue", help="List this queue's waiting workloads in order instead."),
     as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON."),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the log was made under, when it "
@@ -816,6 +863,11 @@ def explain_cmd(
         except CannotReproduce:
             policy = None  # positions then come from the result view
         moment = fold_until(envelopes(source), at, policy)
+        header = source.header  # a window ends at its --until; a run at its last event or the time it went to
+        end = header.before if header.before is not None else max(moment.history.now, header.until or 0.0)
+        past = at is not None and at > end  # what followed is not in the log: say so, and answer for its end
+        if past:
+            moment = dataclasses.replace(moment, at=end)
         doc: Any = queue_lines(moment, queue) if queue is not None else explain(moment, workload or "")
     except UnknownWorkload as exc:
         Console(stderr=True, highlight=False, soft_wrap=True).print(
@@ -825,6 +877,9 @@ def explain_cmd(
         raise typer.Exit(1)
     except _audit_errors() as exc:
         raise _audit_failed(exc) from None
+    if past:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"[yellow]note:[/] --at {at:g}s is past the end of the log ({end:g}s): explained at {end:g}s")
     if as_json:
         typer.echo(json.dumps({"queue": queue, "at": moment.at, "pending": doc} if queue is not None else doc, indent=2))
         return

@@ -30,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 from shared.model import Frozen, QueueSpec, WorkloadSpec
 
 SCHEMA_VERSION = 1
+FIRST_SCHEMA_VERSION = 1
+"""No envelope was ever written with a version below this: one that says so is not muster's."""
 
 
 # --------------------------------------------------------------------------- ingest
@@ -531,6 +533,8 @@ def upcast(raw: dict[str, Any]) -> dict[str, Any]:
         version = _VERSION.validate_python(version, strict=True)
     if version > SCHEMA_VERSION:
         raise ValueError(f"event schema version {version} is newer than this muster ({SCHEMA_VERSION})")
+    if version < FIRST_SCHEMA_VERSION:
+        raise ValueError(f"event schema version {version} is unknown (versions start at {FIRST_SCHEMA_VERSION})")
     return raw
 
 

@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from shared.kube import DEFAULT_SCHEDULER
-from shared.validation import first_errors, yaml_error
+from shared.validation import first_errors, read_text, yaml_error
 
 Queueing = Literal["StrictFIFO", "BestEffortFIFO"]
 Strategy = Literal["binpack", "spread", "fragmentation"]
@@ -111,9 +111,7 @@ class Policy(BaseModel):
     def from_yaml(cls, path: str | Path) -> "Policy":
         """Raises ``PolicyError`` with the offending field named."""
         try:
-            data = yaml.safe_load(Path(path).read_text())
-        except OSError as exc:
-            raise PolicyError(f"cannot read policy {path}: {exc.strerror or exc}") from None
+            data = yaml.safe_load(read_text(path, "policy", PolicyError))
         except yaml.YAMLError as exc:
             raise PolicyError(f"cannot read policy {yaml_error(exc, str(path))}") from None
         if data is not None and not isinstance(data, dict):

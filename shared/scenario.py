@@ -270,17 +270,13 @@ class Scenario(_Strict):
 
 
 from shared.validation import first_errors as _first_error  # noqa: E402 - kept where its callers read it
-from shared.validation import object_problem, tree_problem, yaml_error  # noqa: E402
+from shared.validation import object_problem, read_text, tree_problem, yaml_error  # noqa: E402
 
 
 def load_scenario(source: str | Path) -> Scenario:
     """Read and validate a scenario file."""
     path = Path(source)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ScenarioError(f"cannot read scenario {path}: {exc.strerror or exc}") from None
-    return parse_scenario(text, origin=str(path))
+    return parse_scenario(read_text(path, "scenario", ScenarioError), origin=str(path))
 
 
 def parse_scenario(text: str, origin: str = "<scenario>") -> Scenario:

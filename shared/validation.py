@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from pydantic import ValidationError
@@ -199,6 +200,19 @@ def object_problem(obj: Mapping[str, Any], *, require_name: bool = True) -> str 
             if problem:
                 return f"metadata.labels.{key}: {problem}"
     return None
+
+
+def read_text(path: str | Path, what: str, error: type[Exception]) -> str:
+    """A file the user named as text (a policy, a scenario, manifests), read as UTF-8; ``error`` with
+    one line naming it when it cannot be read or is not text (a binary file would otherwise end in
+    ``UnicodeDecodeError``'s traceback): ``cannot read policy p.yaml: not UTF-8 text (byte 0x89 at offset 0)``."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"cannot read {what} {path}: not UTF-8 text "
+                    f"(byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
 
 
 def yaml_error(exc: BaseException, origin: str, *, within: str = "") -> str:

@@ -5,9 +5,10 @@ log that was cut short from one that was tampered with from one this muster cann
 
     0  everything checked out
     1  ``replay --verify``: a decision differs from the one recorded; ``explain``: no such workload
-    2  the log cannot be reproduced by this muster: its schema version is newer, its policy is
-       missing or not one this muster reads, it is a window of a history rather than all of it;
-       also bad command-line use (a bad URL, an unreachable store or broker), as in every command
+    2  the log cannot be reproduced by this muster: its schema version or layout is newer or
+       below the first, its policy is missing or not one this muster reads, it is a window of a
+       history rather than all of it; also bad command-line use (a bad flag value, a bad URL, an
+       unreachable store or broker), as in every command
     3  the log is truncated: a cut-off last line, a compressed stream that ends early, no end line
     4  a line that is not an envelope (or not a muster log at all), named by its line number
     5  the store holds another run's history (a store holds one)

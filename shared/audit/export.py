@@ -2,8 +2,8 @@
 
 Export writes the envelopes' bytes as the source holds them (the bus's own JSON; a store gives each
 back serialised as the bus carried it), in replay order, under a header naming what they were made
-under; ``--since``/``--until`` keep a window of event time (marked in the header: such a log cannot
-be verified, which needs the whole history). Import decodes every line (a bad one stops it with
+under; ``--since``/``--until`` keep a window of event time (marked in the header when it leaves an
+envelope out: such a log cannot be verified, which needs the whole history). Import decodes every line (a bad one stops it with
 the line named, before anything is written to an empty store), writes the envelopes through the
 projector's writer (the same rows ``muster run projector`` writes) and records the header.
 """
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from shared.audit.errors import OtherRun, SourceError
+from shared.audit.header import LogHeader
 from shared.audit.logfile import LogFile, LogSource, decode, write_log
 from shared.events import Envelope
 
@@ -37,18 +38,27 @@ def occurred_at(raw: bytes) -> float:
 
 def export(source: LogSource, out: Path, *, since: float | None = None, until: float | None = None,
            tick: Callable[[], None] | None = None) -> int:
-    """Write ``source`` to ``out`` (see the module docstring); the number of envelopes written."""
+    """Write ``source`` to ``out`` (see the module docstring); the number of envelopes written.
+
+    A bound marks the header only if it left an envelope out: ``--since 0`` on a whole history is the
+    whole history, which can still be verified."""
     header = source.header
-    if since is not None or until is not None:
-        header = header.model_copy(update={
-            "since": since if since is not None else header.since,
-            "before": until if until is not None else header.before})
+    cut = {"since": False, "before": False}
+
+    def windowed() -> LogHeader:
+        return header.model_copy(update={
+            "since": since if cut["since"] else header.since,
+            "before": until if cut["before"] else header.before})
 
     def keep(raw: bytes) -> bool:
-        if since is None and until is None:
-            return True
         t = occurred_at(raw)
-        return (since is None or t >= since) and (until is None or t <= until)
+        if since is not None and t < since:
+            cut["since"] = True
+            return False
+        if until is not None and t > until:
+            cut["before"] = True
+            return False
+        return True
 
     def records() -> Iterator[bytes]:
         n = 0
@@ -59,7 +69,9 @@ def export(source: LogSource, out: Path, *, since: float | None = None, until: f
             if tick is not None and n % 4096 == 0:
                 tick()
 
-    return write_log(out, header, records(), keep)
+    if since is None and until is None:
+        return write_log(out, header, records())
+    return write_log(out, windowed, records(), keep)
 
 
 def import_log(source: LogFile, url: str, *, batch_size: int = 5_000,

@@ -6,7 +6,8 @@
 ``policy`` is the policy the services decided with, as ``Policy`` serialises it, or null when
 nothing recorded it (a Kafka deployment's services get theirs from ``--policy``/``MUSTER_POLICY``,
 which the log does not carry: give the same file to ``muster log export --policy``). ``since`` and
-``before`` are set when only a window of the history was exported (``--since``/``--until``): such a
+``before`` are set when only a window of the history was exported (a ``--since``/``--until`` that
+left envelopes out; one that cuts nothing exports the whole history, unmarked): such a
 log can be read, explained and reported on, but not verified or replayed under another policy,
 which need the history from its start. The header holds no wall-clock time, so exporting the same
 history twice gives the same file. A log read off Kafka names the exporting muster's versions (the
@@ -17,11 +18,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
 
 from shared.audit.errors import CannotReproduce, NotAnEnvelope
 from shared.build import muster_version
-from shared.events import SCHEMA_VERSION
+from shared.events import FIRST_SCHEMA_VERSION, SCHEMA_VERSION
 from shared.policy import Policy
 from shared.validation import first_errors
 
@@ -34,9 +35,9 @@ Origin = Literal["simulate", "kafka", "store", "import"]
 class LogHeader(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    muster_log: int = FORMAT
+    muster_log: StrictInt = FORMAT
     muster_version: str
-    schema_version: int = SCHEMA_VERSION
+    schema_version: StrictInt = SCHEMA_VERSION
     policy: dict[str, Any] | None = None
     origin: str = "simulate"
     scenario: str | None = None
@@ -56,7 +57,7 @@ class LogHeader(BaseModel):
     @classmethod
     def parse(cls, line: bytes, where: str) -> "LogHeader":
         """The header from its JSON line; ``NotAnEnvelope`` when it is not one, ``CannotReproduce``
-        when it is one of a newer layout or schema."""
+        when it is one of a layout or schema this muster does not read (newer, or before the first)."""
         import json
 
         try:
@@ -66,16 +67,20 @@ class LogHeader(BaseModel):
         if not isinstance(raw, dict) or "muster_log" not in raw:
             raise NotAnEnvelope(f"{where}: not a muster log: the first line must be its header "
                                 '({"muster_log": 1, ...}), as `muster log export` writes it')
-        if isinstance(raw.get("muster_log"), int) and raw["muster_log"] > FORMAT:
-            raise CannotReproduce(f"{where}: log layout {raw['muster_log']} is newer than this muster reads ({FORMAT})")
+        layout = raw["muster_log"]
+        if type(layout) is int and layout != FORMAT:  # before validation: a newer layout may hold other keys
+            raise CannotReproduce(f"{where}: log layout {layout} is " + (f"newer than this muster's ({FORMAT})" if
+                                  layout > FORMAT else f"unknown (this muster reads {FORMAT})"))
         try:
             header = cls.model_validate(raw)
         except ValidationError as exc:
             raise NotAnEnvelope(f"{where}: a bad log header: {first_errors(exc, 1)}") from None
         if header.schema_version > SCHEMA_VERSION:
             raise CannotReproduce(f"{where}: the log's event schema version {header.schema_version} is newer than "
-                                  f"this muster's ({SCHEMA_VERSION}, muster {muster_version()}); use muster "
-                                  f"{header.muster_version} or later")
+                                  f"this muster's ({SCHEMA_VERSION})")
+        if header.schema_version < FIRST_SCHEMA_VERSION:
+            raise CannotReproduce(f"{where}: the log's event schema version {header.schema_version} is unknown "
+                                  f"(versions start at {FIRST_SCHEMA_VERSION})")
         return header
 
     def line(self) -> bytes:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import shutil
+import tempfile
 import zlib
 from pathlib import Path
 from typing import IO, Callable, Iterable, Iterator, Protocol
@@ -84,7 +86,7 @@ def decode(record: Record) -> Envelope:
         env = decode_record(record[1])  # ``record.raw`` without the property's call
     except BadRecord as exc:
         text = str(exc)
-        if "newer than this muster" in text:
+        if "event schema version" in text:  # newer than this muster's, or before the first (``upcast``)
             raise CannotReproduce(f"{record.where}: {text.removeprefix('not a valid envelope: ')}") from None
         raise NotAnEnvelope(f"{record.where}: {text}") from None
     if not isinstance(env, Envelope):
@@ -141,11 +143,24 @@ class LogFile:
 
     def _broken(self, exc: BaseException, line: int) -> Exception:
         if isinstance(exc, EOFError):
-            return TruncatedLog(f"{self.path}: the compressed stream ends early, after line {line - 1}: "
+            return TruncatedLog(f"{self.path}: the compressed stream ends early, after line {self._whole_lines()}: "
                                 "the file was cut short")
         if isinstance(exc, gzip.BadGzipFile):
             return NotAnEnvelope(f"{self.path}: not a gzip file ({exc}), though its name ends .gz")
         return SourceError(f"{self.path}: cannot read line {line}: {exc}")
+
+    def _whole_lines(self) -> int:
+        """How many whole lines the compressed stream gives before it breaks. The reader's own count
+        says little: its buffer reads a megabyte ahead, so a smaller file breaks before line 1 is
+        handed out. ``read1`` hands out what each step decompressed, so none is lost to the break."""
+        count = 0
+        try:
+            with gzip.open(self.path, "rb") as stream:
+                while chunk := stream.read1(1 << 16):
+                    count += chunk.count(b"\n")
+        except (OSError, EOFError, zlib.error):
+            pass
+        return count
 
     def hint(self) -> str:
         return ""
@@ -200,23 +215,38 @@ class LogFile:
             number += 1
 
 
-def write_log(path: Path, header: LogHeader, records: Iterable[bytes],
+def write_log(path: Path, header: LogHeader | Callable[[], LogHeader], records: Iterable[bytes],
               keep: Callable[[bytes], bool] | None = None) -> int:
     """Write an exported log: header, each envelope's bytes a line, the end line; the count written.
 
+    A header given as a function is asked for once every record has been read (an export window is
+    marked only if ``keep`` left an envelope out): the lines are kept in a temporary file till then.
     Written to a temporary name and renamed, so a failed export never leaves half a file that looks whole."""
     tmp = path.with_name(path.name + ".partial")
     count = 0
+
+    def lines(out: IO[bytes]) -> int:
+        count = 0
+        for raw in records:
+            if keep is not None and not keep(raw):
+                continue
+            out.write(raw)
+            out.write(b"\n")
+            count += 1
+        return count
+
     try:
         opener = gzip.open if is_compressed(path) else open
         with opener(tmp, "wb") as out:  # type: ignore[operator]
-            out.write(header.line())
-            for raw in records:
-                if keep is not None and not keep(raw):
-                    continue
-                out.write(raw)
-                out.write(b"\n")
-                count += 1
+            if isinstance(header, LogHeader):
+                out.write(header.line())
+                count = lines(out)
+            else:
+                with tempfile.TemporaryFile(dir=path.parent) as body:
+                    count = lines(body)
+                    out.write(header().line())
+                    body.seek(0)
+                    shutil.copyfileobj(body, out, 1 << 20)
             out.write(b'{"muster_log_end":{"events":%d}}\n' % count)
         tmp.replace(path)
     except OSError as exc:

@@ -11,6 +11,7 @@ import pytest
 from tests.builders.audit import decision_lines, exported, lines_of, rewritten, scenario_run
 from tests.builders.cli import clean_exit as _clean_exit, flat as _flat, invoke as _invoke
 from tests.builders.cli import one_line_error as _error
+from tests.builders.shared import SCENARIOS
 
 NAME = "kai-priority-preemption"
 
@@ -161,3 +162,100 @@ def test_what_if_outputs_that_cannot_be_written_are_one_line_before_the_run(log:
 def test_replay_needs_something_to_do(log: Path) -> None:
     _error(_invoke("replay", log), 2, "--verify")
     _error(_invoke("replay", "sqlite:////nonexistent/dir/h.db", "--verify"), 2, "no database file")
+
+
+# --------------------------------------------------------------------------- bad input (issue 12 audit)
+BINARY = b"\x89PNG\r\n\x1a\n\xff\xfe\x00binary"
+
+
+@pytest.mark.parametrize("command", [
+    ["replay", "{log}", "--what-if", "{bin}"],
+    ["replay", "{log}", "--what-if", "{policy}", "--apply", "{bin}"],
+    ["replay", "{log}", "--verify", "--policy", "{bin}"],
+    ["explain", "default/train-cluster", "--log", "{log}", "--policy", "{bin}"],
+    ["simulate", str(SCENARIOS / f"{NAME}.yaml"), "--policy", "{bin}"],
+    ["simulate", "{bin}"],
+], ids=["what-if", "apply", "replay-policy", "explain-policy", "simulate-policy", "scenario"])
+def test_a_binary_file_given_as_text_is_one_line_and_exit_2(log: Path, tmp_path: Path, command: list[str]) -> None:
+    binary, policy = tmp_path / "bin.file", tmp_path / "p.yaml"
+    binary.write_bytes(BINARY)
+    policy.write_text("min_runtime_seconds: 600\n")
+    args = [a.format(log=log, bin=binary, policy=policy) for a in command]
+    _error(_invoke(*args), 2, f"{binary}: not UTF-8 text (byte 0x89 at offset 0)")
+
+
+@pytest.mark.parametrize("field, value, text", [
+    ("schema_version", 0, "event schema version 0 is unknown"),
+    ("schema_version", -1, "event schema version -1 is unknown"),
+    ("muster_log", 0, "log layout 0 is unknown"),
+    ("muster_log", -1, "log layout -1 is unknown"),
+    ("schema_version", 99, "the log's event schema version 99 is newer than this muster's (1)"),
+    ("muster_log", 2, "log layout 2 is newer than this muster's (1)"),
+])
+def test_a_header_version_this_muster_does_not_know_is_exit_2(log: Path, tmp_path: Path, field: str, value: int,
+                                                              text: str) -> None:
+    raw = log.read_bytes().splitlines(keepends=True)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(json.dumps({**json.loads(raw[0]), field: value}).encode() + b"\n" + b"".join(raw[1:]))
+    for command in (["replay", bad, "--verify"], ["explain", "default/train-cluster", "--log", bad]):
+        result = _invoke(*command)
+        _error(result, 2, text)
+        assert "or later" not in result.stderr
+
+
+def test_an_envelope_of_schema_version_0_is_exit_2(log: Path, tmp_path: Path) -> None:
+    lines = lines_of(log)
+    lines[0] = lines[0].replace(b'"schema_version":1', b'"schema_version":0')
+    _error(_invoke("replay", rewritten(log, lines, tmp_path / "old.jsonl"), "--verify"), 2,
+           "line 2: event schema version 0 is unknown")
+
+
+def test_bad_time_flags_are_one_line_and_exit_2(log: Path, tmp_path: Path) -> None:
+    explain = ("explain", "default/train-cluster", "--log", log)
+    _error(_invoke(*explain, "--at", -5), 2, "Invalid value for '--at': -5 is negative: event time starts at 0")
+    _error(_invoke(*explain, "--at", "abc"), 2, "Invalid value for '--at': abc is not a number of seconds")
+    _error(_invoke(*explain, "--at", "nan"), 2, "nan is not a number of seconds")
+    _error(_invoke("log", "export", "--from", log, "--since", "abc", "--out", tmp_path / "x.jsonl"), 2, "--since")
+    _error(_invoke("queues", "--at", "-1"), 2, "--at")
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_every_usage_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    _error(_invoke("replay"), 2, "Missing argument 'LOG'")
+    _error(_invoke("explain", "--no-such-flag"), 2, "No such option: --no-such-flag")
+    _error(_invoke("no-such-command"), 2, "No such command 'no-such-command'")
+    _error(_invoke("log", "export"), 2, "Missing option '--out'")
+    helped = _invoke("log")  # a group named alone still shows its help
+    assert "export" in helped.output and "error:" not in helped.output
+
+
+def test_at_takes_a_duration_as_scenarios_do(log: Path) -> None:
+    seconds = _invoke("explain", "default/train-cluster", "--log", log, "--at", 40, "--json")
+    duration = _invoke("explain", "default/train-cluster", "--log", log, "--at", "40s", "--json")
+    _clean_exit(duration, 0)
+    assert json.loads(duration.stdout) == json.loads(seconds.stdout)
+
+
+def test_at_past_the_end_of_the_log_says_so_and_explains_at_its_end(log: Path) -> None:
+    end = scenario_run(NAME).scenario.until
+    result = _invoke("explain", "default/train-cluster", "--log", log, "--at", "1e9")
+    _clean_exit(result, 0)
+    assert f"note: --at 1e+09s is past the end of the log ({end:g}s): explained at {end:g}s" in _flat(result.stderr)
+    assert f"at {end:g}s: Running" in _flat(result.stdout) and "1e+09" not in result.stdout
+    queue = _invoke("explain", "--queue", "team-a", "--log", log, "--at", "1e9", "--json")
+    _clean_exit(queue, 0)
+    assert json.loads(queue.stdout)["at"] == end
+
+
+def test_an_export_window_the_wrong_way_round_is_exit_2(log: Path, tmp_path: Path) -> None:
+    out = tmp_path / "w.jsonl"
+    _error(_invoke("log", "export", "--from", log, "--since", 100, "--until", 10, "--out", out), 2,
+           "--since 100 is after --until 10")
+    assert not out.exists()
+
+
+def test_an_export_window_that_cuts_nothing_is_the_whole_log(log: Path, tmp_path: Path) -> None:
+    out = tmp_path / "w.jsonl"
+    _clean_exit(_invoke("log", "export", "--from", log, "--since", 0, "--until", "1e9", "--out", out), 0)
+    assert out.read_bytes() == log.read_bytes()
+    _clean_exit(_invoke("replay", out, "--verify"), 0)

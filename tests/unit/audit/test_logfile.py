@@ -158,3 +158,83 @@ def test_the_header_records_this_musters_versions() -> None:
     header = LogHeader.made_now(None, origin="kafka")
     assert header.policy is None and header.schema_version == SCHEMA_VERSION
     assert LogHeader.parse(header.line(), "x") == header
+
+
+# --------------------------------------------------------------------------- versions, windows, line counts (issue 12 audit)
+@pytest.mark.parametrize("field, value, text", [
+    ("schema_version", 0, "event schema version 0 is unknown"),
+    ("schema_version", -1, "event schema version -1 is unknown"),
+    ("muster_log", 0, "log layout 0 is unknown"),
+    ("muster_log", -3, "log layout -3 is unknown"),
+])
+def test_a_version_before_the_first_cannot_be_reproduced(log: Path, tmp_path: Path, field: str, value: int,
+                                                         text: str) -> None:
+    raw = log.read_bytes().splitlines(keepends=True)
+    old = tmp_path / "old.jsonl"
+    old.write_bytes(json.dumps({**json.loads(raw[0]), field: value}).encode() + b"\n" + b"".join(raw[1:]))
+    with pytest.raises(CannotReproduce, match=text):
+        LogFile(old)
+
+
+@pytest.mark.parametrize("field", ["schema_version", "muster_log"])
+def test_a_version_that_is_not_an_integer_is_a_bad_header(log: Path, tmp_path: Path, field: str) -> None:
+    raw = log.read_bytes().splitlines(keepends=True)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(json.dumps({**json.loads(raw[0]), field: True}).encode() + b"\n" + b"".join(raw[1:]))
+    with pytest.raises(NotAnEnvelope, match=f"a bad log header: {field}"):
+        LogFile(bad)
+
+
+def test_a_newer_schema_says_plainly_which_is_newer(log: Path, tmp_path: Path) -> None:
+    raw = log.read_bytes().splitlines(keepends=True)
+    newer = tmp_path / "newer.jsonl"
+    newer.write_bytes(json.dumps({**json.loads(raw[0]), "schema_version": 7}).encode() + b"\n" + b"".join(raw[1:]))
+    with pytest.raises(CannotReproduce) as refused:
+        LogFile(newer)
+    assert str(refused.value) == (f"{newer}: line 1: the log's event schema version 7 is newer than this muster's "
+                                  f"({SCHEMA_VERSION})")
+
+
+def test_an_envelope_of_a_version_before_the_first_cannot_be_reproduced(log: Path, tmp_path: Path) -> None:
+    lines = lines_of(log)
+    lines[3] = lines[3].replace(b'"schema_version":1', b'"schema_version":0')
+    with pytest.raises(CannotReproduce, match="line 5: event schema version 0 is unknown"):
+        _read_all(rewritten(log, lines, tmp_path / "old-line.jsonl"))
+
+
+@pytest.mark.parametrize("keep", [1, 2, 5, 17])
+def test_a_compressed_stream_that_ends_early_names_the_whole_lines_before_the_break(log: Path, tmp_path: Path,
+                                                                                   keep: int) -> None:
+    data = log.read_bytes()
+    whole = b"".join(data.splitlines(keepends=True)[:keep])
+    packed = gzip.compress(data, mtime=0)
+    cut = tmp_path / "cut.jsonl.gz"
+    # the shortest cut of the stream that still gives every byte of the first ``keep`` lines
+    size = next(n for n in range(len(packed)) if _inflated(packed[:n]).startswith(whole))
+    cut.write_bytes(packed[:size])
+    lines = _inflated(packed[:size]).count(b"\n")
+    assert lines >= keep
+    with pytest.raises(TruncatedLog, match=f"compressed stream ends early, after line {lines}:"):
+        _read_all(cut)
+
+
+def _inflated(prefix: bytes) -> bytes:
+    import zlib
+
+    return zlib.decompressobj(wbits=31).decompress(prefix)
+
+
+def test_an_export_window_that_cuts_nothing_is_not_a_window(log: Path, tmp_path: Path) -> None:
+    times = [e.occurred_at for e in scenario_run(NAME).runtime.log]
+    for since, until in ((0.0, None), (None, max(times)), (min(times), max(times) + 1)):
+        out = tmp_path / "all.jsonl"
+        export(LogFile(log), out, since=since, until=until)
+        assert not LogFile(out).header.windowed
+        assert out.read_bytes() == log.read_bytes()
+    cut_start = tmp_path / "since.jsonl"
+    export(LogFile(log), cut_start, since=10.0, until=max(times) + 1)
+    assert (LogFile(cut_start).header.since, LogFile(cut_start).header.before) == (10.0, None)
+    cut_end = tmp_path / "until.jsonl.gz"
+    export(LogFile(log), cut_end, since=0.0, until=10.0)
+    assert (LogFile(cut_end).header.since, LogFile(cut_end).header.before) == (None, 10.0)
+    assert [occurred_at(r.raw) for r in LogFile(cut_end).records()] == [t for t in times if t <= 10.0]

@@ -213,6 +213,16 @@ def test_upcast_rejects_newer_versions_and_passes_current_through():
         from_json(json.dumps(raw))
 
 
+@pytest.mark.parametrize("version", [0, -1])
+def test_upcast_rejects_versions_before_the_first(version):
+    raw = _raw()
+    raw["schema_version"] = version
+    with pytest.raises(ValueError, match=rf"^event schema version {version} is unknown \(versions start at 1\)$"):
+        upcast(raw)
+    with pytest.raises(ValueError, match="unknown"):
+        from_json(json.dumps(raw))
+
+
 @pytest.mark.parametrize("version", [None, "abc", "2", [1]])
 def test_from_json_non_integer_schema_version_is_a_value_error(version):
     raw = _raw()

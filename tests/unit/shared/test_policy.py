@@ -126,3 +126,10 @@ def test_malformed_policy_yaml_is_one_line_naming_file_and_line(tmp_path):
     message = str(exc.value)
     assert message.startswith(f"cannot read policy {path}:3:1: malformed YAML: ")
     assert "<unicode string>" not in message and "\n" not in message
+
+
+def test_from_yaml_a_binary_file_is_a_policy_error(tmp_path):
+    path = tmp_path / "policy.bin"
+    path.write_bytes(b"abc\xff\xfe\x00")
+    with pytest.raises(PolicyError, match=r"^cannot read policy .*policy\.bin: not UTF-8 text \(byte 0xff at offset 3\)$"):
+        Policy.from_yaml(path)

@@ -309,3 +309,10 @@ def test_apply_documents_names_and_labels_as_the_api_server_validates_them(doc, 
     message = _error("name: a\nsteps:\n  - at: 1s\n    apply: |\n      " + doc + "\n")
     assert message.startswith("s.yaml: steps[0].apply document 1 (Pod ") and expected in message
     assert "\n" not in message
+
+
+def test_load_scenario_a_binary_file_is_a_scenario_error(tmp_path):
+    path = tmp_path / "scenario.bin"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n")
+    with pytest.raises(ScenarioError, match=r"^cannot read scenario .*scenario\.bin: not UTF-8 text \(byte 0x89 at offset 0\)$"):
+        load_scenario(path)
