@@ -737,6 +737,7 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
     Policy.from_yaml(change_file)  # every key checked, before the long part
     change = yaml.safe_load(change_file.read_text()) or {}
     extra: list[dict[str, Any]] = []
+    origins: list[str] = []
     for path in extra_files:
         try:
             docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
@@ -747,9 +748,11 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
         if not all(isinstance(d, dict) and d.get("kind") and isinstance(d.get("metadata"), dict) for d in docs):
             raise ScenarioError(f"{path}: every document must be a Kubernetes manifest (kind, metadata)")
         extra.extend(docs)
+        origins.extend([str(path)] * len(docs))
     header = source.header
     outcome = whatif.what_if(list(envelopes(source)), name=header.scenario or "history", until=header.until,
-                             recorded_policy=policy, change=change, extra=extra, approximate=approximate)
+                             recorded_policy=policy, change=change, extra=extra, approximate=approximate,
+                             origins=origins)
     doc = whatif.comparison(outcome, policy)
     title = f"muster what-if: {doc['scenario']} under {change_file.name}" + (
         f" + {', '.join(p.name for p in extra_files)}" if extra_files else "")

@@ -148,6 +148,18 @@ def test_what_if_prints_the_comparison_and_writes_json_and_html(log: Path, tmp_p
     _error(_invoke("replay", log, "--what-if", policy), 2, "queueing")
 
 
+@pytest.mark.parametrize("cpu", ['"99999999999999999999999999999999999999999"', '"-5"', '"lots"'])
+def test_what_if_apply_of_a_queue_admission_refuses_is_one_line_naming_the_file(tmp_path: Path, cpu: str) -> None:
+    log = exported(scenario_run("volcano-gang-queue"), tmp_path / "v.jsonl")
+    policy, extra = tmp_path / "p.yaml", tmp_path / "bigger.yaml"
+    policy.write_text("{}\n")
+    extra.write_text("apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: kuberay-test-queue}\n"
+                     f"spec: {{weight: 1, capability: {{cpu: {cpu}, memory: 6Gi}}}}\n")
+    result = _invoke("replay", log, "--what-if", policy, "--apply", extra)
+    _error(result, 2, f"--apply {extra}: Queue kuberay-test-queue: spec.capability.cpu: ")
+    assert "changed" not in result.stdout
+
+
 def test_what_if_outputs_that_cannot_be_written_are_one_line_before_the_run(log: Path, tmp_path: Path) -> None:
     policy = tmp_path / "p.yaml"
     policy.write_text("min_runtime_seconds: 600\n")

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from shared.audit.derive import derive, manifest, user_view
-from shared.audit.errors import CannotReproduce
+from shared.audit.errors import ApplyRefused, CannotReproduce
 from shared.audit.fold import fold
 from shared.audit.metrics import per_queue, percentile, workload_figures
 from shared.duration import parse_duration
@@ -140,3 +140,56 @@ def test_waits_gpu_hours_and_finished_jobs() -> None:
     assert stats["(all)"]["preemptions"] == 1 and stats["team-a"]["workloads"] == 2
     jobs = workload_figures(fold(scenario_run("rayjob-submission-modes").runtime.log), 1e9)
     assert any(f.finished for f in jobs.values())
+
+
+# --------------------------------------------------------------------------- --apply that admission refuses
+def _volcano_queue(**capability: object) -> dict:
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "kuberay-test-queue"},
+            "spec": {"weight": 1, "capability": {"cpu": 4, "memory": "6Gi", **capability}}}
+
+
+def _admissions_word(doc: dict) -> str:
+    """What admission says of ``doc`` when a scenario applies it directly (the reason of its refusal)."""
+    text = yaml.safe_dump({"name": "direct", "cluster": {"nodes": []}, "until": 1,
+                           "steps": [{"at": 0, "apply": yaml.safe_dump(doc)}]})
+    log = simulate(parse_scenario(text)).runtime.log
+    return next(e.payload.reason for e in log if e.type in ("QueueRejected", "WorkloadRejected"))
+
+
+def _what_if_volcano(**kwargs: object) -> object:
+    run = scenario_run("volcano-gang-queue")
+    return what_if(run.runtime.log, name="x", until=run.scenario.until, recorded_policy=run.policy,
+                   **{"change": None, "extra": [], **kwargs})
+
+
+@pytest.mark.parametrize("capability", [{"cpu": "9" * 40}, {"memory": "1e400Gi"}, {"cpu": "-5"}, {"cpu": "lots"}])
+def test_a_queue_admission_refuses_in_apply_stops_the_what_if_with_admissions_reason(capability: dict) -> None:
+    queue = _volcano_queue(**capability)
+    reason = _admissions_word(queue)
+    with pytest.raises(ApplyRefused) as caught:
+        _what_if_volcano(extra=[queue], origins=["bigger.yaml"])
+    assert str(caught.value) == f"--apply bigger.yaml: Queue kuberay-test-queue: {reason}"
+    assert caught.value.exit_code == 2
+
+
+def test_a_workload_admission_refuses_in_apply_stops_the_what_if() -> None:
+    run = scenario_run("volcano-gang-queue")
+    cluster = next(d for step in derive(run.runtime.log, name="x", until=None)["steps"] if "apply" in step
+                   for d in yaml.safe_load_all(step["apply"]) if d["metadata"]["name"] == "test-cluster-1")
+    cluster["spec"]["workerGroupSpecs"][0].update(replicas=300000000, minReplicas=300000000, maxReplicas=300000000)
+    with pytest.raises(ApplyRefused, match=r"^--apply big\.yaml: RayCluster default/test-cluster-1: gang of "):
+        _what_if_volcano(extra=[cluster], origins=["big.yaml"])
+
+
+def test_an_apply_manifest_the_api_server_refuses_stops_the_what_if() -> None:
+    typo = {"apiVersion": "ray.io/v1", "kind": "RayClustr", "metadata": {"name": "c", "namespace": "default"}}
+    with pytest.raises(ApplyRefused, match=r"^--apply x\.yaml: RayClustr default/c: no kind 'RayClustr' in ray\.io; "
+                                           r"did you mean RayCluster\?$"):
+        _what_if_volcano(extra=[typo], origins=["x.yaml"])
+
+
+def test_an_invalid_priority_class_in_apply_stops_the_what_if() -> None:
+    pc = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "build"}, "value": "lots"}
+    with pytest.raises(ApplyRefused, match=r"^--apply pc\.yaml: PriorityClass build: value: "):
+        _what_if_volcano(extra=[pc], origins=["pc.yaml"])
+
