@@ -31,11 +31,13 @@ class WorkloadFigures:
     preempted: int = 0
     gpu_hours: float = 0.0
     finished: bool = False
+    rejected: str | None = None
+    """Admission's reason when it ends refused (no later submission took it back)."""
 
     def as_json(self) -> dict[str, Any]:
         return {"queue": self.queue, "phase": self.phase, "waits": self.waits, "waited": round(self.waited, 6),
                 "first_admitted": self.first_admitted, "preempted": self.preempted,
-                "gpu_hours": round(self.gpu_hours, 6), "finished": self.finished}
+                "gpu_hours": round(self.gpu_hours, 6), "finished": self.finished, "rejected": self.rejected}
 
 
 def percentile(values: list[float], p: float) -> float | None:
@@ -55,7 +57,7 @@ def workload_figures(history: AuditFold, end: float) -> dict[str, WorkloadFigure
     for key in sorted(history.workloads):
         view = history.workloads[key]
         figures = WorkloadFigures(key, view.queue, view.phase, preempted=preempted.get(key, 0),
-                                  finished=view.phase in FINISHED)
+                                  finished=view.phase in FINISHED, rejected=view.rejected or None)
         since: float | None = None
         for tr in view.transitions:
             if tr["phase"] in WAITING:

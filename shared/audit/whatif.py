@@ -19,7 +19,7 @@ Compared per queue and overall: admission wait p50/p95/max, preemptions, GPU-hou
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Sequence
 
 import yaml
@@ -211,17 +211,27 @@ def comparison(outcome: Outcome, policy: Policy) -> dict[str, Any]:
         "difference": outcome.difference or None,
         "policy": {"recorded": outcome.recorded.policy.model_dump(mode="json"),
                    "new": outcome.new.policy.model_dump(mode="json")},
-        "queues": {"recorded": per_queue(before), "new": per_queue(after)},
+        "queues": {"recorded": per_queue(_in_queues(before, after)), "new": per_queue(_in_queues(after, before))},
         "workloads": workloads,
         "changed": sorted(k for k, w in workloads.items() if w["change"]),
     }
+
+
+def _in_queues(side: dict[str, WorkloadFigures], other: dict[str, WorkloadFigures]) -> dict[str, WorkloadFigures]:
+    """``side`` with a workload refused before it had a queue counted in the queue the other run gave it
+    (so a rejection shows in that queue's row, not in a ``(none)`` one)."""
+    return {key: replace(f, queue=other[key].queue) if f.queue is None and key in other else f
+            for key, f in side.items()}
 
 
 def _change(a: WorkloadFigures | None, b: WorkloadFigures | None) -> list[str]:
     """What changed for one workload, in words."""
     if a is None or b is None:
         return ["only in the new run" if a is None else "only in the recorded run"]
-    out = []
+    if b.rejected and b.rejected != a.rejected:  # nothing else follows for it: it never waited, ran or finished
+        return [f"rejected under the new policy: {b.rejected}" if not a.rejected else
+                f"rejected for another reason under the new policy: {b.rejected} (was: {a.rejected})"]
+    out = [f"no longer rejected (was: {a.rejected})"] if a.rejected and not b.rejected else []
     delta = round(b.waited - a.waited, 6)
     if delta:
         out.append(f"waited {'longer' if delta > 0 else 'shorter'} by {abs(delta):g}s ({a.waited:g}s -> {b.waited:g}s)")

@@ -193,3 +193,12 @@ def test_an_invalid_priority_class_in_apply_stops_the_what_if() -> None:
     with pytest.raises(ApplyRefused, match=r"^--apply pc\.yaml: PriorityClass build: value: "):
         _what_if_volcano(extra=[pc], origins=["pc.yaml"])
 
+
+def test_a_workload_rejected_under_the_new_policy_is_reported_as_such_in_its_queue() -> None:
+    doc = comparison(_what_if_volcano(change={"max_gang_pods": 2}), scenario_run("volcano-gang-queue").policy)
+    change = doc["workloads"]["default/test-cluster-1"]["change"]
+    assert change == ["rejected under the new policy: gang of 3 pods is larger than muster accepts (policy "
+                      "max_gang_pods 2)"]
+    assert "(none)" not in doc["queues"]["new"]
+    assert doc["queues"]["new"]["kuberay-test-queue"]["workloads"] == 2
+
