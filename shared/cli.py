@@ -766,6 +766,8 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
     for name, cells in whatif.table_rows(doc):
         table.add_row(escape(name), *cells)
     console.print(table)
+    if whatif.has_lower_bounds(doc):
+        console.print(escape(whatif.AT_LEAST))
     console.print(f"{len(doc['changed'])} of {len(doc['workloads'])} workloads changed")
     for key in doc["changed"]:
         console.print(escape(f"  {key}: {'; '.join(doc['workloads'][key]['change'])}"))

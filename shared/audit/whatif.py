@@ -29,7 +29,7 @@ from shared import kube
 from shared.audit.derive import derive
 from shared.audit.errors import ApplyRefused, CannotReproduce
 from shared.audit.fold import fold
-from shared.audit.metrics import WorkloadFigures, per_queue, workload_figures
+from shared.audit.metrics import AT_LEAST, WorkloadFigures, per_queue, workload_figures
 from shared.events import Envelope, to_json
 from shared.policy import Policy
 from shared.scenario import Scenario, ScenarioError, document_problem, parse_scenario
@@ -235,6 +235,8 @@ def _change(a: WorkloadFigures | None, b: WorkloadFigures | None) -> list[str]:
     delta = round(b.waited - a.waited, 6)
     if delta:
         out.append(f"waited {'longer' if delta > 0 else 'shorter'} by {abs(delta):g}s ({a.waited:g}s -> {b.waited:g}s)")
+    if (a.first_admitted is None) != (b.first_admitted is None):  # its wait is then a lower bound on one side
+        out.append("never admitted" if b.first_admitted is None else "admitted (never was in the recorded run)")
     if a.preempted != b.preempted:
         out.append("preempted" if not a.preempted else ("no longer preempted" if not b.preempted else
                                                          f"preempted {a.preempted} -> {b.preempted} times"))
@@ -245,8 +247,9 @@ def _change(a: WorkloadFigures | None, b: WorkloadFigures | None) -> list[str]:
     return out
 
 
-def _cell(v: Any) -> str:
-    return "-" if v is None else (f"{v:g}" if isinstance(v, float) else str(v))
+def _cell(v: Any, at_least: bool = False) -> str:
+    return "-" if v is None else ("≥" if at_least else "") + (f"{v:g}" if isinstance(v, float) else str(v))
+
 
 
 COLUMNS = (("wait_p50", "wait p50 (s)"), ("wait_p95", "wait p95 (s)"), ("wait_max", "wait max (s)"),
@@ -259,8 +262,14 @@ def table_rows(doc: dict[str, Any]) -> list[tuple[str, list[str]]]:
     rows = []
     for name in sorted(set(rec) | set(new), key=lambda n: (n == "(all)", n)):
         a, b = rec.get(name, {}), new.get(name, {})
-        rows.append((name, [f"{_cell(a.get(k))} -> {_cell(b.get(k))}" for k, _ in COLUMNS]))
+        rows.append((name, [f"{_cell(a.get(k), k in a.get('wait_lower_bounds', ()))} -> "
+                            f"{_cell(b.get(k), k in b.get('wait_lower_bounds', ()))}" for k, _ in COLUMNS]))
     return rows
+
+
+def has_lower_bounds(doc: dict[str, Any]) -> bool:
+    """Whether a wait figure of the comparison is a lower bound (the table then needs ``AT_LEAST``)."""
+    return any(s.get("wait_lower_bounds") for side in doc["queues"].values() for s in side.values())
 
 
 def render_html(doc: dict[str, Any], title: str) -> str:
@@ -291,5 +300,6 @@ def render_html(doc: dict[str, Any], title: str) -> str:
                else f"approximate: the recorded side differs from the log ({doc['difference']})")
     return page(title, f"""<p class="note">{html.escape(verdict)}; both runs to {doc['until']:g}s.</p>
 <h2>Per queue (recorded -> new)</h2><table id="queues">{head}{body}</table>
+{f'<p class="note">{html.escape(AT_LEAST)}</p>' if has_lower_bounds(doc) else ""}
 {chart("chart-whatif-waits", waits)}{chart("chart-whatif-totals", totals)}
 <h2>Workloads that changed</h2><table id="changes"><tr><th>workload</th><th>change</th></tr>{changes}</table>""")

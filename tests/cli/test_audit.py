@@ -142,6 +142,8 @@ def test_what_if_prints_the_comparison_and_writes_json_and_html(log: Path, tmp_p
     _clean_exit(result, 0)
     out = _flat(result.stdout)
     assert "reproduces the log's decisions exactly" in out and "2 of 2 workloads changed" in out
+    # build-cluster now waits from 30s until deleted at 200s, never admitted: team-a's max is at least that
+    assert "170 -> ≥170" in out and "≥: at least" in out and "build-cluster: waited longer by 170s" in out
     assert json.loads(doc.read_text())["queues"]["new"]["team-a"]["preemptions"] == 0
     assert 'id="chart-whatif-waits"' in page.read_text()
     policy.write_text("queueing: Lottery\n")

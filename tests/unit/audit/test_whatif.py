@@ -9,9 +9,10 @@ import yaml
 from shared.audit.derive import derive, manifest, user_view
 from shared.audit.errors import ApplyRefused, CannotReproduce
 from shared.audit.fold import fold
-from shared.audit.metrics import per_queue, percentile, workload_figures
+from shared.audit.metrics import WorkloadFigures, per_queue, percentile, summary, workload_figures
 from shared.duration import parse_duration
-from shared.audit.whatif import comparison, decisions_by_service, first_difference, what_if, with_extra
+from shared.audit.whatif import (comparison, decisions_by_service, first_difference, table_rows, what_if,
+                                 with_extra)
 from shared.scenario import parse_scenario
 from shared.simulate import simulate
 from tests.builders.audit import SCENARIO_FILES, scenario_run
@@ -202,3 +203,38 @@ def test_a_workload_rejected_under_the_new_policy_is_reported_as_such_in_its_que
     assert "(none)" not in doc["queues"]["new"]
     assert doc["queues"]["new"]["kuberay-test-queue"]["workloads"] == 2
 
+
+# --------------------------------------------------------------------------- waits no admission ended
+def test_a_workload_left_waiting_to_the_end_counts_in_its_queues_waits_as_a_lower_bound() -> None:
+    small = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "kind-worker"},
+             "status": {"capacity": {"cpu": "2", "memory": "64Gi", "pods": "110"},
+                        "allocatable": {"cpu": "2", "memory": "64Gi", "pods": "110"}}}
+    doc = comparison(_what_if_volcano(extra=[small]), scenario_run("volcano-gang-queue").policy)
+    new = doc["queues"]["new"]["kuberay-test-queue"]
+    # test-cluster-0 waits from 1s until deleted at 120s; test-cluster-1 from 10s to the end, 300s
+    assert doc["workloads"]["default/test-cluster-0"]["new"]["unadmitted_waits"] == [119.0]
+    assert doc["workloads"]["default/test-cluster-1"]["new"]["unadmitted_waits"] == [290.0]
+    assert (new["wait_p50"], new["wait_max"], new["admissions"], new["unadmitted"]) == (119.0, 290.0, 0, 2)
+    assert new["wait_lower_bounds"] == ["wait_p50", "wait_p95", "wait_max"] and new["still_waiting"] == 1
+    assert doc["queues"]["recorded"]["kuberay-test-queue"]["wait_lower_bounds"] == []
+    cells = dict(table_rows(doc))["kuberay-test-queue"]
+    assert cells[2] == "110 -> ≥290"
+    assert doc["workloads"]["default/test-cluster-1"]["change"] == [
+        "waited longer by 180s (110s -> 290s)", "never admitted", "ends Queued (was Running)"]
+
+
+def test_a_workload_deleted_while_waiting_counts_with_the_wait_it_had() -> None:
+    run = scenario_run("kai-priority-preemption")
+    low = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "build"}, "value": 10,
+           "preemptionPolicy": "PreemptLowerPriority"}
+    doc = comparison(what_if(run.runtime.log, name="x", until=run.scenario.until, recorded_policy=run.policy,
+                             change=None, extra=[low]), run.policy)
+    new = doc["queues"]["new"]["team-a"]
+    assert (new["wait_max"], new["wait_lower_bounds"]) == (170.0, ["wait_p95", "wait_max"])
+
+
+def test_a_percentile_is_a_lower_bound_only_when_a_wait_no_admission_ended_is_at_or_below_it() -> None:
+    figures = [WorkloadFigures("a", "q", "Running", waits=[1.0, 2.0, 3.0]),
+               WorkloadFigures("b", "q", "Queued", unadmitted=[50.0])]
+    s = summary(figures)
+    assert (s["wait_p50"], s["wait_max"], s["wait_lower_bounds"]) == (2.0, 50.0, ["wait_p95", "wait_max"])
