@@ -89,15 +89,14 @@ def ref_of(obj: dict[str, Any]) -> Ref:
 
 def with_extra(doc: dict[str, Any], extra: list[dict[str, Any]]) -> dict[str, Any]:
     """The derived scenario with ``extra`` manifests standing in for theirs (see the module docstring)."""
-    ref = ref_of
-    given = {ref(d): d for d in extra}
+    given = {ref_of(d): d for d in extra}
     used: set[tuple[str, str, str]] = set()
     steps = []
     for step in doc["steps"]:
         if "apply" in step:
             docs = []
             for d in yaml.safe_load_all(step["apply"]):
-                r = ref(d)
+                r = ref_of(d)
                 if r in given:
                     used.add(r)
                     d = given[r]
@@ -249,7 +248,6 @@ def _change(a: WorkloadFigures | None, b: WorkloadFigures | None) -> list[str]:
 
 def _cell(v: Any, at_least: bool = False) -> str:
     return "-" if v is None else ("≥" if at_least else "") + (f"{v:g}" if isinstance(v, float) else str(v))
-
 
 
 COLUMNS = (("wait_p50", "wait p50 (s)"), ("wait_p95", "wait p95 (s)"), ("wait_max", "wait max (s)"),

@@ -173,11 +173,14 @@ def test_a_queue_admission_refuses_in_apply_stops_the_what_if_with_admissions_re
     assert caught.value.exit_code == 2
 
 
-def test_a_workload_admission_refuses_in_apply_stops_the_what_if() -> None:
+@pytest.mark.parametrize("namespaced", [True, False], ids=["namespace-given", "namespace-left-to-default"])
+def test_a_workload_admission_refuses_in_apply_stops_the_what_if(namespaced: bool) -> None:
     run = scenario_run("volcano-gang-queue")
     cluster = next(d for step in derive(run.runtime.log, name="x", until=None)["steps"] if "apply" in step
                    for d in yaml.safe_load_all(step["apply"]) if d["metadata"]["name"] == "test-cluster-1")
     cluster["spec"]["workerGroupSpecs"][0].update(replicas=300000000, minReplicas=300000000, maxReplicas=300000000)
+    if not namespaced:  # it stands in for default/test-cluster-1 all the same, as kubectl apply would
+        del cluster["metadata"]["namespace"]
     with pytest.raises(ApplyRefused, match=r"^--apply big\.yaml: RayCluster default/test-cluster-1: gang of "):
         _what_if_volcano(extra=[cluster], origins=["big.yaml"])
 
