@@ -786,6 +786,7 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
     Policy.from_yaml(change_file)  # every key checked, before the long part
     change = yaml.safe_load(read_text(change_file, "policy", PolicyError)) or {}
     extra: list[dict[str, Any]] = []
+    origins: list[str] = []
     for path in extra_files:
         try:
             docs = [d for d in yaml.safe_load_all(read_text(path, "manifests", ScenarioError)) if d is not None]
@@ -794,9 +795,11 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
         if not all(isinstance(d, dict) and d.get("kind") and isinstance(d.get("metadata"), dict) for d in docs):
             raise ScenarioError(f"{path}: every document must be a Kubernetes manifest (kind, metadata)")
         extra.extend(docs)
+        origins.extend([str(path)] * len(docs))
     header = source.header
     outcome = whatif.what_if(list(envelopes(source)), name=header.scenario or "history", until=header.until,
-                             recorded_policy=policy, change=change, extra=extra, approximate=approximate)
+                             recorded_policy=policy, change=change, extra=extra, approximate=approximate,
+                             origins=origins)
     doc = whatif.comparison(outcome, policy)
     title = f"muster what-if: {doc['scenario']} under {change_file.name}" + (
         f" + {', '.join(p.name for p in extra_files)}" if extra_files else "")
@@ -810,6 +813,8 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
     for name, cells in whatif.table_rows(doc):
         table.add_row(escape(name), *cells)
     console.print(table)
+    if whatif.has_lower_bounds(doc):
+        console.print(escape(whatif.AT_LEAST))
     console.print(f"{len(doc['changed'])} of {len(doc['workloads'])} workloads changed")
     for key in doc["changed"]:
         console.print(escape(f"  {key}: {'; '.join(doc['workloads'][key]['change'])}"))

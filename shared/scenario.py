@@ -168,13 +168,9 @@ class Step(_Strict):
         for n, doc in enumerate(docs):
             if not isinstance(doc, dict):
                 raise ScenarioError(f"steps[{index}].apply document {n + 1}: expected a mapping, got {type(doc).__name__}")
-            problem = tree_problem(doc) or object_problem(doc, require_name=False)
+            problem = document_problem(doc)
             if problem:  # what the API server refuses, the simulated one refuses (kubectl apply fails)
                 raise ScenarioError(f"steps[{index}].apply document {n + 1} ({_named(doc)}): {problem}")
-            try:
-                kinds.check(doc)
-            except kinds.UnknownKind as exc:
-                raise ScenarioError(f"steps[{index}].apply document {n + 1} ({_named(doc)}): {exc}") from None
         self._docs = docs
         return docs
 
@@ -186,6 +182,19 @@ class Step(_Strict):
             if note:
                 out.append(f"steps[{index}].apply document {n + 1} ({_named(doc)}): {note}")
         return out
+
+
+def document_problem(doc: dict[str, Any], *, require_name: bool = False) -> str | None:
+    """Why the (simulated) API server refuses one manifest, a typo of a served kind included; None if
+    it takes it. Also what ``muster replay --what-if --apply`` checks its files with."""
+    problem = tree_problem(doc) or object_problem(doc, require_name=require_name)
+    if problem:
+        return problem
+    try:
+        kinds.check(doc)
+    except kinds.UnknownKind as exc:
+        return str(exc)
+    return None
 
 
 def _named(doc: dict[str, Any]) -> str:

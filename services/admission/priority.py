@@ -137,6 +137,12 @@ class PriorityBook:
     def delete(self, name: str) -> bool:
         return self._classes.pop(name, None) is not None
 
+    def problem(self, name: str) -> str | None:
+        """Why the class ``name`` cannot be used (None when it can or was never seen): the what-if
+        refuses an ``--apply`` PriorityClass with it, as every workload naming it would be."""
+        entry = self._classes.get(name)
+        return entry.error if entry is not None and entry.value is None else None
+
     def default(self) -> tuple[int, str | None]:
         best: tuple[int, str] | None = None
         for name, entry in self._classes.items():

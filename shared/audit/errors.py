@@ -8,7 +8,8 @@ log that was cut short from one that was tampered with from one this muster cann
     2  the log cannot be reproduced by this muster: its schema version or layout is newer or
        below the first, its policy is missing or not one this muster reads, it is a window of a
        history rather than all of it; also bad command-line use (a bad flag value, a bad URL, an
-       unreachable store or broker), as in every command
+       unreachable store or broker), as in every command, and a ``--what-if --apply`` manifest
+       that admission (or the API server) refuses
     3  the log is truncated: a cut-off last line, a compressed stream that ends early, no end line
     4  a line that is not an envelope (or not a muster log at all), named by its line number
     5  the store holds another run's history (a store holds one)
@@ -46,6 +47,13 @@ class OtherRun(AuditError):
 
 class Unordered(AuditError):
     exit_code = UNORDERED
+
+
+class ApplyRefused(AuditError):
+    """An ``--apply`` manifest admission refuses (or the API server would): the what-if would run without
+    it, quietly, and compare a history the user did not ask about."""
+
+    exit_code = CANNOT_REPRODUCE
 
 
 class SourceError(AuditError):

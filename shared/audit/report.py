@@ -19,7 +19,7 @@ from typing import Any
 
 from shared import quantity as q
 from shared.audit.fold import AuditFold
-from shared.audit.metrics import per_queue, workload_figures
+from shared.audit.metrics import AT_LEAST, per_queue, workload_figures
 
 COLOURS = {"Queued": "#f2b134", "Admitted": "#4ea1d3", "Running": "#3cb371", "Preempted": "#c2185b"}
 DRAWN = tuple(COLOURS)
@@ -135,10 +135,12 @@ def _summary_table(history: AuditFold, end: float) -> str:
         return "-" if v is None else (f"{v:g}" if isinstance(v, float) else str(v))
 
     rows = "".join(
-        f"<tr><td>{html.escape(name)}</td>" + "".join(f"<td>{cell(s[k])}</td>" for k in (
-            "workloads", "admissions", "wait_p50", "wait_p95", "wait_max", "preemptions", "gpu_hours", "finished",
-            "still_waiting")) + "</tr>" for name, s in stats.items())
-    return f'<table id="queues">{head}{rows}</table>'
+        f"<tr><td>{html.escape(name)}</td>" + "".join(
+            f"<td>{'≥' if k in s['wait_lower_bounds'] else ''}{cell(s[k])}</td>" for k in (
+                "workloads", "admissions", "wait_p50", "wait_p95", "wait_max", "preemptions", "gpu_hours", "finished",
+                "still_waiting")) + "</tr>" for name, s in stats.items())
+    bounds = any(s["wait_lower_bounds"] for s in stats.values())
+    return f'<table id="queues">{head}{rows}</table>' + (f'<p class="note">{html.escape(AT_LEAST)}</p>' if bounds else "")
 
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0 24px}

@@ -6,7 +6,11 @@ check that the scenario was derived faithfully; a log whose cluster the simulato
 like, a real one, is refused unless ``approximate``) — and under the new one: the policy file
 layered over the recorded policy (the rule ``muster simulate`` uses for a scenario's ``policy:``
 block), with ``--apply`` manifests standing in for the objects of the same kind and name (each
-apply of that object uses the given version; new objects are applied first, at 0s).
+apply of that object uses the given version; new objects are applied first, at 0s). A manifest
+given that way is taken whole or not at all: one the API server would refuse, or that admission (or
+the queue) refuses in the new run and never takes afterwards — a queue with a bad quantity, a gang
+larger than muster accepts, a PriorityClass without a valid value — stops the what-if
+(``ApplyRefused``, with admission's own reason) before anything is compared.
 
 Compared per queue and overall: admission wait p50/p95/max, preemptions, GPU-hours, jobs finished
 (``metrics``); and per workload what changed.
@@ -15,19 +19,21 @@ Compared per queue and overall: admission wait p50/p95/max, preemptions, GPU-hou
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
-from typing import Any, Iterable
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Sequence
 
 import yaml
 
+from services.admission.priority import PriorityBook
 from shared import kube
 from shared.audit.derive import derive
-from shared.audit.errors import CannotReproduce
+from shared.audit.errors import ApplyRefused, CannotReproduce
 from shared.audit.fold import fold
-from shared.audit.metrics import WorkloadFigures, per_queue, workload_figures
+from shared.audit.metrics import AT_LEAST, WorkloadFigures, per_queue, workload_figures
 from shared.events import Envelope, to_json
 from shared.policy import Policy
-from shared.scenario import Scenario, ScenarioError, parse_scenario
+from shared.scenario import Scenario, ScenarioError, document_problem, parse_scenario
+from shared.sim.cluster import describe, namespace_of
 from shared.simulate import Run, simulate
 from shared.topology import SERVICES
 
@@ -68,20 +74,29 @@ def first_difference(recorded: dict[str, list[bytes]], simulated: dict[str, list
     return ""
 
 
+Ref = tuple[str, str, str]
+"""(kind, namespace, name) of an object, as the API server keys it."""
+
+
+def ref_of(obj: dict[str, Any]) -> Ref:
+    """``obj``'s key: a namespaced object that names no namespace is in ``default``, as kubectl puts it."""
+    meta = kube.meta(obj)
+    kind = str(obj.get("kind"))
+    namespace = meta.get("namespace")
+    return (kind, namespace_of(kind, namespace if isinstance(namespace, str) else None),
+            str(meta.get("name") or "<unnamed>"))
+
+
 def with_extra(doc: dict[str, Any], extra: list[dict[str, Any]]) -> dict[str, Any]:
     """The derived scenario with ``extra`` manifests standing in for theirs (see the module docstring)."""
-    def ref(obj: dict[str, Any]) -> tuple[str, str, str]:
-        meta = kube.meta(obj)
-        return str(obj.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name"))
-
-    given = {ref(d): d for d in extra}
+    given = {ref_of(d): d for d in extra}
     used: set[tuple[str, str, str]] = set()
     steps = []
     for step in doc["steps"]:
         if "apply" in step:
             docs = []
             for d in yaml.safe_load_all(step["apply"]):
-                r = ref(d)
+                r = ref_of(d)
                 if r in given:
                     used.add(r)
                     d = given[r]
@@ -94,15 +109,65 @@ def with_extra(doc: dict[str, Any], extra: list[dict[str, Any]]) -> dict[str, An
     return {**doc, "steps": steps}
 
 
+def _refusal(origin: dict[Ref, str], ref: Ref, reason: str) -> ApplyRefused:
+    return ApplyRefused(f"--apply {origin.get(ref, 'EXTRA')}: {describe(*ref)}: {reason}")
+
+
+def check_given(extra: list[dict[str, Any]], origin: dict[Ref, str]) -> None:
+    """``ApplyRefused`` for the first manifest the API server would refuse, or a PriorityClass admission
+    cannot use (no event says so: the workloads naming it are refused instead)."""
+    priorities = PriorityBook()
+    for obj in extra:
+        problem = document_problem(obj, require_name=True)
+        ref = ref_of(obj)
+        if problem is None and ref[0] == "PriorityClass":
+            priorities.apply(ref[2], obj)
+            problem = priorities.problem(ref[2])
+        if problem:
+            raise _refusal(origin, ref, problem)
+
+
+def refusals(log: Iterable[Envelope]) -> dict[Ref, str]:
+    """The objects admission (or the queue) refused in a run and did not take afterwards, with the reason:
+    a queue object by every queue it defines, a workload by its kind and key."""
+    queues: dict[str, tuple[Ref, str | None]] = {}
+    workloads: dict[Ref, str | None] = {}
+    for env in log:
+        p: Any = env.payload
+        if env.type == "QueueDefined":
+            source = p.queue.source
+            queues[p.queue.name] = ((source.kind, source.namespace, source.name) if source is not None
+                                    else (p.queue.kind, "", p.queue.name), None)
+        elif env.type == "QueueRejected":  # admission names the object; the queue core, the queue it defined
+            ref = ((p.kind, p.object_namespace, p.object_name) if p.object_name
+                   else queues.get(p.name, ((p.kind, "", p.name), None))[0])
+            queues[p.name] = (ref, p.reason)
+        elif env.type in ("WorkloadSubmitted", "WorkloadUpdated"):
+            namespace, _, name = p.workload.key.partition("/")
+            workloads[(p.workload.kind, namespace, name)] = None
+        elif env.type == "WorkloadRejected":
+            namespace, _, name = p.key.partition("/")
+            workloads[(p.kind, namespace, name)] = p.reason
+    out = {ref: reason for ref, reason in workloads.items() if reason}
+    for ref, reason in queues.values():
+        if reason:
+            out.setdefault(ref, reason)
+    return out
+
+
 def _scenario(doc: dict[str, Any]) -> Scenario:
     return parse_scenario(yaml.safe_dump(doc, sort_keys=False), origin="the scenario derived from the log")
 
 
 def what_if(log: list[Envelope], *, name: str, until: float | None, recorded_policy: Policy,
-            change: dict[str, Any] | None, extra: list[dict[str, Any]], approximate: bool = False) -> Outcome:
+            change: dict[str, Any] | None, extra: list[dict[str, Any]], approximate: bool = False,
+            origins: Sequence[str] = ()) -> Outcome:
     """Run the derived scenario under the recorded policy and under ``change`` (a policy mapping
-    layered over it) with ``extra`` manifests; ``CannotReproduce`` when the recorded side does not
-    give the log's decisions back (unless ``approximate``)."""
+    layered over it) with ``extra`` manifests (``origins``: the file each came from, for the error
+    naming it); ``CannotReproduce`` when the recorded side does not give the log's decisions back
+    (unless ``approximate``), ``ApplyRefused`` for a manifest of ``extra`` the new run refuses."""
+    origin = {ref_of(obj): (origins[i] if i < len(origins) else "EXTRA") for i, obj in enumerate(extra)}
+    check_given(extra, origin)
     doc = derive(log, name=name, until=until)
     try:
         recorded = simulate(_scenario(doc), recorded_policy)
@@ -114,9 +179,18 @@ def what_if(log: list[Envelope], *, name: str, until: float | None, recorded_pol
         new_doc = with_extra(doc, extra)
         if change:
             new_doc = {**new_doc, "policy": change}
-        new = simulate(_scenario(new_doc), recorded_policy)
     except ScenarioError as exc:
         raise CannotReproduce(f"the scenario derived from the log does not run: {exc}") from None
+    try:
+        new = simulate(_scenario(new_doc), recorded_policy)
+    except ScenarioError as exc:  # the recorded side ran: what differs is the new side's
+        if not extra:
+            raise CannotReproduce(f"the scenario derived from the log does not run: {exc}") from None
+        raise ApplyRefused(f"--apply {', '.join(dict.fromkeys(origin.values()))}: {exc}") from None
+    refused = refusals(new.runtime.log)
+    for ref in origin:
+        if ref in refused:
+            raise _refusal(origin, ref, refused[ref])
     end = max(doc["until"], recorded.runtime.now)
     return Outcome(doc, recorded, new, not difference, difference, end)
 
@@ -136,20 +210,32 @@ def comparison(outcome: Outcome, policy: Policy) -> dict[str, Any]:
         "difference": outcome.difference or None,
         "policy": {"recorded": outcome.recorded.policy.model_dump(mode="json"),
                    "new": outcome.new.policy.model_dump(mode="json")},
-        "queues": {"recorded": per_queue(before), "new": per_queue(after)},
+        "queues": {"recorded": per_queue(_in_queues(before, after)), "new": per_queue(_in_queues(after, before))},
         "workloads": workloads,
         "changed": sorted(k for k, w in workloads.items() if w["change"]),
     }
+
+
+def _in_queues(side: dict[str, WorkloadFigures], other: dict[str, WorkloadFigures]) -> dict[str, WorkloadFigures]:
+    """``side`` with a workload refused before it had a queue counted in the queue the other run gave it
+    (so a rejection shows in that queue's row, not in a ``(none)`` one)."""
+    return {key: replace(f, queue=other[key].queue) if f.queue is None and key in other else f
+            for key, f in side.items()}
 
 
 def _change(a: WorkloadFigures | None, b: WorkloadFigures | None) -> list[str]:
     """What changed for one workload, in words."""
     if a is None or b is None:
         return ["only in the new run" if a is None else "only in the recorded run"]
-    out = []
+    if b.rejected and b.rejected != a.rejected:  # nothing else follows for it: it never waited, ran or finished
+        return [f"rejected under the new policy: {b.rejected}" if not a.rejected else
+                f"rejected for another reason under the new policy: {b.rejected} (was: {a.rejected})"]
+    out = [f"no longer rejected (was: {a.rejected})"] if a.rejected and not b.rejected else []
     delta = round(b.waited - a.waited, 6)
     if delta:
         out.append(f"waited {'longer' if delta > 0 else 'shorter'} by {abs(delta):g}s ({a.waited:g}s -> {b.waited:g}s)")
+    if (a.first_admitted is None) != (b.first_admitted is None):  # its wait is then a lower bound on one side
+        out.append("never admitted" if b.first_admitted is None else "admitted (never was in the recorded run)")
     if a.preempted != b.preempted:
         out.append("preempted" if not a.preempted else ("no longer preempted" if not b.preempted else
                                                          f"preempted {a.preempted} -> {b.preempted} times"))
@@ -160,8 +246,8 @@ def _change(a: WorkloadFigures | None, b: WorkloadFigures | None) -> list[str]:
     return out
 
 
-def _cell(v: Any) -> str:
-    return "-" if v is None else (f"{v:g}" if isinstance(v, float) else str(v))
+def _cell(v: Any, at_least: bool = False) -> str:
+    return "-" if v is None else ("≥" if at_least else "") + (f"{v:g}" if isinstance(v, float) else str(v))
 
 
 COLUMNS = (("wait_p50", "wait p50 (s)"), ("wait_p95", "wait p95 (s)"), ("wait_max", "wait max (s)"),
@@ -174,8 +260,14 @@ def table_rows(doc: dict[str, Any]) -> list[tuple[str, list[str]]]:
     rows = []
     for name in sorted(set(rec) | set(new), key=lambda n: (n == "(all)", n)):
         a, b = rec.get(name, {}), new.get(name, {})
-        rows.append((name, [f"{_cell(a.get(k))} -> {_cell(b.get(k))}" for k, _ in COLUMNS]))
+        rows.append((name, [f"{_cell(a.get(k), k in a.get('wait_lower_bounds', ()))} -> "
+                            f"{_cell(b.get(k), k in b.get('wait_lower_bounds', ()))}" for k, _ in COLUMNS]))
     return rows
+
+
+def has_lower_bounds(doc: dict[str, Any]) -> bool:
+    """Whether a wait figure of the comparison is a lower bound (the table then needs ``AT_LEAST``)."""
+    return any(s.get("wait_lower_bounds") for side in doc["queues"].values() for s in side.values())
 
 
 def render_html(doc: dict[str, Any], title: str) -> str:
@@ -206,5 +298,6 @@ def render_html(doc: dict[str, Any], title: str) -> str:
                else f"approximate: the recorded side differs from the log ({doc['difference']})")
     return page(title, f"""<p class="note">{html.escape(verdict)}; both runs to {doc['until']:g}s.</p>
 <h2>Per queue (recorded -> new)</h2><table id="queues">{head}{body}</table>
+{f'<p class="note">{html.escape(AT_LEAST)}</p>' if has_lower_bounds(doc) else ""}
 {chart("chart-whatif-waits", waits)}{chart("chart-whatif-totals", totals)}
 <h2>Workloads that changed</h2><table id="changes"><tr><th>workload</th><th>change</th></tr>{changes}</table>""")

@@ -143,10 +143,24 @@ def test_what_if_prints_the_comparison_and_writes_json_and_html(log: Path, tmp_p
     _clean_exit(result, 0)
     out = _flat(result.stdout)
     assert "reproduces the log's decisions exactly" in out and "2 of 2 workloads changed" in out
+    # build-cluster now waits from 30s until deleted at 200s, never admitted: team-a's max is at least that
+    assert "170 -> ≥170" in out and "≥: at least" in out and "build-cluster: waited longer by 170s" in out
     assert json.loads(doc.read_text())["queues"]["new"]["team-a"]["preemptions"] == 0
     assert 'id="chart-whatif-waits"' in page.read_text()
     policy.write_text("queueing: Lottery\n")
     _error(_invoke("replay", log, "--what-if", policy), 2, "queueing")
+
+
+@pytest.mark.parametrize("cpu", ['"99999999999999999999999999999999999999999"', '"-5"', '"lots"'])
+def test_what_if_apply_of_a_queue_admission_refuses_is_one_line_naming_the_file(tmp_path: Path, cpu: str) -> None:
+    log = exported(scenario_run("volcano-gang-queue"), tmp_path / "v.jsonl")
+    policy, extra = tmp_path / "p.yaml", tmp_path / "bigger.yaml"
+    policy.write_text("{}\n")
+    extra.write_text("apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: kuberay-test-queue}\n"
+                     f"spec: {{weight: 1, capability: {{cpu: {cpu}, memory: 6Gi}}}}\n")
+    result = _invoke("replay", log, "--what-if", policy, "--apply", extra)
+    _error(result, 2, f"--apply {extra}: Queue kuberay-test-queue: spec.capability.cpu: ")
+    assert "changed" not in result.stdout
 
 
 def test_what_if_outputs_that_cannot_be_written_are_one_line_before_the_run(log: Path, tmp_path: Path) -> None:

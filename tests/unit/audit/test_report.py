@@ -42,6 +42,13 @@ def test_a_history_without_preemptions_says_so() -> None:
     assert "no preemptions" in text and 'id="chart-usage-cpu"' in text
 
 
+def test_a_workload_still_waiting_at_the_end_counts_in_its_queues_waits_as_at_least() -> None:
+    run = scenario_run("fair-share-two-teams")  # two workloads still wait at 300s
+    text = render(fold(run.runtime.log, series=True), run.scenario.until, title="r")
+    row = re.search(r'<table id="queues">.*?<tr><td>\(all\)</td>(.*?)</tr>', text, re.S)
+    assert row and "<td>≥120</td>" in row.group(1) and "≥: at least" in text
+
+
 def _browser() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome"):
         found = shutil.which(name)

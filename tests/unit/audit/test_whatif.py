@@ -7,11 +7,12 @@ import pytest
 import yaml
 
 from shared.audit.derive import derive, manifest, user_view
-from shared.audit.errors import CannotReproduce
+from shared.audit.errors import ApplyRefused, CannotReproduce
 from shared.audit.fold import fold
-from shared.audit.metrics import per_queue, percentile, workload_figures
+from shared.audit.metrics import WorkloadFigures, per_queue, percentile, summary, workload_figures
 from shared.duration import parse_duration
-from shared.audit.whatif import comparison, decisions_by_service, first_difference, what_if, with_extra
+from shared.audit.whatif import (comparison, decisions_by_service, first_difference, table_rows, what_if,
+                                 with_extra)
 from shared.scenario import parse_scenario
 from shared.simulate import simulate
 from tests.builders.audit import SCENARIO_FILES, scenario_run
@@ -140,3 +141,103 @@ def test_waits_gpu_hours_and_finished_jobs() -> None:
     assert stats["(all)"]["preemptions"] == 1 and stats["team-a"]["workloads"] == 2
     jobs = workload_figures(fold(scenario_run("rayjob-submission-modes").runtime.log), 1e9)
     assert any(f.finished for f in jobs.values())
+
+
+# --------------------------------------------------------------------------- --apply that admission refuses
+def _volcano_queue(**capability: object) -> dict:
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "kuberay-test-queue"},
+            "spec": {"weight": 1, "capability": {"cpu": 4, "memory": "6Gi", **capability}}}
+
+
+def _admissions_word(doc: dict) -> str:
+    """What admission says of ``doc`` when a scenario applies it directly (the reason of its refusal)."""
+    text = yaml.safe_dump({"name": "direct", "cluster": {"nodes": []}, "until": 1,
+                           "steps": [{"at": 0, "apply": yaml.safe_dump(doc)}]})
+    log = simulate(parse_scenario(text)).runtime.log
+    return next(e.payload.reason for e in log if e.type in ("QueueRejected", "WorkloadRejected"))
+
+
+def _what_if_volcano(**kwargs: object) -> object:
+    run = scenario_run("volcano-gang-queue")
+    return what_if(run.runtime.log, name="x", until=run.scenario.until, recorded_policy=run.policy,
+                   **{"change": None, "extra": [], **kwargs})
+
+
+@pytest.mark.parametrize("capability", [{"cpu": "9" * 40}, {"memory": "1e400Gi"}, {"cpu": "-5"}, {"cpu": "lots"}])
+def test_a_queue_admission_refuses_in_apply_stops_the_what_if_with_admissions_reason(capability: dict) -> None:
+    queue = _volcano_queue(**capability)
+    reason = _admissions_word(queue)
+    with pytest.raises(ApplyRefused) as caught:
+        _what_if_volcano(extra=[queue], origins=["bigger.yaml"])
+    assert str(caught.value) == f"--apply bigger.yaml: Queue kuberay-test-queue: {reason}"
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize("namespaced", [True, False], ids=["namespace-given", "namespace-left-to-default"])
+def test_a_workload_admission_refuses_in_apply_stops_the_what_if(namespaced: bool) -> None:
+    run = scenario_run("volcano-gang-queue")
+    cluster = next(d for step in derive(run.runtime.log, name="x", until=None)["steps"] if "apply" in step
+                   for d in yaml.safe_load_all(step["apply"]) if d["metadata"]["name"] == "test-cluster-1")
+    cluster["spec"]["workerGroupSpecs"][0].update(replicas=300000000, minReplicas=300000000, maxReplicas=300000000)
+    if not namespaced:  # it stands in for default/test-cluster-1 all the same, as kubectl apply would
+        del cluster["metadata"]["namespace"]
+    with pytest.raises(ApplyRefused, match=r"^--apply big\.yaml: RayCluster default/test-cluster-1: gang of "):
+        _what_if_volcano(extra=[cluster], origins=["big.yaml"])
+
+
+def test_an_apply_manifest_the_api_server_refuses_stops_the_what_if() -> None:
+    typo = {"apiVersion": "ray.io/v1", "kind": "RayClustr", "metadata": {"name": "c", "namespace": "default"}}
+    with pytest.raises(ApplyRefused, match=r"^--apply x\.yaml: RayClustr default/c: no kind 'RayClustr' in ray\.io; "
+                                           r"did you mean RayCluster\?$"):
+        _what_if_volcano(extra=[typo], origins=["x.yaml"])
+
+
+def test_an_invalid_priority_class_in_apply_stops_the_what_if() -> None:
+    pc = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "build"}, "value": "lots"}
+    with pytest.raises(ApplyRefused, match=r"^--apply pc\.yaml: PriorityClass build: value: "):
+        _what_if_volcano(extra=[pc], origins=["pc.yaml"])
+
+
+def test_a_workload_rejected_under_the_new_policy_is_reported_as_such_in_its_queue() -> None:
+    doc = comparison(_what_if_volcano(change={"max_gang_pods": 2}), scenario_run("volcano-gang-queue").policy)
+    change = doc["workloads"]["default/test-cluster-1"]["change"]
+    assert change == ["rejected under the new policy: gang of 3 pods is larger than muster accepts (policy "
+                      "max_gang_pods 2)"]
+    assert "(none)" not in doc["queues"]["new"]
+    assert doc["queues"]["new"]["kuberay-test-queue"]["workloads"] == 2
+
+
+# --------------------------------------------------------------------------- waits no admission ended
+def test_a_workload_left_waiting_to_the_end_counts_in_its_queues_waits_as_a_lower_bound() -> None:
+    small = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "kind-worker"},
+             "status": {"capacity": {"cpu": "2", "memory": "64Gi", "pods": "110"},
+                        "allocatable": {"cpu": "2", "memory": "64Gi", "pods": "110"}}}
+    doc = comparison(_what_if_volcano(extra=[small]), scenario_run("volcano-gang-queue").policy)
+    new = doc["queues"]["new"]["kuberay-test-queue"]
+    # test-cluster-0 waits from 1s until deleted at 120s; test-cluster-1 from 10s to the end, 300s
+    assert doc["workloads"]["default/test-cluster-0"]["new"]["unadmitted_waits"] == [119.0]
+    assert doc["workloads"]["default/test-cluster-1"]["new"]["unadmitted_waits"] == [290.0]
+    assert (new["wait_p50"], new["wait_max"], new["admissions"], new["unadmitted"]) == (119.0, 290.0, 0, 2)
+    assert new["wait_lower_bounds"] == ["wait_p50", "wait_p95", "wait_max"] and new["still_waiting"] == 1
+    assert doc["queues"]["recorded"]["kuberay-test-queue"]["wait_lower_bounds"] == []
+    cells = dict(table_rows(doc))["kuberay-test-queue"]
+    assert cells[2] == "110 -> ≥290"
+    assert doc["workloads"]["default/test-cluster-1"]["change"] == [
+        "waited longer by 180s (110s -> 290s)", "never admitted", "ends Queued (was Running)"]
+
+
+def test_a_workload_deleted_while_waiting_counts_with_the_wait_it_had() -> None:
+    run = scenario_run("kai-priority-preemption")
+    low = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "build"}, "value": 10,
+           "preemptionPolicy": "PreemptLowerPriority"}
+    doc = comparison(what_if(run.runtime.log, name="x", until=run.scenario.until, recorded_policy=run.policy,
+                             change=None, extra=[low]), run.policy)
+    new = doc["queues"]["new"]["team-a"]
+    assert (new["wait_max"], new["wait_lower_bounds"]) == (170.0, ["wait_p95", "wait_max"])
+
+
+def test_a_percentile_is_a_lower_bound_only_when_a_wait_no_admission_ended_is_at_or_below_it() -> None:
+    figures = [WorkloadFigures("a", "q", "Running", waits=[1.0, 2.0, 3.0]),
+               WorkloadFigures("b", "q", "Queued", unadmitted=[50.0])]
+    s = summary(figures)
+    assert (s["wait_p50"], s["wait_max"], s["wait_lower_bounds"]) == (2.0, 50.0, ["wait_p95", "wait_max"])
