@@ -8,11 +8,13 @@ services' outputs — exports to a file that verifies clean, and replays from Ka
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from shared.audit.explain import explain, fold_until, queue_lines
 from shared.audit.kafka import KafkaLog
 from shared.audit.logfile import LogFile
 from shared.audit.replay import verify
@@ -23,11 +25,47 @@ from tests.builders.cli import clean_exit, flat, invoke as _invoke
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios"
 NAME = "kai-priority-preemption"
+WHO, QUEUE, AT = "default/train-cluster", "team-a", 40.0
+"""At 40s the train cluster waits in team-a, preempted by the build cluster at 30s."""
 
 
 def _ok(result: Any) -> str:
     clean_exit(result, 0)
     return flat(result.stdout)
+
+
+def _json(result: Any) -> Any:
+    clean_exit(result, 0)
+    return json.loads(result.stdout)
+
+
+def _expected() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """What explain says of ``WHO`` and ``QUEUE`` at ``AT``, folded in-process from the embedded run's log."""
+    run = scenario_run(NAME)
+    moment = fold_until(run.runtime.log, AT, run.policy)
+    return json.loads(json.dumps(explain(moment, WHO))), json.loads(json.dumps(queue_lines(moment, QUEUE)))
+
+
+def _explains_and_reports(where: list[Any], tmp_path: Path, policy: Path | None = None) -> None:
+    """``explain NS/NAME``, ``explain --queue`` (JSON and text) and ``report --html`` read the log ``where``
+    names (``--store URL`` / ``--log FILE|kafka://...`` and its topic prefix) as the embedded run's own log;
+    explain gets ``--policy`` when the log records none (a Kafka log)."""
+    workload, pending = _expected()
+    ask = [*where, "--at", AT] + (["--policy", policy] if policy is not None else [])
+    assert pending and pending[0]["workload"] == WHO  # the queue is not empty: the comparison means something
+    assert _json(_invoke("explain", WHO, *ask, "--json")) == workload
+    text = _ok(_invoke("explain", WHO, *ask))
+    assert flat("\n".join(workload["lines"])) in text
+    queue = _json(_invoke("explain", "--queue", QUEUE, *ask, "--json"))
+    assert queue == {"queue": QUEUE, "at": AT, "pending": pending}
+    listed = _ok(_invoke("explain", "--queue", QUEUE, *ask))
+    assert listed.startswith(f"queue {QUEUE} at 40s: 1 waiting 1. {WHO} priority 50, waiting 10s: preempted by "
+                             "default/build-cluster"), listed
+    page = tmp_path / "report.html"
+    _ok(_invoke("report", *where, "--html", page))
+    text = page.read_text()
+    assert 'id="chart-workloads"' in text and 'id="chart-usage-nvidia-com-gpu"' in text
+    assert re.search(r'<table id="preemptions">.*default/build-cluster.*priority preemption.*</table>', text, re.S)
 
 
 def test_a_simulated_store_verifies_explains_and_reports(store: str, tmp_path: Path) -> None:
@@ -36,11 +74,7 @@ def test_a_simulated_store_verifies_explains_and_reports(store: str, tmp_path: P
     run = scenario_run(NAME)
     out = _ok(_invoke("replay", store, "--verify", "-q"))
     assert f"OK: {len(run.runtime.log)} events" in out and "0 different" in out
-    explained = json.loads(_ok(_invoke("explain", "default/train-cluster", "--store", store, "--at", 40, "--json")))
-    assert explained["preempted"][0]["by"] == "default/build-cluster" and explained["position"]["position"] == 1
-    page = tmp_path / "report.html"
-    _ok(_invoke("report", "--store", store, "--html", page))
-    assert 'id="chart-workloads"' in page.read_text()
+    _explains_and_reports(["--store", store], tmp_path)
     change = tmp_path / "policy.yaml"
     change.write_text("min_runtime_seconds: 600\n")
     whatif = _ok(_invoke("replay", store, "--what-if", change, "--json", tmp_path / "w.json"))
@@ -114,11 +148,7 @@ def test_export_from_kafka_then_verify_the_file(kafka_run: Any, kafka_bootstrap:
     direct = _ok(_invoke("replay", f"kafka://{kafka_bootstrap}", "--topic-prefix", prefix, "--policy", policy,
                          "--verify", "-q"))
     assert "0 different" in direct
-    explained = json.loads(_ok(_invoke("explain", "default/train-cluster", "--log", file, "--at", 40, "--json")))
-    assert explained["preempted"][0]["by"] == "default/build-cluster"
-    page = tmp_path / "report.html"
-    _ok(_invoke("report", "--log", file, "--html", page))
-    assert "default/train-cluster" in page.read_text()
+    _explains_and_reports(["--log", file], tmp_path)
     change = tmp_path / "change.yaml"
     change.write_text("min_runtime_seconds: 600\n")
     whatif = _ok(_invoke("replay", file, "--what-if", change))
@@ -129,6 +159,21 @@ def test_export_from_kafka_then_verify_the_file(kafka_run: Any, kafka_bootstrap:
     _ok(_invoke("log", "export", "--from", f"kafka://{kafka_bootstrap}", "--topic-prefix", prefix, "--out", no_policy))
     refused = _invoke("replay", no_policy, "--verify")
     assert refused.exit_code == 2 and "does not record the policy" in refused.stderr
+
+
+def test_explain_and_report_read_a_kafka_log_directly(kafka_run: Any, kafka_bootstrap: str, tmp_path: Path) -> None:
+    """``--log kafka://...``: the topics laid out again (``audit/kafka.py``) give what the embedded log gives;
+    ``--policy`` puts the queue core's positions in, as the file's recorded policy does."""
+    run, prefix, _ = kafka_run
+    _explains_and_reports(["--log", f"kafka://{kafka_bootstrap}", "--topic-prefix", prefix], tmp_path,
+                          _policy_file(run, tmp_path))
+
+
+def _policy_file(run: Any, tmp_path: Path) -> Path:
+    """The run's policy as a file, for the commands that read a Kafka log (which records none)."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(json.dumps(run.policy.model_dump(mode="json")))
+    return policy
 
 
 def test_a_kafka_address_with_no_such_topics_is_one_line(kafka_bootstrap: str, tmp_path: Path) -> None:
