@@ -161,6 +161,26 @@ def test_export_from_kafka_then_verify_the_file(kafka_run: Any, kafka_bootstrap:
     assert refused.exit_code == 2 and "does not record the policy" in refused.stderr
 
 
+def test_a_file_exported_from_kafka_imports_into_a_store_that_verifies_and_explains_as_the_file(
+        kafka_run: Any, kafka_bootstrap: str, store: str, tmp_path: Path) -> None:
+    """``log export --from kafka://...`` then ``log import`` into SQLite and PostgreSQL (``store``, both): the
+    store keeps the file's laid-out order (it verifies, where the projector's topic-order store need not),
+    its policy (recorded from the export's ``--policy``), and explains as the file does."""
+    run, prefix, _ = kafka_run
+    file = tmp_path / "kafka.jsonl.gz"
+    _ok(_invoke("log", "export", "--from", f"kafka://{kafka_bootstrap}", "--topic-prefix", prefix,
+                "--policy", _policy_file(run, tmp_path), "--out", file))
+    assert f"{len(run.runtime.log)} events written" in _ok(_invoke("log", "import", file, "--store", store))
+    out = _ok(_invoke("replay", store, "--verify", "-q"))
+    decisions = sum(1 for e in run.runtime.log if e.source in SERVICES)
+    assert f"{decisions} identical, 0 different" in out, out
+    for ask in (["default/train-cluster"], ["default/build-cluster"], ["--queue", QUEUE]):
+        for at in ([], ["--at", AT]):
+            from_file = _invoke("explain", *ask, "--log", file, *at, "--json")
+            assert _json(_invoke("explain", *ask, "--store", store, *at, "--json")) == _json(from_file), (ask, at)
+    _explains_and_reports(["--store", store], tmp_path)
+
+
 def test_explain_and_report_read_a_kafka_log_directly(kafka_run: Any, kafka_bootstrap: str, tmp_path: Path) -> None:
     """``--log kafka://...``: the topics laid out again (``audit/kafka.py``) give what the embedded log gives;
     ``--policy`` puts the queue core's positions in, as the file's recorded policy does."""
