@@ -7,6 +7,7 @@ services' outputs — exports to a file that verifies clean, and replays from Ka
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -202,3 +203,43 @@ def test_a_kafka_address_with_no_such_topics_is_one_line(kafka_bootstrap: str, t
     result = _invoke("replay", f"kafka://{kafka_bootstrap}", "--topic-prefix", "nothing-here.", "--policy", policy,
                      "--verify")
     assert result.exit_code == 2 and "there is no topic nothing-here.events" in " ".join(result.stderr.split())
+
+
+def _written(kafka_bootstrap: str, prefix: str, records: list[tuple[str, Any]]) -> Any:
+    """The stack's topics under ``prefix``, and ``records`` ((topic, envelope)) written as the services write
+    them (``send_records``: one record batch per topic and call); the ``BusConfig``."""
+    from aiokafka import AIOKafkaProducer
+
+    from shared.bus.app import ensure_topics, send_records
+    from shared.bus.config import BusConfig
+    from shared.bus.worker import envelope_record
+
+    config = BusConfig(kafka_bootstrap, prefix=prefix)
+
+    async def go() -> None:
+        await ensure_topics(config)
+        producer = AIOKafkaProducer(**config.aiokafka(), enable_idempotence=False)
+        await producer.start()
+        try:
+            await send_records(producer, [envelope_record(config.topics, topic, env) for topic, env in records])
+        finally:
+            await producer.stop()
+
+    asyncio.run(go())
+    return config
+
+
+def test_a_kafka_log_whose_last_record_batch_holds_many_records_is_read_whole(kafka_bootstrap: str,
+                                                                              topic_prefix: str,
+                                                                              tmp_path: Path) -> None:
+    """Tansu answers ListOffsets "latest" with the last batch's base offset plus one: a reader that stops
+    there loses the rest of that batch. The whole log goes in as one batch; all of it comes out and verifies."""
+    run = scenario_run(NAME)
+    config = _written(kafka_bootstrap, topic_prefix, [(f"{topic_prefix}events", env) for env in run.runtime.log])
+    assert config.topics.log == f"{topic_prefix}events"
+    records = list(KafkaLog(f"kafka://{kafka_bootstrap}", policy=run.policy, prefix=topic_prefix).records())
+    assert [r.raw for r in records] == [to_json(e) for e in run.runtime.log]
+    where = [f"kafka://{kafka_bootstrap}", "--topic-prefix", topic_prefix, "--policy", _policy_file(run, tmp_path)]
+    decisions = sum(1 for e in run.runtime.log if e.source in SERVICES)
+    assert f"{decisions} identical, 0 different" in _ok(_invoke("replay", *where, "--verify", "-q"))
+
