@@ -22,7 +22,7 @@ from shared.audit.replay import verify
 from shared.events import to_json
 from shared.topology import SERVICES
 from tests.builders.audit import exported, scenario_run
-from tests.builders.cli import clean_exit, flat, invoke as _invoke
+from tests.builders.cli import clean_exit, flat, invoke as _invoke, one_line_error
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios"
 NAME = "kai-priority-preemption"
@@ -243,3 +243,26 @@ def test_a_kafka_log_whose_last_record_batch_holds_many_records_is_read_whole(ka
     decisions = sum(1 for e in run.runtime.log if e.source in SERVICES)
     assert f"{decisions} identical, 0 different" in _ok(_invoke("replay", *where, "--verify", "-q"))
 
+
+def test_a_kafka_log_whose_inboxes_read_two_envelopes_in_opposite_orders_is_exit_6(kafka_bootstrap: str,
+                                                                                  topic_prefix: str,
+                                                                                  tmp_path: Path) -> None:
+    """In arrival order (the deployment) two producers' envelopes, each bound for the same two services,
+    can reach them in opposite orders: admission's ``QueueDefined`` and the queue's ``Dequeued`` both go to
+    placement and the reconciler. No one file order keeps both inboxes (``Unordered``): one line, exit 6."""
+    run = scenario_run(NAME)
+    defined = next(e for e in run.runtime.log if e.type == "QueueDefined")
+    dequeued = next(e for e in run.runtime.log if e.type == "Dequeued")
+    assert defined.source != dequeued.source  # two producers: neither's own order ties the two together
+    placement, reconciler = f"{topic_prefix}placement", f"{topic_prefix}reconciler"
+    _written(kafka_bootstrap, topic_prefix, [
+        (f"{topic_prefix}events", defined), (f"{topic_prefix}events", dequeued),
+        (placement, defined), (placement, dequeued), (reconciler, dequeued), (reconciler, defined)])
+    where = [f"kafka://{kafka_bootstrap}", "--topic-prefix", topic_prefix, "--policy", _policy_file(run, tmp_path)]
+    out = tmp_path / "out.jsonl"
+    for command in (["log", "export", "--from", *where, "--out", out], ["replay", *where, "--verify", "-q"],
+                    ["explain", "default/train-cluster", "--log", *where]):
+        one_line_error(_invoke(*command), 6, "the log cannot be laid out in one order that keeps every inbox's own: "
+                       f"QueueDefined {defined.subject} ({defined.id}), Dequeued {dequeued.subject} ({dequeued.id}) "
+                       "and what waits on them reached two services in opposite orders")
+    assert not out.exists()
