@@ -4,6 +4,11 @@ output, and the exit code of every kind of bad input (shared/audit/errors.py).""
 from __future__ import annotations
 
 import json
+import os
+import pty
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +18,7 @@ from tests.builders.cli import clean_exit as _clean_exit, flat as _flat, invoke 
 from tests.builders.cli import one_line_error as _error
 
 NAME = "kai-priority-preemption"
+REPO = Path(__file__).parents[2]
 
 
 @pytest.fixture
@@ -161,3 +167,59 @@ def test_what_if_outputs_that_cannot_be_written_are_one_line_before_the_run(log:
 def test_replay_needs_something_to_do(log: Path) -> None:
     _error(_invoke("replay", log), 2, "--verify")
     _error(_invoke("replay", "sqlite:////nonexistent/dir/h.db", "--verify"), 2, "no database file")
+
+
+def _stderr_of(args: list[object], *, terminal: bool) -> tuple[bytes, bytes]:
+    """``muster ARGS`` as a process, stdout to a pipe and stderr to a terminal (a pty) or a pipe: (stdout,
+    stderr). The variables that make rich take a pipe for a terminal, or the other way round, are unset."""
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE",
+                                                            "NO_COLOR", "COLUMNS")}
+    env.update(TERM="xterm-256color", PYTHONPATH=str(REPO))
+    command = [sys.executable, "-m", "shared.cli", *map(str, args)]
+    if not terminal:
+        done = subprocess.run(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout, done.stderr
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=slave)
+        os.close(slave)
+        err = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the process closed its end
+                break
+            if not chunk:
+                break
+            err += chunk
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        os.close(master)
+    assert proc.returncode == 0, err
+    return out, err
+
+
+def _bar(what: str) -> re.Pattern[bytes]:
+    """``what``, the log's name (its end when long: a pty is 80 columns), then at least 20 columns of bar (━)."""
+    return re.compile(what.encode() + rb" \x1b\[2m(\xe2\x80\xa6)?[^\x1b]*/log\.jsonl\x1b\[0m "
+                      rb"\x1b\[[0-9;]*m(\xe2\x94\x81){20}")
+
+
+def test_the_progress_bar_shows_on_a_terminal_and_nowhere_else(log: Path, tmp_path: Path) -> None:
+    """On a terminal the bar draws on stderr (the log's name, the bar) and clears itself when done; with -q,
+    or when stderr is not a terminal (a pipe, a script, CI), stderr stays empty and the verdict is on stdout."""
+    verify = ["replay", log, "--verify"]
+    out, err = _stderr_of(verify, terminal=True)
+    assert _bar("verifying").search(err), err
+    assert err.endswith(b"\x1b[2K"), err  # transient: the bar's line is cleared, the verdict stands alone
+    assert b"0 different" in out and b"\x1b" not in out
+    quiet_out, quiet_err = _stderr_of([*verify, "-q"], terminal=True)
+    assert quiet_err == b"" and b"0 different" in quiet_out
+    piped_out, piped_err = _stderr_of(verify, terminal=False)
+    assert piped_err == b"" and b"0 different" in piped_out
+    _, exporting = _stderr_of(["log", "export", "--from", log, "--out", tmp_path / "again.jsonl"], terminal=True)
+    assert _bar("exporting").search(exporting), exporting
+    _, piped = _stderr_of(["log", "export", "--from", log, "--out", tmp_path / "piped.jsonl"], terminal=False)
+    assert piped == b""
