@@ -122,3 +122,32 @@ def test_quota_lines_use_the_dialects_words() -> None:
     doc = explain(fold_until(kai.runtime.log, 60.0, kai.policy), "team-a/a-3")
     assert any(line.startswith("  quota team-a cpu: ") and line.endswith("against limit unlimited, quota 4: fits")
                for line in doc["lines"]), doc["lines"]
+
+
+def test_a_workload_backing_off_says_which_attempt_and_when_it_retries() -> None:
+    """placement-constraints: default/untolerated fits no node (its pool's one node is tainted), so every
+    attempt fails and it backs off base x 2^(attempts-1) seconds: from 3s, retries at 4, 6, 10, 18s. Between
+    a BackedOff and its retry, explain names the attempt, the retry time and the decision; at the retry the
+    line is the next backoff's."""
+    run = scenario_run("placement-constraints")
+    key, base = "default/untolerated", run.policy.backoff_base_seconds
+    backoffs = [e for e in run.runtime.log if e.type == "BackedOff" and e.payload.key == key]
+    schedule = [(e.occurred_at, e.payload.attempts, e.occurred_at + base * 2 ** (e.payload.attempts - 1))
+                for e in backoffs]
+    assert schedule[:4] == [(3.0, 1, 4.0), (4.0, 2, 6.0), (6.0, 3, 10.0), (10.0, 4, 18.0)]
+    for e, (t, attempt, retry) in zip(backoffs, schedule):
+        assert e.payload.requeue_at == retry
+        for at in (t, (t + retry) / 2, retry - 0.001):
+            moment = fold_until(run.runtime.log, at, run.policy)
+            doc = explain(moment, key)
+            assert doc["backoff"] == {"until": retry, "attempts": attempt, "decision": e.id,
+                                      "reason": e.payload.reason}, (at, doc.get("backoff"))
+            assert (f"  backoff: attempt {attempt}, retries at {retry:g}s or when capacity frees "
+                    f"(decision {e.id})") in doc["lines"], (at, doc["lines"])
+            [listed] = [line for line in queue_lines(moment, "default") if line["workload"] == key]
+            assert listed["backoff_until"] == retry
+        after = explain(fold_until(run.runtime.log, retry, run.policy), key)
+        assert after.get("backoff", {}).get("until") != retry  # retried: no longer this backoff
+    line = next(text for text in explain(fold_until(run.runtime.log, 8.0, run.policy), key)["lines"]
+                if text.startswith("  backoff:"))
+    assert line.startswith("  backoff: attempt 3, retries at 10s or when capacity frees (decision ")
