@@ -94,6 +94,50 @@ def test_export_windows_and_compresses(log: Path, tmp_path: Path) -> None:
     _clean_exit(_invoke("explain", "default/train-cluster", "--log", out), 0)
 
 
+def test_explain_and_report_on_a_window_say_so_first_and_never_contradict_the_recorded_reason(
+        tmp_path: Path) -> None:
+    """``log export --since 5``: the window lost kuberay-test-queue's definition (0s) and test-cluster-0's
+    admission. explain (a workload, a queue) and report say first that the figures count only the window;
+    the quota line names the definition as before the window instead of "(not defined) ... unlimited: fits"."""
+    whole = exported(scenario_run("volcano-gang-queue"), tmp_path / "whole.jsonl")
+    window = tmp_path / "w.jsonl"
+    _clean_exit(_invoke("log", "export", "--from", whole, "--since", 5, "--out", window), 0)
+    note = ("this log is a window from 5s: state before it is unknown; figures below count only what the window "
+            "holds")
+    result = _invoke("explain", "default/test-cluster-1", "--log", window, "--at", 60)
+    _clean_exit(result, 0)
+    out = _flat(result.stdout)
+    assert out.startswith(note + " default/test-cluster-1 (RayCluster, queue kuberay-test-queue, priority 0) at 60s")
+    assert "why: 3/3 tasks in gang unschedulable" in out and "capability cpu 4: used 3, requested 3" in out
+    assert "quota: queue kuberay-test-queue's definition is before the window (if it has one): its limits are " \
+           "unknown" in out
+    assert "unlimited" not in out and "(not defined)" not in out and "fits" not in out
+    doc = json.loads(_invoke("explain", "default/test-cluster-1", "--log", window, "--at", 60, "--json").stdout)
+    assert doc["window"] == {"since": 5.0, "until": None} and doc["lines"][0] == note
+    queue = _invoke("explain", "--queue", "kuberay-test-queue", "--log", window, "--at", 60)
+    _clean_exit(queue, 0)
+    assert _flat(queue.stdout).startswith(note + " queue kuberay-test-queue at 60s: 1 waiting")
+    listed = json.loads(_invoke("explain", "--queue", "kuberay-test-queue", "--log", window, "--json").stdout)
+    assert listed["window"] == {"since": 5.0, "until": None}
+    full = json.loads(_invoke("explain", "--queue", "kuberay-test-queue", "--log", whole, "--json").stdout)
+    assert full["window"] is None
+    later = tmp_path / "later.jsonl"
+    _clean_exit(_invoke("log", "export", "--from", whole, "--since", 11, "--out", later), 0)
+    gone = _invoke("explain", "default/test-cluster-1", "--log", later, "--at", 60)
+    _clean_exit(gone, 1)
+    assert "no workload default/test-cluster-1 in the log up to 60s (the log is a window from 11s)" in _flat(gone.stderr)
+    page = tmp_path / "r.html"
+    _clean_exit(_invoke("report", "--log", window, "--html", page), 0)
+    text = page.read_text()
+    assert f'<body><h1>muster report: volcano-gang-queue</h1>\n<p class="note" id="window"><strong>{note}</strong>' \
+        in text
+    _clean_exit(_invoke("report", "--log", whole, "--html", page), 0)
+    assert 'id="window"' not in page.read_text()
+    change = tmp_path / "p.yaml"
+    change.write_text("min_runtime_seconds: 600\n")
+    _error(_invoke("replay", window, "--what-if", change), 2, "window of a history")  # what-if takes no window
+
+
 def test_import_into_a_store_then_verify_explain_and_report_from_it(log: Path, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'h.db'}"
     n = len(lines_of(log))

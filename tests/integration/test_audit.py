@@ -58,7 +58,7 @@ def _explains_and_reports(where: list[Any], tmp_path: Path, policy: Path | None 
     text = _ok(_invoke("explain", WHO, *ask))
     assert flat("\n".join(workload["lines"])) in text
     queue = _json(_invoke("explain", "--queue", QUEUE, *ask, "--json"))
-    assert queue == {"queue": QUEUE, "at": AT, "pending": pending}
+    assert queue == {"queue": QUEUE, "at": AT, "pending": pending, "window": None}
     listed = _ok(_invoke("explain", "--queue", QUEUE, *ask))
     assert listed.startswith(f"queue {QUEUE} at 40s: 1 waiting 1. {WHO} priority 50, waiting 10s: preempted by "
                              "default/build-cluster"), listed
