@@ -867,7 +867,7 @@ def explain_cmd(
             policy = source.header.decided_with()
         except CannotReproduce:
             policy = None  # positions then come from the result view
-        moment = fold_until(envelopes(source), at, policy)
+        moment = fold_until(envelopes(source), at, policy, since=source.header.since, before=source.header.before)
         header = source.header  # a window ends at its --until; a run at its last event or the time it went to
         end = header.before if header.before is not None else max(moment.history.now, header.until or 0.0)
         past = at is not None and at > end  # what followed is not in the log: say so, and answer for its end
@@ -878,6 +878,7 @@ def explain_cmd(
         Console(stderr=True, highlight=False, soft_wrap=True).print(
             f"[red]error:[/] no {'queue' if isinstance(exc, UnknownQueue) else 'workload'} {escape(exc.key)} in the log"
             + (f" up to {exc.at:g}s" if at is not None else "")
+            + (f" (the log is a window from {source.header.since:g}s)" if source.header.since is not None else "")
             + (f"; did you mean {escape(', '.join(exc.similar))}?" if exc.similar else ""))
         raise typer.Exit(1)
     except _audit_errors() as exc:
@@ -886,10 +887,14 @@ def explain_cmd(
         Console(stderr=True, highlight=False, soft_wrap=True).print(
             f"[yellow]note:[/] --at {at:g}s is past the end of the log ({end:g}s): explained at {end:g}s")
     if as_json:
-        typer.echo(json.dumps({"queue": queue, "at": moment.at, "pending": doc} if queue is not None else doc, indent=2))
+        typer.echo(json.dumps({"queue": queue, "at": moment.at, "pending": doc, "window": moment.window}
+                              if queue is not None else doc, indent=2))
         return
     console = Console(highlight=False, width=max(Console().width, 120))
     if queue is not None:
+        note = source.header.window_note()
+        if note:
+            console.print(escape(note))
         console.print(f"queue {escape(queue)} at {moment.at:g}s: {len(doc)} waiting")
         for line in doc:
             waited = f", waiting {line['waiting_seconds']:g}s" if line["waiting_seconds"] is not None else ""
@@ -917,7 +922,8 @@ def report_cmd(
         source = _log_of(store, log, None, prefix)
         history = fold(envelopes(source), scenario=source.header.scenario or "", series=True)
         end = max(history.now, source.header.until or 0.0)
-        write_report(history, html_out, title=f"muster report: {source.header.scenario or source.name}", end=end)
+        write_report(history, html_out, title=f"muster report: {source.header.scenario or source.name}", end=end,
+                     window=source.header.window_note())
     except _audit_errors() as exc:
         raise _audit_failed(exc) from None
     except OSError as exc:

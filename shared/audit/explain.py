@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 from shared import quantity as q
 from shared.audit.fold import AuditFold
+from shared.audit.header import window_note
 from shared.audit.replay import Router
 from shared.embedded import CORE_CLASSES
 from shared.events import Envelope
@@ -47,15 +48,27 @@ def _close(name: str, names: Iterable[str]) -> list[str]:
 
 @dataclass
 class Moment:
-    """The log folded up to a time: the result view, and the queue core's own state (if its policy is known)."""
+    """The log folded up to a time: the result view, and the queue core's own state (if its policy is known).
+    ``since``/``before``: the log is a window of a history (``log export --since/--until``)."""
 
     history: AuditFold
     queue: Any | None
     at: float
+    since: float | None = None
+    before: float | None = None
+
+    @property
+    def window(self) -> dict[str, float | None] | None:
+        """The window as the JSON documents give it (``until`` as ``--until`` says it); None for a whole log."""
+        if self.since is None and self.before is None:
+            return None
+        return {"since": self.since, "until": self.before}
 
 
-def fold_until(envelopes: Iterable[Envelope], at: float | None, policy: Policy | None) -> Moment:
-    """Fold the log up to event time ``at`` (default: its end); feed the queue core its inbox alongside."""
+def fold_until(envelopes: Iterable[Envelope], at: float | None, policy: Policy | None, *,
+               since: float | None = None, before: float | None = None) -> Moment:
+    """Fold the log up to event time ``at`` (default: its end); feed the queue core its inbox alongside.
+    ``since``/``before``: the window the log is (its header's), which the explanation says first."""
     history = AuditFold()
     service = Service(CORE_CLASSES["queue"](policy)) if policy is not None else None
     router = Router()
@@ -66,7 +79,8 @@ def fold_until(envelopes: Iterable[Envelope], at: float | None, policy: Policy |
         if service is not None and "queue" in (router.targets(env) or ()):
             service.handle(env)
     history.close()
-    return Moment(history, service.core if service is not None else None, history.now if at is None else at)
+    return Moment(history, service.core if service is not None else None, history.now if at is None else at,
+                  since, before)
 
 
 def _amount(resource: str, value: int | None) -> str | None:
@@ -125,7 +139,12 @@ def _phase_since(view: Any, at: float) -> float | None:
 
 
 def _quota(m: Moment, view: Any) -> list[dict[str, Any]]:
-    """Per resource the workload asks for, at its queue and every ancestor: used, requested, guarantee, limit."""
+    """Per resource the workload asks for, at its queue and every ancestor: used, requested, guarantee, limit.
+
+    In a window from T (``m.since``) the state before T is not in the log: a queue the window does not
+    define is said to be defined before it (one entry, ``before_window``), never "unlimited"; a queue it
+    does define has its usage counted from the window only, a lower bound, so "over" stands but "fits"
+    cannot be told (``fits`` None)."""
     h = m.history
     usage = h.queue_usage()
     default = m.queue.policy.default_queue if m.queue is not None else "default"
@@ -137,18 +156,24 @@ def _quota(m: Moment, view: Any) -> list[dict[str, Any]]:
         seen.append(name)
         spec = h.queues.get(name)
         used = usage.get(name, {})
+        if spec is None and m.since is not None:
+            lines.append({"queue": name, "defined": False, "before_window": True})
+            break
         for resource, wanted in demand.items():
             limit = spec.limit_of(resource) if spec is not None else None
             guarantee = spec.guarantee.get(resource) if spec is not None else None
             mine = wanted if view.holds_quota else 0  # a holder's own share is in the usage already
+            fits: bool | None = limit is None or used.get(resource, 0) - mine + wanted <= limit
+            if fits and m.since is not None:
+                fits = None  # the usage from before the window may fill it
             lines.append({
                 "queue": name, "resource": resource, "used": q.human(resource, used.get(resource, 0) - mine),
                 "requested": q.human(resource, wanted), "guarantee": _amount(resource, guarantee),
                 "limit": _amount(resource, limit) or "unlimited",
                 "limit_word": spec.limit_word if spec is not None else "limit",
                 "guarantee_word": spec.guarantee_word if spec is not None else "guarantee",
-                "fits": limit is None or used.get(resource, 0) - mine + wanted <= limit,
-                "defined": spec is not None or name == default,
+                "fits": fits, "defined": spec is not None or name == default,
+                "in_window": m.since is not None,
             })
         name = spec.parent if spec is not None else None
     return lines
@@ -165,7 +190,7 @@ def explain(m: Moment, key: str) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "workload": key, "at": m.at, "kind": view.kind, "queue": view.queue, "priority": view.priority,
         "phase": phase, "since": since, "for_seconds": round(m.at - since, 6) if since is not None else None,
-        "reason": reason,
+        "reason": reason, "window": m.window,
     }
     spec = h.specs.get(key)
     pods = h.pods_of(key)
@@ -206,7 +231,10 @@ def _ahead(m: Moment, key: str, until: float | None) -> dict[str, Any]:
 def lines(doc: dict[str, Any]) -> list[str]:
     """The explanation as a person reads it."""
     queue = f"queue {doc['queue']}" if doc["queue"] is not None else "no queue"
-    out = [f"{doc['workload']} ({doc['kind']}, {queue}, priority {doc['priority']}) at "
+    window = doc.get("window")
+    note = window_note(window["since"], window["until"]) if window else None
+    out = [note] if note else []
+    out += [f"{doc['workload']} ({doc['kind']}, {queue}, priority {doc['priority']}) at "
            f"{_seconds(doc['at'])}: {doc['phase'] or 'not seen yet'}"
            + (f" for {_seconds(doc['for_seconds'])} (since {_seconds(doc['since'])})" if doc["since"] is not None else "")]
     if doc["reason"]:
@@ -226,10 +254,16 @@ def lines(doc: dict[str, Any]) -> list[str]:
                        + (f", backing off until {_seconds(a['backoff_until'])}" if a["backoff_until"] else "") + ")"
                        for a in ahead) if ahead else ", first in line"))
     for line in doc.get("quota") or []:
+        if line.get("before_window"):
+            out.append(f"  quota: queue {line['queue']}'s definition is before the window (if it has one): its "
+                       "limits are unknown")
+            continue
         guarantee = f", {line['guarantee_word']} {line['guarantee']}" if line["guarantee"] is not None else ""
-        verdict = "fits" if line["fits"] else "over"
+        verdict = ("fits" if line["fits"] else "over") if line["fits"] is not None else \
+            "unknown (usage from before the window is not in it)"
         where = line["queue"] if line["defined"] else f"{line['queue']} (not defined)"
-        out.append(f"  quota {where} {line['resource']}: used {line['used']} + requested {line['requested']} "
+        used = f"{line['used']} in the window" if line.get("in_window") else line["used"]
+        out.append(f"  quota {where} {line['resource']}: used {used} + requested {line['requested']} "
                    f"against {line['limit_word']} {line['limit']}{guarantee}: {verdict}")
     nodes = doc.get("nodes")
     if nodes:

@@ -90,6 +90,10 @@ class LogHeader(BaseModel):
     def windowed(self) -> bool:
         return self.since is not None or self.before is not None
 
+    def window_note(self) -> str | None:
+        """The one line explain and report put first when the log is a window (None for a whole log)."""
+        return window_note(self.since, self.before)
+
     def whole(self, what: str) -> None:
         """Refuse a window of a history where ``what`` needs all of it."""
         if self.windowed:
@@ -111,3 +115,16 @@ class LogHeader(BaseModel):
     def for_store(self) -> dict[str, Any]:
         return {"muster_version": self.muster_version, "schema_version": self.schema_version, "policy": self.policy,
                 "origin": self.origin, "scenario": self.scenario, "until": self.until}
+
+
+def window_note(since: float | None, before: float | None) -> str | None:
+    """What a reader of a window must know before any figure: a window from T lost the state before T
+    (queues defined, quota held, positions), so its figures count only what it holds; a window up to T
+    knows nothing after T. None for a whole log."""
+    if since is not None:
+        to = f" to {before:g}s" if before is not None else ""
+        return (f"this log is a window from {since:g}s{to}: state before it is unknown; figures below count only "
+                "what the window holds")
+    if before is not None:
+        return f"this log is a window up to {before:g}s: nothing after it is in it"
+    return None

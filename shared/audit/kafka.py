@@ -119,9 +119,15 @@ async def read_topic(config: BusConfig, topic: str) -> list[tuple[int, bytes | N
         out: list[tuple[int, bytes | None, Any]] = []
         while order.next is not None and order.next < end:
             batch = await consumer.getmany(tp, timeout_ms=1000, max_records=10_000)
-            for message in order.take(consumer, batch.get(tp, ())):
-                if message.offset < end:
-                    out.append((message.offset, message.value, message.headers))
+            out.extend((m.offset, m.value, m.headers) for m in order.take(consumer, batch.get(tp, ())))
+        # Tansu answers "latest" with the base offset of the last record batch plus one, not the offset
+        # after its last record (shared.bus.app._last_offset_read): the rest of that batch came with the
+        # fetch that reached ``end``. Take it, and whatever else that fetch holds, never waiting for more.
+        while order.next is not None and order.next >= end:
+            rest = (await consumer.getmany(tp, timeout_ms=0, max_records=10_000)).get(tp, ())
+            if not rest:
+                break
+            out.extend((m.offset, m.value, m.headers) for m in order.take(consumer, rest))
         return out
     finally:
         await consumer.stop()

@@ -10,6 +10,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from shared.audit.logfile import LogSource
 
+NAME_WIDTH = 32
+"""The log's name takes at most this many characters of the line (its end, where a file's name is): a
+long path would otherwise leave the bar no room on an 80-column terminal."""
+
+
+def _short(name: str, width: int = NAME_WIDTH) -> str:
+    return name if len(name) <= width else "\u2026" + name[-(width - 1):]
+
 
 @contextmanager
 def progress_of(source: LogSource, what: str, *, enabled: bool = True) -> Iterator[Callable[[], None]]:
@@ -24,5 +32,5 @@ def progress_of(source: LogSource, what: str, *, enabled: bool = True) -> Iterat
     columns.append(MofNCompleteColumn() if unit == "events" else TextColumn("{task.percentage:>3.0f}%"))
     columns.append(TimeRemainingColumn())
     with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task(what, total=total, name=source.name)
+        task = bar.add_task(what, total=total, name=_short(source.name))
         yield lambda: bar.update(task, completed=source.progress())

@@ -4,6 +4,11 @@ output, and the exit code of every kind of bad input (shared/audit/errors.py).""
 from __future__ import annotations
 
 import json
+import os
+import pty
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +19,7 @@ from tests.builders.cli import one_line_error as _error
 from tests.builders.shared import SCENARIOS
 
 NAME = "kai-priority-preemption"
+REPO = Path(__file__).parents[2]
 
 
 @pytest.fixture
@@ -87,6 +93,50 @@ def test_export_windows_and_compresses(log: Path, tmp_path: Path) -> None:
     assert result.stdout.startswith("wrote ") and out.exists()
     _error(_invoke("replay", out, "--verify"), 2, "window of a history")
     _clean_exit(_invoke("explain", "default/train-cluster", "--log", out), 0)
+
+
+def test_explain_and_report_on_a_window_say_so_first_and_never_contradict_the_recorded_reason(
+        tmp_path: Path) -> None:
+    """``log export --since 5``: the window lost kuberay-test-queue's definition (0s) and test-cluster-0's
+    admission. explain (a workload, a queue) and report say first that the figures count only the window;
+    the quota line names the definition as before the window instead of "(not defined) ... unlimited: fits"."""
+    whole = exported(scenario_run("volcano-gang-queue"), tmp_path / "whole.jsonl")
+    window = tmp_path / "w.jsonl"
+    _clean_exit(_invoke("log", "export", "--from", whole, "--since", 5, "--out", window), 0)
+    note = ("this log is a window from 5s: state before it is unknown; figures below count only what the window "
+            "holds")
+    result = _invoke("explain", "default/test-cluster-1", "--log", window, "--at", 60)
+    _clean_exit(result, 0)
+    out = _flat(result.stdout)
+    assert out.startswith(note + " default/test-cluster-1 (RayCluster, queue kuberay-test-queue, priority 0) at 60s")
+    assert "why: 3/3 tasks in gang unschedulable" in out and "capability cpu 4: used 3, requested 3" in out
+    assert "quota: queue kuberay-test-queue's definition is before the window (if it has one): its limits are " \
+           "unknown" in out
+    assert "unlimited" not in out and "(not defined)" not in out and "fits" not in out
+    doc = json.loads(_invoke("explain", "default/test-cluster-1", "--log", window, "--at", 60, "--json").stdout)
+    assert doc["window"] == {"since": 5.0, "until": None} and doc["lines"][0] == note
+    queue = _invoke("explain", "--queue", "kuberay-test-queue", "--log", window, "--at", 60)
+    _clean_exit(queue, 0)
+    assert _flat(queue.stdout).startswith(note + " queue kuberay-test-queue at 60s: 1 waiting")
+    listed = json.loads(_invoke("explain", "--queue", "kuberay-test-queue", "--log", window, "--json").stdout)
+    assert listed["window"] == {"since": 5.0, "until": None}
+    full = json.loads(_invoke("explain", "--queue", "kuberay-test-queue", "--log", whole, "--json").stdout)
+    assert full["window"] is None
+    later = tmp_path / "later.jsonl"
+    _clean_exit(_invoke("log", "export", "--from", whole, "--since", 11, "--out", later), 0)
+    gone = _invoke("explain", "default/test-cluster-1", "--log", later, "--at", 60)
+    _clean_exit(gone, 1)
+    assert "no workload default/test-cluster-1 in the log up to 60s (the log is a window from 11s)" in _flat(gone.stderr)
+    page = tmp_path / "r.html"
+    _clean_exit(_invoke("report", "--log", window, "--html", page), 0)
+    text = page.read_text()
+    assert f'<body><h1>muster report: volcano-gang-queue</h1>\n<p class="note" id="window"><strong>{note}</strong>' \
+        in text
+    _clean_exit(_invoke("report", "--log", whole, "--html", page), 0)
+    assert 'id="window"' not in page.read_text()
+    change = tmp_path / "p.yaml"
+    change.write_text("min_runtime_seconds: 600\n")
+    _error(_invoke("replay", window, "--what-if", change), 2, "window of a history")  # what-if takes no window
 
 
 def test_import_into_a_store_then_verify_explain_and_report_from_it(log: Path, tmp_path: Path) -> None:
@@ -273,3 +323,59 @@ def test_an_export_window_that_cuts_nothing_is_the_whole_log(log: Path, tmp_path
     _clean_exit(_invoke("log", "export", "--from", log, "--since", 0, "--until", "1e9", "--out", out), 0)
     assert out.read_bytes() == log.read_bytes()
     _clean_exit(_invoke("replay", out, "--verify"), 0)
+
+
+def _stderr_of(args: list[object], *, terminal: bool) -> tuple[bytes, bytes]:
+    """``muster ARGS`` as a process, stdout to a pipe and stderr to a terminal (a pty) or a pipe: (stdout,
+    stderr). The variables that make rich take a pipe for a terminal, or the other way round, are unset."""
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE",
+                                                            "NO_COLOR", "COLUMNS")}
+    env.update(TERM="xterm-256color", PYTHONPATH=str(REPO))
+    command = [sys.executable, "-m", "shared.cli", *map(str, args)]
+    if not terminal:
+        done = subprocess.run(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout, done.stderr
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=slave)
+        os.close(slave)
+        err = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the process closed its end
+                break
+            if not chunk:
+                break
+            err += chunk
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        os.close(master)
+    assert proc.returncode == 0, err
+    return out, err
+
+
+def _bar(what: str) -> re.Pattern[bytes]:
+    """``what``, the log's name (its end when long: a pty is 80 columns), then at least 20 columns of bar (━)."""
+    return re.compile(what.encode() + rb" \x1b\[2m(\xe2\x80\xa6)?[^\x1b]*/log\.jsonl\x1b\[0m "
+                      rb"\x1b\[[0-9;]*m(\xe2\x94\x81){20}")
+
+
+def test_the_progress_bar_shows_on_a_terminal_and_nowhere_else(log: Path, tmp_path: Path) -> None:
+    """On a terminal the bar draws on stderr (the log's name, the bar) and clears itself when done; with -q,
+    or when stderr is not a terminal (a pipe, a script, CI), stderr stays empty and the verdict is on stdout."""
+    verify = ["replay", log, "--verify"]
+    out, err = _stderr_of(verify, terminal=True)
+    assert _bar("verifying").search(err), err
+    assert err.endswith(b"\x1b[2K"), err  # transient: the bar's line is cleared, the verdict stands alone
+    assert b"0 different" in out and b"\x1b" not in out
+    quiet_out, quiet_err = _stderr_of([*verify, "-q"], terminal=True)
+    assert quiet_err == b"" and b"0 different" in quiet_out
+    piped_out, piped_err = _stderr_of(verify, terminal=False)
+    assert piped_err == b"" and b"0 different" in piped_out
+    _, exporting = _stderr_of(["log", "export", "--from", log, "--out", tmp_path / "again.jsonl"], terminal=True)
+    assert _bar("exporting").search(exporting), exporting
+    _, piped = _stderr_of(["log", "export", "--from", log, "--out", tmp_path / "piped.jsonl"], terminal=False)
+    assert piped == b""

@@ -122,3 +122,94 @@ def test_quota_lines_use_the_dialects_words() -> None:
     doc = explain(fold_until(kai.runtime.log, 60.0, kai.policy), "team-a/a-3")
     assert any(line.startswith("  quota team-a cpu: ") and line.endswith("against limit unlimited, quota 4: fits")
                for line in doc["lines"]), doc["lines"]
+
+
+def test_a_workload_backing_off_says_which_attempt_and_when_it_retries() -> None:
+    """placement-constraints: default/untolerated fits no node (its pool's one node is tainted), so every
+    attempt fails and it backs off base x 2^(attempts-1) seconds: from 3s, retries at 4, 6, 10, 18s. Between
+    a BackedOff and its retry, explain names the attempt, the retry time and the decision; at the retry the
+    line is the next backoff's."""
+    run = scenario_run("placement-constraints")
+    key, base = "default/untolerated", run.policy.backoff_base_seconds
+    backoffs = [e for e in run.runtime.log if e.type == "BackedOff" and e.payload.key == key]
+    schedule = [(e.occurred_at, e.payload.attempts, e.occurred_at + base * 2 ** (e.payload.attempts - 1))
+                for e in backoffs]
+    assert schedule[:4] == [(3.0, 1, 4.0), (4.0, 2, 6.0), (6.0, 3, 10.0), (10.0, 4, 18.0)]
+    for e, (t, attempt, retry) in zip(backoffs, schedule):
+        assert e.payload.requeue_at == retry
+        for at in (t, (t + retry) / 2, retry - 0.001):
+            moment = fold_until(run.runtime.log, at, run.policy)
+            doc = explain(moment, key)
+            assert doc["backoff"] == {"until": retry, "attempts": attempt, "decision": e.id,
+                                      "reason": e.payload.reason}, (at, doc.get("backoff"))
+            assert (f"  backoff: attempt {attempt}, retries at {retry:g}s or when capacity frees "
+                    f"(decision {e.id})") in doc["lines"], (at, doc["lines"])
+            [listed] = [line for line in queue_lines(moment, "default") if line["workload"] == key]
+            assert listed["backoff_until"] == retry
+        after = explain(fold_until(run.runtime.log, retry, run.policy), key)
+        assert after.get("backoff", {}).get("until") != retry  # retried: no longer this backoff
+    line = next(text for text in explain(fold_until(run.runtime.log, 8.0, run.policy), key)["lines"]
+                if text.startswith("  backoff:"))
+    assert line.startswith("  backoff: attempt 3, retries at 10s or when capacity frees (decision ")
+
+
+WINDOW_NOTE = ("this log is a window from {since:g}s: state before it is unknown; figures below count only what the "
+               "window holds")
+
+
+def _window(name: str, since: float, at: float, key: str) -> dict:
+    """``key`` explained at ``at`` from the part of ``name``'s log at or after ``since``, as ``log export --since``
+    keeps it and its header marks it."""
+    run = scenario_run(name)
+    kept = [e for e in run.runtime.log if e.occurred_at >= since]
+    return explain(fold_until(kept, at, run.policy, since=since), key)
+
+
+def test_a_window_says_so_first_and_names_a_queue_defined_before_it_instead_of_calling_it_unlimited() -> None:
+    """volcano-gang-queue from 5s: kuberay-test-queue was defined at 0s and test-cluster-0 admitted before 5s.
+    The recorded reason still says "capability cpu 4: used 3"; the explanation must not go on to call the queue
+    undefined and unlimited with nothing used."""
+    doc = _window("volcano-gang-queue", 5.0, 60.0, "default/test-cluster-1")
+    assert doc["window"] == {"since": 5.0, "until": None}
+    assert doc["lines"][0] == WINDOW_NOTE.format(since=5.0)
+    assert doc["lines"][1].startswith("default/test-cluster-1 (RayCluster, queue kuberay-test-queue, priority 0) at "
+                                      "60s")
+    assert "capability cpu 4: used 3, requested 3" in doc["reason"]  # as recorded
+    assert doc["quota"] == [{"queue": "kuberay-test-queue", "defined": False, "before_window": True}]
+    quota = [line for line in doc["lines"] if line.startswith("  quota")]
+    assert quota == ["  quota: queue kuberay-test-queue's definition is before the window (if it has one): its limits "
+                     "are unknown"]
+    whole = explain(fold_until(scenario_run("volcano-gang-queue").runtime.log, 60.0, None), "default/test-cluster-1")
+    assert whole["window"] is None and not whole["lines"][0].startswith("this log is a window")
+
+
+def test_in_a_window_usage_is_a_lower_bound_over_stands_and_fits_cannot_be_told() -> None:
+    """A queue the window does define: its usage counts the window's holders only. Over the limit with those
+    alone is over; within it, usage from before the window may still fill it."""
+    over = _window("volcano-gang-queue", 0.0, 60.0, "default/test-cluster-1")
+    assert ("  quota kuberay-test-queue cpu: used 3 in the window + requested 3 against capability 4: over"
+            in over["lines"])
+    fits = _window("fair-share-two-teams", 0.0, 60.0, "team-a/a-3")
+    line = next(line for line in fits["lines"] if line.startswith("  quota team-a cpu: "))
+    assert line.endswith("against limit unlimited, quota 4: unknown (usage from before the window is not in it)"), line
+    assert " in the window + " in line
+    team = [q for q in fits["quota"] if q["queue"] == "team-a"]
+    assert team and all(q["fits"] is None and q["in_window"] for q in team)
+
+
+@pytest.mark.parametrize("name", [p.stem for p in SCENARIO_FILES])
+def test_no_explanation_of_a_window_says_a_quota_fits(name: str) -> None:
+    """Every waiting workload of every scenario, explained from windows starting part way to the moment:
+    the note comes first, and no quota line claims room the state before the window may have taken."""
+    run = scenario_run(name)
+    start = run.runtime.log[0].occurred_at
+    for at, key in _waiting_moments(name):
+        for since in {start + (at - start) * f for f in (0.0, 0.5, 1.0)}:
+            try:
+                doc = _window(name, since, at, key)
+            except UnknownWorkload:
+                continue  # nothing of it in the window: the command says so, naming the window
+            assert doc["lines"][0] == WINDOW_NOTE.format(since=since), (since, at, key)
+            for line in doc["lines"]:
+                assert not (line.startswith("  quota") and line.endswith(": fits")), (since, at, key, line)
+                assert "(not defined)" not in line or not line.startswith("  quota"), (since, at, key, line)
