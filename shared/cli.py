@@ -868,10 +868,11 @@ def explain_cmd(
         except CannotReproduce:
             policy = None  # positions then come from the result view
         moment = fold_until(envelopes(source), at, policy, since=source.header.since, before=source.header.before)
-        header = source.header  # a window ends at its --until; a run at its last event or the time it went to
-        end = header.before if header.before is not None else max(moment.history.now, header.until or 0.0)
-        past = at is not None and at > end  # what followed is not in the log: say so, and answer for its end
-        if past:
+        header = source.header  # a window ends at its --until, a simulated run at the time it went to: nothing
+        ended = header.before if header.before is not None else header.until  # is after; a deployment's log goes on
+        end = ended if ended is not None else moment.history.now
+        past = at is not None and at > max(end, moment.history.now)
+        if past and ended is not None:  # the run was over: answer for its end
             moment = dataclasses.replace(moment, at=end)
         doc: Any = queue_lines(moment, queue) if queue is not None else explain(moment, workload or "")
     except UnknownWorkload as exc:
@@ -885,7 +886,10 @@ def explain_cmd(
         raise _audit_failed(exc) from None
     if past:
         Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"[yellow]note:[/] --at {at:g}s is past the end of the log ({end:g}s): explained at {end:g}s")
+            f"[yellow]note:[/] --at {at:g}s is past the end of the log ({end:g}s): explained at {end:g}s"
+            if ended is not None else
+            f"[yellow]note:[/] --at {at:g}s is past the log's last event ({end:g}s): explained as if nothing "
+            "happened after it")
     if as_json:
         typer.echo(json.dumps({"queue": queue, "at": moment.at, "pending": doc, "window": moment.window}
                               if queue is not None else doc, indent=2))
