@@ -24,7 +24,7 @@ from shared.policy import Policy
 from shared.store.query import queue_report, workload_history
 from shared.topology import SERVICES
 from tests.builders import node, ray_cluster, worker_group
-from tests.integration.test_cluster_bridge import QUEUE, eventually, ray_pod
+from tests.integration.test_cluster_bridge import QUEUE, eventually, ray_pod, stop_apps
 from tests.kubeapi import KubeApiEmulator
 
 LABELS = {"ray.io/scheduler-name": "volcano", "volcano.sh/queue-name": "research"}
@@ -109,7 +109,7 @@ def test_a_ray_cluster_its_pods_and_a_node_deleted_while_the_link_was_down_are_d
                 assert eventually(lambda: _bound_to(kube, following), "the next cluster's pods to be bound",
                                   timeout=90) == [left] * 3
             finally:
-                bus.run(gather_all(app.stop() for app in [*apps.values(), link]), timeout=60)
+                stop_apps(bus, {**apps, "cluster": link})
         finally:
             bus.close()
     # the deletions are a fold over the inboxes: the log replays to the same decisions
