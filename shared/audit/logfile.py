@@ -223,7 +223,6 @@ def write_log(path: Path, header: LogHeader | Callable[[], LogHeader], records: 
     marked only if ``keep`` left an envelope out): the lines are kept in a temporary file till then.
     Written to a temporary name and renamed, so a failed export never leaves half a file that looks whole."""
     tmp = path.with_name(path.name + ".partial")
-    count = 0
 
     def lines(out: IO[bytes]) -> int:
         count = 0

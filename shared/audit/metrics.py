@@ -48,6 +48,14 @@ class WorkloadFigures:
                 "gpu_hours": round(self.gpu_hours, 6), "finished": self.finished, "rejected": self.rejected}
 
 
+def cell(value: Any, at_least: bool = False) -> str:
+    """A figure as the report's and the what-if's tables print it: ``-`` for none, ``≥`` before a lower
+    bound (a name ``summary`` lists in ``wait_lower_bounds``)."""
+    if value is None:
+        return "-"
+    return ("≥" if at_least else "") + (f"{value:g}" if isinstance(value, float) else str(value))
+
+
 def percentile(values: list[float], p: float) -> float | None:
     """Nearest-rank percentile (a value that occurred); None for no values."""
     if not values:

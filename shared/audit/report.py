@@ -19,7 +19,7 @@ from typing import Any
 
 from shared import quantity as q
 from shared.audit.fold import AuditFold
-from shared.audit.metrics import AT_LEAST, per_queue, workload_figures
+from shared.audit.metrics import AT_LEAST, cell, per_queue, workload_figures
 
 COLOURS = {"Queued": "#f2b134", "Admitted": "#4ea1d3", "Running": "#3cb371", "Preempted": "#c2185b"}
 DRAWN = tuple(COLOURS)
@@ -131,12 +131,9 @@ def _summary_table(history: AuditFold, end: float) -> str:
     head = ("<tr><th>queue</th><th>workloads</th><th>admissions</th><th>wait p50 (s)</th><th>wait p95 (s)</th>"
             "<th>wait max (s)</th><th>preemptions</th><th>GPU-hours</th><th>finished</th><th>still waiting</th></tr>")
 
-    def cell(v: Any) -> str:
-        return "-" if v is None else (f"{v:g}" if isinstance(v, float) else str(v))
-
     rows = "".join(
         f"<tr><td>{html.escape(name)}</td>" + "".join(
-            f"<td>{'≥' if k in s['wait_lower_bounds'] else ''}{cell(s[k])}</td>" for k in (
+            f"<td>{cell(s[k], k in s['wait_lower_bounds'])}</td>" for k in (
                 "workloads", "admissions", "wait_p50", "wait_p95", "wait_max", "preemptions", "gpu_hours", "finished",
                 "still_waiting")) + "</tr>" for name, s in stats.items())
     bounds = any(s["wait_lower_bounds"] for s in stats.values())

@@ -29,7 +29,7 @@ from shared import kube
 from shared.audit.derive import derive
 from shared.audit.errors import ApplyRefused, CannotReproduce
 from shared.audit.fold import fold
-from shared.audit.metrics import AT_LEAST, WorkloadFigures, per_queue, workload_figures
+from shared.audit.metrics import AT_LEAST, WorkloadFigures, cell, per_queue, workload_figures
 from shared.events import Envelope, to_json
 from shared.policy import Policy
 from shared.scenario import Scenario, ScenarioError, document_problem, parse_scenario
@@ -246,10 +246,6 @@ def _change(a: WorkloadFigures | None, b: WorkloadFigures | None) -> list[str]:
     return out
 
 
-def _cell(v: Any, at_least: bool = False) -> str:
-    return "-" if v is None else ("≥" if at_least else "") + (f"{v:g}" if isinstance(v, float) else str(v))
-
-
 COLUMNS = (("wait_p50", "wait p50 (s)"), ("wait_p95", "wait p95 (s)"), ("wait_max", "wait max (s)"),
            ("preemptions", "preemptions"), ("gpu_hours", "GPU-hours"), ("finished", "finished"))
 
@@ -260,8 +256,8 @@ def table_rows(doc: dict[str, Any]) -> list[tuple[str, list[str]]]:
     rows = []
     for name in sorted(set(rec) | set(new), key=lambda n: (n == "(all)", n)):
         a, b = rec.get(name, {}), new.get(name, {})
-        rows.append((name, [f"{_cell(a.get(k), k in a.get('wait_lower_bounds', ()))} -> "
-                            f"{_cell(b.get(k), k in b.get('wait_lower_bounds', ()))}" for k, _ in COLUMNS]))
+        rows.append((name, [f"{cell(a.get(k), k in a.get('wait_lower_bounds', ()))} -> "
+                            f"{cell(b.get(k), k in b.get('wait_lower_bounds', ()))}" for k, _ in COLUMNS]))
     return rows
 
 
