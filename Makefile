@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint clean lock
+.PHONY: demo test tools bench lint clean lock
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,7 +21,12 @@ demo: $(STAMP)
 	@$(BIN)/muster report --store sqlite:///$(DEMO)/history.db --html $(DEMO)/report.html > /dev/null
 	@echo "report of examples/fair-share-two-teams.yaml (open it in a browser): $(CURDIR)/$(DEMO)/report.html"
 
-test: $(STAMP)
+# The real parts the tests run against (kube-apiserver, etcd, KWOK, KubeRay, Kafka, PostgreSQL), built
+# once per machine into ~/.cache/muster; versions pinned in shared/parts/versions.toml.
+tools:
+	$(PY) -m shared.parts.build
+
+test: $(STAMP) tools
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 

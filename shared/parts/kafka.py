@@ -1,0 +1,118 @@
+"""An Apache Kafka broker of its own: one KRaft node (broker and controller) on loopback.
+
+The jars are those ``make tools`` copied from Maven Central (``catalog.built("kafka")``); the
+storage is formatted with Kafka's own ``StorageTool`` and the server started as ``kafka.Kafka``, as
+``bin/kafka-storage.sh`` and ``bin/kafka-server-start.sh`` do. Settings are the broker's defaults
+but for what one node needs (replication factor 1 for its internal topics, no delay before the
+first group rebalance) and a small heap.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+from shared.parts import catalog
+from shared.parts.process import Part, PartFailed, free_port, tail
+
+HEAP = "-Xms256m -Xmx768m"
+
+LOG4J = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka.server.KafkaServer
+logger.kafka.level = INFO
+"""
+
+
+def java() -> str:
+    found = shutil.which("java") or (os.environ.get("JAVA_HOME", "") + "/bin/java")
+    if not found or not Path(found).exists():
+        raise catalog.MissingPart("kafka", "no java on PATH (Kafka 4 needs Java 17 or newer)")
+    return found
+
+
+class KafkaBroker:
+    """``start()`` it; ``bootstrap`` is its ``host:port``."""
+
+    def __init__(self, root: Path, *, port: int | None = None) -> None:
+        self.root = root
+        self.port = port or free_port()
+        self.controller_port = free_port()
+        self.libs = catalog.built("kafka").path / "libs"
+        self.part: Part | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _java(self, main: str, *args: str, heap: str = HEAP) -> list[str]:
+        return [java(), *heap.split(), "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",
+                "-cp", str(self.libs / "*"), main, *args]
+
+    def _configure(self) -> Path:
+        data = self.root / "data"
+        props = self.root / "server.properties"
+        props.write_text("\n".join([
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"log.dirs={data}",
+            "num.partitions=1",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=4",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "delete.topic.enable=true",
+            "",
+        ]))
+        (self.root / "log4j2.properties").write_text(LOG4J.format(log=self.root / "kafka-internal.log"))
+        return props
+
+    def start(self, timeout: float = 90.0) -> "KafkaBroker":
+        self.root.mkdir(parents=True, exist_ok=True)
+        props = self._configure()
+        if not (self.root / "data" / "meta.properties").exists():
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            fmt = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props),
+                                            heap="-Xmx256m"), capture_output=True, text=True, timeout=timeout)
+            if fmt.returncode != 0:
+                raise PartFailed(f"kafka storage format failed: {(fmt.stdout + fmt.stderr).strip()[-600:]}")
+        self.part = Part("kafka", self._java("kafka.Kafka", str(props)), self.root / "kafka.log").start()
+        self.part.wait_until(self._answers, timeout, f"serving metadata on {self.bootstrap}")
+        return self
+
+    def _answers(self) -> bool:
+        from shared.bus.localbroker import kafka_answers
+
+        return kafka_answers(self.bootstrap) is None
+
+    def stop(self) -> None:
+        if self.part is not None:
+            self.part.stop(timeout=20)
+
+    def describe(self) -> str:
+        return f"Apache Kafka {catalog.version('kafka')} (KRaft, one node) at {self.bootstrap}; log {self.root}"
+
+
+def failed_tail(broker: KafkaBroker) -> str:
+    return tail(broker.root / "kafka.log")

@@ -1,0 +1,125 @@
+"""Running a real part as a child process: started, waited on until it answers, stopped.
+
+A ``Part`` runs one program with its output in a log file (the first thing to read when it will not
+start: ``PartFailed`` quotes its tail). It is started in a session of its own, so stopping it stops
+what it started, and so a dev cluster left running (``detach``) outlives the command that made it;
+``pidfile`` lets a later command stop it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+
+class PartFailed(RuntimeError):
+    """A part exited or did not become ready; the message names it and quotes its log."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def tail(path: Path, lines: int = 8) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return " | ".join(line.strip()[:300] for line in text[-lines:]) or "(empty log)"
+
+
+class Part:
+    """One program of the cluster or the stack, its log in ``log``."""
+
+    def __init__(self, name: str, argv: Sequence[str], log: Path, *, env: Mapping[str, str] | None = None,
+                 cwd: Path | None = None, user: str | None = None) -> None:
+        self.name = name
+        self.user = user
+        """Run as this user (PostgreSQL will not run as root)."""
+        self.argv = list(argv)
+        self.log = log
+        self.env = {**os.environ, **(env or {})}
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> "Part":
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=self.env, cwd=self.cwd, start_new_session=True,
+                                         user=self.user)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, f"{self.name} was not started"
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_until(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
+        """Poll ``ready`` until it holds; ``PartFailed`` if the program exits or ``timeout`` passes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.alive():
+                code = self.proc.returncode if self.proc else None
+                raise PartFailed(f"{self.name} exited (code {code}) before {what}; its log {self.log}: {tail(self.log)}")
+            try:
+                if ready():
+                    return
+            except Exception:  # a readiness probe that fails is a probe that says "not yet"
+                pass
+            if time.monotonic() > deadline:
+                raise PartFailed(f"{self.name} did not become ready ({what}) within {timeout:g} s; "
+                                 f"its log {self.log}: {tail(self.log)}")
+            time.sleep(0.2)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM the program's session, SIGKILL it after ``timeout``."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        stop_group(self.proc.pid, timeout)
+        try:
+            self.proc.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def stop_group(pid: int, timeout: float = 15.0) -> None:
+    """Stop the session led by ``pid`` (a part started by this or an earlier command)."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:  # reap it if it is our child (an undetached part); a zombie still answers killpg
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:
+            pass
+        time.sleep(0.1)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
