@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test tools bench lint clean lock
+.PHONY: demo test tools devcluster devcluster-down bench lint clean lock
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,6 +25,14 @@ demo: $(STAMP)
 # once per machine into ~/.cache/muster; versions pinned in shared/parts/versions.toml.
 tools:
 	$(PY) -m shared.parts.build
+
+# A real cluster left running on this machine: KUBECONFIG=build/devcluster/kubeconfig.
+# BATCH_SCHEDULER=none|volcano|kai-scheduler|scheduler-plugins (KubeRay's), NODES=FILE (KWOK nodes).
+devcluster: $(STAMP) tools
+	$(BIN)/muster devcluster up
+
+devcluster-down: $(STAMP)
+	$(BIN)/muster devcluster down
 
 test: $(STAMP) tools
 	$(BIN)/lint-imports

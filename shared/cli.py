@@ -18,6 +18,7 @@ from typer.core import TyperGroup
 from shared.duration import DurationError, parse_duration
 from shared.policy import Policy, PolicyError
 from shared.scenario import ScenarioError, load_scenario
+from shared.parts.commands import devcluster_app
 
 if TYPE_CHECKING:
     from shared.bus.config import BusConfig
@@ -65,6 +66,7 @@ app.add_typer(db_app, name="db")
 log_app = typer.Typer(no_args_is_help=True, help="The event log as a file: taken out of a deployment, or loaded "
                       "into a store.")
 app.add_typer(log_app, name="log")
+app.add_typer(devcluster_app, name="devcluster")
 
 SCHEDULER_NAMES_HELP = ("The spec.schedulerName values muster schedules pods for, comma-separated, e.g. "
                         "muster,volcano; pods for any other scheduler only count as used capacity.")
@@ -134,6 +136,9 @@ def simulate_cmd(
                                                   "and default-scheduler (the scenario's policy: block wins)."),
     trace: bool = typer.Option(False, "--trace", help="Send the run's traces (a trace per workload, in scenario "
                                "time from now on) to the OTLP endpoint OTEL_EXPORTER_OTLP_ENDPOINT names."),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Run on the real cluster this kubeconfig reaches "
+                                           "(e.g. build/devcluster/kubeconfig): KWOK nodes, real KubeRay, the API "
+                                           "server; the clock stays virtual."),
 ) -> None:
     """Run SCENARIO on the embedded stack (or, with --bus, on Kafka) with a simulated cluster and a virtual clock."""
     from shared.simulate import simulate
@@ -161,7 +166,11 @@ def simulate_cmd(
         loaded = load_scenario(scenario)
         for note in loaded.notes():
             err.print(f"[yellow]note:[/] {escape(note)}")
-        if bus is not None:
+        if cluster is not None and bus is not None:
+            raise _failed("--cluster and --bus: choose one")
+        if cluster is not None:
+            run = _simulate_live(loaded, policy, cluster, trace=trace, keep_log=trace or store is not None)
+        elif bus is not None:
             run = _simulate_on_bus(loaded, policy, bus, services, store, keep_topics, err, trace)
         else:
             run = simulate(loaded, policy, traced=trace, keep_log=trace or store is not None)  # its only readers
@@ -215,6 +224,28 @@ def simulate_cmd(
         raise _failed(f"--trace: {not_sent}")
     if failures:
         raise typer.Exit(1)
+
+
+def _simulate_live(scenario: Any, policy: Optional[Policy], kubeconfig: Path, *, trace: bool, keep_log: bool) -> Any:
+    """``simulate --cluster``: the run on a real cluster (``shared.realcluster``); a dev cluster's KubeRay is
+    restarted with the scenario's ``--batch-scheduler`` first."""
+    from shared.parts.catalog import MissingPart
+    from shared.parts.devcluster import DevCluster
+    from shared.parts.process import PartFailed
+    from shared.realcluster import ClusterFailed
+    from shared.simulate import simulate_live
+
+    if not kubeconfig.is_file():
+        raise _failed(f"--cluster {kubeconfig}: no such kubeconfig")
+    try:
+        dev = DevCluster.attach(kubeconfig.parent)
+        if dev is not None:  # our own cluster: emptied for the scenario, its KubeRay set as the scenario says
+            dev.reset()
+            if dev.batch_scheduler != scenario.batch_scheduler:
+                dev.start_kuberay(scenario.batch_scheduler)
+        return simulate_live(scenario, kubeconfig, policy, traced=trace, keep_log=keep_log)
+    except (MissingPart, PartFailed, ClusterFailed, OSError) as exc:
+        raise _failed(f"--cluster {kubeconfig}: {exc}") from None
 
 
 def _tracing_ready(err: Console) -> None:

@@ -7,6 +7,7 @@ scenario through the services on Kafka (``shared.bus.driver``). Both give the sa
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -32,8 +33,12 @@ class Run:
     def result(self) -> dict[str, Any]:
         return self.history.result(self.wall_seconds)
 
+    tolerance: float = 0.0
+    """Seconds either side of an expectation's time ``check`` allows (a real cluster's run)."""
+
     def check(self) -> list[Failure]:
-        return check(self.history, self.scenario.expect, self.runtime.cluster.annotation_history)
+        return check(self.history, self.scenario.expect, self.runtime.cluster.annotation_history,
+                     tolerance=self.tolerance)
 
 
 def new_cluster(scenario: Scenario, policy: Policy) -> SimCluster:
@@ -50,6 +55,25 @@ def simulate(scenario: Scenario, policy: Policy | None = None, *, traced: bool =
     effective = scenario.effective_policy(policy)
     return play(scenario, effective, EmbeddedRuntime(effective, new_cluster(scenario, effective), traced=traced,
                                                      keep_log=keep_log))
+
+
+def simulate_live(scenario: Scenario, kubeconfig: Path, policy: Policy | None = None, *, traced: bool = False,
+                  keep_log: bool = True) -> Run:
+    """Run ``scenario`` on the real cluster ``kubeconfig`` reaches (``shared.realcluster``): its nodes
+    made KWOK nodes, its steps applied through the API server, the cores on virtual time as in
+    ``simulate``. The cluster should hold none of the scenario's objects when it starts."""
+    from shared.parts import catalog
+    from shared.realcluster import TIME_TOLERANCE, LiveCluster, LiveRuntime
+
+    effective = scenario.effective_policy(policy)
+    cluster = LiveCluster(kubeconfig, kubectl=catalog.binary("kubernetes", "kubectl")).start()
+    try:
+        run = play(scenario, effective, LiveRuntime(effective, cluster, traced=traced,  # type: ignore[arg-type]
+                                                    keep_log=keep_log))
+    finally:
+        cluster.close()
+    run.tolerance = TIME_TOLERANCE
+    return run
 
 
 def play(scenario: Scenario, policy: Policy, runtime: EmbeddedRuntime) -> Run:

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from shared.parts.devcluster import DevCluster
 
 import pytest
 
@@ -166,3 +169,34 @@ def topic_prefix(kafka_bootstrap: str) -> Iterator[str]:
     prefix = f"t{uuid.uuid4().hex[:8]}."
     yield prefix
     delete_topics(kafka_bootstrap, prefix)
+
+
+@pytest.fixture(scope="session")
+def devcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator["DevCluster"]:
+    """A real cluster of the session's own (``shared.parts.devcluster``: etcd, kube-apiserver with RBAC,
+    controller manager, scheduler, KWOK, KubeRay with no batch scheduler), with no nodes; stopped at the
+    end. Tests that change it leave it as ``reset`` does (``clean_cluster``)."""
+    from shared.parts.catalog import MissingPart
+    from shared.parts.devcluster import DevCluster
+    from shared.parts.process import PartFailed
+
+    cluster = DevCluster(tmp_path_factory.mktemp("devcluster"))
+    try:
+        cluster.up()
+    except (MissingPart, PartFailed) as exc:
+        cluster.stop()
+        _missing(exc)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def clean_cluster(devcluster: "DevCluster") -> Iterator["DevCluster"]:
+    """The session's real cluster, emptied before the test (``DevCluster.reset``) and its KubeRay back
+    to no batch scheduler."""
+    devcluster.reset()
+    if devcluster.batch_scheduler != "none":
+        devcluster.start_kuberay("none")
+    yield devcluster

@@ -1,0 +1,181 @@
+"""KWOK's configuration for the dev cluster, and the nodes it manages.
+
+KWOK plays the kubelets: it manages the nodes annotated ``kwok.x-k8s.io/node: fake`` and moves
+nodes and pods through *stages*. Run standalone it has none of its own (kwokctl supplies them), so
+these are the dev cluster's, written after KWOK's ``kustomize/stage`` sets ``node/fast``,
+``node/heartbeat-with-lease`` and ``pod/fast``:
+
+- ``node-initialize``: a node that is not Ready becomes Ready, its capacity and allocatable kept;
+- ``node-heartbeat-with-lease``: the node's status is refreshed every 10 minutes (its Lease, which
+  KWOK renews on its own, is the heartbeat the node lifecycle controller reads);
+- ``pod-ready``: a bound pod turns Running and Ready at once (``Scenario.pod_startup`` does not
+  apply: what a kubelet would take to start containers, KWOK does not);
+- ``pod-complete``: a pod a Job owns (a RayJob's submitter) succeeds once it runs;
+- ``pod-delete``: a pod being deleted goes (its grace period is the kubelet's, and there is none).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+ANNOTATION = "kwok.x-k8s.io/node"
+
+_CONDITIONS = """\
+      conditions:
+      {{ range NodeConditions }}
+      - lastHeartbeatTime: {{ $now | Quote }}
+        lastTransitionTime: {{ $lastTransitionTime | Quote }}
+        message: {{ .message | Quote }}
+        reason: {{ .reason | Quote }}
+        status: {{ .status | Quote }}
+        type: {{ .type | Quote }}
+      {{ end }}
+"""
+
+STAGES = f"""\
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {{name: node-initialize}}
+spec:
+  resourceRef: {{apiGroup: v1, kind: Node}}
+  selector:
+    matchExpressions:
+    - {{key: '.status.conditions.[] | select( .type == "Ready" ) | .status', operator: NotIn, values: ['True']}}
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      {{{{ $lastTransitionTime := or .metadata.creationTimestamp $now }}}}
+{_CONDITIONS}      addresses:
+      - {{address: {{{{ NodeIP | Quote }}}}, type: InternalIP}}
+      - {{address: {{{{ NodeName | Quote }}}}, type: Hostname}}
+      allocatable:
+      {{{{ with .status.allocatable }}}}
+      {{{{ YAML . 1 }}}}
+      {{{{ else }}}}
+        cpu: "1k"
+        memory: 1Ti
+        pods: "1M"
+      {{{{ end }}}}
+      capacity:
+      {{{{ with .status.capacity }}}}
+      {{{{ YAML . 1 }}}}
+      {{{{ else }}}}
+        cpu: "1k"
+        memory: 1Ti
+        pods: "1M"
+      {{{{ end }}}}
+      nodeInfo:
+        architecture: amd64
+        kubeletVersion: {{{{ printf "kwok-%s" Version | Quote }}}}
+        kubeProxyVersion: {{{{ printf "kwok-%s" Version | Quote }}}}
+        containerRuntimeVersion: {{{{ printf "kwok-%s" Version | Quote }}}}
+        kernelVersion: {{{{ printf "kwok-%s" Version | Quote }}}}
+        operatingSystem: linux
+      phase: Running
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {{name: node-heartbeat-with-lease}}
+spec:
+  resourceRef: {{apiGroup: v1, kind: Node}}
+  selector:
+    matchExpressions:
+    - {{key: '.status.phase', operator: In, values: [Running]}}
+    - {{key: '.status.conditions.[] | select( .type == "Ready" ) | .status', operator: In, values: ['True']}}
+  delay: {{durationMilliseconds: 600000, jitterDurationMilliseconds: 610000}}
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      {{{{ $lastTransitionTime := or .metadata.creationTimestamp $now }}}}
+{_CONDITIONS}---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {{name: pod-ready}}
+spec:
+  resourceRef: {{apiGroup: v1, kind: Pod}}
+  selector:
+    matchExpressions:
+    - {{key: '.metadata.deletionTimestamp', operator: DoesNotExist}}
+    - {{key: '.status.phase', operator: In, values: [Pending]}}
+    - {{key: '.status.conditions.[] | select( .type == "Ready" ) | .status', operator: NotIn, values: ['True']}}
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      conditions:
+      - {{lastTransitionTime: {{{{ $now | Quote }}}}, status: "True", type: Initialized}}
+      - {{lastTransitionTime: {{{{ $now | Quote }}}}, status: "True", type: Ready}}
+      - {{lastTransitionTime: {{{{ $now | Quote }}}}, status: "True", type: ContainersReady}}
+      - {{lastTransitionTime: {{{{ $now | Quote }}}}, status: "True", type: PodScheduled}}
+      containerStatuses:
+      {{{{ range .spec.containers }}}}
+      - image: {{{{ .image | Quote }}}}
+        name: {{{{ .name | Quote }}}}
+        ready: true
+        restartCount: 0
+        started: true
+        state:
+          running:
+            startedAt: {{{{ $now | Quote }}}}
+      {{{{ end }}}}
+      {{{{ with NodeIPsWith .spec.nodeName }}}}
+      hostIP: {{{{ index . 0 | Quote }}}}
+      {{{{ end }}}}
+      {{{{ with PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}}}
+      podIP: {{{{ index . 0 | Quote }}}}
+      {{{{ end }}}}
+      phase: Running
+      startTime: {{{{ $now | Quote }}}}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {{name: pod-complete}}
+spec:
+  resourceRef: {{apiGroup: v1, kind: Pod}}
+  selector:
+    matchExpressions:
+    - {{key: '.metadata.deletionTimestamp', operator: DoesNotExist}}
+    - {{key: '.status.phase', operator: In, values: [Running]}}
+    - {{key: '.metadata.ownerReferences.[].kind', operator: In, values: [Job]}}
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      containerStatuses:
+      {{{{ range .spec.containers }}}}
+      - image: {{{{ .image | Quote }}}}
+        name: {{{{ .name | Quote }}}}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated: {{exitCode: 0, reason: Completed, startedAt: {{{{ $now | Quote }}}}, finishedAt: {{{{ $now | Quote }}}}}}
+      {{{{ end }}}}
+      phase: Succeeded
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {{name: pod-delete}}
+spec:
+  resourceRef: {{apiGroup: v1, kind: Pod}}
+  selector:
+    matchExpressions:
+    - {{key: '.metadata.deletionTimestamp', operator: Exists}}
+  next:
+    finalizers: {{empty: true}}
+    delete: true
+"""
+
+
+def node(name: str, capacity: Mapping[str, str], *, labels: Mapping[str, str] | None = None,
+         taints: Sequence[Mapping[str, Any]] = (), unschedulable: bool = False) -> dict[str, Any]:
+    """A Node KWOK manages: ``capacity`` is also its allocatable (``pods`` defaults to 110)."""
+    resources = {"pods": "110", **{k: str(v) for k, v in capacity.items()}}
+    spec: dict[str, Any] = {}
+    if taints:
+        spec["taints"] = [dict(t) for t in taints]
+    if unschedulable:
+        spec["unschedulable"] = True
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {ANNOTATION: "fake"},
+                         "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                    "type": "kwok", **dict(labels or {})}},
+            "spec": spec, "status": {"capacity": resources, "allocatable": dict(resources)}}

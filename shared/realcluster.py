@@ -1,0 +1,265 @@
+"""A scenario on a real cluster: ``muster simulate SCENARIO --cluster KUBECONFIG``.
+
+The same scenario file, the same cores and the same result document as ``muster simulate``, with
+the simulated cluster replaced by a real one: the scenario's nodes become KWOK nodes, its steps are
+applied (server-side apply, as ``kubectl apply --server-side`` does) and deleted through the API
+server at their times, real KubeRay turns RayClusters and RayJobs into pods, KWOK runs what is bound,
+and muster reads all of it through the cluster link's own ``Watcher`` and writes its effects through
+the link's own ``KubeApplier`` (``services.reconciler.kubeapi``, what ``muster run cluster`` runs).
+
+Time stays the scenario's: virtual, as in ``muster simulate``. ``LiveRuntime`` advances it to the
+next step or timer only once the cluster has settled — no watch event for ``quiet`` seconds after
+the last thing muster or the scenario did to it — so a scenario of 900 s runs in the seconds its
+actions take, and everything the real controllers do in reaction to an instant is seen at that
+instant. What a kubelet would take (``pod_startup``) KWOK does not: a bound pod runs at once. Hence
+``--check`` on a real cluster allows ``TIME_TOLERANCE`` seconds either side of an expectation's time.
+
+The cluster link runs on an asyncio loop in a thread of its own; the runtime, single-threaded as
+ever, takes what the watchers saw at each instant (``take_watch_events``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import yaml
+
+from services.reconciler.ingest import Change
+from services.reconciler.kubeapi import KubeApplier, Watcher, connect
+from services.reconciler.resources import WATCHED, Resource, candidates
+from shared import kube
+from shared.embedded import EmbeddedRuntime
+from shared.events import KubeEffect, derive_id
+from shared.parts import kwok
+from shared.parts.devcluster import SYSTEM_NAMESPACES
+from shared.sim.cluster import ScenarioError, describe, namespace_of
+
+TIME_TOLERANCE = 5.0
+"""Seconds ``--check`` allows either side of an expectation's time on a real cluster: a pod runs
+as soon as it is bound (``pod_startup``, 2 s by default, is not simulated), and the real controllers'
+reactions land at the instant that caused them, not a few seconds later."""
+
+MANAGER = "muster-scenario"
+"""The field manager of the scenario's own writes (server-side apply)."""
+
+
+
+class ClusterFailed(RuntimeError):
+    """The real cluster could not be used (not reachable, a watch that will not start)."""
+
+
+class LiveCluster:
+    """The interface ``EmbeddedRuntime`` drives (``SimCluster``'s), over a real API server."""
+
+    def __init__(self, kubeconfig: Path, *, kubectl: str, quiet: float = 0.5, settle_limit: float = 60.0) -> None:
+        self.kubeconfig = kubeconfig
+        self.kubectl_bin = kubectl
+        self.quiet = quiet
+        self.settle_limit = settle_limit
+        self._events: deque[tuple[Change, dict[str, Any]]] = deque()
+        self._last_seen = time.monotonic()
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="muster-live-cluster", daemon=True)
+        self._tasks: list[asyncio.Future[Any]] = []
+        self._applied: dict[tuple[str, str, str], str] = {}
+        """(kind, namespace, name) -> the apiVersion the scenario applied it with (for its deletion)."""
+        self._namespaces: set[str] = set()
+        self._history: dict[tuple[str, str, str], list[tuple[float, dict[str, str]]]] = {}
+        self._annotations: dict[tuple[str, str, str], dict[str, str]] = {}
+        self.now = 0.0
+        self.api: Any = None
+        self.applier: KubeApplier | None = None
+        self.watcher: Watcher | None = None
+        self.requests = 0
+        """Requests muster's effects made (bench: the API server's requests per workload)."""
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> "LiveCluster":
+        """Connect, start a watch of every resource muster reads, and wait for every first list."""
+        self._thread.start()
+        self._call(self._connect())
+        listed = threading.Event()
+        pending = set(WATCHED)
+
+        def done(resource: Resource) -> Callable[[], None]:
+            def listed_once() -> None:
+                pending.discard(resource)
+                if not pending:
+                    listed.set()
+            return listed_once
+
+        assert self.watcher is not None
+        for resource in WATCHED:
+            self._tasks.append(asyncio.run_coroutine_threadsafe(
+                self.watcher.run(resource, self._sink, done(resource)), self._loop))
+        if not listed.wait(60):
+            raise ClusterFailed(f"the first list of {', '.join(sorted(r.plural for r in pending))} did not finish in 60 s")
+        return self
+
+    async def _connect(self) -> None:
+        self.api = await connect(kubeconfig=str(self.kubeconfig))
+        self.applier = KubeApplier(self.api, victim_wait=30.0, status_interval=0.0)
+        self.watcher = Watcher(self.api, absent_retry=5.0, error_retry=0.5)
+        await self.watcher.probe()
+
+    def _call(self, coro: Any, timeout: float = 120.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self.api is not None:
+            try:
+                self._call(self.api.close(), timeout=10)
+            except Exception:  # closing a session that is already broken: nothing left to release
+                pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    async def _sink(self, change: Change, obj: dict[str, Any]) -> None:
+        metadata = obj.get("metadata")
+        if isinstance(metadata, dict):
+            metadata.pop("managedFields", None)  # as the cluster link drops it (field ownership no decision reads)
+        with self._lock:
+            self._events.append((change, obj))
+            self._last_seen = time.monotonic()
+
+    # ------------------------------------------------------------------ what the runtime calls
+    def apply(self, obj: dict[str, Any], now: float) -> None:
+        """Server-side apply of a scenario manifest, in its namespace (made if missing)."""
+        if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str):
+            raise ScenarioError("a manifest without a kind")
+        kind = obj["kind"]
+        metadata = kube.meta(obj)
+        name = metadata.get("name")
+        if not isinstance(name, str) or not name:
+            raise ScenarioError(f"{kind} without metadata.name")
+        namespace = namespace_of(kind, metadata.get("namespace"))
+        if kind == "Node":  # a scenario's node is a KWOK node: KWOK plays its kubelet
+            obj = {**obj, "metadata": {**metadata, "annotations": {**(metadata.get("annotations") or {}),
+                                                                    kwok.ANNOTATION: "fake"}}}
+        if namespace and kind != "Namespace":
+            self._ensure_namespace(namespace)
+        self._kubectl(["apply", "--server-side", "--force-conflicts", f"--field-manager={MANAGER}", "-f", "-"],
+                      yaml.safe_dump(obj), f"apply {describe(kind, namespace, name)}")
+        self._applied[(kind, namespace, name)] = str(obj.get("apiVersion") or "")
+        self._touched()
+
+    def delete(self, kind: str, namespace: str | None, name: str, now: float) -> None:
+        ns = namespace_of(kind, namespace)
+        resource = self._resource_name(kind, ns, name)
+        args = ["delete", resource, name, "--wait=false"]
+        if ns:
+            args += ["-n", ns]
+        self._kubectl(args, None, f"delete {describe(kind, ns, name)}")
+        self._touched()
+
+    def perform(self, effect: KubeEffect, now: float) -> None:
+        """One reconciler effect, through the cluster link's applier (idempotent, as deployed)."""
+        assert self.applier is not None
+        effect_id = derive_id("live", effect.op, effect.kind, effect.namespace, effect.name, effect.node,
+                              f"{now:.6f}", effect.reason)
+        self.requests += 1
+        self._call(self.applier.apply(effect, effect_id))
+        self._touched()
+
+    def fire(self, key: str, now: float) -> None:
+        """The real cluster keeps its own time: it asks for no timers."""
+
+    def take_watch_events(self) -> list[tuple[str, dict[str, Any]]]:
+        with self._lock:
+            out = list(self._events)
+            self._events.clear()
+        for change, obj in out:
+            self._note_annotations(change, obj)
+        return out  # type: ignore[return-value]
+
+    def take_timer_requests(self) -> list[tuple[float, str]]:
+        return []
+
+    def annotation_history(self, kind: str, namespace: str | None, name: str) -> list[tuple[float, dict[str, str]]]:
+        return [(t, dict(a)) for t, a in self._history.get((kind, namespace_of(kind, namespace), name), [])]
+
+    # ------------------------------------------------------------------ settling
+    def settle(self) -> bool:
+        """Wait until no watch event has come for ``quiet`` seconds (at most ``settle_limit``);
+        whether anything arrived that the runtime has not taken."""
+        deadline = time.monotonic() + self.settle_limit
+        while True:
+            with self._lock:
+                idle = time.monotonic() - self._last_seen
+                waiting = bool(self._events)
+            if idle >= self.quiet or time.monotonic() > deadline:
+                return waiting
+            time.sleep(min(self.quiet - idle, 0.05) if idle < self.quiet else 0.05)
+
+    def pending(self) -> bool:
+        with self._lock:
+            return bool(self._events)
+
+    def _touched(self) -> None:
+        with self._lock:
+            self._last_seen = time.monotonic()
+
+    # ------------------------------------------------------------------ helpers
+    def _note_annotations(self, change: str, obj: Mapping[str, Any]) -> None:
+        kind = obj.get("kind")
+        if kind not in ("RayJob", "RayCluster", "Pod") or change == "Deleted":
+            return
+        metadata = kube.meta(obj)
+        key = (str(kind), namespace_of(str(kind), metadata.get("namespace")), str(metadata.get("name")))
+        annotations = {str(k): str(v) for k, v in (metadata.get("annotations") or {}).items()}
+        if self._annotations.get(key) != annotations:
+            self._annotations[key] = annotations
+            self._history.setdefault(key, []).append((self.now, annotations))
+
+    def _ensure_namespace(self, namespace: str) -> None:
+        if namespace in self._namespaces or namespace in SYSTEM_NAMESPACES:
+            return
+        self._kubectl(["apply", "--server-side", f"--field-manager={MANAGER}", "-f", "-"],
+                      yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
+                      f"create namespace {namespace}")
+        self._namespaces.add(namespace)
+
+    def _resource_name(self, kind: str, namespace: str, name: str) -> str:
+        """kubectl's fully qualified resource for a kind (``queues.v1beta1.scheduling.volcano.sh``): two
+        peers call their kinds ``Queue`` and three ``PodGroup``."""
+        api_version = self._applied.get((kind, namespace, name), "")
+        for resource in candidates(kind):
+            if not api_version or resource.api_version == api_version:
+                if not resource.group:
+                    return resource.plural
+                return f"{resource.plural}.{resource.version}.{resource.group}"
+        return kind.lower()
+
+    def _kubectl(self, args: list[str], stdin: str | None, what: str) -> None:
+        done = subprocess.run([self.kubectl_bin, "--kubeconfig", str(self.kubeconfig), *args], input=stdin,
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            message = " ".join((done.stderr or done.stdout).split())
+            raise ScenarioError(f"{what}: the API server refused it: {message[:600]}")
+
+
+class LiveRuntime(EmbeddedRuntime):
+    """The embedded runtime over a ``LiveCluster``: virtual time that moves on once the cluster settles."""
+
+    cluster: LiveCluster  # type: ignore[assignment]
+
+    def _advance(self, t: float) -> None:
+        super()._advance(t)
+        self.cluster.now = self.now
+
+    def drain(self) -> None:
+        """Deliver until every inbox is empty and the cluster has settled with nothing new."""
+        while True:
+            super().drain()
+            self.cluster.settle()
+            if not self.cluster.pending():
+                return
