@@ -83,10 +83,11 @@ def volcano_queue(name: str, obj: Mapping[str, Any], defined: Mapping[str, Queue
     guarantee = resources(opt_mapping(spec.get("guarantee"), "spec.guarantee").get("resource"), "spec.guarantee.resource")
     capability = resources(spec.get("capability"), "spec.capability")
     deserved = {r: min(v, capability.get(r, v)) for r, v in resources(spec.get("deserved"), "spec.deserved").items()}
-    state_field = "status.state" if status.get("state") else "spec.state"
-    state = string(status.get("state") or spec.get("state"), state_field, default="Open") or "Open"
+    # Volcano keeps a queue's state in status alone (its QueueSpec has no state; its CRD prunes a
+    # spec.state), written by its queue controller when `vcctl queue operate` closes or opens it.
+    state = string(status.get("state"), "status.state", default="Open") or "Open"
     if state not in QUEUE_STATES:
-        raise Invalid(f"{state_field}: {show(state)} is not one of {', '.join(QUEUE_STATES)}")
+        raise Invalid(f"status.state: {show(state)} is not one of {', '.join(QUEUE_STATES)}")
     parent = string(spec.get("parent"), "spec.parent") or None
     if parent == "root" and "root" not in defined and name != "root":
         parent = None

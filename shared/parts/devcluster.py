@@ -208,7 +208,15 @@ class DevCluster:
         for path in files:
             args += ["-f", str(path)]
         self.kubectl(*args)
-        self.kubectl("wait", "--for", "condition=Established", "--timeout", "60s", "crd", "--all")
+        deadline = time.monotonic() + 60
+        while True:  # kubectl wait fails, not waits, on a CRD whose status has no conditions yet
+            done = self.kubectl("wait", "--for", "condition=Established", "--timeout", "60s", "crd", "--all",
+                                check=False)
+            if done.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise PartFailed(f"the CRDs were not established within 60 s: {done.stderr.strip()[-400:]}")
+            time.sleep(0.2)
 
     def _kwok(self) -> None:
         (self.root / "kwok.yaml").write_text(kwok.STAGES)

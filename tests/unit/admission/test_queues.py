@@ -64,8 +64,9 @@ def test_volcano_defaults() -> None:
 
 
 @pytest.mark.parametrize(("spec_state", "status_state", "expected"),
-                         [("Closed", None, "Closed"), (None, "Closing", "Closing"), ("Open", "Closed", "Closed")])
-def test_volcano_state_prefers_status(spec_state: str | None, status_state: str | None, expected: str) -> None:
+                         [("Closed", None, "Open"), (None, "Closing", "Closing"), ("Open", "Closed", "Closed")])
+def test_volcano_state_is_read_from_status_only(spec_state: str | None, status_state: str | None, expected: str) -> None:
+    """Volcano's QueueSpec has no state (its CRD prunes one): only status.state closes a queue."""
     [spec] = only_defined(AdmissionDriver().send(volcano_queue("q", state=spec_state, status_state=status_state)))
     assert spec.state == expected
 
@@ -95,7 +96,7 @@ def test_volcano_unknown_parent_is_rejected_then_defined_when_the_parent_arrives
         (volcano_queue("q", weight=0), "spec.weight: 0 is less than 1"),
         (volcano_queue("q", weight="2"), "spec.weight: '2' is not an integer"),
         (volcano_queue("q", reclaimable="yes"), "spec.reclaimable: 'yes' is not true or false"),
-        (volcano_queue("q", state="Paused"), "spec.state: 'Paused' is not one of Open, Closed, Closing"),
+        (volcano_queue("q", status_state="Paused"), "status.state: 'Paused' is not one of Open, Closed, Closing"),
         (volcano_queue("q", parent="q"), "spec.parent: 'q' is the queue itself"),
         (volcano_queue("q", spec_capability=["cpu"]), "spec.capability: a list is not a mapping"),
         ({**volcano_queue("q"), "spec": "open"}, "spec: 'open' is not a mapping"),
