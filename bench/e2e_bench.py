@@ -254,7 +254,7 @@ def stack(bootstrap: str, api: ApiServer) -> Iterator[Stack]:
                 bus.run(gather_all(app.stop() for app in apps), timeout=60)
         else:
             with ExitStack() as processes:
-                pids = [processes.enter_context(_service(config, name, api.url)) for name in (*SERVICES, "cluster")]
+                pids = [processes.enter_context(_service(config, name, ["--kube-url", api.url])) for name in (*SERVICES, "cluster")]
                 bus.run(_settle(config))
                 yield Stack(config, pids)
     finally:
@@ -262,15 +262,16 @@ def stack(bootstrap: str, api: ApiServer) -> Iterator[Stack]:
 
 
 @contextmanager
-def _service(config: BusConfig, name: str, kube_url: str) -> Iterator[int]:
-    """``muster run NAME`` as a process of its own, returned once its ``/readyz`` says ready."""
+def _service(config: BusConfig, name: str, kube_args: list[str]) -> Iterator[int]:
+    """``muster run NAME`` as a process of its own, returned once its ``/readyz`` says ready
+    (``kube_args``: where ``muster run cluster`` finds the API server, ``--kube-url`` or ``--kubeconfig``)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     args = [sys.executable, "-m", "shared.cli", "run", name, "--kafka", config.bootstrap, "--topic-prefix",
             config.prefix, "--metrics-port", str(port), "--log-level", "warning"]
     if name == "cluster":
-        args += ["--kube-url", kube_url, "--lease", "none"]
+        args += [*kube_args, "--lease", "none"]
     with tempfile.TemporaryFile() as errors:
         process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=errors)
         try:

@@ -36,7 +36,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka import errors
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (CoordinatorLoadInProgressError, GroupCoordinatorNotAvailableError, KafkaError,
+                             NotCoordinatorError)
 from aiokafka.partitioner import DefaultPartitioner
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
@@ -331,7 +332,14 @@ async def group_offset(config: BusConfig, group: str, topic: str) -> int | None:
     admin = AIOKafkaAdminClient(**config.aiokafka())
     await admin.start()
     try:
-        offsets = await admin.list_consumer_group_offsets(group, partitions=[TopicPartition(topic, 0)])
+        while True:
+            try:
+                offsets = await admin.list_consumer_group_offsets(group, partitions=[TopicPartition(topic, 0)])
+                break
+            except (GroupCoordinatorNotAvailableError, CoordinatorLoadInProgressError, NotCoordinatorError):
+                # A broker just started has no coordinator until it has made __consumer_offsets (Apache
+                # Kafka takes a second or two): retriable, as Kafka's own clients treat it.
+                await asyncio.sleep(0.2)
     finally:
         await admin.close()
     meta = offsets.get(TopicPartition(topic, 0))

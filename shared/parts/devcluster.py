@@ -46,12 +46,16 @@ def kubeconfig(server: str, ca: Path, crt: Path, key: Path, user: str) -> dict[s
 class DevCluster:
     """The cluster whose files live in ``root`` (see the module docstring)."""
 
-    def __init__(self, root: Path, *, batch_scheduler: str = "none", nodes: Path | None = None) -> None:
+    def __init__(self, root: Path, *, batch_scheduler: str = "none", nodes: Path | None = None,
+                 audited: tuple[str, ...] = ()) -> None:
         if batch_scheduler not in BATCH_SCHEDULERS:
             raise ValueError(f"unknown batch scheduler {batch_scheduler!r}: one of {', '.join(BATCH_SCHEDULERS)}")
         self.root = root.resolve()
         self.batch_scheduler = batch_scheduler
         self.nodes = nodes
+        self.audited = audited
+        """Users whose every request the API server writes to ``audit.log`` (metadata only; the bench
+        counts a scheduler's requests there)."""
         self.parts: dict[str, Part] = {}
         self.ports: dict[str, int] = {}
         self.attached: dict[str, int] = {}
@@ -147,7 +151,7 @@ class DevCluster:
             "--service-account-key-file", str(sa_pub), "--service-account-signing-key-file", str(sa_key),
             "--service-cluster-ip-range", SERVICE_CIDR,
             "--enable-priority-and-fairness=false",  # one client host; APF's seats would only queue the tests
-            "--profiling=false", "--v=1",
+            "--profiling=false", "--v=1", *self._audit_flags(),
         ])
         crt, key = pki.issue("admin", "kubernetes-admin", groups=("system:masters",))
         self.kubeconfig.write_text(yaml.safe_dump(kubeconfig(self.server, pki.ca_file, crt, key, "admin")))
@@ -159,6 +163,39 @@ class DevCluster:
                 return bool(answer.status == 200)
 
         part.wait_until(ready, timeout, f"ready at {self.server}/readyz")
+
+    def _audit_flags(self) -> list[str]:
+        if not self.audited:
+            return []
+        policy = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+                  "rules": [{"level": "Metadata", "users": list(self.audited)}, {"level": "None"}]}
+        (self.root / "audit-policy.yaml").write_text(yaml.safe_dump(policy))
+        return ["--audit-policy-file", str(self.root / "audit-policy.yaml"), "--audit-log-path", str(self.audit_log),
+                "--audit-log-format", "json", "--audit-log-mode", "blocking"]
+
+    @property
+    def audit_log(self) -> Path:
+        return self.root / "audit.log"
+
+    def audited_requests(self) -> dict[str, int]:
+        """Requests the API server answered per audited user so far (``audited``)."""
+        counts = dict.fromkeys(self.audited, 0)
+        if self.audit_log.exists():
+            with self.audit_log.open() as log:
+                for line in log:
+                    user = json.loads(line).get("user", {}).get("username")
+                    if user in counts:
+                        counts[user] += 1
+        return counts
+
+    def client(self, user: str, groups: tuple[str, ...] = ("system:masters",)) -> Path:
+        """A kubeconfig for ``user`` (a client certificate the cluster's CA signs; by default an admin),
+        so that a program's requests are told apart from the others' (``audited``)."""
+        pki = Authority(self.root / "pki")
+        crt, key = pki.issue(f"user-{user}", user, groups=groups)
+        path = self.root / f"{user}.kubeconfig"
+        path.write_text(yaml.safe_dump(kubeconfig(self.server, pki.ca_file, crt, key, user)))
+        return path
 
     def _components(self, pki: Authority) -> None:
         """kube-controller-manager and kube-scheduler, each as the user RBAC's bootstrap roles name."""

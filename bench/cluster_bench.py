@@ -1,0 +1,227 @@
+"""muster on the real-cluster tier, against kube-scheduler on the same cluster in the same run.
+
+``make bench SECTIONS=cluster``. A dev cluster (``shared.parts.devcluster``: etcd, kube-apiserver,
+controller manager, kube-scheduler, KWOK, KubeRay with no batch scheduler) with ``NODES`` KWOK nodes
+of 32 CPUs, a real Apache Kafka broker, and muster deployed as processes: ``muster run admission``,
+``queue``, ``placement``, ``reconciler`` and ``muster run cluster`` (its own client certificate, so
+the API server's audit log tells its requests apart). Each run:
+
+1. **muster**: ``CLUSTERS`` RayClusters of a head (2 CPU) and 8 workers (4 CPU), their templates
+   naming ``schedulerName: muster``, created at one instant; real KubeRay makes their pods, muster
+   binds them (gang by gang), KWOK runs them. Figures: pods bound per second (from the instant the
+   RayClusters exist to the last pod bound), p50/p99 per RayCluster from its creation to its last
+   pod bound, the API server's requests per RayCluster made by muster's cluster link.
+2. **kube-scheduler**: the same number of plain pods with the same requests (``CLUSTERS`` × 9),
+   created the same way, bound by kube-scheduler alone: pods per second, p50/p99 per pod from
+   creation to bound, its requests per pod. The ceiling this machine's API server allows.
+
+``cluster_ratio_pods_per_second`` = muster / kube-scheduler, paired run by run (the machine's speed
+varies between hours, not between two halves of one run). Creation and bind times come from watches
+in this process (the instant ``spec.nodeName`` first appears), so both are measured alike. muster's
+figure includes what KubeRay takes to create the pods (its client's default 100 requests/s);
+kube-scheduler's pods are written by the bench. Figures only, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.e2e_bench import _cpu, _service, _with_children
+from bench.stats import percentile, spread
+from shared.bus.app import ensure_topics
+from shared.bus.config import BusConfig
+from shared.bus.driver import EventLoopThread
+from shared.parts import catalog
+from shared.parts.devcluster import DevCluster
+from shared.parts.kafka import KafkaBroker
+from shared.parts.kwok import node
+from shared.topology import SERVICES
+
+NODES = int(os.environ.get("MUSTER_BENCH_CLUSTER_NODES", "200"))
+CLUSTERS = int(os.environ.get("MUSTER_BENCH_CLUSTER_RAYCLUSTERS", "100"))
+RUNS = int(os.environ.get("MUSTER_BENCH_CLUSTER_RUNS", "3"))
+WORKERS, HEAD_CPU, WORKER_CPU = 8, 2, 4
+LINK_USER = "muster-cluster-link"
+SCHEDULER_USER = "system:kube-scheduler"
+NAMESPACE = "bench"
+
+
+def ray_cluster(n: int) -> dict[str, Any]:
+    def template(name: str, cpu: int, memory: str) -> dict[str, Any]:
+        return {"spec": {"schedulerName": "muster", "containers": [
+            {"name": name, "image": "rayproject/ray:2.46.0", "resources": {"requests": {"cpu": str(cpu), "memory": memory}}}]}}
+
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": f"rc-{n}", "namespace": NAMESPACE},
+            "spec": {"headGroupSpec": {"rayStartParams": {}, "template": template("ray-head", HEAD_CPU, "4Gi")},
+                     "workerGroupSpecs": [{"groupName": "worker", "replicas": WORKERS, "minReplicas": WORKERS,
+                                           "maxReplicas": WORKERS, "rayStartParams": {},
+                                           "template": template("ray-worker", WORKER_CPU, "8Gi")}]}}
+
+
+def plain_pod(n: int, i: int) -> dict[str, Any]:
+    cpu, memory = (HEAD_CPU, "4Gi") if i == 0 else (WORKER_CPU, "8Gi")
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"plain-{n}-{i}", "namespace": NAMESPACE, "labels": {"bench/group": f"plain-{n}"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox",
+                                     "resources": {"requests": {"cpu": str(cpu), "memory": memory}}}]}}
+
+
+class BindWatch:
+    """From ``kubectl get --watch`` processes of this bench (one clock for both schedulers): the
+    instant each pod of ``NAMESPACE`` was first seen, and first seen bound, and each RayCluster's
+    first sighting (its creation, as near as a watcher can tell)."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.seen: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.group: dict[str, str] = {}
+        self._procs = [self._watch(resource) for resource in ("pods", "rayclusters.ray.io")]
+
+    def _watch(self, resource: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([catalog.binary("kubernetes", "kubectl"), "--kubeconfig", str(self.kubeconfig), "get",
+                                 resource, "-n", NAMESPACE, "--watch", "-o", "json"], stdout=subprocess.PIPE, text=True)
+        threading.Thread(target=self._read, args=(proc, resource == "pods"), daemon=True).start()
+        return proc
+
+    def _read(self, proc: subprocess.Popen[str], pods: bool) -> None:
+        assert proc.stdout is not None
+        buffer = ""
+        decoder = json.JSONDecoder()
+        for line in proc.stdout:
+            buffer += line
+            while buffer.strip():
+                try:
+                    obj, end = decoder.raw_decode(buffer.lstrip())
+                except json.JSONDecodeError:
+                    break
+                buffer = buffer.lstrip()[end:]
+                now = time.monotonic()
+                metadata = obj.get("metadata") or {}
+                name = metadata.get("name", "")
+                key = f"{'pod' if pods else 'raycluster'}/{name}"
+                self.seen.setdefault(key, now)
+                if pods:
+                    cluster = (metadata.get("labels") or {}).get("ray.io/cluster")
+                    self.group[name] = f"raycluster/{cluster}" if cluster else key
+                    if (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
+                        self.bound[name] = now
+
+    def wait(self, pods: int, timeout: float = 900.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.bound) < pods:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(self.bound)} of {pods} pods bound after {timeout:g} s")
+            time.sleep(0.05)
+
+    def latencies(self) -> list[float]:
+        """Per RayCluster (or plain pod): from its first sighting to its last pod bound, sorted."""
+        last: dict[str, float] = {}
+        for name, at in self.bound.items():
+            group = self.group.get(name, f"pod/{name}")
+            last[group] = max(last.get(group, 0.0), at)
+        return sorted(at - self.seen[group] for group, at in last.items())
+
+    def close(self) -> None:
+        for proc in self._procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def _create(cluster: DevCluster, objs: list[dict[str, Any]]) -> None:
+    """Create ``objs`` with one ``kubectl create`` (one request each, as fast as kubectl sends them)."""
+    cluster.kubectl("create", "-f", "-", input="---\n".join(yaml.safe_dump(o) for o in objs), timeout=600)
+
+
+def _clear(cluster: DevCluster) -> None:
+    cluster.kubectl("delete", "rayclusters.ray.io", "--all", "-n", NAMESPACE, "--wait=true", "--timeout=300s")
+    cluster.kubectl("delete", "pods", "--all", "-n", NAMESPACE, "--grace-period=0", "--force", "--wait=true",
+                    "--timeout=300s")
+
+
+def one_run(cluster: DevCluster, stack_pids: list[int]) -> dict[str, float]:
+    pods = CLUSTERS * (WORKERS + 1)
+    figures: dict[str, float] = {}
+    for who in ("muster", "kube_scheduler"):
+        before = cluster.audited_requests()
+        cpu_before = _cpu(_with_children(stack_pids)) if who == "muster" else _cpu([cluster.parts["kube-scheduler"].pid])
+        watch = BindWatch(cluster.kubeconfig)
+        try:
+            started = time.monotonic()
+            if who == "muster":
+                _create(cluster, [ray_cluster(n) for n in range(CLUSTERS)])
+            else:
+                _create(cluster, [plain_pod(n, i) for n in range(CLUSTERS) for i in range(WORKERS + 1)])
+            watch.wait(pods)
+            wall = max(watch.bound.values()) - started
+            per_group = watch.latencies()
+        finally:
+            watch.close()
+        after = cluster.audited_requests()
+        user = LINK_USER if who == "muster" else SCHEDULER_USER
+        cpu_after = _cpu(_with_children(stack_pids)) if who == "muster" else _cpu([cluster.parts["kube-scheduler"].pid])
+        unit = CLUSTERS if who == "muster" else pods
+        figures[f"{who}_pods_per_second"] = pods / wall
+        figures[f"{who}_p50_ms"] = percentile(per_group, 0.5) * 1000
+        figures[f"{who}_p99_ms"] = percentile(per_group, 0.99) * 1000
+        figures[f"{who}_requests_per_{'raycluster' if who == 'muster' else 'pod'}"] = (after[user] - before[user]) / unit
+        figures[f"{who}_cpu_seconds"] = cpu_after - cpu_before
+        _clear(cluster)
+    figures["ratio"] = figures["muster_pods_per_second"] / figures["kube_scheduler_pods_per_second"]
+    return figures
+
+
+def _nodes(cluster: DevCluster) -> None:
+    manifests = [node(f"kwok-{i + 1}", {"cpu": "32", "memory": "128Gi"}) for i in range(NODES)]
+    cluster.kubectl("apply", "--server-side", "-f", "-", input="---\n".join(yaml.safe_dump(m) for m in manifests),
+                    timeout=600)
+    cluster.kubectl("wait", "--for=condition=Ready", "nodes", "--all", "--timeout=300s", timeout=360)
+    cluster.kubectl("create", "namespace", NAMESPACE)
+
+
+def _stack(cluster: DevCluster, bootstrap: str, link_config: Path, stack: ExitStack) -> list[int]:
+    config = BusConfig(bootstrap, prefix="bench.cluster.")
+    bus = EventLoopThread()
+    try:
+        bus.run(ensure_topics(config))
+    finally:
+        bus.close()
+    pids = [stack.enter_context(_service(config, name, ["--kubeconfig", str(link_config)] if name == "cluster" else []))
+            for name in (*SERVICES, "cluster")]
+    return pids
+
+
+def run() -> dict[str, Any]:
+    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="muster-bench-cluster-") as tmp:
+        root = Path(tmp)
+        cluster = DevCluster(root / "cluster", audited=(LINK_USER, SCHEDULER_USER))
+        stack.callback(cluster.stop)
+        cluster.up()
+        broker = KafkaBroker(root / "kafka").start()
+        stack.callback(broker.stop)
+        _nodes(cluster)
+        pids = _stack(cluster, broker.bootstrap, cluster.client(LINK_USER), stack)
+        runs = []
+        for i in range(RUNS):
+            print(f"  cluster: run {i + 1} of {RUNS} ...", flush=True)
+            runs.append(one_run(cluster, pids))
+        figures: dict[str, Any] = {"cluster_nodes": NODES, "cluster_rayclusters": CLUSTERS,
+                                   "cluster_pods": CLUSTERS * (WORKERS + 1), "cluster_kafka": broker.describe()}
+        for key in runs[0]:
+            name = "cluster_ratio_pods_per_second" if key == "ratio" else f"cluster_{key}"
+            figures[name] = spread([r[key] for r in runs], digits=3 if key == "ratio" else 2)
+        return figures
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(), indent=2))
