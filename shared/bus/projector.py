@@ -47,7 +47,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from sqlalchemy.exc import SQLAlchemyError
 
 from shared.bus import codec
-from shared.bus.app import FaustProducer, InOrder, MusterApp, base_app
+from shared.bus.app import FaustProducer, InOrder, MusterApp, base_app, topic_partitions
 from shared.bus.codec import BadRecord
 from shared.bus.config import BusConfig
 from shared.bus.topics import Topics
@@ -292,7 +292,7 @@ class LogProjector:
             while True:
                 try:
                     if not partitions:
-                        partitions = await self._partitions(consumer)
+                        partitions = await self._partitions(config)
                         consumer.assign(partitions)
                     if seek:
                         orders = await self._seek(consumer, partitions, on_thread)
@@ -381,13 +381,12 @@ class LogProjector:
             wait = MORE_WAIT
         return records
 
-    async def _partitions(self, consumer: AIOKafkaConsumer) -> list[TopicPartition]:
+    async def _partitions(self, config: BusConfig) -> list[TopicPartition]:
         """Every partition of the log (waiting for the topic to exist)."""
         while True:
-            await consumer.topics()  # refreshes the metadata
-            found = consumer.partitions_for_topic(self.topics.log)
+            found = await topic_partitions(config, self.topics.log)
             if found:
-                return [TopicPartition(self.topics.log, p) for p in sorted(found)]
+                return [TopicPartition(self.topics.log, p) for p in found]
             log.warning("projector: topic %s does not exist yet; waiting for it", self.topics.log)
             await asyncio.sleep(1.0)
 
