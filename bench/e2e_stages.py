@@ -25,6 +25,7 @@ import os
 import re
 import tempfile
 import time
+from contextlib import ExitStack
 from typing import Any
 
 from bench import e2e_bench
@@ -32,7 +33,7 @@ from bench.bus_bench import _log_reader
 from bench.stats import percentile
 from shared.bus import codec, stagetrace
 from shared.bus.config import BusConfig
-from shared.bus.localbroker import LocalBroker
+from shared.parts.kafka import broker_for
 from shared.events import Envelope
 
 
@@ -127,8 +128,9 @@ def stages(nodes: int, fill: int, waiting: int, workloads: int, rate: float,
     if folder is not None:
         os.environ[stagetrace.VARIABLE] = folder  # the service processes inherit it
     try:
-        with LocalBroker() as broker:
-            e2e_bench._loaded_run(broker.bootstrap, rate, workloads, fill, waiting, inspect=inspect)
+        with ExitStack() as stack:
+            bootstrap, _ = broker_for(stack, None)
+            e2e_bench._loaded_run(bootstrap, rate, workloads, fill, waiting, inspect=inspect)
     finally:
         if saved is None:
             os.environ.pop(stagetrace.VARIABLE, None)

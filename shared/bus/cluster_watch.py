@@ -154,8 +154,7 @@ class _Producer:
     call one explicit batch per partition (``send_records``)."""
 
     def __init__(self, config: BusConfig) -> None:
-        self.producer = AIOKafkaProducer(**config.aiokafka(), acks="all", linger_ms=0, max_batch_size=BATCH_BYTES,
-                                         enable_idempotence=False)
+        self.producer = AIOKafkaProducer(**config.producing(), linger_ms=0, max_batch_size=BATCH_BYTES)
 
     async def send_all(self, records: Sequence[Record]) -> list[int]:
         trace = stagetrace.current()

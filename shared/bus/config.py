@@ -12,6 +12,7 @@
 | ``MUSTER_KAFKA_SESSION_TIMEOUT_MS`` | the session of the Faust worker's own group (default 6000) |
 | ``MUSTER_TOPIC_REPLICATION``    | replication factor of the topics muster creates (default 1)    |
 | ``MUSTER_TOPIC_MIN_INSYNC``     | their ``min.insync.replicas`` (default 1; at most the factor)  |
+| ``MUSTER_KAFKA_IDEMPOTENT``     | ``1`` (default): idempotent producers; ``0`` for a broker without them (Tansu) |
 
 The fetch wait is low on purpose: a broker that does not answer a fetch as soon as data arrives
 (Tansu, the test broker) would otherwise add the whole wait to every hop between two services.
@@ -23,6 +24,10 @@ assigns itself its one partition and uses the group for committed offsets only
 (``shared.bus.app.PartitionReader``). A worker killed without leaving its group holds its
 successor's start back until its session runs out; the test suite, which kills services on purpose,
 sets 2000.
+
+Idempotence: every producer asks the broker for a producer id and numbers its batches, so a batch
+sent again after a lost acknowledgement is written once (Kafka's default since 3.0). Tansu, the
+in-memory test broker, answers InitProducerId with an error: ``MUSTER_KAFKA_IDEMPOTENT=0`` there.
 
 Replication: 1 suits one broker (compose, Tansu); on a cluster of three or more, 3 and
 ``min.insync.replicas`` 2 keep every acknowledged record through the loss of a broker (muster's
@@ -82,6 +87,8 @@ class BusConfig:
     """Replication factor of the topics muster creates (``shared.bus.topics.Topics.specs``)."""
     min_insync: int = 1
     """Their ``min.insync.replicas``: acknowledged records survive the loss of ``min_insync - 1`` brokers."""
+    idempotent: bool = True
+    """Producers ask for a producer id (``MUSTER_KAFKA_IDEMPOTENT``): off only for a broker without one."""
 
     def __post_init__(self) -> None:
         servers = self.servers
@@ -121,6 +128,9 @@ class BusConfig:
             if not _is_port(text.strip()):
                 raise BusConfigError(f"{name} {text!r}: a whole number of brokers")
             counts[name] = int(text)
+        idempotent = env.get("MUSTER_KAFKA_IDEMPOTENT", "1").strip()
+        if idempotent not in ("0", "1"):
+            raise BusConfigError(f"MUSTER_KAFKA_IDEMPOTENT {idempotent!r}: 1 (idempotent producers) or 0")
         return cls(
             bootstrap=bootstrap,
             prefix=prefix if prefix is not None else env.get("MUSTER_TOPIC_PREFIX", DEFAULT_PREFIX),
@@ -135,6 +145,7 @@ class BusConfig:
             session_timeout_ms=_session_timeout(env),
             replication=counts["MUSTER_TOPIC_REPLICATION"],
             min_insync=counts["MUSTER_TOPIC_MIN_INSYNC"],
+            idempotent=idempotent == "1",
         )
 
     def with_prefix(self, prefix: str) -> "BusConfig":
@@ -166,7 +177,8 @@ class BusConfig:
                "MUSTER_KAFKA_SECURITY": self.security, "MUSTER_KAFKA_SASL_MECHANISM": self.sasl_mechanism,
                "MUSTER_KAFKA_FETCH_WAIT_MS": str(self.fetch_wait_ms),
                "MUSTER_KAFKA_SESSION_TIMEOUT_MS": str(self.session_timeout_ms),
-               "MUSTER_TOPIC_REPLICATION": str(self.replication), "MUSTER_TOPIC_MIN_INSYNC": str(self.min_insync)}
+               "MUSTER_TOPIC_REPLICATION": str(self.replication), "MUSTER_TOPIC_MIN_INSYNC": str(self.min_insync),
+               "MUSTER_KAFKA_IDEMPOTENT": "1" if self.idempotent else "0"}
         for name, value in (("SASL_USERNAME", self.sasl_username), ("SASL_PASSWORD", self.sasl_password),
                             ("SSL_CAFILE", self.ssl_cafile), ("SSL_CERTFILE", self.ssl_certfile),
                             ("SSL_KEYFILE", self.ssl_keyfile)):
@@ -192,6 +204,10 @@ class BusConfig:
             out.update(sasl_mechanism=self.sasl_mechanism, sasl_plain_username=self.sasl_username,
                        sasl_plain_password=self.sasl_password)
         return out
+
+    def producing(self) -> dict[str, Any]:
+        """aiokafka's producer arguments: every in-sync replica acknowledges, idempotent where it can."""
+        return {**self.aiokafka(), "acks": "all", "enable_idempotence": self.idempotent}
 
     def faust(self) -> dict[str, Any]:
         """Connection settings for a Faust app (``broker`` and ``broker_credentials``)."""

@@ -90,7 +90,7 @@ class AioProducer:
 
     async def start(self) -> None:
         """On the loop that will use it (aiokafka binds a client to the running loop)."""
-        self.producer = AIOKafkaProducer(**self.config.aiokafka(), linger_ms=0, enable_idempotence=False)
+        self.producer = AIOKafkaProducer(**self.config.producing(), linger_ms=0)
         await self.producer.start()
 
     async def stop(self) -> None:
@@ -382,7 +382,7 @@ def simulate_on_bus(scenario: Scenario, config: BusConfig, policy: Policy | None
     the projector (with ``store``; else the driver, from the run's log) every workload's root and
     phases, all in event time placed at ``sink.epoch``. ``metrics_ports``: service -> port of its
     ``/metrics`` while the run lasts; ``after_run(run, host)`` is called before the services stop."""
-    from shared.bus.app import ensure_topics
+    from shared.bus.app import TopicUnfit, ensure_topics
 
     effective = scenario.effective_policy(policy)
     cluster = new_cluster(scenario, effective)
@@ -396,7 +396,10 @@ def simulate_on_bus(scenario: Scenario, config: BusConfig, policy: Policy | None
     keeper = RoundKeeper(config, round_timeout)
     started = succeeded = False
     try:
-        bus.run(ensure_topics(config))
+        try:
+            bus.run(ensure_topics(config))
+        except TopicUnfit as exc:
+            raise DriverError(str(exc)) from None
         host.start()
         bus.run(keeper.start())
         started = True

@@ -421,7 +421,7 @@ class SnapshotKeeper:
 
     async def _send(self, records: list[tuple[bytes, bytes, str]]) -> list[int]:
         if self._producer is None:
-            self._producer = AIOKafkaProducer(**self.config.aiokafka(), max_request_size=2 * CHUNK + 65536,
+            self._producer = AIOKafkaProducer(**self.config.producing(), max_request_size=2 * CHUNK + 65536,
                                               max_batch_size=CHUNK + 65536)
             await self._producer.start()
         futures = [await self._producer.send(self.topic, value, key=key, partition=0,

@@ -13,11 +13,16 @@ import base64
 import os
 import shutil
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shared.parts import catalog
 from shared.parts.process import Part, PartFailed, free_port, tail
+
+if TYPE_CHECKING:
+    from contextlib import ExitStack
 
 HEAP = "-Xms256m -Xmx768m"
 
@@ -110,8 +115,31 @@ class KafkaBroker:
         if self.part is not None:
             self.part.stop(timeout=20)
 
+    @property
+    def pid(self) -> int:
+        """The broker's JVM (a test pauses it with SIGSTOP)."""
+        assert self.part is not None, "the broker was not started"
+        return self.part.pid
+
+    def __enter__(self) -> "KafkaBroker":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def describe(self) -> str:
         return f"Apache Kafka {catalog.version('kafka')} (KRaft, one node) at {self.bootstrap}; log {self.root}"
+
+
+def broker_for(stack: "ExitStack", given: str | None) -> tuple[str, str]:
+    """The bootstrap a benchmark runs on, and what it is: ``given`` (``MUSTER_BENCH_KAFKA``), else an
+    Apache Kafka broker of its own in a temporary folder, stopped and removed with ``stack``."""
+    if given:
+        return given, "MUSTER_BENCH_KAFKA"
+    root = Path(tempfile.mkdtemp(prefix="muster-kafka-"))
+    stack.callback(shutil.rmtree, root, True)
+    broker = stack.enter_context(KafkaBroker(root))
+    return broker.bootstrap, f"apache kafka {catalog.version('kafka')} (KRaft, one node)"
 
 
 def failed_tail(broker: KafkaBroker) -> str:

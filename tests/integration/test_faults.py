@@ -2,7 +2,7 @@
 
 Each run is the deployment as operators run it: the four services, the projector and the cluster
 link (``muster run cluster``, no lease) are ``muster run`` processes, kept alive by a supervisor that
-restarts whatever exits (as a Deployment does), on a Tansu broker of the test's own, with the
+restarts whatever exits (as a Deployment does), on an Apache Kafka broker of the test's own, with the
 projector's Postgres reached through a TCP proxy, and the API emulator (tests/kubeapi.py, real HTTP)
 as the cluster. The test plays the users and KubeRay: RayClusters arrive one after another in two
 Volcano queues; when muster unsuspends one, its pods appear; later two of them are deleted.
@@ -41,7 +41,8 @@ from sqlalchemy.engine import make_url
 
 from shared import kube as k
 from shared.bus.config import BusConfig
-from shared.bus.localbroker import LocalBroker, free_port
+from shared.bus.localbroker import free_port
+from shared.parts.kafka import KafkaBroker
 from shared.store.engine import connect
 from shared.store.models import EventLog, Workload
 from shared.store.query import queue_report, workload_history
@@ -385,7 +386,7 @@ def run(store_url: str, logs: Path, *, faults: bool) -> tuple[dict[str, Any], "D
     proxy.up()
     store = server.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     logs.mkdir(parents=True, exist_ok=True)
-    with LocalBroker() as broker, KubeApiEmulator() as kube:
+    with KafkaBroker(logs / "kafka") as broker, KubeApiEmulator() as kube:
         config = BusConfig(broker.bootstrap, prefix="muster.")
         kube.create(node("n1", cpu="64", memory="256Gi"))
         for name in QUEUES:
@@ -408,7 +409,7 @@ def run(store_url: str, logs: Path, *, faults: bool) -> tuple[dict[str, Any], "D
     return state, deployment
 
 
-def disturb(deployment: Deployment, broker: LocalBroker, proxy: Proxy) -> None:
+def disturb(deployment: Deployment, broker: KafkaBroker, proxy: Proxy) -> None:
     """``KILLS`` SIGKILLs, every process several times in a random order, each once it is up and
     working (ready) and a moment later, with a broker pause and a store outage among them."""
     rng = random.Random(14)

@@ -4,9 +4,11 @@ clearly why when it cannot start, and the per-test topic prefix cleans up after 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import sys
 import time
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -156,26 +158,39 @@ def test_delete_topics_refuses_an_empty_prefix() -> None:
         delete_topics("127.0.0.1:1", "")
 
 
-@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
-def test_muster_broker_serves_until_interrupted(stop: str) -> None:
+@pytest.mark.parametrize(("stop", "built"), [("SIGINT", True), ("SIGTERM", True), ("SIGTERM", False)],
+                         ids=["kafka-SIGINT", "kafka-SIGTERM", "tansu-where-kafka-is-not-built"])
+def test_muster_broker_serves_until_interrupted(stop: str, built: bool, tmp_path: Path) -> None:
     """What the README tells a newcomer to run for `simulate --bus`: a broker on a chosen port, stopped
-    by Ctrl-C or by `kill` (the README starts it in the background), Tansu with it."""
+    by Ctrl-C or by `kill` (the README starts it in the background), the broker with it. Apache Kafka
+    where `make tools` built it; Tansu, said on stderr, where it did not (an empty cache)."""
     import signal
     import subprocess
 
+    from shared.parts.catalog import MissingPart, built as built_part
+
+    if built:
+        try:
+            built_part("kafka")
+        except MissingPart as exc:
+            pytest.fail(f"make test builds Kafka first: {exc}")
+    env = {**os.environ, **({} if built else {"MUSTER_CACHE": str(tmp_path)})}
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "shared.cli", "broker", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        if "Kafka-protocol broker" not in line:
-            proc.kill()
-            pytest.skip(f"no broker: {line}{proc.communicate()[1]}")
+        assert "Kafka broker (" in line, f"{line}{proc.communicate(timeout=30)[1]}"
+        assert ("Apache Kafka 4" in line) == built and ("Tansu" in line) != built
         assert f"at 127.0.0.1:{port}" in line and f"--bus kafka://127.0.0.1:{port}" in line
         assert kafka_answers(f"127.0.0.1:{port}") is None
         proc.send_signal(getattr(signal, stop))
-        assert proc.wait(timeout=20) == 0
+        assert proc.wait(timeout=30) == 0
+        assert proc.stderr is not None
+        said = proc.stderr.read()
+        assert "Traceback" not in said
+        assert ("make tools" in said) != built
         deadline = time.monotonic() + 10
         while kafka_answers(f"127.0.0.1:{port}", timeout=0.5) is None:
             assert time.monotonic() < deadline, "the broker outlived muster broker"
@@ -198,3 +213,21 @@ def test_muster_broker_on_a_taken_port_exits_2() -> None:
                                 capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result
     assert "Traceback" not in result.stderr and result.stderr.startswith("error:")
+
+
+def test_simulate_on_tansu_names_the_missing_producer_ids_and_runs_without_them(broker: LocalBroker) -> None:
+    """Tansu (``muster broker`` where Kafka is not built) gives no producer ids: muster's idempotent
+    producers are refused in one line that says what to set, and run with it set."""
+    import subprocess
+
+    def simulate(idempotent: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "shared.cli", "simulate", "examples/volcano-gang-queue.yaml",
+                               "--bus", f"kafka://{broker.bootstrap}", "--check"], capture_output=True, text=True,
+                              timeout=180, env={**os.environ, "MUSTER_KAFKA_IDEMPOTENT": idempotent},
+                              cwd=Path(__file__).resolve().parents[2])
+
+    refused = simulate("1")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+    assert refused.stderr.strip().count("\n") == 0 and "MUSTER_KAFKA_IDEMPOTENT=0" in refused.stderr
+    ran = simulate("0")
+    assert ran.returncode == 0 and "CHECK PASSED" in ran.stdout, ran.stderr[-2000:]

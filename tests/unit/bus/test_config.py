@@ -140,3 +140,16 @@ def test_the_session_timeout_comes_from_the_environment_and_travels_to_processes
         BusConfig.from_env("a:1", env={"MUSTER_KAFKA_SESSION_TIMEOUT_MS": "soon"})
     with pytest.raises(BusConfigError, match="session timeout 500 ms"):
         BusConfig("a:1", session_timeout_ms=500)
+
+
+def test_producers_are_idempotent_unless_the_environment_says_the_broker_has_no_producer_ids():
+    assert BusConfig.from_env("k:1", env={}).producing()["enable_idempotence"] is True
+    off = BusConfig.from_env("k:1", env={"MUSTER_KAFKA_IDEMPOTENT": "0"})
+    assert off.producing() == {**off.aiokafka(), "acks": "all", "enable_idempotence": False}
+    assert BusConfig.from_env(env=off.env()).idempotent is False  # processes started from it inherit it
+
+
+@pytest.mark.parametrize("value", ["yes", "2", ""])
+def test_an_idempotence_that_is_neither_one_nor_zero_is_refused_by_name(value):
+    with pytest.raises(BusConfigError, match=f"MUSTER_KAFKA_IDEMPOTENT {value!r}"):
+        BusConfig.from_env("k:1", env={"MUSTER_KAFKA_IDEMPOTENT": value})
