@@ -118,9 +118,18 @@ def build_kuberay(dest: Path, work: Path) -> dict[str, object]:
     made = build_simple("kuberay", {"kuberay-operator": pin["module"]})(dest, work)
     source = module_dir(f"{pin['module']}@{pin['version']}", work) / "config" / "crd" / "bases"
     (dest / "crds").mkdir(exist_ok=True)
-    for name in ("ray.io_rayclusters.yaml", "ray.io_rayjobs.yaml"):
+    # RayService too, though muster reads none: the operator starts its RayService controller whatever its
+    # flags, and a manager whose informer cannot sync exits after two minutes (controller-runtime's cache
+    # sync timeout), taking the RayCluster and RayJob controllers with it
+    names = ["ray.io_rayclusters.yaml", "ray.io_rayjobs.yaml", "ray.io_rayservices.yaml"]
+    for name in names:
         shutil.copyfile(source / name, dest / "crds" / name)
-    return {**made, "crds": ["ray.io_rayclusters.yaml", "ray.io_rayjobs.yaml"]}
+    return {**made, "crds": names}
+
+
+RECIPES = {"kuberay": 2}
+"""What a part's build makes, numbered: a cached part made by an older recipe is built again (kuberay 2:
+the RayService CRD as well)."""
 
 
 CRD_FILES = {
@@ -203,7 +212,8 @@ def make(part: str) -> tuple[str, bool]:
     dest = catalog.home(part)
     ver = catalog.version(part)
     failed = dest.with_name(dest.name + ".failed.json")
-    if (dest / "complete.json").exists():
+    complete = dest / "complete.json"
+    if complete.exists() and json.loads(complete.read_text()).get("recipe", 1) == RECIPES.get(part, 1):
         return f"{part} {ver}: cached ({dest})", True
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
@@ -218,7 +228,8 @@ def make(part: str) -> tuple[str, bool]:
         failed.write_text(json.dumps({"reason": str(exc), "unreachable": unreachable}))
         return f"{part} {ver}: FAILED after {time.monotonic() - started:.0f} s: {exc}", unreachable
     failed.unlink(missing_ok=True)
-    (dest / "complete.json").write_text(json.dumps({"part": part, "version": ver, **manifest}, indent=1))
+    (dest / "complete.json").write_text(json.dumps({"part": part, "version": ver, "recipe": RECIPES.get(part, 1),
+                                                    **manifest}, indent=1))
     return f"{part} {ver}: built in {time.monotonic() - started:.0f} s ({dest})", True
 
 
