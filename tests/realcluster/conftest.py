@@ -86,8 +86,11 @@ def eventually(check: Callable[[], Any], what: str, timeout: float = 60.0, every
         time.sleep(every)
 
 
-def can_i(cluster: DevCluster, verb: str, resource: str, namespace: str = "") -> bool:
-    """``kubectl auth can-i VERB RESOURCE --as`` muster's ServiceAccount: what RBAC allows it now."""
-    args = ["auth", "can-i", verb, resource, f"--as={USER}"]
+def can_i(cluster: DevCluster, verb: str, resource: str, group: str = "", namespace: str = "") -> bool:
+    """``kubectl auth can-i VERB RESOURCE --as`` muster's ServiceAccount: what RBAC allows it now
+    (``resource`` may name a subresource: ``pods/binding``)."""
+    plural, _, sub = resource.partition("/")
+    args = ["auth", "can-i", verb, f"{plural}.{group}" if group else plural, f"--as={USER}"]
+    args += [f"--subresource={sub}"] if sub else []
     args += ["-n", namespace] if namespace else ["--all-namespaces"]
     return cluster.kubectl(*args, check=False).stdout.strip() == "yes"
