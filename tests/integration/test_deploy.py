@@ -29,7 +29,7 @@ from services.reconciler.resources import LEASE, access
 from shared import kube as k
 from tests.builders import node, pod
 from shared.bus.localbroker import free_port
-from tests.integration.test_cluster_leader import probe
+from tests.realcluster.conftest import probe
 from tests.kubeapi import DEFAULT_SERVES, KubeApiEmulator, Resource
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -94,3 +94,17 @@ def can_i(cluster: DevCluster, verb: str, resource: str, group: str = "", namesp
     args += [f"--subresource={sub}"] if sub else []
     args += ["-n", namespace] if namespace else ["--all-namespaces"]
     return cluster.kubectl(*args, check=False).stdout.strip() == "yes"
+
+
+def probe(port: int, path: str) -> int:
+    """The status code of GET http://127.0.0.1:PORT/PATH (0 when nothing answers): a Deployment's probes."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0
