@@ -28,7 +28,8 @@ status         merge-patch the ``status`` subresource with only  the same values
 =============  ================================================  ===================================
 
 Errors: 404 on every place a kind may live is ``absent`` (the object was deleted since: nothing to
-do); 429, 5xx and connection errors are ``Transient`` (the caller retries and does not commit);
+do); 429, 5xx and connection errors are ``Transient`` (the caller retries and does not commit), but an
+eviction a PodDisruptionBudget refuses (429 with a ``DisruptionBudget`` cause) is ``Refused``;
 any other 4xx is ``Refused`` (the caller dead-letters the effect with the API server's message).
 """
 
@@ -189,6 +190,26 @@ async def checked(call: Awaitable[Any]) -> dict[str, Any]:
     if not 200 <= response.status <= 299:
         raise _answer(response.status, response.reason, body)
     return json.loads(body) if body else {}
+
+
+def _budget_refused(exc: ApiException) -> bool:
+    """The eviction was refused for a PodDisruptionBudget: 429 with a ``DisruptionBudget`` cause (no
+    disruption allowed now, or the budget not yet observed by its controller), or 500 for a pod under
+    more than one budget (k8s.io/kubernetes pkg/registry/core/pod/storage/eviction.go). An effect
+    whose eviction waited for the budget would hold back every effect read after it (an eviction is
+    a barrier, ``shared.bus.cluster``): it is dead-lettered with the budget's reason instead."""
+    if exc.status == 500:
+        return "more than one PodDisruptionBudget" in server_message(exc)
+    return exc.status == 429 and "DisruptionBudget" in _causes(exc)
+
+
+def _causes(exc: ApiException) -> str:
+    """The ``details.causes`` of the answer's Status, as ``(type: message)`` parts."""
+    try:
+        details = json.loads(exc.body or "{}").get("details") or {}
+    except (ValueError, AttributeError):
+        return ""
+    return " ".join(f"({c.get('reason') or c.get('type')}: {c.get('message')})" for c in details.get("causes") or [])
 
 
 def _answer(status: int, reason: str | None, body: bytes) -> ApiException:
@@ -367,6 +388,9 @@ class KubeApplier:
             await self.pod_gone(effect.namespace, effect.name)  # nothing will leave: do not wait for it
             if exc.status == 404:
                 return "absent"
+            if _budget_refused(exc):  # not Transient: retried for ever, it held every later effect back
+                raise Refused(f"evict Pod {effect.namespace}/{effect.name}: {exc.status} {exc.reason}: "
+                              f"{server_message(exc)} {_causes(exc)}".rstrip()) from None
             raise _failure(exc, f"evict Pod {effect.namespace}/{effect.name}") from None
         return "applied"
 
