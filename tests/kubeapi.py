@@ -12,7 +12,8 @@ status codes. What it implements is what muster uses, with the API server's sema
 - one global ``resourceVersion`` counter, ``uid``s, and watches that resume after a version,
   start with the current objects when given none, end after ``timeoutSeconds``, and answer an
   ERROR 410 (Gone) for a version older than ``compact()`` allows;
-- a ``status`` subresource for every custom resource: a merge patch there changes only ``status``,
+- a ``status`` subresource for every custom resource but Volcano's PodGroup (whose real CRD has none),
+  listed by discovery (``GET /apis/GROUP/VERSION``): a merge patch there changes only ``status``,
   and ``status`` in a patch of the object itself is ignored, as for CRDs that declare the subresource;
 - RBAC for one client when asked (``authorize``): a request its rules do not allow is 403; a bearer
   token when asked (``require_token``): a request without it is 401;
@@ -68,6 +69,12 @@ def _status(code: int, reason: str, message: str) -> web.Response:
     body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure" if code >= 400 else "Success",
             "message": message, "reason": reason, "code": code}
     return _json_response(body, status=code)
+
+
+def _status_subresource(resource: Resource) -> bool:
+    """Custom resources have a status subresource, but Volcano's PodGroup, whose CRD declares none (as
+    the real one: status is a field there)."""
+    return bool(resource.group) and (resource.group, resource.plural) != ("scheduling.volcano.sh", "podgroups")
 
 
 @dataclass
@@ -311,6 +318,9 @@ class KubeApiEmulator:
         if self._token is not None and request.headers.get("Authorization") != f"Bearer {self._token}":
             return _status(401, "Unauthorized", "Unauthorized")
         try:
+            parts = [p for p in request.path.split("/") if p]
+            if request.method == "GET" and len(parts) == 3 and parts[0] == "apis":
+                return self._discovery(parts[1], parts[2])
             resource, namespace, name, sub = self._route(request.path)
             self._authorize(request, resource, namespace, name, sub)
             if request.method == "GET" and name is None:
@@ -355,6 +365,18 @@ class KubeApiEmulator:
         self.state.forbidden.append((verb, resource.group, plural, namespace or ""))
         raise _Failure(403, "Forbidden", f'{plural} is forbidden: cannot {verb} resource "{plural}" in API group '
                                          f'"{resource.group}"' + (f' in the namespace "{namespace}"' if namespace else ""))
+
+    def _discovery(self, group: str, version: str) -> web.Response:
+        """``GET /apis/GROUP/VERSION``: the resources served there, with ``plural/status`` where the
+        status is a subresource (the applier asks before writing status: ``KubeApplier._serves_status``)."""
+        served = [r for r in self.serves if (r.group, r.version) == (group, version)]
+        if not served:
+            raise _Failure(404, "NotFound", f"no group {group}/{version}")
+        resources = [{"name": r.plural, "namespaced": r.namespaced, "kind": r.kind} for r in served]
+        resources += [{"name": f"{r.plural}/status", "namespaced": r.namespaced, "kind": r.kind} for r in served
+                      if _status_subresource(r)]
+        return _json_response({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}",
+                               "resources": resources})
 
     def _route(self, path: str) -> tuple[Resource, str | None, str | None, str | None]:
         parts = [p for p in path.split("/") if p]
@@ -403,7 +425,7 @@ class KubeApiEmulator:
                 else:
                     self._delete(resource, ns, name or "")
                 out = _status(201, "", "")
-            elif method == "PATCH" and sub == "status" and resource.group:
+            elif method == "PATCH" and sub == "status" and _status_subresource(resource):
                 status = body.get("status") if isinstance(body, dict) else None
                 out = _json_response(self._patch(resource, ns, name or "", {"status": status}))
             elif sub is not None:
@@ -414,7 +436,7 @@ class KubeApiEmulator:
                     raise _Failure(404, "NotFound", f'{resource.plural} "{name}" not found')
                 out = _json_response(obj)
             elif method == "PATCH":
-                if resource.group and isinstance(body, dict):  # custom resources have a status subresource:
+                if _status_subresource(resource) and isinstance(body, dict):  # with a status subresource,
                     body = {k: v for k, v in body.items() if k != "status"}  # status goes through it only
                 out = _json_response(self._patch(resource, ns, name or "", body))
             elif method == "PUT":

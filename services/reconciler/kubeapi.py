@@ -28,7 +28,8 @@ status         merge-patch the ``status`` subresource with only  the same values
 =============  ================================================  ===================================
 
 Errors: 404 on every place a kind may live is ``absent`` (the object was deleted since: nothing to
-do); 429, 5xx and connection errors are ``Transient`` (the caller retries and does not commit);
+do); 429, 5xx and connection errors are ``Transient`` (the caller retries and does not commit), but an
+eviction a PodDisruptionBudget refuses (429 with a ``DisruptionBudget`` cause) is ``Refused``;
 any other 4xx is ``Refused`` (the caller dead-letters the effect with the API server's message).
 """
 
@@ -70,8 +71,25 @@ class Refused(Exception):
     """The API server refused the request for good (forbidden, invalid): retrying cannot help."""
 
 
+def server_message(exc: ApiException) -> str:
+    """The ``message`` of the Status the API server answered with, on one line ("" when there is none)."""
+    body = exc.body
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    try:
+        said = json.loads(body).get("message") if body else ""
+    except (ValueError, AttributeError):
+        said = ""
+    return " ".join(str(said or "").split())[:500]
+
+
 def _failure(exc: ApiException, what: str) -> Exception:
+    """``Transient`` or ``Refused``, in one line with the API server's own message: a real server's 422
+    names the field it refused (``status.allocated: Required value``), its 403 the verb and resource."""
     message = f"{what}: {exc.status} {exc.reason}"
+    said = server_message(exc)
+    if said:
+        message += f": {said}"
     if exc.status == 429 or (exc.status or 0) >= 500:
         return Transient(message)
     return Refused(message)
@@ -146,7 +164,7 @@ class Requests:
                                              headers=headers, timeout=_NO_TIMEOUT, **extra) as response:
             data = await response.read()
             if not 200 <= response.status <= 299:
-                raise ApiException(status=response.status, reason=response.reason)
+                raise _answer(response.status, response.reason, data)
         return json.loads(data) if data else {}
 
 
@@ -170,8 +188,35 @@ async def checked(call: Awaitable[Any]) -> dict[str, Any]:
     finally:
         response.release()
     if not 200 <= response.status <= 299:
-        raise ApiException(status=response.status, reason=response.reason)
+        raise _answer(response.status, response.reason, body)
     return json.loads(body) if body else {}
+
+
+def _budget_refused(exc: ApiException) -> bool:
+    """The eviction was refused for a PodDisruptionBudget: 429 with a ``DisruptionBudget`` cause (no
+    disruption allowed now, or the budget not yet observed by its controller), or 500 for a pod under
+    more than one budget (k8s.io/kubernetes pkg/registry/core/pod/storage/eviction.go). An effect
+    whose eviction waited for the budget would hold back every effect read after it (an eviction is
+    a barrier, ``shared.bus.cluster``): it is dead-lettered with the budget's reason instead."""
+    if exc.status == 500:
+        return "more than one PodDisruptionBudget" in server_message(exc)
+    return exc.status == 429 and "DisruptionBudget" in _causes(exc)
+
+
+def _causes(exc: ApiException) -> str:
+    """The ``details.causes`` of the answer's Status, as ``(type: message)`` parts."""
+    try:
+        details = json.loads(exc.body or "{}").get("details") or {}
+    except (ValueError, AttributeError):
+        return ""
+    return " ".join(f"({c.get('reason') or c.get('type')}: {c.get('message')})" for c in details.get("causes") or [])
+
+
+def _answer(status: int, reason: str | None, body: bytes) -> ApiException:
+    """The ``ApiException`` the client raises for an answer that is not 2xx, with the server's Status body."""
+    exc = ApiException(status=status, reason=reason)
+    exc.body = body.decode("utf-8", "replace")
+    return exc
 
 
 # --------------------------------------------------------------------------- effects
@@ -183,6 +228,8 @@ class KubeApplier:
         self.requests = Requests(api)
         self.victim_wait = victim_wait
         self.status_interval = status_interval
+        self._status_served: dict[Resource, bool | None] = {}
+        """Per custom resource: whether its status is a subresource (``_serves_status``)."""
         self._status_written: OrderedDict[tuple[str, str, str, str], float] = OrderedDict()
         """(apiVersion, kind, namespace, name) -> when its status was last written (monotonic), oldest
         first; a write older than ``status_interval`` spaces nothing, so it is forgotten (``_written``)."""
@@ -248,20 +295,43 @@ class KubeApplier:
         body = {"status": dict(effect.status)}
         for resource in located(effect.kind, effect.api_version):
             namespace = effect.namespace if resource.namespaced else None
+            served = await self._serves_status(resource)
+            if served is None:
+                continue  # the group/version is not served here: the object cannot be there
             try:
-                await self._patch_status(resource, namespace, effect.name, body, subresource=True)
+                await self._patch_status(resource, namespace, effect.name, body, subresource=served)
             except ApiException as exc:
                 if exc.status != 404:
                     raise _failure(exc, f"status of {resource.kind} {effect.namespace}/{effect.name}") from None
-                try:  # the object is gone, or its CRD has no status subresource: then status is a field
-                    await self._patch_status(resource, namespace, effect.name, body, subresource=False)
-                except ApiException as again:
-                    if again.status != 404:
-                        raise _failure(again, f"status of {resource.kind} {effect.namespace}/{effect.name}") from None
-                    continue
+                self._status_served.pop(resource, None)  # gone, or its CRD changed: asked again next time
+                continue
             self._written(target)
             return "applied"
         return "absent"
+
+    async def _serves_status(self, resource: Resource) -> bool | None:
+        """Whether the API server serves ``resource``'s status subresource (its discovery document lists
+        ``plural/status``), None when it does not serve the group/version at all; asked once per resource.
+
+        Volcano's own PodGroup CRD declares no status subresource (Kubeflow's PodGroup does): there
+        ``status`` is a field of the object, and a PATCH of ``.../status`` is a 404 like that of a missing
+        object. Asking discovery sends each write where it belongs, one request, where trying the
+        subresource first cost two for every Volcano PodGroup."""
+        known = self._status_served.get(resource, ...)
+        if known is not ...:
+            return known  # type: ignore[return-value]
+        try:
+            listing = await checked(client.CustomObjectsApi(self.core.api_client).get_api_resources(
+                resource.group, resource.version, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _failure(exc, f"discovery of {resource.api_version}") from None
+        names = {str(item.get("name")) for item in listing.get("resources") or []}
+        served = None if resource.plural not in names else f"{resource.plural}/status" in names
+        if served is not None:  # a CRD installed later is found at a later write
+            self._status_served[resource] = served
+        return served
 
     def _written(self, target: tuple[str, str, str, str]) -> None:
         """Note a status write to ``target`` and forget the writes too old to space the next one: the
@@ -318,6 +388,9 @@ class KubeApplier:
             await self.pod_gone(effect.namespace, effect.name)  # nothing will leave: do not wait for it
             if exc.status == 404:
                 return "absent"
+            if _budget_refused(exc):  # not Transient: retried for ever, it held every later effect back
+                raise Refused(f"evict Pod {effect.namespace}/{effect.name}: {exc.status} {exc.reason}: "
+                              f"{server_message(exc)} {_causes(exc)}".rstrip()) from None
             raise _failure(exc, f"evict Pod {effect.namespace}/{effect.name}") from None
         return "applied"
 
@@ -503,8 +576,15 @@ class _RawWatch(Watch):
 
     def unmarshal_event(self, data: str | bytes, response_type: str | None) -> Any:
         event = super().unmarshal_event(data, None)
-        if isinstance(event, dict):
-            event["raw_line"] = data
+        if not isinstance(event, dict):
+            # a line that is not JSON: the API server's plain-text answer to a path it does not route
+            # ("404 page not found": a CRD deleted between the list and the watch), which the client
+            # hands on as a string; an error like the JSON ones it raises, so the watcher waits it out
+            text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+            exc = ApiException(status=getattr(self.resp, "status", None) or 500, reason=" ".join(text.split())[:200])
+            exc.body = text
+            raise exc
+        event["raw_line"] = data
         return event
 
 

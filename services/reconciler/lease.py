@@ -1,214 +1,190 @@
-"""Exactly one applier: a coordination.k8s.io Lease that ``muster run cluster`` holds while it works.
+"""Exactly one applier: the coordination.k8s.io Lease ``muster run cluster`` holds while it works.
 
-The protocol is client-go's leader election (``k8s.io/client-go/tools/leaderelection``), over the
-Lease's ``resourceVersion`` (optimistic concurrency: of two candidates writing the same version, the
-API server takes one and answers the other 409):
+The election is kubernetes-asyncio's own (``kubernetes_asyncio.leaderelection``: ``LeaderElection``
+over a ``LeaseLock``), client-go's protocol: a candidate reads the Lease; absent, it creates it; held
+by itself, it renews ``renewTime``; held by another, it waits until the record has not changed for
+the lease duration as measured on its own clock from when it saw it change (two machines' clocks are
+never compared), or until the holder released it; every write replaces the version it read, so of
+two candidates writing at once the API server takes one and answers the other 409. The holder renews
+every retry period; when it has not managed to for the renew deadline (shorter than the lease
+duration, so before anyone else may take over) it has lost the Lease and must stop applying at once:
+``muster run cluster`` exits (code 1) and its Deployment restarts it as a standby.
 
-- A candidate reads the Lease. Absent: it creates it, holding it. Held by itself: it renews
-  ``renewTime``. Held by another: it waits until the record has not changed for the lease's
-  ``leaseDurationSeconds`` *as measured on its own clock from when it saw the change* (clocks of two
-  machines are never compared), or until the holder released it (empty ``holderIdentity``); then it
-  takes it over (``leaseTransitions`` + 1). Every write names the version it read.
-- The holder renews every ``retry_period``; when it has not managed to for ``renew_deadline`` (shorter
-  than the lease duration, so before anyone else may take over) it has lost the lease and must stop
-  applying at once. ``muster run cluster`` then exits (exit code 1) and its Deployment restarts it as
-  a standby, as controller-runtime's managers do.
-- A holder that stops cleanly releases the Lease (empty holder), so a standby takes over at its next
-  try instead of after the lease duration.
+What muster adds around the client's module, each for a reason the real API server showed:
 
-``decide`` is the rule, pure; ``LeaseElector`` does the requests.
+- ``check``: a candidate whose ServiceAccount may not read, create or update the Lease would wait
+  forever (the client logs a 403 and tries again), so it is asked first (SelfSubjectAccessReview,
+  which every authenticated user may make) and a refusal is one line and exit code 2.
+- A request that fails on its way (connection refused, timeout) is a try that did not succeed, as in
+  client-go; the client catches only ``ApiException``, so such an error ended its renew loop with
+  an exception, leaving the caller without the "lost" signal.
+- ``release``: a holder that stops cleanly empties ``holderIdentity`` (client-go's
+  ``ReleaseOnCancel``, which the client lacks), so a standby takes over at its next try instead of
+  after the lease duration.
+- The client logs a lost race (409) with a traceback; those lines are one line here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
+import math
 import threading
-import time
-from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Literal
+from typing import Any, Awaitable, Callable
 
 import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
+from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
-from services.reconciler.kubeapi import checked
 from services.reconciler.resources import LEASE
 
 log = logging.getLogger("muster.lease")
-
-Action = Literal["create", "renew", "take", "wait"]
+VERBS = ("get", "create", "update")
+"""What the election does with the Lease (deploy/k8s/base/rbac.yaml's Role muster-cluster-lease)."""
 
 
 class LeaseLost(Exception):
     """The holder could not renew within the renew deadline: another candidate may hold it soon."""
 
 
-@dataclass(frozen=True)
-class Observed:
-    """The Lease as last read, and when (the reader's monotonic clock) its record last changed."""
-
-    holder: str
-    duration: float
-    record: tuple[Any, ...]
-    """What identifies a renewal: holder, renewTime, acquireTime, transitions."""
-    changed_at: float
+class LeaseForbidden(Exception):
+    """The ServiceAccount may not use the Lease: waiting for it would never end."""
 
 
-def decide(identity: str, lease: Observed | None, now: float) -> Action:
-    """What a candidate does next, from the Lease it read and its own monotonic clock."""
-    if lease is None:
-        return "create"
-    if lease.holder == identity:
-        return "renew"
-    if not lease.holder or now >= lease.changed_at + lease.duration:
-        return "take"
-    return "wait"
+class _OneLine(logging.Filter):
+    """The client logs a failed create or update of the lock (another candidate wrote first: 409) with
+    its traceback; the reason alone says it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            reason = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)
+            record.msg, record.args = f"{record.getMessage()}: {reason}", ()
+            record.exc_info = record.exc_text = None
+        return True
 
 
-def micro_time(at: float) -> str:
-    """A MicroTime, as Lease times are written: RFC 3339 with microseconds, UTC."""
-    return dt.datetime.fromtimestamp(at, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+for _name in ("kubernetes_asyncio.leaderelection.resourcelock.leaselock",
+              "kubernetes_asyncio.leaderelection.leaderelection"):
+    logging.getLogger(_name).addFilter(_OneLine())
+
+
+class _Election(leaderelection.LeaderElection):
+    """The client's election, where a request that fails on its way is a try that did not succeed."""
+
+    async def try_acquire_or_renew(self) -> bool:
+        try:
+            return await super().try_acquire_or_renew()
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            log.warning("the lease %s/%s: %s", self.election_config.lock.namespace, self.election_config.lock.name,
+                        " ".join(str(exc).split()) or type(exc).__name__)
+            return False
+
+
+async def _nothing() -> None:
+    """The client wants a coroutine to run while leading; muster runs its app beside the election instead."""
 
 
 class LeaseElector:
-    """Takes and keeps the Lease ``namespace/name`` for ``identity``; see the module docstring."""
+    """Takes and keeps the Lease ``namespace/name`` for ``identity`` (see the module docstring)."""
 
     def __init__(self, namespace: str, name: str, identity: str, *, lease_duration: float = 15.0,
-                 renew_deadline: float = 10.0, retry_period: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
-        if not lease_duration > renew_deadline > retry_period > 0:
-            raise ValueError("need lease duration > renew deadline > retry period > 0 "
-                             f"(got {lease_duration}, {renew_deadline}, {retry_period})")
+                 renew_deadline: float = 10.0, retry_period: float = 2.0) -> None:
         self.namespace, self.name, self.identity = namespace, name, identity
-        self.lease_duration, self.renew_deadline, self.retry_period = lease_duration, renew_deadline, retry_period
-        self.clock, self.wall = clock, wall
-        self.observed: Observed | None = None
-        self._body: dict[str, Any] | None = None
-        """The Lease as last read or written (its resourceVersion is what the next write names)."""
-        self.transitions = 0
-        """How often this candidate took the Lease over from another holder."""
+        self.retry_period = retry_period
+        # the Lease holds whole seconds, and the client writes the duration with int(str(duration)):
+        # a float (the CLI's 15.0) failed there, at the first write, so it is whole seconds here
+        whole = math.ceil(lease_duration) if lease_duration > 0 else lease_duration
+        try:  # the client's own bounds: lease > renew deadline > 1.2 x retry period, each at least 1 s
+            config = electionconfig.Config(_Lock(name, namespace, identity), whole, renew_deadline,
+                                           retry_period, _nothing, _nothing)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (got lease duration {lease_duration:g}, renew deadline {renew_deadline:g}, "
+                             f"retry period {retry_period:g})") from None
+        self._election = _Election(config)
 
     @property
     def where(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    # ------------------------------------------------------------------ the loops
+    @property
+    def holder(self) -> str:
+        """Who held the Lease when this candidate last read it ("" for nobody)."""
+        record = self._election.observed_record
+        return (record.holder_identity or "") if record is not None else ""
+
+    def _on(self, api: client.ApiClient) -> _Election:
+        """The election, its lock requesting through ``api`` (each event loop has its own client)."""
+        self._election.election_config.lock = _Lock(self.name, self.namespace, self.identity, api)
+        return self._election
+
+    async def check(self, api: client.ApiClient) -> None:
+        """``LeaseForbidden`` naming what RBAC does not allow this ServiceAccount to do with the Lease."""
+        authz = client.AuthorizationV1Api(api)
+        refused = []
+        for verb in VERBS:
+            review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(
+                    group=LEASE.group, resource=LEASE.plural, verb=verb, namespace=self.namespace, name=self.name)))
+            try:
+                answer = await authz.create_self_subject_access_review(review)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return  # a server without authorization.k8s.io cannot be asked: the election will tell
+                raise
+            if not answer.status.allowed:
+                refused.append(verb)
+        if refused:
+            raise LeaseForbidden(f"not allowed to {'/'.join(refused)} leases.{LEASE.group} in namespace "
+                                 f"{self.namespace} (deploy/k8s/base/rbac.yaml's Role muster-cluster-lease)")
+
+    async def try_once(self, api: client.ApiClient) -> bool:
+        """One read, and the create, renewal or takeover the protocol allows: whether this candidate holds it now."""
+        return await self._on(api).try_acquire_or_renew()
+
     async def acquire(self, api: client.ApiClient, *, on_wait: Callable[[str], None] | None = None) -> None:
         """Return once this candidate holds the Lease; ``on_wait(holder)`` is told once per holder it waits for."""
         told = None
-        while True:
-            if await self.try_once(api):
-                return
-            holder = self.observed.holder if self.observed else ""
-            if on_wait is not None and holder != told:
-                on_wait(holder)
-                told = holder
+        while not await self.try_once(api):
+            if on_wait is not None and self.holder != told:
+                told = self.holder
+                on_wait(told)
             await asyncio.sleep(self.retry_period)
 
     async def keep(self, api: client.ApiClient) -> None:
-        """Renew every retry period, forever; ``LeaseLost`` when a renewal has not succeeded for the
-        renew deadline (or someone else holds the Lease now)."""
-        renewed = self.clock()
-        while True:
-            await asyncio.sleep(self.retry_period)
-            try:
-                held = await self.try_once(api)
-            except (ApiException, aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                log.warning("renewing the lease %s: %s", self.where, exc)
-                held = False
-            if held:
-                renewed = self.clock()
-            elif self.observed is not None and self.observed.holder not in ("", self.identity):
-                raise LeaseLost(f"the lease {self.where} is held by {self.observed.holder} now")
-            elif self.clock() - renewed >= self.renew_deadline:
-                raise LeaseLost(f"the lease {self.where} was not renewed for {self.renew_deadline:g}s")
+        """Renew (the client's renew loop) until a renewal has not succeeded for the renew deadline:
+        then ``LeaseLost``."""
+        await self._on(api).renew_loop()
+        holder = self.holder
+        raise LeaseLost(f"the lease {self.where} is held by {holder} now" if holder and holder != self.identity
+                        else f"the lease {self.where} was not renewed within the renew deadline")
 
     async def release(self, api: client.ApiClient) -> None:
-        """Give the Lease up (empty holder) if this candidate holds it, so a standby need not wait."""
-        if self.observed is None or self.observed.holder != self.identity or self._body is None:
-            return
-        spec = dict(self._body.get("spec") or {})
-        spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=micro_time(self.wall()))
+        """Give the Lease up (no holder, a lease of 1 s) if this candidate holds it, so a standby need not wait."""
+        leases = client.CoordinationV1Api(api)
         try:
-            await self._replace(api, spec)
+            lease = await leases.read_namespaced_lease(self.name, self.namespace)
+            if lease.spec is None or lease.spec.holder_identity != self.identity:
+                return
+            lease.spec.holder_identity = None
+            lease.spec.lease_duration_seconds = 1
+            await leases.replace_namespaced_lease(self.name, self.namespace, lease)  # names the version read
             log.info("released the lease %s", self.where)
-        except (ApiException, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (ApiException, aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             log.warning("could not release the lease %s: %s", self.where, exc)
 
-    # ------------------------------------------------------------------ one step
-    async def try_once(self, api: client.ApiClient) -> bool:
-        """Read the Lease and create, renew or take it over if the rule says so; whether this
-        candidate holds it now. A write that lost a race (409) is no error: it just does not hold."""
-        self._observe(await self._read(api))
-        action = decide(self.identity, self.observed, self.clock())
-        if action == "wait":
-            return False
-        now = micro_time(self.wall())
-        spec: dict[str, Any] = dict((self._body or {}).get("spec") or {})
-        spec.update(holderIdentity=self.identity, leaseDurationSeconds=int(max(1, round(self.lease_duration))),
-                    renewTime=now)
-        if action != "renew":
-            spec.update(acquireTime=now, leaseTransitions=int(spec.get("leaseTransitions") or 0)
-                        + (1 if action == "take" else 0))
-        try:
-            if action == "create":
-                body = await self._create(api, spec)
-            else:
-                body = await self._replace(api, spec)
-        except ApiException as exc:
-            if exc.status == 409:
-                return False  # another candidate wrote first: read again next time
-            raise
-        if action == "take":
-            self.transitions += 1
-            log.info("took over the lease %s from %s", self.where, self.observed.holder if self.observed else "")
-        self._observe(body)
-        return True
 
-    def _observe(self, body: dict[str, Any] | None) -> None:
-        self._body = body
-        if body is None:
-            self.observed = None
+class _Lock(LeaseLock):
+    """The client's ``LeaseLock``; made without a client for the configuration's checks, given one to run."""
+
+    def __init__(self, name: str, namespace: str, identity: str, api: client.ApiClient | None = None) -> None:
+        if api is None:
+            self.name, self.namespace, self.identity = name, namespace, identity
+            self.lease_reference = None
             return
-        spec = body.get("spec") or {}
-        record = (spec.get("holderIdentity") or "", spec.get("renewTime"), spec.get("acquireTime"),
-                  spec.get("leaseTransitions"))
-        before = self.observed
-        changed_at = before.changed_at if before is not None and before.record == record else self.clock()
-        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
-        self.observed = Observed(holder=str(record[0]), duration=duration, record=record, changed_at=changed_at)
-
-    # ------------------------------------------------------------------ requests
-    def _api(self, api: client.ApiClient) -> client.CoordinationV1Api:
-        return client.CoordinationV1Api(api)
-
-    async def _read(self, api: client.ApiClient) -> dict[str, Any] | None:
-        try:
-            return await checked(self._api(api).read_namespaced_lease(self.name, self.namespace,
-                                                                       _preload_content=False))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    async def _create(self, api: client.ApiClient, spec: dict[str, Any]) -> dict[str, Any]:
-        body = {"apiVersion": LEASE.api_version, "kind": LEASE.kind,
-                "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec}
-        return await checked(self._api(api).create_namespaced_lease(self.namespace, body, _preload_content=False))
-
-    async def _replace(self, api: client.ApiClient, spec: dict[str, Any]) -> dict[str, Any]:
-        assert self._body is not None
-        metadata = self._body.get("metadata") or {}
-        body = {"apiVersion": LEASE.api_version, "kind": LEASE.kind,
-                "metadata": {"name": self.name, "namespace": self.namespace,
-                             "resourceVersion": metadata.get("resourceVersion")},
-                "spec": spec}
-        written = await checked(self._api(api).replace_namespaced_lease(self.name, self.namespace, body,
-                                                                         _preload_content=False))
-        self._body = written
-        return written
+        super().__init__(name, namespace, identity, api)
 
 
 class LeaseKeeper:
@@ -245,7 +221,7 @@ class LeaseKeeper:
             self._loop.close()
 
     async def _keep(self) -> None:
-        api = await self.connect()
+        api: Any = await self.connect()
         try:
             await self.elector.keep(api)
         except LeaseLost as exc:

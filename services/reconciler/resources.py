@@ -110,9 +110,7 @@ def access() -> tuple[Access, ...]:
                                     "has no status subresource") for r in (VOLCANO_QUEUE, KAI_QUEUE, ELASTIC_QUOTA_TREE)),
             *(Access(r, ("patch",), "KubeApplier: queue status (services/reconciler/status.py)", "status")
               for r in (VOLCANO_QUEUE, KAI_QUEUE, ELASTIC_QUOTA_TREE)),
-            Access(VOLCANO_POD_GROUP, ("patch",), "KubeApplier: a Volcano gang's PodGroup phase and conditions",
-                   "status"),
-            Access(VOLCANO_POD_GROUP, ("patch",), "KubeApplier: PodGroup status where the CRD has no status "
-                                                  "subresource"),
+            Access(VOLCANO_POD_GROUP, ("patch",), "KubeApplier: a Volcano gang's PodGroup phase and conditions "
+                                                  "(Volcano's CRD has no status subresource: status is a field)"),
             Access(EVENT, ("create",), "KubeApplier: an Event named after its effect"),
             Access(LEASE, ("get", "create", "update"), "LeaseElector: read, create and renew the one-applier Lease"))

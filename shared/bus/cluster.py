@@ -104,6 +104,7 @@ async def take_lease(target: KubeTarget, lease: LeaseElector, say: Any = print,
     api = await target.connect()
     side = asyncio.create_task(meanwhile()) if meanwhile is not None else None
     try:
+        await lease.check(api)  # a ServiceAccount that may not use the Lease would stand by forever
         await lease.acquire(api, on_wait=lambda holder: say(
             f"standing by: the lease {lease.where} is held by {holder or 'nobody yet'}"))
     finally:

@@ -48,7 +48,7 @@ from shared.store.models import EventLog, Workload
 from shared.store.query import queue_report, workload_history
 from tests.builders import node, ray_cluster, worker_group
 from tests.integration.test_cluster_bridge import ray_pod
-from tests.integration.test_cluster_leader import probe
+from tests.realcluster.conftest import probe
 from tests.kubeapi import KubeApiEmulator
 
 ROOT = Path(__file__).resolve().parents[2]
