@@ -227,8 +227,8 @@ def simulate_cmd(
 
 
 def _simulate_live(scenario: Any, policy: Optional[Policy], kubeconfig: Path, *, trace: bool, keep_log: bool) -> Any:
-    """``simulate --cluster``: the run on a real cluster (``shared.realcluster``); a dev cluster's KubeRay is
-    restarted with the scenario's ``--batch-scheduler`` first."""
+    """``simulate --cluster``: the run on a real cluster (``shared.realcluster``); a dev cluster is emptied and
+    made to run as the simulated one (``DevCluster.prepare``) first."""
     from shared.parts.catalog import MissingPart
     from shared.parts.devcluster import DevCluster
     from shared.parts.process import PartFailed
@@ -240,9 +240,7 @@ def _simulate_live(scenario: Any, policy: Optional[Policy], kubeconfig: Path, *,
     try:
         dev = DevCluster.attach(kubeconfig.parent)
         if dev is not None:  # our own cluster: emptied for the scenario, its KubeRay set as the scenario says
-            dev.reset()
-            if dev.batch_scheduler != scenario.batch_scheduler:
-                dev.start_kuberay(scenario.batch_scheduler)
+            dev.prepare(scenario, policy)
         return simulate_live(scenario, kubeconfig, policy, traced=trace, keep_log=keep_log)
     except (MissingPart, PartFailed, ClusterFailed, OSError) as exc:
         raise _failed(f"--cluster {kubeconfig}: {exc}") from None

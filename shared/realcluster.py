@@ -21,6 +21,7 @@ ever, takes what the watchers saw at each instant (``take_watch_events``).
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import threading
 import time
@@ -29,6 +30,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import yaml
+import aiohttp
+from kubernetes_asyncio import client
+from kubernetes_asyncio.config import ConfigException
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.reconciler.ingest import Change
 from services.reconciler.kubeapi import KubeApplier, Watcher, connect
@@ -45,6 +50,9 @@ TIME_TOLERANCE = 5.0
 as soon as it is bound (``pod_startup``, 2 s by default, is not simulated), and the real controllers'
 reactions land at the instant that caused them, not a few seconds later."""
 
+START_TIMER = "live/pod-start|"
+"""Timer key of a held pod's start (``LiveCluster.fire``): ``live/pod-start|<namespace>|<name>``."""
+
 MANAGER = "muster-scenario"
 """The field manager of the scenario's own writes (server-side apply)."""
 
@@ -57,8 +65,18 @@ class ClusterFailed(RuntimeError):
 class LiveCluster:
     """The interface ``EmbeddedRuntime`` drives (``SimCluster``'s), over a real API server."""
 
-    def __init__(self, kubeconfig: Path, *, kubectl: str, quiet: float = 0.5, settle_limit: float = 60.0) -> None:
+    def __init__(self, kubeconfig: Path, *, kubectl: str, quiet: float = 0.5, settle_limit: float = 60.0,
+                 pod_startup: float = 0.0) -> None:
         self.kubeconfig = kubeconfig
+        self.pod_startup = pod_startup
+        """Scenario seconds a bound pod stays Pending before KWOK runs it (``kwok.HOLD``), as the
+        simulated kubelet's ``pod_startup``."""
+        self._timer_requests: list[tuple[float, str]] = []
+        self._seen: dict[tuple[str, str, str, str], int] = {}
+        """(group, kind, namespace, name) -> the latest resourceVersion the watch delivered."""
+        self._awaited: dict[tuple[str, str, str, str], int] = {}
+        """What the scenario wrote that the watch has not yet delivered: its key -> the resourceVersion
+        the API server answered the write with (``caught_up``)."""
         self.kubectl_bin = kubectl
         self.quiet = quiet
         self.settle_limit = settle_limit
@@ -84,7 +102,14 @@ class LiveCluster:
     def start(self) -> "LiveCluster":
         """Connect, start a watch of every resource muster reads, and wait for every first list."""
         self._thread.start()
-        self._call(self._connect())
+        try:
+            self._call(self._connect(), timeout=30)
+        except ApiException as exc:
+            self.close()
+            raise ClusterFailed(f"the API server answered {exc.status} {exc.reason}") from None
+        except (ConfigException, yaml.YAMLError, aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            self.close()  # no session left open to complain at exit
+            raise ClusterFailed(_first_line(exc) or type(exc).__name__) from None
         listed = threading.Event()
         pending = set(WATCHED)
 
@@ -127,9 +152,18 @@ class LiveCluster:
         metadata = obj.get("metadata")
         if isinstance(metadata, dict):
             metadata.pop("managedFields", None)  # as the cluster link drops it (field ownership no decision reads)
+        version = _version(obj)
         with self._lock:
             self._events.append((change, obj))
             self._last_seen = time.monotonic()
+            if version is not None:
+                key = _key(obj)
+                self._seen[key] = max(version, self._seen.get(key, 0))
+        if change == "Deleted" and obj.get("kind") == "Pod" and self.applier is not None:
+            # as ``muster run cluster`` tells its applier: a bind waiting for an evicted pod to go
+            # goes ahead now, not after ``victim_wait`` (30 s of wall time a preemption)
+            gone = kube.meta(obj)
+            await self.applier.pod_gone(str(gone.get("namespace") or ""), str(gone.get("name") or ""))
 
     # ------------------------------------------------------------------ what the runtime calls
     def apply(self, obj: dict[str, Any], now: float) -> None:
@@ -145,12 +179,65 @@ class LiveCluster:
         if kind == "Node":  # a scenario's node is a KWOK node: KWOK plays its kubelet
             obj = {**obj, "metadata": {**metadata, "annotations": {**(metadata.get("annotations") or {}),
                                                                     kwok.ANNOTATION: "fake"}}}
+        if kind == "Pod" and kube.mapping(obj.get("spec")).get("nodeName") and self.pod_startup > 0:
+            obj = self._held(obj, namespace, name, now)  # a pod that arrives bound starts as a bound one does
         if namespace and kind != "Namespace":
             self._ensure_namespace(namespace)
-        self._kubectl(["apply", "--server-side", "--force-conflicts", f"--field-manager={MANAGER}", "-f", "-"],
-                      yaml.safe_dump(obj), f"apply {describe(kind, namespace, name)}")
+        what = f"apply {describe(kind, namespace, name)}"
+        written = self._kubectl(["apply", "--server-side", "--force-conflicts", f"--field-manager={MANAGER}",
+                                 "-o", "json", "-f", "-"], yaml.safe_dump(obj), what)
+        if isinstance(obj.get("status"), dict) and obj["status"]:
+            written = self._apply_status(obj, what) or written
+        self._await(written)
         self._applied[(kind, namespace, name)] = str(obj.get("apiVersion") or "")
         self._touched()
+
+    def _await(self, answer: str) -> None:
+        """Note the object a write answered with, so that ``caught_up`` waits for the watch to deliver it."""
+        try:
+            written = json.loads(answer)
+        except ValueError:
+            return
+        version = _version(written) if isinstance(written, dict) else None
+        if version is None or not any(r.kind == written.get("kind") and r.group == _group(written) for r in WATCHED):
+            return  # a kind muster does not watch (a Namespace): nothing will come
+        with self._lock:
+            self._awaited[_key(written)] = version
+
+    def caught_up(self, timeout: float = 30.0) -> None:
+        """Wait until the watch has delivered every object the scenario wrote, at the version written.
+        Without this, muster could act on an instant's first objects before its others arrive (the
+        watch delivers a moment after the write returns): a RayCluster bound in the default queue
+        because the quota tree applied with it had not come through yet."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                self._awaited = {k: v for k, v in self._awaited.items() if self._seen.get(k, 0) < v}
+                if not self._awaited:
+                    return
+                missing = sorted(self._awaited)
+            if time.monotonic() > deadline:
+                raise ClusterFailed(f"the watch did not deliver {', '.join('/'.join(k[1:]) for k in missing[:5])} "
+                                    f"within {timeout:g} s of writing it")
+            time.sleep(0.01)
+
+    def _apply_status(self, obj: dict[str, Any], what: str) -> str | None:
+        """The manifest's ``status`` through the status subresource: the API server drops status written
+        to the main resource of a kind that has the subresource (a Volcano Queue's ``state: Closed``, a
+        Node's capacity on a later apply). A kind without it kept the status with the object itself."""
+        metadata = kube.meta(obj)
+        status = dict(obj["status"])
+        if obj["kind"] == "Queue" and str(obj.get("apiVersion", "")).startswith("scheduling.volcano.sh/"):
+            status.setdefault("allocated", {})  # Volcano's Queue CRD requires it; its controller fills it
+        body = {"apiVersion": obj.get("apiVersion"), "kind": obj["kind"], "status": status,
+                "metadata": {k: metadata[k] for k in ("name", "namespace") if metadata.get(k)}}
+        done = self._run(["apply", "--server-side", "--force-conflicts", f"--field-manager={MANAGER}",
+                          "--subresource=status", "-o", "json", "-f", "-"], yaml.safe_dump(body))
+        if done.returncode == 0:
+            return done.stdout
+        if "NotFound" not in done.stderr and "could not find" not in done.stderr:
+            raise ScenarioError(f"{what} (status): the API server refused it: {_one_line(done)}")
+        return None
 
     def delete(self, kind: str, namespace: str | None, name: str, now: float) -> None:
         ns = namespace_of(kind, namespace)
@@ -158,12 +245,27 @@ class LiveCluster:
         args = ["delete", resource, name, "--wait=false"]
         if ns:
             args += ["-n", ns]
+        api_version = self._applied.get((kind, ns, name), "")
+        with self._lock:  # taken before: the watch may deliver the deletion before kubectl returns
+            before = {key: version for key, version in self._seen.items() if key[1:] == (kind, ns, name)
+                      and (not api_version or key[0] == _group({"apiVersion": api_version}))}
         self._kubectl(args, None, f"delete {describe(kind, ns, name)}")
+        with self._lock:  # its deletion (or the deletionTimestamp a finalizer holds it with) comes next
+            self._awaited.update({key: version + 1 for key, version in before.items()})
+        if kind == "Node":
+            # kube-controller-manager's pod GC deletes the pods of a node that is gone only after 40 s
+            # of wall time (its quarantine); the simulated one at once, and a scenario's instants pass
+            # in far less: the pods go now, as the simulated cluster's do
+            self._kubectl(["delete", "pods", "--all-namespaces", "--field-selector", f"spec.nodeName={name}",
+                           "--force", "--grace-period=0", "--wait=false"], None, f"delete the pods of node {name}")
         self._touched()
 
     def perform(self, effect: KubeEffect, now: float) -> None:
         """One reconciler effect, through the cluster link's applier (idempotent, as deployed)."""
         assert self.applier is not None
+        if effect.op == "bind" and self.pod_startup > 0:
+            effect = effect.model_copy(update={"annotations": {**effect.annotations, kwok.HOLD: "pod_startup"}})
+            self._timer_requests.append((now + self.pod_startup, f"{START_TIMER}{effect.namespace}|{effect.name}"))
         effect_id = derive_id("live", effect.op, effect.kind, effect.namespace, effect.name, effect.node,
                               f"{now:.6f}", effect.reason)
         self.requests += 1
@@ -171,7 +273,26 @@ class LiveCluster:
         self._touched()
 
     def fire(self, key: str, now: float) -> None:
-        """The real cluster keeps its own time: it asks for no timers."""
+        """A held pod's ``pod_startup`` is over: its hold is taken away and KWOK runs it."""
+        if not key.startswith(START_TIMER):
+            return
+        namespace, _, name = key[len(START_TIMER):].partition("|")
+        self._call(self._release(namespace, name))
+        self._touched()
+
+    async def _release(self, namespace: str, name: str) -> None:
+        try:
+            await client.CoreV1Api(self.api).patch_namespaced_pod(
+                name, namespace, {"metadata": {"annotations": {kwok.HOLD: None}}})
+        except ApiException as exc:
+            if exc.status != 404:  # gone (deleted, its node removed) before it started: nothing to start
+                raise ClusterFailed(f"starting pod {namespace}/{name}: {exc.status} {exc.reason}") from None
+
+    def _held(self, pod: dict[str, Any], namespace: str, name: str, now: float) -> dict[str, Any]:
+        metadata = kube.meta(pod)
+        self._timer_requests.append((now + self.pod_startup, f"{START_TIMER}{namespace}|{name}"))
+        return {**pod, "metadata": {**metadata, "annotations": {**(metadata.get("annotations") or {}),
+                                                                kwok.HOLD: "pod_startup"}}}
 
     def take_watch_events(self) -> list[tuple[str, dict[str, Any]]]:
         with self._lock:
@@ -182,7 +303,8 @@ class LiveCluster:
         return out  # type: ignore[return-value]
 
     def take_timer_requests(self) -> list[tuple[float, str]]:
-        return []
+        out, self._timer_requests = self._timer_requests, []
+        return out
 
     def annotation_history(self, kind: str, namespace: str | None, name: str) -> list[tuple[float, dict[str, str]]]:
         return [(t, dict(a)) for t, a in self._history.get((kind, namespace_of(kind, namespace), name), [])]
@@ -239,12 +361,44 @@ class LiveCluster:
                 return f"{resource.plural}.{resource.version}.{resource.group}"
         return kind.lower()
 
-    def _kubectl(self, args: list[str], stdin: str | None, what: str) -> None:
-        done = subprocess.run([self.kubectl_bin, "--kubeconfig", str(self.kubeconfig), *args], input=stdin,
+    def _run(self, args: list[str], stdin: str | None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([self.kubectl_bin, "--kubeconfig", str(self.kubeconfig), *args], input=stdin,
                               capture_output=True, text=True, timeout=120)
+
+    def _kubectl(self, args: list[str], stdin: str | None, what: str) -> str:
+        done = self._run(args, stdin)
         if done.returncode != 0:
-            message = " ".join((done.stderr or done.stdout).split())
-            raise ScenarioError(f"{what}: the API server refused it: {message[:600]}")
+            raise ScenarioError(f"{what}: the API server refused it: {_one_line(done)}")
+        return done.stdout
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's message on one line (PyYAML's and kubernetes-asyncio's run over several)."""
+    return " ".join(str(exc).split())[:400]
+
+
+def _group(obj: Mapping[str, Any]) -> str:
+    api_version = str(obj.get("apiVersion") or "")
+    return api_version.split("/", 1)[0] if "/" in api_version else ""
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    metadata = kube.meta(obj)
+    return (_group(obj), str(obj.get("kind") or ""), str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+
+
+def _version(obj: Mapping[str, Any]) -> int | None:
+    """The object's resourceVersion as a number: opaque by contract, etcd's revision in fact, and
+    only compared here to tell whether the watch has caught up with a write."""
+    try:
+        return int(kube.meta(obj).get("resourceVersion") or "")
+    except ValueError:
+        return None
+
+
+def _one_line(done: subprocess.CompletedProcess[str]) -> str:
+    """kubectl's complaint on one line, bounded."""
+    return " ".join((done.stderr or done.stdout).split())[:600]
 
 
 class LiveRuntime(EmbeddedRuntime):
@@ -258,6 +412,7 @@ class LiveRuntime(EmbeddedRuntime):
 
     def drain(self) -> None:
         """Deliver until every inbox is empty and the cluster has settled with nothing new."""
+        self.cluster.caught_up()
         while True:
             super().drain()
             self.cluster.settle()

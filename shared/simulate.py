@@ -66,7 +66,8 @@ def simulate_live(scenario: Scenario, kubeconfig: Path, policy: Policy | None = 
     from shared.realcluster import TIME_TOLERANCE, LiveCluster, LiveRuntime
 
     effective = scenario.effective_policy(policy)
-    cluster = LiveCluster(kubeconfig, kubectl=catalog.binary("kubernetes", "kubectl")).start()
+    cluster = LiveCluster(kubeconfig, kubectl=catalog.binary("kubernetes", "kubectl"),
+                          pod_startup=scenario.startup_seconds).start()
     try:
         run = play(scenario, effective, LiveRuntime(effective, cluster, traced=traced,  # type: ignore[arg-type]
                                                     keep_log=keep_log))

@@ -178,9 +178,10 @@ def devcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator["DevCluster
 
 @pytest.fixture
 def clean_cluster(devcluster: "DevCluster") -> Iterator["DevCluster"]:
-    """The session's real cluster, emptied before the test (``DevCluster.reset``) and its KubeRay back
-    to no batch scheduler."""
+    """The session's real cluster, emptied before the test (``DevCluster.reset``), its KubeRay back
+    to no batch scheduler and its kube-scheduler running."""
     devcluster.reset()
     if devcluster.batch_scheduler != "none":
         devcluster.start_kuberay("none")
+    devcluster.kube_scheduler(True)  # a scenario run (tests/realcluster/test_scenario_parity.py) may have stopped it
     yield devcluster

@@ -23,13 +23,17 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import yaml
 
 from shared.parts import catalog, kwok
 from shared.parts.pki import Authority
 from shared.parts.process import Part, PartFailed, free_port, stop_group, tail
+
+if TYPE_CHECKING:
+    from shared.policy import Policy
+    from shared.scenario import Scenario
 
 BATCH_SCHEDULERS = ("none", "volcano", "kai-scheduler", "scheduler-plugins")
 SERVICE_CIDR = "10.96.0.0/16"
@@ -218,7 +222,24 @@ class DevCluster:
                              "-tokencleaner",
             "--v=1",
         ])
+        self.kube_scheduler(True)
+
+    def kube_scheduler(self, running: bool) -> None:
+        """Start kube-scheduler, or stop it: a scenario run whose muster answers to ``default-scheduler``
+        (as the simulated cluster's does, having no other scheduler) would otherwise race it for
+        every pod that names no scheduler."""
+        part = self.parts.get("kube-scheduler")
+        if running == (part.alive() if part is not None else "kube-scheduler" in self.attached):
+            return
+        if not running:
+            if part is not None:
+                self.parts.pop("kube-scheduler").stop()
+            else:
+                stop_group(self.attached.pop("kube-scheduler"))
+            self._save()
+            return
         sched_config = str(self.root / "kube-scheduler.kubeconfig")
+        self.parts.pop("kube-scheduler", None)
         self._start("kube-scheduler", [
             catalog.binary("kubernetes", "kube-scheduler"),
             "--kubeconfig", sched_config, "--authentication-kubeconfig", sched_config,
@@ -226,6 +247,8 @@ class DevCluster:
             "--bind-address", "127.0.0.1", "--secure-port", str(self.ports["scheduler"]),
             "--leader-elect=false", "--v=1",
         ])
+        if (self.root / "state.json").exists():
+            self._save()
 
     def crd_files(self) -> list[Path]:
         """KubeRay's RayCluster, RayJob and RayService (its operator exits without the last), and the
@@ -289,6 +312,17 @@ class DevCluster:
                         f"ready at {probe}")
         self._save()
 
+    def prepare(self, scenario: "Scenario", policy: "Policy | None" = None) -> None:
+        """Empty the cluster (``reset``) and make it run as the simulated one does for ``scenario``: KubeRay
+        with its ``--batch-scheduler`` (restarted only when that changes), and no kube-scheduler while
+        muster answers to ``default-scheduler`` (the simulated cluster has no scheduler but muster)."""
+        from shared.kube import DEFAULT_SCHEDULER
+
+        self.reset()
+        self.kube_scheduler(not scenario.effective_policy(policy).answers_to(DEFAULT_SCHEDULER))
+        if self.batch_scheduler != scenario.batch_scheduler:
+            self.start_kuberay(scenario.batch_scheduler)
+
     def reset(self) -> None:
         """Leave the cluster as ``up`` made it, but without nodes: every workload, PodGroup, queue, Job,
         pod, PriorityClass of its users, node and namespace of its users deleted (and waited for)."""
@@ -303,7 +337,9 @@ class DevCluster:
                      "--timeout=90s", check=False)
         self.kubectl("delete", "queues.scheduling.volcano.sh,queues.scheduling.run.ai,nodes", "--all", "--wait=true",
                      "--timeout=90s", check=False)
-        self.kubectl("delete", "priorityclasses", "--all", "--field-selector",
+        # kubectl refuses --all beside a selector ("setting 'all' parameter but found a non empty selector"):
+        # the users' PriorityClasses are those the selector leaves
+        self.kubectl("delete", "priorityclasses", "--field-selector",
                      "metadata.name!=system-cluster-critical,metadata.name!=system-node-critical", "--wait=true",
                      "--timeout=90s", check=False)
         listed = self.kubectl("get", "namespaces", "-o", "name", check=False).stdout.split()

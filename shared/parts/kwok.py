@@ -8,8 +8,8 @@ these are the dev cluster's, written after KWOK's ``kustomize/stage`` sets ``nod
 - ``node-initialize``: a node that is not Ready becomes Ready, its capacity and allocatable kept;
 - ``node-heartbeat-with-lease``: the node's status is refreshed every 10 minutes (its Lease, which
   KWOK renews on its own, is the heartbeat the node lifecycle controller reads);
-- ``pod-ready``: a bound pod turns Running and Ready at once (``Scenario.pod_startup`` does not
-  apply: what a kubelet would take to start containers, KWOK does not);
+- ``pod-ready``: a bound pod turns Running and Ready at once, unless it carries ``HOLD`` (a
+  scenario's run holds it for ``pod_startup`` of scenario time, ``shared.realcluster``);
 - ``pod-complete``: a pod a Job owns (a RayJob's submitter) succeeds once it runs;
 - ``pod-delete``: a pod being deleted goes (its grace period is the kubelet's, and there is none).
 """
@@ -19,6 +19,11 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 ANNOTATION = "kwok.x-k8s.io/node"
+
+HOLD = "muster.dev/kubelet-hold"
+"""A bound pod with this annotation stays Pending (``pod-ready`` waits): ``muster simulate --cluster``
+binds with it and takes it away ``pod_startup`` seconds of scenario time later, as the simulated
+kubelet starts a pod; without it a bound pod runs at once."""
 
 _CONDITIONS = """\
       conditions:
@@ -96,6 +101,7 @@ spec:
   selector:
     matchExpressions:
     - {{key: '.metadata.deletionTimestamp', operator: DoesNotExist}}
+    - {{key: '.metadata.annotations["{HOLD}"]', operator: DoesNotExist}}
     - {{key: '.status.phase', operator: In, values: [Pending]}}
     - {{key: '.status.conditions.[] | select( .type == "Ready" ) | .status', operator: NotIn, values: ['True']}}
   next:
