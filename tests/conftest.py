@@ -20,8 +20,9 @@ PostgreSQL nor Kafka starts neither.
 from __future__ import annotations
 
 import os
+import time
 import uuid
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 if TYPE_CHECKING:
     from shared.parts.devcluster import DevCluster
@@ -137,6 +138,17 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield broker.bootstrap
     finally:
         broker.stop()
+
+
+def eventually(check: Callable[[], Any], what: str, timeout: float = 45.0, every: float = 0.1) -> Any:
+    """``check()`` once it is truthy; fails naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"still waiting for {what} after {timeout:.0f}s"
+        time.sleep(every)
 
 
 def delete_topics(bootstrap: str, prefix: str) -> list[str]:

@@ -13,7 +13,7 @@ import asyncio
 import json
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -27,6 +27,7 @@ from shared.events import KubeEffect, wrap
 from shared.policy import Policy
 from shared.topology import SERVICES
 from tests.builders import node, pod, ray_cluster, worker_group
+from tests.conftest import eventually
 from tests.integration.test_bus_service import envelopes, read_until, send
 from tests.kubeapi import KubeApiEmulator
 
@@ -70,16 +71,6 @@ def stop_apps(bus: EventLoopThread, apps: dict[str, Any], timeout: float = 90.0)
             task.result()
 
     bus.run(stop(), timeout=timeout + 30)
-
-
-def eventually(check: Callable[[], Any], what: str, timeout: float = 45.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"still waiting for {what} after {timeout}s"
-        time.sleep(0.1)
 
 
 def ray_pod(cluster: str, name: str, node_type: str, group: str, cpu: str) -> dict:

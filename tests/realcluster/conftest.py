@@ -9,14 +9,15 @@ is), KWOK nodes, and waiting for the cluster to reach a state. Every test uses t
 from __future__ import annotations
 
 import json
-import time
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
 from shared.parts import kwok
 from shared.parts.devcluster import DevCluster
+from tests.conftest import eventually as shared_eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "k8s"
@@ -75,15 +76,8 @@ def get(cluster: DevCluster, resource: str, name: str = "", namespace: str = "")
     return json.loads(done.stdout)
 
 
-def eventually(check: Callable[[], Any], what: str, timeout: float = 60.0, every: float = 0.2) -> Any:
-    """``check()`` once it is truthy; fails naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"still waiting for {what} after {timeout:.0f}s"
-        time.sleep(every)
+eventually = partial(shared_eventually, timeout=60.0, every=0.2)
+"""``tests.conftest.eventually`` with a real cluster's patience (its controllers take longer than the emulator)."""
 
 
 def can_i(cluster: DevCluster, verb: str, resource: str, group: str = "", namespace: str = "") -> bool:
