@@ -528,7 +528,7 @@ def broker_cmd(
     from shared.bus.localbroker import BrokerError, LocalBroker
     from shared.parts import catalog
     from shared.parts.catalog import MissingPart
-    from shared.parts.kafka import KafkaBroker, failed_tail
+    from shared.parts.kafka import KafkaBroker
     from shared.parts.process import PartFailed
 
     if not 1 <= port <= 65535:
@@ -540,16 +540,14 @@ def broker_cmd(
             raise _failed(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from None
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # its probes of the starting broker are not news
     data = Path(tempfile.mkdtemp(prefix="muster-kafka-"))
-    kafka: KafkaBroker | None = None
-    tansu: LocalBroker | None = None
+    broker: KafkaBroker | LocalBroker
     try:
-        kafka = KafkaBroker(data, port=port)
+        broker = KafkaBroker(data, port=port)
         what = f"Apache Kafka {catalog.version('kafka')} (KRaft, data in {data})"
     except MissingPart as exc:
         typer.echo(f"Apache Kafka is not built here ({exc}; `make tools` builds it): Tansu, in memory, instead",
                    err=True)
-        tansu = LocalBroker(port)
-        what = "Tansu, in memory"
+        broker, what = LocalBroker(port), "Tansu, in memory"
 
     def stopped(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt  # `kill PID` (and a closed terminal) stop it as Ctrl-C does, the broker with it
@@ -560,27 +558,18 @@ def broker_cmd(
         signal.signal(signum, stopped)
     try:  # from here on Ctrl-C stops the broker and is no error
         try:
-            if kafka is not None:
-                kafka.start()
-            else:
-                assert tansu is not None
-                tansu.start()
+            broker.start()
         except (BrokerError, PartFailed) as exc:
             raise _failed(" ".join(str(exc).split())) from None
-        bootstrap = kafka.bootstrap if kafka is not None else tansu.bootstrap  # type: ignore[union-attr]
-        typer.echo(f"Kafka broker ({what}) at {bootstrap}; try: muster simulate "
-                   f"examples/volcano-gang-queue.yaml --bus kafka://{bootstrap}. Ctrl-C stops it.")
-        while kafka.part.alive() if kafka is not None and kafka.part else tansu is not None and tansu.running:
+        typer.echo(f"Kafka broker ({what}) at {broker.bootstrap}; try: muster simulate "
+                   f"examples/volcano-gang-queue.yaml --bus kafka://{broker.bootstrap}. Ctrl-C stops it.")
+        while broker.running:
             time.sleep(0.5)
-        said = failed_tail(kafka) if kafka is not None else tansu.log_tail(3)  # type: ignore[union-attr]
-        raise _failed(f"the broker stopped: {' '.join(said.split()) or 'no output'}")
+        raise _failed(f"the broker stopped: {' '.join(broker.log_tail(3).split()) or 'no output'}")
     except KeyboardInterrupt:
         pass
     finally:
-        if kafka is not None:
-            kafka.stop()
-        if tansu is not None:
-            tansu.stop()
+        broker.stop()
         shutil.rmtree(data, ignore_errors=True)
 
 

@@ -116,6 +116,14 @@ class KafkaBroker:
             self.part.stop(timeout=20)
 
     @property
+    def running(self) -> bool:
+        """As ``LocalBroker.running``: ``muster broker`` watches either alike."""
+        return self.part is not None and self.part.alive()
+
+    def log_tail(self, lines: int = 8) -> str:
+        return tail(self.root / "kafka.log", lines)
+
+    @property
     def pid(self) -> int:
         """The broker's JVM (a test pauses it with SIGSTOP)."""
         assert self.part is not None, "the broker was not started"
@@ -140,7 +148,3 @@ def broker_for(stack: "ExitStack", given: str | None) -> tuple[str, str]:
     stack.callback(shutil.rmtree, root, True)
     broker = stack.enter_context(KafkaBroker(root))
     return broker.bootstrap, f"apache kafka {catalog.version('kafka')} (KRaft, one node)"
-
-
-def failed_tail(broker: KafkaBroker) -> str:
-    return tail(broker.root / "kafka.log")
