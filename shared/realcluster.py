@@ -264,8 +264,8 @@ class LiveCluster:
         """One reconciler effect, through the cluster link's applier (idempotent, as deployed)."""
         assert self.applier is not None
         if effect.op == "bind" and self.pod_startup > 0:
-            effect = effect.model_copy(update={"annotations": {**effect.annotations, kwok.HOLD: "pod_startup"}})
-            self._timer_requests.append((now + self.pod_startup, f"{START_TIMER}{effect.namespace}|{effect.name}"))
+            held = self._hold(effect.namespace, effect.name, now)
+            effect = effect.model_copy(update={"annotations": {**effect.annotations, **held}})
         effect_id = derive_id("live", effect.op, effect.kind, effect.namespace, effect.name, effect.node,
                               f"{now:.6f}", effect.reason)
         self.requests += 1
@@ -288,11 +288,16 @@ class LiveCluster:
             if exc.status != 404:  # gone (deleted, its node removed) before it started: nothing to start
                 raise ClusterFailed(f"starting pod {namespace}/{name}: {exc.status} {exc.reason}") from None
 
+    def _hold(self, namespace: str, name: str, now: float) -> dict[str, str]:
+        """The annotation that keeps a bound pod Pending (``kwok.HOLD``), and the timer that takes it
+        away ``pod_startup`` later (``fire``): for a pod muster binds and one a scenario writes bound alike."""
+        self._timer_requests.append((now + self.pod_startup, f"{START_TIMER}{namespace}|{name}"))
+        return {kwok.HOLD: "pod_startup"}
+
     def _held(self, pod: dict[str, Any], namespace: str, name: str, now: float) -> dict[str, Any]:
         metadata = kube.meta(pod)
-        self._timer_requests.append((now + self.pod_startup, f"{START_TIMER}{namespace}|{name}"))
         return {**pod, "metadata": {**metadata, "annotations": {**(metadata.get("annotations") or {}),
-                                                                kwok.HOLD: "pod_startup"}}}
+                                                                **self._hold(namespace, name, now)}}}
 
     def take_watch_events(self) -> list[tuple[str, dict[str, Any]]]:
         with self._lock:
