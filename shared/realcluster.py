@@ -242,7 +242,11 @@ class LiveCluster:
     def delete(self, kind: str, namespace: str | None, name: str, now: float) -> None:
         ns = namespace_of(kind, namespace)
         resource = self._resource_name(kind, ns, name)
-        args = ["delete", resource, name, "--wait=false"]
+        # foreground: the object stays until the garbage collector has deleted what it owns (a RayCluster's
+        # pods), and kubectl waits for that; the simulated cluster takes the pods with their owner at the
+        # same instant, and a background cascade could outlast the settle window (the run then moved on
+        # with a deleted RayCluster's pods still bound)
+        args = ["delete", resource, name, "--cascade=foreground", "--wait=true", "--timeout=60s"]
         if ns:
             args += ["-n", ns]
         api_version = self._applied.get((kind, ns, name), "")
