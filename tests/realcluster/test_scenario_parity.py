@@ -156,7 +156,12 @@ def test_differences_are_seen() -> None:
     assert [len(differences(doc, other)) for other in (late, extra, usage)] == [1, 1, 1]
 
 
-PARAMS = [pytest.param(p, id=p.stem, marks=[pytest.mark.xfail(strict=True, reason=KNOWN[p.stem])]
+SOMETIMES = frozenset({"node-removed-gang-replaced"})
+"""Differences that depend on timing, not strict: whether KubeRay's separate re-creations reach muster
+within one settle window decides whether the partial bind happens (it did in 2 of 4 runs on
+2026-12-06). A strict xfail would fail the suite whenever it did not."""
+
+PARAMS = [pytest.param(p, id=p.stem, marks=[pytest.mark.xfail(strict=p.stem not in SOMETIMES, reason=KNOWN[p.stem])]
                        if p.stem in KNOWN else []) for p in SELECTED]
 
 
