@@ -239,9 +239,24 @@ async def ensure_topics(config: BusConfig, *, reads: Sequence[str] = (), reader:
                 problem = retention_problem(spec, described.get(spec.name, {}), reader or "its reader")
                 if problem:
                     raise TopicUnfit(problem)
+        if missing:
+            await _led(admin, {spec.name for spec in missing})
         return sorted(spec.name for spec in missing)
     finally:
         await admin.close()
+
+
+async def _led(admin: AIOKafkaAdminClient, names: set[str], patience: float = 30.0) -> None:
+    """Until every partition of ``names`` has a leader. Apache Kafka answers CreateTopics before the
+    controller has elected them: a producer that comes at once is told NotLeaderForPartition and
+    retries, and a reader's first offset lookup fails the same way (Tansu's topics led at once)."""
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        described = {d["topic"]: d for d in await admin.describe_topics()}  # every topic: see ``topic_partitions``
+        if all(name in described and not described[name]["error_code"] and described[name]["partitions"]
+               and all(p["leader"] >= 0 for p in described[name]["partitions"]) for name in names):
+            return
+        await asyncio.sleep(0.05)
 
 
 async def producer_ids(config: BusConfig, patience: float = 60.0) -> None:
