@@ -124,7 +124,8 @@ def pod_object(pod: TracePod, name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": NAMESPACE, "annotations": annotations},
             "spec": {"schedulerName": "muster",
-                     "containers": [{"name": "main", "image": "trace", "resources": {"requests": requests}}]}}
+                     "containers": [{"name": "main", "image": "trace", "resources": {
+                         "requests": requests, "limits": {k: v for k, v in requests.items() if k == "nvidia.com/gpu"}}}]}}
 
 
 def replay(nodes: list[dict[str, str]], sequence: list[TracePod], strategy: str) -> dict[str, Any]:

@@ -29,13 +29,14 @@ from services.placement.core import PlacementCore
 from services.queue.core import QueueCore
 from services.reconciler.core import ReconcilerCore
 from services.reconciler.ingest import observe
+from services.reconciler.owners import Owners
 from shared.core import Core
 from shared.events import Envelope, TimerFired, wrap
 from shared.faults import Fault
 from shared.policy import Policy
 from shared.service import Service, collect_less
 from shared.sim.cluster import SimCluster
-from shared.topology import destinations
+from shared.topology import WATCHED_KINDS, destinations
 
 log = logging.getLogger("muster.embedded")
 
@@ -101,6 +102,8 @@ class EmbeddedRuntime:
         self._seq = 0
         self._limit = max_deliveries_per_instant
         self._delivered_at_instant = 0
+        self.owners = Owners()
+        """Which RayJob each pod serves, as the cluster link finds it (``services.reconciler.owners``)."""
 
     # ------------------------------------------------------------------ publishing
     def subscribe(self, listener: Listener) -> None:
@@ -130,6 +133,12 @@ class EmbeddedRuntime:
     def _ingest(self) -> None:
         """Watch events and timer requests from the cluster become envelopes and timers."""
         for change, obj in self.cluster.take_watch_events():
+            if obj.get("kind") not in WATCHED_KINDS:
+                continue  # what the cluster link does not watch (a submitter's Job): only its pods matter
+            wanted = self.owners.look_up(obj)
+            if wanted is not None:
+                self.owners.learn(wanted, self.cluster.get(*wanted))
+            obj = self.owners.stamped(change, obj)
             self._seq += 1
             self.publish(wrap(observe(change, obj), source="ingest", cause=None, index=self._seq, at=self.now))
         for at, key in self.cluster.take_timer_requests():

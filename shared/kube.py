@@ -16,9 +16,16 @@ from shared import quantity as q
 RAY_CLUSTER = "ray.io/cluster"
 RAY_NODE_TYPE = "ray.io/node-type"          # head | worker
 RAY_GROUP = "ray.io/group"                  # worker group name ("headgroup" for the head)
-RAY_ORIGIN_KIND = "ray.io/originated-from-crd"      # RayCluster | RayJob
-RAY_ORIGIN_NAME = "ray.io/originated-from-cr-name"
-SUBMITTER_LABEL = "muster.dev/pod-set"      # the simulated submitter pod says pod_set=submitter
+RAY_ORIGIN_KIND = "ray.io/originated-from-crd"      # on a RayJob's RayCluster (and Job): RayJob
+RAY_ORIGIN_NAME = "ray.io/originated-from-cr-name"  # ... and the RayJob's name
+JOB_NAME = "batch.kubernetes.io/job-name"           # on a Job's pods (a RayJob's submitter is a Job)
+
+# Labels ingest writes on a pod (``services.reconciler.owners``), never the cluster: real KubeRay labels
+# a pod with its RayCluster only, so which RayJob a pod serves is found from the RayCluster or Job it
+# belongs to. Any value a pod arrives with is replaced.
+OWNER_JOB = "muster.dev/rayjob"             # the RayJob whose cluster (or submitter) the pod is
+SUBMITTER_LABEL = "muster.dev/pod-set"      # "submitter" on a RayJob's submitter pod
+OWNED_LABELS = (OWNER_JOB, SUBMITTER_LABEL)
 
 # Plain pod gangs (coscheduling labels; Volcano's annotations).
 POD_GROUP_X = "scheduling.x-k8s.io/pod-group"
@@ -69,7 +76,8 @@ def refused(obj: Mapping[str, Any]) -> str | None:
 
 def ray_labelled(pod_labels: Mapping[str, Any]) -> bool:
     """Labels of a pod KubeRay made (head, worker or a RayJob's submitter: any of its labels says so)."""
-    return bool(pod_labels.get(RAY_NODE_TYPE) or pod_labels.get(RAY_CLUSTER) or pod_labels.get(RAY_ORIGIN_KIND))
+    return bool(pod_labels.get(RAY_NODE_TYPE) or pod_labels.get(RAY_CLUSTER) or pod_labels.get(OWNER_JOB)
+                or pod_labels.get(RAY_ORIGIN_KIND))
 
 
 def is_ray_pod(pod: Mapping[str, Any]) -> bool:
@@ -111,6 +119,49 @@ def container_requests(container: Mapping[str, Any], where: str) -> q.Resources:
     return requests
 
 
+def overcommit_allowed(name: str) -> bool:
+    """Whether a container may request less of ``name`` than its limit: a native resource (no domain, or
+    kubernetes.io's) other than hugepages (``helper.IsOvercommitAllowed``, pkg/apis/core/helper)."""
+    return ("/" not in name or "kubernetes.io/" in name) and not name.startswith("hugepages-")
+
+
+def requirements_problem(container: Mapping[str, Any], where: str) -> str | None:
+    """What the API server refuses in a container's requests and limits, in its words, or None
+    (``validateResourceRequirements``, pkg/apis/core/validation): a request of a resource that cannot
+    be overcommitted (an extended one, ``nvidia.com/gpu``) with no limit or another limit, a request
+    above its limit. Such a pod is never created: KubeRay's create fails and it tries again for ever."""
+    res = mapping(container.get("resources"))
+    try:
+        requests = q.parse_resources(res.get("requests"), where=f"{where}.resources.requests")
+        limits = q.parse_resources(res.get("limits"), where=f"{where}.resources.limits")
+    except q.QuantityError:
+        return None  # a quantity that does not parse: said where quantities are read
+    for name, value in requests.items():
+        if name not in limits:
+            if not overcommit_allowed(name):
+                return (f"{where}.resources.limits: Required value: Limit must be set for non overcommitable "
+                        f"resources ({name} is requested)")
+        elif value != limits[name] and not overcommit_allowed(name):
+            return (f"{where}.resources.requests: Invalid value: must be equal to {name} limit of "
+                    f"{q.format_quantity(name, limits[name])}")
+        elif value > limits[name]:
+            return (f"{where}.resources.requests: Invalid value: must be less than or equal to {name} limit "
+                    f"of {q.format_quantity(name, limits[name])}")
+    return None
+
+
+def pod_spec_problem(pod_spec: Mapping[str, Any], where: str = "spec") -> str | None:
+    """``requirements_problem`` of the first container (regular or init) the API server would refuse."""
+    for field in ("initContainers", "containers"):
+        containers = pod_spec.get(field)
+        for i, container in enumerate(containers if isinstance(containers, list) else []):
+            if isinstance(container, AbcMapping):
+                problem = requirements_problem(container, f"{where}.{field}[{i}]")
+                if problem is not None:
+                    return problem
+    return None
+
+
 def pod_requests(pod_spec: Mapping[str, Any], where: str = "spec") -> q.Resources:
     """Sum over regular containers (KubeRay's arithmetic); raises ``QuantityError`` naming the field."""
     total: q.Resources = {}
@@ -120,17 +171,53 @@ def pod_requests(pod_spec: Mapping[str, Any], where: str = "spec") -> q.Resource
     return {k: v for k, v in total.items() if v}
 
 
+def _origin(lab: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(kind, name) of the RayJob or RayCluster a KubeRay pod's labels name: ingest's ``OWNER_JOB``, or
+    the ``ray.io/originated-from-*`` pair the pods of logs recorded before ingest resolved owners carry."""
+    job = lab.get(OWNER_JOB)
+    if job:
+        return "RayJob", str(job)
+    origin, name = lab.get(RAY_ORIGIN_KIND), lab.get(RAY_ORIGIN_NAME)
+    if origin in ("RayJob", "RayCluster") and name:
+        return str(origin), str(name)
+    return None
+
+
 def workload_key_of_pod(pod: Mapping[str, Any]) -> str | None:
     """The ``namespace/name`` of the user's workload a pod belongs to, or None for unmanaged pods."""
     lab = labels(pod)
     ns = meta(pod).get("namespace") or "default"
-    if lab.get(RAY_ORIGIN_KIND) in ("RayJob", "RayCluster") and lab.get(RAY_ORIGIN_NAME):
-        return f"{ns}/{lab[RAY_ORIGIN_NAME]}"
+    origin = _origin(lab)
+    if origin is not None:
+        return f"{ns}/{origin[1]}"
     if lab.get(RAY_CLUSTER):
         return f"{ns}/{lab[RAY_CLUSTER]}"
     group = pod_group_of(pod)
     if group:
         return f"{ns}/{group}"
+    return None
+
+
+def rayjob_of_cluster(cluster: Mapping[str, Any]) -> str:
+    """The RayJob a RayCluster was made for (KubeRay's origin label, else its owner), "" if none."""
+    m = meta(cluster)
+    name = labels(cluster).get(RAY_ORIGIN_NAME) if labels(cluster).get(RAY_ORIGIN_KIND, "RayJob") == "RayJob" else None
+    if isinstance(name, str) and name:
+        return name
+    owners = m.get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else []:
+        if isinstance(owner, AbcMapping) and owner.get("kind") == "RayJob" and isinstance(owner.get("name"), str):
+            return owner["name"]
+    return ""
+
+
+def controller_of(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(kind, name) of the object's controlling owner (``ownerReferences[].controller``), if any."""
+    owners = meta(obj).get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else []:
+        if isinstance(owner, AbcMapping) and owner.get("controller") is True \
+                and isinstance(owner.get("kind"), str) and isinstance(owner.get("name"), str):
+            return owner["kind"], owner["name"]
     return None
 
 
@@ -147,9 +234,9 @@ def workload_kind_of_pod(pod: Mapping[str, Any]) -> str | None:
     Two objects of different kinds may share a name; their pods share ``workload_key_of_pod``.
     """
     lab = labels(pod)
-    origin = lab.get(RAY_ORIGIN_KIND)
-    if origin in ("RayJob", "RayCluster") and lab.get(RAY_ORIGIN_NAME):
-        return str(origin)
+    origin = _origin(lab)
+    if origin is not None:
+        return origin[0]
     if lab.get(RAY_CLUSTER):
         return "RayCluster"
     if pod_group_of(pod):

@@ -315,6 +315,11 @@ class LiveCluster:
         out, self._timer_requests = self._timer_requests, []
         return out
 
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """One RayCluster or RayJob as the API server has it now (a pod's owner the watch has not shown)."""
+        assert self.watcher is not None, "start() first"
+        return self._call(self.watcher.get(candidates(kind)[0], namespace_of(kind, namespace), name))
+
     def annotation_history(self, kind: str, namespace: str | None, name: str) -> list[tuple[float, dict[str, str]]]:
         return [(t, dict(a)) for t, a in self._history.get((kind, namespace_of(kind, namespace), name), [])]
 

@@ -15,6 +15,8 @@ ADMISSION_KINDS = frozenset({
     "RayCluster", "RayJob", "PodGroup", "Queue", "ElasticQuotaTree", "PriorityClass",
 })
 PLACEMENT_KINDS = frozenset({"Node", "Pod"})
+WATCHED_KINDS = ADMISSION_KINDS | PLACEMENT_KINDS
+"""Every kind the cluster link watches (``services.reconciler.resources.WATCHED``)."""
 
 ROUTES: dict[str, tuple[str, ...]] = {
     "QueueDefined": ("queue", "placement", "reconciler"),

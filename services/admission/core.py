@@ -197,7 +197,7 @@ class AdmissionCore:
     # ------------------------------------------------------------------ RayCluster / RayJob lifecycle
     def _on_ray(self, p: ObjectChanged, namespace: str, now: float) -> list[Output]:
         if p.kind == "RayCluster" and is_rayjob_cluster(p.object):
-            job = _rayjob_of(p.object)
+            job = kube.rayjob_of_cluster(p.object)
             if job and p.change != "Deleted":  # a PodGroup KubeRay makes for this cluster is the RayJob's
                 self.job_clusters[f"{namespace}/{p.name}"] = job
             elif p.change == "Deleted":
@@ -619,21 +619,6 @@ def _shape(w: RayWorkload, rules: GangRules) -> RayShape:
             shape = replace(shape, cluster_name=cluster_name)
     w.shapes[rules] = (text, shape)
     return shape
-
-
-def _rayjob_of(cluster: Mapping[str, Any]) -> str:
-    """The RayJob a RayCluster was made for (KubeRay's origin label, else its owner), "" if unknown."""
-    meta = cluster.get("metadata")
-    meta = meta if type(meta) is dict or isinstance(meta, Mapping) else {}  # dict first: no ABC frame
-    labels = meta.get("labels")
-    name = labels.get("ray.io/originated-from-cr-name") if type(labels) is dict or isinstance(labels, Mapping) else None
-    if isinstance(name, str) and name:
-        return name
-    owners = meta.get("ownerReferences")
-    for owner in owners if isinstance(owners, list) else []:
-        if isinstance(owner, Mapping) and owner.get("kind") == "RayJob" and isinstance(owner.get("name"), str):
-            return owner["name"]
-    return ""
 
 
 def _group_spec(group: Mapping[str, Any] | None) -> Mapping[str, Any]:

@@ -31,6 +31,9 @@ def pod_resources(spec: Mapping[str, Any], where: str) -> q.Resources:
         res = opt_mapping(container.get("resources"), f"{where}.containers[{name}].resources")
         for part in ("requests", "limits"):
             quantities(res.get(part), f"{where}.containers[{name}].resources.{part}")
+    problem = kube.pod_spec_problem(spec, where)
+    if problem is not None:
+        raise Invalid(f"{problem}: the API server refuses such a pod, so none is made")
     try:
         return kube.pod_requests(spec, where)
     except q.QuantityError as exc:

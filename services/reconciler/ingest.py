@@ -116,7 +116,7 @@ def kept(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 POD_OWNER_LABELS = (kube.RAY_CLUSTER, kube.RAY_NODE_TYPE, kube.RAY_ORIGIN_KIND, kube.RAY_ORIGIN_NAME,
-                    kube.POD_GROUP_X, kube.POD_GROUP_NAME)
+                    *kube.OWNED_LABELS, kube.POD_GROUP_X, kube.POD_GROUP_NAME)
 """Labels that say which workload a pod belongs to: a refused Pod keeps those that are valid, so
 admission can reject that workload naming the pod (and routing still knows a KubeRay pod)."""
 POD_OWNER_ANNOTATIONS = (kube.VOLCANO_GROUP,)

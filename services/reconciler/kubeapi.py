@@ -554,6 +554,18 @@ class Watcher:
                 await sink(change, obj)
         return str(watch.resource_version or version)
 
+    async def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
+        """One object as the API server has it now, None if there is none (``owners.Owners.look_up``:
+        a pod seen before the RayCluster or RayJob it belongs to)."""
+        try:
+            obj = await client.CustomObjectsApi(self.api).get_namespaced_custom_object(
+                resource.group, resource.version, namespace, resource.plural, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return _complete(obj, resource) if isinstance(obj, dict) else None
+
     async def _call(self, resource: Resource, **kwargs: Any) -> Any:
         """GET the resource's collection across namespaces (a list, or a watch with ``watch=True``)."""
         core = client.CoreV1Api(self.api)

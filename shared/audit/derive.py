@@ -45,6 +45,11 @@ _CONTROLLED = ("RayJob", "RayCluster", "Pod")
 """Kinds whose status a controller writes (KubeRay, the kubelet), never a user."""
 
 
+IMAGE = "registry.k8s.io/pause:3.10"
+"""The image a derived Pod's containers get: ingest keeps no image (``services.reconciler.ingest``),
+and the API server refuses a container without one."""
+
+
 def manifest(obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` as applied again: without what the API server stamps on it. Its status stays: a
     Node's is its capacity, a Volcano Queue's its state, and a workload's or pod's is what the
@@ -54,6 +59,11 @@ def manifest(obj: dict[str, Any]) -> dict[str, Any]:
     if isinstance(meta, dict):
         for name in _STAMPED:
             meta.pop(name, None)
+    spec = out.get("spec")
+    if out.get("kind") == "Pod" and isinstance(spec, dict) and isinstance(spec.get("containers"), list):
+        for container in spec["containers"]:
+            if isinstance(container, dict):
+                container.setdefault("image", IMAGE)
     return out
 
 
@@ -187,7 +197,7 @@ class Deriver:
     def _observe(self, p: Any, obj: dict[str, Any], t: float) -> None:
         """Pod start-up times and RayJob run times, as the watch shows them."""
         status = kube.mapping(obj.get("status"))
-        if p.kind == "Pod" and self.batch_scheduler is None and kube.labels(obj).get(kube.RAY_ORIGIN_KIND):
+        if p.kind == "Pod" and self.batch_scheduler is None and kube.is_ray_pod(obj):
             self.batch_scheduler = setting_of(kube.mapping(obj.get("spec")).get("schedulerName"))
         if p.kind == "Pod" and p.change != "Deleted":
             key = (p.namespace, p.name)

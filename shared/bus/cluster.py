@@ -43,8 +43,9 @@ from aiokafka.errors import KafkaError
 
 from services.reconciler.ingest import Change, listing_envelopes, watch_envelope
 from services.reconciler.kubeapi import KubeApplier, Refused, Transient, Watcher, connect
+from services.reconciler.owners import Owners
 from services.reconciler.lease import LeaseElector, LeaseKeeper
-from services.reconciler.resources import WATCHED, Resource
+from services.reconciler.resources import RAY_CLUSTER, RAY_JOB, WATCHED, Resource
 from shared.bus import codec, stagetrace
 from shared.bus.app import BATCH, BATCH_WAIT, FaustProducer, MusterApp, PartitionReader, base_app
 from shared.bus.codec import BadRecord
@@ -181,6 +182,9 @@ class ClusterBridge:
         """Tasks of the link that failed and wait to start again, and why (``supervised``)."""
         self.tracer: Any = None
         """With tracing on (``shared.tracing.live.HopTracer``): a span per effect applied."""
+        self.owners = Owners()
+        """Which RayJob each pod serves (``services.reconciler.owners``), learned from the watch."""
+        self._watcher: Watcher | None = None
         self._changes: asyncio.Queue[Envelope | Record] = asyncio.Queue()
         """Watch events to send, in the order seen (and the dead letters of those that cannot be)."""
         self._admitted: collections.deque[_Admitted] = collections.deque()
@@ -367,7 +371,8 @@ class ClusterBridge:
         if (trace := stagetrace.current()) is not None:
             trace.note("watch", time.time(), obj.get("kind"), change)
         try:
-            item: Envelope | Record = watch_envelope(change, obj, time.time())
+            await self._look_up_owner(obj)
+            item: Envelope | Record = watch_envelope(change, self.owners.stamped(change, obj), time.time())
         except Exception as exc:  # noqa: BLE001 - whatever the object makes ingest raise, it is bad input
             item = self._unsent(change, obj, f"cannot be read: {type(exc).__name__}: {_first_line(exc)}")
         else:
@@ -376,6 +381,20 @@ class ClusterBridge:
         if change == "Deleted" and obj.get("kind") == "Pod" and self.on_pod_gone is not None:
             metadata = obj.get("metadata") or {}
             await self.on_pod_gone(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+
+    async def _look_up_owner(self, obj: dict[str, Any]) -> None:
+        """Ask the API server for a pod's RayCluster (or its Job's RayJob) the watch has not shown yet.
+        If it cannot answer now, the pod goes as its RayCluster's, and its next change asks again."""
+        wanted = self.owners.look_up(obj)
+        if wanted is None or self._watcher is None:
+            return
+        kind, namespace, name = wanted
+        try:
+            found = await self._watcher.get(RAY_CLUSTER if kind == "RayCluster" else RAY_JOB, namespace, name)
+        except Exception as exc:  # noqa: BLE001 - the watch goes on; the lookup is made again next time
+            log.warning("reading %s %s/%s for a pod's owner: %s", kind, namespace, name, _first_line(exc))
+            return
+        self.owners.learn(wanted, found)
 
     async def inventory(self, resource: Resource, version: str, objects: list[dict[str, Any]]) -> None:
         """After a list: ``ObjectsListed`` (``ingest.listing_envelopes``), queued behind the list's own
@@ -399,7 +418,7 @@ class ClusterBridge:
 
     async def watch(self, api: Any, watcher: Watcher | None = None) -> None:
         """Watch every resource and publish what changes, until cancelled."""
-        watcher = watcher or Watcher(api)
+        watcher = self._watcher = watcher or Watcher(api)
         unlisted = set(WATCHED)
         self.listed.clear()
 

@@ -10,7 +10,10 @@ these are the dev cluster's, written after KWOK's ``kustomize/stage`` sets ``nod
   KWOK renews on its own, is the heartbeat the node lifecycle controller reads);
 - ``pod-ready``: a bound pod turns Running and Ready at once, unless it carries ``HOLD`` (a
   scenario's run holds it for ``pod_startup`` of scenario time, ``shared.realcluster``);
-- ``pod-complete``: a pod a Job owns (a RayJob's submitter) succeeds once it runs;
+- no stage ends a running pod: a RayJob's submitter (a Job's pod) runs until its RayJob goes, as the
+  submitter of a Ray job that never ends would. Real KubeRay, which cannot reach a Ray dashboard on
+  KWOK, keeps such a RayJob Running; a submitter that ended would make it Failed 30 s of wall time
+  later (``DefaultSubmitterFinishedTimeout``, ray-operator/controllers/ray/rayjob_controller.go);
 - ``pod-delete``: a pod being deleted goes (its grace period is the kubelet's, and there is none).
 """
 
@@ -131,31 +134,6 @@ spec:
       {{{{ end }}}}
       phase: Running
       startTime: {{{{ $now | Quote }}}}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata: {{name: pod-complete}}
-spec:
-  resourceRef: {{apiGroup: v1, kind: Pod}}
-  selector:
-    matchExpressions:
-    - {{key: '.metadata.deletionTimestamp', operator: DoesNotExist}}
-    - {{key: '.status.phase', operator: In, values: [Running]}}
-    - {{key: '.metadata.ownerReferences.[].kind', operator: In, values: [Job]}}
-  next:
-    statusTemplate: |
-      {{{{ $now := Now }}}}
-      containerStatuses:
-      {{{{ range .spec.containers }}}}
-      - image: {{{{ .image | Quote }}}}
-        name: {{{{ .name | Quote }}}}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          terminated: {{exitCode: 0, reason: Completed, startedAt: {{{{ $now | Quote }}}}, finishedAt: {{{{ $now | Quote }}}}}}
-      {{{{ end }}}}
-      phase: Succeeded
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage

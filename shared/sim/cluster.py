@@ -233,6 +233,15 @@ def _validate(obj: object) -> None:
         for k, v in values.items():
             if not isinstance(k, str) or not isinstance(v, str):
                 raise ScenarioError(f"{what}: metadata.{field}.{k} must be a string, got {v!r}")
+    spec = obj.get("spec")
+    if kind == "Pod" and isinstance(spec, dict):
+        containers = spec.get("containers")
+        for i, container in enumerate(containers if isinstance(containers, list) else []):
+            if isinstance(container, dict) and not container.get("image"):
+                raise ScenarioError(f"{what}: spec.containers[{i}].image: Required value")
+        problem = kube.pod_spec_problem(spec)
+        if problem is not None:
+            raise ScenarioError(f"{what}: {problem}")
     if kind == "RayJob":
         try:
             sim_duration(obj)
@@ -436,9 +445,10 @@ class SimCluster:
             self._pending[(kind, namespace, name)] = None
         if kind == "Pod" and labels.get(kube.RAY_CLUSTER):
             self._pending[("RayCluster", namespace, labels[kube.RAY_CLUSTER])] = None
-        if kind in ("Pod", "RayCluster") and labels.get(kube.RAY_ORIGIN_KIND) == "RayJob" \
-                and labels.get(kube.RAY_ORIGIN_NAME):
+        if kind == "RayCluster" and labels.get(kube.RAY_ORIGIN_KIND) == "RayJob" and labels.get(kube.RAY_ORIGIN_NAME):
             self._pending[("RayJob", namespace, labels[kube.RAY_ORIGIN_NAME])] = None
+        if kind == "Pod" and labels.get(kube.JOB_NAME):  # a submitter's: its Job is named as the RayJob
+            self._pending[("RayJob", namespace, labels[kube.JOB_NAME])] = None
 
     def _forget(self, kind: str, namespace: str, name: str, uid: str) -> None:
         """What the simulated cluster kept for an object that is gone: nothing reads it again (a

@@ -299,20 +299,21 @@ class KubeRay:
             pod_name = f"{name}-head-{suffix}" if slot.node_type == "head" else f"{name}-{slot.group}-worker-{suffix}"
             if self.api.obj("Pod", namespace, pod_name) is None:
                 break
-        self.api.create(self._ray_pod(cluster, slot, pod_name), now)
+        pod = self._ray_pod(cluster, slot, pod_name)
+        if kube.pod_spec_problem(pod["spec"]) is not None:
+            return pod_name  # the API server refuses it: KubeRay's create fails, and it tries again next sync
+        self.api.create(pod, now)
         self._slot_pods.setdefault((namespace, name), {})[(slot.group, slot.index)] = pod_name
         return pod_name
 
     def _ray_pod(self, cluster: Mapping[str, Any], slot: PodSlot, pod_name: str) -> dict[str, Any]:
+        """A pod as KubeRay's ``labelPod`` labels it: its RayCluster, node type and group, never the RayJob
+        the cluster was made for (ingest finds that, ``services.reconciler.owners``)."""
         m = kube.meta(cluster)
-        cluster_labels = kube.labels(cluster)
-        from_job = cluster_labels.get(kube.RAY_ORIGIN_KIND) == "RayJob" and cluster_labels.get(kube.RAY_ORIGIN_NAME)
         template_meta = slot.template.get("metadata")
         template_meta = template_meta if isinstance(template_meta, Mapping) else {}
         labels = {**_strings(template_meta.get("labels")),
-                  kube.RAY_CLUSTER: m["name"], kube.RAY_NODE_TYPE: slot.node_type, kube.RAY_GROUP: slot.group,
-                  kube.RAY_ORIGIN_KIND: "RayJob" if from_job else "RayCluster",
-                  kube.RAY_ORIGIN_NAME: cluster_labels[kube.RAY_ORIGIN_NAME] if from_job else m["name"]}
+                  kube.RAY_CLUSTER: m["name"], kube.RAY_NODE_TYPE: slot.node_type, kube.RAY_GROUP: slot.group}
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": pod_name, "namespace": m["namespace"], "labels": labels,
                             "annotations": _strings(template_meta.get("annotations")),
@@ -413,7 +414,7 @@ class KubeRay:
         self._patch_job(job, jobStatus="FAILED" if failed else "SUCCEEDED",
                         jobDeploymentStatus="Failed" if failed else "Complete", endTime=timestamp(now))
         phase = "Failed" if failed else "Succeeded"
-        for pod in self._submitter_pods(m["uid"]):
+        for pod in self._submitter_pods(job):
             self.api.patch("Pod", m["namespace"], kube.meta(pod)["name"], _set_status(phase=phase))
         spec = job["spec"]
         if not self._selected_cluster(spec) and self.batch.makes_pod_groups:
@@ -453,13 +454,21 @@ class KubeRay:
             self.batch.decorate(job, cluster, "")
         return self.api.create(cluster, now)
 
-    def _ensure_submitter(self, job: Mapping[str, Any], now: float) -> dict:
-        """The job's submitter pod (K8sJobMode), created with a fresh name if it is missing."""
+    def _ensure_submitter(self, job: Mapping[str, Any], now: float) -> dict | None:
+        """The job's submitter pod (K8sJobMode), created with a fresh name if it is missing: KubeRay makes
+        a batch/v1 Job named as the RayJob (``createNewK8sJob``), whose controller makes the pod; None
+        while a Job of that name is someone else's (KubeRay's create fails, and it tries again)."""
         m = kube.meta(job)
         namespace, name, uid = m["namespace"], m["name"], m["uid"]
+        submitter = self.api.obj("Job", namespace, name)
+        if submitter is None:
+            submitter = self.api.create(self._submitter_job(job), now)
+        elif not _owned(submitter, uid):
+            return None
+        job_uid = kube.meta(submitter)["uid"]
         current = self._submitters.get((namespace, name))
         pod = self.api.obj("Pod", namespace, current) if current else None
-        if pod is not None and _owned(pod, uid):
+        if pod is not None and _owned(pod, job_uid):
             return pod
         slot_key = (namespace, name, SUBMITTER)
         while True:
@@ -469,9 +478,9 @@ class KubeRay:
             if self.api.obj("Pod", namespace, pod_name) is None:
                 break
         self._submitters[(namespace, name)] = pod_name
-        return self.api.create(self._submitter_pod(job, pod_name), now)
+        return self.api.create(self._submitter_pod(job, submitter, pod_name), now)
 
-    def _submitter_pod(self, job: Mapping[str, Any], pod_name: str) -> dict[str, Any]:
+    def _submitter_job(self, job: Mapping[str, Any]) -> dict[str, Any]:
         m = kube.meta(job)
         spec = job["spec"]
         template = _template({"template": spec.get("submitterPodTemplate")})
@@ -480,27 +489,44 @@ class KubeRay:
         pod_spec = (copy.deepcopy(dict(template["spec"])) if template is not None else
                     {"restartPolicy": "Never",
                      "containers": [submitter_container(_head_image(spec.get("rayClusterSpec")))]})
-        labels = {**_strings(template_meta.get("labels")), kube.RAY_ORIGIN_KIND: "RayJob",
-                  kube.RAY_ORIGIN_NAME: m["name"], kube.SUBMITTER_LABEL: SUBMITTER}
-        pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": pod_name, "namespace": m["namespace"], "labels": labels,
-                            "annotations": _strings(template_meta.get("annotations")),
-                            "ownerReferences": [_owner_ref(job)]},
-               "spec": pod_spec, "status": {"phase": "Pending"}}
-        self.batch.decorate(job, pod, SUBMITTER)
-        return pod
+        pod_template = {"metadata": {"labels": _strings(template_meta.get("labels")),
+                                     "annotations": _strings(template_meta.get("annotations"))},
+                        "spec": pod_spec}
+        self.batch.decorate(job, pod_template, SUBMITTER)
+        return {"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": m["name"], "namespace": m["namespace"],
+                             "labels": {kube.RAY_ORIGIN_KIND: "RayJob", kube.RAY_ORIGIN_NAME: m["name"],
+                                        "app.kubernetes.io/created-by": "kuberay-operator"},
+                             "ownerReferences": [_owner_ref(job)]},
+                "spec": {"backoffLimit": 2, "template": pod_template}}
 
-    def _submitter_pods(self, job_uid: str) -> list[dict]:
-        return [p for p in self.api.owned_by(job_uid)
-                if p["kind"] == "Pod" and kube.labels(p).get(kube.SUBMITTER_LABEL) == SUBMITTER]
+    def _submitter_pod(self, job: Mapping[str, Any], submitter: Mapping[str, Any], pod_name: str) -> dict[str, Any]:
+        """The pod the Job controller makes from the submitter Job's template, labelled as it labels them."""
+        m, sm = kube.meta(job), kube.meta(submitter)
+        template = submitter["spec"]["template"]
+        labels = {**template["metadata"]["labels"], kube.JOB_NAME: sm["name"], "job-name": sm["name"],
+                  "batch.kubernetes.io/controller-uid": sm["uid"], "controller-uid": sm["uid"]}
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": pod_name, "namespace": m["namespace"], "labels": labels,
+                             "annotations": dict(template["metadata"]["annotations"]),
+                             "ownerReferences": [_owner_ref(submitter)]},
+                "spec": copy.deepcopy(template["spec"]), "status": {"phase": "Pending"}}
+
+    def _submitter_pods(self, job: Mapping[str, Any]) -> list[dict]:
+        m = kube.meta(job)
+        submitter = self.api.obj("Job", m["namespace"], m["name"])
+        if submitter is None or not _owned(submitter, m["uid"]):
+            return []
+        return [p for p in self.api.owned_by(kube.meta(submitter)["uid"]) if p["kind"] == "Pod"]
 
     def _tear_down(self, job: Mapping[str, Any], cluster_name: str | None) -> None:
         """Suspended: no cluster of its own and no submitter."""
         m = kube.meta(job)
         if cluster_name:
             self._delete_cluster(job, cluster_name)
-        for pod in self._submitter_pods(m["uid"]):
-            self.api.remove("Pod", m["namespace"], kube.meta(pod)["name"])
+        submitter = self.api.obj("Job", m["namespace"], m["name"])
+        if submitter is not None and _owned(submitter, m["uid"]):
+            self.api.remove("Job", m["namespace"], m["name"])  # its pods with it
 
     def _delete_cluster(self, job: Mapping[str, Any], cluster_name: str) -> None:
         m = kube.meta(job)

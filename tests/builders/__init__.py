@@ -13,15 +13,20 @@ from typing import Any
 from services.admission.dialects import queue_fields
 from shared.events import Envelope, wrap
 from shared.model import Gang, PodSet, QueueSpec, WorkloadSpec
+from shared.kube import overcommit_allowed
 from shared.quantity import parse_resources
 
 _seq = itertools.count()
 
 
 def container(name: str = "ray", requests: dict | None = None, limits: dict | None = None) -> dict:
+    """A container; without ``limits``, an extended resource requested (``nvidia.com/gpu``) is limited to
+    its request, as the API server requires of every pod (``kube.requirements_problem``)."""
     resources: dict[str, Any] = {}
     if requests is not None:
         resources["requests"] = dict(requests)
+    if limits is None and requests:
+        limits = {k: v for k, v in requests.items() if not overcommit_allowed(str(k))} or None
     if limits is not None:
         resources["limits"] = dict(limits)
     return {"name": name, "image": "rayproject/ray:2.50.1", "resources": resources}

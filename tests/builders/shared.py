@@ -101,7 +101,7 @@ def ray_pod(name: str, cluster: str, *, namespace: str = "default", node: str | 
     With ``submitter=True`` it is the RayJob submitter pod of the job named ``cluster``."""
     labels = {kube.RAY_CLUSTER: cluster, kube.RAY_NODE_TYPE: node_type, kube.RAY_GROUP: group}
     if submitter:
-        labels = {kube.RAY_ORIGIN_KIND: "RayJob", kube.RAY_ORIGIN_NAME: cluster, kube.SUBMITTER_LABEL: "submitter"}
+        labels = {kube.OWNER_JOB: cluster, kube.SUBMITTER_LABEL: "submitter"}  # as ingest stamps it
     return pod(name, namespace, labels=labels, node_name=node)
 
 

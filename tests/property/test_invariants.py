@@ -110,7 +110,7 @@ def _container(draw: st.DrawFn, name: str) -> tuple[dict[str, Any], dict[str, st
         res["limits"] = {"nvidia.com/gpu": "1"}
     elif gpu != "none":
         annotations = {"gpu-fraction": "0.25" if gpu == "quarter" else "0.5"}
-    return {"name": name, "resources": res}, annotations
+    return {"name": name, "image": "rayproject/ray:2.50.1", "resources": res}, annotations
 
 
 def _ray_spec(draw: st.DrawFn, replicas: int) -> dict[str, Any]:

@@ -107,6 +107,12 @@ def _effect(op: str, kind: str, name: str, namespace: str = "team-a", **fields: 
     return apply
 
 
+def _get(resource: r.Resource, name: str) -> Callable[[Muster], Awaitable[Any]]:
+    async def op(m: Muster) -> None:
+        assert await m.watcher.get(resource, "team-a", name) is not None
+    return op
+
+
 async def _read_pod(m: Muster) -> None:
     await m.applier._read_pod("team-a", m.pod())
 
@@ -133,6 +139,8 @@ def _operation(group: str, resource: str, verb: str) -> tuple[str, Callable[[Mus
         ("", "pods", "get"): ("KubeApplier reads a pod (before an eviction)", _read_pod),
         ("", "pods/binding", "create"): ("KubeApplier binds a pod", _effect("bind", "Pod", "", node="n1")),
         ("", "pods/eviction", "create"): ("KubeApplier evicts a pod", _effect("evict", "Pod", "")),
+        ("ray.io", "rayclusters", "get"): ("Watcher reads a pod's RayCluster it has not seen", _get(r.RAY_CLUSTER, "rc")),
+        ("ray.io", "rayjobs", "get"): ("Watcher reads a submitter pod's RayJob it has not seen", _get(r.RAY_JOB, "rj")),
         ("ray.io", "rayclusters", "patch"): ("KubeApplier suspends a RayCluster", _effect("suspend", "RayCluster", "rc")),
         ("ray.io", "rayjobs", "patch"): ("KubeApplier suspends a RayJob", _effect("suspend", "RayJob", "rj")),
         ("scheduling.volcano.sh", "queues", "patch"): (

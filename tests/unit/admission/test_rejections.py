@@ -36,6 +36,17 @@ CASES: list[tuple[str, dict, str]] = [
      "spec.headGroupSpec.template.spec.containers[ray-head].resources.requests.cpu: 'lots' is not a quantity"),
     ("negative limit", ray_cluster(workers=[worker_group("worker", 1, {"cpu": "1"}, limits={"memory": "-1Gi"})]),
      f"{W}.template.spec.containers[ray].resources.limits.memory: '-1Gi' is negative"),
+    ("gpu requested without a limit",
+     ray_cluster(workers=[worker_group("worker", 1, {"cpu": "1", "nvidia.com/gpu": "1"}, limits={})]),
+     f"{W}.template.spec.containers[0].resources.limits: Required value: Limit must be set for non "
+     "overcommitable resources (nvidia.com/gpu is requested): the API server refuses such a pod, so none is made"),
+    ("gpu limit other than the request",
+     ray_cluster(workers=[worker_group("worker", 1, {"nvidia.com/gpu": "1"}, limits={"nvidia.com/gpu": "2"})]),
+     f"{W}.template.spec.containers[0].resources.requests: Invalid value: must be equal to nvidia.com/gpu limit of 2"
+     ": the API server refuses such a pod, so none is made"),
+    ("cpu request above its limit", ray_cluster(workers=[worker_group("worker", 1, {"cpu": "2"}, limits={"cpu": "1"})]),
+     f"{W}.template.spec.containers[0].resources.requests: Invalid value: must be less than or equal to cpu limit of 1"
+     ": the API server refuses such a pod, so none is made"),
     ("minReplicas > maxReplicas", ray_cluster(workers=[worker_group(min_replicas=3, max_replicas=2)]),
      f"{W}.minReplicas: 3 is greater than maxReplicas 2"),
     ("negative replicas", ray_cluster(workers=[worker_group(replicas=-1)]), f"{W}.replicas: -1 is negative"),

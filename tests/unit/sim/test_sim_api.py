@@ -162,6 +162,11 @@ def test_pod_bound_to_missing_node_does_not_start():
     ({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": 3}},
      "Pod p: metadata.namespace must be a non-empty string, got 3"),
     (["not", "a", "mapping"], "a manifest must be a mapping, got list"),
+    ({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}},
+     "Pod p: spec.containers[0].image: Required value"),
+    ({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "c", "image": "busybox", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}},
+     "Pod p: spec.containers[0].resources.limits: Required value: Limit must be set for non overcommitable"),
 ])
 def test_bad_manifests_raise_scenario_error_naming_object_and_problem(manifest, message):
     sim = SimCluster()
@@ -299,3 +304,11 @@ def test_a_cluster_made_again_under_its_name_gets_pods_never_named_before():
     h.apply(ray_cluster("rc"))
     again = h.pod_names(cluster="rc")
     assert len(again) == len(first) and not set(again) & set(first)
+
+
+def test_kuberay_makes_no_pod_the_api_server_would_refuse():
+    """A template requesting a GPU without a limit: KubeRay's creates fail (it retries), no pod appears."""
+    sim = SimCluster()
+    sim.apply(ray_cluster("rc", workers=[worker_group("gpu", 2, {"cpu": "1", "nvidia.com/gpu": "1"}, limits={})]), 0.0)
+    pods = [o["metadata"]["name"] for c, o in sim.take_watch_events() if o["kind"] == "Pod"]
+    assert len(pods) == 1 and "-head-" in pods[0]  # the head asks for no GPU

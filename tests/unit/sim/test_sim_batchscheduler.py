@@ -57,7 +57,7 @@ def test_volcano_gives_a_rayjob_one_podgroup_with_the_submitter_in_its_resources
     assert cluster["metadata"]["labels"]["volcano.sh/queue-name"] == "research"
     assert {p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] for p in h.pods()} == {"ray-rj-pg"}
     h.bind_all("n1", at=1.0).advance(3.0)
-    submitter = [p for p in h.pods() if p["metadata"]["labels"].get("muster.dev/pod-set") == "submitter"][0]
+    submitter = [p for p in h.pods() if p["metadata"]["labels"].get("batch.kubernetes.io/job-name") == "rj"][0]
     assert submitter["spec"]["schedulerName"] == "volcano"
     assert submitter["metadata"]["annotations"]["volcano.sh/task-spec"] == "submitter"
 

@@ -22,11 +22,9 @@ def test_pod_labels_annotations_spec_and_status():
     h = SimHarness().apply(ray_cluster("rc", labels={"team": "a"}, workers=workers))
     head, worker = h.pods()
     assert head["metadata"]["labels"] == {
-        "ray.io/cluster": "rc", "ray.io/node-type": "head", "ray.io/group": "headgroup",
-        "ray.io/originated-from-crd": "RayCluster", "ray.io/originated-from-cr-name": "rc"}
+        "ray.io/cluster": "rc", "ray.io/node-type": "head", "ray.io/group": "headgroup"}
     assert worker["metadata"]["labels"] == {
-        "ray.io/cluster": "rc", "ray.io/node-type": "worker", "ray.io/group": "gpu",
-        "ray.io/originated-from-crd": "RayCluster", "ray.io/originated-from-cr-name": "rc"}
+        "ray.io/cluster": "rc", "ray.io/node-type": "worker", "ray.io/group": "gpu"}
     assert head["metadata"]["annotations"] == {}
     assert worker["metadata"]["annotations"] == {"gpu-fraction": "0.5"}
     assert worker["spec"]["schedulerName"] == "default-scheduler"

@@ -40,9 +40,8 @@ def test_unsuspended_job_creates_its_cluster_and_pods():
     assert job_status(h) == {"jobDeploymentStatus": "Initializing", "rayClusterName": CLUSTER}
     head = h.pods()[0]
     assert head["metadata"]["name"] == f"{CLUSTER}-head-{short_hash(CLUSTER, 'headgroup', 0, 0)}"
-    assert head["metadata"]["labels"]["ray.io/originated-from-crd"] == "RayJob"
-    assert head["metadata"]["labels"]["ray.io/originated-from-cr-name"] == "rj"
-    assert head["metadata"]["labels"]["ray.io/cluster"] == CLUSTER
+    assert head["metadata"]["labels"] == {"ray.io/cluster": CLUSTER, "ray.io/node-type": "head",
+                                          "ray.io/group": "headgroup"}  # as labelPod: never the RayJob
 
 
 def test_submitter_pod_comes_when_the_cluster_is_ready():
@@ -51,8 +50,15 @@ def test_submitter_pod_comes_when_the_cluster_is_ready():
     assert submitter_name() not in h.pod_names()
     h.bind_all("n1", at=1.0).advance(3.0)
     submitter = h.sim.get("Pod", "default", submitter_name())
-    assert submitter["metadata"]["labels"] == {"ray.io/originated-from-crd": "RayJob",
-                                               "ray.io/originated-from-cr-name": "rj", "muster.dev/pod-set": "submitter"}
+    job = h.sim.get("Job", "default", "rj")  # createNewK8sJob: a batch/v1 Job named as the RayJob, which it owns
+    assert job["metadata"]["labels"] == {"ray.io/originated-from-crd": "RayJob", "ray.io/originated-from-cr-name": "rj",
+                                         "app.kubernetes.io/created-by": "kuberay-operator"}
+    assert [(o["kind"], o["name"]) for o in job["metadata"]["ownerReferences"]] == [("RayJob", "rj")]
+    uid = job["metadata"]["uid"]
+    assert submitter["metadata"]["labels"] == {"batch.kubernetes.io/job-name": "rj", "job-name": "rj",
+                                               "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid}
+    assert [(o["kind"], o["name"], o["controller"]) for o in submitter["metadata"]["ownerReferences"]] == [
+        ("Job", "rj", True)]
     assert pod_requests(submitter["spec"]) == {"cpu": 500, "memory": 200 * 1024**2 * 1000}
     assert submitter["spec"]["schedulerName"] == "default-scheduler"
     assert submitter["status"] == {"phase": "Pending"}
