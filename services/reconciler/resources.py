@@ -104,6 +104,8 @@ def access() -> tuple[Access, ...]:
             Access(POD, ("get",), "KubeApplier: read a pod before evicting it, and after a 409 on its binding"),
             Access(POD, ("create",), "KubeApplier: bind (POST pods/NAME/binding)", "binding"),
             Access(POD, ("create",), "KubeApplier: evict (POST pods/NAME/eviction)", "eviction"),
+            *(Access(r, ("get",), "Watcher: a pod's RayCluster or RayJob the watch has not shown yet "
+                                  "(services/reconciler/owners.py)") for r in (RAY_CLUSTER, RAY_JOB)),
             Access(RAY_JOB, ("patch",), "KubeApplier: spec.suspend and muster.dev/* annotations"),
             Access(RAY_CLUSTER, ("patch",), "KubeApplier: spec.suspend and muster.dev/* annotations"),
             *(Access(r, ("patch",), "KubeApplier: annotate a refused queue definition; status where the CRD "
