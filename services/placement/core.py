@@ -451,14 +451,20 @@ class PlacementCore:
 
         A gang that lost pods with a node never half-lands again: the pods KubeRay recreates wait
         unbound until every displaced slot fits (Volcano's gang rule: the job is ready only when
-        running + newly allocated tasks reach minAvailable). The survivors keep running. Retried
-        whenever capacity appears (``_retry_displaced``). True when nothing is displaced any more.
+        running + newly allocated tasks reach minAvailable), a pod still bound to a node that left
+        counted among them. The survivors keep running. Retried whenever capacity appears
+        (``_retry_displaced``). True when nothing is displaced any more.
         """
         present = self.nodes.present
         displaced = [s for s in wrec.slots if s.free and not s.elastic and (s.lost or not present[s.node])]
         if not displaced:
             self._displaced.pop(wrec.key, None)
             return True
+        if any(s.filled and not s.elastic and not present[s.node] for s in wrec.slots):
+            # a pod still bound to a node that left goes too (its deletion is not seen yet): its slot is
+            # re-placed with the others once it has, all or none (KubeRay re-creates one pod at a time)
+            self._displaced[wrec.key] = None
+            return False
         for slot in displaced:
             if slot.reserving:  # reserved on a node that left: the reservation left with it
                 self.nodes.uncharge(slot.node, slot.demand, slot.devices)

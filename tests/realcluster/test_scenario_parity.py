@@ -44,11 +44,10 @@ ROOT = Path(__file__).parents[2]
 SCENARIOS = sorted((ROOT / "tests" / "scenarios").glob("*.yaml"))
 EXAMPLES = {p.name for p in (ROOT / "examples").glob("*.yaml")}
 
-KNOWN: dict[str, str] = {
-    "node-removed-gang-replaced": "real KubeRay re-creates the lost workers in separate requests: muster binds "
-                                  "the first replacement at 30s on node-3 alone, where the simulated KubeRay makes "
-                                  "both at once and the gang waits for node-4 at 60s",
-}
+KNOWN: dict[str, str] = {}
+"""None today: node-removed-gang-replaced was the last (real KubeRay re-creates a lost node's workers one
+request at a time, and muster bound the first alone; placement now re-places a displaced gang only
+once every pod of the lost node is gone, ``PlacementCore._relocate``)."""
 
 REFUSED: dict[str, str] = {
     "bad-input-rejected": 'The RayCluster "cpu-lots" is invalid: spec.headGroupSpec.template.spec.containers[0]'
@@ -181,12 +180,7 @@ def test_a_run_is_compared_up_to_its_first_rayjob_end():
     assert len(differences(before(embedded, 30.0), before(running_late, 30.0))) == 1
 
 
-SOMETIMES = frozenset({"node-removed-gang-replaced"})
-"""Differences that depend on timing, not strict: whether KubeRay's separate re-creations reach muster
-within one settle window decides whether the partial bind happens (it did in 2 of 4 runs on
-2026-12-06). A strict xfail would fail the suite whenever it did not."""
-
-PARAMS = [pytest.param(p, id=p.stem, marks=[pytest.mark.xfail(strict=p.stem not in SOMETIMES, reason=KNOWN[p.stem])]
+PARAMS = [pytest.param(p, id=p.stem, marks=[pytest.mark.xfail(strict=True, reason=KNOWN[p.stem])]
                        if p.stem in KNOWN else []) for p in SELECTED]
 
 

@@ -230,11 +230,11 @@ def test_slot_on_a_deleted_node_moves_when_its_pod_is_recreated():
     assert [s.node for s in out[0].slots] == ["n1", "n1", "n1"]
     d.run(RC, out)
     d.feed(node_changed(node("n1", cpu="3"), "Deleted"))
-    gone = bound(ray_pod("rc", "worker", 0, requests={"cpu": "1000m"}), "n1", "Running")
-    d.pod(gone, "Deleted")  # the pod garbage collector removes pods of a gone node
+    for pod_set, index in (("head", 0), ("worker", 0), ("worker", 1)):  # the pod garbage collector
+        d.pod(bound(ray_pod("rc", pod_set, index, requests={"cpu": "1000m"}), "n1", "Running"), "Deleted")
     moved = one(d.pod(ray_pod("rc", "worker", 3)), PodAssigned)
     assert (moved.pod_set, moved.node) == ("worker", "n2")
-    assert fits(d, "2") and not fits(d, "3")  # n2 holds the moved slot only
+    assert not fits(d, "1")  # n2 holds the three moved slots, the others' pods still to come
 
 
 # --------------------------------------------------------------------------- a node leaves under a running gang
@@ -276,6 +276,25 @@ def test_pods_recreated_after_their_node_left_are_placed_together_or_not_at_all(
     assigned = of_type(out, PodAssigned)
     assert sorted(p.pod for p in assigned) == ["wide-worker-worker-10", "wide-worker-worker-11"]
     assert sorted(p.node for p in assigned) == ["n3", "n4"]
+
+
+def test_a_replacement_made_before_its_sibling_is_seen_gone_waits_for_it():
+    """Real KubeRay re-creates lost workers one request at a time, and the watch may show the first
+    replacement before the second lost pod's deletion: a pod still bound to a node that left is going
+    too, so its slot is re-placed with the others, all or none (node-removed-gang-replaced on the real tier)."""
+    d = PlacementDriver(None, node("n1", cpu="4"), node("n2", cpu="4"), node("n3", cpu="4"))
+    out = d.dequeue(WIDE)
+    d.run(WIDE, out)
+    d.pod(pod("other", requests={"cpu": "2"}, node_name="n3", scheduler="default-scheduler"))
+    placed = one(out, GangPlaced)
+    d.feed(node_changed(node("n2", cpu="4"), "Deleted"))
+    first, second = [s for s in placed.slots if s.node == "n2"]
+    d.pod(bound(ray_pod("wide", "worker", first.index, requests={"cpu": "2"}), "n2", "Running"), "Deleted")
+    assert of_type(_recreate(d, ["worker"]), PodAssigned) == []  # room on n3 for it, but not for both
+    d.pod(bound(ray_pod("wide", "worker", second.index, requests={"cpu": "2"}), "n2", "Running"), "Deleted")
+    assert of_type(_recreate(d, ["worker"], first=11), PodAssigned) == []
+    assigned = of_type(d.add_node("n4", cpu="4"), PodAssigned)
+    assert sorted((p.pod, p.node) for p in assigned) == [("wide-worker-worker-10", "n3"), ("wide-worker-worker-11", "n4")]
 
 
 def test_displaced_pods_are_retried_when_capacity_is_released():
