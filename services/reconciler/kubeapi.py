@@ -1,7 +1,7 @@
 """The reconciler's hands and eyes on a real cluster: kubernetes-asyncio over HTTP.
 
 ``KubeApplier`` performs one ``KubeEffect`` (decided by ``core.py``; nothing is decided here; its
-writes go through ``Requests``, the client's session without its per-call machinery) and
+writes are the client's own calls: ``CoreV1Api``, ``CustomObjectsApi``) and
 ``Watcher`` lists and watches the resources admission and placement read (``resources.WATCHED``).
 ``shared.bus.cluster`` wires both to Kafka (``muster run cluster``).
 
@@ -52,7 +52,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
 from services.reconciler.ingest import Change
-from services.reconciler.resources import EVENT, NODE, POD, Resource, candidates, located
+from services.reconciler.resources import NODE, Resource, candidates, located
 from shared.dedupe import forget_before
 from shared.events import KubeEffect
 
@@ -112,8 +112,8 @@ async def connect(url: str | None = None, kubeconfig: str | None = None, context
 
 def _without_env_lookups(api: client.ApiClient) -> client.ApiClient:
     """kubernetes-asyncio's session trusts the environment, so aiohttp reads ``~/.netrc`` and the
-    proxy variables on a worker thread for every request: two thread hand-offs and ≈ 0.7 ms of CPU
-    a bind, more than the request itself. The proxy is decided once here instead, from the same
+    proxy variables on a worker thread for every request: two thread hand-offs a request, close to
+    half of a bind's CPU against the real API server (docs/benchmarks.md, "A bind's CPU"). The proxy is decided once here instead, from the same
     variables (``HTTPS_PROXY``, ``NO_PROXY``, ...), unless the kubeconfig names one; credentials
     come from the kubeconfig or the service account, never from ``.netrc``."""
     rest = api.rest_client
@@ -127,56 +127,6 @@ def _without_env_lookups(api: client.ApiClient) -> client.ApiClient:
         if proxy and not urllib.request.proxy_bypass(parts.netloc):
             rest.proxy = proxy
     return api
-
-
-class Requests:
-    """The effects' writes over the API client's own HTTP session, past its request machinery.
-
-    kubernetes-asyncio turns each call into a model, sanitises it back into a dict, chooses headers
-    and regex-matches the content type: ≈ 0.5 ms of CPU a bind, against ≈ 0.35 ms for the request
-    itself; at hundreds of binds a second that is the cluster link's largest cost. This sends the
-    same request on the same session (its connection pool, TLS context and proxy), with the same
-    headers (the client's defaults: User-Agent) and the same credentials (``auth_settings``, which
-    refreshes a rotating token as the client does), and fails as the client does: ``ApiException``
-    with the status and reason for any answer that is not 2xx."""
-
-    def __init__(self, api: client.ApiClient) -> None:
-        self.api = api
-
-    async def send(self, method: str, path: str, body: dict[str, Any], content_type: str = "application/json"
-                   ) -> dict[str, Any]:
-        """``method`` ``path`` (the server's root is the configuration's host) with ``body`` as JSON;
-        the answer's JSON body."""
-        api = self.api
-        headers = {**api.default_headers, "Accept": "application/json", "Content-Type": content_type}
-        if api.cookie:
-            headers["Cookie"] = api.cookie
-        await api.update_params_for_auth(headers, [], ["BearerToken"])
-        rest = api.rest_client
-        extra: dict[str, Any] = {}
-        if rest.proxy:
-            extra["proxy"] = rest.proxy
-        if rest.proxy_headers:
-            extra["proxy_headers"] = rest.proxy_headers
-        if rest.server_hostname:
-            extra["server_hostname"] = rest.server_hostname
-        async with rest.pool_manager.request(method, api.configuration.host + path, data=json.dumps(body),
-                                             headers=headers, timeout=_NO_TIMEOUT, **extra) as response:
-            data = await response.read()
-            if not 200 <= response.status <= 299:
-                raise _answer(response.status, response.reason, data)
-        return json.loads(data) if data else {}
-
-
-_NO_TIMEOUT = aiohttp.ClientTimeout()
-"""As the client's default: no limit (a watch-free write the server holds is the server's problem;
-the caller's retry covers a connection that fails)."""
-
-
-def _path(resource: Resource, namespace: str | None, name: str, sub: str = "") -> str:
-    """An object's REST path (``Resource.path``), its name quoted as the client quotes path parameters."""
-    path = resource.path(namespace if resource.namespaced else None, urllib.parse.quote(name, safe=""))
-    return f"{path}/{sub}" if sub else path
 
 
 async def checked(call: Awaitable[Any]) -> dict[str, Any]:
@@ -225,7 +175,7 @@ class KubeApplier:
 
     def __init__(self, api: client.ApiClient, *, victim_wait: float = 120.0, status_interval: float = 1.0) -> None:
         self.core = client.CoreV1Api(api)
-        self.requests = Requests(api)
+        self.custom = client.CustomObjectsApi(api)
         self.victim_wait = victim_wait
         self.status_interval = status_interval
         self._status_served: dict[Resource, bool | None] = {}
@@ -278,7 +228,7 @@ class KubeApplier:
     async def _patch(self, effect: KubeEffect, body: dict[str, Any]) -> Outcome:
         for resource in candidates(effect.kind):
             try:
-                await self.requests.send("PATCH", _path(resource, effect.namespace, effect.name), body, MERGE_PATCH)
+                await checked(self._merge_patch(resource, effect.namespace, effect.name, body))
                 return "applied"
             except ApiException as exc:
                 if exc.status != 404:
@@ -344,8 +294,26 @@ class KubeApplier:
 
     async def _patch_status(self, resource: Resource, namespace: str | None, name: str, body: dict[str, Any], *,
                             subresource: bool) -> None:
-        await self.requests.send("PATCH", _path(resource, namespace, name, "status" if subresource else ""), body,
-                                 MERGE_PATCH)
+        await checked(self._merge_patch(resource, namespace, name, body, status=subresource))
+
+    def _merge_patch(self, resource: Resource, namespace: str | None, name: str, body: dict[str, Any], *,
+                     status: bool = False) -> Awaitable[Any]:
+        """A JSON merge patch of an object (or its status subresource) through the client's calls:
+        ``CoreV1Api`` for a Pod or Node, ``CustomObjectsApi`` for every other group (its paths serve
+        built-in groups too). The content type is named, as the client would pick another for a mapping."""
+        options = {"_content_type": MERGE_PATCH, "_preload_content": False}
+        if resource.kind == "Pod":
+            pod = self.core.patch_namespaced_pod_status if status else self.core.patch_namespaced_pod
+            return pod(name, namespace, body, **options)
+        if resource.kind == "Node":
+            node = self.core.patch_node_status if status else self.core.patch_node
+            return node(name, body, **options)
+        api = self.custom
+        if resource.namespaced:
+            patch = api.patch_namespaced_custom_object_status if status else api.patch_namespaced_custom_object
+            return patch(resource.group, resource.version, namespace, resource.plural, name, body, **options)
+        patch = api.patch_cluster_custom_object_status if status else api.patch_cluster_custom_object
+        return patch(resource.group, resource.version, resource.plural, name, body, **options)
 
     async def _bind(self, effect: KubeEffect) -> Outcome:
         await self._victims_gone(effect.node)
@@ -355,7 +323,8 @@ class KubeApplier:
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": effect.node}}
         try:
-            await self.requests.send("POST", _path(POD, effect.namespace, effect.name, "binding"), body)
+            await checked(self.core.create_namespaced_pod_binding(effect.name, effect.namespace, body,
+                                                                   _preload_content=False))
             return "applied"
         except ApiException as exc:
             if exc.status == 404:
@@ -428,7 +397,7 @@ class KubeApplier:
             first_timestamp=now, last_timestamp=now, count=1,
         )
         try:
-            await self.requests.send("POST", EVENT.path(namespace), self.core.api_client.sanitize_for_serialization(body))
+            await checked(self.core.create_namespaced_event(namespace, body, _preload_content=False))
             return "applied"
         except ApiException as exc:
             if exc.status == 409:

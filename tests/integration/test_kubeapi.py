@@ -11,7 +11,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.reconciler.kubeapi import KubeApplier, Refused, Transient, Watcher, connect
+from services.reconciler.kubeapi import KubeApplier, Refused, Transient, Watcher, checked, connect
 from services.reconciler.resources import NODE, POD, RAY_CLUSTER, VOLCANO_QUEUE, Resource
 from shared.bus.cluster import ClusterBridge, KubeTarget
 from shared.bus.cluster_watch import WatchProcess
@@ -146,8 +146,7 @@ def test_throttling_and_outages_are_transient(kube: KubeApiEmulator, code: int) 
 
 
 # --------------------------------------------------------------------------- the effects' own requests
-# (``Requests``: the writes go past kubernetes-asyncio's request machinery; the answers must mean
-# what they meant through it)
+# (the client's own calls, their answers read unparsed: ``checked``)
 def test_a_bind_the_server_finds_invalid_is_refused_with_its_reason(kube: KubeApiEmulator) -> None:
     kube.create(pod("p"))
     with pytest.raises(Refused, match=r"bind Pod team-a/p: 422 Unprocessable Entity"):
@@ -233,7 +232,8 @@ def test_the_emulator_refuses_a_binding_for_another_pod_or_to_no_node(kube: Kube
 
     async def post(api: Any, body: dict) -> int:
         try:
-            await KubeApplier(api).requests.send("POST", "/api/v1/namespaces/team-a/pods/p/binding", body)
+            await checked(client.CoreV1Api(api).create_namespaced_pod_binding("p", "team-a", body,
+                                                                               _preload_content=False))
             return 201
         except ApiException as exc:
             return int(exc.status)
