@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from concurrent.futures import Future
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Literal, Sequence, TypeVar
@@ -67,8 +67,22 @@ class EventLoopThread:
         self._thread.start()
 
     def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+        """``coro``'s result; past ``timeout``, a TimeoutError naming where each of the loop's tasks waits."""
         future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
-        return future.result(timeout)
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            raise FutureTimeout(f"not done in {timeout} s; the loop's tasks wait at:\n{self.waiting()}") from None
+
+    def waiting(self) -> str:
+        """Each unfinished task of the loop and the line it waits at (a hang's diagnosis)."""
+        lines = []
+        for task in asyncio.all_tasks(self.loop):
+            frames = task.get_stack()
+            where = (f"{frames[-1].f_code.co_filename}:{frames[-1].f_lineno} in {frames[-1].f_code.co_name}"
+                     if frames else "(not started)")
+            lines.append(f"  {task.get_name()} {task.get_coro()!r:.80}: {where}")
+        return "\n".join(sorted(lines))
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
