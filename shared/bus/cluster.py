@@ -47,7 +47,7 @@ from services.reconciler.owners import Owners
 from services.reconciler.lease import LeaseElector, LeaseKeeper
 from services.reconciler.resources import RAY_CLUSTER, RAY_JOB, WATCHED, Resource
 from shared.bus import codec, stagetrace
-from shared.bus.app import BATCH, BATCH_WAIT, FaustProducer, MusterApp, PartitionReader, base_app
+from shared.bus.app import BATCH, BATCH_WAIT, FaustProducer, MusterApp, PartitionReader, base_app, cancelled
 from shared.bus.codec import BadRecord
 from shared.bus.config import BusConfig
 from shared.bus.topics import Topics
@@ -110,8 +110,7 @@ async def take_lease(target: KubeTarget, lease: LeaseElector, say: Any = print,
             f"standing by: the lease {lease.where} is held by {holder or 'nobody yet'}"))
     finally:
         if side is not None:
-            side.cancel()
-            await asyncio.gather(side, return_exceptions=True)
+            await cancelled([side])
         await api.close()
     say(f"holding the lease {lease.where} as {lease.identity}")
 
@@ -308,10 +307,7 @@ class ClusterBridge:
     async def abandon(self) -> None:
         """Cancel the effects in flight and forget those read (a stopped or restarted reader reads them
         again from its committed offset; effects are idempotent)."""
-        running = list(self._running)
-        for task in running:
-            task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+        await cancelled(list(self._running))
         self._admitted.clear()
         self._tails.clear()
         self._queued.clear()
@@ -571,9 +567,7 @@ async def first_to_end(*loops: Awaitable[None]) -> None:
         for task in done:
             task.result()
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancelled(tasks)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -78,10 +78,13 @@ class EventLoopThread:
         """Each unfinished task of the loop and the line it waits at (a hang's diagnosis)."""
         lines = []
         for task in asyncio.all_tasks(self.loop):
-            frames = task.get_stack()
-            where = (f"{frames[-1].f_code.co_filename}:{frames[-1].f_lineno} in {frames[-1].f_code.co_name}"
-                     if frames else "(not started)")
-            lines.append(f"  {task.get_name()} {task.get_coro()!r:.80}: {where}")
+            chain, coro = [], task.get_coro()
+            while coro is not None and len(chain) < 30:  # a suspended task's stack is its top frame only
+                frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+                if frame is not None:
+                    chain.append(f"{frame.f_code.co_name} ({Path(frame.f_code.co_filename).name}:{frame.f_lineno})")
+                coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+            lines.append(f"  {task.get_name()}: " + (" > ".join(chain) or "(not started)"))
         return "\n".join(sorted(lines))
 
     def close(self) -> None:
