@@ -74,10 +74,10 @@ def stop_apps(bus: EventLoopThread, apps: dict[str, Any], timeout: float = 90.0)
 
 
 def ray_pod(cluster: str, name: str, node_type: str, group: str, cpu: str) -> dict:
-    """A pod as KubeRay creates it for a RayCluster (what the test plays KubeRay with)."""
+    """A pod as KubeRay creates it for a RayCluster (what the test plays KubeRay with): ``labelPod``'s
+    labels, the cluster's name among them, never the workload's kind."""
     return pod(name, "team-a", requests={"cpu": cpu, "memory": "1Gi"}, labels={
-        k.RAY_CLUSTER: cluster, k.RAY_NODE_TYPE: node_type, k.RAY_GROUP: group,
-        k.RAY_ORIGIN_KIND: "RayCluster", k.RAY_ORIGIN_NAME: cluster})
+        k.RAY_CLUSTER: cluster, k.RAY_NODE_TYPE: node_type, k.RAY_GROUP: group})
 
 
 def changes(records: list[Any]) -> list[Any]:

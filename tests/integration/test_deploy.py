@@ -274,13 +274,19 @@ def test_kubectl_apply_then_the_first_rayjob_is_admitted(
             _eventually(lambda: job().get("metadata", {}).get("annotations", {}).get(
                 "muster.dev/status", "").startswith("Admitted"), "the Admitted status", tmp_path)
 
-            # KubeRay's part: the job's cluster's pods appear, naming muster as their scheduler
+            # KubeRay's part: the job's cluster, then its pods, labelled with the cluster only (labelPod),
+            # naming muster as their scheduler; the link finds the RayJob through the cluster
+            owner = {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "hello-muster",
+                     "uid": job()["metadata"]["uid"], "controller": True}
+            api.create({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                        "metadata": {"name": "hello-muster-x7k2p", "namespace": "default", "ownerReferences": [owner],
+                                     "labels": {k.RAY_ORIGIN_KIND: "RayJob", k.RAY_ORIGIN_NAME: "hello-muster"}},
+                        "spec": job()["spec"]["rayClusterSpec"]})
             pods = []
             for name, node_type, group in (("hello-head", "head", "headgroup"), ("hello-workers-0", "worker", "workers"),
                                            ("hello-workers-1", "worker", "workers")):
                 p = pod(name, "default", requests={"cpu": "1", "memory": "2Gi"}, labels={
-                    k.RAY_CLUSTER: "hello-muster-raycluster", k.RAY_NODE_TYPE: node_type, k.RAY_GROUP: group,
-                    k.RAY_ORIGIN_KIND: "RayJob", k.RAY_ORIGIN_NAME: "hello-muster"})
+                    k.RAY_CLUSTER: "hello-muster-x7k2p", k.RAY_NODE_TYPE: node_type, k.RAY_GROUP: group})
                 api.create(p)
                 pods.append(name)
             _eventually(lambda: all((api.get("Pod", "v1", "default", n) or {}).get("spec", {}).get("nodeName") == "n1"
