@@ -51,12 +51,14 @@ class DevCluster:
     """The cluster whose files live in ``root`` (see the module docstring)."""
 
     def __init__(self, root: Path, *, batch_scheduler: str = "none", nodes: Path | None = None,
-                 audited: tuple[str, ...] = ()) -> None:
+                 audited: tuple[str, ...] = (), apiserver_flags: tuple[str, ...] = ()) -> None:
         if batch_scheduler not in BATCH_SCHEDULERS:
             raise ValueError(f"unknown batch scheduler {batch_scheduler!r}: one of {', '.join(BATCH_SCHEDULERS)}")
         self.root = root.resolve()
         self.batch_scheduler = batch_scheduler
         self.nodes = nodes
+        self.apiserver_flags = apiserver_flags
+        """More kube-apiserver flags (a test's ``--watch-cache=false``: watches served by etcd itself)."""
         self.audited = audited
         """Users whose every request the API server writes to ``audit.log`` (metadata only; the bench
         counts a scheduler's requests there)."""
@@ -155,7 +157,7 @@ class DevCluster:
             "--service-account-key-file", str(sa_pub), "--service-account-signing-key-file", str(sa_key),
             "--service-cluster-ip-range", SERVICE_CIDR,
             "--enable-priority-and-fairness=false",  # one client host; APF's seats would only queue the tests
-            "--profiling=false", "--v=1", *self._audit_flags(),
+            "--profiling=false", "--v=1", *self._audit_flags(), *self.apiserver_flags,
         ])
         crt, key = pki.issue("admin", "kubernetes-admin", groups=("system:masters",))
         self.kubeconfig.write_text(yaml.safe_dump(kubeconfig(self.server, pki.ca_file, crt, key, "admin")))

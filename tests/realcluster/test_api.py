@@ -110,8 +110,8 @@ def test_a_watch_from_a_version_the_watch_cache_still_holds_replays_instead_of_e
     """The emulator answered 410 for any version older than its ``compact()``; the real API server serves
     a watch from its watch cache, which holds every event since it started (at least 75 s of them,
     k8s.io/apiserver pkg/storage/cacher/watch_cache.go): an old version is replayed, not expired, even
-    after etcd compacted it. A 410 comes only for versions the cache dropped; the watcher's relist on
-    410 is tests/integration/test_kubeapi.py's. What muster relies on here: the replay brings the
+    after etcd compacted it. A 410 comes only for versions the cache dropped (or with no cache: the
+    watcher's relist on a real 410 is test_watch_expiry.py's). What muster relies on here: the replay brings the
     objects made since, and the watcher, started afresh, lists them."""
     create(clean_cluster, pod("before"))
     seen: list[tuple[str, str]] = []
