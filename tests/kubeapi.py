@@ -15,8 +15,9 @@ status codes. What it implements is what muster uses, with the API server's sema
 - a ``status`` subresource for every custom resource but Volcano's PodGroup (whose real CRD has none),
   listed by discovery (``GET /apis/GROUP/VERSION``): a merge patch there changes only ``status``,
   and ``status`` in a patch of the object itself is ignored, as for CRDs that declare the subresource;
-- RBAC for one client when asked (``authorize``): a request its rules do not allow is 403; a bearer
-  token when asked (``require_token``): a request without it is 401;
+- a bearer token when asked (``require_token``): a request without it is 401. No RBAC: the real
+  authorizer judges muster's roles (tests/realcluster/test_rbac.py, test_leader.py), and an
+  evaluation of our own could only agree with our reading of it;
 - ``pods/NAME/binding`` (sets ``spec.nodeName`` and copies the Binding's annotations onto the pod;
   409 when the pod is bound already; 400 for a Binding naming another pod, 422 for one without a
   node, as the API server validates it) and ``pods/NAME/eviction`` (deletes the pod, or with
@@ -92,8 +93,6 @@ class _State:
     version: int = 0
     compacted: int = 0
     requests: list[tuple[str, str]] = field(default_factory=list)
-    forbidden: list[tuple[str, str, str, str]] = field(default_factory=list)
-    """(verb, group, resource, namespace) of every request ``authorize``'s rules refused."""
     writes: list[tuple[float, str, str, str]] = field(default_factory=list)
     """(monotonic time, method, path, User-Agent) of every write request the server took."""
     failures: list[tuple[str, int, str]] = field(default_factory=list)
@@ -125,7 +124,6 @@ class KubeApiEmulator:
         self._epoch = 0
         self.watching = 0
         """Watches open now."""
-        self._rbac: tuple[str, list[dict[str, Any]], dict[str, list[dict[str, Any]]]] | None = None
         self._token: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -322,7 +320,6 @@ class KubeApiEmulator:
             if request.method == "GET" and len(parts) == 3 and parts[0] == "apis":
                 return self._discovery(parts[1], parts[2])
             resource, namespace, name, sub = self._route(request.path)
-            self._authorize(request, resource, namespace, name, sub)
             if request.method == "GET" and name is None:
                 if request.query.get("watch", "").lower() in ("true", "1"):
                     return await self._watch(request, resource, namespace)
@@ -340,31 +337,6 @@ class KubeApiEmulator:
         """From now on every request must carry ``Authorization: Bearer <token>`` (else 401), as a
         service account's requests do."""
         self._token = token
-
-    def authorize(self, agent_prefix: str, cluster_rules: list[dict[str, Any]],
-                  namespace_rules: dict[str, list[dict[str, Any]]]) -> None:
-        """From now on, requests whose User-Agent starts with ``agent_prefix`` are allowed only what
-        these RBAC rules allow (a ClusterRole's, and Roles' per namespace), as the API server allows a
-        service account; anything else is 403 Forbidden and recorded in ``state.forbidden``."""
-        self._rbac = (agent_prefix, cluster_rules, namespace_rules)
-
-    def _authorize(self, request: web.Request, resource: Resource, namespace: str | None, name: str | None,
-                   sub: str | None) -> None:
-        if self._rbac is None or not request.headers.get("User-Agent", "").startswith(self._rbac[0]):
-            return
-        verb = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}.get(request.method)
-        if verb is None:
-            watching = request.query.get("watch", "").lower() in ("true", "1")
-            verb = "get" if name is not None else ("watch" if watching else "list")
-        plural = f"{resource.plural}/{sub}" if sub else resource.plural
-        rules = self._rbac[1] + (self._rbac[2].get(namespace, []) if namespace else [])
-        for rule in rules:
-            if resource.group in rule.get("apiGroups", []) and plural in rule.get("resources", []) \
-                    and verb in rule.get("verbs", []):
-                return
-        self.state.forbidden.append((verb, resource.group, plural, namespace or ""))
-        raise _Failure(403, "Forbidden", f'{plural} is forbidden: cannot {verb} resource "{plural}" in API group '
-                                         f'"{resource.group}"' + (f' in the namespace "{namespace}"' if namespace else ""))
 
     def _discovery(self, group: str, version: str) -> web.Response:
         """``GET /apis/GROUP/VERSION``: the resources served there, with ``plural/status`` where the
