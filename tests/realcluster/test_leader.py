@@ -7,7 +7,8 @@ with deploy/k8s's roles. Real KubeRay makes the pods of the RayClusters the test
 what muster binds. The first bridge to take the Lease (coordination.k8s.io, through
 kubernetes-asyncio's ``leaderelection``) admits the first RayCluster, binds its pods and writes its
 Events and the Volcano queue's status; it is SIGKILLed; the standby takes the Lease over within the
-lease duration and does the same for a second RayCluster.
+lease duration and does the same for a second RayCluster, then for a RayJob, whose cluster's pods it
+finds through the cluster KubeRay made (asking the API server for it when need be).
 """
 
 from __future__ import annotations
@@ -49,6 +50,33 @@ def ray_cluster(name: str) -> dict[str, Any]:
             "spec": {"suspend": True, "headGroupSpec": {"rayStartParams": {}, "template": template("ray-head")},
                      "workerGroupSpecs": [{"groupName": "worker", "replicas": 1, "minReplicas": 1, "maxReplicas": 1,
                                            "rayStartParams": {}, "template": template("ray-worker")}]}}
+
+
+def ray_job(name: str) -> dict[str, Any]:
+    """A suspended RayJob in the Volcano queue research whose cluster is ``ray_cluster``'s: real KubeRay
+    names that cluster ``<name>-<random>`` and labels its pods with the cluster only, so the link finds the
+    RayJob through the cluster (``services.reconciler.owners``, its ``get`` under the deployed role)."""
+    spec = ray_cluster(name)["spec"]
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob",
+            "metadata": {"name": name, "namespace": "team-a", "labels": {"volcano.sh/queue-name": "research"}},
+            "spec": {"suspend": True, "entrypoint": "python -c 'pass'", "shutdownAfterJobFinishes": True,
+                     "rayClusterSpec": {k: v for k, v in spec.items() if k != "suspend"}}}
+
+
+def job_bound(cluster: DevCluster, name: str) -> list[str]:
+    """Create the RayJob; wait until muster unsuspended it and bound its cluster's two pods."""
+    create(cluster, ray_job(name))
+    eventually(lambda: (get(cluster, "rayjobs.ray.io", name, "team-a") or {}).get("spec", {}).get("suspend")
+               is False, f"{name} to be unsuspended", timeout=90)
+
+    def bound() -> list[str]:
+        pods = [p for p in get(cluster, "pods", namespace="team-a")["items"]
+                if p["metadata"].get("labels", {}).get("ray.io/cluster", "").startswith(f"{name}-")]
+        ok = len(pods) == 2 and all(p["spec"].get("nodeName") == "n1" and p["status"].get("phase") == "Running"
+                                    for p in pods)
+        return [p["metadata"]["name"] for p in pods] if ok else []
+
+    return eventually(bound, f"{name}'s cluster pods to be bound by muster and run", timeout=90)
 
 
 @contextmanager
@@ -138,6 +166,7 @@ def test_the_stack_works_with_the_service_account_token_and_the_standby_takes_ov
             assert took <= LEASE_DURATION + 2 * RETRY_PERIOD + 2, f"took over after {took:.1f}s"
             admitted(cluster, "rc-2")
             assert holder(cluster) == second and bridges[second].poll() is None
+            job_bound(cluster, "rj-1")
             eventually(lambda: ((get(cluster, "queues.scheduling.volcano.sh", "research") or {}).get("status") or {})
                        .get("running") == 2, "the queue's status to count both running")
     finally:
