@@ -24,7 +24,8 @@ JOB_NAME = "batch.kubernetes.io/job-name"           # on a Job's pods (a RayJob'
 # a pod with its RayCluster only, so which RayJob a pod serves is found from the RayCluster or Job it
 # belongs to. Any value a pod arrives with is replaced.
 OWNER_JOB = "muster.dev/rayjob"             # the RayJob whose cluster (or submitter) the pod is
-SUBMITTER_LABEL = "muster.dev/pod-set"      # "submitter" on a RayJob's submitter pod
+SUBMITTER_LABEL = "muster.dev/pod-set"      # SUBMITTER on a RayJob's submitter pod
+SUBMITTER = "submitter"                     # the pod set of a RayJob's submitter
 OWNED_LABELS = (OWNER_JOB, SUBMITTER_LABEL)
 
 # Plain pod gangs (coscheduling labels; Volcano's annotations).

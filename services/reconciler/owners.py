@@ -29,8 +29,6 @@ from shared import kube
 Key = tuple[str, str, str]
 """(kind, namespace, name) of a RayCluster or RayJob to look up."""
 
-SUBMITTER = "submitter"
-
 
 class Owners:
     """RayCluster -> its RayJob, RayJob names that exist; pods stamped from them (see the module)."""
@@ -60,16 +58,8 @@ class Owners:
 
     def look_up(self, obj: Mapping[str, Any]) -> Key | None:
         """The object a pod's owner depends on that has not been seen yet, or None."""
-        if obj.get("kind") != "Pod":
-            return None
-        namespace = str(kube.meta(obj).get("namespace") or "default")
-        cluster = kube.labels(obj).get(kube.RAY_CLUSTER)
-        if isinstance(cluster, str) and cluster:
-            return None if (namespace, cluster) in self._clusters else ("RayCluster", namespace, cluster)
-        job = self._submitter_job(obj)
-        if job is not None and (namespace, job) not in self._jobs:
-            return "RayJob", namespace, job
-        return None
+        key = _named(obj) if obj.get("kind") == "Pod" else None
+        return key if key is not None and key[1:] not in self._table(key[0]) else None
 
     def learn(self, key: Key, found: Mapping[str, Any] | None) -> None:
         """What the API server answered for ``key`` (None: no such object)."""
@@ -77,22 +67,18 @@ class Owners:
         kind, namespace, name = key
         if found is not None:
             self.stamped("Added", found)
-        elif kind == "RayCluster":
-            self._set(self._clusters, "RayCluster", namespace, name, "", gone=True)
-        else:
-            self._set(self._jobs, "RayJob", namespace, name, False, gone=True)
+        else:  # no such object: a cluster of nobody's RayJob, or a Job that is no RayJob's
+            self._set(kind, namespace, name, "" if kind == "RayCluster" else False, gone=True)
 
     # ------------------------------------------------------------------ internals
     def _note(self, kind: str, obj: Mapping[str, Any], value: Any, deleted: bool) -> None:
         m = kube.meta(obj)
         name = m.get("name")
         if isinstance(name, str) and name:
-            table: dict[Any, Any] = self._clusters if kind == "RayCluster" else self._jobs
-            self._set(table, kind, str(m.get("namespace") or "default"), name, value, gone=deleted)
+            self._set(kind, str(m.get("namespace") or "default"), name, value, gone=deleted)
 
-    def _set(self, table: dict[tuple[str, str], Any], kind: str, namespace: str, name: str, value: Any, *,
-             gone: bool) -> None:
-        table[(namespace, name)] = value
+    def _set(self, kind: str, namespace: str, name: str, value: Any, *, gone: bool) -> None:
+        self._table(kind)[(namespace, name)] = value
         mark = (kind, namespace, name)
         self._gone.pop(mark, None)
         if not gone:
@@ -100,29 +86,34 @@ class Owners:
         self._gone[mark] = None
         while len(self._gone) > self.remembered:
             (old_kind, old_ns, old_name), _ = self._gone.popitem(last=False)
-            (self._clusters if old_kind == "RayCluster" else self._jobs).pop((old_ns, old_name), None)
+            self._table(old_kind).pop((old_ns, old_name), None)
 
-    @staticmethod
-    def _submitter_job(pod: Mapping[str, Any]) -> str | None:
-        """The Job that controls ``pod``, whose name a RayJob's submitter Job shares with the RayJob."""
-        owner = kube.controller_of(pod)
-        return owner[1] if owner is not None and owner[0] == "Job" else None
+    def _table(self, kind: str) -> dict[tuple[str, str], Any]:
+        return self._clusters if kind == "RayCluster" else self._jobs
 
     def _stamp(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
-        namespace = str(kube.meta(pod).get("namespace") or "default")
         labels = kube.labels(pod)
+        key = _named(pod)
         wanted: dict[str, str] = {}
-        cluster = labels.get(kube.RAY_CLUSTER)
-        if isinstance(cluster, str) and cluster:
-            job = self._clusters.get((namespace, cluster))
+        if key is not None and key[0] == "RayCluster":
+            job = self._clusters.get(key[1:])
             if job:
                 wanted[kube.OWNER_JOB] = job
-        else:
-            job = self._submitter_job(pod)
-            if job is not None and self._jobs.get((namespace, job)):
-                wanted = {kube.OWNER_JOB: job, kube.SUBMITTER_LABEL: SUBMITTER}
+        elif key is not None and self._jobs.get(key[1:]):
+            wanted = {kube.OWNER_JOB: key[2], kube.SUBMITTER_LABEL: kube.SUBMITTER}
         if all(labels.get(k) == wanted.get(k) for k in kube.OWNED_LABELS):
             return pod
         new_labels = {k: v for k, v in labels.items() if k not in kube.OWNED_LABELS}
         new_labels.update(wanted)
         return {**pod, "metadata": {**kube.meta(pod), "labels": new_labels}}
+
+
+def _named(pod: Mapping[str, Any]) -> Key | None:
+    """What a pod's owner is read from: its RayCluster (``ray.io/cluster``), else the RayJob named as the
+    Job that controls it (a RayJob's submitter Job shares its name), else nothing."""
+    namespace = str(kube.meta(pod).get("namespace") or "default")
+    cluster = kube.labels(pod).get(kube.RAY_CLUSTER)
+    if isinstance(cluster, str) and cluster:
+        return "RayCluster", namespace, cluster
+    owner = kube.controller_of(pod)
+    return ("RayJob", namespace, owner[1]) if owner is not None and owner[0] == "Job" else None

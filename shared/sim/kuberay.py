@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 DURATION = "muster.dev/sim-duration"
 OUTCOME = "muster.dev/sim-outcome"
 HEAD_GROUP = "headgroup"
-SUBMITTER = "submitter"
+SUBMITTER = kube.SUBMITTER
 SUBMITTER_CONTAINER = "ray-job-submitter"
 SUBMITTER_REQUESTS = {"cpu": "500m", "memory": "200Mi"}
 SUBMITTER_LIMITS = {"cpu": "1", "memory": "1Gi"}
