@@ -63,22 +63,6 @@ def ray_job(name: str) -> dict[str, Any]:
                      "rayClusterSpec": {k: v for k, v in spec.items() if k != "suspend"}}}
 
 
-def job_bound(cluster: DevCluster, name: str) -> list[str]:
-    """Create the RayJob; wait until muster unsuspended it and bound its cluster's two pods."""
-    create(cluster, ray_job(name))
-    eventually(lambda: (get(cluster, "rayjobs.ray.io", name, "team-a") or {}).get("spec", {}).get("suspend")
-               is False, f"{name} to be unsuspended", timeout=90)
-
-    def bound() -> list[str]:
-        pods = [p for p in get(cluster, "pods", namespace="team-a")["items"]
-                if p["metadata"].get("labels", {}).get("ray.io/cluster", "").startswith(f"{name}-")]
-        ok = len(pods) == 2 and all(p["spec"].get("nodeName") == "n1" and p["status"].get("phase") == "Running"
-                                    for p in pods)
-        return [p["metadata"]["name"] for p in pods] if ok else []
-
-    return eventually(bound, f"{name}'s cluster pods to be bound by muster and run", timeout=90)
-
-
 @contextmanager
 def services(config: BusConfig) -> Iterator[None]:
     """admission, queue, placement, reconciler (and projector) as apps in this process, answering to
@@ -111,15 +95,20 @@ def holder(cluster: DevCluster) -> str:
     return str((lease.get("spec") or {}).get("holderIdentity") or "")
 
 
-def admitted(cluster: DevCluster, name: str) -> list[str]:
-    """Create the RayCluster; wait until muster unsuspended it and bound every pod KubeRay made for it."""
-    create(cluster, ray_cluster(name))
-    eventually(lambda: (get(cluster, "rayclusters.ray.io", name, "team-a") or {}).get("spec", {}).get("suspend")
-               is False, f"{name} to be unsuspended", timeout=90)
+def admitted(cluster: DevCluster, workload: dict[str, Any]) -> list[str]:
+    """Create the RayCluster or RayJob; wait until muster unsuspended it and bound the two pods of its
+    cluster (the RayCluster itself, or the one KubeRay named ``<rayjob>-<random>``)."""
+    create(cluster, workload)
+    kind, name = workload["kind"], workload["metadata"]["name"]
+    eventually(lambda: (get(cluster, f"{kind.lower()}s.ray.io", name, "team-a") or {}).get("spec", {})
+               .get("suspend") is False, f"{name} to be unsuspended", timeout=90)
+
+    def ours(cluster_name: str) -> bool:
+        return cluster_name == name if kind == "RayCluster" else cluster_name.startswith(f"{name}-")
 
     def bound() -> list[str]:
         pods = [p for p in get(cluster, "pods", namespace="team-a")["items"]
-                if p["metadata"].get("labels", {}).get("ray.io/cluster") == name]
+                if ours(p["metadata"].get("labels", {}).get("ray.io/cluster", ""))]
         ok = len(pods) == 2 and all(p["spec"].get("nodeName") == "n1" and p["status"].get("phase") == "Running"
                                     for p in pods)
         return [p["metadata"]["name"] for p in pods] if ok else []
@@ -147,7 +136,7 @@ def test_the_stack_works_with_the_service_account_token_and_the_standby_takes_ov
 
             first = eventually(taken, "a bridge to take the lease", timeout=60)
             second = "bridge-b" if first == "bridge-a" else "bridge-a"
-            admitted(cluster, "rc-1")
+            admitted(cluster, ray_cluster("rc-1"))
             assert holder(cluster) == first
             # the standby is alive and not ready; the leader is both (its Deployment's probes)
             eventually(lambda: probe(ports[second], "/healthz") == 200, "the standby's /healthz")
@@ -164,9 +153,9 @@ def test_the_stack_works_with_the_service_account_token_and_the_standby_takes_ov
             took = time.monotonic() - killed
             # the standby waits for the record to stay still for the lease duration, seen on its own clock
             assert took <= LEASE_DURATION + 2 * RETRY_PERIOD + 2, f"took over after {took:.1f}s"
-            admitted(cluster, "rc-2")
+            admitted(cluster, ray_cluster("rc-2"))
             assert holder(cluster) == second and bridges[second].poll() is None
-            job_bound(cluster, "rj-1")
+            admitted(cluster, ray_job("rj-1"))
             eventually(lambda: ((get(cluster, "queues.scheduling.volcano.sh", "research") or {}).get("status") or {})
                        .get("running") == 2, "the queue's status to count both running")
     finally:
