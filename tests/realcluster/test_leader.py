@@ -155,9 +155,9 @@ def test_the_stack_works_with_the_service_account_token_and_the_standby_takes_ov
             assert took <= LEASE_DURATION + 2 * RETRY_PERIOD + 2, f"took over after {took:.1f}s"
             admitted(cluster, ray_cluster("rc-2"))
             assert holder(cluster) == second and bridges[second].poll() is None
-            admitted(cluster, ray_job("rj-1"))
             eventually(lambda: ((get(cluster, "queues.scheduling.volcano.sh", "research") or {}).get("status") or {})
                        .get("running") == 2, "the queue's status to count both running")
+            admitted(cluster, ray_job("rj-1"))  # after the count of two: the job is the queue's third
     finally:
         for process in bridges.values():
             if process.poll() is None:
