@@ -10,8 +10,8 @@ status codes. What it implements is what muster uses, with the API server's sema
   same: muster only patches maps), replace (PUT; 409 Conflict when the body names a
   ``resourceVersion`` that is not the current one, as for a Lease two candidates write), delete;
 - one global ``resourceVersion`` counter, ``uid``s, and watches that resume after a version,
-  start with the current objects when given none, end after ``timeoutSeconds``, and answer an
-  ERROR 410 (Gone) for a version older than ``compact()`` allows;
+  start with the current objects when given none, and end after ``timeoutSeconds`` (a version the
+  server no longer holds, 410 Gone, is the real server's: tests/realcluster/test_watch_expiry.py);
 - a ``status`` subresource for every custom resource but Volcano's PodGroup (whose real CRD has none),
   listed by discovery (``GET /apis/GROUP/VERSION``): a merge patch there changes only ``status``,
   and ``status`` in a patch of the object itself is ignored, as for CRDs that declare the subresource;
@@ -19,11 +19,16 @@ status codes. What it implements is what muster uses, with the API server's sema
   authorizer judges muster's roles (tests/realcluster/test_rbac.py, test_leader.py), and an
   evaluation of our own could only agree with our reading of it;
 - ``pods/NAME/binding`` (sets ``spec.nodeName`` and copies the Binding's annotations onto the pod;
-  409 when the pod is bound already; 400 for a Binding naming another pod, 422 for one without a
-  node, as the API server validates it) and ``pods/NAME/eviction`` (deletes the pod, or with
+  409 when the pod is bound already; 400 for a Binding naming another pod, 500 for one without a
+  node, as the API server answers them: tests/realcluster/test_api.py) and ``pods/NAME/eviction`` (deletes the pod, or with
   ``graceful`` marks it terminating until the test deletes it).
 
 It runs on a thread with its own event loop, so synchronous tests drive it with plain calls.
+
+It serves the fast tests of the cluster link's own logic (the order of its effects, its two processes,
+faults injected on demand, the deployment's processes end to end); what the real API server answers to
+muster's requests is tested against one (tests/realcluster/), and where the two disagreed the emulator
+was changed or its feature cut (docs/design.md, "What the real API server taught us").
 """
 
 from __future__ import annotations
@@ -91,7 +96,6 @@ class _State:
     objects: dict[tuple[Resource, str, str], dict[str, Any]] = field(default_factory=dict)
     changes: list[_Change] = field(default_factory=list)
     version: int = 0
-    compacted: int = 0
     requests: list[tuple[str, str]] = field(default_factory=list)
     writes: list[tuple[float, str, str, str]] = field(default_factory=list)
     """(monotonic time, method, path, User-Agent) of every write request the server took."""
@@ -120,10 +124,6 @@ class KubeApiEmulator:
         self.url = f"http://127.0.0.1:{self.port}"
         self._runner: web.AppRunner | None = None
         self._closing = False
-        self._held = False
-        self._epoch = 0
-        self.watching = 0
-        """Watches open now."""
         self._token: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -204,25 +204,6 @@ class KubeApiEmulator:
         """Answer the next ``times`` requests (of ``method``, if given) with ``code``: a refusal,
         throttling, an outage."""
         self.state.failures.extend([(method, code, reason)] * times)
-
-    def cut_watches(self) -> None:
-        """Open watches deliver nothing more, as behind a broken connection (``end_watches`` ends them)."""
-        self._held = True
-
-    def end_watches(self) -> None:
-        """End every open watch (the client resumes from the last version it saw) and deliver again."""
-        async def end() -> None:
-            assert self._lock is not None
-            async with self._lock:
-                self._epoch += 1
-                self._held = False
-                self._wake_all()
-        self._call(end())
-
-    def compact(self) -> None:
-        """Forget every change so far: a watch resuming from an older version gets 410 Gone."""
-        self.state.compacted = self.state.version
-        self.state.changes.clear()
 
     def resource_of(self, kind: str, api_version: str) -> Resource:
         for resource in self.serves:
@@ -429,11 +410,12 @@ class KubeApiEmulator:
         if metadata.get("name", name) != name or metadata.get("namespace", namespace) != namespace:
             raise _Failure(400, "BadRequest", "name in URL does not match name in Binding object")
         target = binding.get("target") if isinstance(binding.get("target"), dict) else {}
+        # the real server's validation errors of a Binding are an aggregate, not a Status: a 500
         if target.get("kind", "Node") not in ("", "Node"):
-            raise _Failure(422, "Invalid", f'Binding.core "{name}" is invalid: target.kind: Unsupported value: '
-                                           f'{target.get("kind")!r}: supported values: "Node"')
+            raise _Failure(500, "InternalError", f'target.kind: Unsupported value: {target.get("kind")!r}: '
+                                                 'supported values: "Node"')
         if not isinstance(target.get("name"), str) or not target["name"]:
-            raise _Failure(422, "Invalid", f'Binding.core "{name}" is invalid: target.name: Required value')
+            raise _Failure(500, "InternalError", "target.name: Required value")
         annotations = metadata.get("annotations") or {}
         if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):
             raise _Failure(400, "BadRequest", "metadata.annotations must map strings to strings")
@@ -468,41 +450,32 @@ class KubeApiEmulator:
                            if r == resource and (namespace is None or ns == namespace)]
             else:
                 start, initial = int(since), []
-                if start < self.state.compacted:
-                    await send({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                                            "message": f"too old resource version: {start}",
-                                                            "reason": "Expired", "code": 410}})
-                    return response
-        self.watching += 1
         try:
             await self._follow(response, send, resource, namespace, initial, start, timeout)
         except ConnectionError:
             pass  # the client went away (a watcher cancelled or restarted)
-        finally:
-            self.watching -= 1
         return response
 
     async def _follow(self, response: web.StreamResponse, send: Any, resource: Resource, namespace: str | None,
                       initial: list[dict[str, Any]], start: int, timeout: float | None) -> None:
         assert self._lock is not None
-        wake = asyncio.Event()  # set by every change of ``resource`` (``_bump``), and to end or release watches
+        wake = asyncio.Event()  # set by every change of ``resource`` (``_bump``), and to end the watches
         self._wakers.setdefault(resource, set()).add(wake)
         try:
             for obj in initial:
                 await send({"type": "ADDED", "object": obj})
             deadline = None if timeout is None else self.loop.time() + timeout
-            position, epoch = start, self._epoch
+            position = start
             while True:
                 async with self._lock:
-                    if self._closing or self._epoch != epoch:
+                    if self._closing:
                         break
                     wake.clear()  # under the lock: a change after this look sets it again
-                    pending = []
-                    if not self._held:  # changes are in version order: look only past the last one looked at
-                        fresh = self.state.changes[bisect.bisect_right(self.state.changes, position, key=_version_of):]
-                        pending = [c for c in fresh if c.resource == resource
-                                   and (namespace is None or c.obj["metadata"].get("namespace") == namespace)]
-                        position = fresh[-1].version if fresh else position
+                    # changes are in version order: look only past the last one looked at
+                    fresh = self.state.changes[bisect.bisect_right(self.state.changes, position, key=_version_of):]
+                    pending = [c for c in fresh if c.resource == resource
+                               and (namespace is None or c.obj["metadata"].get("namespace") == namespace)]
+                    position = fresh[-1].version if fresh else position
                 if not pending:
                     remaining = None if deadline is None else deadline - self.loop.time()
                     if remaining is not None and remaining <= 0:

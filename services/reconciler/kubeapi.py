@@ -316,6 +316,9 @@ class KubeApplier:
         return patch(resource.group, resource.version, resource.plural, name, body, **options)
 
     async def _bind(self, effect: KubeEffect) -> Outcome:
+        if not effect.node:  # the API server's answer would be a 500 (BindingREST.Create returns its
+            # validation errors as an aggregate, not a Status), which is retried as an outage for ever
+            raise Refused(f"bind Pod {effect.namespace}/{effect.name}: no node to bind it to")
         await self._victims_gone(effect.node)
         metadata: dict[str, Any] = {"name": effect.name, "namespace": effect.namespace}
         if effect.annotations:
