@@ -4,21 +4,15 @@
   strict: no unknown fields), and the CRDs accept the queue manifests users write;
 - the RBAC is exactly what the cluster adapter uses (``services.reconciler.resources.access``), and
   every muster pod runs non-root, read-only, without privilege escalation, with resources and probes;
-- the README's path works: the demo overlay and the CRDs are applied to the API emulator over HTTP,
-  the services run as processes with the arguments and environment their Deployments give them
-  (Kafka and the API server pointed at the test's), the emulator enforces the rendered RBAC on the
-  cluster bridge, and the README's first RayJob is admitted by muster and its pods bound.
+- the README's path (the overlay applied, the services run as their Deployments say, the first
+  RayJob admitted and its pods bound) is walked on a real cluster: tests/realcluster/test_deploy_apply.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import os
 import shutil
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -26,11 +20,6 @@ import pytest
 import yaml
 
 from services.reconciler.resources import LEASE, access
-from shared import kube as k
-from tests.builders import node, pod
-from shared.bus.localbroker import free_port
-from tests.realcluster.conftest import probe
-from tests.kubeapi import DEFAULT_SERVES, KubeApiEmulator, Resource
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "k8s"
@@ -197,118 +186,3 @@ def test_the_crds_hold_the_status_muster_writes(rendered):
     for group, kind, obj in checks:
         assert obj["status"], kind
         jsonschema.validate(obj, _crd_schema(rendered["crds"], group, kind))
-
-
-# --------------------------------------------------------------------------- the README's path
-def _resource(obj: dict[str, Any]) -> Resource:
-    group, _, version = obj["apiVersion"].rpartition("/")
-    scoped = obj["kind"] in ("Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition")
-    return Resource(obj["kind"], group, version, obj["kind"].lower() + "s", namespaced=not scoped)
-
-
-async def _apply(url: str, objs: list[dict[str, Any]]) -> list[int]:
-    """POST each object as ``kubectl create`` would; the status codes."""
-    import aiohttp
-
-    codes = []
-    async with aiohttp.ClientSession() as session:
-        for obj in objs:
-            resource = _resource(obj)
-            async with session.post(url + resource.path(obj["metadata"].get("namespace")), json=obj) as response:
-                codes.append(response.status)
-    return codes
-
-
-def _environment(container: dict[str, Any], secret: dict[str, Any], policy: Path, overrides: dict[str, str]) -> dict[str, str]:
-    """What the kubelet would give the container (literal env, the Secret's keys), for this machine."""
-    env = {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
-    for item in container.get("env", []):
-        if "value" in item:
-            env[item["name"]] = item["value"]
-    env["MUSTER_POLICY"] = str(policy) if "MUSTER_POLICY" in env else ""
-    return {**{k: v for k, v in os.environ.items()}, **{k: v for k, v in env.items() if v}, **overrides,
-            "PYTHONUNBUFFERED": "1"}
-
-
-def test_kubectl_apply_then_the_first_rayjob_is_admitted(
-        rendered, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
-    demo = rendered["overlays/demo"]
-    known = DEFAULT_SERVES
-    extra = tuple(dict.fromkeys(r for r in map(_resource, demo + rendered["crds"])
-                                if (r.kind, r.api_version) not in {(x.kind, x.api_version) for x in known}))
-    with KubeApiEmulator(serves=known + extra) as api:
-        # kubectl apply -k deploy/k8s/crds; kubectl apply -k deploy/k8s (the demo overlay)
-        codes = asyncio.run(_apply(api.url, rendered["crds"] + demo))
-        assert codes == [201] * len(codes)
-        api.create(node("n1", cpu="16", memory="64Gi"))
-
-        policy = tmp_path / "policy.yaml"
-        policy.write_text(named(demo, "ConfigMap", "muster-policy")["data"]["policy.yaml"])
-        secret = next(o for o in demo if o["kind"] == "Secret")
-        processes: list[subprocess.Popen[bytes]] = []
-        ports: dict[str, int] = {}
-        try:
-            for deployment in [o for o in demo if o["kind"] == "Deployment"
-                               and o["spec"]["template"]["spec"]["containers"][0]["image"].startswith("muster")]:
-                name = deployment["metadata"]["name"]
-                if name == "muster-projector":
-                    continue  # writes the history store; the admission path does not need it
-                container = deployment["spec"]["template"]["spec"]["containers"][0]
-                ports[name] = free_port()  # the probes' port, one per process on this one machine
-                overrides = {"MUSTER_KAFKA": kafka_bootstrap, "MUSTER_TOPIC_PREFIX": topic_prefix,
-                             "MUSTER_METRICS_PORT": str(ports[name]), "POD_NAMESPACE": "muster-system",
-                             "POD_NAME": f"{name}-0", "MUSTER_KUBE_URL": api.url}
-                log = (tmp_path / f"{name}.log").open("ab")
-                processes.append(subprocess.Popen([sys.executable, "-m", "shared.cli", *container["args"]],
-                                                  env=_environment(container, secret, policy, overrides),
-                                                  stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
-
-            # kubectl apply -f deploy/k8s/examples/first-rayjob.yaml
-            for obj in yaml.safe_load_all((DEPLOY / "examples" / "first-rayjob.yaml").read_text()):
-                api.create(obj)
-            job = lambda: api.get("RayJob", "ray.io/v1", "default", "hello-muster") or {}  # noqa: E731
-            _eventually(lambda: job().get("spec", {}).get("suspend") is False, "the RayJob to be unsuspended", tmp_path)
-            _eventually(lambda: job().get("metadata", {}).get("annotations", {}).get(
-                "muster.dev/status", "").startswith("Admitted"), "the Admitted status", tmp_path)
-
-            # KubeRay's part: the job's cluster, then its pods, labelled with the cluster only (labelPod),
-            # naming muster as their scheduler; the link finds the RayJob through the cluster
-            owner = {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "hello-muster",
-                     "uid": job()["metadata"]["uid"], "controller": True}
-            api.create({"apiVersion": "ray.io/v1", "kind": "RayCluster",
-                        "metadata": {"name": "hello-muster-x7k2p", "namespace": "default", "ownerReferences": [owner],
-                                     "labels": {k.RAY_ORIGIN_KIND: "RayJob", k.RAY_ORIGIN_NAME: "hello-muster"}},
-                        "spec": job()["spec"]["rayClusterSpec"]})
-            pods = []
-            for name, node_type, group in (("hello-head", "head", "headgroup"), ("hello-workers-0", "worker", "workers"),
-                                           ("hello-workers-1", "worker", "workers")):
-                p = pod(name, "default", requests={"cpu": "1", "memory": "2Gi"}, labels={
-                    k.RAY_CLUSTER: "hello-muster-x7k2p", k.RAY_NODE_TYPE: node_type, k.RAY_GROUP: group})
-                api.create(p)
-                pods.append(name)
-            _eventually(lambda: all((api.get("Pod", "v1", "default", n) or {}).get("spec", {}).get("nodeName") == "n1"
-                                    for n in pods), "the pods to be bound", tmp_path)
-            lease = api.get("Lease", "coordination.k8s.io/v1", "muster-system", "muster-cluster")
-            assert lease["spec"]["holderIdentity"] == "muster-cluster-0"
-            # what the Deployments' probes ask, on the port their MUSTER_METRICS_PORT names
-            for name, port in ports.items():
-                _eventually(lambda port=port: probe(port, "/healthz") == 200, f"{name}'s /healthz", tmp_path)
-                _eventually(lambda port=port: probe(port, "/readyz") == 200, f"{name}'s /readyz", tmp_path)
-        finally:
-            for process in processes:
-                process.terminate()
-            for process in processes:
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-
-
-def _eventually(check: Any, what: str, logs: Path, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            tails = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(logs.glob("*.log")))
-            pytest.fail(f"still waiting for {what} after {timeout}s\n{tails}")
-        time.sleep(0.2)
