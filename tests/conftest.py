@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 if TYPE_CHECKING:
@@ -197,3 +198,42 @@ def clean_cluster(devcluster: "DevCluster") -> Iterator["DevCluster"]:
         devcluster.start_kuberay("none")
     devcluster.kube_scheduler(True)  # a scenario run (tests/realcluster/test_scenario_parity.py) may have stopped it
     yield devcluster
+
+
+# --------------------------------------------------------------------------- stores
+def empty(url: str) -> None:
+    """Remove every row from a migrated store."""
+    from sqlalchemy import text
+
+    from shared.store.engine import connect
+    from shared.store.models import TABLE_NAMES
+
+    engine = connect(url)
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(text(f"TRUNCATE {', '.join(sorted(TABLE_NAMES))} RESTART IDENTITY"))
+        else:
+            for table in sorted(TABLE_NAMES):
+                conn.execute(text(f"DELETE FROM {table}"))
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_store(postgres_url: str) -> Iterator[str]:
+    """The session's Postgres database at the current schema, with no rows."""
+    from shared.store import schema
+
+    if schema.current(postgres_url) != schema.head():
+        schema.upgrade(postgres_url)
+    empty(postgres_url)
+    yield postgres_url
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> str:
+    """A SQLite file of this test's own at the current schema."""
+    from shared.store import schema
+
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    schema.upgrade(url)
+    return url

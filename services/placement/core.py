@@ -43,10 +43,16 @@ from shared.policy import Policy
 CAPACITY_TIMER = "capacity"
 """Fires at quiescence of an instant in which pods went away (or foreign pods came): one signal."""
 RIPEN_TIMER = "ripen"
-DISRUPTION_TIMER = "disruption"
-"""Fires at quiescence of an instant in which a running gang lost a pod: by then a deletion or
-finish of the workload has arrived, so only a gang that is still wanted is called disrupted."""
 """Fires when would-be preemption victims reach their minimum runtime: a release, so the queue retries."""
+DISRUPTION_TIMER = "disruption"
+"""Fires ``DISRUPTION_GRACE`` after a running gang lost a pod: by then a deletion or finish of the
+workload has arrived, so only a gang that is still wanted is called disrupted."""
+DISRUPTION_GRACE = 2.0
+"""Seconds of event time between a running gang's loss of a pod and the judgement. A workload's
+deletion reaches placement through admission and the queue (``WorkloadWithdrawn``), while the
+garbage collector's deletions of its pods come straight from the watch, often first: on a deployment
+they arrive tens to hundreds of milliseconds apart, and after a relist in any order. The embedded
+runtime's instants have a quiescence, a deployment none; the grace stands in for it in both alike."""
 
 
 class PlacementCore:
@@ -68,8 +74,8 @@ class PlacementCore:
         self._timer_fired_at: float | None = None
         self._release_pending = False
         self._last_total: dict[str, int] | None = None
-        self._suspects: dict[str, tuple[str, bool]] = {}
-        """Running gangs that lost a pod this instant: workload key -> (pod, whether its node went away)."""
+        self._suspects: dict[str, tuple[str, bool, float]] = {}
+        """Running gangs that lost a pod: workload key -> (pod, whether its node went away, when to judge)."""
         self._disruption_at: float | None = None
         self._queue_min_runtime: dict[str, float] = {}
         """Queues whose definition sets a minimum runtime (KAI's preemptMinRuntime)."""
@@ -202,7 +208,7 @@ class PlacementCore:
 
     def _on_timer(self, key: str, now: float) -> list[Any]:
         if key == DISRUPTION_TIMER:
-            return self._judge_disruptions()
+            return self._judge_disruptions(now)
         if key == RIPEN_TIMER:
             self._ripen_at.pop(now, None)
             return [self._capacity_changed(released=True, everyone=True)]
@@ -514,18 +520,22 @@ class PlacementCore:
         return []
 
     def _suspect_disruption(self, wrec: WorkloadRecord, pod: str, lost_node: bool, now: float) -> list[Any]:
-        """A running gang lost a pod: judge at quiescence, once we know whether the workload is still wanted."""
-        self._suspects.setdefault(wrec.key, (pod, lost_node))
-        if self._disruption_at == now:
+        """A running gang lost a pod: judge after the grace, once we know whether the workload is still wanted."""
+        if wrec.key in self._suspects:
             return []
-        self._disruption_at = now
-        return [TimerSet(key=DISRUPTION_TIMER, at=now)]
+        due = now + DISRUPTION_GRACE
+        self._suspects[wrec.key] = (pod, lost_node, due)
+        if self._disruption_at == due:
+            return []
+        self._disruption_at = due
+        return [TimerSet(key=DISRUPTION_TIMER, at=due)]
 
-    def _judge_disruptions(self) -> list[Any]:
+    def _judge_disruptions(self, now: float) -> list[Any]:
         """Gangs still admitted and still short of a bound, Running member are disrupted until whole again."""
         out: list[Any] = []
-        suspects, self._suspects, self._disruption_at = self._suspects, {}, None
-        for key, (pod, lost_node) in suspects.items():
+        due = [(key, pod, lost_node) for key, (pod, lost_node, at) in self._suspects.items() if at <= now]
+        for key, pod, lost_node in due:
+            del self._suspects[key]
             wrec = self._admitted(key)
             if wrec is None or not wrec.running:
                 continue
@@ -752,6 +762,7 @@ class PlacementCore:
         """
         rec = self.workloads.pop(p.key, None)
         self._stop_waiting(p.key)
+        self._suspects.pop(p.key, None)  # no longer wanted: nothing to judge
         if rec is None:
             return []
         self._displaced.pop(p.key, None)
@@ -945,6 +956,7 @@ class PlacementCore:
         victim.slots, victim.admitted, victim.running, victim.started_at = [], False, False, None
         self._unhold(victim)
         self._displaced.pop(victim.key, None)
+        self._suspects.pop(victim.key, None)
         return PreemptionRequested(key=victim.key, kind=victim.spec.kind, gate=victim.spec.gate,
                                    preemptor=preemptor.key, preemptor_priority=preemptor.spec.priority,
                                    reclaim=preemptor.queue != victim.queue, pods=tuple(names), reason=why)

@@ -34,7 +34,8 @@ from shared.bus.localbroker import free_port
 from shared.simulate import Run
 from shared.store import schema
 from tests.conftest import delete_topics
-from tests.integration.conftest import empty, scenario_run
+from tests.conftest import empty
+from tests.integration.conftest import scenario_run
 from tests.integration.test_bus_parity import without_stats
 from tests.otlp import OtlpReceiver, ReceivedSpan
 from tests.unit.tracing.test_spans import waits

@@ -121,7 +121,7 @@ def test_pipelined_and_one_at_a_time_give_the_same_rows(pg_store):
         write_log(writer, log, batch_size=17)      # write_many: the next batch folds while one commits
     pipelined = histories(pg_store, FAIR_SHARE), counts(pg_store)
     assert pipelined[0] == expected(FAIR_SHARE)
-    from tests.integration.conftest import empty
+    from tests.conftest import empty
 
     empty(pg_store)
     with ProjectionWriter(pg_store) as writer:

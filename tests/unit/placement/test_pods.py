@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.placement.core import DISRUPTION_GRACE
 from services.placement.pods import GPU_DEVICES, pod_facts
 from shared.events import (
     CapacityChanged, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, PlacementFailed, PodAssigned, TimerSet, derive_id,
@@ -372,6 +373,8 @@ def test_a_running_gang_that_loses_a_pod_is_disrupted_until_whole_again():
     d = PlacementDriver(None, node("n1", cpu="3"), node("n2", cpu="8"))
     d.run(RC, d.dequeue(RC))
     d.pod(bound(ray_pod("rc", "worker", 1), "n1", "Failed"), "Modified")
+    assert of_type(d.settle(), GangDisrupted) == []  # judged after the grace
+    d.advance(d.now + DISRUPTION_GRACE)
     disrupted = one(d.settle(), GangDisrupted)
     assert disrupted.reason == ("2/3 gang pods Running: pod rc-worker-worker-1 went away;"
                                 " waiting for its replacement to be bound and Running")
@@ -385,7 +388,23 @@ def test_a_gang_whose_workload_leaves_in_the_same_instant_is_not_disrupted():
     d.run(RC, d.dequeue(RC))
     d.pod(bound(ray_pod("rc", "worker", 1), "n1", "Running"), "Deleted")
     d.withdraw(RC.key)
+    d.advance(d.now + DISRUPTION_GRACE)
     assert of_type(d.settle(), GangDisrupted) == []
+
+
+def test_a_gang_whose_workload_leaves_within_the_grace_is_not_disrupted():
+    """On a deployment the garbage collector's deletions of the pods come straight from the watch, the
+    workload's own through admission and the queue, often later (and after a relist in any order)."""
+    d = PlacementDriver(None, node("n1", cpu="3"), node("n2", cpu="8"))
+    d.run(RC, d.dequeue(RC))
+    for i in range(3):
+        d.pod(bound(ray_pod("rc", "worker", i), "n1", "Running"), "Deleted")
+    d.advance(d.now + DISRUPTION_GRACE / 2)
+    assert RC.key in d.core._suspects
+    d.withdraw(RC.key)
+    d.advance(d.now + DISRUPTION_GRACE)
+    assert of_type(d.settle(), GangDisrupted) == []
+    assert d.core._suspects == {}
 
 
 def test_pods_of_another_kind_under_the_same_name_are_not_the_workloads():

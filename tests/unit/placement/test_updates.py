@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from services.placement.core import DISRUPTION_GRACE
 from shared.events import CapacityChanged, GangDisrupted, GangRunning, PodAssigned, TimerSet
 from tests.builders import gang, node, pod_set, workload
 from tests.builders.placement import PlacementDriver, bound, fits, of_type, one, ray_pod
@@ -85,8 +86,9 @@ def test_dropping_the_missing_member_makes_a_disrupted_gang_whole_again():
     d, _ = _running()
     d.now = 1.0
     d.pod(worker(3, phase="Failed"), "Modified")
+    d.advance(1.0 + DISRUPTION_GRACE)
     assert one(d.settle(), GangDisrupted).reason.startswith("4/5 gang pods Running")
-    d.now = 2.0
+    d.now = 4.0
     out = d.update(rc(3))
     assert one(out, GangRunning).reason == "4/4 gang pods bound and Running again"
     assert fits(d, "1") and not fits(d, "2")
