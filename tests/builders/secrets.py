@@ -49,16 +49,6 @@ def secret_rayjob(name: str = "job", namespace: str = "team-a", queue: str = "q"
 
 
 
-def secret_pod(name: str, namespace: str = "team-a", **labels: str) -> dict[str, Any]:
-    """A pod with secrets in its env, command, volumes and annotations."""
-    template = _secret_template(name)
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels),
-                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": SECRET}},
-            "spec": {**template["spec"], "schedulerName": "muster", "priorityClassName": ""},
-            "status": {"phase": "Pending", "message": SECRET}}
-
-
 def secret_node(name: str) -> dict[str, Any]:
     """A node whose status and spec carry what no scheduling decision reads."""
     return {"apiVersion": "v1", "kind": "Node",

@@ -36,15 +36,16 @@ QUEUE = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metada
 
 
 @contextmanager
-def stack(config: BusConfig, url: str, services: tuple[str, ...] = SERVICES, *,
+def stack(config: BusConfig, url: str | KubeTarget, services: tuple[str, ...] = SERVICES, *,
           cluster: bool = True) -> Iterator[dict[str, Any]]:
-    """The services (and, unless ``cluster`` is False, the cluster bridge) as apps in this process."""
+    """The services (and, unless ``cluster`` is False, the cluster bridge to ``url``: the emulator's, or
+    a real cluster's ``KubeTarget``) as apps in this process."""
     bus = EventLoopThread()
     try:
         bus.run(ensure_topics(config))
         apps = {name: service_app(name, config, Policy()) for name in services}
         if cluster:
-            apps["cluster"] = cluster_app(config, KubeTarget(url=url))
+            apps["cluster"] = cluster_app(config, url if isinstance(url, KubeTarget) else KubeTarget(url=url))
         bus.run(gather_all(app.start() for app in apps.values()), timeout=90)
         try:
             yield apps
