@@ -256,6 +256,14 @@ class Scenario(_Strict):
             return self.cluster.kuberay.batch_scheduler
         return implied([doc for docs in self.documents for doc in docs if doc.get("kind") in ("RayCluster", "RayJob")])
 
+    def under(self, setting: Setting) -> "Scenario":
+        """This scenario with KubeRay run with another ``--batch-scheduler``: a file is run under each
+        setting it applies to (tests/realcluster/test_scenario_parity.py)."""
+        kuberay = self.cluster.kuberay.model_copy(update={"batch_scheduler": setting})
+        other = self.model_copy(update={"cluster": self.cluster.model_copy(update={"kuberay": kuberay})})
+        other.__dict__.pop("batch_scheduler", None)  # a cached_property, which model_copy copies
+        return other
+
     def effective_policy(self, base: Policy | None = None) -> Policy:
         """The scenario's ``policy:`` block layered over ``base`` (``--policy FILE``) or the defaults.
 

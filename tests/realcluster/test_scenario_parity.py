@@ -10,7 +10,10 @@ members and order; and ``--check`` passes.
 
 Which files run: ``MUSTER_REAL=all`` every file; unset, the files ``examples/`` holds (every
 ``../shared/scenarios`` file is among them), which fit the suite's budget; ``MUSTER_REAL=0`` none.
-The files are ordered by batch-scheduler setting, so KubeRay restarts at most once per setting.
+Each file runs under every batch-scheduler setting it applies to (``settings``): the one it names or
+its manifests imply, and KubeRay's default (``none``: no PodGroups, pods keep their template's
+scheduler name) unless it names its setting, as a file whose meaning needs one does. The runs are
+ordered by setting, so KubeRay restarts at most once per setting.
 
 ``KNOWN`` lists the files whose real run still differs, each with the difference: strict xfails, so
 a file that starts to match fails until it is taken off the list.
@@ -34,11 +37,12 @@ from typing import TYPE_CHECKING, Any, Mapping
 import pytest
 
 from shared.realcluster import TIME_TOLERANCE
-from shared.scenario import ScenarioError, load_scenario
+from shared.scenario import Scenario, ScenarioError, load_scenario
 from shared.simulate import simulate, simulate_live
 
 if TYPE_CHECKING:
     from shared.parts.devcluster import DevCluster
+    from shared.sim.batchscheduler import Setting
 
 ROOT = Path(__file__).parents[2]
 SCENARIOS = sorted((ROOT / "tests" / "scenarios").glob("*.yaml"))
@@ -57,16 +61,23 @@ REFUSED: dict[str, str] = {
 has muster reject it: the run stops at the refusal, whose message must say what and why."""
 
 
-def _selected() -> list[Path]:
+def settings(scenario: Scenario) -> list[Setting]:
+    """The KubeRay ``--batch-scheduler`` settings a file applies to: its own (named, or implied by its
+    labels) and, unless it names it, KubeRay's default, where muster reads the same queue labels."""
+    own = scenario.batch_scheduler
+    return [own] if scenario.cluster.kuberay.batch_scheduler is not None or own == "none" else [own, "none"]
+
+
+def _selected() -> list[tuple[Path, Setting, str]]:
+    """Each run: the file, the setting, and its name (the file's, with the setting when not its own:
+    ``volcano-gang-queue[none]``)."""
     mode = os.environ.get("MUSTER_REAL", "").strip().lower()
     if mode in ("0", "off", "no", "none"):
         return []
     chosen = SCENARIOS if mode == "all" else [p for p in SCENARIOS if p.name in EXAMPLES]
-
-    def order(path: Path) -> tuple[str, str]:
-        return (load_scenario(path).batch_scheduler, path.stem)
-
-    return sorted(chosen, key=order)
+    runs = [(path, setting, path.stem if i == 0 else f"{path.stem}[{setting}]")
+            for path in chosen for i, setting in enumerate(settings(load_scenario(path)))]
+    return sorted(runs, key=lambda run: (run[1], run[0].stem))
 
 
 SELECTED = _selected()
@@ -162,6 +173,22 @@ def test_differences_are_seen() -> None:
     assert [len(differences(doc, other)) for other in (late, extra, usage)] == [1, 1, 1]
 
 
+def test_a_file_runs_under_its_own_setting_and_kuberays_default_unless_it_names_one() -> None:
+    from shared.scenario import parse_scenario
+
+    def scenario(labels: dict[str, str], kuberay: dict[str, str] | None = None) -> Scenario:
+        cluster = {"metadata": {"name": "rc", "namespace": "ns", "labels": labels},
+                   "spec": {"headGroupSpec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}},
+                   "apiVersion": "ray.io/v1", "kind": "RayCluster"}
+        return parse_scenario(json.dumps({"name": "a", "cluster": {"kuberay": kuberay or {}},
+                                          "steps": [{"at": 0, "apply": json.dumps(cluster)}]}))
+
+    assert settings(scenario({"volcano.sh/queue-name": "q"})) == ["volcano", "none"]
+    assert settings(scenario({"kai.scheduler/queue": "q"})) == ["kai-scheduler", "none"]
+    assert settings(scenario({})) == ["none"]
+    assert settings(scenario({"volcano.sh/queue-name": "q"}, {"batch_scheduler": "volcano"})) == ["volcano"]
+
+
 def test_a_run_is_compared_up_to_its_first_rayjob_end():
     job = {"kind": "RayJob", "queue": "q", "priority": 0, "gang": None, "phase": "Succeeded",
            "transitions": [{"t": 1.0, "phase": "Running", "reason": "bound"},
@@ -180,13 +207,15 @@ def test_a_run_is_compared_up_to_its_first_rayjob_end():
     assert len(differences(before(embedded, 30.0), before(running_late, 30.0))) == 1
 
 
-PARAMS = [pytest.param(p, id=p.stem, marks=[pytest.mark.xfail(strict=True, reason=KNOWN[p.stem])]
-                       if p.stem in KNOWN else []) for p in SELECTED]
+PARAMS = [pytest.param(path, setting, name, id=name,
+                       marks=[pytest.mark.xfail(strict=True, reason=KNOWN[name])] if name in KNOWN else [])
+          for path, setting, name in SELECTED]
 
 
-@pytest.mark.parametrize("path", PARAMS)
-def test_scenario_on_the_real_cluster_matches_its_embedded_run(path: Path, devcluster: "DevCluster") -> None:
-    scenario = load_scenario(path)
+@pytest.mark.parametrize("path, setting, name", PARAMS)
+def test_scenario_on_the_real_cluster_matches_its_embedded_run(path: Path, setting: "Setting", name: str,
+                                                               devcluster: "DevCluster") -> None:
+    scenario = load_scenario(path).under(setting)
     embedded = simulate(scenario)
     started = time.monotonic()
     devcluster.prepare(scenario)
@@ -199,7 +228,7 @@ def test_scenario_on_the_real_cluster_matches_its_embedded_run(path: Path, devcl
             return
         real = simulate_live(scenario, devcluster.kubeconfig)
     finally:
-        _note_time(path.stem, prepared - started, time.monotonic() - prepared)
+        _note_time(name, prepared - started, time.monotonic() - prepared)
     expected, got = embedded.result(), real.result()
     until = ray_job_end(expected)
     if until is not None:  # a RayJob's end cannot happen on KWOK: compared up to it (see the module)

@@ -232,6 +232,16 @@ def test_a_named_batch_scheduler_wins_and_widens_the_names_muster_answers_to():
     assert s.effective_policy().scheduler_names == ("muster", "scheduler-plugins-scheduler", "default-scheduler")
 
 
+def test_under_another_setting_the_scenario_names_it_and_answers_to_its_pods_scheduler():
+    s = parse_scenario(yaml.safe_dump({"name": "a", "steps": [
+        {"at": 0, "apply": _ray("RayCluster", {"volcano.sh/queue-name": "q"})}]}))
+    assert s.batch_scheduler == "volcano"  # read (and cached) before the copy is made
+    plain = s.under("none")
+    assert (plain.batch_scheduler, plain.cluster.kuberay.batch_scheduler) == ("none", "none")
+    assert plain.effective_policy().scheduler_names == ("muster", "default-scheduler")
+    assert s.batch_scheduler == "volcano" and s.cluster.kuberay.batch_scheduler is None
+
+
 def test_names_given_by_the_scenario_or_the_policy_file_are_kept_as_they_are():
     s = parse_scenario("name: a\npolicy: {scheduler_names: [muster]}\n")
     assert s.effective_policy().scheduler_names == ("muster",)
