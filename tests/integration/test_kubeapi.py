@@ -127,6 +127,15 @@ def test_the_writes_carry_the_clients_credentials_and_user_agent(kube: KubeApiEm
     assert kube.get("Queue", "scheduling.volcano.sh/v1beta1", "", "research")["status"]["pending"] == 3
 
 
+def test_a_bind_without_a_node_is_refused_before_any_request(kube: KubeApiEmulator) -> None:
+    """The server would answer 500 (tests/realcluster/test_api.py), which is retried as an outage."""
+    kube.create(pod("p"))
+    before = len(kube.state.requests)
+    with pytest.raises(Refused, match="bind Pod team-a/p: no node to bind it to"):
+        apply(kube, (effect("bind", "Pod", "p", "team-a", node=""), "e1"))
+    assert len(kube.state.requests) == before
+
+
 def test_the_emulator_refuses_a_binding_for_another_pod_or_to_no_node(kube: KubeApiEmulator) -> None:
     """The emulator validates a Binding as the API server does, so a malformed one cannot pass in tests:
     the real server's codes for the same bodies are tests/realcluster/test_api.py's."""
