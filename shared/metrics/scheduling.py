@@ -178,6 +178,18 @@ def _amount(resource: str, milli: int) -> float:
     return milli / 1000
 
 
+def _headroom(limit: int, guarantee: int | None) -> int:
+    """Kueue's borrowing limit from a limit and a guarantee (milli-units): what may be borrowed above the
+    guarantee (none when the guarantee reaches the limit); unlimited when the limit is."""
+    if limit == UNLIMITED:
+        return UNLIMITED
+    if guarantee is None:
+        return limit
+    if guarantee == UNLIMITED:
+        return 0
+    return max(0, limit - guarantee)
+
+
 class QueueStatusCollector(Collector):
     """Gauges read from the queue core's ``status()`` when Prometheus scrapes (nothing per event).
 
@@ -208,8 +220,13 @@ class QueueStatusCollector(Collector):
         guarantee = GaugeMetricFamily("muster_cluster_queue_nominal_quota",
                                       "A queue's guaranteed quota per resource (-1: unlimited)",
                                       labels=["cluster_queue", "resource"])
-        limit = GaugeMetricFamily("muster_cluster_queue_borrowing_limit",
-                                  "A queue's limit per resource (-1: unlimited)", labels=["cluster_queue", "resource"])
+        limit = GaugeMetricFamily("muster_cluster_queue_resource_limit",
+                                  "What a queue's usage may reach per resource: its capability, limit or max "
+                                  "(-1: unlimited)", labels=["cluster_queue", "resource"])
+        borrowing = GaugeMetricFamily("muster_cluster_queue_borrowing_limit",
+                                      "How far above its nominal quota (guarantee) a queue may borrow per resource, "
+                                      "as Kueue's borrowingLimit: its limit less its guarantee (-1: unlimited)",
+                                      labels=["cluster_queue", "resource"])
         for name, queue in view.items():
             held = not queue["exists"] or queue["state"] not in (None, "Open")
             waiting = len(queue["pending"])
@@ -225,7 +242,8 @@ class QueueStatusCollector(Collector):
                 guarantee.add_metric([name, resource], _amount(resource, amount))
             for resource, amount in queue["limit"].items():
                 limit.add_metric([name, resource], _amount(resource, amount))
-        yield from (pending, reserving, admitted, run, usage, guarantee, limit)
+                borrowing.add_metric([name, resource], _amount(resource, _headroom(amount, queue["guarantee"].get(resource))))
+        yield from (pending, reserving, admitted, run, usage, guarantee, limit, borrowing)
 
 
 def queue_metrics(core: Any, registry: CollectorRegistry) -> WaitFold:

@@ -13,7 +13,8 @@ from prometheus_client import CollectorRegistry
 from shared import quantity as q
 from shared.scenario import load_scenario
 from shared.simulate import Run, simulate
-from shared.metrics.scheduling import WaitFold, queue_metrics
+from shared.metrics.scheduling import QueueStatusCollector, WaitFold, queue_metrics
+from shared.model import UNLIMITED
 from shared.topology import destinations
 from tests.unit.tracing.test_spans import waits
 
@@ -97,6 +98,22 @@ def test_a_closed_queues_waiting_workloads_are_inadmissible() -> None:
 
 def test_unlimited_quota_is_minus_one() -> None:
     run, registry, _ = folded(next(p for p in SCENARIOS if p.stem == "kai-parent-limit-binds-children"))
-    limits = [s.value for metric in registry.collect() if metric.name == "muster_cluster_queue_borrowing_limit"
+    limits = [s.value for metric in registry.collect() if metric.name == "muster_cluster_queue_resource_limit"
               for s in metric.samples]
     assert -1 in limits and 6 in limits and all(v == -1 or v > 0 for v in limits)
+
+
+def test_the_borrowing_limit_is_kueues_the_headroom_above_the_guarantee() -> None:
+    """Kueue's ``borrowingLimit`` is how far above ``nominalQuota`` a queue may go, not its total; muster's
+    total is ``muster_cluster_queue_resource_limit``."""
+    registry = CollectorRegistry()
+    view = {"q": {"exists": True, "state": "Open", "pending": [], "backoff": [], "active": [], "usage": {},
+                  "guarantee": {"cpu": 2000, "nvidia.com/gpu": 4000, "pods": UNLIMITED},
+                  "limit": {"cpu": 6000, "memory": UNLIMITED, "nvidia.com/gpu": 4000, "pods": 8000}}}
+    registry.register(QueueStatusCollector(lambda: view, WaitFold(registry)))
+    assert {r: value(registry, "muster_cluster_queue_resource_limit", cluster_queue="q", resource=r)
+            for r in ("cpu", "memory", "nvidia.com/gpu", "pods")} == {"cpu": 6, "memory": -1, "nvidia.com/gpu": 4,
+                                                                     "pods": 8}
+    assert {r: value(registry, "muster_cluster_queue_borrowing_limit", cluster_queue="q", resource=r)
+            for r in ("cpu", "memory", "nvidia.com/gpu", "pods")} == {"cpu": 4, "memory": -1, "nvidia.com/gpu": 0,
+                                                                     "pods": 0}
