@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from shared.parts.process import free_port
+
 __all__ = ["BrokerError", "LocalBroker", "free_port", "kafka_answers"]
 
 _STOP_GRACE = 5.0
@@ -37,13 +39,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 class BrokerError(RuntimeError):
     """The local broker could not be found, started or reached."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _addresses(bootstrap: str) -> list[tuple[str, int]]:

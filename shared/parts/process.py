@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import random
 import subprocess
 import time
 from pathlib import Path
@@ -21,8 +22,41 @@ class PartFailed(RuntimeError):
     """A part exited or did not become ready; the message names it and quotes its log."""
 
 
+_HANDED: set[int] = set()
+"""Ports this process handed out: none is handed out twice, though its program may not listen yet."""
+_PICK = random.SystemRandom()  # not the ``random`` a test seeds: two processes would pick alike
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel gives outgoing connections (Linux: ip_local_port_range; else IANA's)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a program started next to listen on.
+
+    Below the kernel's ephemeral range: a port the OS picks (a bind to port 0) comes from the range
+    outgoing connections take theirs from, so one of them can take it before the program listens, as
+    one did to a service's metrics port beside a real cluster's many connections."""
+    low = _ephemeral_low()
+    span = range(max(1024, low - 12000), low) if low > 2048 else range(0)
+    for _ in range(100):
+        if not span:
+            break
+        port = _PICK.choice(span)
+        if port in _HANDED:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED.add(port)
+        return port
+    with socket.socket() as sock:  # no room below the range: the OS's pick, as before
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
