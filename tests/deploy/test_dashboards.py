@@ -123,7 +123,31 @@ def test_the_compose_stack_mounts_files_of_the_repo_and_sends_traces_to_its_coll
     assert {f"{name}:9464" for name in (*SERVICES, "projector")} <= targets
     sources = yaml.safe_load((ROOT / "deploy" / "grafana" / "provisioning" / "datasources" / "datasources.yaml")
                              .read_text())["datasources"]
-    uids = {s["uid"] for s in sources}
+    provisioned = {s["type"] for s in sources}
     for path in DASHBOARDS:
-        for panel in json.loads(path.read_text())["panels"]:
-            assert panel["datasource"]["uid"] in uids
+        variables = {v["name"]: v["query"] for v in json.loads(path.read_text())["templating"]["list"]
+                     if v["type"] == "datasource"}
+        assert set(variables.values()) <= provisioned, path.name
+
+
+def _references(node: object) -> list[dict]:
+    """Every ``datasource`` object anywhere in a dashboard (panels, targets, variables)."""
+    if isinstance(node, dict):
+        found = [node["datasource"]] if isinstance(node.get("datasource"), dict) else []
+        return found + [r for value in node.values() for r in _references(value)]
+    if isinstance(node, list):
+        return [r for item in node for r in _references(item)]
+    return []
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=[p.stem for p in DASHBOARDS])
+def test_data_sources_are_variables_so_the_dashboards_import_into_any_grafana(path: Path) -> None:
+    """No hard-coded uid: each reference names a data source variable of the dashboard's own, of the
+    same type, which the importing Grafana fills with a source of that type it has (issue 28)."""
+    dashboard = json.loads(path.read_text())
+    variables = {v["name"]: v["query"] for v in dashboard["templating"]["list"] if v["type"] == "datasource"}
+    references = _references(dashboard)
+    assert references
+    for reference in references:
+        name = re.fullmatch(r"\$\{(\w+)\}", reference["uid"])
+        assert name and variables.get(name.group(1)) == reference["type"], (path.name, reference)
