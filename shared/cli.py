@@ -916,7 +916,8 @@ def explain_cmd(
         moment = fold_until(envelopes(source), at, policy, since=source.header.since, before=source.header.before)
         header = source.header  # a window ends at its --until, a simulated run at the time it went to: nothing
         ended = header.before if header.before is not None else header.until  # is after; a deployment's log goes on
-        end = ended if ended is not None else moment.history.now
+        # a deployment's log: its last event, however far the fold went (it stops at --at)
+        end = ended if ended is not None else max(moment.last or 0.0, moment.history.now)
         past = at is not None and at > max(end, moment.history.now)
         if past and ended is not None:  # the run was over: answer for its end
             moment = dataclasses.replace(moment, at=end)

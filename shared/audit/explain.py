@@ -56,6 +56,8 @@ class Moment:
     at: float
     since: float | None = None
     before: float | None = None
+    last: float | None = None
+    """The latest event time in the whole log, folded or not (None: an empty log)."""
 
     @property
     def window(self) -> dict[str, float | None] | None:
@@ -72,7 +74,10 @@ def fold_until(envelopes: Iterable[Envelope], at: float | None, policy: Policy |
     history = AuditFold()
     service = Service(CORE_CLASSES["queue"](policy)) if policy is not None else None
     router = Router()
+    last: float | None = None
     for env in envelopes:
+        if last is None or env.occurred_at > last:
+            last = env.occurred_at
         if at is not None and env.occurred_at > at:
             continue
         history.apply(env)
@@ -80,7 +85,7 @@ def fold_until(envelopes: Iterable[Envelope], at: float | None, policy: Policy |
             service.handle(env)
     history.close()
     return Moment(history, service.core if service is not None else None, history.now if at is None else at,
-                  since, before)
+                  since, before, last)
 
 
 def _amount(resource: str, value: int | None) -> str | None:

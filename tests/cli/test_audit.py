@@ -311,6 +311,23 @@ def test_at_past_the_end_of_the_log_says_so_and_explains_at_its_end(log: Path) -
     assert json.loads(queue.stdout)["at"] == end
 
 
+def test_at_mid_history_of_a_log_that_goes_on_is_not_called_past_its_end(log: Path, tmp_path: Path) -> None:
+    """A deployment's log has no end (its header no ``until``): an ``--at`` before its last event explains
+    at that time and says nothing of an end; one after it says it is past the log's last event."""
+    header, *rest = log.read_bytes().splitlines(keepends=True)
+    fields = json.loads(header)
+    fields["until"], fields["origin"] = None, "kafka"
+    live = tmp_path / "live.jsonl"
+    live.write_bytes(json.dumps(fields).encode() + b"\n" + b"".join(rest))
+    last = max(json.loads(line)["occurred_at"] for line in lines_of(live))
+    mid = _invoke("explain", "default/train-cluster", "--log", live, "--at", f"{last / 2:g}")
+    _clean_exit(mid, 0)
+    assert "past" not in _flat(mid.stderr)
+    after = _invoke("explain", "default/train-cluster", "--log", live, "--at", f"{last + 10:g}")
+    _clean_exit(after, 0)
+    assert f"is past the log's last event ({last:g}s)" in _flat(after.stderr)
+
+
 def test_an_export_window_the_wrong_way_round_is_exit_2(log: Path, tmp_path: Path) -> None:
     out = tmp_path / "w.jsonl"
     _error(_invoke("log", "export", "--from", log, "--since", 100, "--until", 10, "--out", out), 2,
