@@ -45,10 +45,35 @@ from typing import Any
 
 import pydantic_core
 from aiohttp import web
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
+from services.reconciler.kubeapi import checked
 from services.reconciler.resources import EVENT, LEASE, WATCHED, WRITTEN_ONLY, Resource
 from shared.kube import merge_patch
 from shared.bus.localbroker import free_port
+
+
+_NODE = {"apiVersion": "v1", "kind": "Node", "name": "n1"}
+MALFORMED_BINDINGS: tuple[tuple[dict[str, Any], int], ...] = (
+    ({"kind": "Binding", "metadata": {"name": "q"}, "target": _NODE}, 400),  # another pod's
+    ({"kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Pod", "name": "n1"}}, 500),
+    ({"kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Node"}}, 500),  # no node
+    ({"kind": "Eviction", "metadata": {"name": "p"}, "target": _NODE}, 400),
+    ({"kind": "Binding", "metadata": {"name": "p", "annotations": {"a": 1}}, "target": _NODE}, 400),
+)
+"""Bindings of pod ``p`` (to node ``n1``) the API server refuses, with its codes: the real server's
+(tests/realcluster/test_api.py), which the emulator gives too (tests/integration/test_kubeapi.py)."""
+
+
+async def post_binding(api: Any, namespace: str, body: dict[str, Any]) -> int:
+    """POST ``body`` as pod ``p``'s binding through kubernetes-asyncio; the answer's status code."""
+    try:
+        await checked(client.CoreV1Api(api).create_namespaced_pod_binding("p", namespace, body,
+                                                                           _preload_content=False))
+        return 201
+    except ApiException as exc:
+        return int(exc.status)
 
 
 def _json(value: Any) -> bytes:

@@ -9,9 +9,9 @@ what it started, and so a dev cluster left running (``detach``) outlives the com
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
-import random
 import subprocess
 import time
 from pathlib import Path

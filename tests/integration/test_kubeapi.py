@@ -10,12 +10,10 @@ import asyncio
 from typing import Any, Awaitable, Callable, TypeVar
 
 import pytest
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.reconciler.kubeapi import KubeApplier, Refused, Transient, checked, connect
+from services.reconciler.kubeapi import KubeApplier, Refused, Transient, connect
 from tests.builders.sim import effect
-from tests.kubeapi import KubeApiEmulator
+from tests.kubeapi import MALFORMED_BINDINGS, KubeApiEmulator, post_binding
 
 T = TypeVar("T")
 
@@ -140,25 +138,13 @@ def test_the_emulator_refuses_a_binding_for_another_pod_or_to_no_node(kube: Kube
     """The emulator validates a Binding as the API server does, so a malformed one cannot pass in tests:
     the real server's codes for the same bodies are tests/realcluster/test_api.py's."""
     kube.create(pod("p"))
-
-    async def post(api: Any, body: dict) -> int:
-        try:
-            await checked(client.CoreV1Api(api).create_namespaced_pod_binding("p", "team-a", body,
-                                                                               _preload_content=False))
-            return 201
-        except ApiException as exc:
-            return int(exc.status)
-
-    node = {"apiVersion": "v1", "kind": "Node", "name": "n1"}
-    bodies = [{"kind": "Binding", "metadata": {"name": "q"}, "target": node},
-              {"kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Pod", "name": "n1"}},
-              {"kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Node"}},
-              {"kind": "Eviction", "metadata": {"name": "p"}, "target": node},
-              {"kind": "Binding", "metadata": {"name": "p", "annotations": {"a": 1}}, "target": node},
-              {"kind": "Binding", "metadata": {"name": "p"}, "target": node}]
-    assert run(kube, lambda api: asyncio.gather(*[post(api, b) for b in bodies[:-1]])) == [400, 500, 500, 400, 400]
+    bodies = [body for body, _ in MALFORMED_BINDINGS]
+    codes = run(kube, lambda api: asyncio.gather(*[post_binding(api, "team-a", b) for b in bodies]))
+    assert codes == [code for _, code in MALFORMED_BINDINGS]
     assert "nodeName" not in kube.get("Pod", "v1", "team-a", "p")["spec"]
-    assert run(kube, lambda api: post(api, bodies[-1])) == 201
+    well_formed = {"kind": "Binding", "metadata": {"name": "p"},
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}
+    assert run(kube, lambda api: post_binding(api, "team-a", well_formed)) == 201
     assert kube.get("Pod", "v1", "team-a", "p")["spec"]["nodeName"] == "n1"
 
 

@@ -15,10 +15,7 @@ import json
 from typing import Any, Iterator
 
 import pytest
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from services.reconciler.kubeapi import KubeApplier, Refused, Watcher, checked, connect
+from services.reconciler.kubeapi import KubeApplier, Refused, Watcher, connect
 from services.reconciler.resources import NODE, POD, VOLCANO_POD_GROUP, VOLCANO_QUEUE, Resource
 from shared.bus.cluster import ClusterBridge, KubeTarget
 from shared.bus.cluster_watch import WatchProcess
@@ -26,6 +23,7 @@ from shared.bus.config import BusConfig
 from shared.bus.topics import Topics
 from shared.events import kube_effect
 from shared.parts.devcluster import DevCluster
+from tests.kubeapi import MALFORMED_BINDINGS, post_binding
 from tests.realcluster.conftest import create, eventually, get, node
 
 VOLCANO = "scheduling.volcano.sh/v1beta1"
@@ -186,22 +184,8 @@ def test_malformed_bindings_are_refused_with_the_codes_the_emulator_gives(link: 
     (pkg/registry/core/pod/storage/storage.go) returns ``ValidatePodBinding``'s errors as an aggregate,
     which is no API status."""
     create(link.cluster, link.pod("p"))
-
-    async def post(body: dict[str, Any]) -> int:
-        try:
-            await checked(client.CoreV1Api(link.api).create_namespaced_pod_binding("p", link.ns, body,
-                                                                                   _preload_content=False))
-            return 201
-        except ApiException as exc:
-            return int(exc.status)
-
-    target = {"apiVersion": "v1", "kind": "Node", "name": "n1"}
-    bodies = [{"kind": "Binding", "metadata": {"name": "q"}, "target": target},
-              {"kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Pod", "name": "n1"}},
-              {"kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Node"}},
-              {"kind": "Eviction", "metadata": {"name": "p"}, "target": target},
-              {"kind": "Binding", "metadata": {"name": "p", "annotations": {"a": 1}}, "target": target}]
-    assert [link.run(post(b)) for b in bodies] == [400, 500, 500, 400, 400]
+    assert [link.run(post_binding(link.api, link.ns, body)) for body, _ in MALFORMED_BINDINGS] == \
+        [code for _, code in MALFORMED_BINDINGS]
     assert "nodeName" not in get(link.cluster, "pods", "p", link.ns)["spec"]
 
 
