@@ -47,6 +47,16 @@ def java() -> str:
     return found
 
 
+def cluster_id() -> str:
+    """A KRaft cluster id of the form Kafka's ``random-uuid`` prints: URL-safe base64 of 16 random bytes,
+    never starting with "-", which the storage tool's argument parser takes for an option (one id in 64
+    did: ``--cluster-id: expected one argument``, and the broker never started)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
 class KafkaBroker:
     """``start()`` it; ``bootstrap`` is its ``host:port``."""
 
@@ -97,8 +107,7 @@ class KafkaBroker:
         self.root.mkdir(parents=True, exist_ok=True)
         props = self._configure()
         if not (self.root / "data" / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            fmt = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props),
+            fmt = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(props),
                                             heap="-Xmx256m"), capture_output=True, text=True, timeout=timeout)
             if fmt.returncode != 0:
                 raise PartFailed(f"kafka storage format failed: {(fmt.stdout + fmt.stderr).strip()[-600:]}")
