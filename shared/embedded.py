@@ -194,7 +194,7 @@ class EmbeddedRuntime:
         if timer.target == "cluster":
             self.cluster.fire(timer.key, self.now)
             return
-        env = wrap(TimerFired(key=timer.key), source="clock", cause=timer.cause, index=0, at=self.now)
+        env = wrap(TimerFired(key=timer.key, at=timer.at), source="clock", cause=timer.cause, index=0, at=self.now)
         self.publish(env)  # logged for replay; TimerFired has no route of its own
         self._deliveries.append((timer.target, env))
 

@@ -407,8 +407,18 @@ class TimerSet(Frozen):
 
 
 class TimerFired(Frozen):
+    """A timer answered. ``occurred_at`` is when it fired, which may be later than ``at`` (a busy
+    clock, or a service whose time had passed ``at`` when it handled it: ``shared.service``)."""
+
     type: Literal["TimerFired"] = "TimerFired"
     key: str
+    at: float | None = None
+    """The instant it was set for (its ``TimerSet``'s ``at``, or the time it was set if later): what a
+    core keys its timers by. None in logs written before it was recorded, where it is ``occurred_at``."""
+
+    def due(self, fired_at: float) -> float:
+        """The instant this timer was set for, in logs of either kind."""
+        return fired_at if self.at is None else self.at
 
     @property
     def subject(self) -> str:

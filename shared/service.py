@@ -6,6 +6,13 @@ so delivery rules live in one place: an envelope id the service has handled alre
 the input's id and the output's position, so handling the same input again — after a crash, in a
 replay, on the other runtime — gives the same ids.
 
+It is also where a service's time is kept: its "now" is the latest event time it has seen, so an
+envelope that arrives stamped earlier (a timer due before the last input, another service's output
+written a moment late) is handled at that now, and what it causes is stamped so. Event time then never
+runs backwards along a cause, and each service's outputs are in time order: the waits, reports and
+traces built from the log cannot go negative. On the embedded runtime, which delivers in time order,
+it changes nothing.
+
 It is also where a core that raises is contained (``shared.faults``): the exception becomes a
 ``Fault`` the runtime takes (``take_faults``) and the rejection of the object concerned, so one
 envelope can never stop a service, and both runtimes answer it with the same outputs.
@@ -17,7 +24,7 @@ import gc
 
 from shared.core import Core
 from shared.dedupe import DEDUPE_WINDOW, Seen
-from shared.events import Envelope, wrap
+from shared.events import Envelope, built, wrap
 from shared.faults import Fault, describe, rejections
 from shared.tracing.context import TraceContexts
 
@@ -50,6 +57,8 @@ class Service:
         """Envelopes the core raised on (each rejected what it concerned: ``shared.faults``)."""
         self.faults: list[Fault] = []
         """Failures not taken by the runtime yet (``take_faults``)."""
+        self.now = float("-inf")
+        """The latest event time handled: the service's clock (see the module docstring)."""
         self.contexts = TraceContexts(self.name) if traced else None
         """With tracing on, each output's ``trace`` (``shared.tracing.context``); off, outputs keep
         their cause's (empty) one and nothing is computed."""
@@ -67,6 +76,10 @@ class Service:
             self.duplicates += 1
             return []
         self.handled += 1
+        if env.occurred_at < self.now:
+            env = late(env, self.now)
+        else:
+            self.now = env.occurred_at
         try:
             payloads = self.core.handle(env)
         except Exception as exc:  # noqa: BLE001 - any failure of the core: contained, see shared.faults
@@ -84,3 +97,9 @@ class Service:
         """The failures since the last call (the runtime reports each once)."""
         faults, self.faults = self.faults, []
         return faults
+
+
+def late(env: Envelope, now: float) -> Envelope:
+    """``env`` as handled by a service whose time is already ``now``: the same envelope (id, cause,
+    payload) at that time."""
+    return built(Envelope, {**env.__dict__, "occurred_at": now})

@@ -117,7 +117,7 @@ class PlacementCore:
                 return self._on_pod(p, now, held)
             return []
         if isinstance(p, TimerFired):
-            return self._on_timer(p.key, now)
+            return self._on_timer(p.key, p.due(now), now)
         if isinstance(p, ObjectsListed):  # nodes and pods deleted while no watch was open
             out: list[Any] = []
             for gone in self.book.listed(p):
@@ -206,15 +206,19 @@ class PlacementCore:
         self._timer_at = now
         return [TimerSet(key=CAPACITY_TIMER, at=now)]
 
-    def _on_timer(self, key: str, now: float) -> list[Any]:
+    def _on_timer(self, key: str, due: float, now: float) -> list[Any]:
+        """A timer set for ``due`` fired, handled at ``now`` (later, when inputs stamped after ``due``
+        were handled first)."""
         if key == DISRUPTION_TIMER:
             return self._judge_disruptions(now)
         if key == RIPEN_TIMER:
-            self._ripen_at.pop(now, None)
+            self._ripen_at.pop(due, None)
             return [self._capacity_changed(released=True, everyone=True)]
         if key != CAPACITY_TIMER:
             return []
-        self._timer_at, self._timer_fired_at = None, now
+        if self._timer_at == due:
+            self._timer_at = None
+        self._timer_fired_at = due
         released, self._release_pending = self._release_pending, False
         before = self._last_total
         event = self._capacity_changed(released)

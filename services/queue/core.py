@@ -331,10 +331,11 @@ class QueueCore:
     def _on_timer(self, p: TimerFired, now: float, out: Out) -> None:
         if p.key != CYCLE:
             return
-        self._armed.pop(now, None)
+        due = p.due(now)  # the instant it was set for; ``now`` is when it is handled (never earlier)
+        self._armed.pop(due, None)
         self._quota.cycled()
-        if now in self._ripening:
-            del self._ripening[now]
+        if due in self._ripening:
+            del self._ripening[due]
             self._wake_all(now)  # victims a reclaim waited for have run their minimum runtime
             for w in self._room.wake_all(self._workloads):
                 w.requeue_at = now

@@ -120,7 +120,8 @@ class Clock:
     """Pending timers of one service: ``TimerSet`` in, ``TimerFired`` out once due.
 
     Event time is wall time in the deployment, so a timer is due when the wall clock passes its
-    ``at``. The envelope's id derives from the ``TimerSet``'s, so firing it twice (after a
+    ``at``; its ``TimerFired`` is stamped when it fired (``now``, never before ``at``) and names the
+    instant it was set for, which is how the core knows it. The envelope's id derives from the ``TimerSet``'s, so firing it twice (after a
     restart re-armed it) delivers one timer: the copy is a duplicate to the service.
     """
 
@@ -146,7 +147,7 @@ class Clock:
     def disarm(self, fired: Envelope) -> None:
         """A timer whose ``TimerFired`` the inbox holds (read live or in a replay): it fired, and
         must not fire again after a restart, long after the dedupe window forgot its id."""
-        marker = (fired.payload.key, fired.occurred_at)
+        marker = (fired.payload.key, fired.payload.due(fired.occurred_at))
         self._armed.discard(marker)
         self._unsettled.pop(marker, None)
 
@@ -173,7 +174,7 @@ class Clock:
                 continue  # disarmed: it fired before a restart
             self._armed.discard((timer_key, at))
             self._unsettled[(timer_key, at)] = cause
-            out.append(wrap(TimerFired(key=timer_key), source="clock", cause=cause, index=0, at=at))
+            out.append(wrap(TimerFired(key=timer_key, at=at), source="clock", cause=cause, index=0, at=max(at, now)))
         return out
 
     def __len__(self) -> int:

@@ -17,7 +17,8 @@ import pytest
 
 from shared.audit.explain import explain, fold_until, queue_lines
 from shared.audit.kafka import KafkaLog
-from shared.audit.logfile import LogFile
+from shared.audit.logfile import LogFile, envelopes
+from shared.audit.timeorder import backwards
 from shared.audit.replay import verify
 from shared.events import to_json
 from shared.topology import SERVICES
@@ -135,6 +136,7 @@ def test_a_kafka_log_is_laid_out_so_every_inbox_keeps_its_order_and_verifies(kaf
     tally = verify(source, run.policy)
     decisions = sum(1 for e in run.runtime.log if e.source in SERVICES)
     assert (tally.identical, tally.different) == (decisions, 0)
+    assert backwards(envelopes(source)) == []
 
 
 def test_export_from_kafka_then_verify_the_file(kafka_run: Any, kafka_bootstrap: str, tmp_path: Path) -> None:

@@ -18,6 +18,10 @@ from typing import Any, Iterator
 import pytest
 
 from shared import kube as k
+from shared.audit.kafka import KafkaLog
+from shared.audit.logfile import envelopes as envelopes_of
+from shared.audit.replay import verify
+from shared.audit.timeorder import backwards
 from shared.bus import codec
 from shared.bus.app import ensure_topics, service_app
 from shared.bus.cluster import KubeTarget, cluster_app
@@ -135,6 +139,10 @@ def test_a_suspended_ray_cluster_is_admitted_and_its_pods_bound_on_the_cluster(
         assert scheduled[0]["involvedObject"]["name"] == "rc"
         bridge = apps["cluster"].muster_bridge
         assert bridge.dead_letters == 0 and bridge.outcomes["applied"] >= 5  # unsuspend, annotations, 3 binds
+    # a deployment's log (arrival order, wall clock, timers racing inputs) runs forwards in time and verifies
+    log = list(envelopes_of(KafkaLog(f"kafka://{kafka_bootstrap}", policy=Policy(), prefix=topic_prefix)))
+    assert backwards(log) == []
+    assert verify(KafkaLog(f"kafka://{kafka_bootstrap}", policy=Policy(), prefix=topic_prefix), Policy()).different == 0
 
 
 def test_restarting_the_bridge_sends_nothing_new_for_unchanged_objects(

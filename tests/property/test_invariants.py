@@ -10,7 +10,8 @@ Checked at the end of every instant (when virtual time moves on), from the event
   neither with its whole gang nor as an elastic pod;
 - no workload in a Volcano queue waits while a lower-priority preemptible gang of its queue holds what
   it needs, and no queue below its guarantee waits while another queue above its own holds a gang its
-  rules let go that would make room, for longer than one backoff (``dialects.GRACE``).
+  rules let go that would make room, for longer than one backoff (``dialects.GRACE``);
+- event time never runs backwards along a cause, nor within a service (``shared.audit.timeorder``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from hypothesis import strategies as st
 
 from shared import kube
 from shared import quantity as q
+from shared.audit.timeorder import backwards
 from shared.events import Envelope, to_json
 from shared.model import UNLIMITED
 from shared.projection import ResultProjection
@@ -602,7 +604,7 @@ def run_and_check(text: str, mask_known_bugs: bool = not KNOWN_BUGS) -> tuple[li
     for env in run.runtime.log:
         watcher(env)
     watcher.check_end(scenario.until)
-    return watcher.violations, run
+    return watcher.violations + [f"time runs backwards: {b}" for b in backwards(run.runtime.log)[:5]], run
 
 
 @settings(max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow],

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.audit.kafka import KafkaLog
+from shared.audit.timeorder import backwards
 from shared.audit.logfile import envelopes
 from shared.audit.replay import verify
 from shared.bus.app import ensure_topics, service_app
@@ -99,5 +100,6 @@ def test_a_ray_cluster_its_pods_and_a_node_deleted_while_the_link_was_down_are_d
     tally = verify(log, Policy())
     assert tally.different == 0 and tally.identical > 0
     listed = list(envelopes(KafkaLog(f"kafka://{kafka_bootstrap}", policy=Policy(), prefix=topic_prefix)))
+    assert backwards(listed) == [], "event time runs forwards along every cause and within every service"
     listings = {e.id for e in listed if e.type == "ObjectsListed"}
     assert [e.subject for e in listed if e.type == "WorkloadDeleted" and e.causation_id in listings] == ["team-a/rc"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.events import Enqueued, GangRunning, WorkloadDeleted, derive_id
+from shared.events import Enqueued, GangRunning, TimerFired, TimerSet, WorkloadDeleted, derive_id, wrap
 from shared.service import Seen, Service
 from tests.builders.shared import FakeCore, at
 
@@ -120,3 +120,26 @@ def test_seen_forgets_each_sources_oldest_only_when_that_source_overflows():
     assert seen.add("a1", "b") is True  # forgotten: taken again, now in b's window
     seen.add("b2", "b")
     assert "b1" not in seen and "a1" in seen and len(seen) == 4
+
+
+def test_an_envelope_stamped_before_the_services_time_is_handled_at_that_time():
+    """A timer due at 9 handled after an input of 10 (the queue's cycle after a submission that
+    raced it): the core sees 10, and what the timer causes is not stamped before the submission."""
+    core = FakeCore("queue", [], lambda env: OUTPUTS[:1] if env.type == "TimerFired" else ())
+    service = Service(core)
+    timer_set = at(TimerSet(key="cycle", at=9.0), 9.0, source="queue")
+    service.handle(at(WorkloadDeleted(key="default/w"), 10.0))
+    fired = wrap(TimerFired(key="cycle", at=9.0), source="clock", cause=timer_set, index=0, at=9.0)
+    (out,) = service.handle(fired)
+    assert core.handled[-1].occurred_at == 10.0 and core.handled[-1].id == fired.id
+    assert (out.occurred_at, out.causation_id) == (10.0, fired.id)
+    assert core.handled[-1].payload.due(10.0) == 9.0, "the core still knows which instant it was set for"
+
+
+def test_a_service_time_only_moves_forwards():
+    service = _service()
+    service.handle(at(WorkloadDeleted(key="default/a"), 5.0))
+    service.handle(at(WorkloadDeleted(key="default/b"), 3.0))
+    assert service.now == 5.0
+    (first, _) = service.handle(at(WorkloadDeleted(key="default/c"), 7.0))
+    assert (service.now, first.occurred_at) == (7.0, 7.0)

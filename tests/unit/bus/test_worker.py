@@ -112,7 +112,8 @@ def test_a_fired_timer_is_caused_by_its_timer_set():
     clock.arm(timer_set)
     (fired,) = clock.due(6.0)
     assert (fired.type, fired.payload.key, fired.source) == ("TimerFired", "cycle", "clock")
-    assert (fired.causation_id, fired.occurred_at) == (timer_set.id, 5.0)
+    assert (fired.causation_id, fired.payload.at) == (timer_set.id, 5.0)
+    assert fired.occurred_at == 6.0, "stamped when it fired, a second late: the time its effects happen"
 
 
 # --------------------------------------------------------------------------- live
@@ -146,7 +147,7 @@ def test_a_timer_already_due_fires_with_its_batch():
     # logged right after the TimerSet that caused it; its copy for the service's own inbox rides along
     assert [r.topic for r in first] == [TOPICS.log] * 3 + [TOPICS.inbox("queue")]
     assert (timer_set.type, enqueued.type, fired.type) == ("TimerSet", "Enqueued", "TimerFired")
-    assert (fired.causation_id, fired.occurred_at) == (timer_set.id, 9.0)
+    assert (fired.causation_id, fired.payload.at, fired.occurred_at) == (timer_set.id, 9.0, 10.0)
     assert own == fired
     # the routes to other services only once the log has their envelopes
     assert [r.topic for r in routed] == [TOPICS.inbox("reconciler")]
