@@ -46,6 +46,10 @@ class LogHeader(BaseModel):
     since: float | None = None
     before: float | None = None
     """The exported window (``--since``/``--until``) when the log is not the whole history."""
+    inbox_order: bool = True
+    """False for the history a projector wrote from Kafka (and a file exported from it): the log
+    topic's order, in which two services' outputs of one moment may stand the other way round from
+    how a third service read them, so its decisions cannot be derived again (``whole``)."""
 
     @classmethod
     def made_now(cls, policy: Policy | None, *, origin: str, scenario: str | None = None,
@@ -95,10 +99,15 @@ class LogHeader(BaseModel):
         return window_note(self.since, self.before)
 
     def whole(self, what: str) -> None:
-        """Refuse a window of a history where ``what`` needs all of it."""
+        """Refuse a log ``what`` cannot replay: a window of a history, or one out of inbox order."""
         if self.windowed:
             raise CannotReproduce(f"the log is a window of a history (exported with --since/--until): {what} needs "
                                   "the whole history from its start")
+        if not self.inbox_order:
+            raise CannotReproduce(
+                f"{what} needs each service's inbox order, which a history the projector wrote from Kafka does not "
+                "keep (it holds the log topic's order): use the Kafka log itself (kafka://HOST:PORT) or a file "
+                "`muster log export --from kafka://...` wrote; this one can be read, explained and reported on")
 
     def decided_with(self, override: Policy | None = None) -> Policy:
         """The policy the log's decisions were made with (``override`` wins: ``--policy``)."""

@@ -280,27 +280,32 @@ class StoreLog:
 
             stored = {"muster_version": muster_version(), "origin": "store"}
         header = LogHeader.model_validate({k: v for k, v in stored.items() if v is not None or k == "policy"})
-        if policy is not None:
-            header = header.model_copy(update={"policy": policy.model_dump(mode="json")})
-        self.header = header
+        update: dict[str, Any] = {} if policy is None else {"policy": policy.model_dump(mode="json")}
+        if self._from_kafka():
+            update["inbox_order"] = False
+        self.header = header.model_copy(update=update) if update else header
 
     def size(self) -> tuple[int, str] | None:
         return self._total, "events"
 
-    def hint(self) -> str:
-        """A store the projector wrote from Kafka holds the log topic's order, in which two services'
-        outputs of one moment may stand the other way round from how a third service read them."""
+    def _from_kafka(self) -> bool:
+        """Whether the projector wrote this store from the Kafka log topic (its rows say where each
+        envelope was read): then it holds that topic's order, not every inbox's (``LogHeader.inbox_order``)."""
         from sqlalchemy import select
 
-        from shared.store.engine import opened
+        from shared.store import StoreError
+        from shared.store.engine import errors_explained, opened
         from shared.store.models import EventLog
 
         e = EventLog.__table__
-        with opened(self.url, existing=True) as engine, engine.connect() as conn:
-            from_kafka = conn.execute(select(e.c.seq).where(e.c.topic.is_not(None)).limit(1)).first() is not None
-        return ("this store was written from the Kafka log topic, in the order the services wrote it, not always "
-                "the order each service read its inbox in: verify the Kafka log itself (kafka://HOST:PORT) or "
-                "`muster log export --from kafka://...`, which keep every inbox's order") if from_kafka else ""
+        try:
+            with errors_explained(self.url), opened(self.url, existing=True) as engine, engine.connect() as conn:
+                return conn.execute(select(e.c.seq).where(e.c.topic.is_not(None)).limit(1)).first() is not None
+        except StoreError as exc:
+            raise SourceError(str(exc)) from None
+
+    def hint(self) -> str:
+        return ""
 
     def progress(self) -> int:
         return self._read

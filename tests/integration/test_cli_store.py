@@ -8,9 +8,13 @@ from typing import Any
 
 import pytest
 
-from tests.builders.cli import clean_exit as _clean_exit, flat as _flat, invoke as _invoke
+from shared.audit.errors import CANNOT_REPRODUCE
 from shared.store import schema
+from shared.store.rows import Located
+from shared.store.writer import ProjectionWriter
+from tests.builders.cli import clean_exit as _clean_exit, flat as _flat, invoke as _invoke, one_line_error
 from tests.builders.shared import VOLCANO
+from tests.integration.conftest import scenario_run
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +168,25 @@ def test_db_upgrade_on_postgres(postgres_url):
     _clean_exit(result, 0)
     assert schema.current(postgres_url) == schema.head()
     assert "***" in result.stdout or "@" in result.stdout   # passwords are never printed
+
+
+def test_a_store_the_projector_wrote_from_kafka_says_in_one_line_why_it_cannot_be_verified(tmp_path):
+    """The projector writes the log topic's order, not each service's inbox order: ``replay --verify`` of such
+    a store, and of a file exported from it, says so before comparing anything (it used to report a decision
+    "dropped"); the store and the file are still read, explained and reported on."""
+    url = f"sqlite:///{tmp_path / 'projected.db'}"
+    run = scenario_run(VOLCANO)
+    schema.ensure(url)
+    with ProjectionWriter(url) as writer:
+        writer.write([Located(env, "muster.events", 0, i) for i, env in enumerate(run.runtime.log)])
+    why = "needs each service's inbox order, which a history the projector wrote from Kafka does not keep"
+    one_line_error(_invoke("replay", url, "--verify", "-q"), CANNOT_REPRODUCE, f"--verify {why}")
+    exported = tmp_path / "projected.jsonl"
+    _clean_exit(_invoke("log", "export", "--store", url, "--out", exported), 0)
+    assert '"inbox_order":false' in exported.read_text().splitlines()[0]
+    one_line_error(_invoke("replay", exported, "--verify", "-q"), CANNOT_REPRODUCE, f"--verify {why}")
+    policy = tmp_path / "bigger.yaml"
+    policy.write_text("{}\n")
+    one_line_error(_invoke("replay", exported, "--what-if", policy, "-q"), CANNOT_REPRODUCE, "--what-if")
+    _clean_exit(_invoke("explain", "default/test-cluster-1", "--store", url), 0)
+    _clean_exit(_invoke("report", "--store", url, "--html", tmp_path / "report.html"), 0)
