@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -15,13 +14,16 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from shared.duration import DurationError, parse_duration
+from shared.eventtime import TimeArg, TimeArgError, TimeFormat, parse_time_arg
 from shared.policy import Policy, PolicyError
 from shared.scenario import ScenarioError, load_scenario
 from shared.parts.commands import devcluster_app
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from shared.bus.config import BusConfig
+    from shared.events import Envelope
 
 try:  # typer 0.22 and later parse with a copy of click of their own, whose exceptions these are
     from typer._click.exceptions import NoArgsIsHelpError, UsageError
@@ -74,22 +76,31 @@ STORE_HELP = ("History store URL: sqlite:///history.db or postgresql+psycopg://u
               "(default: $MUSTER_STORE).")
 
 
-def _seconds(value: str) -> float:
-    """A time option (``--at``, ``--since``, ``--until``): event time in seconds, as a number or a
-    duration as scenarios write one (``90s``, ``1h30m``). ``nan``, ``inf`` and a negative time are a
-    usage error instead of a nonsense answer: event time starts at 0."""
+TIME_HELP = ("an ISO 8601 time (2026-12-07T03:16:29Z; naive is UTC, or the machine's zone with --local), "
+             "+90s/+1m30s after the log's first event, or epoch seconds (a simulated run: scenario seconds, "
+             "e.g. 90 or 90s)")
+LOCAL_HELP = "Show (and read naive --at/--since/--until) times in this machine's zone instead of UTC."
+
+
+def _time_arg(value: str) -> TimeArg:
+    """A time option (``--at``, ``--since``, ``--until``) checked for its form at parse time (a bad one is a
+    usage error, one line); where it falls needs the log (``_resolved``). ``nan``, ``inf`` and a negative
+    time are refused rather than answered: event time starts at 0."""
     try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            seconds = parse_duration(value, where=value)
-        except DurationError:
-            raise typer.BadParameter(f"{value} is not a number of seconds (e.g. 90, 90s, 1h30m)") from None
-    if not math.isfinite(seconds):
-        raise typer.BadParameter(f"{value} is not a number of seconds")
-    if seconds < 0:
-        raise typer.BadParameter(f"{value} is negative: event time starts at 0")
-    return seconds
+        return parse_time_arg(value)
+    except TimeArgError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _resolved(clock: TimeFormat, arg: Optional[TimeArg], flag: str) -> Optional[float]:
+    """The event time a time option names in the log ``clock`` reads (None when not given); one
+    ``Invalid value`` line when it names none there (an ISO time in a simulated run, say)."""
+    if arg is None:
+        return None
+    try:
+        return clock.resolve(arg)
+    except TimeArgError as exc:
+        raise typer.BadParameter(str(exc), param_hint=f"'{flag}'") from None
 
 
 def _failed(exc: Exception | str) -> typer.Exit:
@@ -578,10 +589,12 @@ def history_cmd(
     workload: str = typer.Argument(..., metavar="NAMESPACE/NAME", help="The workload, e.g. default/test-cluster-0."),
     store: Optional[str] = typer.Option(None, "--store", envvar="MUSTER_STORE", help=STORE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the timeline as JSON (the result document's shape)."),
+    local: bool = typer.Option(False, "--local", help=LOCAL_HELP),
 ) -> None:
     """Print a workload's timeline from the history store: phases, reasons, placements."""
     from shared.store import StoreError
     from shared.store.engine import display, resolve_url
+    from shared.store.header import time_format
     from shared.store.query import similar_workloads, workload_history
     from shared.store.render import render_history
 
@@ -592,6 +605,7 @@ def history_cmd(
         url = resolve_url(store)
         doc = workload_history(url, workload)
         similar = similar_workloads(url, workload) if doc is None else []
+        clock = time_format(url, local=local)
     except StoreError as exc:
         raise _failed(exc) from None
     if doc is None:
@@ -602,29 +616,35 @@ def history_cmd(
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
         return
-    render_history(doc, Console(highlight=False, width=max(Console().width, 120)))
+    render_history(doc, Console(highlight=False, width=max(Console().width, 120)), clock)
 
 
 @app.command("queues")
 def queues_cmd(
     store: Optional[str] = typer.Option(None, "--store", envvar="MUSTER_STORE", help=STORE_HELP),
-    at: Optional[float] = typer.Option(None, "--at", parser=_seconds, metavar="SECONDS", help="Usage at this scenario time (seconds) instead of now."),
+    at_arg: Optional[TimeArg] = typer.Option(None, "--at", parser=_time_arg, metavar="TIME",
+                                             help="Usage at this time instead of now: " + TIME_HELP + "."),
     as_json: bool = typer.Option(False, "--json", help="Print the queues as JSON."),
+    local: bool = typer.Option(False, "--local", help=LOCAL_HELP),
 ) -> None:
     """Print each queue's usage against its guarantee and limit, from the history store."""
     from shared.store import StoreError
     from shared.store.engine import resolve_url
+    from shared.store.header import time_format
     from shared.store.query import queue_report
     from shared.store.render import render_queues
 
     try:
-        report = queue_report(resolve_url(store), at)
+        url = resolve_url(store)
+        clock = time_format(url, local=local)
+        at = _resolved(clock, at_arg, "--at")
+        report = queue_report(url, at)
     except StoreError as exc:
         raise _failed(exc) from None
     if as_json:
         typer.echo(json.dumps({"at": at, "queues": report}, indent=2))
         return
-    render_queues(report, Console(highlight=False, width=max(Console().width, 120)), at)
+    render_queues(report, Console(highlight=False, width=max(Console().width, 120)), at, clock)
 
 
 @db_app.command("upgrade")
@@ -711,23 +731,32 @@ def log_export(
     source: Optional[str] = typer.Option(None, "--from", help="Where the log is: kafka://HOST:PORT, a store URL "
                                          "or an exported file."),
     store: Optional[str] = typer.Option(None, "--store", help="Export this history store's log (same as --from URL)."),
-    since: Optional[float] = typer.Option(None, "--since", parser=_seconds, metavar="SECONDS", help="Only envelopes at or after this event time (seconds)."),
-    until: Optional[float] = typer.Option(None, "--until", parser=_seconds, metavar="SECONDS", help="Only envelopes at or before this event time (seconds)."),
+    since_arg: Optional[TimeArg] = typer.Option(None, "--since", parser=_time_arg, metavar="TIME",
+                                                help="Only envelopes at or after this time: " + TIME_HELP + "."),
+    until_arg: Optional[TimeArg] = typer.Option(None, "--until", parser=_time_arg, metavar="TIME",
+                                                help="Only envelopes at or before this time (as --since)."),
+    local: bool = typer.Option(False, "--local", help=LOCAL_HELP),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the services ran with, for the "
                                                "header (a Kafka log does not record it)."),
     prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
 ) -> None:
     """Write the event log to a file: a header line (muster and schema version, the policy), one envelope a line."""
-    from shared.audit.export import export
+    from shared.audit.export import export, first_time
     from shared.audit.logfile import open_log
     from shared.audit.progress import progress_of
 
     if (source is None) == (store is None):
         raise _audit_failed(ValueError("say where the log is: --from kafka://HOST:PORT | URL | FILE, or --store URL"))
-    if since is not None and until is not None and since > until:
-        raise _audit_failed(ValueError(f"--since {since:g} is after --until {until:g}: the window holds no time"))
     try:
         log = open_log(source or store or "", policy=_policy(policy_file), topic_prefix=prefix)
+        clock = TimeFormat()
+        if since_arg is not None or until_arg is not None:  # where they fall depends on the log
+            clock = TimeFormat.of(log.header.origin, first_time(log), local=local)
+        since, until = _resolved(clock, since_arg, "--since"), _resolved(clock, until_arg, "--until")
+        if since is not None and until is not None and since > until:
+            assert since_arg is not None and until_arg is not None
+            raise _audit_failed(ValueError(f"--since {since_arg.text} is after --until {until_arg.text}: the window "
+                                           "holds no time"))
         with progress_of(log, "exporting") as tick:
             count = export(log, out, since=since, until=until, tick=tick)
     except _audit_errors() as exc:
@@ -778,6 +807,7 @@ def replay_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     trace: bool = typer.Option(False, "--trace", help="Send the log's traces (a trace per workload incarnation, at "
                                "the recorded times) to the OTLP endpoint OTEL_EXPORTER_OTLP_ENDPOINT names."),
+    local: bool = typer.Option(False, "--local", help="With --what-if: " + LOCAL_HELP),
 ) -> None:
     """Replay an event log through the cores: --verify re-derives every decision; --what-if tries another policy;
     --trace sends the history's traces to Tempo."""
@@ -805,7 +835,7 @@ def replay_cmd(
 
             code = verifying.run(source, policy, console, progress=not quiet)
         if what_if is not None and code == 0:
-            _what_if(source, policy, what_if, apply, html_out, json_out, approximate, console)
+            _what_if(source, policy, what_if, apply, html_out, json_out, approximate, console, local)
         if trace and code == 0:
             from shared.audit.logfile import envelopes
             from shared.tracing import TracesNotSent, export_log
@@ -821,7 +851,8 @@ def replay_cmd(
 
 
 def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[Path], html_out: Optional[Path],
-             json_out: Optional[Path], approximate: bool, console: Console) -> None:
+             json_out: Optional[Path], approximate: bool, console: Console, local: bool = False) -> None:
+    """``replay --what-if``: both runs, the per-queue table, what changed per workload (and the files asked for)."""
     import yaml
     from rich.table import Table
 
@@ -843,7 +874,9 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
         extra.extend(docs)
         origins.extend([str(path)] * len(docs))
     header = source.header
-    outcome = whatif.what_if(list(envelopes(source)), name=header.scenario or "history", until=header.until,
+    log = list(envelopes(source))
+    clock = TimeFormat.of(header.origin, log[0].occurred_at if log else None, local=local)
+    outcome = whatif.what_if(log, name=header.scenario or "history", until=header.until,
                              recorded_policy=policy, change=change, extra=extra, approximate=approximate,
                              origins=origins)
     doc = whatif.comparison(outcome, policy)
@@ -852,7 +885,7 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
     console.print(f"[bold]{escape(title)}[/]")
     console.print("[green]the recorded side reproduces the log's decisions exactly[/]" if outcome.faithful else
                   f"[yellow]approximate:[/] {escape(outcome.difference)}")
-    table = Table(title=f"per queue, recorded -> new (to {outcome.end:g}s)", title_justify="left")
+    table = Table(title=f"per queue, recorded -> new (to {clock.at(outcome.end)})", title_justify="left")
     table.add_column("queue")
     for _, label in whatif.COLUMNS:
         table.add_column(label)
@@ -867,7 +900,7 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
     if json_out:
         json_out.write_text(json.dumps(doc, indent=2) + "\n")
     if html_out:
-        html_out.write_text(whatif.render_html(doc, title), encoding="utf-8")
+        html_out.write_text(whatif.render_html(doc, title, clock), encoding="utf-8")
 
 
 def _log_of(store: Optional[str], log: Optional[str], policy_file: Optional[Path], prefix: Optional[str]) -> Any:
@@ -891,12 +924,14 @@ def explain_cmd(
     workload: Optional[str] = typer.Argument(None, metavar="NAMESPACE/NAME", help="The workload to explain."),
     store: Optional[str] = typer.Option(None, "--store", help=STORE_HELP),
     log: Optional[str] = typer.Option(None, "--log", help="An exported log file (or kafka://HOST:PORT)."),
-    at: Optional[float] = typer.Option(None, "--at", parser=_seconds, metavar="SECONDS", help="At this event time (seconds or a duration, e.g. 90s; default: the end of the log)."),
+    at_arg: Optional[TimeArg] = typer.Option(None, "--at", parser=_time_arg, metavar="TIME",
+                                             help="At this time (default: the end of the log): " + TIME_HELP + "."),
     queue: Optional[str] = typer.Option(None, "--queue", help="List this queue's waiting workloads in order instead."),
     as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON."),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="The policy the log was made under, when it "
                                                "does not record one (for queue positions)."),
     prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
+    local: bool = typer.Option(False, "--local", help=LOCAL_HELP),
 ) -> None:
     """Why a workload is not running (or was preempted): phase, queue position, quota with numbers, nodes, backoff."""
     from shared.audit.errors import CannotReproduce
@@ -907,13 +942,18 @@ def explain_cmd(
         raise _audit_failed(ValueError("name a workload (NAMESPACE/NAME) or a queue (--queue Q)"))
     if workload is not None and (workload.count("/") != 1 or not all(workload.split("/"))):
         raise _audit_failed(ValueError(f"{workload!r}: name the workload as NAMESPACE/NAME, e.g. default/my-job"))
+    clock = TimeFormat(local=local)
+    at: Optional[float] = None
     try:
         source = _log_of(store, log, policy_file, prefix)
         try:
             policy = source.header.decided_with()
         except CannotReproduce:
             policy = None  # positions then come from the result view
-        moment = fold_until(envelopes(source), at, policy, since=source.header.since, before=source.header.before)
+        first, stream = _first_of(envelopes(source))  # how its times read, before --at can be placed in it
+        clock = TimeFormat.of(source.header.origin, first, local=local)
+        at = _resolved(clock, at_arg, "--at")
+        moment = fold_until(stream, at, policy, since=source.header.since, before=source.header.before)
         header = source.header  # a window ends at its --until, a simulated run at the time it went to: nothing
         ended = header.before if header.before is not None else header.until  # is after; a deployment's log goes on
         # a deployment's log: its last event, however far the fold went (it stops at --at)
@@ -921,40 +961,51 @@ def explain_cmd(
         past = at is not None and at > max(end, moment.history.now)
         if past and ended is not None:  # the run was over: answer for its end
             moment = dataclasses.replace(moment, at=end)
-        doc: Any = queue_lines(moment, queue) if queue is not None else explain(moment, workload or "")
+        doc: Any = queue_lines(moment, queue) if queue is not None else explain(moment, workload or "", clock)
     except UnknownWorkload as exc:
         Console(stderr=True, highlight=False, soft_wrap=True).print(
             f"[red]error:[/] no {'queue' if isinstance(exc, UnknownQueue) else 'workload'} {escape(exc.key)} in the log"
-            + (f" up to {exc.at:g}s" if at is not None else "")
-            + (f" (the log is a window from {source.header.since:g}s)" if source.header.since is not None else "")
+            + (f" up to {clock.at(exc.at)}" if at is not None and exc.at is not None else "")
+            + (f" (the log is a window from {clock.at(source.header.since)})" if source.header.since is not None else "")
             + (f"; did you mean {escape(', '.join(exc.similar))}?" if exc.similar else ""))
         raise typer.Exit(1)
     except _audit_errors() as exc:
         raise _audit_failed(exc) from None
     if past:
+        assert at is not None
         Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"[yellow]note:[/] --at {at:g}s is past the end of the log ({end:g}s): explained at {end:g}s"
-            if ended is not None else
-            f"[yellow]note:[/] --at {at:g}s is past the log's last event ({end:g}s): explained as if nothing "
-            "happened after it")
+            f"[yellow]note:[/] --at {clock.at(at)} is past the end of the log ({clock.at(end)}): explained at "
+            f"{clock.at(end)}" if ended is not None else
+            f"[yellow]note:[/] --at {clock.at(at)} is past the log's last event ({clock.at(end)}): explained as if "
+            "nothing happened after it")
     if as_json:
         typer.echo(json.dumps({"queue": queue, "at": moment.at, "pending": doc, "window": moment.window}
                               if queue is not None else doc, indent=2))
         return
     console = Console(highlight=False, width=max(Console().width, 120))
     if queue is not None:
-        note = source.header.window_note()
+        note = source.header.window_note(clock)
         if note:
             console.print(escape(note))
-        console.print(f"queue {escape(queue)} at {moment.at:g}s: {len(doc)} waiting")
+        console.print(f"queue {escape(queue)} at {escape(clock.at(moment.at))}: {len(doc)} waiting")
         for line in doc:
-            waited = f", waiting {line['waiting_seconds']:g}s" if line["waiting_seconds"] is not None else ""
-            backoff = f", backing off until {line['backoff_until']:g}s" if line["backoff_until"] else ""
+            waited = f", waiting {clock.duration(line['waiting_seconds'])}" if line["waiting_seconds"] is not None else ""
+            backoff = f", backing off until {clock.at(line['backoff_until'])}" if line["backoff_until"] else ""
             console.print(escape(f"  {line['position']}. {line['workload']} priority {line['priority']}{waited}"
                                  f"{backoff}: {line['reason']}"))
         return
     for text in doc["lines"]:
         console.print(escape(text))
+
+
+def _first_of(items: Iterator[Envelope]) -> tuple[Optional[float], Iterator[Envelope]]:
+    """The first envelope's event time and every envelope, the first included: the log read once."""
+    import itertools
+
+    head = next(items, None)
+    if head is None:
+        return None, iter(())
+    return head.occurred_at, itertools.chain((head,), items)
 
 
 @app.command("report")
@@ -963,6 +1014,7 @@ def report_cmd(
     store: Optional[str] = typer.Option(None, "--store", help=STORE_HELP),
     log: Optional[str] = typer.Option(None, "--log", help="An exported log file (or kafka://HOST:PORT)."),
     prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
+    local: bool = typer.Option(False, "--local", help=LOCAL_HELP),
 ) -> None:
     """Write one HTML page: workloads by phase, queue usage against guarantee and limit, waits, preemptions."""
     from shared.audit.fold import fold
@@ -973,8 +1025,9 @@ def report_cmd(
         source = _log_of(store, log, None, prefix)
         history = fold(envelopes(source), scenario=source.header.scenario or "", series=True)
         end = max(history.now, source.header.until or 0.0)
+        clock = TimeFormat.of(source.header.origin, history.first_at, local=local)
         write_report(history, html_out, title=f"muster report: {source.header.scenario or source.name}", end=end,
-                     window=source.header.window_note())
+                     window=source.header.window_note(clock), clock=clock)
     except _audit_errors() as exc:
         raise _audit_failed(exc) from None
     except OSError as exc:

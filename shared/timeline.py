@@ -9,13 +9,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from shared.check import Failure
+from shared.eventtime import SCENARIO, TimeFormat
 
 _STYLE = {"Rejected": "red", "Queued": "yellow", "Admitted": "cyan", "Running": "green",
           "Succeeded": "bold green", "Failed": "red", "Preempted": "magenta", "Deleted": "dim"}
 
 
-def render_workload(key: str, w: dict[str, Any], console: Console) -> None:
-    """One workload's header and its transitions: how a run and the history store both show it."""
+def render_workload(key: str, w: dict[str, Any], console: Console, clock: TimeFormat = SCENARIO) -> None:
+    """One workload's header and its transitions: how a run and the history store both show it (a
+    deployment's times as ``clock`` shows them)."""
     gang = w["gang"]
     res = ", ".join(f"{k} {v}" for k, v in gang["resources"].items())
     phase = w["phase"] or "-"
@@ -27,7 +29,7 @@ def render_workload(key: str, w: dict[str, Any], console: Console) -> None:
     table.add_column(no_wrap=True)
     table.add_column()
     for tr in w["transitions"]:
-        table.add_row(f"{tr['t']:g}s", f"[{_STYLE.get(tr['phase'], '')}]{tr['phase']}[/]", escape(tr["reason"]))
+        table.add_row(clock.at(tr["t"]), f"[{_STYLE.get(tr['phase'], '')}]{tr['phase']}[/]", escape(tr["reason"]))
     console.print(table)
 
 

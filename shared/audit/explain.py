@@ -18,6 +18,7 @@ from shared.audit.fold import AuditFold
 from shared.audit.header import window_note
 from shared.audit.replay import Router
 from shared.embedded import CORE_CLASSES
+from shared.eventtime import SCENARIO, TimeFormat
 from shared.events import Envelope
 from shared.model import UNLIMITED
 from shared.policy import Policy
@@ -92,10 +93,6 @@ def _amount(resource: str, value: int | None) -> str | None:
     if value is None:
         return None
     return "unlimited" if value == UNLIMITED else q.human(resource, value)
-
-
-def _seconds(t: float) -> str:
-    return f"{t:g}s"
 
 
 def queue_lines(m: Moment, queue: str) -> list[dict[str, Any]]:
@@ -184,8 +181,9 @@ def _quota(m: Moment, view: Any) -> list[dict[str, Any]]:
     return lines
 
 
-def explain(m: Moment, key: str) -> dict[str, Any]:
-    """The explanation document of ``key`` at ``m.at`` (``UnknownWorkload`` if the log never named it)."""
+def explain(m: Moment, key: str, clock: TimeFormat = SCENARIO) -> dict[str, Any]:
+    """The explanation document of ``key`` at ``m.at`` (``UnknownWorkload`` if the log never named it);
+    its ``lines`` show times as ``clock`` does (the document's own fields stay event-time seconds)."""
     h = m.history
     view = h.workloads.get(key)
     if view is None:
@@ -222,7 +220,7 @@ def explain(m: Moment, key: str) -> dict[str, Any]:
                          "rule": "reclaim" if p.reclaim else "priority preemption", "reason": p.reason,
                          "decision": p.event_id, "preemptor_decision": p.cause_id}
                         for p in h.preemptions if p.victim == key and p.t <= m.at]
-    doc["lines"] = lines(doc)
+    doc["lines"] = lines(doc, clock)
     return doc
 
 
@@ -233,15 +231,17 @@ def _ahead(m: Moment, key: str, until: float | None) -> dict[str, Any]:
             "waiting_seconds": round(m.at - since, 6) if since is not None else None}
 
 
-def lines(doc: dict[str, Any]) -> list[str]:
-    """The explanation as a person reads it."""
+def lines(doc: dict[str, Any], clock: TimeFormat = SCENARIO) -> list[str]:
+    """The explanation as a person reads it: instants as ``clock`` shows them (ISO 8601 in a deployment's
+    log), lengths of time in seconds."""
+    at, span = clock.at, clock.duration
     queue = f"queue {doc['queue']}" if doc["queue"] is not None else "no queue"
     window = doc.get("window")
-    note = window_note(window["since"], window["until"]) if window else None
+    note = window_note(window["since"], window["until"], clock) if window else None
     out = [note] if note else []
     out += [f"{doc['workload']} ({doc['kind']}, {queue}, priority {doc['priority']}) at "
-           f"{_seconds(doc['at'])}: {doc['phase'] or 'not seen yet'}"
-           + (f" for {_seconds(doc['for_seconds'])} (since {_seconds(doc['since'])})" if doc["since"] is not None else "")]
+           f"{at(doc['at'])}: {doc['phase'] or 'not seen yet'}"
+           + (f" for {span(doc['for_seconds'])} (since {at(doc['since'])})" if doc["since"] is not None else "")]
     if doc["reason"]:
         out.append(f"  why: {doc['reason']}")
     gang = doc["gang"]
@@ -255,8 +255,8 @@ def lines(doc: dict[str, Any]) -> list[str]:
         out.append(f"  queue {position['queue']}: position {position['position']} of {position['of']}"
                    + (", behind " + ", ".join(
                        f"{a['workload']} (priority {a['priority']}"
-                       + (f", waiting {_seconds(a['waiting_seconds'])}" if a["waiting_seconds"] is not None else "")
-                       + (f", backing off until {_seconds(a['backoff_until'])}" if a["backoff_until"] else "") + ")"
+                       + (f", waiting {span(a['waiting_seconds'])}" if a["waiting_seconds"] is not None else "")
+                       + (f", backing off until {at(a['backoff_until'])}" if a["backoff_until"] else "") + ")"
                        for a in ahead) if ahead else ", first in line"))
     for line in doc.get("quota") or []:
         if line.get("before_window"):
@@ -272,14 +272,14 @@ def lines(doc: dict[str, Any]) -> list[str]:
                    f"against {line['limit_word']} {line['limit']}{guarantee}: {verdict}")
     nodes = doc.get("nodes")
     if nodes:
-        out.append(f"  nodes (placement at {_seconds(nodes['t'])}, decision {nodes['decision']}): {nodes['reason']}")
+        out.append(f"  nodes (placement at {at(nodes['t'])}, decision {nodes['decision']}): {nodes['reason']}")
     elif "nodes" in doc:
         out.append("  nodes: placement has not tried it yet (the queue has not reserved its quota)")
     backoff = doc.get("backoff")
     if backoff:
-        out.append(f"  backoff: attempt {backoff['attempts']}, retries at {_seconds(backoff['until'])} or when capacity "
+        out.append(f"  backoff: attempt {backoff['attempts']}, retries at {at(backoff['until'])} or when capacity "
                    f"frees (decision {backoff['decision']})")
     for p in doc["preempted"]:
-        out.append(f"  preempted at {_seconds(p['t'])} by {p['by']} (priority {p['priority']}), {p['rule']}: "
+        out.append(f"  preempted at {at(p['t'])} by {p['by']} (priority {p['priority']}), {p['rule']}: "
                    f"{p['reason']} (decision {p['decision']}, answering {p['preemptor_decision']})")
     return out

@@ -36,6 +36,20 @@ def occurred_at(raw: bytes) -> float:
     return float(json.loads(raw)["occurred_at"])
 
 
+def first_time(source: LogSource) -> float | None:
+    """The event time of the log's first envelope (None: an empty log), read without going on: what
+    tells a deployment's log from a simulated run's and what ``--since +90s`` counts from."""
+    records = source.records()
+    try:
+        for record in records:
+            return occurred_at(record.raw)
+        return None
+    finally:
+        close = getattr(records, "close", None)
+        if close is not None:
+            close()
+
+
 def export(source: LogSource, out: Path, *, since: float | None = None, until: float | None = None,
            tick: Callable[[], None] | None = None) -> int:
     """Write ``source`` to ``out`` (see the module docstring); the number of envelopes written.

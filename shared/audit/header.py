@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
 
 from shared.audit.errors import CannotReproduce, NotAnEnvelope
 from shared.build import muster_version
+from shared.eventtime import SCENARIO, TimeFormat
 from shared.events import FIRST_SCHEMA_VERSION, SCHEMA_VERSION
 from shared.policy import Policy
 from shared.validation import first_errors
@@ -94,9 +95,9 @@ class LogHeader(BaseModel):
     def windowed(self) -> bool:
         return self.since is not None or self.before is not None
 
-    def window_note(self) -> str | None:
+    def window_note(self, clock: TimeFormat = SCENARIO) -> str | None:
         """The one line explain and report put first when the log is a window (None for a whole log)."""
-        return window_note(self.since, self.before)
+        return window_note(self.since, self.before, clock)
 
     def whole(self, what: str) -> None:
         """Refuse a log ``what`` cannot replay: a window of a history, or one out of inbox order."""
@@ -126,14 +127,14 @@ class LogHeader(BaseModel):
                 "origin": self.origin, "scenario": self.scenario, "until": self.until}
 
 
-def window_note(since: float | None, before: float | None) -> str | None:
+def window_note(since: float | None, before: float | None, clock: TimeFormat = SCENARIO) -> str | None:
     """What a reader of a window must know before any figure: a window from T lost the state before T
     (queues defined, quota held, positions), so its figures count only what it holds; a window up to T
-    knows nothing after T. None for a whole log."""
+    knows nothing after T. None for a whole log. Times as ``clock`` shows them."""
     if since is not None:
-        to = f" to {before:g}s" if before is not None else ""
-        return (f"this log is a window from {since:g}s{to}: state before it is unknown; figures below count only "
-                "what the window holds")
+        to = f" to {clock.at(before)}" if before is not None else ""
+        return (f"this log is a window from {clock.at(since)}{to}: state before it is unknown; figures below count "
+                "only what the window holds")
     if before is not None:
-        return f"this log is a window up to {before:g}s: nothing after it is in it"
+        return f"this log is a window up to {clock.at(before)}: nothing after it is in it"
     return None

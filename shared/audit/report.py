@@ -20,6 +20,7 @@ from typing import Any
 from shared import quantity as q
 from shared.audit.fold import AuditFold
 from shared.audit.metrics import AT_LEAST, cell, per_queue, workload_figures
+from shared.eventtime import SCENARIO, TimeFormat
 
 COLOURS = {"Queued": "#f2b134", "Admitted": "#4ea1d3", "Running": "#3cb371", "Preempted": "#c2185b"}
 DRAWN = tuple(COLOURS)
@@ -49,15 +50,32 @@ def _segments(history: AuditFold, end: float) -> dict[str, list[tuple[str, float
     return out
 
 
-def figures(history: AuditFold, end: float) -> dict[str, Any]:
-    """The page's plotly figures by div id."""
+def _time_axis(clock: TimeFormat) -> dict[str, Any]:
+    """The x axis of a chart over time: a date axis in a deployment's log (its zone named), event seconds
+    in a simulated run."""
+    if not clock.wall:
+        return {"title": "event time (s)"}
+    return {"title": f"time ({clock.zone()})", "type": "date"}
+
+
+def figures(history: AuditFold, end: float, clock: TimeFormat = SCENARIO) -> dict[str, Any]:
+    """The page's plotly figures by div id; instants on date axes in a deployment's log (``clock``)."""
     import plotly.graph_objects as go
 
     out: dict[str, Any] = {}
     gantt = go.Figure()
     rows = sorted(history.workloads.values(), key=lambda v: v.order)[:MAX_ROWS]
     for phase, segments in _segments(history, end).items():
-        if segments:
+        if not segments:
+            continue
+        if clock.wall:  # a date axis: a bar starts at a date and is as long as its milliseconds
+            gantt.add_trace(go.Bar(name=phase, orientation="h", y=[s[0] for s in segments],
+                                   base=[clock.plot_time(s[1]) for s in segments], x=[s[2] * 1000 for s in segments],
+                                   customdata=[[clock.at(s[1]), clock.duration(s[2])] for s in segments],
+                                   marker_color=COLOURS[phase],
+                                   hovertemplate="%{y}<br>" + phase + " from %{customdata[0]} for %{customdata[1]}"
+                                                 "<extra></extra>"))
+        else:
             gantt.add_trace(go.Bar(name=phase, orientation="h", y=[s[0] for s in segments],
                                    base=[s[1] for s in segments], x=[s[2] for s in segments],
                                    marker_color=COLOURS[phase],
@@ -65,11 +83,14 @@ def figures(history: AuditFold, end: float) -> dict[str, Any]:
     shown = {v.key for v in rows}
     hits = [p for p in history.preemptions if p.victim in shown]
     if hits:  # a preemption is an instant: marked where it struck
-        gantt.add_trace(go.Scatter(name="preempted", mode="markers", y=[p.victim for p in hits], x=[p.t for p in hits],
+        gantt.add_trace(go.Scatter(name="preempted", mode="markers", y=[p.victim for p in hits],
+                                   x=[clock.plot_time(p.t) for p in hits],
                                    marker={"symbol": "x", "size": 11, "color": COLOURS["Preempted"]},
                                    text=[f"by {p.preemptor} ({'reclaim' if p.reclaim else 'priority'})" for p in hits],
-                                   hovertemplate="%{y}<br>preempted at %{x:g}s %{text}<extra></extra>"))
-    gantt.update_layout(barmode="overlay", title="Workloads by phase over time", xaxis_title="event time (s)",
+                                   customdata=[clock.at(p.t) for p in hits],
+                                   hovertemplate="%{y}<br>preempted at %{customdata} %{text}<extra></extra>"
+                                   if clock.wall else "%{y}<br>preempted at %{x:g}s %{text}<extra></extra>"))
+    gantt.update_layout(barmode="overlay", title="Workloads by phase over time", xaxis=_time_axis(clock),
                         yaxis={"categoryorder": "array", "categoryarray": [v.key for v in rows][::-1]},
                         height=max(300, 22 * len(rows) + 120), legend_title="phase")
     out["chart-workloads"] = gantt
@@ -85,14 +106,16 @@ def figures(history: AuditFold, end: float) -> dict[str, Any]:
         for name in sorted({n for sample in series.usage for n in sample} | set(history.queues)) if series else []:
             values = [sample.get(name, {}).get(resource, 0) / scale for sample in series.usage]
             values += values[-1:] * (len(times) - len(values))  # held until the end
-            fig.add_trace(go.Scatter(name=f"{name} usage", x=times, y=values, mode="lines", line_shape="hv"))
+            fig.add_trace(go.Scatter(name=f"{name} usage", x=[clock.plot_time(t) for t in times], y=values,
+                                     mode="lines", line_shape="hv"))
             spec = history.queues.get(name)
             for label, amount, dash in (("guarantee", spec.guarantee_of(resource) if spec else None, "dot"),
                                         ("limit", spec.limit_of(resource) if spec else None, "dash")):
                 if amount:
-                    fig.add_trace(go.Scatter(name=f"{name} {label}", x=[series.times[0], end],
+                    fig.add_trace(go.Scatter(name=f"{name} {label}",
+                                             x=[clock.plot_time(series.times[0]), clock.plot_time(end)],
                                              y=[amount / scale] * 2, mode="lines", line={"dash": dash}))
-        fig.update_layout(title=f"Queue usage of {resource} against guarantee and limit", xaxis_title="event time (s)",
+        fig.update_layout(title=f"Queue usage of {resource} against guarantee and limit", xaxis=_time_axis(clock),
                           yaxis_title=unit or resource, height=380)
         out[f"chart-usage-{_slug(resource)}"] = fig
 
@@ -113,11 +136,14 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in text)
 
 
-def _table(history: AuditFold) -> str:
-    head = ("<tr><th>t (s)</th><th>victim</th><th>queue</th><th>preemptor</th><th>priority</th><th>rule</th>"
+def _table(history: AuditFold, clock: TimeFormat = SCENARIO) -> str:
+    """Every preemption, when as ``clock`` shows it."""
+    when = "t (s)" if not clock.wall else html.escape(f"time ({clock.zone()})")
+    head = (f"<tr><th>{when}</th><th>victim</th><th>queue</th><th>preemptor</th><th>priority</th><th>rule</th>"
             "<th>reason</th><th>decision</th></tr>")
     rows = "".join(
-        f"<tr><td>{p.t:g}</td><td>{html.escape(p.victim)}</td><td>{html.escape(p.victim_queue or '')}</td>"
+        f"<tr><td>{f'{p.t:g}' if not clock.wall else html.escape(clock.at(p.t))}</td>"
+        f"<td>{html.escape(p.victim)}</td><td>{html.escape(p.victim_queue or '')}</td>"
         f"<td>{html.escape(p.preemptor)}</td><td>{p.preemptor_priority}</td>"
         f"<td>{'reclaim' if p.reclaim else 'priority preemption'}</td><td>{html.escape(p.reason)}</td>"
         f"<td><code>{p.event_id}</code></td></tr>" for p in history.preemptions)
@@ -165,23 +191,25 @@ def page(title: str, body: str) -> str:
 """
 
 
-def render(history: AuditFold, end: float, *, title: str, window: str | None = None) -> str:
+def render(history: AuditFold, end: float, *, title: str, window: str | None = None,
+           clock: TimeFormat = SCENARIO) -> str:
     """The whole report; ``window`` is the header's note when the log is a window of a history
-    (``LogHeader.window_note``), said above every figure."""
-    parts = [chart(div_id, fig) for div_id, fig in figures(history, end).items()]
+    (``LogHeader.window_note``), said above every figure; instants as ``clock`` shows them."""
+    parts = [chart(div_id, fig) for div_id, fig in figures(history, end, clock).items()]
     note = (f'<p class="note">The chart shows the first {MAX_ROWS} of {len(history.workloads)} workloads.</p>'
             if len(history.workloads) > MAX_ROWS else "")
     said = f'<p class="note" id="window"><strong>{html.escape(window)}</strong></p>\n' if window else ""
     return page(title, f"""{said}<p class="note">{len(history.workloads)} workloads, {history.events} events, event time
-{history.first_at or 0:g}s to {end:g}s. Generated by muster report from the event log.</p>
+{html.escape(clock.at(history.first_at or 0))} to {html.escape(clock.at(end))}. Generated by muster report from the event log.</p>
 <h2>Queues</h2>{_summary_table(history, end)}
 <h2>Workloads</h2>{note}{parts[0]}
 <h2>Queue usage</h2>{''.join(parts[1:-1]) or '<p class="note">no quota was used</p>'}
 <h2>Admission waits</h2>{parts[-1]}
-<h2>Preemptions</h2>{_table(history)}""")
+<h2>Preemptions</h2>{_table(history, clock)}""")
 
 
 def write_report(history: AuditFold, out: Path, *, title: str, end: float | None = None,
-                 window: str | None = None) -> None:
-    out.write_text(render(history, history.now if end is None else end, title=title, window=window),
+                 window: str | None = None, clock: TimeFormat = SCENARIO) -> None:
+    """Write the page to ``out`` (to the history's last event time unless ``end`` says otherwise)."""
+    out.write_text(render(history, history.now if end is None else end, title=title, window=window, clock=clock),
                    encoding="utf-8")

@@ -31,6 +31,7 @@ from shared.audit.errors import ApplyRefused, CannotReproduce
 from shared.audit.fold import fold
 from shared.audit.metrics import AT_LEAST, WorkloadFigures, cell, per_queue, workload_figures
 from shared.events import Envelope, to_json
+from shared.eventtime import SCENARIO, TimeFormat
 from shared.policy import Policy
 from shared.scenario import Scenario, ScenarioError, document_problem, parse_scenario
 from shared.sim.cluster import describe, namespace_of
@@ -266,7 +267,9 @@ def has_lower_bounds(doc: dict[str, Any]) -> bool:
     return any(s.get("wait_lower_bounds") for side in doc["queues"].values() for s in side.values())
 
 
-def render_html(doc: dict[str, Any], title: str) -> str:
+def render_html(doc: dict[str, Any], title: str, clock: TimeFormat = SCENARIO) -> str:
+    """The comparison as a page: the table, the waits and totals charts, the workloads that changed
+    (the end both ran to as ``clock`` shows it)."""
     import plotly.graph_objects as go
 
     from shared.audit.report import chart, page
@@ -292,7 +295,7 @@ def render_html(doc: dict[str, Any], title: str) -> str:
                       for k in doc["changed"]) or '<tr><td colspan="2">no workload changed</td></tr>'
     verdict = ("the recorded side reproduces the log's decisions exactly" if doc["faithful"]
                else f"approximate: the recorded side differs from the log ({doc['difference']})")
-    return page(title, f"""<p class="note">{html.escape(verdict)}; both runs to {doc['until']:g}s.</p>
+    return page(title, f"""<p class="note">{html.escape(verdict)}; both runs to {html.escape(clock.at(doc['until']))}.</p>
 <h2>Per queue (recorded -> new)</h2><table id="queues">{head}{body}</table>
 {f'<p class="note">{html.escape(AT_LEAST)}</p>' if has_lower_bounds(doc) else ""}
 {chart("chart-whatif-waits", waits)}{chart("chart-whatif-totals", totals)}

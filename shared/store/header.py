@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Engine, delete, insert, select
 
+from shared.eventtime import TimeFormat
 from shared.store.engine import errors_explained, opened
 from shared.store.models import LogHeader
 
@@ -31,3 +32,12 @@ def write_header(url: str | Engine, header: dict[str, Any]) -> None:
     with errors_explained(url), opened(url) as engine, engine.begin() as conn:
         conn.execute(delete(table))
         conn.execute(insert(table).values(id=1, **values))
+
+
+def time_format(url: str | Engine, *, local: bool = False) -> TimeFormat:
+    """How this store's times read (``shared.eventtime``): from its header's origin (a projector without
+    ``--policy`` records none) and its first event time."""
+    from shared.store.query import first_event_time
+
+    header = read_header(url)
+    return TimeFormat.of(header["origin"] if header else None, first_event_time(url), local=local)

@@ -62,6 +62,14 @@ def event_count(url: str | Engine) -> int:
         return conn.execute(select(func.count()).select_from(EventLog.__table__)).scalar_one()
 
 
+def first_event_time(url: str | Engine) -> float | None:
+    """The first event's time in the log, as read back in order (None: an empty store): what tells a
+    deployment's wall clock from a simulated run's seconds, and what ``+90s`` counts from (as in a file)."""
+    e = EventLog.__table__
+    with errors_explained(url), opened(url, existing=True) as engine, engine.connect() as conn:
+        return conn.execute(select(e.c.occurred_at).order_by(e.c.seq).limit(1)).scalar()
+
+
 def workload_count(url: str | Engine) -> int:
     with errors_explained(url), opened(url, existing=True) as engine, engine.connect() as conn:
         return conn.execute(select(func.count()).select_from(Workload.__table__)).scalar_one()

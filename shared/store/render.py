@@ -1,6 +1,7 @@
 """The human views of the store: a workload's timeline (``muster history``), queues (``muster queues``).
 
-Same look as ``muster simulate``'s timeline (shared/timeline.py): phase colours, ``10s`` times.
+Same look as ``muster simulate``'s timeline (shared/timeline.py): phase colours, ``10s`` times (a
+deployment's as ISO 8601, ``shared.eventtime``).
 """
 
 from __future__ import annotations
@@ -11,15 +12,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from shared.eventtime import SCENARIO, TimeFormat
 from shared.timeline import render_workload
 
 
-def _seconds(t: float | None) -> str:
-    return "" if t is None else f"{t:g}s"
+def _at(clock: TimeFormat, t: float | None) -> str:
+    return "" if t is None else clock.at(t)
 
 
-def render_history(doc: dict[str, Any], console: Console) -> None:
-    render_workload(doc["workload"], doc, console)
+def render_history(doc: dict[str, Any], console: Console, clock: TimeFormat = SCENARIO) -> None:
+    """``muster history``: the workload's timeline, then its pods and when each was bound."""
+    render_workload(doc["workload"], doc, console, clock)
     if not doc["pods"]:
         console.print("[dim]no pods[/]")
         return
@@ -29,14 +32,16 @@ def render_history(doc: dict[str, Any], console: Console) -> None:
     for pod in doc["pods"]:
         gpu = pod["gpu"]
         gpu_text = f"{gpu['devices']} x{gpu['fraction']:g}" if gpu else "-"
-        bound = ", ".join(f"{_seconds(a)}-{_seconds(b)}" for a, b in pod["bound"]) or "never bound"
+        bound = ", ".join(f"{_at(clock, a)}-{_at(clock, b)}" for a, b in pod["bound"]) or "never bound"
         pods.add_row(escape(pod["name"]), escape(pod["pod_set"]), escape(pod["node"] or "-"), escape(gpu_text),
                      escape(bound))
     console.print(pods)
 
 
-def render_queues(report: dict[str, dict[str, Any]], console: Console, at: float | None = None) -> None:
-    title = f"queues at {at:g}s" if at is not None else "queues"
+def render_queues(report: dict[str, dict[str, Any]], console: Console, at: float | None = None,
+                  clock: TimeFormat = SCENARIO) -> None:
+    """``muster queues``: usage against guarantee and limit per queue (now, or at ``at``)."""
+    title = f"queues at {clock.at(at)}" if at is not None else "queues"
     table = Table(title=title, title_justify="left")
     for column in ("queue", "parent", "resource", "used", "guarantee", "limit"):
         table.add_column(column, no_wrap=True)

@@ -78,4 +78,6 @@ def epoch_from_env(env: Mapping[str, str] | None = None) -> float:
 def epoch_for(first: float, now: float) -> float:
     """Where a run's time 0 is shown: event times that are wall-clock times already (a deployment's
     log) stay where they are; a simulated run's seconds are shown as if it had started ``now``."""
-    return 0.0 if first >= 1e9 else now
+    from shared.eventtime import is_wall_clock
+
+    return 0.0 if is_wall_clock(first) else now

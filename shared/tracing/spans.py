@@ -29,6 +29,7 @@ from typing import Any, Iterable, Sequence
 
 from shared import kube
 from shared.events import Envelope
+from shared.eventtime import attribute_time
 from shared.tracing.context import (
     STARTS, SpanRef, TraceContexts, hop_span, parse, root_span, span_id, workload_of,
 )
@@ -92,7 +93,7 @@ def hop_spans(service: str, cause: Envelope, outputs: Sequence[Envelope], start:
     for trace, made in groups.items():
         same = parent is not None and parent.trace_id == trace
         attrs: Attributes = {"muster.service": service, "muster.event.type": cause.type,
-                             "muster.event.id": cause.id, "muster.event.time": cause.occurred_at,
+                             "muster.event.id": cause.id, "muster.event.time": attribute_time(cause.occurred_at),
                              **(attributes or {})}
         about = workload_of(cause) or next((workload_of(o) for o in made if workload_of(o)), None)
         if about:
@@ -264,7 +265,7 @@ class SpanBuilder:
             inc.events.append((t, "waiting", {"muster.reason": p.reason}))
         elif kind == "BackedOff":
             inc.events.append((t, "backed off", {"muster.reason": p.reason, "muster.attempts": p.attempts,
-                                                 "muster.requeue_at": p.requeue_at}))
+                                                 "muster.requeue_at": attribute_time(p.requeue_at)}))
         elif kind in ("Dequeued", "ReclaimRequested"):
             inc.dequeued_at = t
             inc.victims = tuple(getattr(p, "victims", ()))

@@ -32,6 +32,20 @@ def exported(run: Run, path: Path) -> Path:
     return path
 
 
+EPOCH = 1_796_532_000.0
+"""2026-12-06T04:40:00Z: where ``deployed`` puts a run's time 0."""
+
+
+def deployed(run: Run, path: Path, epoch: float = EPOCH) -> Path:
+    """``run``'s log as a deployment's export would hold it: origin ``kafka``, no ``until``, every event
+    time moved to the wall clock (``epoch`` + scenario seconds). Times inside payloads (a backoff's
+    ``requeue_at``) stay scenario seconds: tests of a deployment's views read event times only."""
+    header = header_of(run).model_copy(update={"origin": "kafka", "until": None})
+    write_log(path, header, (to_json(e.model_copy(update={"occurred_at": epoch + e.occurred_at}))
+                             for e in run.runtime.log))
+    return path
+
+
 def lines_of(path: Path) -> list[bytes]:
     """The envelope lines (header and end line apart)."""
     return path.read_bytes().splitlines(keepends=True)[1:-1]

@@ -9,11 +9,13 @@ import pty
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
-from tests.builders.audit import decision_lines, exported, lines_of, rewritten, scenario_run
+from tests.builders.audit import EPOCH, decision_lines, deployed, exported, lines_of, rewritten, scenario_run
 from tests.builders.cli import clean_exit as _clean_exit, flat as _flat, invoke as _invoke
 from tests.builders.cli import one_line_error as _error
 from tests.builders.shared import SCENARIOS
@@ -396,3 +398,116 @@ def test_the_progress_bar_shows_on_a_terminal_and_nowhere_else(log: Path, tmp_pa
     assert _bar("exporting").search(exporting), exporting
     _, piped = _stderr_of(["log", "export", "--from", log, "--out", tmp_path / "piped.jsonl"], terminal=False)
     assert piped == b""
+
+
+# --------------------------------------------------------------------------- a deployment's times (issue 28)
+START = "2026-12-06T04:40:00.000Z"  # tests.builders.audit.EPOCH, where deployed() puts time 0
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Path:
+    """The scenario's log as a deployment's: origin kafka, event times on the wall clock."""
+    return deployed(scenario_run(NAME), tmp_path / "live.jsonl")
+
+
+@pytest.fixture
+def tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The machine's zone is Asia/Tokyo (UTC+09:00) for the test, and back after it."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_deployments_log_reads_in_iso_8601_and_a_simulated_ones_in_seconds(log: Path, live: Path) -> None:
+    deployment = _invoke("explain", "default/train-cluster", "--log", live, "--at", "+40s")
+    _clean_exit(deployment, 0)
+    out = _flat(deployment.stdout)
+    assert "at 2026-12-06T04:40:40.000Z: Queued for 10s (since 2026-12-06T04:40:30.000Z)" in out
+    assert "preempted at 2026-12-06T04:40:30.000Z by default/build-cluster" in out and "e+09" not in out
+    simulated = _invoke("explain", "default/train-cluster", "--log", log, "--at", "+40s")
+    _clean_exit(simulated, 0)
+    assert "at 40s: Queued for 10s (since 30s)" in _flat(simulated.stdout)  # as it always read
+    queue = _invoke("explain", "--queue", "team-a", "--log", live, "--at", "2026-12-06T04:40:40Z")
+    _clean_exit(queue, 0)
+    assert "queue team-a at 2026-12-06T04:40:40.000Z: 1 waiting" in _flat(queue.stdout)
+
+
+def test_at_as_iso_as_time_since_the_start_and_as_epoch_seconds_folds_the_same(live: Path) -> None:
+    docs = []
+    for at in ("2026-12-06T04:40:40Z", "2026-12-06T13:40:40+09:00", "2026-12-06T04:40:40", "+40s", "1796532040"):
+        result = _invoke("explain", "default/train-cluster", "--log", live, "--at", at, "--json")
+        _clean_exit(result, 0)
+        docs.append(json.loads(result.stdout))
+    assert docs[0]["phase"] == "Queued" and all(doc == docs[0] for doc in docs)
+
+
+def test_local_shows_the_machines_zone(live: Path, tokyo: None) -> None:
+    result = _invoke("explain", "default/train-cluster", "--log", live, "--at", "2026-12-06T13:40:40", "--local")
+    _clean_exit(result, 0)  # a naive --at is the machine's zone too
+    assert "at 2026-12-06T13:40:40.000+09:00: Queued for 10s (since 2026-12-06T13:40:30.000+09:00)" in \
+        _flat(result.stdout)
+
+
+def test_a_time_the_log_cannot_place_is_one_line_and_exit_2(log: Path, live: Path) -> None:
+    _error(_invoke("explain", "default/train-cluster", "--log", log, "--at", "2026-12-06T04:40:40Z"), 2,
+           "this log is a simulated run, its times are scenario seconds")
+    _error(_invoke("explain", "default/train-cluster", "--log", live, "--at", "40"), 2,
+           f"this log's times are wall-clock (it starts at {START}): write +40s")
+    _error(_invoke("explain", "default/train-cluster", "--log", live, "--at", "2026-02-30T00:00:00Z"), 2,
+           "not an ISO 8601 time")
+    _error(_invoke("explain", "default/train-cluster", "--log", live, "--at", "+soon"), 2,
+           "not a duration after the log's start")
+
+
+def test_past_the_end_of_a_deployments_log_is_said_in_its_own_times(live: Path) -> None:
+    mid = _invoke("explain", "default/train-cluster", "--log", live, "--at", "+100s")
+    _clean_exit(mid, 0)
+    assert "past" not in _flat(mid.stderr)
+    after = _invoke("explain", "default/train-cluster", "--log", live, "--at", "2026-12-07T00:00:00Z")
+    _clean_exit(after, 0)
+    assert max(json.loads(line)["occurred_at"] for line in lines_of(live)) == EPOCH + 203
+    assert ("note: --at 2026-12-07T00:00:00.000Z is past the log's last event (2026-12-06T04:43:23.000Z): "
+            "explained as if nothing happened after it") in _flat(after.stderr)
+
+
+def test_the_store_views_read_a_deployments_times(live: Path, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    _clean_exit(_invoke("log", "import", live, "--store", url), 0)
+    history = _invoke("history", "default/train-cluster", "--store", url)
+    _clean_exit(history, 0)
+    out = _flat(history.stdout)
+    assert "2026-12-06T04:40:30.000Z Preempted" in out and "e+09" not in out
+    queues = _invoke("queues", "--store", url, "--at", "+40s")
+    _clean_exit(queues, 0)
+    assert "queues at 2026-12-06T04:40:40.000Z" in _flat(queues.stdout)
+    at_iso = _invoke("queues", "--store", url, "--at", "2026-12-06T04:40:40Z", "--json")
+    assert json.loads(at_iso.stdout)["at"] == EPOCH + 40
+
+
+def test_export_windows_a_deployments_log_by_any_time(live: Path, tmp_path: Path) -> None:
+    files = []
+    for i, since in enumerate(("+40s", "2026-12-06T04:40:40Z", f"{EPOCH + 40:.0f}")):
+        result = _invoke("log", "export", "--from", live, "--since", since, "--out", tmp_path / f"w{i}.jsonl")
+        _clean_exit(result, 0)
+        files.append((tmp_path / f"w{i}.jsonl").read_bytes())
+    assert len(set(files)) == 1 and len(lines_of(tmp_path / "w0.jsonl")) < len(lines_of(live))
+    explained = _invoke("explain", "--queue", "team-a", "--log", tmp_path / "w0.jsonl")
+    assert "this log is a window from 2026-12-06T04:40:40.000Z" in _flat(explained.stdout)
+
+
+def test_report_and_what_if_of_a_deployment_put_times_on_dates(live: Path, log: Path, tmp_path: Path) -> None:
+    page = tmp_path / "r.html"
+    _clean_exit(_invoke("report", "--log", live, "--html", page), 0)
+    text = page.read_text()
+    assert text.count('"xaxis":{"title":{"text":"time (UTC)"},"type":"date"}') == 4 and f"event time\n{START} to" in text
+    _clean_exit(_invoke("report", "--log", log, "--html", page), 0)  # a simulated run's page as it was
+    assert page.read_text().count('"xaxis":{"title":{"text":"event time (s)"}}') == 4
+    assert "event time\n0s to 400s." in page.read_text()
+    policy = tmp_path / "p.yaml"
+    policy.write_text("min_runtime_seconds: 600\n")
+    result = _invoke("replay", live, "--what-if", policy, "--approximate", "--html", tmp_path / "w.html")
+    _clean_exit(result, 0)
+    assert "per queue, recorded -> new (to 2026-12-06T04:" in _flat(result.stdout)
+    assert "both runs to 2026-12-06T04:" in (tmp_path / "w.html").read_text()

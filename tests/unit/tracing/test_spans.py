@@ -106,3 +106,15 @@ def test_hop_spans_follow_the_services_and_link_a_decision_to_its_cause() -> Non
     assert submitted and all(by_id[s.parent_id].name == "admission ObjectChanged" for s in submitted)
     cycles = [s for s in hops if s.name == "queue TimerFired" and "Dequeued" in s.attributes.get("muster.outputs", [])]
     assert cycles and all(by_id[s.parent_id].parent_id is None for s in cycles)
+
+
+def test_a_deployments_hop_spans_show_their_event_time_as_iso_8601() -> None:
+    """A deployment's event times are the wall clock: the attribute a person reads in Tempo is ISO 8601
+    (issue 28); a simulated run's stays its scenario seconds (the test above)."""
+    _, run = runs(next(p for p in SCENARIOS if p.stem == "volcano-gang-queue"))
+    epoch = 1_796_532_000.0  # 2026-12-06T04:40:00Z
+    log = [e.model_copy(update={"occurred_at": epoch + e.occurred_at}) for e in run.runtime.log]
+    hops = [s for s in SpanBuilder().build(log) if s.kind == "consumer"]
+    assert hops and all(isinstance(s.attributes["muster.event.time"], str) for s in hops)
+    first = min(hops, key=lambda s: s.start)
+    assert first.attributes["muster.event.time"] == f"2026-12-06T04:40:{first.start - epoch:06.3f}Z"
