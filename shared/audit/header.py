@@ -112,6 +112,11 @@ class LogHeader(BaseModel):
         except ValidationError as exc:
             raise CannotReproduce(f"the log's policy is not one this muster reads: {first_errors(exc, 1)}") from None
 
+    def policy_or_none(self) -> Policy | None:
+        """The header's policy, None when it names none (the log's ``PolicyApplied`` events may);
+        ``CannotReproduce`` for one this muster does not read."""
+        return None if self.policy is None else self.decided_with()
+
     def for_store(self) -> dict[str, Any]:
         return {"muster_version": self.muster_version, "schema_version": self.schema_version, "policy": self.policy,
                 "origin": self.origin, "scenario": self.scenario, "until": self.until}
