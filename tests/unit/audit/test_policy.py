@@ -111,3 +111,18 @@ def test_no_policy_anywhere_cannot_be_replayed(log: Path, tmp_path: Path) -> Non
     bare = rewritten(log, lines, tmp_path / "bare.jsonl")
     with pytest.raises(CannotReproduce, match="before it records the policy"):
         verify(LogFile(bare), None)
+
+
+def test_a_kafka_log_puts_a_services_policy_where_it_took_it_in_its_inbox() -> None:
+    """``replay_order``: a restarted service's ``PolicyApplied`` goes right after the last input it had
+    handled (``after``) and before the next, whatever the topic's order; with none, before the first."""
+    from shared.audit.kafka import replay_order
+    from shared.events import TimerFired
+
+    x1, x2, x3 = (wrap(TimerFired(key=f"k{n}"), source="clock", cause=None, index=n, at=float(n)) for n in (1, 2, 3))
+    handled = {"queue": [x1.id, x2.id, x3.id]}
+    for after, expected in ((x1.id, [x1, "P", x2, x3]), (None, ["P", x1, x2, x3]), (x3.id, [x1, x2, x3, "P"])):
+        p = wrap(policy_applied(Policy(), ("queue",), after=after), source="queue", cause=None, index=0, at=9.0)
+        log = [x1, x2, x3, p] if after != x3.id else [p, x1, x2, x3]  # written late, or early
+        order = [log[i] for i in replay_order(log, handled)]
+        assert [e if e is not p else "P" for e in order] == expected
