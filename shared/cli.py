@@ -798,12 +798,12 @@ def replay_cmd(
         override = _policy(policy_file)
         source = open_log(log, topic_prefix=prefix)
         code = 0
-        if override is not None:
+        if verify or what_if is not None:
+            source.header.whole("--verify" if verify else "--what-if")  # a Kafka log is read here
+        if override is not None:  # once the log reads: a log that does not is one error line, nothing else
             Console(stderr=True, highlight=False, soft_wrap=True).print(
                 f"[yellow]note:[/] --policy {escape(str(policy_file))} overrides the policy the log records: every "
                 "decision is re-derived under it, and a divergence may be that policy's, not an altered log")
-        if verify or what_if is not None:
-            source.header.whole("--verify" if verify else "--what-if")
         if verify:
             from shared.audit import verify as verifying
 
