@@ -12,6 +12,11 @@ import hashlib
 from functools import cache
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shared.events import PolicyApplied
+    from shared.policy import Policy
 
 ROOT = Path(__file__).resolve().parents[1]
 """The folder holding the ``shared`` and ``services`` packages (a checkout or site-packages)."""
@@ -32,3 +37,12 @@ def code_digest(*extra: Path) -> str:
         digest.update(path.resolve().relative_to(ROOT).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def policy_applied(policy: "Policy", services: tuple[str, ...], *, after: str | None = None) -> "PolicyApplied":
+    """The log's record that ``services`` decide with ``policy`` from here on, under this muster's code:
+    what a replay reads the policy from, and tells other code from an altered log by."""
+    from shared.events import PolicyApplied
+
+    return PolicyApplied(services=services, policy=policy.as_json(), policy_digest=policy.digest(),
+                         code_digest=code_digest(), muster_version=muster_version(), after=after)

@@ -825,17 +825,28 @@ def replay_cmd(
     if trace:
         _tracing_ready(Console(stderr=True, highlight=False))
     try:
-        source = open_log(log, policy=_policy(policy_file), topic_prefix=prefix)
+        override = _policy(policy_file)
+        source = open_log(log, topic_prefix=prefix)
         code = 0
         if verify or what_if is not None:
-            source.header.whole("--verify" if verify else "--what-if")
-            policy = source.header.decided_with()
+            source.header.whole("--verify" if verify else "--what-if")  # a Kafka log is read here
+        if override is not None:  # once the log reads: a log that does not is one error line, nothing else
+            Console(stderr=True, highlight=False, soft_wrap=True).print(
+                f"[yellow]note:[/] --policy {escape(str(policy_file))} overrides the policy the log records: every "
+                "decision is re-derived under it, and a divergence may be that policy's, not an altered log")
         if verify:
             from shared.audit import verify as verifying
 
-            code = verifying.run(source, policy, console, progress=not quiet)
+            code = verifying.run(source, source.header.policy_or_none(), console, progress=not quiet,
+                                 override=override)
         if what_if is not None and code == 0:
-            _what_if(source, policy, what_if, apply, html_out, json_out, approximate, console, local)
+            from shared.audit.replay import policy_changes, starting_policy
+
+            if override is None and policy_changes(source):
+                console.print("[yellow]note:[/] the log's policy changes mid-way: the what-if's recorded side runs "
+                              "under the policy the log starts with")
+            _what_if(source, override or starting_policy(source), what_if, apply, html_out, json_out, approximate,
+                     console, local)
         if trace and code == 0:
             from shared.audit.logfile import envelopes
             from shared.tracing import TracesNotSent, export_log

@@ -30,13 +30,14 @@ from services.queue.core import QueueCore
 from services.reconciler.core import ReconcilerCore
 from services.reconciler.ingest import observe
 from services.reconciler.owners import Owners
+from shared.build import policy_applied
 from shared.core import Core
 from shared.events import Envelope, TimerFired, wrap
 from shared.faults import Fault
 from shared.policy import Policy
 from shared.service import Service, collect_less
 from shared.sim.cluster import SimCluster
-from shared.topology import WATCHED_KINDS, destinations
+from shared.topology import SERVICES, WATCHED_KINDS, destinations
 
 log = logging.getLogger("muster.embedded")
 
@@ -47,6 +48,9 @@ Outputs = dict[tuple[str, str], list[Envelope]]
 """What a round's deliveries produced: (service, input id) -> output envelopes in order."""
 
 _SIM_TIMER, _CORE_TIMER = 0, 1
+
+RUNTIME = "runtime"
+"""The source of the embedded runtime's own ``PolicyApplied`` (no service's: it speaks for all four)."""
 
 CORE_CLASSES: dict[str, Callable[[Policy], Core]] = {
     "admission": AdmissionCore,
@@ -104,6 +108,8 @@ class EmbeddedRuntime:
         self._delivered_at_instant = 0
         self.owners = Owners()
         """Which RayJob each pod serves, as the cluster link finds it (``services.reconciler.owners``)."""
+        self.announced = False
+        """Whether the log has its ``PolicyApplied`` (``announce``: once, first)."""
 
     # ------------------------------------------------------------------ publishing
     def subscribe(self, listener: Listener) -> None:
@@ -120,6 +126,17 @@ class EmbeddedRuntime:
                 self._arm(env.source, env.payload.key, env.payload.at, env)
             else:
                 self._deliveries.append((dest, env))
+
+    def announce(self) -> Envelope | None:
+        """Put the policy every core decides with at the start of the log (once): a ``PolicyApplied``
+        for all four services, so the log names what reproduces it (``shared.audit.replay``). Its id
+        derives as other uncaused events' do (source, time, index, type, subject). None if done."""
+        if self.announced:
+            return None
+        self.announced = True
+        env = wrap(policy_applied(self.policy, SERVICES), source=RUNTIME, cause=None, index=0, at=self.now)
+        self.publish(env)
+        return env
 
     def _arm(self, target: str, key: str, at: float, cause: Envelope | None, phase: int = _CORE_TIMER) -> None:
         at = max(at, self.now)
@@ -201,6 +218,7 @@ class EmbeddedRuntime:
     def run(self, steps: Iterable[tuple[float, Callable[[float], None]]], until: float) -> None:
         """Run timed actions (``(at, action(now))``) and everything they cause, up to ``until``."""
         collect_less()  # the services' collector settings, embedded as on Kafka
+        self.announce()
         pending = deque(sorted(steps, key=lambda s: s[0]))
         while True:
             next_step = pending[0][0] if pending else float("inf")

@@ -15,6 +15,10 @@ Lifecycle of a workload as the events tell it::
     WorkloadWithdrawn                          queue -> placement (drop reservations)
     KubeEffect*                                reconciler -> Kubernetes (the cluster adapter)
 
+A ``PolicyApplied`` is a fact for the log, read by no service: the policy (and the muster code) a
+service decides with, written when it starts with a policy its log does not show yet (the embedded
+runtime: once, first), so a log names the policy that reproduces it (``shared.audit.replay``).
+
 Timers are events too: a core emits ``TimerSet``; the clock answers with ``TimerFired`` into the
 same service's inbox at that event time. Bump ``SCHEMA_VERSION`` on an incompatible change and add
 an upcaster in ``upcast``.
@@ -425,13 +429,37 @@ class TimerFired(Frozen):
         return f"timer/{self.key}"
 
 
+# --------------------------------------------------------------------------- the policy
+class PolicyApplied(Frozen):
+    """From here on ``services`` decide with ``policy``: what ``muster replay`` re-derives their decisions
+    with (``shared.audit.replay``) and what tells an altered log from other code or another policy."""
+
+    type: Literal["PolicyApplied"] = "PolicyApplied"
+    services: tuple[str, ...]
+    """The services taking it: one on Kafka (each writes its own), all four in the embedded runtime."""
+    policy: dict[str, Any]
+    """``Policy.model_dump(mode="json")``: every key, defaults included."""
+    policy_digest: str
+    """``shared.policy.policy_digest`` of ``policy``: equal policies, equal digests."""
+    code_digest: str
+    """``shared.build.code_digest`` of the muster that decided."""
+    muster_version: str
+    after: str | None = None
+    """The id of the last inbox envelope the service had handled before it took this policy (its
+    restart rebuilt its state from them under this policy); None: none, or not a service's own."""
+
+    @property
+    def subject(self) -> str:
+        return "policy/" + ",".join(self.services)
+
+
 Payload = Annotated[
     Union[
         ObjectChanged, QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated,
         WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
         ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
         GangDisrupted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
-        ElasticGranted, ElasticReleased, ElasticWaiting, ObjectsListed,
+        ElasticGranted, ElasticReleased, ElasticWaiting, ObjectsListed, PolicyApplied,
     ],
     Field(discriminator="type"),
 ]
@@ -443,7 +471,7 @@ PAYLOAD_TYPES: dict[str, type[BaseModel]] = {
         WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
         ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
         GangDisrupted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
-        ElasticGranted, ElasticReleased, ElasticWaiting, ObjectsListed,
+        ElasticGranted, ElasticReleased, ElasticWaiting, ObjectsListed, PolicyApplied,
     )
 }
 

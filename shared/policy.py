@@ -103,6 +103,26 @@ class Policy(BaseModel):
             return override.min_runtime_seconds
         return self.min_runtime_seconds
 
+    def as_json(self) -> dict[str, Any]:
+        """Every key, defaults included, as JSON holds it: what a log records (``PolicyApplied``)."""
+        return self.model_dump(mode="json")
+
+    def digest(self) -> str:
+        """Equal for equal policies, whatever file or key order they came from: what a log and a
+        replay compare before any decision (``shared.audit.replay``)."""
+        import hashlib
+        import json
+
+        text = json.dumps(self.as_json(), sort_keys=True, separators=(",", ":"))
+        return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+    def differences(self, other: "Policy") -> list[str]:
+        """The keys whose values differ from ``other``'s, each as ``key: mine != other's`` (sorted):
+        what ``replay --verify`` names when it decides under a policy the log did not record."""
+        mine, theirs = self.as_json(), other.as_json()
+        return [f"{key}: {mine.get(key)!r} != {theirs.get(key)!r}" for key in sorted(set(mine) | set(theirs))
+                if mine.get(key) != theirs.get(key)]
+
     @classmethod
     def from_mapping(cls, data: dict[str, Any] | None) -> "Policy":
         return cls.model_validate(data or {})

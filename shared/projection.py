@@ -291,7 +291,7 @@ class ResultProjection:
         at = env.occurred_at
         if at > self.now:
             self.now = at
-        if env.source not in _NOT_DECISIONS:
+        if env.source not in _NOT_DECISIONS and env.type != "PolicyApplied":  # a fact, not a decision
             self.decisions += 1
         self._folded = None
         handler = self._handlers.get(env.type)
@@ -620,8 +620,9 @@ def pod_workload_key(p: Any) -> str:
     return f"{namespace}/{p.name}"
 
 
-_NOT_DECISIONS = frozenset({"ingest", "clock"})
-"""Sources of envelopes that are not a service's decision: watch events and timers firing."""
+_NOT_DECISIONS = frozenset({"ingest", "clock", "runtime"})
+"""Sources of envelopes that are not a service's decision: watch events, timers firing, the embedded
+runtime's ``PolicyApplied`` (a service's own is told by its type)."""
 
 
 def _handlers_of(cls: type) -> dict[str, Callable[[Any, Any, float], None]]:

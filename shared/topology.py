@@ -44,6 +44,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "CapacityChanged": ("queue",),
     "KubeEffect": ("cluster",),
     "TimerSet": ("clock",),
+    "PolicyApplied": (),  # a fact for the log and its readers: no core reads it
 }
 
 

@@ -134,6 +134,8 @@ class Deriver:
 
     def add(self, env: Envelope) -> None:
         self.last_at = max(self.last_at, env.occurred_at)
+        if env.type == "PolicyApplied":
+            return  # the policy a service took: no decision, no object
         if env.source in SERVICES:
             self._open = None  # a decision ends the step: the services decided on what came before
             if env.type == "KubeEffect":

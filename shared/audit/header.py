@@ -3,9 +3,11 @@
 ``{"muster_log": 1, "muster_version": "0.1.0", "schema_version": 1, "policy": {...}, "origin":
 "simulate", "scenario": "fair-share-two-teams", "until": 300.0, "since": null, "before": null}``
 
-``policy`` is the policy the services decided with, as ``Policy`` serialises it, or null when
-nothing recorded it (a Kafka deployment's services get theirs from ``--policy``/``MUSTER_POLICY``,
-which the log does not carry: give the same file to ``muster log export --policy``). ``since`` and
+``policy`` is the policy the log starts with, as ``Policy`` serialises it, or null when nothing
+recorded it. The log itself carries the policy: every service writes a ``PolicyApplied`` event when it
+starts with a policy (the embedded runtime once, first), which ``muster replay`` reads, switching a
+service's policy where its log says it changed; the header's is the fallback for logs made before
+that event, and a Kafka export names the log's first one (or ``--policy``'s). ``since`` and
 ``before`` are set when only a window of the history was exported (a ``--since``/``--until`` that
 left envelopes out; one that cuts nothing exports the whole history, unmarked): such a
 log can be read, explained and reported on, but not verified or replayed under another policy,
@@ -121,6 +123,11 @@ class LogHeader(BaseModel):
             return Policy.from_mapping(self.policy)
         except ValidationError as exc:
             raise CannotReproduce(f"the log's policy is not one this muster reads: {first_errors(exc, 1)}") from None
+
+    def policy_or_none(self) -> Policy | None:
+        """The header's policy, None when it names none (the log's ``PolicyApplied`` events may);
+        ``CannotReproduce`` for one this muster does not read."""
+        return None if self.policy is None else self.decided_with()
 
     def for_store(self) -> dict[str, Any]:
         return {"muster_version": self.muster_version, "schema_version": self.schema_version, "policy": self.policy,

@@ -16,6 +16,11 @@ it can). In that order the log *is* each inbox, filtered by ``shared.topology``,
 ``shared.audit.replay`` and an exported file rely on. In the deployment two services may read two
 envelopes both were sent in opposite orders; then no one order keeps both inboxes, and the log
 cannot be written as one file (``Unordered``, naming the envelopes).
+
+A service's ``PolicyApplied`` (written on a start with a policy its log may not show) goes where the
+service took it in its inbox's order: after the last input it had handled before (its ``after``) and
+before the next, so a replay switches that service's policy exactly where the live one did. The header
+of such a log names the policy the log starts with, unless ``--policy`` gave one.
 """
 
 from __future__ import annotations
@@ -52,11 +57,25 @@ class KafkaLog:
         if problem:
             raise SourceError(f"Kafka at {spec} does not answer: {problem}")
         self.name = f"{spec} ({self.config.topics.log})"
-        self.header = LogHeader.made_now(policy, origin="kafka")
+        self._header = LogHeader.made_now(policy, origin="kafka")
+        self._given = policy is not None
         self.skipped = 0
         """Records of the log topic that are not envelopes (the projector dead-lettered them)."""
         self._ordered: list[tuple[int, bytes]] | None = None
         self._read = 0
+
+    @property
+    def header(self) -> LogHeader:
+        """Made now (a Kafka log holds no header), naming the policy ``--policy`` gave, else the one the
+        log starts with (its first ``PolicyApplied``): so reading it reads the topics."""
+        if self._ordered is None:
+            self._ordered = asyncio.run(self._load())
+            if not self._given:
+                first = next((raw for _, raw in self._ordered if b'"type":"PolicyApplied"' in raw), None)
+                env = codec.decode(first, None) if first is not None else None
+                if isinstance(env, Envelope) and env.type == "PolicyApplied":
+                    self._header = self._header.model_copy(update={"policy": env.payload.policy})
+        return self._header
 
     def size(self) -> tuple[int, str] | None:
         return (len(self._ordered), "events") if self._ordered is not None else None
@@ -69,8 +88,8 @@ class KafkaLog:
         return self._read
 
     def records(self) -> Iterator[Record]:
-        if self._ordered is None:
-            self._ordered = asyncio.run(self._load())
+        self.header  # reads the topics once
+        assert self._ordered is not None
         self._read = 0
         for offset, raw in self._ordered:
             self._read += 1
@@ -185,6 +204,25 @@ def replay_order(log: list[Envelope], handled: dict[str, list[str]]) -> list[int
             if prev is not None:
                 edge(prev, i)
             prev = i
+    positions: dict[str, dict[str, int]] = {}
+    for i, env in enumerate(log):  # a service's policy: where it took it in its inbox (module docstring)
+        if env.type != "PolicyApplied" or env.source not in handled:
+            continue
+        ids = handled[env.source]
+        if env.source not in positions:
+            positions[env.source] = {event_id: k for k, event_id in enumerate(ids)}
+        at = positions[env.source]
+        last = env.payload.after
+        k = at.get(last) if last is not None else -1
+        if k is None:
+            continue  # an input the inbox no longer holds: the producer's order places it
+        if k >= 0 and (j := index.get(ids[k])) is not None and j != i:
+            edge(j, i)
+        for event_id in ids[k + 1:]:  # the next input the log holds
+            if (j := index.get(event_id)) is not None:
+                if j != i:
+                    edge(i, j)
+                break
     ready = [i for i in range(len(log)) if before[i] == 0]
     heapq.heapify(ready)
     order: list[int] = []

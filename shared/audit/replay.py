@@ -22,6 +22,17 @@ is not the head of its service's queue is where the log and the cores part:
     missing      the service derived another decision first (one dropped, or moved later)
     unexpected   no service derived it: a duplicate, moved before its cause, or made up
     unfinished   the log ends while derived decisions are still owed (dropped at the end)
+
+The policy comes from the log: a ``PolicyApplied`` says which services decide with which policy from
+there on (the embedded runtime writes one for all four first; a Kafka service writes its own when it
+starts with a policy its log does not show, laid out right after the last input it had handled,
+``shared.audit.kafka``). A log made before that event existed starts with its header's policy. A
+service that takes another policy mid-way is rebuilt as the live one is on such a restart (its
+snapshot, made under another policy, is refused, ``shared.bus.snapshot``): a fresh core under the new
+policy folds its whole inbox so far, nothing compared, and decides from there. ``--policy``
+(``override``) decides under one policy throughout instead, and each recorded one it differs from is
+said first (``notes``). A divergence names what it can tell apart (``blame``): when the recorded code
+and policy are this replay's, the log was altered; when either differs, that may be all there is to it.
 """
 
 from __future__ import annotations
@@ -32,12 +43,17 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, NamedTuple
 
+from pydantic import ValidationError
+
 from shared.audit.chain import ID_SPAN, recorded_before
+from shared.audit.errors import CannotReproduce
 from shared.audit.logfile import LogSource, Record, decode
+from shared.build import code_digest, muster_version
 from shared.dedupe import DEDUPE_WINDOW
-from shared.embedded import build_cores
-from shared.events import Envelope, to_json
+from shared.embedded import CORE_CLASSES
+from shared.events import Envelope, PolicyApplied, to_json
 from shared.policy import Policy
+from shared.validation import first_errors
 from shared.service import Service
 from shared.topology import ROUTES, SERVICES, destinations
 
@@ -163,6 +179,8 @@ class Divergence(Exception):
     cause: Envelope | None = None
     """The input the decision answers (the derived one's, else the recorded one's if in the log)."""
     cause_where: str = ""
+    blame: str = ""
+    """What the replay can tell about why (``Replayer.blame``): an altered log, or other code or policy."""
 
     def __str__(self) -> str:
         return f"{self.where}: {self.message}"
@@ -188,8 +206,23 @@ class Tally:
 class Replayer:
     """The four services, fed a log envelope by envelope, each decision checked as it comes."""
 
-    def __init__(self, policy: Policy, *, check: bool = True) -> None:
-        self.services = {name: Service(core) for name, core in build_cores(policy).items()}
+    def __init__(self, policy: Policy | None, *, check: bool = True, override: Policy | None = None,
+                 note: Callable[[str], None] | None = None) -> None:
+        """``policy``: what the log starts with (its header's; None: the log must name one, in a
+        ``PolicyApplied``, before any service is handed an envelope). ``override`` (``--policy``):
+        decide under it throughout, whatever the log records. ``note`` hears each policy line."""
+        self.override = override
+        start = override or policy
+        self.policies: dict[str, Policy | None] = {name: start for name in CORE_CLASSES}
+        """The policy each service decides with now."""
+        self.services = {name: Service(CORE_CLASSES[name](start or Policy())) for name in CORE_CLASSES}
+        self._unknown = set() if start is not None else set(CORE_CLASSES)
+        """Services with no policy yet: an envelope for one cannot be replayed (``CannotReproduce``)."""
+        self.recorded: dict[str, PolicyApplied] = {}
+        """The latest ``PolicyApplied`` the log showed for each service (what ``blame`` compares)."""
+        self.notes: list[str] = []
+        """What was said about the policy, in order (a switch, an override that differs)."""
+        self._note = note
         self.check = check
         self.tally = Tally()
         self._owed: dict[str, deque[Derived]] = {name: deque() for name in self.services}
@@ -220,6 +253,9 @@ class Replayer:
             targets = self.router.targets(env)
         else:
             env = decode(record)
+            if env.type == "PolicyApplied":  # for no inbox: it sets what the cores decide with
+                self.applied(env, where)
+                return _step(Step, (where, env, []))
             if check:
                 if env.causation_id in self._by_id:
                     raise self._before_cause(env, record)
@@ -237,6 +273,10 @@ class Replayer:
             service = services.get(target)
             if service is None:  # "cluster": the Kubernetes side, not a core
                 continue
+            if self._unknown and target in self._unknown:
+                raise CannotReproduce(f"{where}: the log gives {target} an envelope before it records the policy "
+                                      f"{target} decided with (no PolicyApplied, and no policy in its header): pass "
+                                      "the services' policy with --policy")
             tally.delivered += 1
             outs = service.handle(env)
             if outs:
@@ -244,6 +284,83 @@ class Replayer:
                 if check:
                     self._owe(target, outs, env, where)
         return _step(Step, (where, env, outputs))
+
+    def applied(self, env: Envelope, where: str) -> None:
+        """A ``PolicyApplied``: its services decide with its policy from here (see the module
+        docstring); the same policy again changes nothing (a restart that could not tell)."""
+        p = env.payload
+        try:
+            policy = Policy.from_mapping(p.policy)
+        except ValidationError as exc:
+            raise CannotReproduce(f"{where}: the log's policy is not one this muster reads: "
+                                  f"{first_errors(exc, 1)}") from None
+        names = [name for name in p.services if name in self.services]
+        for name in names:
+            self.recorded[name] = p
+        who = ", ".join(names)
+        if self.override is not None:
+            differs = self.override.differences(policy)
+            if differs and names:
+                self._say(f"policy differs: {who} decided with policy {p.policy_digest} (recorded at {where}); this "
+                          f"replay decides under --policy {self.override.digest()}: " + "; ".join(differs))
+            return
+        changed: list[str] = []
+        for name in names:
+            current = self.policies[name]
+            self._unknown.discard(name)
+            if current == policy:
+                continue
+            if current is not None and self.services[name].handled:
+                changed.append(f"{name} ({'; '.join(policy.differences(current))})")
+            self._switch(name, policy, where)
+        if changed:
+            self._say(f"policy changes at {where}: from here with policy {p.policy_digest}: " + ", ".join(changed))
+
+    def _say(self, text: str) -> None:
+        self.notes.append(text)
+        if self._note is not None:
+            self._note(text)
+
+    def _switch(self, name: str, policy: Policy, where: str) -> None:
+        """``name`` restarted under ``policy``: a fresh core folds every envelope of its inbox so far
+        (as the live service rebuilds when its snapshot's policy is not its own), nothing compared."""
+        fresh = Service(CORE_CLASSES[name](policy))
+        old = self.services[name]
+        self.policies[name] = policy
+        self.services[name] = fresh
+        if not old.handled:
+            return
+        source = self._source
+        if source is None:
+            raise CannotReproduce(f"{where}: {name} takes another policy mid-way; rebuilding it needs the log "
+                                  "from its start (replay it with Replayer.run)")
+        router, n = Router(self.router.window), self.tally.events - 1  # the records before this one
+        for i, record in enumerate(source.records()):
+            if i >= n:
+                break
+            env = decode(record)
+            if env.type != "PolicyApplied" and name in (router.targets(env) or ()):
+                fresh.handle(env)
+        fresh.take_faults()
+
+    def blame(self, service: str | None) -> str:
+        """Why a decision of ``service`` may not be reproduced, as far as the log can tell: the code or
+        policy differs from the recorded (a new muster, a --policy), or neither does and the log was altered."""
+        recorded = self.recorded.get(service or "")
+        if recorded is None:
+            return ("the log records no PolicyApplied for this service (a log made before muster wrote one): the "
+                    "log was altered, or the code or policy differs")
+        ours = code_digest()
+        if self.override is not None:
+            differs = self.override.differences(Policy.from_mapping(recorded.policy))
+            if differs:
+                return ("the code or policy differs: this replay decides under --policy, not the policy recorded ("
+                        + "; ".join(differs) + "), so this need not be an altered log")
+        if recorded.code_digest != ours:
+            return (f"the code or policy differs: the log was made by muster {recorded.muster_version} (code "
+                    f"{recorded.code_digest}), this is muster {muster_version()} (code {ours}), so this need not be "
+                    "an altered log")
+        return "the log was altered: this is the code and the policy the log records"
 
     def _owe(self, target: str, outs: list[Envelope], cause: Envelope, where: str) -> None:
         """``target``'s outputs from ``cause``: owed by the log, in order, each as the bytes to compare."""
@@ -294,8 +411,8 @@ class Replayer:
         elif env.causation_id and not self._seen_cause(env):
             why = f"its cause {env.causation_id} is not earlier in the log (moved before its cause, or made up)"
         else:
-            why = (f"{env.source} did not derive it from its cause {env.causation_id}: altered (its id, cause or "
-                   "position changed) or made up")
+            why = (f"{env.source} did not derive it from its cause {env.causation_id}: its id, cause or position "
+                   "is not what was derived, or no service made it")
         owed = self._owed.get(env.source)
         first = owed[0] if owed else None
         return Divergence("unexpected", record.where, f"{env.source}'s {env.type} {env.subject} ({env.id}): {why}",
@@ -348,8 +465,11 @@ class Replayer:
                     if was_enabled and n % COLLECT_EVERY == 0:
                         gc.collect(0)
             self.finish(f"after {where}")
-        except Divergence:
+        except Divergence as d:
             self.tally.different = 1  # the replay stops at the first
+            if not d.blame:
+                d.blame = self.blame(d.derived.service if d.derived is not None else
+                                     d.recorded.source if d.recorded is not None else None)
             raise
         finally:
             self._source = None
@@ -358,17 +478,18 @@ class Replayer:
             self.tally.wall_seconds += time.perf_counter() - started
 
 
-def replay(source: LogSource, policy: Policy, *, check: bool = True,
-           tick: Callable[[], None] | None = None) -> Iterator[Step]:
-    """Replay ``source`` through fresh cores built with ``policy``: one ``Step`` per envelope, the
+def replay(source: LogSource, policy: Policy | None, *, check: bool = True,
+           tick: Callable[[], None] | None = None, override: Policy | None = None) -> Iterator[Step]:
+    """Replay ``source`` through fresh cores built with ``policy`` (the log's own from its
+    ``PolicyApplied`` on; ``override`` throughout): one ``Step`` per envelope, the
     hook for readers that walk a replay (tracing builds its spans from it).
 
     With ``check`` every recorded decision is compared with the derived one and the first
     difference raises ``Divergence``; without, the log is only fed to the cores."""
-    return Replayer(policy, check=check).run(source, tick)
+    return Replayer(policy, check=check, override=override).run(source, tick)
 
 
-def verify(source: LogSource, policy: Policy, *, tick: Callable[[], None] | None = None,
+def verify(source: LogSource, policy: Policy | None, *, tick: Callable[[], None] | None = None,
            replayer: Replayer | None = None) -> Tally:
     """Re-derive every decision of ``source``; the tally when all are identical, else ``Divergence``
     (pass ``replayer`` to read its tally afterwards either way)."""
@@ -376,3 +497,37 @@ def verify(source: LogSource, policy: Policy, *, tick: Callable[[], None] | None
     for _ in replayer.run(source, tick):
         pass
     return replayer.tally
+
+
+def starting_policy(source: LogSource) -> Policy:
+    """The policy the log starts with: its first ``PolicyApplied``'s, else its header's (a log made
+    before the event existed; ``CannotReproduce`` when neither names one). What-if runs its twin
+    under it; a Kafka log's services write theirs before their first decision."""
+    for record in source.records():
+        if _POLICY_TYPE in record[1]:
+            env = decode(record)
+            if env.type == "PolicyApplied":
+                try:
+                    return Policy.from_mapping(env.payload.policy)
+                except ValidationError as exc:
+                    raise CannotReproduce(f"{record.where}: the log's policy is not one this muster reads: "
+                                          f"{first_errors(exc, 1)}") from None
+    return source.header.decided_with()
+
+
+def policy_changes(source: LogSource) -> int:
+    """How many times a service of the log took a policy other than the one it had (0: one policy)."""
+    held: dict[str, str] = {}
+    changes = 0
+    for record in source.records():
+        if _POLICY_TYPE in record[1]:
+            env = decode(record)
+            if env.type == "PolicyApplied":
+                for name in env.payload.services:
+                    if held.get(name, env.payload.policy_digest) != env.payload.policy_digest:
+                        changes += 1
+                    held[name] = env.payload.policy_digest
+    return changes
+
+
+_POLICY_TYPE = b'"type":"PolicyApplied"'

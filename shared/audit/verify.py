@@ -32,6 +32,8 @@ def _line(env: Envelope | None, raw: bytes | None = None) -> str:
 
 def show_divergence(d: Divergence, source: LogSource, out: Console) -> None:
     out.print(f"[bold red]DIVERGED[/] at {escape(d.where)} ({d.kind}): {escape(d.message)}")
+    if d.blame:
+        out.print(f"  why         {escape(d.blame)}")
     out.print(f"  recorded    {escape(_line(d.recorded, d.recorded_raw)) if d.recorded else '(not in the log)'}")
     derived = d.derived
     out.print(f"  re-derived  {escape(derived.data.decode()) if derived else '(nothing: no service derived it)'}")
@@ -46,9 +48,14 @@ def show_divergence(d: Divergence, source: LogSource, out: Console) -> None:
                       + escape(f"{where} {env.source} {env.type} {env.subject} ({env.id})"))
 
 
-def run(source: LogSource, policy: Policy, out: Console, *, progress: bool = True) -> int:
-    """Verify ``source``; print the verdict on ``out``; the exit code."""
-    replayer = Replayer(policy, check=True)
+def run(source: LogSource, policy: Policy | None, out: Console, *, progress: bool = True,
+        override: Policy | None = None) -> int:
+    """Verify ``source``; print the verdict on ``out``; the exit code. ``policy`` is what the log starts
+    with when its events do not say (its header's); ``override`` (``--policy``) decides throughout, and
+    where it differs from a recorded policy that is said as the replay reaches it, before that
+    service's decisions are compared."""
+    replayer = Replayer(policy, check=True, override=override,
+                        note=lambda text: out.print(f"[yellow]note:[/] {escape(text)}"))
     header = source.header
     out.print(f"[dim]verifying {escape(source.name)}: muster {escape(header.muster_version)}, schema "
               f"{header.schema_version}, origin {escape(header.origin)}[/]")

@@ -57,7 +57,7 @@ class Outcome:
 def decisions_by_service(log: Iterable[Envelope]) -> dict[str, list[bytes]]:
     out: dict[str, list[bytes]] = {s: [] for s in SERVICES}
     for env in log:
-        if env.source in out:
+        if env.source in out and env.type != "PolicyApplied":  # what a service decided, not what it was told
             out[env.source].append(to_json(env))
     return out
 

@@ -47,10 +47,12 @@ from shared.bus.config import BusConfig
 from shared.bus.sequencing import Arrival, Rounds
 from shared.bus.snapshot import SnapshotKeeper, Snapshots
 from shared.bus.topics import lost_records, retention_problem
-from shared.bus.worker import Clock, InboxWorker, Incoming, Producer, Record
+from shared.build import policy_applied
+from shared.bus.worker import Clock, InboxWorker, Incoming, Producer, Record, envelope_record
 from shared.embedded import CORE_CLASSES
 from shared.policy import Policy
 from shared.dedupe import dedupe_window
+from shared.events import wrap
 from shared.service import Service, collect_less
 
 if TYPE_CHECKING:
@@ -647,6 +649,9 @@ class InboxReader(PartitionReader):
         self._assigned_at = time.perf_counter()
         self.rebuild_seconds = 0.0
         """From the inbox's assignment to ready: loading a snapshot and folding the tail (or the past)."""
+        self.policy: Policy | None = None
+        """The policy the service decides with, written to the log on start (``_announce``); None: not
+        written (``simulate --bus``, whose driver writes the run's one)."""
 
     def _helpers(self) -> list[Awaitable[Any]]:
         helpers = [self._fire_timers()] if self.worker.clock is not None else []
@@ -672,7 +677,7 @@ class InboxReader(PartitionReader):
             else:
                 live.append(Incoming(m.value, m.headers, m.partition, m.offset))
         if not self.ready.is_set() and records[-1].offset + 1 >= replay_end:
-            self._rebuilt()
+            await self._rebuilt()
         if live:
             started = time.perf_counter()
             through = await self.worker.process_batch(live, self.producer)
@@ -682,13 +687,32 @@ class InboxReader(PartitionReader):
             # timers the worker fired into the inbox and handed over itself: not read twice
             self._in_order.next = max(self._in_order.next or 0, self.processed)
 
-    def _rebuilt(self) -> None:
+    async def _rebuilt(self) -> None:
         log.info("%s: rebuilt from %d inbox records; resuming at offset %d", self.worker.service.name,
                  self.worker.replayed, self._replay_end or 0)
         if self.snapshots is not None:
             self.snapshots.rebuilt()
+        await self._announce()
         self.rebuild_seconds = time.perf_counter() - self._assigned_at
         self.ready.set()
+
+    async def _announce(self) -> None:
+        """Write the ``PolicyApplied`` of this start to the log, before any live record is handled and
+        before any snapshot is written: the log then names the policy every later decision was made
+        with, right after the last input handled before (``after``, how ``shared.audit.kafka`` lays it
+        out). Not when a snapshot was loaded: its checks passed, so it was made under this policy and
+        code, by a start that wrote its own event first. Sent to the log only (it is no one's input),
+        outside the output digest (a replay of the inbox does not make it)."""
+        if self.policy is None or (self.snapshots is not None and self.snapshots.loaded_at is not None):
+            return
+        worker = self.worker
+        now = worker.clock.now() if worker.clock is not None else time.time()
+        env = wrap(policy_applied(self.policy, (worker.service.name,), after=worker.last_handled),
+                   source=worker.service.name, cause=None, index=0, at=now)
+        offsets = await self.producer.send_all([envelope_record(worker.topics, worker.topics.log, env)])
+        worker.log_high = max(worker.log_high, *offsets)
+        log.info("%s: decides with policy %s (written to the log: %s)", worker.service.name,
+                 env.payload.policy_digest, env.id)
 
     async def _assigned(self, consumer: AIOKafkaConsumer) -> None:
         """On start: load the latest snapshot and replay from it (or from the start) up to the
@@ -716,7 +740,7 @@ class InboxReader(PartitionReader):
             consumer.seek(self.tp, start)
         else:
             consumer.seek(self.tp, self._replay_end)
-            self._rebuilt()
+            await self._rebuilt()
 
     async def _fire_timers(self) -> None:
         await self.ready.wait()
@@ -775,6 +799,8 @@ def service_app(service: str, config: BusConfig, policy: Policy, *, ordering: Or
     worker = InboxWorker(first, config.topics, order, clock=clock, tracer=tracer)
     keeper = None if snapshots is False else snapshots or SnapshotKeeper(config, service, policy)
     reader = InboxReader(config, group, worker, FaustProducer(app), commit_interval=COMMIT_INTERVAL)
+    if ordering == "arrival":
+        reader.policy = policy
     if keeper is not None:
         reader.snapshots = Snapshots(keeper, reader, fresh)
     app.muster_worker = worker  # type: ignore[attr-defined]

@@ -183,6 +183,12 @@ class RoundKeeper:
         wanted = {(service, env.id) for service, env in deliveries}
         return await self._outputs(last, wanted)
 
+    async def record(self, env: Envelope) -> None:
+        """Write ``env``, which the driver made and no inbox reads (the run's ``PolicyApplied``), to the
+        log, once: so the log on Kafka names the run's policy as the embedded one does."""
+        if self.written.add(env.id):
+            await self.producer.send_all([envelope_record(self.config.topics, self.config.topics.log, env)])
+
     async def _finished(self, releases: dict[str, Record]) -> int:
         """Wait for every service's ``Finished`` of this round; the highest log offset they wrote."""
         waiting, last = set(releases), -1
@@ -249,6 +255,14 @@ class DistributedRuntime(EmbeddedRuntime):
         self.keeper = keeper
         self.bus = loop
         self.before_round = before_round
+
+    def announce(self) -> Envelope | None:
+        """The embedded runtime's ``PolicyApplied``, on the Kafka log too (the services under
+        ``simulate --bus`` write none of their own)."""
+        env = super().announce()
+        if env is not None:
+            self.bus.run(self.keeper.record(env))
+        return env
 
     def handle_round(self, deliveries: list[Delivery]) -> Outputs:
         if not deliveries:

@@ -624,6 +624,7 @@ class Snapshots:
         service, ordering = self.fresh()
         worker = self.worker
         worker.service, worker.ordering, worker.digest, worker.replayed = service, ordering, None, 0
+        worker.last_handled = None
         if worker.clock is not None:
             worker.clock.load([])
         self.loaded_at, self._check, self.tail = None, None, 0

@@ -207,6 +207,9 @@ class InboxWorker:
         self.tracer = tracer
         """Sends a span per hop handled live (tracing on; ``shared.tracing.live``)."""
         self.watchers: list[Watcher] = []
+        self.last_handled: str | None = None
+        """The id of the last inbox envelope handed to the service, live or in a replay: where a
+        restart's ``PolicyApplied`` goes in its inbox's order (``shared.bus.app.InboxReader._announce``)."""
         self.digest: bytes | None = None
         """With snapshots on, a hash chained over every output handled (``snapshot.chain``): what a
         tail replay after loading a snapshot must reproduce. None: not kept."""
@@ -358,6 +361,8 @@ class InboxWorker:
             return []  # a copy of one handled already: not even held
         else:
             ready = self.ordering.offer(item)
+        if ready:
+            self.last_handled = ready[-1].id
         if not self.watchers and (self.tracer is None or not live):
             return [out for env in ready for out in self.service.handle(env)]
         outputs: list[Envelope] = []

@@ -135,7 +135,7 @@ class RowOps:
 
 # --------------------------------------------------------------------------- what an event is about
 _NO_WORKLOAD = frozenset({"TimerSet", "TimerFired", "CapacityChanged", "KubeEffect", "QueueDefined", "QueueRemoved",
-                          "QueueRejected"})
+                          "QueueRejected", "PolicyApplied"})
 _BY_SPEC = frozenset({"WorkloadSubmitted", "WorkloadUpdated"})
 
 

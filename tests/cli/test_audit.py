@@ -78,14 +78,71 @@ def test_bad_files_give_one_line_and_their_exit_code(log: Path, tmp_path: Path, 
         _error(_invoke(*command), code, text)
 
 
-def test_a_log_without_its_policy_needs_one(log: Path, tmp_path: Path) -> None:
+def _bare(log: Path, out: Path, *, keep_event: bool) -> Path:
+    """``log`` with no policy in its header, and (``keep_event`` off) without its ``PolicyApplied``: a log
+    of a Kafka deployment before the services wrote the event."""
     raw = log.read_bytes().splitlines(keepends=True)
-    bare = tmp_path / "bare.jsonl"
-    bare.write_bytes(json.dumps({**json.loads(raw[0]), "policy": None}).encode() + b"\n" + b"".join(raw[1:]))
-    _error(_invoke("replay", bare, "--verify"), 2, "does not record the policy")
+    lines = [line for line in raw[1:-1] if keep_event or b'"type":"PolicyApplied"' not in line]
+    out.write_bytes(json.dumps({**json.loads(raw[0]), "policy": None}).encode() + b"\n" + b"".join(lines)
+                    + b'{"muster_log_end":{"events":%d}}\n' % len(lines))
+    return out
+
+
+def test_a_log_without_its_policy_needs_one(log: Path, tmp_path: Path) -> None:
+    bare = _bare(log, tmp_path / "bare.jsonl", keep_event=False)
+    _error(_invoke("replay", bare, "--verify"), 2, "before it records the policy")
     policy = tmp_path / "policy.yaml"  # the run's: simulate answers to the names its KubeRay gives pods
     policy.write_text("scheduler_names: [muster, kai-scheduler, default-scheduler]\n")
-    _clean_exit(_invoke("replay", bare, "--verify", "--policy", policy), 0)
+    result = _invoke("replay", bare, "--verify", "--policy", policy)
+    _clean_exit(result, 0)
+    assert "--policy" in result.stderr and "overrides the policy the log records" in _flat(result.stderr)
+
+
+def test_the_policy_event_is_enough_without_a_header_policy(log: Path, tmp_path: Path) -> None:
+    """The policy comes from the log itself: a header that names none (a Kafka export without --policy)
+    still verifies, and what-if runs under the recorded policy."""
+    bare = _bare(log, tmp_path / "bare.jsonl", keep_event=True)
+    result = _invoke("replay", bare, "--verify")
+    _clean_exit(result, 0)
+    assert "policy differs" not in result.stdout and not result.stderr.strip()
+
+
+def test_verify_under_another_policy_says_it_differs_and_blames_the_policy(log: Path, tmp_path: Path) -> None:
+    """``--policy`` is the user's request: decisions are compared under it, the fields that differ from the
+    recorded policy are named before any comparison, and a divergence is put on the policy, not on the log."""
+    other = tmp_path / "strict.yaml"
+    other.write_text("queueing: StrictFIFO\nmin_runtime_seconds: 600\n"
+                     "scheduler_names: [muster, kai-scheduler, default-scheduler]\n")
+    result = _invoke("replay", log, "--verify", "--policy", other)
+    _clean_exit(result, 1)
+    out = _flat(result.stdout)
+    assert "overrides the policy the log records" in _flat(result.stderr)
+    assert "policy differs" in out and "min_runtime_seconds: 600.0 != 0.0" in out and "queueing: 'StrictFIFO'" in out
+    assert out.index("policy differs") < out.index("DIVERGED")
+    assert "why the code or policy differs: this replay decides under --policy" in out
+    assert "the log was altered" not in out
+
+
+def test_a_tampered_log_under_its_own_policy_and_code_is_called_altered(log: Path, tmp_path: Path) -> None:
+    lines = lines_of(log)
+    i = decision_lines(lines)[3]
+    lines[i] = lines[i].replace(b'"reason":"', b'"reason":"forged ', 1)
+    out = _flat(_invoke("replay", rewritten(log, lines, tmp_path / "bad.jsonl"), "--verify").stdout)
+    assert "why the log was altered: this is the code and the policy the log records" in out
+
+
+def test_a_log_of_other_code_is_not_called_altered(log: Path, tmp_path: Path) -> None:
+    lines = lines_of(log)
+    assert b'"type":"PolicyApplied"' in lines[0]
+    lines[0] = re.sub(rb'"code_digest":"[0-9a-f]+"', b'"code_digest":"0000000000000000"', lines[0])
+    lines[0] = lines[0].replace(b'"muster_version":"', b'"muster_version":"0.0.1-old', 1)
+    i = decision_lines(lines)[3]
+    lines[i] = lines[i].replace(b'"reason":"', b'"reason":"changed ', 1)
+    result = _invoke("replay", rewritten(log, lines, tmp_path / "other.jsonl"), "--verify")
+    _clean_exit(result, 1)
+    out = _flat(result.stdout)
+    assert "why the code or policy differs: the log was made by muster 0.0.1-old" in out
+    assert "(code 0000000000000000)" in out and "the log was altered" not in out
 
 
 def test_export_windows_and_compresses(log: Path, tmp_path: Path) -> None:

@@ -158,10 +158,11 @@ def test_export_from_kafka_then_verify_the_file(kafka_run: Any, kafka_bootstrap:
     assert "reproduces the log's decisions exactly" in whatif and "2 of 2 workloads changed" in whatif
     without = _invoke("replay", file.with_name("none.jsonl"), "--verify")
     assert without.exit_code == 2
-    no_policy = tmp_path / "nopolicy.jsonl"
+    no_policy = tmp_path / "nopolicy.jsonl"  # the policy comes from the log's PolicyApplied (issue 28)
     _ok(_invoke("log", "export", "--from", f"kafka://{kafka_bootstrap}", "--topic-prefix", prefix, "--out", no_policy))
-    refused = _invoke("replay", no_policy, "--verify")
-    assert refused.exit_code == 2 and "does not record the policy" in refused.stderr
+    assert LogFile(no_policy).header.policy == run.policy.model_dump(mode="json")
+    verified = _invoke("replay", no_policy, "--verify", "-q")
+    assert verified.exit_code == 0 and "0 different" in verified.stdout and not verified.stderr.strip()
 
 
 def test_a_file_exported_from_kafka_imports_into_a_store_that_verifies_and_explains_as_the_file(

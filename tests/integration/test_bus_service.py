@@ -109,6 +109,8 @@ def test_a_service_routes_its_outputs_after_logging_them_and_fires_its_own_timer
         send(config, topics.inbox("placement"), codec.encode(joined), codec.encode(other))
         log = envelopes(read_until(config, topics.log, lambda rs: sum(
             codec.decode(r.value, r.headers).type == "CapacityChanged" for r in rs) == 2))
+    assert (log[0].source, log[0].type) == ("placement", "PolicyApplied")  # first, on start (issue 28)
+    log = log[1:]
     kinds = [(e.source, e.type) for e in log]
     # the capacity timer was set, fired by the service's wall clock into its own inbox, and handled
     assert kinds == [("placement", "CapacityChanged"), ("placement", "TimerSet"), ("clock", "TimerFired"),
@@ -163,7 +165,8 @@ def admission_handles(config: BusConfig, env: Envelope, *, then_wait: float) -> 
     """Admission runs, handles ``env`` (its output reaches the log), lingers ``then_wait`` s, stops."""
     with running(config, lambda: service_app("admission", config, Policy(), snapshots=False)):
         send(config, config.topics.inbox("admission"), codec.encode(env))
-        read_until(config, config.topics.log, lambda rs: len(rs) >= 1)
+        read_until(config, config.topics.log, lambda rs: any(  # a decision, not only the start's policy
+            codec.decode(r.value, r.headers).type != "PolicyApplied" for r in rs))
         time.sleep(then_wait)
 
 
@@ -190,8 +193,34 @@ def test_a_restarted_service_rebuilds_from_its_inbox(kafka_bootstrap: str, topic
             codec.decode(r.value, r.headers).type == "WorkloadDeleted" for r in rs)))
         assert app.muster_worker.replayed == 1
         assert app.muster_worker.service.duplicates == 1
-    assert [e.type for e in log] == ["WorkloadSubmitted", "WorkloadDeleted"]
-    assert log[1].causation_id == deleted.id
+    decided = [e for e in log if e.type != "PolicyApplied"]
+    assert [e.type for e in decided] == ["WorkloadSubmitted", "WorkloadDeleted"]
+    assert decided[1].causation_id == deleted.id
+    # each start wrote its policy (no snapshot told the second it was written): the second after the
+    # input the first had handled, which it rebuilt from
+    applied = [e.payload for e in log if e.type == "PolicyApplied"]
+    assert [(p.services, p.after) for p in applied] == [(("admission",), None), (("admission",), created.id)]
+    assert applied[0].policy_digest == Policy().digest() and applied[0].policy == Policy().as_json()
+
+
+def test_a_restart_with_another_policy_writes_it_where_the_service_took_it(kafka_bootstrap: str,
+                                                                           topic_prefix: str) -> None:
+    """Issue 28: the policy a service decides with is in the log, and a restart under another one says so,
+    placed after the last input it handled before (``shared.audit.kafka.replay_order`` puts it there)."""
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    topics = config.topics
+    created = ingest(ray_cluster("rc"), 1)
+    admission_handles(config, created, then_wait=1.5)
+    strict = Policy(queueing="StrictFIFO")
+    with running(config, lambda: service_app("admission", config, strict, snapshots=False)) as (app, bus):
+        bus.run(asyncio.wait_for(app.muster_reader.ready.wait(), READY_WAIT))
+        log = envelopes(read_until(config, topics.log, lambda rs: sum(
+            codec.decode(r.value, r.headers).type == "PolicyApplied" for r in rs) >= 2))
+    applied = [e for e in log if e.type == "PolicyApplied"]
+    assert [Policy.from_mapping(e.payload.policy) for e in applied] == [Policy(), strict]
+    assert applied[1].payload.after == created.id and applied[1].source == "admission"
+    assert applied[1].causation_id is None and applied[0].id != applied[1].id
+    assert log.index(applied[1]) > log.index(next(e for e in log if e.type == "WorkloadSubmitted"))
 
 
 class PoisonedAdmission(AdmissionCore):
@@ -231,6 +260,7 @@ def test_a_record_the_core_raises_on_is_dead_lettered_once_and_the_service_goes_
         worker = app.muster_worker
         # the poison was folded again to rebuild the state, but neither dead-lettered nor answered again
         assert (worker.replayed, worker.failed, worker.dead_letters) == (2, 0, 0)
+    log = [e for e in log if e.type != "PolicyApplied"]  # each start's policy (no snapshot said it was written)
     assert [(e.type, e.subject) for e in log] == [
         ("WorkloadRejected", "default/poison"), ("WorkloadSubmitted", "default/good"),
         ("WorkloadSubmitted", "default/later")]
