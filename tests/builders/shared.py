@@ -22,6 +22,8 @@ from shared.events import (
     QueueRemoved, ReclaimRequested, SlotAssignment, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished,
     WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWithdrawn, wrap,
 )
+from shared.build import policy_applied
+from shared.policy import Policy
 from shared.sim.cluster import SimCluster
 from tests.builders import gang, pod, pod_set, queue_spec, workload
 
@@ -71,7 +73,8 @@ def sample_payloads() -> dict[str, Any]:
         CapacityChanged(total={"cpu": 16000}, nodes=1, released=True),
         KubeEffect(op="annotate", kind="RayCluster", namespace="team-a", name="rc", annotations={"a": "b"}),
         TimerSet(key="cycle", at=7.0),
-        TimerFired(key="cycle"),
+        TimerFired(key="cycle", at=7.0),
+        policy_applied(Policy(), ("queue",)),
         ObjectsListed(kind="Pod", api_version="v1", resource_version="4711", part=0,
                       keys=("team-a/rc-head-abcde", "team-a/rc-worker-fghij"), last=True),
     ]
