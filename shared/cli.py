@@ -889,13 +889,13 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
     clock = TimeFormat.of(header.origin, log[0].occurred_at if log else None, local=local)
     outcome = whatif.what_if(log, name=header.scenario or "history", until=header.until,
                              recorded_policy=policy, change=change, extra=extra, approximate=approximate,
-                             origins=origins)
+                             origins=origins, deployed=clock.wall)
     doc = whatif.comparison(outcome, policy)
     title = f"muster what-if: {doc['scenario']} under {change_file.name}" + (
         f" + {', '.join(p.name for p in extra_files)}" if extra_files else "")
     console.print(f"[bold]{escape(title)}[/]")
-    console.print("[green]the recorded side reproduces the log's decisions exactly[/]" if outcome.faithful else
-                  f"[yellow]approximate:[/] {escape(outcome.difference)}")
+    for line in whatif.verdict(doc):
+        console.print(escape(line), style=None if outcome.faithful else "yellow")
     table = Table(title=f"per queue, recorded -> new (to {clock.at(outcome.end)})", title_justify="left")
     table.add_column("queue")
     for _, label in whatif.COLUMNS:
@@ -908,6 +908,10 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
     console.print(f"{len(doc['changed'])} of {len(doc['workloads'])} workloads changed")
     for key in doc["changed"]:
         console.print(escape(f"  {key}: {'; '.join(doc['workloads'][key]['change'])}"))
+    if outcome.unmodeled:
+        console.print("not modeled (the cluster's answer to a changed admission is not in the recording):")
+        for gap in outcome.unmodeled:
+            console.print(escape(f"  {gap.words(clock.at)}"))
     if json_out:
         json_out.write_text(json.dumps(doc, indent=2) + "\n")
     if html_out:

@@ -127,6 +127,21 @@ class Policy(BaseModel):
     def from_mapping(cls, data: dict[str, Any] | None) -> "Policy":
         return cls.model_validate(data or {})
 
+    def layered_dump(self, override: dict[str, Any] | None) -> dict[str, Any]:
+        """``override`` (a ``policy:`` block, a what-if file) over this policy's set keys, as a mapping:
+        its keys replace these, but ``queues`` merge queue by queue (``layered`` validates it)."""
+        merged = self.model_dump(exclude_defaults=True)
+        override = dict(override or {})
+        queues = {**merged.get("queues", {}), **(override.pop("queues", None) or {})}
+        merged.update(override)
+        if queues:
+            merged["queues"] = queues
+        return merged
+
+    def layered(self, override: dict[str, Any] | None) -> "Policy":
+        """This policy with ``override`` over it (``layered_dump``); ``ValidationError`` for a bad key."""
+        return Policy.from_mapping(self.layered_dump(override))
+
     @classmethod
     def from_yaml(cls, path: str | Path) -> "Policy":
         """Raises ``PolicyError`` with the offending field named."""

@@ -271,12 +271,8 @@ class Scenario(_Strict):
         scheduler names muster answers to, it also answers to the one the simulated KubeRay gives its
         pods and to ``default-scheduler`` (pods that name none), so the manifests mean what they did
         before KubeRay's setting was simulated. Naming them shows pods left to another scheduler."""
-        merged = (base or Policy()).model_dump(exclude_defaults=True)
         override = dict(self.policy or {})
-        queues = {**merged.get("queues", {}), **(override.pop("queues", None) or {})}
-        merged.update(override)
-        if queues:
-            merged["queues"] = queues
+        merged = (base or Policy()).layered_dump(override)
         if "scheduler_names" not in override and (base is None or "scheduler_names" not in base.model_fields_set):
             names = Policy().scheduler_names + (plugin(self.batch_scheduler).pod_scheduler, DEFAULT_SCHEDULER)
             merged["scheduler_names"] = list(dict.fromkeys(names))

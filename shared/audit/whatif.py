@@ -19,10 +19,11 @@ Compared per queue and overall: admission wait p50/p95/max, preemptions, GPU-hou
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
 import yaml
+from pydantic import ValidationError
 
 from services.admission.priority import PriorityBook
 from shared import kube
@@ -30,6 +31,7 @@ from shared.audit.derive import derive
 from shared.audit.errors import ApplyRefused, CannotReproduce
 from shared.audit.fold import fold
 from shared.audit.metrics import AT_LEAST, WorkloadFigures, cell, per_queue, workload_figures
+from shared.audit.recorded import Unmodeled, inputs, replay_inputs, unmodeled
 from shared.events import Envelope, to_json
 from shared.eventtime import SCENARIO, TimeFormat
 from shared.policy import Policy
@@ -37,21 +39,38 @@ from shared.scenario import Scenario, ScenarioError, document_problem, parse_sce
 from shared.sim.cluster import describe, namespace_of
 from shared.simulate import Run, simulate
 from shared.topology import SERVICES
+from shared.validation import first_errors
+
+
+@dataclass(frozen=True)
+class Side:
+    """One run of a what-if: the policy it decided with and the log it made."""
+
+    policy: Policy
+    log: list[Envelope]
+
+    @classmethod
+    def of(cls, run: Run) -> "Side":
+        return cls(run.policy, run.runtime.log)
 
 
 @dataclass
 class Outcome:
     scenario: dict[str, Any]
-    recorded: Run
-    new: Run
+    recorded: Side
+    new: Side
     faithful: bool
     difference: str
     """Where the recorded side first differs from the log ('' when it does not)."""
     end: float
+    replayed: int | None = None
+    """A deployment's log: how many recorded watch events both sides were fed (``shared.audit.recorded``);
+    None: the log was derived into a scenario the simulator ran."""
+    unmodeled: list[Unmodeled] = field(default_factory=list)
+    """Changed admissions whose answer from the cluster the recording cannot give (a deployment's log)."""
 
     def figures(self) -> tuple[dict[str, WorkloadFigures], dict[str, WorkloadFigures]]:
-        return (workload_figures(fold(self.recorded.runtime.log), self.end),
-                workload_figures(fold(self.new.runtime.log), self.end))
+        return (workload_figures(fold(self.recorded.log), self.end), workload_figures(fold(self.new.log), self.end))
 
 
 def decisions_by_service(log: Iterable[Envelope]) -> dict[str, list[bytes]]:
@@ -60,6 +79,17 @@ def decisions_by_service(log: Iterable[Envelope]) -> dict[str, list[bytes]]:
         if env.source in out and env.type != "PolicyApplied":  # what a service decided, not what it was told
             out[env.source].append(to_json(env))
     return out
+
+
+def shared_decisions(log: Iterable[Envelope], replayed: Iterable[Envelope]) -> str:
+    """'' when a replay made exactly the log's decisions, else how many of them it made identically
+    (a deployment's inputs replayed: its services read them in an order the replay does not follow)."""
+    recorded = [d for ds in decisions_by_service(log).values() for d in ds]
+    again = {d for ds in decisions_by_service(replayed).values() for d in ds}
+    same = sum(1 for d in recorded if d in again)
+    if same == len(recorded) == len(again):
+        return ""
+    return f"{same} of the log's {len(recorded)} decisions made identically ({len(again)} made in all)"
 
 
 def first_difference(recorded: dict[str, list[bytes]], simulated: dict[str, list[bytes]]) -> str:
@@ -162,13 +192,16 @@ def _scenario(doc: dict[str, Any]) -> Scenario:
 
 def what_if(log: list[Envelope], *, name: str, until: float | None, recorded_policy: Policy,
             change: dict[str, Any] | None, extra: list[dict[str, Any]], approximate: bool = False,
-            origins: Sequence[str] = ()) -> Outcome:
+            origins: Sequence[str] = (), deployed: bool = False) -> Outcome:
     """Run the derived scenario under the recorded policy and under ``change`` (a policy mapping
     layered over it) with ``extra`` manifests (``origins``: the file each came from, for the error
     naming it); ``CannotReproduce`` when the recorded side does not give the log's decisions back
-    (unless ``approximate``), ``ApplyRefused`` for a manifest of ``extra`` the new run refuses."""
+    (unless ``approximate``), ``ApplyRefused`` for a manifest of ``extra`` the new run refuses.
+    ``deployed`` (a deployment's log): replay its recorded inputs instead (``shared.audit.recorded``)."""
     origin = {ref_of(obj): (origins[i] if i < len(origins) else "EXTRA") for i, obj in enumerate(extra)}
     check_given(extra, origin)
+    if deployed:
+        return _replayed(log, name, recorded_policy, change, extra, origin)
     doc = derive(log, name=name, until=until)
     try:
         recorded = simulate(_scenario(doc), recorded_policy)
@@ -188,15 +221,56 @@ def what_if(log: list[Envelope], *, name: str, until: float | None, recorded_pol
         if not extra:
             raise CannotReproduce(f"the scenario derived from the log does not run: {exc}") from None
         raise ApplyRefused(f"--apply {', '.join(dict.fromkeys(origin.values()))}: {exc}") from None
-    refused = refusals(new.runtime.log)
+    _refused_given(new.runtime.log, origin)
+    end = max(doc["until"], recorded.runtime.now)
+    return Outcome(doc, Side.of(recorded), Side.of(new), not difference, difference, end)
+
+
+def _refused_given(log: list[Envelope], origin: dict[Ref, str]) -> None:
+    """``ApplyRefused`` for the first ``--apply`` manifest the new run refused and never took."""
+    refused = refusals(log)
     for ref in origin:
         if ref in refused:
             raise _refusal(origin, ref, refused[ref])
-    end = max(doc["until"], recorded.runtime.now)
-    return Outcome(doc, recorded, new, not difference, difference, end)
+
+
+def _replayed(log: list[Envelope], name: str, recorded_policy: Policy, change: dict[str, Any] | None,
+              extra: list[dict[str, Any]], origin: dict[Ref, str]) -> Outcome:
+    """A deployment's what-if: both sides fed the log's watch events at their recorded times."""
+    feed = inputs(log)
+    if not feed:
+        raise CannotReproduce("the log holds no watch events from a cluster to replay")
+    try:
+        new_policy = recorded_policy.layered(change)
+    except ValidationError as exc:
+        raise CannotReproduce(f"the what-if policy over the recorded one: {first_errors(exc, 1)}") from None
+    end = max(env.occurred_at for env in log)
+    recorded = replay_inputs(feed, recorded_policy, until=end)
+    new = replay_inputs(feed, new_policy, until=end, given={ref_of(d): d for d in extra}, ref_of=ref_of)
+    _refused_given(new.log, origin)
+    difference = shared_decisions(log, recorded.log)
+    outcome = Outcome({"name": name, "until": end}, Side(recorded_policy, recorded.log), Side(new_policy, new.log),
+                      not difference, difference, end, replayed=len(feed))
+    outcome.unmodeled = unmodeled(*outcome.figures())
+    return outcome
 
 
 # --------------------------------------------------------------------------- the comparison
+def verdict(doc: dict[str, Any]) -> list[str]:
+    """What a reader must know before the figures: how both sides were run, and how near the recorded
+    side came to the log."""
+    replayed = doc.get("replayed_inputs")
+    if replayed is None:
+        return ["the recorded side reproduces the log's decisions exactly" if doc["faithful"]
+                else f"approximate: the recorded side differs from the log ({doc['difference']})"]
+    lines = [f"a deployment's log: both sides replay its {replayed} recorded watch events at their recorded times "
+             "(the cluster's answers cannot be re-timed), the recorded side under the log's policy"]
+    lines.append("the recorded side gives back the log's decisions exactly" if doc["faithful"] else
+                 f"the recorded side is near the log, not equal: {doc['difference']} (the services read their "
+                 "inboxes in an order and at moments the replay does not follow)")
+    return lines
+
+
 def comparison(outcome: Outcome, policy: Policy) -> dict[str, Any]:
     """The ``--json`` document: per queue both sides, per workload what changed."""
     before, after = outcome.figures()
@@ -208,7 +282,9 @@ def comparison(outcome: Outcome, policy: Policy) -> dict[str, Any]:
                           "change": change}
     return {
         "scenario": outcome.scenario["name"], "until": outcome.end, "faithful": outcome.faithful,
-        "difference": outcome.difference or None,
+        "difference": outcome.difference or None, "replayed_inputs": outcome.replayed,
+        "unmodeled": [{"workload": u.key, "recorded_admitted": u.recorded, "new_admitted": u.new}
+                      for u in outcome.unmodeled],
         "policy": {"recorded": outcome.recorded.policy.model_dump(mode="json"),
                    "new": outcome.new.policy.model_dump(mode="json")},
         "queues": {"recorded": per_queue(_in_queues(before, after)), "new": per_queue(_in_queues(after, before))},
@@ -293,9 +369,8 @@ def render_html(doc: dict[str, Any], title: str, clock: TimeFormat = SCENARIO) -
                    for n, cells in table_rows(doc))
     changes = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape('; '.join(doc['workloads'][k]['change']))}</td></tr>"
                       for k in doc["changed"]) or '<tr><td colspan="2">no workload changed</td></tr>'
-    verdict = ("the recorded side reproduces the log's decisions exactly" if doc["faithful"]
-               else f"approximate: the recorded side differs from the log ({doc['difference']})")
-    return page(title, f"""<p class="note">{html.escape(verdict)}; both runs to {html.escape(clock.at(doc['until']))}.</p>
+    notes = "".join(f'<p class="note">{html.escape(line)}</p>' for line in verdict(doc))
+    return page(title, f"""{notes}<p class="note">both runs to {html.escape(clock.at(doc['until']))}.</p>
 <h2>Per queue (recorded -> new)</h2><table id="queues">{head}{body}</table>
 {f'<p class="note">{html.escape(AT_LEAST)}</p>' if has_lower_bounds(doc) else ""}
 {chart("chart-whatif-waits", waits)}{chart("chart-whatif-totals", totals)}
