@@ -105,7 +105,8 @@ def _restart(config: BusConfig, then: Envelope) -> tuple[Any, list[Envelope], li
         send(config, config.topics.inbox("admission"), codec.encode(then))
         log = envelopes(read_until(config, config.topics.log, lambda rs: any(
             codec.decode(r.value, r.headers).causation_id == then.id for r in rs)))
-        before = [e for e in log if e.source == "admission" and e.causation_id != then.id]
+        before = [e for e in log if e.source == "admission" and e.causation_id != then.id
+                  and e.type != "PolicyApplied"]  # what it decided; the policy it decided with is no output
         return app.muster_reader, [e for e in log if e.causation_id == then.id], before, digest
 
 
