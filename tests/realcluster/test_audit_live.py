@@ -1,0 +1,194 @@
+"""The three uses together on a live deployment: schedule on a real cluster, then audit from the live log.
+
+The deployment's pieces run in this process on the session's Kafka broker — the four services, the
+projector into a SQLite store, ``muster run cluster``'s app — against the session's real cluster (real
+KubeRay makes the pods, KWOK runs them). A KAI queue holds one GPU: ``train-1`` runs, ``train-2``
+waits for the quota, ``build-1`` (a higher priority) preempts ``train-1``, and is deleted, after which
+``train-1`` runs again. Then, from the live Kafka log and no other file, what README's Audit section
+walks a user through: ``log export`` (no ``--policy``: the log records it), ``replay --verify`` exit 0,
+the export with one decision altered exit 1 naming it, ``explain`` at an ISO time mid-history with the
+queue position and quota numbers, ``report --html`` on date axes, ``--what-if`` with a bigger quota
+showing a shorter wait; the log's time runs forwards, and the store says in one line why it cannot be
+verified.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shared.audit.errors import CANNOT_REPRODUCE, DIVERGED
+from shared.audit.logfile import LogFile, envelopes
+from shared.audit.timeorder import backwards
+from shared.bus.app import ensure_topics, service_app
+from shared.bus.cluster import KubeTarget, cluster_app
+from shared.bus.config import BusConfig
+from shared.bus.driver import EventLoopThread, gather_all
+from shared.bus.projector import projector_app
+from shared.parts import kwok
+from shared.parts.devcluster import DevCluster
+from shared.policy import Policy
+from shared.store.query import workload_history
+from shared.topology import SERVICES
+from tests.builders.audit import decision_lines, lines_of, rewritten
+from tests.builders.cli import clean_exit, flat, invoke, one_line_error
+from tests.integration.test_cluster_bridge import stop_apps
+from tests.realcluster.conftest import create, eventually
+
+NS = "team-a"
+
+
+def queue(gpus: int) -> dict[str, Any]:
+    """A KAI queue whose GPUs are limited to ``gpus`` (cpu and memory unlimited)."""
+    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "team-a"},
+            "spec": {"resources": {"cpu": unlimited, "memory": unlimited,
+                                   "gpu": {"quota": gpus, "limit": gpus, "overQuotaWeight": 1}}}}
+
+
+def priority(name: str, value: int) -> dict[str, Any]:
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value}
+
+
+def ray_cluster(name: str, priority_class: str) -> dict[str, Any]:
+    """A suspended RayCluster of a head and one GPU worker in KAI queue team-a, its pods naming muster."""
+    def template(container: str, gpu: bool) -> dict[str, Any]:
+        resources: dict[str, Any] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+        if gpu:
+            resources["limits"] = {"nvidia.com/gpu": "1"}
+        return {"spec": {"schedulerName": "muster", "containers": [
+            {"name": container, "image": "rayproject/ray:2.50.1", "resources": resources}]}}
+
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": name, "namespace": NS,
+                         "labels": {"kai.scheduler/queue": "team-a", "priorityClassName": priority_class}},
+            "spec": {"suspend": True, "headGroupSpec": {"rayStartParams": {}, "template": template("ray-head", False)},
+                     "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "minReplicas": 1, "maxReplicas": 1,
+                                           "rayStartParams": {}, "template": template("ray-worker", True)}]}}
+
+
+def _phase(store: str, name: str) -> str:
+    return str((workload_history(store, f"{NS}/{name}") or {}).get("phase") or "")
+
+
+def _reasons(store: str, name: str) -> list[str]:
+    return [t.get("phase", "") for t in (workload_history(store, f"{NS}/{name}") or {}).get("transitions", [])]
+
+
+@pytest.fixture(scope="module")
+def history(devcluster: DevCluster, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The scenario run once through the deployed stack: (the exported log, the store, the broker, its prefix)."""
+    import uuid
+
+    from shared.store import schema
+    from tests.conftest import delete_topics
+
+    devcluster.reset()
+    folder = tmp_path_factory.mktemp("audit-live")
+    store = f"sqlite:///{folder / 'history.db'}"
+    schema.ensure(store)
+    prefix = f"t{uuid.uuid4().hex[:8]}."
+    config = BusConfig(kafka_bootstrap, prefix=prefix)
+    cluster = devcluster
+    cluster.kubectl("create", "namespace", NS)
+    create(cluster, kwok.node("n1", {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}),
+           priority("train", 50), priority("build", 100), queue(gpus=1))
+    bus = EventLoopThread()
+    try:
+        bus.run(ensure_topics(config))
+        apps: dict[str, Any] = {name: service_app(name, config, Policy()) for name in SERVICES}
+        apps["projector"] = projector_app(config, store)
+        apps["cluster"] = cluster_app(config, KubeTarget(kubeconfig=str(cluster.kubeconfig)))
+        bus.run(gather_all(app.start() for app in apps.values()), timeout=90)
+        try:
+            create(cluster, ray_cluster("train-1", "train"))
+            eventually(lambda: _phase(store, "train-1") == "Running", "train-1 to run", timeout=90)
+            create(cluster, ray_cluster("train-2", "train"))
+            eventually(lambda: _phase(store, "train-2") == "Queued", "train-2 to wait for the queue's GPU")
+            create(cluster, ray_cluster("build-1", "build"))
+            eventually(lambda: _phase(store, "build-1") == "Running" and "Preempted" in _reasons(store, "train-1"),
+                       "build-1 to run, train-1 preempted", timeout=90)
+            cluster.kubectl("delete", "raycluster", "build-1", "-n", NS, "--wait=true")
+            eventually(lambda: _phase(store, "build-1") == "Deleted" and _phase(store, "train-1") == "Running",
+                       "train-1 to run again once build-1 is gone", timeout=90)
+        finally:
+            stop_apps(bus, apps)
+    finally:
+        bus.close()
+    exported = folder / "live.jsonl"
+    result = invoke("log", "export", "--from", f"kafka://{kafka_bootstrap}", "--topic-prefix", prefix, "--out", exported)
+    clean_exit(result, 0)
+    yield exported, store, folder
+    delete_topics(kafka_bootstrap, prefix)
+
+
+def test_the_live_log_verifies_and_runs_forwards_in_time(history: Any) -> None:
+    exported, _, _ = history
+    log = list(envelopes(LogFile(exported)))
+    assert backwards(log) == [], "no effect is stamped before its cause, no service's time goes back"
+    assert any(e.type == "PolicyApplied" for e in log), "the services wrote the policy they decide with"
+    result = invoke("replay", exported, "--verify", "-q")
+    clean_exit(result, 0)
+    assert ", 0 different" in flat(result.stdout)
+
+
+def test_one_decision_altered_is_exit_1_naming_it(history: Any) -> None:
+    exported, _, folder = history
+    lines = lines_of(exported)
+    at = decision_lines(lines)[0]
+    altered = json.loads(lines[at])
+    altered["payload"]["reason"] += " (edited)"
+    lines[at] = json.dumps(altered, separators=(",", ":")).encode() + b"\n"
+    result = invoke("replay", rewritten(exported, lines, folder / "altered.jsonl"), "--verify", "-q")
+    clean_exit(result, DIVERGED)
+    assert altered["id"] in flat(result.stdout) and "the log was altered" in flat(result.stdout)
+
+
+def test_explain_at_an_iso_time_mid_history_gives_the_queue_position_and_quota(history: Any) -> None:
+    exported, _, _ = history
+    log = list(envelopes(LogFile(exported)))
+    admitted = next(e for e in log if e.type == "GangPlaced" and e.subject == f"{NS}/build-1")  # after preempting
+    mid = datetime.fromtimestamp(admitted.occurred_at + 0.5, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    result = invoke("explain", f"{NS}/train-2", "--log", exported, "--at", mid)
+    clean_exit(result, 0)
+    out = flat(result.stdout)
+    assert f"{NS}/train-2 (RayCluster, queue team-a, priority 50) at {mid[:19]}" in out
+    assert "queue team-a: position" in out
+    assert "quota team-a nvidia.com/gpu: used 1 + requested 1 against limit 1, quota 1: over" in out
+    assert "past" not in flat(result.stderr)
+
+
+def test_the_report_puts_the_live_history_on_date_axes(history: Any) -> None:
+    exported, _, folder = history
+    page = folder / "report.html"
+    clean_exit(invoke("report", "--log", exported, "--html", page), 0)
+    assert '"type":"date"' in page.read_text()
+
+
+def test_a_bigger_quota_shortens_the_wait_in_the_what_if_of_the_live_log(history: Any) -> None:
+    exported, _, folder = history
+    bigger, same = folder / "bigger-queue.yaml", folder / "same.yaml"
+    bigger.write_text(yaml.safe_dump(queue(gpus=2)))
+    same.write_text("{}\n")
+    result = invoke("replay", exported, "--what-if", same, "--apply", bigger, "--json", folder / "whatif.json")
+    clean_exit(result, 0)
+    assert "recorded watch events at their recorded times" in flat(result.stdout)
+    doc = json.loads((folder / "whatif.json").read_text())
+    waited = doc["workloads"][f"{NS}/train-2"]
+    assert not waited["recorded"]["waits"], "it never got the queue's one GPU in the recording"
+    assert waited["new"]["waits"][0] < 0.5 < waited["recorded"]["waited"], "with two it is admitted at once"
+    assert waited["new"]["waited"] < waited["recorded"]["waited"]
+    assert f"{NS}/train-2" in doc["changed"]
+
+
+def test_the_store_the_projector_wrote_says_in_one_line_why_it_cannot_be_verified(history: Any) -> None:
+    _, store, _ = history
+    one_line_error(invoke("replay", store, "--verify", "-q"), CANNOT_REPRODUCE, "each service's inbox order")
+    result = invoke("explain", f"{NS}/train-2", "--store", store)
+    clean_exit(result, 0)
+    assert "queue team-a" in flat(result.stdout)
