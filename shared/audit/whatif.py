@@ -19,6 +19,7 @@ Compared per queue and overall: admission wait p50/p95/max, preemptions, GPU-hou
 from __future__ import annotations
 
 import html
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
@@ -82,14 +83,25 @@ def decisions_by_service(log: Iterable[Envelope]) -> dict[str, list[bytes]]:
 
 
 def shared_decisions(log: Iterable[Envelope], replayed: Iterable[Envelope]) -> str:
-    """'' when a replay made exactly the log's decisions, else how many of them it made identically
-    (a deployment's inputs replayed: its services read them in an order the replay does not follow)."""
-    recorded = [d for ds in decisions_by_service(log).values() for d in ds]
-    again = {d for ds in decisions_by_service(replayed).values() for d in ds}
-    same = sum(1 for d in recorded if d in again)
-    if same == len(recorded) == len(again):
+    """'' when a replay made exactly the log's decisions, else how many of them it made again: the same
+    service deciding the same kind of thing about the same subject, and how many of those byte for byte
+    (a deployment's inputs replayed: its services read them in an order, and its clock fired timers at
+    moments, the replay does not follow, so times and what they stamp differ)."""
+    recorded = [to_json(e) for e in log if e.source in SERVICES and e.type != "PolicyApplied"]
+    again_envs = [e for e in replayed if e.source in SERVICES and e.type != "PolicyApplied"]
+    again = {to_json(e) for e in again_envs}
+    exact = sum(1 for d in recorded if d in again)
+    if exact == len(recorded) == len(again):
         return ""
-    return f"{same} of the log's {len(recorded)} decisions made identically ({len(again)} made in all)"
+    kinds = Counter((e.source, e.type, e.subject) for e in again_envs)
+    alike = 0
+    for e in log:
+        key = (e.source, e.type, e.subject)
+        if e.source in SERVICES and e.type != "PolicyApplied" and kinds[key] > 0:
+            kinds[key] -= 1
+            alike += 1
+    return (f"{alike} of the log's {len(recorded)} decisions made again by the same service about the same "
+            f"subject ({exact} byte for byte; {len(again_envs)} made in all)")
 
 
 def first_difference(recorded: dict[str, list[bytes]], simulated: dict[str, list[bytes]]) -> str:

@@ -80,7 +80,8 @@ def test_a_bigger_quota_on_a_deployments_log_shortens_the_wait_and_says_what_it_
     outcome = what_if(log, name="live", until=None, recorded_policy=source.header.decided_with(), change=None,
                       extra=bigger, deployed=True)
     assert outcome.replayed == len(inputs(log))
-    assert re.fullmatch(r"\d+ of the log's \d+ decisions made identically \(\d+ made in all\)", outcome.difference)
+    assert re.fullmatch(r"\d+ of the log's \d+ decisions made again by the same service about the same subject "
+                        r"\(\d+ byte for byte; \d+ made in all\)", outcome.difference)
     doc = comparison(outcome, source.header.decided_with())
     before, after = (doc["workloads"]["default/second"][side]["waits"] for side in ("recorded", "new"))
     assert before and after and before[0] > 55 and after[0] < 1
