@@ -43,33 +43,13 @@ from tests.realcluster.conftest import create, eventually
 NS = "team-a"
 
 
-def queue(gpus: int) -> dict[str, Any]:
-    """A KAI queue whose GPUs are limited to ``gpus`` (cpu and memory unlimited)."""
-    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
-    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "team-a"},
-            "spec": {"resources": {"cpu": unlimited, "memory": unlimited,
-                                   "gpu": {"quota": gpus, "limit": gpus, "overQuotaWeight": 1}}}}
+LIVE = Path(__file__).resolve().parents[2] / "examples" / "audit" / "live"
+"""The manifests README's walk-through applies (a namespace, priorities, a KAI queue of one GPU, three
+RayClusters, the queue with two GPUs for the what-if)."""
 
 
-def priority(name: str, value: int) -> dict[str, Any]:
-    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value}
-
-
-def ray_cluster(name: str, priority_class: str) -> dict[str, Any]:
-    """A suspended RayCluster of a head and one GPU worker in KAI queue team-a, its pods naming muster."""
-    def template(container: str, gpu: bool) -> dict[str, Any]:
-        resources: dict[str, Any] = {"requests": {"cpu": "1", "memory": "1Gi"}}
-        if gpu:
-            resources["limits"] = {"nvidia.com/gpu": "1"}
-        return {"spec": {"schedulerName": "muster", "containers": [
-            {"name": container, "image": "rayproject/ray:2.50.1", "resources": resources}]}}
-
-    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
-            "metadata": {"name": name, "namespace": NS,
-                         "labels": {"kai.scheduler/queue": "team-a", "priorityClassName": priority_class}},
-            "spec": {"suspend": True, "headGroupSpec": {"rayStartParams": {}, "template": template("ray-head", False)},
-                     "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "minReplicas": 1, "maxReplicas": 1,
-                                           "rayStartParams": {}, "template": template("ray-worker", True)}]}}
+def manifests(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((LIVE / f"{name}.yaml").read_text()) if d]
 
 
 def _phase(store: str, name: str) -> str:
@@ -95,9 +75,7 @@ def history(devcluster: DevCluster, kafka_bootstrap: str, tmp_path_factory: pyte
     prefix = f"t{uuid.uuid4().hex[:8]}."
     config = BusConfig(kafka_bootstrap, prefix=prefix)
     cluster = devcluster
-    cluster.kubectl("create", "namespace", NS)
-    create(cluster, kwok.node("n1", {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}),
-           priority("train", 50), priority("build", 100), queue(gpus=1))
+    create(cluster, kwok.node("n1", {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}), *manifests("queue"))
     bus = EventLoopThread()
     try:
         bus.run(ensure_topics(config))
@@ -106,11 +84,11 @@ def history(devcluster: DevCluster, kafka_bootstrap: str, tmp_path_factory: pyte
         apps["cluster"] = cluster_app(config, KubeTarget(kubeconfig=str(cluster.kubeconfig)))
         bus.run(gather_all(app.start() for app in apps.values()), timeout=90)
         try:
-            create(cluster, ray_cluster("train-1", "train"))
+            create(cluster, *manifests("train-1"))
             eventually(lambda: _phase(store, "train-1") == "Running", "train-1 to run", timeout=90)
-            create(cluster, ray_cluster("train-2", "train"))
+            create(cluster, *manifests("train-2"))
             eventually(lambda: _phase(store, "train-2") == "Queued", "train-2 to wait for the queue's GPU")
-            create(cluster, ray_cluster("build-1", "build"))
+            create(cluster, *manifests("build-1"))
             eventually(lambda: _phase(store, "build-1") == "Running" and "Preempted" in _reasons(store, "train-1"),
                        "build-1 to run, train-1 preempted", timeout=90)
             cluster.kubectl("delete", "raycluster", "build-1", "-n", NS, "--wait=true")
@@ -172,10 +150,8 @@ def test_the_report_puts_the_live_history_on_date_axes(history: Any) -> None:
 
 def test_a_bigger_quota_shortens_the_wait_in_the_what_if_of_the_live_log(history: Any) -> None:
     exported, _, folder = history
-    bigger, same = folder / "bigger-queue.yaml", folder / "same.yaml"
-    bigger.write_text(yaml.safe_dump(queue(gpus=2)))
-    same.write_text("{}\n")
-    result = invoke("replay", exported, "--what-if", same, "--apply", bigger, "--json", folder / "whatif.json")
+    result = invoke("replay", exported, "--what-if", LIVE / "same-policy.yaml", "--apply", LIVE / "bigger-queue.yaml",
+                    "--json", folder / "whatif.json")
     clean_exit(result, 0)
     assert "recorded watch events at their recorded times" in flat(result.stdout)
     doc = json.loads((folder / "whatif.json").read_text())
