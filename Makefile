@@ -22,8 +22,7 @@ demo: $(STAMP)
 	@echo "report of examples/fair-share-two-teams.yaml (open it in a browser): $(CURDIR)/$(DEMO)/report.html"
 
 # The real parts the tests run against (kube-apiserver, etcd, KWOK, KubeRay, Kafka, PostgreSQL, Jaeger,
-# Prometheus), built
-# once per machine into ~/.cache/muster; versions pinned in shared/parts/versions.toml.
+# Prometheus), built once per machine into ~/.cache/muster; versions pinned in shared/parts/versions.toml.
 tools:
 	$(PY) -m shared.parts.build
 
