@@ -79,6 +79,8 @@ class JaegerServer:
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or Path(tempfile.mkdtemp(prefix="muster-jaeger-"))
+        self._own_root = root is None
+        """Made here: removed on exit (a root given is left, with the log, to whoever gave it)."""
         self.binary = catalog.binary("jaeger", "jaeger")
         self.ports = {name: free_port() for name in ("otlp_grpc", "otlp_http", "query", "query_grpc")}
         self.part: Part | None = None
@@ -138,7 +140,10 @@ class JaegerServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
-        self.remove()
+        if self._own_root:
+            self.remove()
+        else:
+            self.stop()
 
     def describe(self) -> str:
         return f"Jaeger {catalog.version('jaeger')} (in memory): OTLP {self.otlp_endpoint}, query {self.query_url}"

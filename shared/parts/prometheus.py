@@ -31,6 +31,8 @@ class PrometheusServer:
     def __init__(self, config: Path, root: Path | None = None, *, port: int | None = None) -> None:
         self.config = config
         self.root = root or Path(tempfile.mkdtemp(prefix="muster-prometheus-"))
+        self._own_root = root is None
+        """Made here: removed on exit (a root given is left, with the log, to whoever gave it)."""
         self.port = port or free_port()
         self.binary = catalog.built("prometheus").manifest["bin"]
         self.part: Part | None = None
@@ -88,7 +90,10 @@ class PrometheusServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
-        self.remove()
+        if self._own_root:
+            self.remove()
+        else:
+            self.stop()
 
     def describe(self) -> str:
         return f"Prometheus {catalog.built('prometheus').version} (Debian's) at {self.url}"
