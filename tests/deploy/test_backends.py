@@ -22,7 +22,6 @@ import json
 import re
 import time
 import uuid
-from collections import defaultdict
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
