@@ -106,11 +106,12 @@ def build_kubernetes(dest: Path, work: Path) -> dict[str, object]:
     return {"bin": cmds, "staging_modules": len(staging)}
 
 
-def build_simple(part: str, packages: dict[str, str]) -> Callable[[Path, Path], dict[str, object]]:
+def build_simple(part: str, packages: dict[str, str], stamp: str = "") -> Callable[[Path, Path], dict[str, object]]:
+    """``stamp``: the package whose ``latestVersion`` the version is stamped in (as the project's own build does)."""
     def build(dest: Path, work: Path) -> dict[str, object]:
         pin = catalog.pins()[part]
         wrapper(work, {pin["module"]: pin["version"]}, {}, list(packages.values()))
-        go_build(work, dest, packages)
+        go_build(work, dest, packages, f"-s -w -X {stamp}.latestVersion={pin['version']}" if stamp else "-s -w")
         return {"bin": list(packages)}
     return build
 
@@ -203,7 +204,8 @@ BUILDERS: dict[str, Callable[[Path, Path], dict[str, object]]] = {
     "etcd": build_simple("etcd", {"etcd": "go.etcd.io/etcd/server/v3"}),
     "kwok": build_simple("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
     "kuberay": build_kuberay,
-    "jaeger": build_simple("jaeger", {"jaeger": "github.com/jaegertracing/jaeger/cmd/jaeger"}),
+    "jaeger": build_simple("jaeger", {"jaeger": "github.com/jaegertracing/jaeger/cmd/jaeger"},
+                           stamp="github.com/jaegertracing/jaeger/internal/version"),
     "crds": build_crds,
     "kafka": build_kafka,
 }
