@@ -99,8 +99,12 @@ class JaegerServer:
         config = self.root / "jaeger.yaml"
         config.write_text(CONFIG.format(**self.ports))
         self.part = Part("jaeger", [self.binary, "--config", str(config)], self.root / "jaeger.log").start()
-        self.part.wait_until(self._answers, timeout,
-                             f"query API on {self.query_url} and OTLP on {self.otlp_endpoint}")
+        try:
+            self.part.wait_until(self._answers, timeout,
+                                 f"query API on {self.query_url} and OTLP on {self.otlp_endpoint}")
+        except BaseException:
+            self.part.stop()  # not left running by a start that failed
+            raise
         return self
 
     def _answers(self) -> bool:

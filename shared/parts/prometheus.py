@@ -47,7 +47,11 @@ class PrometheusServer:
             self.binary, f"--config.file={self.config}", f"--storage.tsdb.path={self.root / 'data'}",
             f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle",
         ], self.root / "prometheus.log", cwd=self.root).start()
-        self.part.wait_until(self._ready, timeout, f"ready on {self.url}")
+        try:
+            self.part.wait_until(self._ready, timeout, f"ready on {self.url}")
+        except BaseException:
+            self.part.stop()  # not left running by a start that failed
+            raise
         return self
 
     def _ready(self) -> bool:

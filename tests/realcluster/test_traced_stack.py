@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -153,24 +154,27 @@ def deployed(devcluster: DevCluster, kafka_bootstrap: str, postgres_url: str,
     cluster.kubectl("create", "namespace", "team-a")
     create(cluster, node("n1"), QUEUE)
     config = BusConfig(kafka_bootstrap, prefix=f"t{uuid.uuid4().hex[:8]}.")
-    try:
-        jaeger = JaegerServer(tmp_path / "jaeger").start()
-    except (MissingPart, PartFailed) as exc:
-        _missing(exc)
-    stack = Stack(config, postgres_url, token_kubeconfig(cluster, tmp_path / "muster.kubeconfig"), tmp_path,
-                  {"OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200"})
-    scraped = render_scrape_config(stack.ports, tmp_path / "prometheus.yml")
-    try:
-        prometheus = PrometheusServer(tmp_path / "prometheus.yml", tmp_path / "prometheus").start()
-    except (MissingPart, PartFailed) as exc:
-        jaeger.stop()
-        _missing(exc)
-    try:
+    with ExitStack() as cleanup:  # whatever fails, each part started is stopped (last started first)
+        try:
+            jaeger = JaegerServer(tmp_path / "jaeger").start()
+        except (MissingPart, PartFailed) as exc:
+            _missing(exc)
+        cleanup.callback(jaeger.stop)
+        stack = Stack(config, postgres_url, token_kubeconfig(cluster, tmp_path / "muster.kubeconfig"), tmp_path,
+                      {"OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200"})
+        scraped = render_scrape_config(stack.ports, tmp_path / "prometheus.yml")
+        try:
+            prometheus = PrometheusServer(tmp_path / "prometheus.yml", tmp_path / "prometheus").start()
+        except (MissingPart, PartFailed) as exc:
+            _missing(exc)
+        cleanup.callback(prometheus.stop)
+        cleanup.callback(delete_topics, kafka_bootstrap, config.prefix)
         bus = EventLoopThread()
         try:
             bus.run(ensure_topics(config))
         finally:
             bus.close()
+        cleanup.callback(stack.stop)
         stack.start()
         create(cluster, ray_cluster("rc-1"))
         eventually(lambda: stack.alive() or running(cluster, "rc-1"), "rc-1 to be admitted and run", timeout=120)
@@ -204,11 +208,6 @@ def deployed(devcluster: DevCluster, kafka_bootstrap: str, postgres_url: str,
         (tmp_path / "traces.json").write_text(json.dumps(traces, indent=1))
         yield Deployed(postgres_url, stack.ports, scraped, targets,
                        prometheus.query('up{job="muster-cluster"} == 1'), starts, traces, tmp_path)
-    finally:
-        stack.stop()
-        prometheus.stop()
-        jaeger.stop()
-        delete_topics(kafka_bootstrap, config.prefix)
 
 
 def test_prometheus_scrapes_all_six_with_the_repo_config(deployed: Deployed) -> None:
