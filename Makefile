@@ -21,8 +21,8 @@ demo: $(STAMP)
 	@$(BIN)/muster report --store sqlite:///$(DEMO)/history.db --html $(DEMO)/report.html > /dev/null
 	@echo "report of examples/fair-share-two-teams.yaml (open it in a browser): $(CURDIR)/$(DEMO)/report.html"
 
-# The real parts the tests run against (kube-apiserver, etcd, KWOK, KubeRay, Kafka, PostgreSQL), built
-# once per machine into ~/.cache/muster; versions pinned in shared/parts/versions.toml.
+# The real parts the tests run against (kube-apiserver, etcd, KWOK, KubeRay, Kafka, PostgreSQL, Jaeger,
+# Prometheus), built once per machine into ~/.cache/muster; versions pinned in shared/parts/versions.toml.
 tools:
 	$(PY) -m shared.parts.build
 

@@ -12,7 +12,9 @@ directory of its own under the cache (``shared.parts.catalog``):
   KubeRay's CRDs are copied from its module;
 - crds: the peers' CRD files copied from their modules (``go mod download``);
 - kafka: ``mvn dependency:copy-dependencies`` of ``org.apache.kafka:kafka_2.13``;
-- postgresql: Debian's ``postgresql`` package (``apt-get``), when no server binaries are there.
+- jaeger: Jaeger v2 (``cmd/jaeger`` of ``github.com/jaegertracing/jaeger``, an OpenTelemetry
+  Collector build with in-memory trace storage and the query API), ``go build`` as the others;
+- postgresql, prometheus: Debian's packages (``apt-get``), when no usable one is there.
 
 Nothing comes from a release site, and nothing built lands in the checkout. A part whose registry
 refuses it is recorded as failed with the reason (``<part>-<version>.failed.json``) and the command
@@ -104,11 +106,12 @@ def build_kubernetes(dest: Path, work: Path) -> dict[str, object]:
     return {"bin": cmds, "staging_modules": len(staging)}
 
 
-def build_simple(part: str, packages: dict[str, str]) -> Callable[[Path, Path], dict[str, object]]:
+def build_simple(part: str, packages: dict[str, str], stamp: str = "") -> Callable[[Path, Path], dict[str, object]]:
+    """``stamp``: the package whose ``latestVersion`` the version is stamped in (as the project's own build does)."""
     def build(dest: Path, work: Path) -> dict[str, object]:
         pin = catalog.pins()[part]
         wrapper(work, {pin["module"]: pin["version"]}, {}, list(packages.values()))
-        go_build(work, dest, packages)
+        go_build(work, dest, packages, f"-s -w -X {stamp}.latestVersion={pin['version']}" if stamp else "-s -w")
         return {"bin": list(packages)}
     return build
 
@@ -176,9 +179,10 @@ def build_kafka(dest: Path, work: Path) -> dict[str, object]:
     return {"libs": len(jars)}
 
 
-def install_postgresql() -> str:
+def install_debian(part: str) -> str:
+    """A Debian part (``catalog.DEBIAN``): its package installed by ``apt-get`` unless a usable one is there."""
     try:
-        return str(catalog.built("postgresql").path)
+        return str(catalog.built(part).path)
     except catalog.MissingPart as missing:
         if missing.unreachable:
             raise BuildFailed(str(missing), unreachable=True) from None
@@ -186,8 +190,13 @@ def install_postgresql() -> str:
     env = {"DEBIAN_FRONTEND": "noninteractive"}
     cwd = Path(tempfile.gettempdir())
     run(root + ["apt-get", "update", "-qq"], cwd, env)
-    run(root + ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "postgresql"], cwd, env)
-    return str(catalog.built("postgresql").path)
+    # no recommends: prometheus's would bring node-exporter; neither service is started (no init in a
+    # container, and the tests start their own on free ports)
+    run(root + ["apt-get", "install", "-y", "-qq", "--no-install-recommends", catalog.DEBIAN[part]], cwd, env)
+    try:
+        return str(catalog.built(part).path)
+    except catalog.MissingPart as missing:
+        raise BuildFailed(str(missing)) from None
 
 
 BUILDERS: dict[str, Callable[[Path, Path], dict[str, object]]] = {
@@ -195,6 +204,8 @@ BUILDERS: dict[str, Callable[[Path, Path], dict[str, object]]] = {
     "etcd": build_simple("etcd", {"etcd": "go.etcd.io/etcd/server/v3"}),
     "kwok": build_simple("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
     "kuberay": build_kuberay,
+    "jaeger": build_simple("jaeger", {"jaeger": "github.com/jaegertracing/jaeger/cmd/jaeger"},
+                           stamp="github.com/jaegertracing/jaeger/internal/version"),
     "crds": build_crds,
     "kafka": build_kafka,
 }
@@ -203,12 +214,12 @@ BUILDERS: dict[str, Callable[[Path, Path], dict[str, object]]] = {
 def make(part: str) -> tuple[str, bool]:
     """Build ``part`` unless it is there; (one line saying what happened, whether it is usable)."""
     started = time.monotonic()
-    if part == "postgresql":
+    if part in catalog.DEBIAN:
         try:
-            where = install_postgresql()
+            where = install_debian(part)
         except BuildFailed as exc:
-            return f"postgresql: FAILED: {exc}", exc.unreachable
-        return f"postgresql: {where} ({time.monotonic() - started:.0f} s)", True
+            return f"{part}: FAILED: {exc}", exc.unreachable
+        return f"{part}: {where} ({time.monotonic() - started:.0f} s)", True
     dest = catalog.home(part)
     ver = catalog.version(part)
     failed = dest.with_name(dest.name + ".failed.json")

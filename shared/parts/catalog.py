@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -19,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 VERSIONS = Path(__file__).with_name("versions.toml")
-PARTS = ("kubernetes", "etcd", "kwok", "kuberay", "crds", "kafka", "postgresql")
+PARTS = ("kubernetes", "etcd", "kwok", "kuberay", "crds", "kafka", "postgresql", "jaeger", "prometheus")
+DEBIAN = {"postgresql": "postgresql", "prometheus": "prometheus"}
+"""Parts that are Debian's packages (part -> package), installed by ``apt-get``, not built into the cache."""
 
 
 class MissingPart(RuntimeError):
@@ -47,7 +50,7 @@ def version(part: str) -> str:
     pin = pins()[part]
     if "version" in pin:
         return str(pin["version"])
-    if part == "postgresql":
+    if part in DEBIAN:
         return "debian"
     # crds: one directory for the set, named after every module version in it
     return "+".join(str(v).rsplit("@", 1)[1] for _, v in sorted(pin.items()))
@@ -77,6 +80,8 @@ def built(part: str) -> Built:
     """The built part, or ``MissingPart`` saying why it is not here."""
     if part == "postgresql":
         return _postgresql()
+    if part == "prometheus":
+        return _prometheus()
     where = home(part)
     complete = where / "complete.json"
     if complete.exists():
@@ -106,3 +111,25 @@ def _postgresql() -> Built:
         raise MissingPart("postgresql", "no PostgreSQL server binaries and no apt-get to install them",
                           unreachable=True)
     raise MissingPart("postgresql", "no PostgreSQL server binaries in /usr/lib/postgresql/*/bin: run `make tools`")
+
+
+def _prometheus() -> Built:
+    """Debian's Prometheus server (``$MUSTER_PROMETHEUS_BIN``, else ``prometheus`` on the PATH) of a pinned major."""
+    given = os.environ.get("MUSTER_PROMETHEUS_BIN")
+    found = given or shutil.which("prometheus")
+    if found and Path(found).exists():
+        try:
+            said = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=30)
+            words = (said.stdout + said.stderr).split()
+            ver = words[words.index("version") + 1] if "version" in words else ""
+        except (OSError, subprocess.SubprocessError):
+            ver = ""
+        major = ver.split(".", 1)[0]
+        majors = [str(m) for m in pins()["prometheus"]["majors"]]
+        if major not in majors:
+            raise MissingPart("prometheus", f"{found} is version {ver or '(unknown)'}, not of a pinned major "
+                                            f"({', '.join(majors)})")
+        return Built("prometheus", ver, Path(found).parent, {"bin": found})
+    if shutil.which("apt-get") is None:
+        raise MissingPart("prometheus", "no prometheus server and no apt-get to install it", unreachable=True)
+    raise MissingPart("prometheus", "no prometheus on the PATH: run `make tools`")

@@ -151,3 +151,13 @@ def test_data_sources_are_variables_so_the_dashboards_import_into_any_grafana(pa
     for reference in references:
         name = re.fullmatch(r"\$\{(\w+)\}", reference["uid"])
         assert name and variables.get(name.group(1)) == reference["type"], (path.name, reference)
+
+
+def test_grafana_knows_the_scrape_interval_so_rate_windows_hold_four_scrapes() -> None:
+    """Grafana's ``$__rate_interval`` is four of the data source's scrape interval (15 s unless told):
+    told Prometheus' own, a rate covers four scrapes rather than a minute."""
+    scrape = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())["global"]["scrape_interval"]
+    sources = yaml.safe_load((ROOT / "deploy" / "grafana" / "provisioning" / "datasources" / "datasources.yaml")
+                             .read_text())["datasources"]
+    [prometheus] = [s for s in sources if s["type"] == "prometheus"]
+    assert prometheus["jsonData"]["timeInterval"] == scrape

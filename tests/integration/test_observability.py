@@ -4,16 +4,13 @@ PostgreSQL for the projector), tracing to an OTLP/HTTP receiver in this test (``
 protobuf decoded with ``opentelemetry-proto``), the queue service serving ``/metrics`` on a port.
 
 While the services still run (``after_run``) the test scrapes ``/metrics``, ``/healthz`` and
-``/readyz`` and, where Debian's ``prometheus`` is installed, runs a real Prometheus with the repo's
+``/readyz`` and runs a real Prometheus (Debian's, a part ``make tools`` installs) with the repo's
 scrape config (``deploy/prometheus/prometheus.yml``, its targets pointed at this run's ports) and
 queries one series. Every check compares with the run's result document.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 import tempfile
 import time
 import urllib.error
@@ -31,9 +28,11 @@ from shared import quantity as q
 from shared.bus.config import BusConfig
 from shared.bus.driver import ServiceHost, simulate_on_bus
 from shared.bus.localbroker import free_port
+from shared.parts.catalog import MissingPart
+from shared.parts.process import PartFailed
 from shared.simulate import Run
 from shared.store import schema
-from tests.conftest import delete_topics
+from tests.conftest import _missing, delete_topics
 from tests.conftest import empty
 from tests.integration.conftest import scenario_run
 from tests.integration.test_bus_parity import without_stats
@@ -54,8 +53,11 @@ def get(url: str) -> tuple[int, str]:
 
 
 def prometheus_query(ports: dict[str, int], workdir: Path, query: str) -> Any:
-    """Run Prometheus with the repo's scrape config, its targets pointed at ``ports``; the value of
-    ``query`` once a scrape has brought it (None if none came within the time)."""
+    """Run Prometheus (the part ``make tools`` installs) with the repo's scrape config, its targets
+    pointed at ``ports``; the value of ``query`` once a scrape has brought it (None if none came within
+    the time)."""
+    from shared.parts.prometheus import PrometheusServer
+
     config = yaml.safe_load(SCRAPE_CONFIG.read_text())
     for job in config["scrape_configs"]:
         for static in job["static_configs"]:
@@ -63,26 +65,14 @@ def prometheus_query(ports: dict[str, int], workdir: Path, query: str) -> Any:
                                  if t.split(":")[0] in ports]
     config["global"]["scrape_interval"] = "1s"
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    process = subprocess.Popen([shutil.which("prometheus") or "prometheus", f"--config.file={workdir / 'prometheus.yml'}",
-                                f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-                               stdout=subprocess.DEVNULL, stderr=(workdir / "prometheus.log").open("w"))
-    try:
+    with PrometheusServer(workdir / "prometheus.yml", workdir / "prometheus") as prometheus:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            try:
-                status, body = get(f"http://127.0.0.1:{port}/api/v1/query?query={urllib.request.quote(query)}")
-            except OSError:
-                status, body = 0, ""
-            if status == 200:
-                result = json.loads(body)["data"]["result"]
-                if result:
-                    return result
+            result = prometheus.query(query)
+            if result:
+                return result
             time.sleep(0.5)
         return None
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 class Observed:
@@ -93,7 +83,7 @@ class Observed:
     metrics: dict[str, list[Any]]
     health: dict[str, tuple[int, str]]
     prometheus: Any = None
-    prometheus_skipped: str = ""
+    prometheus_missing: Exception | None = None
 
 
 @pytest.fixture(scope="module")
@@ -116,11 +106,10 @@ def observed(kafka_bootstrap: str, postgres_url: str) -> Iterator[Observed]:
                 get(f"http://127.0.0.1:{ports['queue']}/metrics")[1])}
             seen.health = {f"{name}{path}": get(f"http://127.0.0.1:{ports[name]}{path}") for name, path in
                            (("queue", "/healthz"), ("queue", "/readyz"), ("projector", "/readyz"))}
-            if shutil.which("prometheus") is None:
-                seen.prometheus_skipped = ("Debian's prometheus is not installed (apt-get install prometheus "
-                                           "to run this check)")
-            else:
+            try:
                 seen.prometheus = prometheus_query(ports, Path(workdir), "muster_admitted_workloads_total")
+            except (MissingPart, PartFailed) as exc:
+                seen.prometheus_missing = exc
 
         sink = SpanSink(epoch=time.time())
         try:
@@ -232,8 +221,8 @@ def test_health_and_readiness_answer(observed: Observed) -> None:
 
 
 def test_a_real_prometheus_scrapes_the_services_with_the_repo_config(observed: Observed) -> None:
-    if observed.prometheus_skipped:
-        pytest.skip(observed.prometheus_skipped)
+    if observed.prometheus_missing is not None:
+        _missing(observed.prometheus_missing)
     assert observed.prometheus is not None, "Prometheus scraped nothing within a minute"
     admitted = {s["metric"]["cluster_queue"]: float(s["value"][1]) for s in observed.prometheus}
     result = observed.run.result()
