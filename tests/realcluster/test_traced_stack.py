@@ -243,9 +243,6 @@ def test_the_queued_span_lasts_the_wait_muster_explain_reports(deployed: Deploye
     assert after["since"] - waiting["since"] == pytest.approx(duration, abs=1e-3)
 
 
-@pytest.mark.xfail(reason="a timer-driven Dequeued is stamped with the timer's due time, which can be before the "
-                          "workload's submission: its placing/binding spans then start before their root (issue 28; "
-                          "the timestamps are being fixed on main; remove this mark once that lands)", strict=False)
 def test_no_child_span_starts_before_its_parent(deployed: Deployed) -> None:
     early = []
     for trace in deployed.traces.values():
