@@ -17,7 +17,7 @@ COPY requirements.lock ./
 RUN pip install --no-cache-dir --require-hashes --no-deps -r requirements.lock
 
 # The source runs from /app (PYTHONPATH): `muster db upgrade` finds the Alembic migrations next to
-# it (shared/store/schema.py: <package root>/../migrations). Nothing is installed from the source,
+# it (shared/history/schema.py: <package root>/../migrations). Nothing is installed from the source,
 # so nothing unpinned is fetched.
 COPY pyproject.toml README.md alembic.ini ./
 COPY shared/ shared/
@@ -35,5 +35,5 @@ EXPOSE 9464
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('MUSTER_METRICS_PORT', '9464'), timeout=4)"]
 
-ENTRYPOINT ["python", "-m", "shared.cli"]
+ENTRYPOINT ["python", "-m", "shared.cli.main"]
 CMD ["--help"]

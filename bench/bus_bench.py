@@ -48,18 +48,18 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench import projector_bench, scenario_bench
 from bench.stats import percentile, spread
-from shared.bus import codec
-from shared.bus.codec import Release
-from shared.bus.app import BATCH_BYTES, InOrder, ensure_topics, send_records, service_app
-from shared.bus.config import BusConfig
-from shared.bus.driver import AioProducer, EventLoopThread, gather_all, wait_for_projector
+from shared.kernel.events import Envelope, wrap
+from shared.kernel.policy import Policy
+from shared.kernel.topology import destinations
 from shared.parts.kafka import broker_for
-from shared.bus.worker import Record, envelope_record
-from shared.events import Envelope, wrap
-from shared.policy import Policy
-from shared.scenario import parse_scenario
-from shared.simulate import simulate
-from shared.topology import destinations
+from shared.runtime.bus import codec
+from shared.runtime.bus.app import BATCH_BYTES, InOrder, ensure_topics, send_records, service_app
+from shared.runtime.bus.codec import Release
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import AioProducer, EventLoopThread, gather_all, wait_for_projector
+from shared.runtime.bus.worker import Record, envelope_record
+from shared.runtime.simulate import simulate
+from shared.sim.scenario import parse_scenario
 
 DECIDERS = ("admission", "queue", "placement")
 
@@ -147,7 +147,7 @@ def _policy() -> Policy:
 def _deciders(config: BusConfig, sink: Any = None) -> Iterator[tuple[EventLoopThread, AioProducer]]:
     """Admission, queue and placement as `muster run` apps (arrival order, wall clock) on a loop
     thread, and a producer to feed their inboxes; all stopped afterwards. With ``sink`` they trace."""
-    from shared.metrics.server import service_exposition
+    from shared.observability.metrics.server import service_exposition
 
     bus = EventLoopThread()
     apps = [service_app(name, config, _policy(), sink=sink) for name in DECIDERS]
@@ -335,13 +335,13 @@ def _replay(bootstrap: str, log: Sequence[Envelope]) -> dict[str, Any]:
         bus.run(producer.start())
         bus.run(producer.send_all([envelope_record(config.topics, config.topics.log, e) for e in log]))
         bus.run(producer.stop())
-        from shared.store import schema
+        from shared.history import schema
 
         schema.ensure(url)
         gc.collect()
         reading, lines = threading.Event(), []
         process = subprocess.Popen(
-            [sys.executable, "-m", "shared.cli", "run", "projector", "--metrics-port", "0", "--kafka", bootstrap,
+            [sys.executable, "-m", "shared.cli.main", "run", "projector", "--metrics-port", "0", "--kafka", bootstrap,
              "--topic-prefix", config.prefix, "--store", url, "--log-level", "info"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         stack.callback(_stop, process)
@@ -368,8 +368,8 @@ def _replay(bootstrap: str, log: Sequence[Envelope]) -> dict[str, Any]:
 def _events_in(url: str) -> int:
     from sqlalchemy import func, select
 
-    from shared.store.engine import opened
-    from shared.store.models import EventLog
+    from shared.history.engine import opened
+    from shared.history.models import EventLog
 
     with opened(url) as engine, engine.connect() as conn:
         return conn.execute(select(func.count()).select_from(EventLog.__table__)).scalar_one()
@@ -394,9 +394,9 @@ def _no_tracing_hooks() -> Iterator[None]:
     baseline 'tracing off' is measured against): copies of ``InboxWorker._handle`` and
     ``Service.handle`` minus those lines, else the same (tests/unit/bench/test_tracing_baseline.py
     checks they decide alike). One check per record read stays in both."""
-    from shared.bus.worker import InboxWorker, log
-    from shared.faults import Fault, describe, rejections
-    from shared.service import Service
+    from shared.kernel.faults import Fault, describe, rejections
+    from shared.runtime.bus.worker import InboxWorker, log
+    from shared.runtime.service import Service
 
     def handle(self: Any, item: Any, *, live: bool = True) -> list[Envelope]:
         if isinstance(item, Release):
@@ -450,8 +450,8 @@ def tracing(bootstrap: str, rounds: int = TRACING_RUNS) -> dict[str, Any]:
     """What tracing costs the deciders: the decision run without hooks, tracing off and on, in turn."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    from shared.bus.localbroker import free_port
-    from shared.tracing.otel import SpanSink
+    from shared.observability.tracing.otel import SpanSink
+    from shared.parts.localbroker import free_port
 
     port = free_port()
     collector = subprocess.Popen([sys.executable, "-m", "bench.null_collector", str(port)],

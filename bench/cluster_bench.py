@@ -38,14 +38,14 @@ import yaml
 
 from bench.e2e_bench import _cpu, _service, _with_children
 from bench.stats import percentile, spread
-from shared.bus.app import ensure_topics
-from shared.bus.config import BusConfig
-from shared.bus.driver import EventLoopThread
+from shared.kernel.topology import SERVICES
 from shared.parts import catalog
 from shared.parts.devcluster import DevCluster
 from shared.parts.kafka import KafkaBroker
 from shared.parts.kwok import node
-from shared.topology import SERVICES
+from shared.runtime.bus.app import ensure_topics
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import EventLoopThread
 
 NODES = int(os.environ.get("MUSTER_BENCH_CLUSTER_NODES", "200"))
 CLUSTERS = int(os.environ.get("MUSTER_BENCH_CLUSTER_RAYCLUSTERS", "100"))

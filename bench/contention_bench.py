@@ -25,10 +25,10 @@ from typing import Any
 
 from bench.scenario_bench import generated_scenario
 from bench.stats import spread
-from shared.embedded import EmbeddedRuntime
-from shared.events import Envelope
-from shared.scenario import parse_scenario
-from shared.simulate import actions, new_cluster
+from shared.kernel.events import Envelope
+from shared.runtime.embedded import EmbeddedRuntime
+from shared.runtime.simulate import actions, new_cluster
+from shared.sim.scenario import parse_scenario
 
 NODES, FITTING, CONTENDED = 2000, 1000, 3000
 DELETE_FROM, DELETE_EVERY = 200.0, 0.2

@@ -6,7 +6,7 @@ as it is deployed, one process per service: ``muster run admission``, ``queue``,
 ``reconciler`` and ``muster run cluster`` (which watches the emulator, writes what it sees into the
 log and the inboxes, and applies the reconciler's effects — unsuspend, annotate, bind — over HTTP),
 each started with its ``/readyz`` awaited (the cluster link watches in a child process of its own,
-``shared.bus.cluster_watch``). ``MUSTER_BENCH_E2E_ONE_PROCESS=1`` runs the five apps on
+``shared.kubernetes.cluster_watch``). ``MUSTER_BENCH_E2E_ONE_PROCESS=1`` runs the five apps on
 one event loop in this process instead (the link's watch still in its child), as the bench did
 before issue 16's last round: every service's work and its periodic snapshot then wait on one
 another, which a deployment never does. The bench plays the users and KubeRay: it writes
@@ -43,14 +43,14 @@ from typing import Any, Callable, Iterator
 
 from bench.bus_bench import _settle, _stop
 from bench.stats import percentile, spread
-from shared import kube
-from shared.bus.app import ensure_topics, service_app
-from shared.bus.cluster import KubeTarget, cluster_app
-from shared.bus.config import BusConfig
-from shared.bus.driver import EventLoopThread, gather_all
+from shared.kernel import kube
+from shared.kernel.policy import Policy
+from shared.kernel.topology import SERVICES
+from shared.kubernetes.cluster import KubeTarget, cluster_app
 from shared.parts.kafka import broker_for
-from shared.policy import Policy
-from shared.topology import SERVICES
+from shared.runtime.bus.app import ensure_topics, service_app
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import EventLoopThread, gather_all
 
 RUNS = 3
 NODES, NODE_CPU = 2000, 32
@@ -198,7 +198,7 @@ class Stack:
 
     def cpu_seconds(self) -> float:
         """CPU the services have used: their processes' and their children's (``/proc``: the cluster
-        link's watching process, ``shared.bus.cluster_watch``), or in one-process mode this process's
+        link's watching process, ``shared.kubernetes.cluster_watch``), or in one-process mode this process's
         and the watching process's."""
         if not self.pids:
             return time.process_time() + _cpu(self.children())
@@ -268,7 +268,7 @@ def _service(config: BusConfig, name: str, kube_args: list[str]) -> Iterator[int
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    args = [sys.executable, "-m", "shared.cli", "run", name, "--kafka", config.bootstrap, "--topic-prefix",
+    args = [sys.executable, "-m", "shared.cli.main", "run", name, "--kafka", config.bootstrap, "--topic-prefix",
             config.prefix, "--metrics-port", str(port), "--log-level", "warning"]
     if name == "cluster":
         args += [*kube_args, "--lease", "none"]

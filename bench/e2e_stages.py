@@ -7,7 +7,7 @@ server, p50 and p99 over the workloads, in the order they happen: seen by the wa
 enqueued, dequeued, placed, its effects, bound. A stage that adds seconds where the one before
 adds milliseconds is the queue in front of that service.
 
-Then, from each process's stage trace (``shared.bus.stagetrace``, on for the run) over the measured
+Then, from each process's stage trace (``shared.runtime.bus.stagetrace``, on for the run) over the measured
 part: how old records were when a fetch returned them, how long a batch and a send took, the
 collections (their wall time, their CPU — the difference is waiting for a core — and the garbage
 they found), how late the event loop ran a 10 ms timer, the effects' HTTP requests, the captures.
@@ -31,10 +31,10 @@ from typing import Any
 from bench import e2e_bench
 from bench.bus_bench import _log_reader
 from bench.stats import percentile
-from shared.bus import codec, stagetrace
-from shared.bus.config import BusConfig
+from shared.kernel.events import Envelope
 from shared.parts.kafka import broker_for
-from shared.events import Envelope
+from shared.runtime.bus import codec, stagetrace
+from shared.runtime.bus.config import BusConfig
 
 
 async def _first_appended(config: BusConfig, names: set[str]) -> dict[str, dict[str, float]]:
@@ -61,7 +61,7 @@ async def _first_appended(config: BusConfig, names: set[str]) -> dict[str, dict[
 
 
 def traced(folder: str, start: float, end: float) -> list[str]:
-    """The stage traces of ``folder`` (``shared.bus.stagetrace``) between ``start`` and ``end`` (wall
+    """The stage traces of ``folder`` (``shared.runtime.bus.stagetrace``) between ``start`` and ``end`` (wall
     seconds), one line per process and kind: counts, p50 / p99 / max in ms."""
     found: dict[tuple[str, str], list[float]] = {}
     for path in sorted(glob.glob(os.path.join(folder, "*.jsonl"))):

@@ -42,9 +42,9 @@ from typing import Any
 
 from services.admission.core import AdmissionCore
 from services.placement import PlacementCore
-from shared import kube
-from shared.events import Dequeued, GangPlaced, ObjectChanged, WorkloadSubmitted, wrap
-from shared.policy import Policy
+from shared.kernel import kube
+from shared.kernel.events import Dequeued, GangPlaced, ObjectChanged, WorkloadSubmitted, wrap
+from shared.kernel.policy import Policy
 
 HERE = Path(__file__).parent
 TRACE = HERE.resolve().parents[1] / "shared" / "traces" / "openb"

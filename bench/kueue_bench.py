@@ -43,11 +43,11 @@ from typing import Any
 import yaml
 
 from bench.stats import spread
-from shared.embedded import EmbeddedRuntime
-from shared.events import Envelope
-from shared.projection import ResultProjection
-from shared.scenario import parse_scenario
-from shared.simulate import actions, new_cluster
+from shared.kernel.events import Envelope
+from shared.kernel.projection import ResultProjection
+from shared.runtime.embedded import EmbeddedRuntime
+from shared.runtime.simulate import actions, new_cluster
+from shared.sim.scenario import parse_scenario
 
 
 @dataclass(frozen=True)

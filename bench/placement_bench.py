@@ -17,10 +17,10 @@ import time
 from typing import Any
 
 from services.placement import PlacementCore
-from shared.events import Dequeued, Envelope, GangPlaced, ObjectChanged, PlacementFailed, wrap
-from shared.model import Gang, PodSet, Toleration, WorkloadSpec
-from shared.policy import Policy
-from shared.quantity import parse_resources
+from shared.kernel.events import Dequeued, Envelope, GangPlaced, ObjectChanged, PlacementFailed, wrap
+from shared.kernel.model import Gang, PodSet, Toleration, WorkloadSpec
+from shared.kernel.policy import Policy
+from shared.kernel.quantity import parse_resources
 
 GPU_EVERY = 5
 _TOLERATE_GPU = (Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),)

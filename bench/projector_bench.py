@@ -24,11 +24,11 @@ from typing import Any, Iterator, Sequence
 
 import yaml
 
-from shared.events import Envelope
-from shared.scenario import parse_scenario
-from shared.simulate import simulate
-from shared.store import schema
-from shared.store.writer import ProjectionWriter, write_log
+from shared.history import schema
+from shared.history.writer import ProjectionWriter, write_log
+from shared.kernel.events import Envelope
+from shared.runtime.simulate import simulate
+from shared.sim.scenario import parse_scenario
 
 EVENTS = 100_000
 BATCH = 10_000
@@ -141,10 +141,10 @@ def _from_records(log: Sequence[Envelope], batch: int = 6_000) -> dict[str, Any]
     Between this and ``projector_postgres`` is the cost of decoding; below this, the broker's."""
     from collections import namedtuple
 
-    from shared.bus import codec
-    from shared.bus.projector import LogProjector
-    from shared.bus.topics import Topics
-    from shared.store.writer import gc_paused
+    from shared.history.writer import gc_paused
+    from shared.runtime.bus import codec
+    from shared.runtime.bus.projector import LogProjector
+    from shared.runtime.bus.topics import Topics
 
     topics = Topics()
     read = namedtuple("read", "topic partition offset value headers")

@@ -28,11 +28,11 @@ from bench.projector_bench import generated_scenario
 from shared.audit.header import LogHeader
 from shared.audit.logfile import LogFile, decode
 from shared.audit.replay import Replayer
-from shared.build import code_digest
-from shared.embedded import EmbeddedRuntime
-from shared.events import Envelope, to_json
-from shared.scenario import parse_scenario
-from shared.simulate import new_cluster, play
+from shared.kernel.events import Envelope, to_json
+from shared.runtime.build import code_digest
+from shared.runtime.embedded import EmbeddedRuntime
+from shared.runtime.simulate import new_cluster, play
+from shared.sim.scenario import parse_scenario
 
 EVENTS = 1_000_000
 RUNS = int(os.environ.get("MUSTER_BENCH_REPLAY_RUNS", "3"))

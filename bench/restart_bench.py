@@ -45,15 +45,15 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.soak_bench import rayjob
 from services.reconciler.ingest import observe
-from shared.bus.app import BATCH_BYTES, delete_topics, ensure_topics, send_records, service_app
-from shared.bus.config import BusConfig
-from shared.bus.driver import EventLoopThread
+from shared.kernel.events import wrap
+from shared.kernel.policy import Policy
 from shared.parts.kafka import broker_for
-from shared.bus import codec
-from shared.bus.snapshot import EVERY_RECORDS, GENESIS, INTERVAL, SnapshotKeeper, capture
-from shared.bus.worker import Record, envelope_record
-from shared.events import wrap
-from shared.policy import Policy
+from shared.runtime.bus import codec
+from shared.runtime.bus.app import BATCH_BYTES, delete_topics, ensure_topics, send_records, service_app
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import EventLoopThread
+from shared.runtime.bus.snapshot import EVERY_RECORDS, GENESIS, INTERVAL, SnapshotKeeper, capture
+from shared.runtime.bus.worker import Record, envelope_record
 
 SIZES = (5_000, 50_000, 200_000, 1_000_000)
 LIVE = 200

@@ -65,7 +65,7 @@ def _simulate_cli(path: Path, out: Path) -> tuple[float, float, float]:
     own rusage (``wait4``): ``RUSAGE_CHILDREN``'s peak is the largest of every child this process
     ever waited for, which in ``make bench`` was an earlier section's (1,602 MiB read here once)."""
     started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-m", "shared.cli", "simulate", str(path), "--json", str(out), "-q"])
+    child = subprocess.Popen([sys.executable, "-m", "shared.cli.main", "simulate", str(path), "--json", str(out), "-q"])
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - started
     child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again

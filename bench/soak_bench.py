@@ -11,8 +11,8 @@ time on this machine: the cores cost about 20 ms per job); ``python -m bench.soa
 1.4 hours of the same stream in about a minute (same arrival rate and live population; the slope
 needs the long run to mean anything).
 
-Every ``SAMPLE`` simulated seconds the soak samples each service with ``shared.footprint.retained``:
-its core, and apart from it its bounded windows (the dedupe windows, ``shared.dedupe.Seen``, and
+Every ``SAMPLE`` simulated seconds the soak samples each service with ``shared.kernel.footprint.retained``:
+its core, and apart from it its bounded windows (the dedupe windows, ``shared.kernel.dedupe.Seen``, and
 placement's shape mix and node index: constant caps that fill during the run; ``windows``), and the process's
 resident memory. The figure is the least-squares
 slope of each core's retained bytes against finished jobs after the first quarter (warm-up), in
@@ -33,10 +33,10 @@ from typing import Any, Callable
 from services.admission.core import AdmissionCore
 from services.placement.fragmentation import Mix
 from services.placement.nodes import ScoreIndex
-from shared.dedupe import DEDUPE_WINDOW, Seen
-from shared.embedded import EmbeddedRuntime
-from shared.footprint import retained
-from shared.policy import Policy
+from shared.kernel.dedupe import DEDUPE_WINDOW, Seen
+from shared.kernel.footprint import retained
+from shared.kernel.policy import Policy
+from shared.runtime.embedded import EmbeddedRuntime
 from shared.sim.cluster import SimCluster
 
 JOBS, NODES = 50_000, 1_000
@@ -110,7 +110,7 @@ def steps(cluster: SimCluster, jobs: int, nodes: int, seconds: float) -> list[tu
 
 
 def windows(core: Any) -> list[Any]:
-    """The bounded windows a core holds — its own dedupe window (``shared.dedupe.Seen``), placement's
+    """The bounded windows a core holds — its own dedupe window (``shared.kernel.dedupe.Seen``), placement's
     shape mix and node index (``ScoreIndex``) — whose size is a constant cap, not a function of history: they fill during a short
     run, so they are measured apart from the rest of the core."""
     found = [v for v in vars(core).values() if isinstance(v, (Seen, Mix))]

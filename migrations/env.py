@@ -1,6 +1,6 @@
 """Alembic environment: the URL comes from MUSTER_STORE, never from a file in the repo.
 
-``muster db upgrade|downgrade`` (``shared.store.schema``) passes the URL of ``--store`` in
+``muster db upgrade|downgrade`` (``shared.history.schema``) passes the URL of ``--store`` in
 ``config.attributes["url"]``; ``alembic upgrade head`` reads ``MUSTER_STORE``.
 """
 
@@ -11,7 +11,7 @@ import os
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from shared.store.models import Base
+from shared.history.models import Base
 
 config = context.config
 url = config.attributes.get("url") or os.environ.get("MUSTER_STORE") or config.get_main_option("sqlalchemy.url")

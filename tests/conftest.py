@@ -34,7 +34,7 @@ os.environ.setdefault("MUSTER_KAFKA_SESSION_TIMEOUT_MS", "2000")
 """Services of the suite (in-process and ``muster run`` processes alike, who inherit it) run their Faust
 worker's group with a 2 s session: a worker SIGKILLed by the fault test leaves its member behind, and
 its successor's start waits that member's session out (6 s at the deployment's default). The inbox
-readers themselves assign their partition and join nothing (shared/bus/config.py)."""
+readers themselves assign their partition and join nothing (shared/runtime/bus/config.py)."""
 
 
 def _missing(exc: Exception) -> None:
@@ -119,9 +119,9 @@ def postgres_url(postgres_server: str) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``host:port`` of an Apache Kafka broker (see the module docstring)."""
-    from shared.bus.localbroker import kafka_answers
     from shared.parts.catalog import MissingPart
     from shared.parts.kafka import KafkaBroker
+    from shared.parts.localbroker import kafka_answers
     from shared.parts.process import PartFailed
 
     given = os.environ.get("MUSTER_TEST_KAFKA")
@@ -153,9 +153,9 @@ def eventually(check: Callable[[], Any], what: str, timeout: float = 45.0, every
 
 
 def delete_topics(bootstrap: str, prefix: str) -> list[str]:
-    """Delete every topic on ``bootstrap`` whose name starts with ``prefix`` (``shared.bus.app``)."""
-    from shared.bus.app import delete_topics as delete
-    from shared.bus.config import BusConfig
+    """Delete every topic on ``bootstrap`` whose name starts with ``prefix`` (``shared.runtime.bus.app``)."""
+    from shared.runtime.bus.app import delete_topics as delete
+    from shared.runtime.bus.config import BusConfig
 
     return delete(BusConfig(bootstrap, prefix=prefix))
 
@@ -205,8 +205,8 @@ def empty(url: str) -> None:
     """Remove every row from a migrated store."""
     from sqlalchemy import text
 
-    from shared.store.engine import connect
-    from shared.store.models import TABLE_NAMES
+    from shared.history.engine import connect
+    from shared.history.models import TABLE_NAMES
 
     engine = connect(url)
     with engine.begin() as conn:
@@ -221,7 +221,7 @@ def empty(url: str) -> None:
 @pytest.fixture
 def pg_store(postgres_url: str) -> Iterator[str]:
     """The session's Postgres database at the current schema, with no rows."""
-    from shared.store import schema
+    from shared.history import schema
 
     if schema.current(postgres_url) != schema.head():
         schema.upgrade(postgres_url)
@@ -232,7 +232,7 @@ def pg_store(postgres_url: str) -> Iterator[str]:
 @pytest.fixture
 def sqlite_store(tmp_path: Path) -> str:
     """A SQLite file of this test's own at the current schema."""
-    from shared.store import schema
+    from shared.history import schema
 
     url = f"sqlite:///{tmp_path / 'history.db'}"
     schema.upgrade(url)

@@ -48,10 +48,10 @@ from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.reconciler.kubeapi import checked
-from services.reconciler.resources import EVENT, LEASE, WATCHED, WRITTEN_ONLY, Resource
-from shared.kube import merge_patch
-from shared.bus.localbroker import free_port
+from shared.kernel.kube import merge_patch
+from shared.kubernetes.kubeapi import checked
+from shared.kubernetes.resources import EVENT, LEASE, WATCHED, WRITTEN_ONLY, Resource
+from shared.parts.localbroker import free_port
 
 
 _NODE = {"apiVersion": "v1", "kind": "Node", "name": "n1"}

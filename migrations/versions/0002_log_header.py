@@ -2,7 +2,7 @@
 
 ``muster replay --verify`` rebuilds the cores from the policy a log was made with; an exported log
 names it in its header line and a store keeps it here. Written by hand; tests/integration/
-test_migrations.py checks it against shared/store/models.py.
+test_migrations.py checks it against shared/history/models.py.
 
 Revision ID: 0002
 Revises: 0001

@@ -11,8 +11,8 @@ Where each decision is made:
 - lifecycle (Submitted / Updated / Rejected / Finished / Deleted, dedup) and composition: here.
 
 Every input error is an ``Invalid`` turned into a Rejected event; nothing here raises on user input.
-Should it raise all the same (a bug), ``shared.service.Service`` rejects the object and the runtime
-sets the event aside (``shared.faults``).
+Should it raise all the same (a bug), ``shared.runtime.service.Service`` rejects the object and the runtime
+sets the event aside (``shared.kernel.faults``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from operator import itemgetter
 from typing import Any, Callable, Literal, Union
 
 from services.admission import fields
-from services.admission.fields import Invalid
 from services.admission.dialects import KUBERAY, GangRules, dialect_of
+from services.admission.fields import Invalid
 from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, ray_owner
 from services.admission.priority import PriorityBook, class_name, preemptible, ray_pod_metas, volcano_pinned
 from services.admission.queues import QueueBook
@@ -40,7 +40,7 @@ from services.admission.workloads import (
     spec_suspended,
     with_minimum,
 )
-from shared.events import (
+from shared.kernel.events import (
     Envelope,
     ObjectChanged,
     ObjectsListed,
@@ -53,14 +53,14 @@ from shared.events import (
     WorkloadSubmitted,
     WorkloadUpdated,
 )
-from shared import kube
-from shared import quantity as q
-from shared.model import Gang, WorkloadSpec
-from shared.kube import REFUSED, watched_namespace
-from shared.dedupe import forget_before
-from shared.listing import WatchBook
-from shared.policy import Policy
-from shared.treekey import tree_key
+from shared.kernel import kube
+from shared.kernel import quantity as q
+from shared.kernel.dedupe import forget_before
+from shared.kernel.kube import REFUSED, watched_namespace
+from shared.kernel.listing import WatchBook
+from shared.kernel.model import Gang, WorkloadSpec
+from shared.kernel.policy import Policy
+from shared.kernel.treekey import tree_key
 
 Output = Union[QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadRejected,
                WorkloadFinished, WorkloadDeleted]
@@ -132,7 +132,7 @@ class AdmissionCore:
         """``Kind:namespace/name`` of a RayCluster / RayJob -> its pods ingest refused (name -> why): the
         workload is rejected naming one until that pod is deleted (``topology.admission_reads_pod``)."""
         self.book = WatchBook()
-        """Every watched object admission was told of, to tell what a list lacks (``shared.listing``)."""
+        """Every watched object admission was told of, to tell what a list lacks (``shared.kernel.listing``)."""
 
     # ------------------------------------------------------------------ entry point
     def handle(self, env: Envelope) -> list[Any]:

@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shared.model import QueueDialect, QueueSpec
+from shared.kernel.model import QueueDialect, QueueSpec
 
 RayMinimum = Literal["desired", "min-when-autoscaling", "min-replicas"]
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from shared import kube, quantity as q
+from shared.kernel import kube, quantity as q
 
 _MISSING: Any = object()
 
@@ -92,7 +92,7 @@ def integer(value: object, where: str, *, default: int, minimum: int | None = 0,
 def quantities(value: object, where: str) -> dict[str, int]:
     """A ``{resource: quantity}`` map in milli-units; a bad entry is ``Invalid`` naming ``where.<resource>``.
 
-    ``shared.quantity`` raises ``QuantityError`` for what Kubernetes refuses, but non-finite or
+    ``shared.kernel.quantity`` raises ``QuantityError`` for what Kubernetes refuses, but non-finite or
     astronomically large numbers (YAML ``.inf``/``.nan``, ``1e1000000``) escape it as arithmetic
     errors; those are not quantities either.
     """
@@ -146,7 +146,7 @@ def annotations(obj: Mapping[str, Any]) -> dict[str, str]:
 
 
 def not_refused(obj: Mapping[str, Any]) -> None:
-    """An object ingest refused (``shared.kube.REFUSED``) is ``Invalid`` with ingest's reason."""
+    """An object ingest refused (``shared.kernel.kube.REFUSED``) is ``Invalid`` with ingest's reason."""
     reason = kube.refused(obj)
     if reason is not None:
         raise Invalid(f"refused at ingest: {reason}")

@@ -34,8 +34,8 @@ from typing import Any, Callable, Literal
 
 from services.admission.fields import Invalid, integer, opt_mapping, show
 from services.admission.pods import pod_set
-from shared import kube
-from shared.model import Gang, PodSet, WorkloadSpec
+from shared.kernel import kube
+from shared.kernel.model import Gang, PodSet, WorkloadSpec
 
 POD_GROUP_APIS = ("scheduling.x-k8s.io", "scheduling.sigs.k8s.io", "scheduling.volcano.sh")
 FINISHED_PHASES = ("Succeeded", "Failed")

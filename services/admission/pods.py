@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.admission.fields import Invalid, mapping, opt_list, opt_mapping, quantities, show, string, string_map
-from shared import kube
-from shared import quantity as q
-from shared.model import MatchExpression, PodSet, Toleration
+from shared.kernel import kube
+from shared.kernel import quantity as q
+from shared.kernel.model import MatchExpression, PodSet, Toleration
 
 _TOLERATION_OPERATORS = ("Equal", "Exists")
 _AFFINITY_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")

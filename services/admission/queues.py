@@ -17,10 +17,10 @@ from typing import Any
 from services.admission.dialects import queue_fields
 from services.admission.fields import (Invalid, boolean, integer, mapping, not_refused, opt_list, opt_mapping,
                                       quantities, show, string)
-from shared import kube
-from shared import quantity as q
-from shared.events import QueueDefined, QueueRejected, QueueRemoved
-from shared.model import UNLIMITED, QueueSource, QueueSpec
+from shared.kernel import kube
+from shared.kernel import quantity as q
+from shared.kernel.events import QueueDefined, QueueRejected, QueueRemoved
+from shared.kernel.model import UNLIMITED, QueueSource, QueueSpec
 
 VOLCANO_GROUP = "scheduling.volcano.sh"
 KAI_GROUP = "scheduling.run.ai"

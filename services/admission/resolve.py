@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from services.admission.queues import QueueBook
-from shared import quantity as q
-from shared.model import UNLIMITED, QueueSpec
+from shared.kernel import quantity as q
+from shared.kernel.model import UNLIMITED, QueueSpec
 
 QUEUE_SOURCES: tuple[tuple[str, str], ...] = (
     ("labels", "volcano.sh/queue-name"),

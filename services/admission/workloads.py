@@ -18,9 +18,9 @@ from typing import Any, Literal
 from services.admission.dialects import GangRules
 from services.admission.fields import Invalid, boolean, integer, mapping, opt_list, opt_mapping, show, string
 from services.admission.pods import pod_set
-from shared import kube
-from shared import quantity as q
-from shared.model import Gang, PodSet
+from shared.kernel import kube
+from shared.kernel import quantity as q
+from shared.kernel.model import Gang, PodSet
 
 MAX_REPLICAS_DEFAULT = 2**31 - 1
 """KubeRay's CRD default for ``maxReplicas`` (MaxInt32)."""

@@ -27,18 +27,18 @@ from services.placement.pods import PodRecord, pod_facts, pod_key, pod_set_of
 from services.placement.preemption import eligible, victim_order
 from services.placement.statement import Statement
 from services.placement.workloads import Slot, WorkloadRecord
-from shared.model import Gang, shrunk
-from shared.victims import minimal_victims
-from shared import kube
-from shared import quantity as q
-from shared.events import (
+from shared.kernel import kube
+from shared.kernel import quantity as q
+from shared.kernel.model import Gang, shrunk
+from shared.kernel.victims import minimal_victims
+from shared.kernel.events import (
     CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, Envelope, GangDisrupted, GangPlaced, GangRunning,
     ObjectChanged, ObjectsListed, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested,
     TimerFired, TimerSet, WorkloadUpdated, WorkloadWithdrawn,
 )
-from shared.dedupe import RECENT_IDS, Seen
-from shared.listing import Held, WatchBook, last_state
-from shared.policy import Policy
+from shared.kernel.dedupe import RECENT_IDS, Seen
+from shared.kernel.listing import Held, WatchBook, last_state
+from shared.kernel.policy import Policy
 
 CAPACITY_TIMER = "capacity"
 """Fires at quiescence of an instant in which pods went away (or foreign pods came): one signal."""
@@ -92,7 +92,7 @@ class PlacementCore:
         self._shapes: dict[str, tuple[Gang, str, dict[str, None]]] = {}
         """Room key -> (gang, strategy, keys of the waiting gangs of that shape)."""
         self.book = WatchBook(by_reference=frozenset({"Pod"}))
-        """Every node and pod placement was told of, to tell what a list lacks (``shared.listing``).
+        """Every node and pod placement was told of, to tell what a list lacks (``shared.kernel.listing``).
         Pods by reference: ``PodRecord.held`` is the book's ``Held``, so a pod's object is neither
         copied on each of its watch events nor held twice."""
         self._mixing = FRAGMENTATION in (policy.placement, *(q_.placement for q_ in policy.queues.values()))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from shared.model import MatchExpression, PodSet, Toleration
+from shared.kernel.model import MatchExpression, PodSet, Toleration
 
 HARD_EFFECTS = ("NoSchedule", "NoExecute")
 """Taint effects that keep pods off a node; PreferNoSchedule only scores, so it is ignored here."""

@@ -19,8 +19,8 @@ from services.placement import reasons
 from services.placement.gpu import GpuCharge
 from services.placement.nodes import FRAGMENTATION, Demand, NodeTable
 from services.placement.statement import Statement
-from shared import quantity as q
-from shared.model import Gang, PodSet
+from shared.kernel import quantity as q
+from shared.kernel.model import Gang, PodSet
 
 
 @dataclass

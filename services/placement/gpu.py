@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from shared.events import GpuAssignment, derive_id
+from shared.kernel.events import GpuAssignment, derive_id
 
 FULL = 1000
 SENTINEL = 1 << 40

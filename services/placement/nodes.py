@@ -28,8 +28,8 @@ import numpy as np
 
 from services.placement import filters, fragmentation, gpu
 from services.placement.filters import Taint
-from shared import quantity as q
-from shared.model import PodSet
+from shared.kernel import quantity as q
+from shared.kernel.model import PodSet
 
 DEFAULT_MAX_PODS = 110_000
 """kubelet's default ``maxPods`` (110), for Node objects that do not state ``pods``."""
@@ -205,7 +205,7 @@ class NodeTable:
         """Gone rows the last compaction had to keep (something still referred to them)."""
 
     def __getstate__(self) -> dict[str, Any]:
-        """A snapshot (``shared.bus.snapshot``) leaves the demand memo out: it is rebuilt as pods come."""
+        """A snapshot (``shared.runtime.bus.snapshot``) leaves the demand memo out: it is rebuilt as pods come."""
         state = self.__dict__.copy()
         state.pop("_demands", None)
         return state
@@ -288,7 +288,7 @@ class NodeTable:
         return NodeChange(capacity=capacity, grew=grew, constraints=constraints and was_present)
 
     def cordon(self, name: str) -> NodeChange | None:
-        """The node's object was refused at ingest (``shared.kube.REFUSED``): nothing new lands on it,
+        """The node's object was refused at ingest (``shared.kernel.kube.REFUSED``): nothing new lands on it,
         and what is charged there stays charged against its last readable capacity, until a version
         that can be read comes (``upsert``). A node never read before is present with no capacity."""
         i = self.ensure(name)

@@ -2,7 +2,7 @@
 
 Every gang placed is a ``GangPlaced`` with one ``SlotAssignment`` per gang pod, and every pod told
 where to go a ``PodAssigned``: validating them was a tenth of a ``Dequeued``'s cost in a replay.
-As ``shared.events.kube_effect`` does for effects, only values of exactly the types validation
+As ``shared.kernel.events.kube_effect`` does for effects, only values of exactly the types validation
 leaves as they are take the short way (text a ``str``, an index an ``int`` and no ``bool``, the
 gate one of its literals, a GPU assignment a ``GpuAssignment`` or None, slots a tuple of
 ``SlotAssignment``); anything else is validated, so it is refused or coerced exactly as before.
@@ -10,7 +10,7 @@ gate one of its literals, a GPU assignment a ``GpuAssignment`` or None, slots a 
 
 from __future__ import annotations
 
-from shared.events import GangPlaced, GpuAssignment, PodAssigned, SlotAssignment, built
+from shared.kernel.events import GangPlaced, GpuAssignment, PodAssigned, SlotAssignment, built
 
 _GATES = frozenset(GangPlaced.model_fields["gate"].annotation.__args__)
 

@@ -16,11 +16,11 @@ from pydantic import ValidationError
 from services.placement.gpu import GpuCharge
 from services.placement.nodes import Demand
 from services.placement.workloads import Slot
-from shared import kube
-from shared import quantity as q
-from shared.listing import Held
-from shared.model import MatchExpression, PodSet, Toleration
-from shared.treekey import tree_key
+from shared.kernel import kube
+from shared.kernel import quantity as q
+from shared.kernel.listing import Held
+from shared.kernel.model import MatchExpression, PodSet, Toleration
+from shared.kernel.treekey import tree_key
 
 FINISHED = ("Succeeded", "Failed")
 GPU_DEVICES = "muster.dev/gpu-devices"
@@ -218,7 +218,7 @@ def pod_set_of(obj: Mapping[str, Any], name: str, facts: PodFacts) -> PodSet | N
 class PodRecord:
     facts: PodFacts
     held: Held
-    """The object these facts were read from, as the watch book holds it (``shared.listing.Held``):
+    """The object these facts were read from, as the watch book holds it (``shared.kernel.listing.Held``):
     one reference for both, so a snapshot writes it once and no watch event copies it."""
     node: int | None = None
     """Row the pod is charged to, None while it does not count."""

@@ -15,9 +15,9 @@ import numpy as np
 
 from services.placement import filters
 from services.placement.nodes import Demand, NodeTable
-from shared import quantity as q
-from shared.model import Gang, PodSet
-from shared.reasons import gang_line
+from shared.kernel import quantity as q
+from shared.kernel.model import Gang, PodSet
+from shared.kernel.reasons import gang_line
 
 INSUFFICIENT_GPU = f"Insufficient {q.GPU}"
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from services.placement.gpu import GpuCharge
 from services.placement.nodes import Demand
-from shared.model import Gang, WorkloadSpec, elastic_wanted
+from shared.kernel.model import Gang, WorkloadSpec, elastic_wanted
 
 
 @dataclass

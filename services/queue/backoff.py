@@ -6,7 +6,7 @@ maximum. Released capacity, a finish/delete or a preemption wakes every backing-
 
 from __future__ import annotations
 
-from shared.policy import Policy
+from shared.kernel.policy import Policy
 
 
 def delay(policy: Policy, attempts: int) -> float:

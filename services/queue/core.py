@@ -28,24 +28,24 @@ from services.queue import backoff, elastic, preemption
 from services.queue.ledger import Ledger
 from services.queue.ordering import blocks, serve_key
 from services.queue.reasons import preempted_by, waiting
-from shared.reasons import amounts, gang_line
 from services.queue.room import QuotaWaits, RoomWaits
+from shared.kernel.reasons import amounts, gang_line
 from services.queue.reclaim import (CLUSTER, Choice, Running, above_guarantee, choose_victims, shortage,
                                     within_guarantee, within_share)
 from services.queue.snapshot import Freed, Snapshot
 from services.queue.tree import QueueTree, cap_failure, level_failure, over_limits, quota_block, quota_failure
 from services.queue.workload import Tracked
-from shared.model import shrunk
-from shared.victims import minimal_victims
-from shared import quantity as q
-from shared.events import (
+from shared.kernel import quantity as q
+from shared.kernel.model import shrunk
+from shared.kernel.victims import minimal_victims
+from shared.kernel.events import (
     BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, ElasticWaiting, Envelope, Enqueued,
     GangPlaced, GangRunning, PlacementFailed, PreemptionRequested, QueueDefined, QueueRejected, QueueRemoved,
     ReclaimRequested, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted,
     WorkloadUpdated, WorkloadWithdrawn,
 )
-from shared.model import QueueSpec, WorkloadSpec
-from shared.policy import Policy
+from shared.kernel.model import QueueSpec, WorkloadSpec
+from shared.kernel.policy import Policy
 
 CYCLE = "cycle"
 _ORDER = attrgetter("order")

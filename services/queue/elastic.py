@@ -5,7 +5,7 @@ asking for more pods of an admitted pod set) are elastic. Rules, in the order th
 
 - Who may grow: a workload holding quota as admitted or running (placement has its slots), not
   named as anyone's victim, for its admitted pod sets, up to what the owner wants now
-  (``shared.model.elastic_wanted``), and not while placement found no node for its last grant
+  (``shared.kernel.model.elastic_wanted``), and not while placement found no node for its last grant
   (until capacity is released).
 - When: after the cycle's gangs, so a waiting gang's minimum goes before anyone's elastic pods
   (Volcano's gang plugin orders jobs that are not ready first; KAI's elastic plugin orders jobs
@@ -30,8 +30,8 @@ from typing import Callable, Iterable
 from services.queue.preemption import Holder
 from services.queue.reclaim import Running
 from services.queue.workload import Tracked
-from shared.events import ElasticVictim
-from shared.model import elastic_wanted
+from shared.kernel.events import ElasticVictim
+from shared.kernel.model import elastic_wanted
 
 Resources = dict[str, int]
 

@@ -19,8 +19,8 @@ import math
 from typing import Mapping
 
 from services.queue.tree import QueueTree
-from shared import quantity as q
-from shared.model import QueueSpec
+from shared.kernel import quantity as q
+from shared.kernel.model import QueueSpec
 
 Resources = dict[str, int]
 

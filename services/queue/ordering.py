@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from shared.model import WorkloadSpec
+from shared.kernel.model import WorkloadSpec
 
 Queueing = Literal["StrictFIFO", "BestEffortFIFO"]
 

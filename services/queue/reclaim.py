@@ -36,8 +36,8 @@ from operator import attrgetter
 from typing import Iterable, Mapping, NamedTuple
 
 from services.queue.fairshare import dominant_share
-from shared import quantity as q
-from shared.model import QueueSpec
+from shared.kernel import quantity as q
+from shared.kernel.model import QueueSpec
 
 Resources = dict[str, int]
 CLUSTER = ""

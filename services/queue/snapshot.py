@@ -14,7 +14,7 @@ from services.queue.ledger import Ledger
 from services.queue.reclaim import Running
 from services.queue.tree import QueueTree
 from services.queue.workload import Tracked
-from shared import quantity as q
+from shared.kernel import quantity as q
 
 Resources = dict[str, int]
 Freed = tuple[str, Mapping[str, int]]

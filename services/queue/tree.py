@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from shared import quantity as q
-from shared.model import QueueSpec, UNLIMITED
+from shared.kernel import quantity as q
+from shared.kernel.model import QueueSpec, UNLIMITED
 
 Resources = dict[str, int]
 

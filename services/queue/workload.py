@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from services.queue.ordering import pending_key
-from shared import quantity as q
-from shared.events import ElasticVictim
-from shared.model import WorkloadSpec
+from shared.kernel import quantity as q
+from shared.kernel.events import ElasticVictim
+from shared.kernel.model import WorkloadSpec
 
 State = Literal["pending", "reserved", "admitted", "running"]
 HOLDING: tuple[State, ...] = ("reserved", "admitted", "running")

@@ -17,15 +17,15 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-from shared import kube
-from shared.events import (
+from shared.kernel import kube
+from shared.kernel.events import (
     BackedOff, ElasticReleased, ElasticWaiting, Enqueued, Envelope, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, KubeEffect,
     ObjectChanged, PodAssigned, PreemptionRequested, QueueRejected, QueueRemoved, TimerFired, TimerSet, WorkloadDeleted,
     WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, kube_effect,
 )
-from shared.dedupe import RECENT_IDS, Seen, forget_before
-from shared.policy import Policy
 from services.reconciler.status import STATUS_TIMER, StatusBook, effect_object, pod_group_object, queue_object
+from shared.kernel.dedupe import RECENT_IDS, Seen, forget_before
+from shared.kernel.policy import Policy
 
 ENQUEUED_AT = "muster.dev/enqueued-at"
 DEQUEUED_AT = "muster.dev/dequeued-at"
@@ -99,7 +99,7 @@ class ReconcilerCore:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self._seen = Seen(RECENT_IDS)
-        """Redelivered ids, the last few thousand per source (``shared.dedupe``): never a set of every id."""
+        """Redelivered ids, the last few thousand per source (``shared.kernel.dedupe``): never a set of every id."""
         self._workloads: dict[str, _Workload] = {}
         self._applied: dict[str, dict[str, Any]] = {}
         """object id -> field -> last value emitted for it."""

@@ -6,7 +6,7 @@ fields of pod templates, node capacity and taints, pod phase and node. Everythin
 carries (container env values and commands, a RayJob's entrypoint and ``runtimeEnvYAML``,
 ``last-applied-configuration``, other annotations, managed fields) is dropped here, before anything
 reaches Kafka, the history store or an export. An object muster cannot hold (a name the API server
-would refuse, text that is not Unicode, nesting or size beyond ``shared.validation``'s bounds) is
+would refuse, text that is not Unicode, nesting or size beyond ``shared.kernel.validation``'s bounds) is
 reduced to its identity and marked ``REFUSED`` with the reason, which admission reports as a Rejected.
 """
 
@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Literal, get_args
 
-from shared.events import SCHEMA_VERSION, Envelope, ObjectChanged, ObjectsListed, built, derive_id
-from shared import kube
-from shared.kube import REFUSED, meta
-from shared.validation import MAX_BYTES, dns1123_subdomain, label_value, object_problem, tree_problem
+from shared.kernel import kube
+from shared.kernel.events import SCHEMA_VERSION, Envelope, ObjectChanged, ObjectsListed, built, derive_id
+from shared.kernel.kube import REFUSED, meta
+from shared.kernel.validation import MAX_BYTES, dns1123_subdomain, label_value, object_problem, tree_problem
 
 Change = Literal["Added", "Modified", "Deleted"]
 
@@ -201,12 +201,12 @@ def watch_envelope(change: Change, obj: Mapping[str, Any], at: float) -> Envelop
 
 LISTING_PART_CHARS = 200_000
 """Characters of keys in one ``ObjectsListed`` part: a list of 50,000 pods is a dozen records, each
-far below the broker's ``message.max.bytes`` (``shared.bus.cluster.MAX_RECORD_BYTES``)."""
+far below the broker's ``message.max.bytes`` (``shared.kubernetes.cluster.MAX_RECORD_BYTES``)."""
 
 
 def listed_key(obj: Mapping[str, Any]) -> str:
     """An object's key in a listing: ``namespace/name`` as ``observe`` names its watch events
-    (``shared.listing.WatchBook`` keys them so)."""
+    (``shared.kernel.listing.WatchBook`` keys them so)."""
     metadata = obj.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
     return f"{_safe(_text(metadata.get('namespace')))}/{_safe(_text(metadata.get('name')))}"

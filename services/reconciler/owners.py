@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Mapping
 
-from shared import kube
+from shared.kernel import kube
 
 Key = tuple[str, str, str]
 """(kind, namespace, name) of a RayCluster or RayJob to look up."""

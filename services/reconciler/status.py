@@ -1,7 +1,7 @@
 """Status where kubectl users look: what muster writes into the queue objects and PodGroups users have.
 
 The content is derived from the events the reconciler reads, by the fold the result view uses
-(``shared.projection.ResultProjection``: phases, quota held, waiting positions, backoff), so
+(``shared.kernel.projection.ResultProjection``: phases, quota held, waiting positions, backoff), so
 ``kubectl get queue -o yaml`` says what ``muster simulate`` and ``muster queues`` say. Written, as
 JSON merge patches of the status subresource holding only muster's fields:
 
@@ -31,11 +31,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared import quantity as q
-from shared.events import Envelope, KubeEffect, TimerSet, derive_id, kube_effect
-from shared.model import QueueSource, QueueSpec
-from shared.policy import Policy
-from shared.projection import IN_QUEUE_STATES, NOT_LIVE, QueueSums, ResultProjection, WorkloadView
+from shared.kernel import quantity as q
+from shared.kernel.events import Envelope, KubeEffect, TimerSet, derive_id, kube_effect
+from shared.kernel.model import QueueSource, QueueSpec
+from shared.kernel.policy import Policy
+from shared.kernel.projection import IN_QUEUE_STATES, NOT_LIVE, QueueSums, ResultProjection, WorkloadView
 
 STATUS_TIMER = "status"
 PERIOD = 1.0

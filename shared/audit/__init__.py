@@ -1,6 +1,6 @@
 """The audit commands: the event log taken out, its decisions re-derived, another policy tried on
 it, any wait explained, a report drawn — all from the log, through the pure cores and the fold
-(``shared.projection``), never a second copy of a rule.
+(``shared.kernel.projection``), never a second copy of a rule.
 
     errors.py    what can be wrong with a log, and the exit code for each
     header.py    the header line of an exported log: muster and schema version, the policy

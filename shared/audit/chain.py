@@ -8,7 +8,7 @@ owes, not every envelope it has seen, so the chain of a divergence costs a secon
 from __future__ import annotations
 
 from shared.audit.logfile import LogSource, Record, decode
-from shared.events import Envelope
+from shared.kernel.events import Envelope
 
 ID_SPAN = slice(len(b'{"id":"'), len(b'{"id":"') + 24)
 """Where muster's encoder writes an envelope's id: first, 24 characters."""

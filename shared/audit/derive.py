@@ -33,11 +33,11 @@ from typing import Any, Iterable
 
 import yaml
 
-from shared import kube
-from shared.events import Envelope
+from shared.kernel import kube
+from shared.kernel.events import Envelope
+from shared.kernel.topology import SERVICES
 from shared.sim.batchscheduler import PLUGINS
 from shared.sim.kuberay import DURATION, OUTCOME
-from shared.topology import SERVICES
 
 _STAMPED = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "deletionTimestamp")
 _GATED = ("RayJob", "RayCluster")
@@ -219,7 +219,7 @@ class Deriver:
                 self._job_started.pop(key, None)
 
     def scenario(self, name: str, until: float | None) -> dict[str, Any]:
-        """The scenario document (``shared.scenario`` format)."""
+        """The scenario document (``shared.sim.scenario`` format)."""
         steps = [step if "delete" in step else
                  {"at": step["at"], "apply": yaml.safe_dump_all([self._timed(d) for d in step["apply"]], sort_keys=False)}
                  for step in self.steps]

@@ -13,17 +13,17 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from shared import quantity as q
 from shared.audit.fold import AuditFold
 from shared.audit.header import window_note
 from shared.audit.replay import Router
-from shared.embedded import CORE_CLASSES
-from shared.eventtime import SCENARIO, TimeFormat
-from shared.events import Envelope
-from shared.model import UNLIMITED
-from shared.policy import Policy
-from shared.reasons import gang_line
-from shared.service import Service
+from shared.kernel import quantity as q
+from shared.kernel.events import Envelope
+from shared.kernel.eventtime import SCENARIO, TimeFormat
+from shared.kernel.model import UNLIMITED
+from shared.kernel.policy import Policy
+from shared.kernel.reasons import gang_line
+from shared.runtime.cores import CORE_CLASSES
+from shared.runtime.service import Service
 
 WAITING = ("Queued", "Preempted", None)
 

@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 from shared.audit.errors import OtherRun, SourceError
 from shared.audit.header import LogHeader
 from shared.audit.logfile import LogFile, LogSource, decode, write_log
-from shared.events import Envelope
+from shared.kernel.events import Envelope
 
 _AT_KEY = b',"occurred_at":'
 
@@ -96,11 +96,11 @@ def import_log(source: LogFile, url: str, *, batch_size: int = 5_000,
     (``OtherRun``); one that holds a part of this log (an import cut short) is completed."""
     from sqlalchemy import func, select
 
-    from shared.store import StoreError, schema
-    from shared.store.engine import display, errors_explained
-    from shared.store.header import write_header
-    from shared.store.models import EventLog
-    from shared.store.writer import ProjectionWriter
+    from shared.history import StoreError, schema
+    from shared.history.engine import display, errors_explained
+    from shared.history.header import write_header
+    from shared.history.models import EventLog
+    from shared.history.writer import ProjectionWriter
 
     source.header.whole("import into a store")
 

@@ -1,4 +1,4 @@
-"""The result view (``shared.projection.ResultProjection``) plus what the audit commands read off a
+"""The result view (``shared.kernel.projection.ResultProjection``) plus what the audit commands read off a
 log besides: who preempted whom and why, placement's last word on each workload, backoffs, when
 each RayJob's run began and ended, and queue usage over time. The same fold ``muster simulate``
 prints, extended, never re-deciding anything.
@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from shared import kube
-from shared.events import Envelope
-from shared.model import WorkloadSpec
-from shared.projection import ResultProjection
+from shared.kernel import kube
+from shared.kernel.events import Envelope
+from shared.kernel.model import WorkloadSpec
+from shared.kernel.projection import ResultProjection
 
 
 @dataclass(frozen=True)

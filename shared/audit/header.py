@@ -23,11 +23,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
 
 from shared.audit.errors import CannotReproduce, NotAnEnvelope
-from shared.build import muster_version
-from shared.eventtime import SCENARIO, TimeFormat
-from shared.events import FIRST_SCHEMA_VERSION, SCHEMA_VERSION
-from shared.policy import Policy
-from shared.validation import first_errors
+from shared.kernel.events import FIRST_SCHEMA_VERSION, SCHEMA_VERSION
+from shared.kernel.eventtime import SCENARIO, TimeFormat
+from shared.kernel.policy import Policy
+from shared.kernel.validation import first_errors
+from shared.runtime.build import muster_version
 
 FORMAT = 1
 """Version of the file layout (header, envelope lines, end line)."""

@@ -5,14 +5,14 @@ as the projector drops them), causes before effects, and each service's outputs 
 made them. What it does not hold is the order in which each service *read* its inputs: several
 services write at once, so the log interleaves their outputs in whatever order they were written,
 while each inbox has its own — the order the service handled, in arrival order (the deployment),
-or in the order the ``simulate --bus`` driver released each round in (``shared.bus.sequencing``).
+or in the order the ``simulate --bus`` driver released each round in (``shared.runtime.bus.sequencing``).
 Replaying the log in its topic order could hand a service two inputs the other way round.
 
 So the inboxes are read too, each into the order its service handled it (the same ``Arrival`` and
 ``Rounds`` the workers use), and the log is laid out again: causes before effects, every service's
 outputs in the order it made them, every inbox in the order it was handled, and otherwise as close
 to the topic's own order as those allow (a topological sort that always takes the earliest offset
-it can). In that order the log *is* each inbox, filtered by ``shared.topology``, which is what
+it can). In that order the log *is* each inbox, filtered by ``shared.kernel.topology``, which is what
 ``shared.audit.replay`` and an exported file rely on. In the deployment two services may read two
 envelopes both were sent in opposite orders; then no one order keeps both inboxes, and the log
 cannot be written as one file (``Unordered``, naming the envelopes).
@@ -34,20 +34,20 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from shared.audit.errors import SourceError, Unordered
 from shared.audit.header import LogHeader
 from shared.audit.logfile import Record
-from shared.bus import codec
-from shared.bus.codec import BadRecord, Release
-from shared.bus.config import BusConfig, BusConfigError
-from shared.bus.sequencing import Arrival, Ordering, Rounds, SequencingError
-from shared.events import Envelope
-from shared.policy import Policy
-from shared.topology import SERVICES
+from shared.kernel.events import Envelope
+from shared.kernel.policy import Policy
+from shared.kernel.topology import SERVICES
+from shared.runtime.bus import codec
+from shared.runtime.bus.codec import BadRecord, Release
+from shared.runtime.bus.config import BusConfig, BusConfigError
+from shared.runtime.bus.sequencing import Arrival, Ordering, Rounds, SequencingError
 
 
 class KafkaLog:
     """``kafka://HOST:PORT``: the stack's log topic (and inboxes), read to their ends once."""
 
     def __init__(self, spec: str, *, policy: Policy | None = None, prefix: str | None = None) -> None:
-        from shared.bus.localbroker import kafka_answers
+        from shared.parts.localbroker import kafka_answers
 
         try:
             self.config = BusConfig.from_env(spec, prefix=prefix)
@@ -121,7 +121,7 @@ class KafkaLog:
 
 async def read_topic(config: BusConfig, topic: str) -> list[tuple[int, bytes | None, Any]]:
     """Every record of partition 0 of ``topic`` up to its end when asked: (offset, value, headers)."""
-    from shared.bus.app import InOrder
+    from shared.runtime.bus.app import InOrder
 
     tp = TopicPartition(topic, 0)
     consumer = AIOKafkaConsumer(**config.aiokafka(), enable_auto_commit=False, fetch_max_wait_ms=100,
@@ -140,7 +140,7 @@ async def read_topic(config: BusConfig, topic: str) -> list[tuple[int, bytes | N
             batch = await consumer.getmany(tp, timeout_ms=1000, max_records=10_000)
             out.extend((m.offset, m.value, m.headers) for m in order.take(consumer, batch.get(tp, ())))
         # Tansu answers "latest" with the base offset of the last record batch plus one, not the offset
-        # after its last record (shared.bus.app._last_offset_read): the rest of that batch came with the
+        # after its last record (shared.runtime.bus.app._last_offset_read): the rest of that batch came with the
         # fetch that reached ``end``. Take it, and whatever else that fetch holds, never waiting for more.
         while order.next is not None and order.next >= end:
             rest = (await consumer.getmany(tp, timeout_ms=0, max_records=10_000)).get(tp, ())

@@ -29,9 +29,9 @@ from typing import IO, Callable, Iterable, Iterator, Protocol
 
 from shared.audit.errors import CannotReproduce, NotAnEnvelope, SourceError, TruncatedLog
 from shared.audit.header import LogHeader
-from shared.bus.codec import BadRecord, decode as decode_record
-from shared.events import Envelope, to_json
-from shared.policy import Policy
+from shared.kernel.events import Envelope, to_json
+from shared.kernel.policy import Policy
+from shared.runtime.bus.codec import BadRecord, decode as decode_record
 
 END_KEY = b'{"muster_log_end"'
 
@@ -262,10 +262,10 @@ class StoreLog:
     """The ``event_log`` table of a history store, in the order the projector wrote it."""
 
     def __init__(self, url: str, policy: Policy | None = None) -> None:
-        from shared.store import StoreError
-        from shared.store.engine import display
-        from shared.store.header import read_header
-        from shared.store.query import event_count
+        from shared.history import StoreError
+        from shared.history.engine import display
+        from shared.history.header import read_header
+        from shared.history.query import event_count
 
         self.url = url
         self.name = display(url)
@@ -276,7 +276,7 @@ class StoreLog:
         except StoreError as exc:
             raise SourceError(str(exc)) from None
         if stored is None:
-            from shared.build import muster_version
+            from shared.runtime.build import muster_version
 
             stored = {"muster_version": muster_version(), "origin": "store"}
         header = LogHeader.model_validate({k: v for k, v in stored.items() if v is not None or k == "policy"})
@@ -293,9 +293,9 @@ class StoreLog:
         envelope was read): then it holds that topic's order, not every inbox's (``LogHeader.inbox_order``)."""
         from sqlalchemy import select
 
-        from shared.store import StoreError
-        from shared.store.engine import errors_explained, opened
-        from shared.store.models import EventLog
+        from shared.history import StoreError
+        from shared.history.engine import errors_explained, opened
+        from shared.history.models import EventLog
 
         e = EventLog.__table__
         try:
@@ -311,8 +311,8 @@ class StoreLog:
         return self._read
 
     def records(self) -> Iterator[Record]:
-        from shared.store import StoreError
-        from shared.store.query import read_log
+        from shared.history import StoreError
+        from shared.history.query import read_log
 
         self._read = 0
         try:

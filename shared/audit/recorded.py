@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from services.reconciler.ingest import observe
-from shared.kube import meta
 from shared.audit.metrics import WorkloadFigures
-from shared.embedded import EmbeddedRuntime
-from shared.events import Envelope, KubeEffect, ObjectChanged, wrap
-from shared.policy import Policy
+from shared.kernel.events import Envelope, KubeEffect, ObjectChanged, wrap
+from shared.kernel.kube import meta
+from shared.kernel.policy import Policy
+from shared.runtime.embedded import EmbeddedRuntime
 from shared.sim.cluster import SimCluster
 
 INGEST = "ingest"

@@ -2,7 +2,7 @@
 
 Why the log is enough: each service's state and outputs are a fold over its one inbox
 (ARCHITECTURE.md, principle 2), and the inbox of a service is the log's envelopes routed to it
-(``shared.topology.destinations``; a ``TimerFired`` goes to the service whose ``TimerSet`` it
+(``shared.kernel.topology.destinations``; a ``TimerFired`` goes to the service whose ``TimerSet`` it
 answers) in log order — the embedded runtime publishes every envelope to the log and to its
 inboxes in one step, breadth first, and a log read from Kafka is first put in an order that keeps
 every inbox's own (``shared.audit.kafka``). So a replay reads the log once, front to back, and hands
@@ -13,7 +13,7 @@ it already, and only has to compare the two.
 ``replay`` is that loop as a generator of ``Step`` (an envelope of the log and what each service
 derived from it), so other readers can walk a replay too (``muster replay --trace`` builds spans
 from it); ``verify`` drives it to the end and sums it up. A decision is compared as bytes: the
-recorded line against ``shared.events.to_json`` of the derived envelope — ids, times, reasons,
+recorded line against ``shared.kernel.events.to_json`` of the derived envelope — ids, times, reasons,
 everything. Services' outputs come out in the order they handled their inputs (one producer per
 service), so each service's pending derivations form a queue, and the first recorded decision that
 is not the head of its service's queue is where the log and the cores part:
@@ -28,7 +28,7 @@ there on (the embedded runtime writes one for all four first; a Kafka service wr
 starts with a policy its log does not show, laid out right after the last input it had handled,
 ``shared.audit.kafka``). A log made before that event existed starts with its header's policy. A
 service that takes another policy mid-way is rebuilt as the live one is on such a restart (its
-snapshot, made under another policy, is refused, ``shared.bus.snapshot``): a fresh core under the new
+snapshot, made under another policy, is refused, ``shared.runtime.bus.snapshot``): a fresh core under the new
 policy folds its whole inbox so far, nothing compared, and decides from there. ``--policy``
 (``override``) decides under one policy throughout instead, and each recorded one it differs from is
 said first (``notes``). A divergence names what it can tell apart (``blame``): when the recorded code
@@ -48,14 +48,14 @@ from pydantic import ValidationError
 from shared.audit.chain import ID_SPAN, recorded_before
 from shared.audit.errors import CannotReproduce
 from shared.audit.logfile import LogSource, Record, decode
-from shared.build import code_digest, muster_version
-from shared.dedupe import DEDUPE_WINDOW
-from shared.embedded import CORE_CLASSES
-from shared.events import Envelope, PolicyApplied, to_json
-from shared.policy import Policy
-from shared.validation import first_errors
-from shared.service import Service
-from shared.topology import ROUTES, SERVICES, destinations
+from shared.kernel.dedupe import DEDUPE_WINDOW
+from shared.kernel.events import Envelope, PolicyApplied, to_json
+from shared.kernel.policy import Policy
+from shared.kernel.topology import ROUTES, SERVICES, destinations
+from shared.kernel.validation import first_errors
+from shared.runtime.build import code_digest, muster_version
+from shared.runtime.cores import CORE_CLASSES
+from shared.runtime.service import Service
 
 _DECIDERS = frozenset(SERVICES)
 COLLECT_EVERY = 1 << 20
@@ -63,14 +63,14 @@ COLLECT_EVERY = 1 << 20
 
 
 class Router:
-    """Which services' inboxes an envelope of the log was in: ``shared.topology.destinations``, and a
+    """Which services' inboxes an envelope of the log was in: ``shared.kernel.topology.destinations``, and a
     ``TimerFired`` to the service whose ``TimerSet`` it answers (the log holds both, in that order).
 
     What it remembers is bounded by the timers pending, not by the log's length: a ``TimerSet`` is
     kept until a ``TimerFired`` answers it, then among the last ``window`` settled ones (a copy of
     a ``TimerFired`` — a restarted clock fires again, under the same id — still goes to its service,
     whose dedupe window drops it). A clock arms one timer per service, key and instant (``at``, or
-    the time it was set if later: ``shared.embedded``, ``shared.bus.worker.Clock``), so a second
+    the time it was set if later: ``shared.runtime.embedded``, ``shared.runtime.bus.worker.Clock``), so a second
     ``TimerSet`` of a pending one's instant never fires: it settles with the one that does."""
 
     def __init__(self, window: int = DEDUPE_WINDOW) -> None:

@@ -17,10 +17,10 @@ import html
 from pathlib import Path
 from typing import Any
 
-from shared import quantity as q
 from shared.audit.fold import AuditFold
 from shared.audit.metrics import AT_LEAST, cell, per_queue, workload_figures
-from shared.eventtime import SCENARIO, TimeFormat
+from shared.kernel import quantity as q
+from shared.kernel.eventtime import SCENARIO, TimeFormat
 
 COLOURS = {"Queued": "#f2b134", "Admitted": "#4ea1d3", "Running": "#3cb371", "Preempted": "#c2185b"}
 DRAWN = tuple(COLOURS)

@@ -1,6 +1,6 @@
 """Whether a log's event time runs forwards along every cause: what waits and trace spans rely on.
 
-Two rules (``shared.service`` keeps them; this module checks a log for them):
+Two rules (``shared.runtime.service`` keeps them; this module checks a log for them):
 
     cause      every envelope is stamped no earlier than the envelope that caused it;
     service    every service's time is the latest it has seen: an output is stamped no earlier than
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from shared.audit.replay import Router
-from shared.events import Envelope
-from shared.topology import SERVICES
+from shared.kernel.events import Envelope
+from shared.kernel.topology import SERVICES
 
 _SERVICES = frozenset(SERVICES)
 

@@ -15,8 +15,8 @@ from shared.audit.errors import DIVERGED, OK
 from shared.audit.logfile import LogSource
 from shared.audit.progress import progress_of
 from shared.audit.replay import Divergence, Replayer, Tally
-from shared.events import Envelope, to_json
-from shared.policy import Policy
+from shared.kernel.events import Envelope, to_json
+from shared.kernel.policy import Policy
 
 
 def summary(tally: Tally) -> str:

@@ -27,20 +27,20 @@ import yaml
 from pydantic import ValidationError
 
 from services.admission.priority import PriorityBook
-from shared import kube
 from shared.audit.derive import derive
 from shared.audit.errors import ApplyRefused, CannotReproduce
 from shared.audit.fold import fold
 from shared.audit.metrics import AT_LEAST, WorkloadFigures, cell, per_queue, workload_figures
 from shared.audit.recorded import Unmodeled, inputs, replay_inputs, unmodeled
-from shared.events import Envelope, to_json
-from shared.eventtime import SCENARIO, TimeFormat
-from shared.policy import Policy
-from shared.scenario import Scenario, ScenarioError, document_problem, parse_scenario
+from shared.kernel import kube
+from shared.kernel.events import Envelope, to_json
+from shared.kernel.eventtime import SCENARIO, TimeFormat
+from shared.kernel.policy import Policy
+from shared.kernel.topology import SERVICES
+from shared.kernel.validation import first_errors
+from shared.runtime.simulate import Run, simulate
 from shared.sim.cluster import describe, namespace_of
-from shared.simulate import Run, simulate
-from shared.topology import SERVICES
-from shared.validation import first_errors
+from shared.sim.scenario import Scenario, ScenarioError, document_problem, parse_scenario
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ from shared.parts.pki import Authority
 from shared.parts.process import Part, PartFailed, free_port, stop_group, tail
 
 if TYPE_CHECKING:
-    from shared.policy import Policy
-    from shared.scenario import Scenario
+    from shared.kernel.policy import Policy
+    from shared.sim.scenario import Scenario
 
 BATCH_SCHEDULERS = ("none", "volcano", "kai-scheduler", "scheduler-plugins")
 SERVICE_CIDR = "10.96.0.0/16"
@@ -318,7 +318,7 @@ class DevCluster:
         """Empty the cluster (``reset``) and make it run as the simulated one does for ``scenario``: KubeRay
         with its ``--batch-scheduler`` (restarted only when that changes), and no kube-scheduler while
         muster answers to ``default-scheduler`` (the simulated cluster has no scheduler but muster)."""
-        from shared.kube import DEFAULT_SCHEDULER
+        from shared.kernel.kube import DEFAULT_SCHEDULER
 
         self.reset()
         self.kube_scheduler(not scenario.effective_policy(policy).answers_to(DEFAULT_SCHEDULER))

@@ -116,7 +116,7 @@ class KafkaBroker:
         return self
 
     def _answers(self) -> bool:
-        from shared.bus.localbroker import kafka_answers
+        from shared.parts.localbroker import kafka_answers
 
         return kafka_answers(self.bootstrap) is None
 

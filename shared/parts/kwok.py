@@ -9,7 +9,7 @@ these are the dev cluster's, written after KWOK's ``kustomize/stage`` sets ``nod
 - ``node-heartbeat-with-lease``: the node's status is refreshed every 10 minutes (its Lease, which
   KWOK renews on its own, is the heartbeat the node lifecycle controller reads);
 - ``pod-ready``: a bound pod turns Running and Ready at once, unless it carries ``HOLD`` (a
-  scenario's run holds it for ``pod_startup`` of scenario time, ``shared.realcluster``);
+  scenario's run holds it for ``pod_startup`` of scenario time, ``shared.kubernetes.realcluster``);
 - no stage ends a running pod: a RayJob's submitter (a Job's pod) runs until its RayJob goes, as the
   submitter of a Ray job that never ends would. Real KubeRay, which cannot reach a Ray dashboard on
   KWOK, keeps such a RayJob Running; a submitter that ended would make it Failed 30 s of wall time

@@ -44,8 +44,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, Mapping
 
-from shared import kube
-from shared import quantity as q
+from shared.kernel import kube
+from shared.kernel import quantity as q
 
 Setting = Literal["none", "volcano", "kai-scheduler", "scheduler-plugins"]
 SETTINGS: tuple[Setting, ...] = ("none", "volcano", "kai-scheduler", "scheduler-plugins")

@@ -18,8 +18,8 @@ import hashlib
 import uuid
 from typing import Any, Callable, Mapping
 
-from shared import kube
-from shared.events import KubeEffect
+from shared.kernel import kube
+from shared.kernel.events import KubeEffect
 from shared.sim import kubelet
 from shared.sim.batchscheduler import Setting, plugin
 from shared.sim.kuberay import KubeRay, sim_duration, sim_outcome, timestamp

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
 
-from shared import kube
+from shared.kernel import kube
 
 if TYPE_CHECKING:
     from shared.sim.cluster import ApiServer

@@ -13,9 +13,9 @@ from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, NamedTuple
 
-from shared import kube
-from shared import quantity as q
-from shared.duration import parse_duration
+from shared.kernel import kube
+from shared.kernel import quantity as q
+from shared.kernel.duration import parse_duration
 from shared.sim.batchscheduler import BatchScheduler
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """Fluent-ish builders for test fixtures, shared by every test package.
 
 Kubernetes objects are plain dicts exactly as the API server returns them; domain objects are the
-models from ``shared.model``. Keep builders here (or in a module of this package named for the
+models from ``shared.kernel.model``. Keep builders here (or in a module of this package named for the
 area) so no test writes a RayCluster by hand twice.
 """
 
@@ -11,10 +11,10 @@ import itertools
 from typing import Any
 
 from services.admission.dialects import queue_fields
-from shared.events import Envelope, wrap
-from shared.model import Gang, PodSet, QueueSpec, WorkloadSpec
-from shared.kube import overcommit_allowed
-from shared.quantity import parse_resources
+from shared.kernel.events import Envelope, wrap
+from shared.kernel.kube import overcommit_allowed
+from shared.kernel.model import Gang, PodSet, QueueSpec, WorkloadSpec
+from shared.kernel.quantity import parse_resources
 
 _seq = itertools.count()
 

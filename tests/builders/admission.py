@@ -11,9 +11,9 @@ import copy
 from typing import Any, Literal
 
 from services.admission import AdmissionCore
-from shared.events import ObjectChanged, WorkloadRejected, WorkloadSubmitted
-from shared.model import WorkloadSpec
-from shared.policy import Policy
+from shared.kernel.events import ObjectChanged, WorkloadRejected, WorkloadSubmitted
+from shared.kernel.model import WorkloadSpec
+from shared.kernel.policy import Policy
 from tests.builders import envelope, pod
 
 Change = Literal["Added", "Modified", "Deleted"]

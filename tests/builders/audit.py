@@ -8,9 +8,9 @@ from pathlib import Path
 
 from shared.audit.header import LogHeader
 from shared.audit.logfile import write_log
-from shared.events import to_json
-from shared.scenario import load_scenario
-from shared.simulate import Run, simulate
+from shared.kernel.events import to_json
+from shared.runtime.simulate import Run, simulate
+from shared.sim.scenario import load_scenario
 from tests.builders.shared import SCENARIOS
 
 SCENARIO_FILES = sorted(SCENARIOS.glob("*.yaml"))

@@ -7,7 +7,7 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from shared.cli import app
+from shared.cli.main import app
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _BOX = re.compile(r"[\u2500-\u257f]")

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from services.placement import PlacementCore
-from shared import kube
-from shared.events import (
+from shared.kernel import kube
+from shared.kernel.events import (
     Dequeued, GangPlaced, ObjectChanged, ReclaimRequested, TimerFired, TimerSet, WorkloadUpdated, WorkloadWithdrawn,
 )
-from shared.model import MatchExpression, PodSet, Toleration, WorkloadSpec
-from shared.policy import Policy
+from shared.kernel.model import MatchExpression, PodSet, Toleration, WorkloadSpec
+from shared.kernel.policy import Policy
 from tests.builders import envelope, gang, node, pod, pod_set, workload
 
 T = TypeVar("T")

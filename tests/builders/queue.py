@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from services.queue import QueueCore
-from shared.events import (
+from shared.kernel.events import (
     CapacityChanged, GangPlaced, GangRunning, PlacementFailed, PreemptionRequested, QueueDefined,
     QueueRemoved, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished, WorkloadSubmitted, WorkloadUpdated,
 )
-from shared.model import UNLIMITED, QueueSpec, WorkloadSpec
-from shared.policy import Policy
-from shared.quantity import parse_resources
+from shared.kernel.model import UNLIMITED, QueueSpec, WorkloadSpec
+from shared.kernel.policy import Policy
+from shared.kernel.quantity import parse_resources
 from tests.builders import envelope, gang, pod_set, workload
 
 

@@ -14,16 +14,16 @@ from typing import Any, Callable, Iterable
 import yaml
 
 from services.reconciler.ingest import observe
-from shared import kube
-from shared.events import (
+from shared.kernel import kube
+from shared.kernel.events import (
     BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, ElasticVictim, ElasticWaiting, Enqueued, Envelope,
     GangPlaced, GangDisrupted, GangRunning, GpuAssignment, ObjectsListed,
     KubeEffect, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined, QueueRejected,
     QueueRemoved, ReclaimRequested, SlotAssignment, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished,
     WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWithdrawn, wrap,
 )
-from shared.build import policy_applied
-from shared.policy import Policy
+from shared.kernel.policy import Policy
+from shared.runtime.build import policy_applied
 from shared.sim.cluster import SimCluster
 from tests.builders import gang, pod, pod_set, queue_spec, workload
 

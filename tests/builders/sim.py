@@ -9,8 +9,8 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from shared import kube
-from shared.events import KubeEffect
+from shared.kernel import kube
+from shared.kernel.events import KubeEffect
 from shared.sim import SimCluster
 from shared.sim.batchscheduler import Setting
 

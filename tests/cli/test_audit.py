@@ -407,7 +407,7 @@ def _stderr_of(args: list[object], *, terminal: bool) -> tuple[bytes, bytes]:
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE",
                                                             "NO_COLOR", "COLUMNS")}
     env.update(TERM="xterm-256color", PYTHONPATH=str(REPO))
-    command = [sys.executable, "-m", "shared.cli", *map(str, args)]
+    command = [sys.executable, "-m", "shared.cli.main", *map(str, args)]
     if not terminal:
         done = subprocess.run(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
         assert done.returncode == 0, done.stderr

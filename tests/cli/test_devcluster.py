@@ -32,7 +32,7 @@ def test_up_leaves_a_cluster_running_and_down_leaves_nothing(tmp_path: Path) -> 
     except MissingPart as exc:
         pytest.skip(str(exc)) if exc.unreachable else pytest.fail(str(exc), pytrace=False)
     root = tmp_path / "dc"
-    up = subprocess.run([sys.executable, "-m", "shared.cli", "devcluster", "up", "--dir", str(root),
+    up = subprocess.run([sys.executable, "-m", "shared.cli.main", "devcluster", "up", "--dir", str(root),
                          "--nodes", str(NODES)], capture_output=True, text=True, timeout=300)
     try:
         assert up.returncode == 0, up.stderr

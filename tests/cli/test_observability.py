@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from shared.cli import app
+from shared.cli.main import app
 from tests.otlp import OtlpReceiver
 
 SCENARIO = Path(__file__).parents[1] / "scenarios" / "volcano-gang-queue.yaml"
@@ -56,9 +56,9 @@ def test_simulate_trace_a_collector_refuses_is_exit_2_not_sent(no_otel: pytest.M
 
 
 def test_replay_trace_to_nothing_listening_is_exit_2(no_otel: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from shared.bus.localbroker import free_port
-    from shared.scenario import load_scenario
-    from shared.simulate import simulate
+    from shared.parts.localbroker import free_port
+    from shared.runtime.simulate import simulate
+    from shared.sim.scenario import load_scenario
     from tests.builders.audit import exported
     from tests.builders.cli import one_line_error
 
@@ -105,8 +105,8 @@ def test_run_refuses_tracing_it_cannot_send(no_otel: pytest.MonkeyPatch) -> None
 
 def test_replay_trace_sends_a_recorded_history_to_tempo_as_it_happened(no_otel: pytest.MonkeyPatch,
                                                                         tmp_path: Path) -> None:
-    from shared.scenario import load_scenario
-    from shared.simulate import simulate
+    from shared.runtime.simulate import simulate
+    from shared.sim.scenario import load_scenario
     from tests.builders.audit import exported
 
     run = simulate(load_scenario(Path(__file__).parents[1] / "scenarios" / "kai-priority-preemption.yaml"))
@@ -120,7 +120,7 @@ def test_replay_trace_sends_a_recorded_history_to_tempo_as_it_happened(no_otel: 
     roots = Counter(s.attributes["muster.workload"] for s in spans if s.parent_id is None)
     assert roots == {"default/train-cluster": 2, "default/build-cluster": 1}  # preempted: a second incarnation
     # the same ids as the run traced live would have had: derived from the events
-    from shared.tracing.spans import SpanBuilder
+    from shared.observability.tracing.spans import SpanBuilder
 
     live = {(s.trace_id, s.span_id) for s in SpanBuilder().build(simulate(run.scenario, traced=True).runtime.log)}
     assert {(s.trace_id, s.span_id) for s in spans} == live

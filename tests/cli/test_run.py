@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from shared.bus.localbroker import free_port
-from shared.cli import app
+from shared.cli.main import app
+from shared.parts.localbroker import free_port
 from tests.builders.cli import invoke, one_line_error
 
 

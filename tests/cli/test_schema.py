@@ -6,8 +6,8 @@ import json
 
 from typer.testing import CliRunner
 
-from shared.cli import app
-from shared.events import PAYLOAD_TYPES, json_schemas
+from shared.cli.main import app
+from shared.kernel.events import PAYLOAD_TYPES, json_schemas
 
 
 def test_schema_export_writes_one_file_per_payload_and_the_envelope(tmp_path):

@@ -9,7 +9,7 @@ by ``make tools``) and every service's ``/metrics`` scraped by Prometheus (``sha
 Debian's) from ``deploy/prometheus/prometheus.yml`` rendered with this run's ports. Then:
 
 - Jaeger: every workload incarnation's trace is found by the id derived from the log
-  (``shared.tracing.context.trace_id``), and no other trace; each has one root; its queued span
+  (``shared.observability.tracing.context.trace_id``), and no other trace; each has one root; its queued span
   lasts the wait ``muster explain`` reports; no child span starts before its parent.
 - Prometheus: every service is a healthy target; every query of every panel of every dashboard in
   ``deploy/grafana/dashboards`` (template variables filled as Grafana would for "All") returns at
@@ -30,14 +30,14 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from shared.bus.config import BusConfig
-from shared.bus.driver import ServiceHost, simulate_on_bus
+from shared.history import schema
+from shared.kernel.topology import SERVICES
+from shared.observability.tracing.context import root_span, trace_id
 from shared.parts.process import free_port
-from shared.scenario import load_scenario
-from shared.simulate import Run
-from shared.store import schema
-from shared.topology import SERVICES
-from shared.tracing.context import root_span, trace_id
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import ServiceHost, simulate_on_bus
+from shared.runtime.simulate import Run
+from shared.sim.scenario import load_scenario
 from tests.builders.cli import invoke
 from tests.conftest import _missing, delete_topics, empty
 
@@ -150,11 +150,11 @@ def _collect(prometheus: Any, live: Live, queries: list[str], timeout: float = 6
 
 @pytest.fixture(scope="module")
 def live(kafka_bootstrap: str, postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    from shared.observability.tracing.otel import SpanSink
     from shared.parts.catalog import MissingPart
     from shared.parts.jaeger import JaegerServer
     from shared.parts.process import PartFailed
     from shared.parts.prometheus import PrometheusServer
-    from shared.tracing.otel import SpanSink
 
     if schema.current(postgres_url) != schema.head():
         schema.upgrade(postgres_url)

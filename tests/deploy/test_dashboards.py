@@ -12,16 +12,16 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared.bus.app import service_app
-from shared.bus.cluster import KubeTarget, cluster_app
-from shared.bus.config import BusConfig
-from shared.bus.projector import projector_app
-from shared.metrics import server
-from shared.policy import Policy
-from shared.scenario import load_scenario
-from shared.simulate import simulate
-from shared.topology import SERVICES
-from shared.tracing.spans import SpanBuilder
+from shared.kernel.policy import Policy
+from shared.kernel.topology import SERVICES
+from shared.kubernetes.cluster import KubeTarget, cluster_app
+from shared.observability.metrics import server
+from shared.observability.tracing.spans import SpanBuilder
+from shared.runtime.bus.app import service_app
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.projector import projector_app
+from shared.runtime.simulate import simulate
+from shared.sim.scenario import load_scenario
 
 ROOT = Path(__file__).parents[2]
 DASHBOARDS = sorted((ROOT / "deploy" / "grafana" / "dashboards").glob("*.json"))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.scenario import load_scenario
-from shared.simulate import Run, simulate
+from shared.runtime.simulate import Run, simulate
+from shared.sim.scenario import load_scenario
 
 SCENARIOS = sorted((Path(__file__).parents[1] / "scenarios").glob("*.yaml"))
 

@@ -18,10 +18,10 @@ import pytest
 from shared.audit.explain import explain, fold_until, queue_lines
 from shared.audit.kafka import KafkaLog
 from shared.audit.logfile import LogFile, envelopes
-from shared.audit.timeorder import backwards
 from shared.audit.replay import verify
-from shared.events import to_json
-from shared.topology import SERVICES
+from shared.audit.timeorder import backwards
+from shared.kernel.events import to_json
+from shared.kernel.topology import SERVICES
 from tests.builders.audit import exported, scenario_run
 from tests.builders.cli import clean_exit, flat, invoke as _invoke, one_line_error
 
@@ -118,7 +118,7 @@ def kafka_run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) ->
 
 def test_the_store_a_kafka_run_wrote_records_its_policy_and_explains(kafka_run: Any) -> None:
     run, _, store = kafka_run
-    from shared.store.header import read_header
+    from shared.history.header import read_header
 
     header = read_header(store)
     assert header is not None and header["policy"] == run.policy.model_dump(mode="json")
@@ -213,9 +213,9 @@ def _written(kafka_bootstrap: str, prefix: str, records: list[tuple[str, Any]]) 
     them (``send_records``: one record batch per topic and call); the ``BusConfig``."""
     from aiokafka import AIOKafkaProducer
 
-    from shared.bus.app import ensure_topics, send_records
-    from shared.bus.config import BusConfig
-    from shared.bus.worker import envelope_record
+    from shared.runtime.bus.app import ensure_topics, send_records
+    from shared.runtime.bus.config import BusConfig
+    from shared.runtime.bus.worker import envelope_record
 
     config = BusConfig(kafka_bootstrap, prefix=prefix)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from shared.bus.localbroker import free_port
-from shared.cli import app
+from shared.cli.main import app
+from shared.parts.localbroker import free_port
 from tests.conftest import delete_topics
 from tests.integration.conftest import scenario_run
 from tests.integration.test_localbroker import topics

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from shared.bus.config import BusConfig
-from shared.bus.driver import ServiceHost, simulate_on_bus
-from shared.store.engine import connect
-from shared.store.models import Decision, EventLog, WorkloadTransition
-from shared.topology import SERVICES
+from shared.history.engine import connect
+from shared.history.models import Decision, EventLog, WorkloadTransition
+from shared.kernel.topology import SERVICES
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import ServiceHost, simulate_on_bus
 from tests.integration.conftest import scenario_run
 from tests.integration.test_bus_parity import assert_same_run
 

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from services.queue.core import QueueCore
-from shared.bus.config import BusConfig
-from shared.bus.driver import simulate_on_bus
-from shared.embedded import CORE_CLASSES
-from shared.events import Envelope, WorkloadSubmitted, to_json
-from shared.scenario import parse_scenario
-from shared.simulate import Run, simulate
-from shared.store import query
+from shared.history import query
+from shared.kernel.events import Envelope, WorkloadSubmitted, to_json
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import simulate_on_bus
+from shared.runtime.cores import CORE_CLASSES
+from shared.runtime.simulate import Run, simulate
+from shared.sim.scenario import parse_scenario
 from tests.integration.conftest import SCENARIOS, scenario_run
 from tests.integration.test_bus_service import read_until
 from tests.integration.test_scenario_history import _as_json_stores_it

@@ -1,4 +1,4 @@
-"""``shared.bus.app.send_records``: a call's records as one batch per partition, on a real broker.
+"""``shared.runtime.bus.app.send_records``: a call's records as one batch per partition, on a real broker.
 
 Every muster producer sends through it (services, projector, cluster bridge), and the worker relies
 on what it returns: each record's offset, in the order given, once the broker has them all.
@@ -11,9 +11,9 @@ import time
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from shared.bus.app import ensure_topics, send_records
-from shared.bus.config import BusConfig
-from shared.bus.worker import Record
+from shared.runtime.bus.app import ensure_topics, send_records
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.worker import Record
 
 
 def _records(config: BusConfig, n: int) -> list[Record]:

@@ -10,13 +10,13 @@ import re
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from shared.bus import codec
-from shared.bus.app import ensure_topics
-from shared.bus.codec import Finished, Release
-from shared.bus.config import BusConfig
-from shared.bus.driver import AioProducer, DriverError, RoundKeeper
-from shared.bus.worker import Record
-from shared.events import ObjectChanged, wrap
+from shared.kernel.events import ObjectChanged, wrap
+from shared.runtime.bus import codec
+from shared.runtime.bus.app import ensure_topics
+from shared.runtime.bus.codec import Finished, Release
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import AioProducer, DriverError, RoundKeeper
+from shared.runtime.bus.worker import Record
 
 
 def test_a_silent_service_is_sent_its_release_again(kafka_bootstrap: str, topic_prefix: str) -> None:

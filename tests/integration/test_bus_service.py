@@ -24,14 +24,14 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from services.admission.core import AdmissionCore
 from services.reconciler.ingest import observe
-from shared.bus import codec
-from shared.bus.app import ensure_topics, service_app
-from shared.bus.config import BusConfig
-from shared.bus.driver import EventLoopThread
-from shared.bus.projector import projector_app
-from shared.embedded import CORE_CLASSES
-from shared.events import Envelope, ObjectChanged, wrap
-from shared.policy import Policy
+from shared.kernel.events import Envelope, ObjectChanged, wrap
+from shared.kernel.policy import Policy
+from shared.runtime.bus import codec
+from shared.runtime.bus.app import ensure_topics, service_app
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import EventLoopThread
+from shared.runtime.bus.projector import projector_app
+from shared.runtime.cores import CORE_CLASSES
 from tests.builders import node, pod, ray_cluster
 
 
@@ -146,7 +146,7 @@ def test_bad_records_are_dead_lettered_and_the_consumer_goes_on(kafka_bootstrap:
 
 def test_the_projector_dead_letters_what_is_not_an_envelope(kafka_bootstrap: str, topic_prefix: str,
                                                             pg_store: str) -> None:
-    from shared.store import query
+    from shared.history import query
 
     config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
     topics = config.topics

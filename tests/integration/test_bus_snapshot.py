@@ -29,14 +29,14 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from services.admission.core import AdmissionCore
-from shared.bus import codec
-from shared.bus.app import ensure_topics, service_app
-from shared.bus.config import BusConfig
-from shared.bus.snapshot import GENESIS, KIND, SnapshotKeeper, snapshot_topic
-from shared.bus.worker import chain
-from shared.events import Envelope
-from shared.policy import Policy
-from shared.service import Service
+from shared.kernel.events import Envelope
+from shared.kernel.policy import Policy
+from shared.runtime.bus import codec
+from shared.runtime.bus.app import ensure_topics, service_app
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.snapshot import GENESIS, KIND, SnapshotKeeper, snapshot_topic
+from shared.runtime.bus.worker import chain
+from shared.runtime.service import Service
 from tests.builders import ray_cluster
 from tests.integration.test_bus_service import READY_WAIT, envelopes, ingest, read_until, running, send
 
@@ -188,8 +188,8 @@ def test_an_unusable_snapshot_falls_back_to_a_full_replay(kafka_bootstrap: str, 
 
 SLOW_CHILD = """
 import time
-import shared.bus.snapshot as snapshot
-from shared.cli import main
+import shared.runtime.bus.snapshot as snapshot
+from shared.cli.main import main
 
 def encoding_for_minutes(worker):  # what the forked child runs: it is still encoding when SIGTERM comes
     time.sleep(300)

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from shared.audit.errors import CANNOT_REPRODUCE
-from shared.store import schema
-from shared.store.rows import Located
-from shared.store.writer import ProjectionWriter
+from shared.history import schema
+from shared.history.rows import Located
+from shared.history.writer import ProjectionWriter
 from tests.builders.cli import clean_exit as _clean_exit, flat as _flat, invoke as _invoke, one_line_error
 from tests.builders.shared import VOLCANO
 from tests.integration.conftest import scenario_run

@@ -17,19 +17,19 @@ from typing import Any, Iterator
 
 import pytest
 
-from shared import kube as k
 from shared.audit.kafka import KafkaLog
 from shared.audit.logfile import envelopes as envelopes_of
 from shared.audit.replay import verify
 from shared.audit.timeorder import backwards
-from shared.bus import codec
-from shared.bus.app import ensure_topics, service_app
-from shared.bus.cluster import KubeTarget, cluster_app
-from shared.bus.config import BusConfig
-from shared.bus.driver import EventLoopThread, gather_all
-from shared.events import KubeEffect, wrap
-from shared.policy import Policy
-from shared.topology import SERVICES
+from shared.kernel import kube as k
+from shared.kernel.events import KubeEffect, wrap
+from shared.kernel.policy import Policy
+from shared.kernel.topology import SERVICES
+from shared.kubernetes.cluster import KubeTarget, cluster_app
+from shared.runtime.bus import codec
+from shared.runtime.bus.app import ensure_topics, service_app
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import EventLoopThread, gather_all
 from tests.builders import node, pod, ray_cluster, worker_group
 from tests.conftest import eventually
 from tests.integration.test_bus_service import envelopes, read_until, send
@@ -190,8 +190,8 @@ def test_a_refused_effect_is_dead_lettered_and_the_next_is_applied(
 
 def test_a_traced_effect_is_an_apply_span_under_the_hop_that_decided_it(
         kafka_bootstrap: str, topic_prefix: str, kube: KubeApiEmulator) -> None:
-    from shared.tracing.context import TRACEPARENT, SpanRef, traceparent
-    from shared.tracing.live import HopTracer
+    from shared.observability.tracing.context import TRACEPARENT, SpanRef, traceparent
+    from shared.observability.tracing.live import HopTracer
     from tests.unit.bus.test_worker_tracing import RecordingSink
 
     config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
@@ -244,7 +244,7 @@ def test_watch_events_muster_cannot_hold_are_refused_at_ingest_and_later_ones_fl
 
 def test_a_pod_deleted_seen_by_the_watching_process_lets_the_bind_waiting_for_its_node_go(
         kafka_bootstrap: str, topic_prefix: str) -> None:
-    """The watch runs in a process of its own (``shared.bus.cluster_watch``), the applier in the app's:
+    """The watch runs in a process of its own (``shared.kubernetes.cluster_watch``), the applier in the app's:
     a bind to a node an evicted pod still holds waits for that pod's deletion, which only the watching
     process sees; it reaches the applier as a line to the parent (without it the bind would wait
     ``victim_wait``, set here beyond the test's patience)."""

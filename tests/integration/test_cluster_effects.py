@@ -9,11 +9,11 @@ from typing import Iterator
 
 import pytest
 
-from services.reconciler.kubeapi import connect
-from shared.bus.cluster import EFFECT_CONCURRENCY, ClusterBridge
-from shared.bus.topics import Topics
-from shared.bus.worker import Incoming, Record, envelope_record
-from shared.events import KubeEffect, wrap
+from shared.kernel.events import KubeEffect, wrap
+from shared.kubernetes.cluster import EFFECT_CONCURRENCY, ClusterBridge
+from shared.kubernetes.kubeapi import connect
+from shared.runtime.bus.topics import Topics
+from shared.runtime.bus.worker import Incoming, Record, envelope_record
 from tests.builders import node, pod
 from tests.kubeapi import KubeApiEmulator
 

@@ -2,7 +2,7 @@
 
 - every rendered object is valid against the Kubernetes OpenAPI schemas (``kubernetes-validate``,
   strict: no unknown fields), and the CRDs accept the queue manifests users write;
-- the RBAC is exactly what the cluster adapter uses (``services.reconciler.resources.access``), and
+- the RBAC is exactly what the cluster adapter uses (``shared.kubernetes.resources.access``), and
   every muster pod runs non-root, read-only, without privilege escalation, with resources and probes;
 - the README's path (the overlay applied, the services run as their Deployments say, the first
   RayJob admitted and its pods bound) is walked on a real cluster: tests/realcluster/test_deploy_apply.py.
@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from services.reconciler.resources import LEASE, access
+from shared.kubernetes.resources import LEASE, access
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "k8s"

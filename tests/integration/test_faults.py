@@ -39,13 +39,13 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
-from shared import kube as k
-from shared.bus.config import BusConfig
-from shared.bus.localbroker import free_port
+from shared.history.engine import connect
+from shared.history.models import EventLog, Workload
+from shared.history.query import queue_report, workload_history
+from shared.kernel import kube as k
 from shared.parts.kafka import KafkaBroker
-from shared.store.engine import connect
-from shared.store.models import EventLog, Workload
-from shared.store.query import queue_report, workload_history
+from shared.parts.localbroker import free_port
+from shared.runtime.bus.config import BusConfig
 from tests.builders import node, ray_cluster, worker_group
 from tests.integration.test_cluster_bridge import ray_pod
 from tests.realcluster.conftest import probe
@@ -143,7 +143,7 @@ class Deployment:
 
     def _spawn(self, name: str) -> None:
         self.ports[name] = free_port()
-        args = [sys.executable, "-m", "shared.cli", "run", name, "--metrics-port", str(self.ports[name]),
+        args = [sys.executable, "-m", "shared.cli.main", "run", name, "--metrics-port", str(self.ports[name]),
                 "--log-level", "info"]
         if name == "cluster":
             args += ["--kube-url", self.kube_url, "--lease", "none"]
@@ -360,7 +360,7 @@ def stores(postgres_server: str, pg_store: str) -> Iterator[tuple[str, str]]:
     """Two migrated, empty stores: the calm run's (a database of its own) and the disturbed run's."""
     import psycopg
 
-    from shared.store import schema
+    from shared.history import schema
 
     server = make_url(postgres_server)
     name = f"{server.database or 'postgres'}_calm_{os.getpid()}"
@@ -443,7 +443,7 @@ def test_kills_a_broker_pause_and_a_store_outage_change_nothing_in_the_end(
         calm, _ = calm_run.result()
     assert sum(deployment.kills.values()) >= 20 and set(deployment.kills) == set(PROCESSES), deployment.kills
     # the kills hit processes at work: each service rebuilt itself after one from a non-empty inbox,
-    # or from a snapshot of one (then its tail may be empty: shared/bus/snapshot.py)
+    # or from a snapshot of one (then its tail may be empty: shared/runtime/bus/snapshot.py)
     logs = {name: (tmp_path / "storm" / f"{name}.log").read_text(errors="replace") for name in PROCESSES}
     for name in ("admission", "queue", "placement", "reconciler"):
         rebuilt = [int(n) for n in re.findall(rf"{name}: rebuilt from (\d+) inbox records", logs[name])]

@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import pytest
 
-from services.reconciler.kubeapi import KubeApplier, Refused, Transient, connect
+from shared.kubernetes.kubeapi import KubeApplier, Refused, Transient, connect
 from tests.builders.sim import effect
 from tests.kubeapi import MALFORMED_BINDINGS, KubeApiEmulator, post_binding
 

@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from shared.bus.localbroker import BrokerError, LocalBroker, free_port, kafka_answers
+from shared.parts.localbroker import BrokerError, LocalBroker, free_port, kafka_answers
 from tests.conftest import delete_topics
 
 
@@ -176,7 +176,7 @@ def test_muster_broker_serves_until_interrupted(stop: str, built: bool, tmp_path
             pytest.fail(f"make test builds Kafka first: {exc}")
     env = {**os.environ, **({} if built else {"MUSTER_CACHE": str(tmp_path)})}
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "shared.cli", "broker", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "shared.cli.main", "broker", "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None
@@ -209,7 +209,7 @@ def test_muster_broker_on_a_taken_port_exits_2() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run([sys.executable, "-m", "shared.cli", "broker", "--port", str(port)],
+        result = subprocess.run([sys.executable, "-m", "shared.cli.main", "broker", "--port", str(port)],
                                 capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result
     assert "Traceback" not in result.stderr and result.stderr.startswith("error:")
@@ -221,7 +221,7 @@ def test_simulate_on_tansu_names_the_missing_producer_ids_and_runs_without_them(
     import subprocess
 
     def simulate(idempotent: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "shared.cli", "simulate", "examples/volcano-gang-queue.yaml",
+        return subprocess.run([sys.executable, "-m", "shared.cli.main", "simulate", "examples/volcano-gang-queue.yaml",
                                "--bus", f"kafka://{broker.bootstrap}", "--check"], capture_output=True, text=True,
                               timeout=180, env={**os.environ, "MUSTER_KAFKA_IDEMPOTENT": idempotent},
                               cwd=Path(__file__).resolve().parents[2])

@@ -1,5 +1,5 @@
 """migrations/: up and down on a real Postgres and on SQLite, through muster and through alembic's CLI;
-the migrated schema is exactly shared/store/models.py's."""
+the migrated schema is exactly shared/history/models.py's."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
-from shared.store import schema
-from shared.store.engine import connect
-from shared.store.models import Base, TABLE_NAMES
+from shared.history import schema
+from shared.history.engine import connect
+from shared.history.models import Base, TABLE_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED_TABLES = {"event_log", "workloads", "workload_transitions", "placements", "queue_usage", "decisions",
@@ -59,7 +59,7 @@ def _up_and_down(url: str) -> None:
     schema.upgrade(url)
     assert _tables(url) == EXPECTED_TABLES
     assert schema.current(url) == schema.head() == "0002"
-    assert _drift(url) == [], "the migrations and shared/store/models.py disagree"
+    assert _drift(url) == [], "the migrations and shared/history/models.py disagree"
     expected_ix = {(t.name, ix.name) for t in Base.metadata.sorted_tables for ix in t.indexes}
     assert expected_ix <= _indexes(url)
     schema.downgrade(url)

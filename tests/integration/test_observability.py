@@ -24,14 +24,14 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared import quantity as q
-from shared.bus.config import BusConfig
-from shared.bus.driver import ServiceHost, simulate_on_bus
-from shared.bus.localbroker import free_port
+from shared.history import schema
+from shared.kernel import quantity as q
 from shared.parts.catalog import MissingPart
+from shared.parts.localbroker import free_port
 from shared.parts.process import PartFailed
-from shared.simulate import Run
-from shared.store import schema
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import ServiceHost, simulate_on_bus
+from shared.runtime.simulate import Run
 from tests.conftest import _missing, delete_topics
 from tests.conftest import empty
 from tests.integration.conftest import scenario_run
@@ -99,7 +99,7 @@ def observed(kafka_bootstrap: str, postgres_url: str) -> Iterator[Observed]:
         env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
         env.delenv("OTEL_SERVICE_NAME", raising=False)
         env.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")  # the SDK's batch wait: send within the run
-        from shared.tracing.otel import SpanSink
+        from shared.observability.tracing.otel import SpanSink
 
         def after_run(run: Run, host: ServiceHost) -> None:
             seen.metrics = {f.name: f.samples for f in text_string_to_metric_families(

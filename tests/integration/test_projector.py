@@ -14,18 +14,18 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from sqlalchemy import text
 
-from shared.bus import codec
-from shared.bus.config import BusConfig
-from shared.bus.driver import AioProducer, wait_for_projector
-from shared.bus import projector as projector_module
-from shared.bus.app import ensure_topics
-from shared.bus.projector import LogProjector, projector_app
-from shared.bus.topics import Topics
-from shared.bus.worker import Record, envelope_record
-from shared.events import Envelope, ObjectChanged, wrap
-from shared.store import query
-from shared.store.engine import connect
-from shared.store.writer import ProjectionWriter
+from shared.history import query
+from shared.history.engine import connect
+from shared.history.writer import ProjectionWriter
+from shared.kernel.events import Envelope, ObjectChanged, wrap
+from shared.runtime.bus import codec
+from shared.runtime.bus import projector as projector_module
+from shared.runtime.bus.app import ensure_topics
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import AioProducer, wait_for_projector
+from shared.runtime.bus.projector import LogProjector, projector_app
+from shared.runtime.bus.topics import Topics
+from shared.runtime.bus.worker import Record, envelope_record
 from tests.integration.conftest import SCENARIOS, scenario_run
 from tests.integration.test_bus_service import read_until, running
 from tests.integration.test_writer import expected, histories
@@ -261,7 +261,7 @@ def test_an_envelope_the_fold_raises_on_is_dead_lettered_and_the_rest_written(
         sqlite_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fold that raises on one envelope (a bug) would fail its batch at every retry: it is taken
     as data the store refuses, found by halving, and dead-lettered; the rest is written."""
-    from shared.store.engine import Unstorable
+    from shared.history.engine import Unstorable
 
     topics = Topics()
     log = scenario_run(FAIR_SHARE).runtime.log[:20]

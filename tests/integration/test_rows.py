@@ -1,4 +1,4 @@
-"""shared/store/rows.py without a database: the converter is a pure function of (batch, stored rows).
+"""shared/history/rows.py without a database: the converter is a pure function of (batch, stored rows).
 
 These live with the integration tests because they guard the store's contract with
 ``ResultProjection``: if the projection gains state, the store must learn to carry it.
@@ -11,16 +11,16 @@ import json
 
 import pytest
 
-from shared.projection import PodView, ResultProjection
-from shared.store import rows
-from shared.store.rows import ConversionError, Located, Projector, StoredState, convert, prepare
+from shared.history import rows
+from shared.history.rows import ConversionError, Located, Projector, StoredState, convert, prepare
+from shared.kernel.projection import PodView, ResultProjection
 from tests.integration.conftest import SCENARIOS, scenario_run
 
 PREEMPTION = next(p for p in SCENARIOS if p.stem == "kai-priority-preemption")
 
 
 def test_the_store_carries_all_of_the_projections_state():
-    """A new attribute of ResultProjection or PodView must be stored (shared/store/rows.py) before
+    """A new attribute of ResultProjection or PodView must be stored (shared/history/rows.py) before
     this passes; WorkloadView's fields travel whole in ``workloads.fold_state``."""
     # ``_created`` numbers new views in memory; the store numbers them itself (``next_ordinal``);
     # the indexes of the views are rebuilt as views are loaded

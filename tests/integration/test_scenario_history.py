@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from shared import quantity as q
-from shared.events import to_json
-from shared.projection import ResultProjection
-from shared.store import query
-from shared.store.engine import connect
-from shared.store.models import Decision, EventLog, Placement, QueueUsage, WorkloadTransition
-from shared.store.writer import ProjectionWriter, write_log
-from shared.topology import SERVICES
+from shared.history import query
+from shared.history.engine import connect
+from shared.history.models import Decision, EventLog, Placement, QueueUsage, WorkloadTransition
+from shared.history.writer import ProjectionWriter, write_log
+from shared.kernel import quantity as q
+from shared.kernel.events import to_json
+from shared.kernel.projection import ResultProjection
+from shared.kernel.topology import SERVICES
 from tests.integration.conftest import SCENARIOS, scenario_run
 
 

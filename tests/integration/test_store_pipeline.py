@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.store import query
-from shared.store.rows import Located
-from shared.store.writer import Pipeline, ProjectionWriter, WriteCounts
+from shared.history import query
+from shared.history.rows import Located
+from shared.history.writer import Pipeline, ProjectionWriter, WriteCounts
 from tests.integration.conftest import SCENARIOS, scenario_run
 from tests.integration.test_writer import counts, expected, histories
 

@@ -14,10 +14,10 @@ import asyncio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from shared.bus.app import _topic_configs, ensure_topics, ready_to_read, send_records
-from shared.bus.config import BusConfig
-from shared.bus.worker import Record
-from shared.store.writer import ProjectionWriter
+from shared.history.writer import ProjectionWriter
+from shared.runtime.bus.app import _topic_configs, ensure_topics, ready_to_read, send_records
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.worker import Record
 from tests.builders.cli import invoke, one_line_error
 
 

@@ -9,12 +9,12 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from shared.store import query, record
-from shared.events import ObjectChanged, wrap
-from shared.store.engine import StoreError, Unstorable, connect
-from shared.store.models import ConsumedOffset, TABLES
-from shared.store.rows import Located
-from shared.store.writer import ProjectionWriter, write_log
+from shared.history import query, record
+from shared.history.engine import StoreError, Unstorable, connect
+from shared.history.models import ConsumedOffset, TABLES
+from shared.history.rows import Located
+from shared.history.writer import ProjectionWriter, write_log
+from shared.kernel.events import ObjectChanged, wrap
 from tests.integration.conftest import SCENARIOS, scenario_run
 
 PREEMPTION = next(p for p in SCENARIOS if p.stem == "kai-priority-preemption")
@@ -212,7 +212,7 @@ def test_an_unreachable_store_is_a_store_error():
 
 def test_a_refused_pipelined_commit_is_written_again_cold(pg_store, monkeypatch):
     """Another writer got in between: the refused batch and the one folded meanwhile are redone."""
-    from shared.store import writer as writer_module
+    from shared.history import writer as writer_module
 
     log = scenario_run(FAIR_SHARE).runtime.log
     writer = ProjectionWriter(pg_store)
@@ -233,7 +233,7 @@ def test_a_refused_pipelined_commit_is_written_again_cold(pg_store, monkeypatch)
 
 
 def test_the_recorder_writes_what_a_runtime_publishes(sqlite_store):
-    from shared.store.writer import Recorder
+    from shared.history.writer import Recorder
 
     log = scenario_run(PREEMPTION).runtime.log
     with ProjectionWriter(sqlite_store) as writer:

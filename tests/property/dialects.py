@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from shared import kube
-from shared import quantity as q
-from shared.model import UNLIMITED, QueueSpec
+from shared.kernel import kube
+from shared.kernel import quantity as q
+from shared.kernel.model import UNLIMITED, QueueSpec
 
 GRACE = 62.0
 """The longest backoff (60 s) plus a retry: muster must have acted by then (no minimum runtime here)."""

@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 from services.admission.core import AdmissionCore
 from services.queue.core import QueueCore
 from services.reconciler.ingest import watch_envelope
-from shared.bus import codec
-from shared.events import (
+from shared.runtime.bus import codec
+from shared.kernel.events import (
     Envelope,
     QueueDefined,
     QueueRejected,
@@ -40,9 +40,9 @@ from shared.events import (
     WorkloadUpdated,
     wrap,
 )
-from shared.policy import Policy
-from shared.service import Service
-from shared.topology import destinations
+from shared.kernel.policy import Policy
+from shared.kernel.topology import destinations
+from shared.runtime.service import Service
 from tests.builders import node, pod, ray_cluster, ray_job, worker_group
 from tests.builders.admission import (
     elastic_quota_tree,

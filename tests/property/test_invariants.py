@@ -25,14 +25,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared import kube
-from shared import quantity as q
 from shared.audit.timeorder import backwards
-from shared.events import Envelope, to_json
-from shared.model import UNLIMITED
-from shared.projection import ResultProjection
-from shared.scenario import Scenario, parse_scenario
-from shared.simulate import simulate
+from shared.kernel import kube
+from shared.kernel import quantity as q
+from shared.kernel.events import Envelope, to_json
+from shared.kernel.model import UNLIMITED
+from shared.kernel.projection import ResultProjection
+from shared.runtime.simulate import simulate
+from shared.sim.scenario import Scenario, parse_scenario
 from tests.property.dialects import GRACE, Cluster, chain, deliverable, fits_limits, protected
 
 MAX_EXAMPLES = int(os.environ.get("MUSTER_PROPERTY_EXAMPLES", "200"))

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.reconciler.owners import Owners
-from shared import kube
+from shared.kernel import kube
 from tests.unit.reconciler.test_owners import job_pod, ray_pod, raycluster, rayjob
 
 

@@ -1,5 +1,5 @@
 """Usage and queue members kept as workloads change equal summing every workload afresh, after any
-sequence of events (``shared.projection.QueueSums``, ``ResultProjection.hold``; the reconciler's
+sequence of events (``shared.kernel.projection.QueueSums``, ``ResultProjection.hold``; the reconciler's
 ``StatusBook`` counts).
 
 The references below are the full recomputations the incremental code replaced: every workload
@@ -18,15 +18,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from services.reconciler.status import StatusBook
-from shared import quantity as q
-from shared.events import (
+from shared.kernel import quantity as q
+from shared.kernel.events import (
     BackedOff, Dequeued, ElasticGranted, ElasticReleased, Enqueued, GangPlaced, GangRunning, PlacementFailed,
     PodAssigned, PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, WorkloadDeleted, WorkloadFinished,
     WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWithdrawn,
 )
-from shared.model import QueueSource
-from shared.policy import Policy
-from shared.projection import QueueSums, ResultProjection, WorkloadView
+from shared.kernel.model import QueueSource
+from shared.kernel.policy import Policy
+from shared.kernel.projection import QueueSums, ResultProjection, WorkloadView
 from tests.builders import envelope, gang, pod_set, queue_spec, workload
 
 MAX_EXAMPLES = int(os.environ.get("MUSTER_PROPERTY_EXAMPLES", "200"))

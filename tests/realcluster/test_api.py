@@ -15,14 +15,14 @@ import json
 from typing import Any, Iterator
 
 import pytest
-from services.reconciler.kubeapi import KubeApplier, Refused, Watcher, connect
-from services.reconciler.resources import NODE, POD, VOLCANO_POD_GROUP, VOLCANO_QUEUE, Resource
-from shared.bus.cluster import ClusterBridge, KubeTarget
-from shared.bus.cluster_watch import WatchProcess
-from shared.bus.config import BusConfig
-from shared.bus.topics import Topics
-from shared.events import kube_effect
+from shared.kernel.events import kube_effect
+from shared.kubernetes.cluster import ClusterBridge, KubeTarget
+from shared.kubernetes.cluster_watch import WatchProcess
+from shared.kubernetes.kubeapi import KubeApplier, Refused, Watcher, connect
+from shared.kubernetes.resources import NODE, POD, VOLCANO_POD_GROUP, VOLCANO_QUEUE, Resource
 from shared.parts.devcluster import DevCluster
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.topics import Topics
 from tests.kubeapi import MALFORMED_BINDINGS, post_binding
 from tests.realcluster.conftest import create, eventually, get, node
 

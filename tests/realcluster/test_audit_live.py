@@ -25,16 +25,16 @@ import yaml
 from shared.audit.errors import CANNOT_REPRODUCE, DIVERGED
 from shared.audit.logfile import LogFile, envelopes
 from shared.audit.timeorder import backwards
-from shared.bus.app import ensure_topics, service_app
-from shared.bus.cluster import KubeTarget, cluster_app
-from shared.bus.config import BusConfig
-from shared.bus.driver import EventLoopThread, gather_all
-from shared.bus.projector import projector_app
+from shared.history.query import workload_history
+from shared.kernel.policy import Policy
+from shared.kernel.topology import SERVICES
+from shared.kubernetes.cluster import KubeTarget, cluster_app
 from shared.parts import kwok
 from shared.parts.devcluster import DevCluster
-from shared.policy import Policy
-from shared.store.query import workload_history
-from shared.topology import SERVICES
+from shared.runtime.bus.app import ensure_topics, service_app
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import EventLoopThread, gather_all
+from shared.runtime.bus.projector import projector_app
 from tests.builders.audit import decision_lines, lines_of, rewritten
 from tests.builders.cli import clean_exit, flat, invoke, one_line_error
 from tests.integration.test_cluster_bridge import stop_apps
@@ -65,7 +65,7 @@ def history(devcluster: DevCluster, kafka_bootstrap: str, tmp_path_factory: pyte
     """The scenario run once through the deployed stack: (the exported log, the store, the broker, its prefix)."""
     import uuid
 
-    from shared.store import schema
+    from shared.history import schema
     from tests.conftest import delete_topics
 
     devcluster.reset()

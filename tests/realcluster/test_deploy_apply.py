@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from shared.bus.localbroker import free_port
 from shared.parts.devcluster import DevCluster
+from shared.parts.localbroker import free_port
 from tests.integration.test_deploy import named, render
 from tests.realcluster.conftest import (DEPLOY, NAMESPACE, ROOT, create, eventually, get, install, node, probe,
                                      token_kubeconfig)
@@ -95,7 +95,7 @@ def test_kubectl_apply_then_the_first_rayjob_is_admitted_and_its_pods_bound(
             if name == "muster-cluster":
                 overrides["MUSTER_KUBECONFIG"] = str(kubeconfig)
             log = (tmp_path / f"{name}.log").open("ab")
-            processes.append(subprocess.Popen([sys.executable, "-m", "shared.cli", *container["args"]],
+            processes.append(subprocess.Popen([sys.executable, "-m", "shared.cli.main", *container["args"]],
                                               env=environment(container, secret, policy, overrides),
                                               stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
 

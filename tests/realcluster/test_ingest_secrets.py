@@ -17,13 +17,13 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from sqlalchemy import text
 
-from shared.bus.cluster import KubeTarget
-from shared.bus.config import BusConfig
-from shared.bus.driver import EventLoopThread, gather_all, wait_for_projector
-from shared.bus.projector import projector_app
-from shared.store.engine import connect
-from shared.store.models import TABLE_NAMES
+from shared.history.engine import connect
+from shared.history.models import TABLE_NAMES
+from shared.kubernetes.cluster import KubeTarget
 from shared.parts.devcluster import DevCluster
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import EventLoopThread, gather_all, wait_for_projector
+from shared.runtime.bus.projector import projector_app
 from tests.builders.secrets import SECRET, secret_node, secret_rayjob
 from tests.integration.test_bus_service import envelopes
 from tests.integration.test_cluster_bridge import QUEUE, stack

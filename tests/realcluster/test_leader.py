@@ -22,13 +22,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from shared.bus.app import ensure_topics, service_app
-from shared.bus.config import BusConfig
-from shared.bus.driver import EventLoopThread, gather_all
-from shared.bus.localbroker import free_port
+from shared.kernel.policy import Policy
+from shared.kernel.topology import SERVICES
 from shared.parts.devcluster import DevCluster
-from shared.policy import Policy
-from shared.topology import SERVICES
+from shared.parts.localbroker import free_port
+from shared.runtime.bus.app import ensure_topics, service_app
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import EventLoopThread, gather_all
 from tests.integration.test_cluster_bridge import stop_apps
 from tests.realcluster.conftest import (NAMESPACE, ROOT, create, eventually, get, install, node, probe,
                                      token_kubeconfig)
@@ -82,7 +82,7 @@ def services(config: BusConfig) -> Iterator[None]:
 
 
 def bridge(config: BusConfig, kubeconfig: Path, identity: str, log: Path, port: int) -> subprocess.Popen[bytes]:
-    args = [sys.executable, "-m", "shared.cli", "run", "cluster", "--kubeconfig", str(kubeconfig),
+    args = [sys.executable, "-m", "shared.cli.main", "run", "cluster", "--kubeconfig", str(kubeconfig),
             "--identity", identity, "--lease", f"{NAMESPACE}/muster-cluster",
             "--lease-duration", str(LEASE_DURATION), "--renew-deadline", str(RENEW_DEADLINE),
             "--retry-period", str(RETRY_PERIOD), "--log-level", "warning", "--metrics-port", str(port)]

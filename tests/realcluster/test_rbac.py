@@ -20,10 +20,10 @@ import yaml
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.reconciler import resources as r
-from services.reconciler.kubeapi import KubeApplier, Refused, Watcher, connect
-from services.reconciler.lease import LeaseElector, LeaseForbidden
-from shared.events import kube_effect
+from shared.kernel.events import kube_effect
+from shared.kubernetes import resources as r
+from shared.kubernetes.kubeapi import KubeApplier, Refused, Watcher, connect
+from shared.kubernetes.lease import LeaseElector, LeaseForbidden
 from shared.parts.devcluster import DevCluster
 from tests.realcluster.conftest import DEPLOY, NAMESPACE, can_i, create, eventually, install, node, token_kubeconfig
 

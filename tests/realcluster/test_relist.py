@@ -1,4 +1,4 @@
-"""Objects deleted while the cluster link is down are found gone when it lists again (``shared.listing``).
+"""Objects deleted while the cluster link is down are found gone when it lists again (``shared.kernel.listing``).
 
 The deployment's pieces in this process on the session's Kafka broker — the four services, the
 projector into a SQLite store, ``muster run cluster``'s app — against the session's real cluster:
@@ -14,18 +14,18 @@ from __future__ import annotations
 from typing import Any
 
 from shared.audit.kafka import KafkaLog
-from shared.audit.timeorder import backwards
 from shared.audit.logfile import envelopes
 from shared.audit.replay import verify
-from shared.bus.app import ensure_topics, service_app
-from shared.bus.cluster import KubeTarget, cluster_app
-from shared.bus.config import BusConfig
-from shared.bus.driver import EventLoopThread, gather_all
-from shared.bus.projector import projector_app
+from shared.audit.timeorder import backwards
+from shared.history.query import queue_report, workload_history
+from shared.kernel.policy import Policy
+from shared.kernel.topology import SERVICES
+from shared.kubernetes.cluster import KubeTarget, cluster_app
 from shared.parts.devcluster import DevCluster
-from shared.policy import Policy
-from shared.store.query import queue_report, workload_history
-from shared.topology import SERVICES
+from shared.runtime.bus.app import ensure_topics, service_app
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import EventLoopThread, gather_all
+from shared.runtime.bus.projector import projector_app
 from tests.integration.test_cluster_bridge import stop_apps
 from tests.realcluster.conftest import create, eventually, get, node
 from tests.realcluster.test_leader import QUEUE, ray_cluster

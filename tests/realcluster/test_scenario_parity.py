@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import pytest
 
-from shared.realcluster import TIME_TOLERANCE
-from shared.scenario import Scenario, ScenarioError, load_scenario
-from shared.simulate import simulate, simulate_live
+from shared.kubernetes.realcluster import TIME_TOLERANCE
+from shared.kubernetes.realcluster import simulate_live
+from shared.runtime.simulate import simulate
+from shared.sim.scenario import Scenario, ScenarioError, load_scenario
 
 if TYPE_CHECKING:
     from shared.parts.devcluster import DevCluster
@@ -174,7 +175,7 @@ def test_differences_are_seen() -> None:
 
 
 def test_a_file_runs_under_its_own_setting_and_kuberays_default_unless_it_names_one() -> None:
-    from shared.scenario import parse_scenario
+    from shared.sim.scenario import parse_scenario
 
     def scenario(labels: dict[str, str], kuberay: dict[str, str] | None = None) -> Scenario:
         cluster = {"metadata": {"name": "rc", "namespace": "ns", "labels": labels},

@@ -32,14 +32,14 @@ from typing import Any, Iterator
 import pytest
 
 from shared.audit.logfile import envelopes, open_log
-from shared.bus.app import ensure_topics
-from shared.bus.config import BusConfig
-from shared.bus.driver import EventLoopThread
+from shared.history import schema
+from shared.kernel.topology import SERVICES
+from shared.observability.tracing.context import root_span, trace_id
 from shared.parts.devcluster import DevCluster
 from shared.parts.process import free_port
-from shared.store import schema
-from shared.topology import SERVICES
-from shared.tracing.context import root_span, trace_id
+from shared.runtime.bus.app import ensure_topics
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.driver import EventLoopThread
 from tests.builders.cli import invoke
 from tests.conftest import _missing, delete_topics, empty
 from tests.deploy.test_backends import render_scrape_config
@@ -85,7 +85,7 @@ class Stack:
 
     def start(self) -> None:
         for name in self.ports:
-            args = [sys.executable, "-m", "shared.cli", "run", name, "--metrics-port", str(self.ports[name]),
+            args = [sys.executable, "-m", "shared.cli.main", "run", name, "--metrics-port", str(self.ports[name]),
                     "--scheduler-names", "muster,volcano"]
             if name == "projector":
                 args = args[:-2] + ["--store", self.store]

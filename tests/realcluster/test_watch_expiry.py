@@ -18,8 +18,8 @@ from typing import Any, Iterator
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.reconciler.kubeapi import Watcher, connect
-from services.reconciler.resources import PRIORITY_CLASS
+from shared.kubernetes.kubeapi import Watcher, connect
+from shared.kubernetes.resources import PRIORITY_CLASS
 from shared.parts.devcluster import DevCluster
 from tests.realcluster.conftest import create
 
@@ -96,7 +96,7 @@ def test_a_watch_from_a_compacted_version_is_gone_and_the_relist_reports_only_wh
 
 def test_every_list_is_reported_whole_after_its_changes_and_a_deletion_in_a_watch_gap_with_the_next(
         etcd_watched: DevCluster) -> None:
-    """``inventory``: what the link turns into ``ObjectsListed`` (shared.listing). The watcher is held
+    """``inventory``: what the link turns into ``ObjectsListed`` (shared.kernel.listing). The watcher is held
     between two watches (its process was away); meanwhile an object goes and etcd is compacted, so the
     watch it resumes is 410 Gone and the list after it reports the deletion, then the whole list."""
     create(etcd_watched, priority_class("inv-a"), priority_class("inv-b"))

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from shared.audit.replay import inbox
-from shared.embedded import build_cores
-from shared.events import Envelope, to_json, wrap
-from shared.scenario import load_scenario
-from shared.simulate import Run, simulate
-from shared.topology import SERVICES
+from shared.kernel.events import Envelope, to_json, wrap
+from shared.kernel.topology import SERVICES
+from shared.runtime.cores import build_cores
+from shared.runtime.simulate import Run, simulate
+from shared.sim.scenario import load_scenario
 
 SCENARIOS = sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml"))
 GOLDEN = Path(__file__).parent / "golden"
@@ -94,7 +94,7 @@ def test_another_process_with_another_hash_seed_gives_the_same_result(name: str,
     scenario = Path(__file__).parent.parent / "scenarios" / f"{name}.yaml"
     out = tmp_path / "result.json"
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    subprocess.run([sys.executable, "-m", "shared.cli", "simulate", str(scenario), "--json", str(out), "-q"],
+    subprocess.run([sys.executable, "-m", "shared.cli.main", "simulate", str(scenario), "--json", str(out), "-q"],
                    check=True, env=env, capture_output=True)
     here = simulate(load_scenario(scenario)).result()
     assert _strip_wall(json.loads(out.read_text())) == _strip_wall(here)

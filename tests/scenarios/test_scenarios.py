@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.scenario import load_scenario
-from shared.simulate import simulate
+from shared.runtime.simulate import simulate
+from shared.sim.scenario import load_scenario
 
 HERE = Path(__file__).parent
 SCENARIOS = sorted(HERE.glob("*.yaml"))

@@ -10,7 +10,7 @@ import pytest
 from services.admission.fields import Invalid
 from services.admission.queues import QueueBook, _known_parent, elastic_quota_tree
 from services.queue.tree import QueueTree
-from shared.model import QueueSpec
+from shared.kernel.model import QueueSpec
 from tests.builders.admission import elastic_quota_tree as eqt, eqt_node
 
 DEPTH = 10_000

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from services.admission.dialects import DIALECTS
-from shared.events import QueueDefined, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated
+from shared.kernel.events import QueueDefined, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated
 from tests.builders import pod, ray_cluster, ray_job, worker_group
 from tests.builders.admission import (
     AdmissionDriver,
@@ -205,7 +205,7 @@ def test_each_dialect_fills_its_rule_values(dialect: str, words: tuple, caps: bo
 
 
 def test_the_implicit_default_queue_has_the_builtin_rules() -> None:
-    from shared.model import QueueSpec
+    from shared.kernel.model import QueueSpec
     spec = QueueSpec(name="default")
     rules = DIALECTS["builtin"]
     assert (spec.guarantee_caps_non_preemptible, spec.reclaim_below_guarantee) == \

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from services.admission.fields import Invalid
 from services.admission.dialects import DIALECTS, KUBERAY
+from services.admission.fields import Invalid
 from services.admission.workloads import MAX_REPLICAS_DEFAULT, worker_counts
-from shared.kube import rayjob_cluster_name
-from shared.model import MatchExpression, PodSet, Toleration
-from shared.quantity import format_resources, parse_resources
+from shared.kernel.kube import rayjob_cluster_name
+from shared.kernel.model import MatchExpression, PodSet, Toleration
+from shared.kernel.quantity import format_resources, parse_resources
 from tests.builders import container, pod_template, ray_cluster, ray_job, worker_group
 from tests.builders.admission import AdmissionDriver, elastic_quota_tree, eqt_node, kai_queue, volcano_queue
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.events import WorkloadUpdated
+from shared.kernel.events import WorkloadUpdated
 from tests.builders import ray_cluster, ray_job, worker_group
 from tests.builders.admission import AdmissionDriver, priority_class, volcano_queue
 from tests.builders.placement import ray_pod

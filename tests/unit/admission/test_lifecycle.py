@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from shared.events import (
+from shared.kernel.events import (
     ObjectChanged,
     WorkloadDeleted,
     WorkloadFinished,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.events import WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated
-from shared.model import PodSet
-from shared.quantity import parse_resources
+from shared.kernel.events import WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated
+from shared.kernel.model import PodSet
+from shared.kernel.quantity import parse_resources
 from tests.builders import pod
 from tests.builders.admission import AdmissionDriver, gang_pod, pod_group, priority_class, volcano_queue
 

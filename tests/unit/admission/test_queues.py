@@ -7,10 +7,10 @@ import pytest
 from services.admission.dialects import queue_fields
 from services.reconciler.core import ReconcilerCore
 from services.reconciler.status import STATUS_TIMER
-from shared.events import QueueDefined, QueueRejected, QueueRemoved, TimerFired
-from shared.footprint import retained
-from shared.model import UNLIMITED, QueueSource, QueueSpec
-from shared.policy import Policy
+from shared.kernel.events import QueueDefined, QueueRejected, QueueRemoved, TimerFired
+from shared.kernel.footprint import retained
+from shared.kernel.model import UNLIMITED, QueueSource, QueueSpec
+from shared.kernel.policy import Policy
 from tests.builders import envelope
 from tests.builders.admission import (
     AdmissionDriver,

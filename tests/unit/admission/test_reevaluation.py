@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from services.admission.dialects import queue_fields
-from shared.events import (QueueDefined, QueueRejected, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated)
-from shared.model import QueueSpec, WorkloadSpec
+from shared.kernel.events import (QueueDefined, QueueRejected, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated)
+from shared.kernel.model import QueueSpec, WorkloadSpec
 from tests.builders import ray_cluster, ray_job, worker_group
 from tests.builders.admission import (
     AdmissionDriver,

@@ -1,4 +1,4 @@
-"""A Pod ingest refused (out of bounds, ``shared.kube.REFUSED``) rejects the workload it belongs to,
+"""A Pod ingest refused (out of bounds, ``shared.kernel.kube.REFUSED``) rejects the workload it belongs to,
 naming the pod and the bound it broke; the rejection ends when that pod is gone or readable again."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 from services.reconciler.ingest import observe
-from shared.events import WorkloadRejected, WorkloadSubmitted, WorkloadUpdated
+from shared.kernel.events import WorkloadRejected, WorkloadSubmitted, WorkloadUpdated
 from tests.builders import pod, ray_cluster, ray_job
 from tests.builders.admission import AdmissionDriver, gang_pod
 from tests.builders.placement import ray_pod

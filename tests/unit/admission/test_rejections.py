@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import pytest
 
-from shared.events import WorkloadRejected, WorkloadSubmitted
+from shared.kernel.events import WorkloadRejected, WorkloadSubmitted
 from tests.builders import pod_template, ray_cluster, ray_job, worker_group
 from tests.builders.admission import AdmissionDriver, elastic_quota_tree, eqt_node, kai_queue, kai_resource, volcano_queue
 
@@ -245,14 +245,14 @@ def test_a_refused_suspended_ray_job_is_admitted_once_it_shuts_down_its_cluster(
 ], ids=["cpu .inf", "memory .nan", "cpu 1e1000000"])
 def test_non_finite_quantities_are_rejected_naming_the_field(obj: dict, field: str, value: str) -> None:
     """YAML .inf/.nan and exponents beyond any decimal are no quantities: a rejection naming the field,
-    never an exception or a "cannot be read" last resort (whatever shared.quantity raises for them)."""
+    never an exception or a "cannot be read" last resort (whatever shared.kernel.quantity raises for them)."""
     reason = AdmissionDriver().rejected(obj)
     assert reason.startswith(f"{field}: {value} is not a "), reason
     assert "quantity" in reason
 
 
 def test_gpu_fraction_below_one_thousandth_and_fraction_with_whole_gpus_are_rejected() -> None:
-    from shared.events import WorkloadRejected
+    from shared.kernel.events import WorkloadRejected
     from tests.builders import ray_cluster, worker_group
     from tests.builders.admission import AdmissionDriver
 
@@ -269,8 +269,8 @@ def test_gpu_fraction_below_one_thousandth_and_fraction_with_whole_gpus_are_reje
 
 
 def test_oversized_gang_is_rejected_with_the_policy_bound() -> None:
-    from shared.events import WorkloadRejected
-    from shared.policy import Policy
+    from shared.kernel.events import WorkloadRejected
+    from shared.kernel.policy import Policy
     from tests.builders import ray_cluster, worker_group
     from tests.builders.admission import AdmissionDriver
 
@@ -291,7 +291,7 @@ def test_an_object_ingest_refused_is_rejected_with_ingest_reason() -> None:
 
 def test_a_queue_ingest_refused_is_rejected_with_ingest_reason() -> None:
     from services.reconciler.ingest import observe
-    from shared.events import QueueRejected
+    from shared.kernel.events import QueueRejected
     queue = volcano_queue("q")
     queue["metadata"]["labels"] = {"team": "x" * 64}
     out = AdmissionDriver().send(observe("Added", queue).object)

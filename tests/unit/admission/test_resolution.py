@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.events import WorkloadRejected, WorkloadSubmitted
-from shared.policy import Policy
+from shared.kernel.events import WorkloadRejected, WorkloadSubmitted
+from shared.kernel.policy import Policy
 from tests.builders import ray_cluster, ray_job
 from tests.builders.admission import (
     AdmissionDriver,

@@ -78,7 +78,7 @@ def test_a_refused_spec_is_not_remembered() -> None:
 def test_with_minimum_is_the_copied_gang(sets: list[tuple[int, int, bool]], min_member: int) -> None:
     """``with_minimum`` keeps the gang it was given when nothing moves: equal to the gang rebuilt
     from copies of every pod set, as it was made before."""
-    from shared.model import PodSet
+    from shared.kernel.model import PodSet
     gang = gang_of([PodSet(name=f"s{i}", count=count, elastic=elastic, in_gang=in_gang, resources={"cpu": 1000})
                     for i, (count, elastic, in_gang) in enumerate(sets)])
     left, copied = min_member, []

@@ -3,8 +3,8 @@ PodGroup): workload ``namespace/<pod name>`` of kind ``Pod``, charged and placed
 
 from __future__ import annotations
 
-from shared.events import WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted
-from shared.quantity import parse_resources
+from shared.kernel.events import WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted
+from shared.kernel.quantity import parse_resources
 from tests.builders import pod, ray_cluster
 from tests.builders.admission import AdmissionDriver, elastic_quota_tree, eqt_node, kai_queue
 from tests.builders.placement import ray_pod

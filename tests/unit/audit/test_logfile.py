@@ -12,7 +12,7 @@ from shared.audit.errors import CannotReproduce, NotAnEnvelope, SourceError, Tru
 from shared.audit.export import export, occurred_at
 from shared.audit.header import FORMAT, LogHeader
 from shared.audit.logfile import LogFile, decode, envelopes, open_log
-from shared.events import SCHEMA_VERSION, to_json
+from shared.kernel.events import SCHEMA_VERSION, to_json
 from tests.builders.audit import exported, lines_of, rewritten, scenario_run
 
 NAME = "volcano-gang-queue"

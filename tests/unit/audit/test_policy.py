@@ -10,10 +10,10 @@ import pytest
 from shared.audit.errors import CannotReproduce
 from shared.audit.logfile import LogFile
 from shared.audit.replay import Divergence, Replayer, policy_changes, starting_policy, verify
-from shared.build import code_digest, policy_applied
-from shared.events import PolicyApplied, to_json, wrap
-from shared.policy import Policy
-from shared.topology import SERVICES, destinations
+from shared.kernel.events import PolicyApplied, to_json, wrap
+from shared.kernel.policy import Policy
+from shared.kernel.topology import SERVICES, destinations
+from shared.runtime.build import code_digest, policy_applied
 from tests.builders.audit import exported, lines_of, rewritten, scenario_run
 
 NAME = "kai-priority-preemption"
@@ -117,7 +117,7 @@ def test_a_kafka_log_puts_a_services_policy_where_it_took_it_in_its_inbox() -> N
     """``replay_order``: a restarted service's ``PolicyApplied`` goes right after the last input it had
     handled (``after``) and before the next, whatever the topic's order; with none, before the first."""
     from shared.audit.kafka import replay_order
-    from shared.events import TimerFired
+    from shared.kernel.events import TimerFired
 
     x1, x2, x3 = (wrap(TimerFired(key=f"k{n}"), source="clock", cause=None, index=n, at=float(n)) for n in (1, 2, 3))
     handled = {"queue": [x1.id, x2.id, x3.id]}

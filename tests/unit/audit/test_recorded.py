@@ -10,9 +10,9 @@ import pytest
 from shared.audit.logfile import LogFile, envelopes
 from shared.audit.recorded import INGEST, RecordedCluster, inputs
 from shared.audit.whatif import comparison, what_if
-from shared.events import KubeEffect
-from shared.scenario import parse_scenario
-from shared.simulate import simulate
+from shared.kernel.events import KubeEffect
+from shared.runtime.simulate import simulate
+from shared.sim.scenario import parse_scenario
 from tests.builders.audit import deployed
 from tests.builders.cli import clean_exit, flat, invoke
 

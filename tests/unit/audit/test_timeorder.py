@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from shared.audit.timeorder import backwards
-from shared.events import Enqueued, TimerFired, TimerSet, WorkloadDeleted, wrap
-from shared.service import Service
+from shared.kernel.events import Enqueued, TimerFired, TimerSet, WorkloadDeleted, wrap
+from shared.runtime.service import Service
 from tests.builders.shared import FakeCore, at
 
 

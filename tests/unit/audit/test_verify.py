@@ -9,8 +9,8 @@ import pytest
 from shared.audit.errors import CannotReproduce
 from shared.audit.logfile import LogFile, open_log
 from shared.audit.replay import Divergence, Replayer, Router, inbox, replay, verify
-from shared.events import TimerFired, TimerSet, to_json, wrap
-from shared.topology import SERVICES
+from shared.kernel.events import TimerFired, TimerSet, to_json, wrap
+from shared.kernel.topology import SERVICES
 from tests.builders.audit import (
     SCENARIO_FILES, decision_lines, exported, header_of, lines_of, rewritten, scenario_run,
 )

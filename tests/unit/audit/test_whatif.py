@@ -10,11 +10,11 @@ from shared.audit.derive import derive, manifest, user_view
 from shared.audit.errors import ApplyRefused, CannotReproduce
 from shared.audit.fold import fold
 from shared.audit.metrics import WorkloadFigures, per_queue, percentile, summary, workload_figures
-from shared.duration import parse_duration
+from shared.kernel.duration import parse_duration
 from shared.audit.whatif import (comparison, decisions_by_service, first_difference, table_rows, what_if,
                                  with_extra)
-from shared.scenario import parse_scenario
-from shared.simulate import simulate
+from shared.runtime.simulate import simulate
+from shared.sim.scenario import parse_scenario
 from tests.builders.audit import SCENARIO_FILES, scenario_run
 
 

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from bench import gpu_trace
-from shared.scenario import parse_scenario
-from shared.simulate import simulate
+from shared.runtime.simulate import simulate
+from shared.sim.scenario import parse_scenario
 
 pytestmark = pytest.mark.skipif(not (gpu_trace.TRACE / "openb_node_list_gpu_node.csv").exists(),
                                 reason="the openb trace is not next to the repository")

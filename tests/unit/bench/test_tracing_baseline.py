@@ -7,15 +7,15 @@ from pathlib import Path
 
 from bench.bus_bench import _no_tracing_hooks
 from shared.audit.replay import inbox
-from shared.bus.sequencing import Arrival
-from shared.bus.topics import Topics
-from shared.bus.worker import InboxWorker
-from shared.embedded import build_cores
-from shared.events import to_json
-from shared.scenario import load_scenario
-from shared.service import Service
-from shared.simulate import simulate
-from shared.topology import SERVICES
+from shared.kernel.events import to_json
+from shared.kernel.topology import SERVICES
+from shared.runtime.bus.sequencing import Arrival
+from shared.runtime.bus.topics import Topics
+from shared.runtime.bus.worker import InboxWorker
+from shared.runtime.cores import build_cores
+from shared.runtime.service import Service
+from shared.runtime.simulate import simulate
+from shared.sim.scenario import load_scenario
 
 SCENARIO = Path(__file__).parents[2] / "scenarios" / "volcano-autoscaling-elastic-workers.yaml"
 
@@ -32,4 +32,4 @@ def test_the_hook_free_baseline_decides_as_the_real_worker():
         with _no_tracing_hooks():
             plain = _outputs(run, service)
         assert real and plain == real, service
-    assert InboxWorker._handle.__module__ == "shared.bus.worker"  # restored
+    assert InboxWorker._handle.__module__ == "shared.runtime.bus.worker"  # restored

@@ -1,10 +1,10 @@
-"""shared/bus/app.py ``cancelled``: a reader's helpers end when it stops, even one that swallowed a cancellation."""
+"""shared/runtime/bus/app.py ``cancelled``: a reader's helpers end when it stops, even one that swallowed a cancellation."""
 
 from __future__ import annotations
 
 import asyncio
 
-from shared.bus.app import cancelled
+from shared.runtime.bus.app import cancelled
 
 
 def test_a_task_that_swallows_its_first_cancellation_is_cancelled_again() -> None:

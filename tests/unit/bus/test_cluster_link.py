@@ -1,4 +1,4 @@
-"""shared/bus/cluster.py's watch side without a broker: what the link does with watch events it
+"""shared/kubernetes/cluster.py's watch side without a broker: what the link does with watch events it
 cannot send, and how a task that fails shows in ``/readyz`` (``ClusterBridge.not_ready``)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Sequence
 from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
 
 from services.reconciler.ingest import watch_envelope
-from shared.bus import codec
-from shared.bus.cluster import ClusterBridge
-from shared.bus.topics import Topics
-from shared.bus.worker import Record
+from shared.kubernetes.cluster import ClusterBridge
+from shared.runtime.bus import codec
+from shared.runtime.bus.topics import Topics
+from shared.runtime.bus.worker import Record
 from tests.builders import node
 
 TOPICS = Topics()
@@ -118,8 +118,8 @@ def test_a_task_that_fails_is_started_again_and_the_link_is_not_ready_meanwhile(
 
 
 def test_an_effect_whose_application_fails_otherwise_is_dead_lettered_and_the_next_applied():
-    from shared.bus.worker import Incoming
-    from shared.events import KubeEffect, wrap
+    from shared.kernel.events import KubeEffect, wrap
+    from shared.runtime.bus.worker import Incoming
 
     class Applier:
         def __init__(self) -> None:
@@ -144,7 +144,7 @@ def test_an_effect_whose_application_fails_otherwise_is_dead_lettered_and_the_ne
 
 
 def test_an_object_ingest_refuses_is_sent_as_its_identity_logged_and_counted_per_kind(caplog):
-    from shared.metrics.stack import ClusterCollector
+    from shared.observability.metrics.stack import ClusterCollector
 
     bridge = _bridge()
     bad = node("n1", labels={"note": "x" * 64})
@@ -164,8 +164,8 @@ def test_effects_read_while_earlier_ones_are_in_flight_start_at_once_and_the_com
     """The effects reader does not apply batch by batch: a second batch's effect on another object is
     applied while the first batch's is held by the API server, one on the held object waits behind
     it, and what may be committed never passes the held one."""
-    from shared.bus.worker import Incoming
-    from shared.events import KubeEffect, wrap
+    from shared.kernel.events import KubeEffect, wrap
+    from shared.runtime.bus.worker import Incoming
 
     class Applier:
         def __init__(self) -> None:
@@ -203,7 +203,7 @@ def test_effects_read_while_earlier_ones_are_in_flight_start_at_once_and_the_com
     assert broker.sent == [] and bridge.outcomes == {"applied": 4}
 
     # with EFFECTS_AHEAD unsettled, the reader reads no more until the oldest is done
-    monkeypatch.setattr("shared.bus.cluster.EFFECTS_AHEAD", 2)
+    monkeypatch.setattr("shared.kubernetes.cluster.EFFECTS_AHEAD", 2)
     applier.release = asyncio.Event()
     applier.applied.clear()
 

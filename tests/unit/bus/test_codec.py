@@ -1,4 +1,4 @@
-"""shared/bus/codec.py: envelopes and control messages as records, bad records, dead letters."""
+"""shared/runtime/bus/codec.py: envelopes and control messages as records, bad records, dead letters."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import re
 
 import pytest
 
-from shared.bus.codec import (
+from shared.runtime.bus.codec import (
     CONTROL_HEADER, BadRecord, Finished, Release, control_kind, dead_letter, decode, decode_to_fold, encode,
     encode_control, envelope_headers, payload_text,
 )
-from shared.events import ObjectChanged, WorkloadDeleted, from_json
-from shared.scenario import load_scenario
-from shared.simulate import simulate
+from shared.kernel.events import ObjectChanged, WorkloadDeleted, from_json
+from shared.runtime.simulate import simulate
+from shared.sim.scenario import load_scenario
 from tests.builders.shared import VOLCANO, at, sample_payloads
 
 

@@ -1,4 +1,4 @@
-"""shared/bus/app.py ``PartitionReader``: commits that keep failing back off, bounded, and one that
+"""shared/runtime/bus/app.py ``PartitionReader``: commits that keep failing back off, bounded, and one that
 succeeds again resets the pace; each failure is one log line, not one a second."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import logging
 import pytest
 from aiokafka.errors import CommitFailedError
 
-from shared.bus.app import COMMIT_BACKOFF_MAX, PartitionReader, commit_delay
-from shared.bus.config import BusConfig
+from shared.runtime.bus.app import COMMIT_BACKOFF_MAX, PartitionReader, commit_delay
+from shared.runtime.bus.config import BusConfig
 
 
 def test_the_delay_doubles_per_failure_up_to_the_cap():

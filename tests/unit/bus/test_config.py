@@ -1,4 +1,4 @@
-"""shared/bus/config.py: flags, then environment, then defaults; each client's own arguments."""
+"""shared/runtime/bus/config.py: flags, then environment, then defaults; each client's own arguments."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 import faust
 import pytest
 
-from shared.bus.config import BusConfig, BusConfigError
+from shared.runtime.bus.config import BusConfig, BusConfigError
 
 SASL = {"MUSTER_KAFKA_SECURITY": "SASL_PLAINTEXT", "MUSTER_KAFKA_SASL_USERNAME": "u",
         "MUSTER_KAFKA_SASL_PASSWORD": "p"}

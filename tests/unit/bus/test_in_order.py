@@ -1,4 +1,4 @@
-"""shared/bus/app.py ``InOrder``: a live reader takes a partition's records in order, none twice, none skipped."""
+"""shared/runtime/bus/app.py ``InOrder``: a live reader takes a partition's records in order, none twice, none skipped."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from aiokafka import TopicPartition
 
-from shared.bus.app import InOrder
+from shared.runtime.bus.app import InOrder
 
 TP = TopicPartition("muster.queue", 0)
 

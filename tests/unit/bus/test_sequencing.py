@@ -1,12 +1,12 @@
-"""shared/bus/sequencing.py: arrival order, and rounds held until the driver releases them."""
+"""shared/runtime/bus/sequencing.py: arrival order, and rounds held until the driver releases them."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.bus.codec import Release
-from shared.bus.sequencing import Arrival, Rounds, SequencingError
-from shared.events import WorkloadDeleted
+from shared.kernel.events import WorkloadDeleted
+from shared.runtime.bus.codec import Release
+from shared.runtime.bus.sequencing import Arrival, Rounds, SequencingError
 from tests.builders.shared import at
 
 

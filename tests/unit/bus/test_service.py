@@ -1,11 +1,11 @@
-"""shared/service.py: the dedupe window and a service's derived output ids."""
+"""shared/runtime/service.py: the dedupe window and a service's derived output ids."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.events import Enqueued, GangRunning, TimerFired, TimerSet, WorkloadDeleted, derive_id, wrap
-from shared.service import Seen, Service
+from shared.kernel.events import Enqueued, GangRunning, TimerFired, TimerSet, WorkloadDeleted, derive_id, wrap
+from shared.runtime.service import Seen, Service
 from tests.builders.shared import FakeCore, at
 
 OUTPUTS = [Enqueued(key="default/w", queue="q", reason="waiting"), GangRunning(key="default/w", reason="up")]
@@ -86,7 +86,7 @@ def _raising(on: str = "default/poison") -> Service:
 
 
 def test_a_core_that_raises_rejects_what_the_envelope_concerns_and_the_service_goes_on():
-    from shared.events import GangPlaced, WorkloadRejected
+    from shared.kernel.events import GangPlaced, WorkloadRejected
 
     service = _raising()
     poison = at(GangPlaced(key="default/poison", queue="q", kind="RayCluster", gate="pods", slots=(), reason="x"), 1.0)
@@ -104,7 +104,7 @@ def test_a_core_that_raises_rejects_what_the_envelope_concerns_and_the_service_g
 
 
 def test_two_services_failing_on_the_same_envelope_give_the_same_rejection():
-    from shared.events import GangPlaced
+    from shared.kernel.events import GangPlaced
 
     poison = at(GangPlaced(key="default/poison", queue="q", kind="RayJob", gate="pods", slots=(), reason="x"), 1.0)
     assert _raising().handle(poison) == _raising().handle(poison)

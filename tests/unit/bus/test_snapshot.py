@@ -1,4 +1,4 @@
-"""shared/bus/snapshot.py without a broker: capture and restore a worker, the output digest, the
+"""shared/runtime/bus/snapshot.py without a broker: capture and restore a worker, the output digest, the
 clock's pending and unsettled timers, and what the loader refuses."""
 
 from __future__ import annotations
@@ -16,20 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from shared.bus import codec
-from shared import statecodec
-from shared.bus.app import InboxReader
-from shared.bus.sequencing import Arrival, Rounds
-from shared.bus.snapshot import (CHILD_NICE, FORMAT, GENESIS, MAX_SHARE, CaptureLost, ForkedCapture, Loaded, Manifest, SnapshotError, SnapshotKeeper,
+from shared.runtime import statecodec
+from shared.runtime.bus import codec
+from shared.runtime.bus.app import InboxReader
+from shared.runtime.bus.sequencing import Arrival, Rounds
+from shared.runtime.bus.snapshot import (CHILD_NICE, FORMAT, GENESIS, MAX_SHARE, CaptureLost, ForkedCapture, Loaded, Manifest, SnapshotError, SnapshotKeeper,
                                  Snapshots, capture, fork_wanted, policy_fingerprint, restore)
-from shared.bus.worker import Clock, InboxWorker
-from shared.bus.config import BusConfig
-from shared.embedded import CORE_CLASSES
-from shared.events import TimerFired, wrap
-from shared.policy import Policy
-from shared.scenario import load_scenario
-from shared.service import Service
-from shared.simulate import simulate
+from shared.kernel.events import TimerFired, wrap
+from shared.kernel.policy import Policy
+from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.worker import Clock, InboxWorker
+from shared.runtime.cores import CORE_CLASSES
+from shared.runtime.service import Service
+from shared.runtime.simulate import simulate
+from shared.sim.scenario import load_scenario
 from tests.unit.bus.test_worker import TOPICS, FakeProducer, _timer_set
 
 ROOT = Path(__file__).parents[3]
@@ -62,7 +62,7 @@ def test_a_restored_worker_decides_the_rest_as_the_original(example):
 
 
 def _destinations(env):
-    from shared.topology import destinations
+    from shared.kernel.topology import destinations
 
     return destinations(env)
 
@@ -298,7 +298,7 @@ def test_the_child_encodes_the_state_as_it_was_at_the_fork():
 def test_the_child_encodes_at_a_lower_priority(monkeypatch):
     """Background work: the services' loops on the same cores come first."""
     worker = _folded("queue")
-    monkeypatch.setattr("shared.bus.snapshot.capture", lambda w: str(os.nice(0)).encode())
+    monkeypatch.setattr("shared.runtime.bus.snapshot.capture", lambda w: str(os.nice(0)).encode())
     child = ForkedCapture.start(worker)
     assert CHILD_NICE > 0
     assert asyncio.run(child.result())[0] == str(min(os.nice(0) + CHILD_NICE, 19)).encode()  # 19: the lowest
@@ -340,7 +340,7 @@ def test_write_once_writes_the_capture_and_counts_its_cost(fork, monkeypatch):
     assert snapshots.stalls == 1 and 0 < snapshots.stalled <= keeper.cost
     spacing = keeper.cost / MAX_SHARE  # the clock is set, not read: a loaded machine's write takes longer
     for after, due in ((0.5 * spacing, False), (1.01 * spacing, True)):
-        monkeypatch.setattr("shared.bus.snapshot.time.time", lambda: keeper.last_written + after)
+        monkeypatch.setattr("shared.runtime.bus.snapshot.time.time", lambda: keeper.last_written + after)
         assert keeper.due(8) is due
 
 
@@ -361,7 +361,7 @@ def test_the_manifest_checksum_verifies_whoever_computed_it(fork, monkeypatch):
     """Forked, the child hashes the blob (the parent's loop does not spend the ≈ 20 ms placement's
     state takes); in process, the keeper does, on a thread. Either way the manifest written verifies
     against the chunks written, and the state loads back."""
-    monkeypatch.setattr("shared.bus.snapshot.CHUNK", 4096)  # several chunks
+    monkeypatch.setattr("shared.runtime.bus.snapshot.CHUNK", 4096)  # several chunks
     worker = _folded("placement")
     reader = InboxReader(BusConfig("127.0.0.1:1"), "g", worker, FakeProducer())
     reader.processed = 7
@@ -370,7 +370,7 @@ def test_the_manifest_checksum_verifies_whoever_computed_it(fork, monkeypatch):
     snapshots.fork = fork
     hashed_here: list[int] = []
     real = hashlib.sha256
-    monkeypatch.setattr("shared.bus.snapshot.hashlib.sha256", lambda *a: hashed_here.append(1) or real(*a))
+    monkeypatch.setattr("shared.runtime.bus.snapshot.hashlib.sha256", lambda *a: hashed_here.append(1) or real(*a))
     asyncio.run(snapshots.write_once())
     assert bool(hashed_here) != fork  # forked: the child's hash (its calls are not this process's)
     *chunks, (_, body, kind) = [r for r in keeper.records if r[2] != "checkpoint"]
@@ -416,7 +416,7 @@ def test_a_child_that_gives_no_snapshot_is_said_once_and_changes_nothing(how, sa
     before = capture(worker)
     snapshots = _writing(worker, fork=True, interval=3600.0)
     snapshots.keeper.snapshot_offset = 3  # the last one, an interval ago
-    monkeypatch.setattr("shared.bus.snapshot.capture", _die(how))  # what the child runs (it is forked after)
+    monkeypatch.setattr("shared.runtime.bus.snapshot.capture", _die(how))  # what the child runs (it is forked after)
     with caplog.at_level(logging.INFO, logger="muster.bus"):
         asyncio.run(snapshots.write_once())
     (line,) = [r for r in caplog.records if "snapshot" in r.getMessage() or "state" in r.getMessage()]
@@ -435,7 +435,7 @@ def test_a_stopped_capture_kills_and_reaps_its_child(monkeypatch):
         return b""
 
     snapshots = _writing(_folded("reconciler"), fork=True)
-    monkeypatch.setattr("shared.bus.snapshot.capture", slow)
+    monkeypatch.setattr("shared.runtime.bus.snapshot.capture", slow)
     children: list[ForkedCapture] = []
     start = ForkedCapture.start
     monkeypatch.setattr(ForkedCapture, "start", classmethod(lambda cls, w: children.append(start(w)) or children[-1]))
@@ -460,7 +460,7 @@ def test_a_child_past_its_time_is_killed_and_reaped(monkeypatch):
         time.sleep(60)
         return b""
 
-    monkeypatch.setattr("shared.bus.snapshot.capture", stuck)
+    monkeypatch.setattr("shared.runtime.bus.snapshot.capture", stuck)
     child = ForkedCapture.start(_worker("queue"))
     with pytest.raises(CaptureLost, match="took more than"):
         asyncio.run(child.result(timeout=0.2))

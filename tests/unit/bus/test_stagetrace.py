@@ -1,4 +1,4 @@
-"""shared/bus/stagetrace.py: off without ``MUSTER_STAGE_TRACE``; on, one process's lines in a file of
+"""shared/runtime/bus/stagetrace.py: off without ``MUSTER_STAGE_TRACE``; on, one process's lines in a file of
 its own, which ``bench.e2e_stages.traced`` sums over a window."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import gc
 import json
 
 from bench.e2e_stages import traced
-from shared.bus import stagetrace
+from shared.runtime.bus import stagetrace
 
 
 def test_off_without_the_variable(monkeypatch):

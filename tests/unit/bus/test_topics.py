@@ -1,12 +1,12 @@
-"""shared/bus/topics.py: topic names, partition counts, destinations and partition keys."""
+"""shared/runtime/bus/topics.py: topic names, partition counts, destinations and partition keys."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.bus.topics import Topics, key, lost_records, retention_problem
-from shared.events import WorkloadDeleted
-from shared.topology import SERVICES
+from shared.kernel.events import WorkloadDeleted
+from shared.kernel.topology import SERVICES
+from shared.runtime.bus.topics import Topics, key, lost_records, retention_problem
 from tests.builders.shared import at
 
 TOPICS = Topics("t1.")

@@ -1,4 +1,4 @@
-"""shared/bus/worker.py: the clock's timers and one inbox's loop, driven with an in-memory producer.
+"""shared/runtime/bus/worker.py: the clock's timers and one inbox's loop, driven with an in-memory producer.
 
 The core is a ``FakeCore`` (tests/builders/shared.py) answering every envelope with scripted payloads,
 so these tests see only the worker's rules: dead letters, log before routing, timers, rounds, replay.
@@ -12,13 +12,13 @@ from typing import Any, Sequence
 
 import pytest
 
-from shared.bus import codec
-from shared.bus.codec import Finished, Release
-from shared.bus.sequencing import Arrival, Ordering, Rounds
-from shared.bus.topics import Topics
-from shared.bus.worker import Clock, InboxWorker, Incoming, Record
-from shared.events import Enqueued, TimerSet, WorkloadDeleted, WorkloadWithdrawn
-from shared.service import Service
+from shared.kernel.events import Enqueued, TimerSet, WorkloadDeleted, WorkloadWithdrawn
+from shared.runtime.bus import codec
+from shared.runtime.bus.codec import Finished, Release
+from shared.runtime.bus.sequencing import Arrival, Ordering, Rounds
+from shared.runtime.bus.topics import Topics
+from shared.runtime.bus.worker import Clock, InboxWorker, Incoming, Record
+from shared.runtime.service import Service
 from tests.builders.shared import FakeCore, at
 
 TOPICS = Topics()
@@ -372,7 +372,7 @@ def _poisoned_worker() -> InboxWorker:
 
 
 def _poison():
-    from shared.events import GangPlaced
+    from shared.kernel.events import GangPlaced
 
     return at(GangPlaced(key="default/poison", queue="q", kind="RayJob", gate="pods", slots=(), reason="x"), 1.0)
 

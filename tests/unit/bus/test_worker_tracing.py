@@ -1,4 +1,4 @@
-"""A traced worker (shared/bus/worker.py with shared/tracing/live.py): outputs carry traceparent in
+"""A traced worker (shared/runtime/bus/worker.py with shared/observability/tracing/live.py): outputs carry traceparent in
 the envelope and the Kafka headers, each hop handled live is a span with messaging attributes, and a
 replay sends none. The sink is a recording one; the OTLP side is tests/integration/test_observability."""
 
@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import asyncio
 
-from shared.bus import codec
-from shared.bus.sequencing import Arrival
-from shared.bus.worker import InboxWorker, Incoming
-from shared.events import Enqueued, WorkloadSubmitted
-from shared.service import Service
-from shared.tracing.context import TRACEPARENT, parse, trace_id
-from shared.tracing.live import HopTracer
-from shared.tracing.spans import SpanData
+from shared.kernel.events import Enqueued, WorkloadSubmitted
+from shared.observability.tracing.context import TRACEPARENT, parse, trace_id
+from shared.observability.tracing.live import HopTracer
+from shared.observability.tracing.spans import SpanData
+from shared.runtime.bus import codec
+from shared.runtime.bus.sequencing import Arrival
+from shared.runtime.bus.worker import InboxWorker, Incoming
+from shared.runtime.service import Service
 from tests.builders.queue import job
 from tests.builders.shared import FakeCore, at
 from tests.unit.bus.test_worker import TOPICS, FakeProducer

@@ -1,4 +1,4 @@
-"""shared/metrics/scheduling.py: the queue service's metrics agree with the result document, for
+"""shared/observability/metrics/scheduling.py: the queue service's metrics agree with the result document, for
 every scenario (the fold watches the queue's inbox and outputs as the worker would hand them)."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from shared import quantity as q
-from shared.scenario import load_scenario
-from shared.simulate import Run, simulate
-from shared.metrics.scheduling import QueueStatusCollector, WaitFold, queue_metrics
-from shared.model import UNLIMITED
-from shared.topology import destinations
+from shared.kernel import quantity as q
+from shared.kernel.model import UNLIMITED
+from shared.kernel.topology import destinations
+from shared.observability.metrics.scheduling import QueueStatusCollector, WaitFold, queue_metrics
+from shared.runtime.simulate import Run, simulate
+from shared.sim.scenario import load_scenario
 from tests.unit.tracing.test_spans import waits
 
 SCENARIOS = sorted((Path(__file__).parents[2] / "scenarios").glob("*.yaml"))

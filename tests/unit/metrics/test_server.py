@@ -1,4 +1,4 @@
-"""shared/metrics/server.py: the three endpoints over real HTTP, and a port that cannot be had."""
+"""shared/observability/metrics/server.py: the three endpoints over real HTTP, and a port that cannot be had."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from shared.metrics.server import Health, MetricsPortError, bind, serve
+from shared.observability.metrics.server import Health, MetricsPortError, bind, serve
 
 
 def _get(port: int, path: str) -> tuple[int, str, str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.reconciler.ingest import observe
-from shared.events import CapacityChanged, GangPlaced, ObjectChanged, PlacementFailed
+from shared.kernel.events import CapacityChanged, GangPlaced, ObjectChanged, PlacementFailed
 from tests.builders import gang, node, pod_set, workload
 from tests.builders.placement import PlacementDriver, fits, node_changed, one, ray_pod
 

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from bench.soak_bench import windows
 from services.placement import PlacementCore
 from services.placement import nodes as node_table
-from shared.events import Dequeued, GangPlaced, WorkloadWithdrawn
-from shared.footprint import retained
-from shared.policy import Policy
-from shared.statecodec import decode, encode
+from shared.kernel.events import Dequeued, GangPlaced, WorkloadWithdrawn
+from shared.kernel.footprint import retained
+from shared.kernel.policy import Policy
+from shared.runtime.statecodec import decode, encode
 from tests.builders import envelope, gang, node, pod_set, workload
 from tests.builders.placement import PlacementDriver, bound, node_changed, of_type, pod_changed, ray_pod
 

@@ -3,11 +3,11 @@ first to go when a higher-priority gang (or the queue's reclaim) needs the room.
 
 from __future__ import annotations
 
-from shared.events import (
+from shared.kernel.events import (
     ElasticGranted, ElasticReleased, ElasticVictim, GangPlaced, GangRunning, PlacementFailed, PodAssigned,
     PreemptionRequested, ReclaimRequested,
 )
-from shared.model import WorkloadSpec
+from shared.kernel.model import WorkloadSpec
 from tests.builders import gang, node, pod, pod_set, workload
 from tests.builders.placement import PlacementDriver, bound, of_type, one, ray_pod
 

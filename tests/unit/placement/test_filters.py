@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.events import GangPlaced, PlacementFailed
+from shared.kernel.events import GangPlaced, PlacementFailed
 from tests.builders import gang, node, pod_set, workload
 from tests.builders.placement import PlacementDriver, constrained, expr, node_changed, one
 

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.placement import fragmentation as fr
-from shared.events import GangPlaced, PlacementFailed
-from shared.policy import Policy, QueuePolicy
+from shared.kernel.events import GangPlaced, PlacementFailed
+from shared.kernel.policy import Policy, QueuePolicy
 from tests.builders import gang, node, pod, pod_set, workload
 from tests.builders.placement import PlacementDriver, one
 

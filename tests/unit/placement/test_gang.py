@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.events import GangPlaced, PlacementFailed, SlotAssignment
-from shared.policy import Policy, QueuePolicy
+from shared.kernel.events import GangPlaced, PlacementFailed, SlotAssignment
+from shared.kernel.policy import Policy, QueuePolicy
 from tests.builders import gang, node, pod_set, workload
 from tests.builders.placement import PlacementDriver, node_changed, one
 
@@ -84,7 +84,7 @@ def test_node_without_pods_capacity_gets_the_kubelet_default_of_110():
 
 def test_redelivered_dequeued_envelope_yields_nothing_and_a_new_one_repeats_the_placement():
     from tests.builders import envelope
-    from shared.events import Dequeued
+    from shared.kernel.events import Dequeued
 
     d = PlacementDriver(None, node("n1", cpu="4"))
     w = workload("ns/w")

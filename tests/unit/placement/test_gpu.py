@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.events import GangPlaced, GpuAssignment, PlacementFailed, derive_id
+from shared.kernel.events import GangPlaced, GpuAssignment, PlacementFailed, derive_id
 from tests.builders import gang, node, pod_set, workload
 from tests.builders.placement import PlacementDriver, one
 

@@ -11,8 +11,8 @@ from services.placement import nodes as node_table
 from services.placement.gang import pod_demand
 from services.placement.nodes import FRAGMENTATION, NodeTable
 from services.placement.statement import Statement
-from shared import quantity as q
-from shared.model import PodSet, Toleration
+from shared.kernel import quantity as q
+from shared.kernel.model import PodSet, Toleration
 from tests.builders import node, pod_set
 
 STRATEGIES = ("binpack", "spread", FRAGMENTATION)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from services.placement.payloads import gang_placed, pod_assigned, slot_assignment
-from shared.events import (
+from shared.kernel.events import (
     Envelope, GangPlaced, GpuAssignment, PodAssigned, SlotAssignment, WorkloadDeleted, to_json, wrap,
 )
 

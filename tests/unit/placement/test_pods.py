@@ -7,11 +7,11 @@ from hypothesis import strategies as st
 
 from services.placement.core import DISRUPTION_GRACE
 from services.placement.pods import GPU_DEVICES, pod_facts
-from shared.events import (
+from shared.kernel.events import (
     CapacityChanged, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, PlacementFailed, PodAssigned, TimerSet, derive_id,
 )
-from shared import kube
-from shared.policy import Policy
+from shared.kernel import kube
+from shared.kernel.policy import Policy
 from tests.builders import gang, node, pod, pod_set, workload
 from tests.builders.placement import PlacementDriver, bound, fits, node_changed, of_type, one, ray_pod, with_phase
 

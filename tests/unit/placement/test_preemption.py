@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.events import CapacityChanged, GangPlaced, PlacementFailed, PodAssigned, PreemptionRequested, TimerSet
-from shared.model import WorkloadSpec
-from shared.policy import Policy
+from shared.kernel.events import CapacityChanged, GangPlaced, PlacementFailed, PodAssigned, PreemptionRequested, TimerSet
+from shared.kernel.model import WorkloadSpec
+from shared.kernel.policy import Policy
 from tests.builders import gang, node, pod_set, workload
 from tests.builders.placement import PlacementDriver, bound, of_type, one, ray_pod
 
@@ -190,7 +190,7 @@ def test_reclaim_that_does_not_make_room_fails_and_evicts_nobody():
 
 
 def test_a_queue_definition_sets_the_minimum_runtime_of_its_victims():
-    from shared.events import QueueDefined, QueueRemoved
+    from shared.kernel.events import QueueDefined, QueueRemoved
     from tests.builders import queue_spec
 
     d = PlacementDriver(None, node("n1", cpu="4"))

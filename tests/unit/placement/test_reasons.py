@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.events import CapacityChanged, GangPlaced, PlacementFailed
+from shared.kernel.events import CapacityChanged, GangPlaced, PlacementFailed
 from tests.builders import gang, node, pod_set, workload
 from tests.builders.placement import PlacementDriver, constrained, one
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.placement import gpu
-from shared.events import GangPlaced, ObjectChanged, PlacementFailed
+from shared.kernel.events import GangPlaced, ObjectChanged, PlacementFailed
 from tests.builders import gang, node, pod, pod_set, workload
 from tests.builders.placement import PlacementDriver, node_changed, one
 
@@ -34,7 +34,7 @@ def test_malformed_objects_are_tolerated():
 
 
 def test_non_finite_quantities_are_tolerated():
-    """YAML ``.inf``/``.nan`` and ``1e1000000`` escape shared.quantity as arithmetic errors, not
+    """YAML ``.inf``/``.nan`` and ``1e1000000`` escape shared.kernel.quantity as arithmetic errors, not
     QuantityError; placement must still not raise (a pod of a rejected RayCluster carries them)."""
     d = PlacementDriver()
     n1 = node("n1", cpu="8")
@@ -62,7 +62,7 @@ gangs = st.lists(st.tuples(st.integers(1, 4), st.integers(0, 3), st.sampled_from
 @settings(max_examples=60, deadline=None)
 @given(gangs=gangs, withdraw_every=st.integers(2, 5), spread=st.booleans())
 def test_table_invariants(gangs, withdraw_every, spread):
-    from shared.policy import Policy
+    from shared.kernel.policy import Policy
 
     d = PlacementDriver(Policy(placement="spread" if spread else "binpack"),
                         node("a", cpu="8", gpu="2"), node("b", cpu="4", gpu="1"), node("c", cpu="6"))

@@ -3,7 +3,7 @@ and every release it reports says how many gangs of each waiting shape the free 
 
 from __future__ import annotations
 
-from shared.events import CapacityChanged, PlacementFailed
+from shared.kernel.events import CapacityChanged, PlacementFailed
 from tests.builders import gang, node, pod_set, workload
 from tests.builders.placement import PlacementDriver, bound, of_type, one, ray_pod
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from services.queue import backoff
-from shared.events import BackedOff, Dequeued, TimerSet
-from shared.policy import Policy
+from shared.kernel.events import BackedOff, Dequeued, TimerSet
+from shared.kernel.policy import Policy
 from tests.builders import queue_spec
 from tests.builders.queue import (
     QueueDriver, capacity, defined, deleted, failed, finished, job, names, placed, preempted, running, submitted,

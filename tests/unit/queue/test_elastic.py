@@ -3,8 +3,8 @@ until placement releases them, and taken before any whole gang by quota preempti
 
 from __future__ import annotations
 
-from shared.events import ElasticGranted, ElasticReleased, ElasticWaiting, ReclaimRequested
-from shared.model import WorkloadSpec
+from shared.kernel.events import ElasticGranted, ElasticReleased, ElasticWaiting, ReclaimRequested
+from shared.kernel.model import WorkloadSpec
 from tests.builders import gang, pod_set, queue_spec, workload
 from tests.builders.queue import (
     QueueDriver, capacity, defined, failed, job, placed, preempted, running, submitted, updated,

@@ -4,8 +4,8 @@ who may preempt), and a reservation's credit counts only the elastic pods it nam
 
 from __future__ import annotations
 
-from shared.events import BackedOff, Dequeued, ReclaimRequested
-from shared.model import WorkloadSpec
+from shared.kernel.events import BackedOff, Dequeued, ReclaimRequested
+from shared.kernel.model import WorkloadSpec
 from tests.builders import gang, pod_set, queue_spec, workload
 from tests.builders.queue import QueueDriver, capacity, cpu_gang, defined, job, placed, running, submitted
 

@@ -6,7 +6,7 @@ import math
 
 from services.queue.fairshare import deserved, dominant_share, waterfill
 from services.queue.tree import QueueTree
-from shared.model import QueueSpec
+from shared.kernel.model import QueueSpec
 from tests.builders import queue_spec
 from tests.builders.queue import QueueDriver, capacity, defined, job, submitted
 

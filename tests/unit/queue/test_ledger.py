@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from services.queue.core import QueueCore
-from shared import quantity as q
-from shared.footprint import retained
+from shared.kernel import quantity as q
+from shared.kernel.footprint import retained
 from tests.builders import queue_spec
 from tests.builders.queue import (
     QueueDriver, capacity, cpu_gang, defined, deleted, failed, finished, job, placed, preempted, removed, running,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.events import Dequeued, Enqueued, TimerSet, WorkloadRejected, WorkloadWithdrawn
+from shared.kernel.events import Dequeued, Enqueued, TimerSet, WorkloadRejected, WorkloadWithdrawn
 from tests.builders import queue_spec, workload
 from tests.builders.queue import (
     QueueDriver, capacity, defined, failed, finished, job, placed, preempted, ray_gang, running, submitted,

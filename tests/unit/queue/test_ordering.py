@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.events import BackedOff, Dequeued, Enqueued, TimerSet
-from shared.policy import Policy, QueuePolicy
+from shared.kernel.events import BackedOff, Dequeued, Enqueued, TimerSet
+from shared.kernel.policy import Policy, QueuePolicy
 from tests.builders import queue_spec
 from tests.builders.queue import QueueDriver, capacity, defined, job, names, placed, submitted
 

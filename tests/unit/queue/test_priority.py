@@ -3,7 +3,7 @@ once; it evicts running work only where its dialect preempts; decided work never
 
 from __future__ import annotations
 
-from shared.events import BackedOff, Dequeued, ReclaimRequested
+from shared.kernel.events import BackedOff, Dequeued, ReclaimRequested
 from tests.builders import queue_spec
 from tests.builders.queue import QueueDriver, capacity, defined, finished, job, placed, running, submitted, updated
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.events import BackedOff, CapacityChanged, Dequeued, Enqueued, QueueRejected
-from shared.quantity import MAX_MILLI
+from shared.kernel.events import BackedOff, CapacityChanged, Dequeued, Enqueued, QueueRejected
+from shared.kernel.quantity import MAX_MILLI
 from tests.builders import queue_spec, workload
 from tests.builders.queue import (
     QueueDriver, defined, deleted, job, names, placed, ray_gang, removed, submitted, unlimited,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.events import BackedOff, Dequeued, Enqueued, ReclaimRequested
-from shared.policy import Policy
+from shared.kernel.events import BackedOff, Dequeued, Enqueued, ReclaimRequested
+from shared.kernel.policy import Policy
 from tests.builders import queue_spec
 from tests.builders.queue import (
     QueueDriver, capacity, defined, failed, job, placed, preempted, running, submitted,

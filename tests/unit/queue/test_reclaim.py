@@ -6,8 +6,8 @@ import pytest
 
 from services.queue.core import QueueCore
 from services.queue.reclaim import CLUSTER, Running, choose_victims, within_guarantee
-from shared.events import Dequeued, ReclaimRequested
-from shared.policy import Policy
+from shared.kernel.events import Dequeued, ReclaimRequested
+from shared.kernel.policy import Policy
 from tests.builders import queue_spec
 from tests.builders.queue import QueueDriver, capacity, cpu_gang, defined, job, placed, running, submitted, unlimited
 

@@ -4,8 +4,8 @@ ancestor's limit (a root max = the cluster's size) is what blocks it, each diale
 from __future__ import annotations
 
 from services.queue.reclaim import CLUSTER, Running, choose_victims
-from shared.events import BackedOff, Dequeued, GangPlaced, ReclaimRequested
-from shared.policy import Policy
+from shared.kernel.events import BackedOff, Dequeued, GangPlaced, ReclaimRequested
+from shared.kernel.policy import Policy
 from tests.builders import queue_spec
 from tests.builders.queue import (
     QueueDriver, capacity, cpu_gang, defined, failed, job, placed, preempted, running, submitted,

@@ -3,8 +3,8 @@ timer; a release naming room for its shape wakes as many as fit, in queue order.
 
 from __future__ import annotations
 
-from shared.events import BackedOff, CapacityChanged, Dequeued, PlacementFailed, TimerSet
-from shared.footprint import retained
+from shared.kernel.events import BackedOff, CapacityChanged, Dequeued, PlacementFailed, TimerSet
+from shared.kernel.footprint import retained
 from tests.builders.queue import QueueDriver, capacity, deleted, job, names, placed, submitted
 
 

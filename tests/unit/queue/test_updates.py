@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.events import BackedOff, Dequeued, Enqueued, TimerSet
+from shared.kernel.events import BackedOff, Dequeued, Enqueued, TimerSet
 from tests.builders import gang, pod_set, queue_spec, workload
 from tests.builders.queue import (
     QueueDriver, capacity, defined, failed, job, placed, preempted, ray_gang, running, submitted, updated,

@@ -1,11 +1,11 @@
-"""The leader election's settings (services/reconciler/lease.py), without a server: kubernetes-asyncio's
+"""The leader election's settings (shared/kubernetes/lease.py), without a server: kubernetes-asyncio's
 own bounds, refused as one ValueError naming what was given (``muster run cluster`` prints it)."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.reconciler.lease import LeaseElector
+from shared.kubernetes.lease import LeaseElector
 
 
 @pytest.mark.parametrize("durations", [(10, 10, 2), (15, 10, 10), (15, 10, 0.5), (15, 2, 2)])
@@ -24,7 +24,7 @@ def test_the_deployments_durations_are_taken():
 def test_a_lease_duration_in_fractions_is_written_as_whole_seconds():
     """The client writes int(str(duration)): the CLI's float 15.0 broke the first write (ValueError)."""
     from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
-    from services.reconciler.lease import _Lock
+    from shared.kubernetes.lease import _Lock
 
     elector = LeaseElector("ns", "l", "me", lease_duration=4.5, renew_deadline=3.0, retry_period=1.0)
     duration = elector._election.election_config.lease_duration

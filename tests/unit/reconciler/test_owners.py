@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.reconciler.owners import Owners
-from shared import kube
+from shared.kernel import kube
 
 
 def _owner(kind: str, name: str) -> dict[str, Any]:

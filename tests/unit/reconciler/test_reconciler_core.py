@@ -1,11 +1,11 @@
-from shared.events import (
+from shared.kernel.events import (
     WorkloadDeleted,
     WorkloadSubmitted,
     BackedOff, Enqueued, GangPlaced, GangRunning, GpuAssignment, KubeEffect, ObjectChanged, PodAssigned, PreemptionRequested,
     QueueRejected, SlotAssignment, TimerFired, TimerSet, WorkloadRejected, WorkloadSubmitted,
 )
-from shared.policy import Policy
 from services.reconciler.core import ReconcilerCore, gpu_annotations, seconds
+from shared.kernel.policy import Policy
 from tests.builders import envelope, workload
 
 KEY = "default/rj"
@@ -266,7 +266,7 @@ def test_a_rejected_claim_of_another_kind_is_annotated_on_that_object_only():
 
 
 def test_elastic_pods_evicted_for_another_workload_are_evicted_and_told_on_the_workload():
-    from shared.events import ElasticReleased
+    from shared.kernel.events import ElasticReleased
 
     c = core()
     reason = "preempted by default/big (priority 100) in queue q"
@@ -284,7 +284,7 @@ def test_elastic_pods_evicted_for_another_workload_are_evicted_and_told_on_the_w
 
 
 def test_an_elastic_pod_that_took_a_gang_place_loses_its_elastic_mark():
-    from shared.events import ElasticReleased
+    from shared.kernel.events import ElasticReleased
 
     c = core()
     bind = c.handle(envelope(PodAssigned(key="default/rc", pod_namespace="default", pod="rc-w-x", pod_set="w",

@@ -1,6 +1,6 @@
 from services.reconciler.ingest import ANNOTATION_PREFIXES, kept, observe, watch_envelope
-from shared.events import from_json, to_json
-from shared.kube import REFUSED, refused
+from shared.kernel.events import from_json, to_json
+from shared.kernel.kube import REFUSED, refused
 from tests.builders import node, ray_cluster
 from tests.builders.secrets import SECRET, secret_rayjob
 
@@ -27,9 +27,9 @@ def test_ingest_keeps_what_scheduling_reads_and_drops_every_secret():
 def test_the_cores_read_the_same_workload_from_the_kept_object():
     """Admission's reading of the full manifest and of what ingest kept are the same spec."""
     from services.admission.core import AdmissionCore
-    from shared.events import wrap
-    from shared.policy import Policy
-    from shared.events import ObjectChanged
+    from shared.kernel.events import ObjectChanged
+    from shared.kernel.events import wrap
+    from shared.kernel.policy import Policy
 
     def admitted(obj: dict) -> list:
         core = AdmissionCore(Policy())
@@ -213,7 +213,7 @@ def test_observe_builds_the_event_validation_would():
     """``observe`` skips pydantic's validation of the event it makes when validation would take it as
     it is; what it builds must equal the validated event, field for field (a config kind keeps keys
     of any kind, which still go through validation)."""
-    from shared.events import ObjectChanged
+    from shared.kernel.events import ObjectChanged
 
     for change, obj in [("Added", ray_cluster("rc", namespace="team-a")), ("Deleted", node("n1")),
                         ("Modified", {"apiVersion": "v1", "kind": "PriorityClass", "metadata": {"name": "p"},

@@ -8,14 +8,14 @@ import pytest
 
 from services.reconciler.core import ReconcilerCore
 from services.reconciler.status import STATUS_TIMER, rfc3339
-from shared.events import (
+from shared.kernel.events import (
     BackedOff, Dequeued, ElasticWaiting, Enqueued, GangDisrupted, GangPlaced, GangRunning, KubeEffect, PodAssigned,
     PreemptionRequested, QueueDefined, QueueRejected, QueueRemoved, TimerFired, TimerSet, WorkloadDeleted,
     WorkloadRejected, WorkloadSubmitted, WorkloadWithdrawn,
 )
-from shared.footprint import retained
-from shared.model import QueueSource
-from shared.policy import Policy
+from shared.kernel.footprint import retained
+from shared.kernel.model import QueueSource
+from shared.kernel.policy import Policy
 from tests.builders import envelope, gang, pod_set, queue_spec, workload
 
 VOLCANO = QueueSource(kind="Queue", api_version="scheduling.volcano.sh/v1beta1", name="research")

@@ -13,10 +13,10 @@ from collections import OrderedDict
 import pytest
 
 from bench.soak_bench import rayjob, steps, windows
-from shared.dedupe import Seen, dedupe_window, forget_before
-from shared.embedded import EmbeddedRuntime
-from shared.footprint import retained
-from shared.policy import Policy
+from shared.kernel.dedupe import Seen, dedupe_window, forget_before
+from shared.kernel.footprint import retained
+from shared.kernel.policy import Policy
+from shared.runtime.embedded import EmbeddedRuntime
 from shared.sim.cluster import SimCluster
 from tests.builders import node, ray_cluster, worker_group
 

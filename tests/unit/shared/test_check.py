@@ -1,4 +1,4 @@
-"""shared/check.py: every expectation key judged against a hand-made ResultProjection."""
+"""shared/sim/check.py: every expectation key judged against a hand-made ResultProjection."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from shared.check import Failure, check
-from shared.projection import PodView, ResultProjection, WorkloadView
-from shared.scenario import Expectation
+from shared.kernel.projection import PodView, ResultProjection, WorkloadView
+from shared.sim.check import Failure, check
+from shared.sim.scenario import Expectation
 
 KEY = "ns/w"
 GI = 1024**3 * 1000

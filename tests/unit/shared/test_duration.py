@@ -1,10 +1,10 @@
-"""shared/duration.py: durations as scenarios and annotations write them."""
+"""shared/kernel/duration.py: durations as scenarios and annotations write them."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.duration import DurationError, parse_duration
+from shared.kernel.duration import DurationError, parse_duration
 
 
 @pytest.mark.parametrize("value, seconds", [

@@ -1,4 +1,4 @@
-"""shared/embedded.py: delivery order, the virtual clock and timers, dedupe, runaway protection.
+"""shared/runtime/embedded.py: delivery order, the virtual clock and timers, dedupe, runaway protection.
 
 The cores here are ``FakeCore``s (tests/builders/shared.py) that record every delivery into one
 shared trace and answer with scripted payloads, so the tests see the runtime's rules and nothing else.
@@ -10,12 +10,12 @@ from typing import Any, Callable
 
 import pytest
 
-from shared.embedded import EmbeddedRuntime, RunawayError
-from shared.events import (
+from shared.runtime.embedded import EmbeddedRuntime, RunawayError
+from shared.kernel.events import (
     Envelope, GangRunning, KubeEffect, TimerSet, WorkloadDeleted, WorkloadWithdrawn, derive_id,
 )
-from shared.policy import Policy
-from shared.topology import SERVICES
+from shared.kernel.policy import Policy
+from shared.kernel.topology import SERVICES
 from tests.builders import node, ray_cluster
 from tests.builders.shared import RecordingCluster, Trace, at, fake_cores
 
@@ -229,7 +229,7 @@ def test_default_cores_are_the_four_services():
 
 
 def test_a_core_that_raises_rejects_the_workload_and_the_run_goes_on():
-    from shared.events import WorkloadRejected
+    from shared.kernel.events import WorkloadRejected
 
     trace: Trace = []
 
@@ -256,8 +256,8 @@ def test_a_core_that_raises_rejects_the_workload_and_the_run_goes_on():
 def test_a_run_that_keeps_no_log_decides_the_same_and_counts_what_it_published():
     """``keep_log=False`` (``muster simulate`` without --store or --trace) drops the replay copy only:
     the same result, the same checks, and as many envelopes published as the kept log holds."""
-    from shared.scenario import load_scenario
-    from shared.simulate import simulate
+    from shared.runtime.simulate import simulate
+    from shared.sim.scenario import load_scenario
     from tests.builders.shared import VOLCANO
 
     kept, dropped = simulate(load_scenario(VOLCANO)), simulate(load_scenario(VOLCANO), keep_log=False)

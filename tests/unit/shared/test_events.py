@@ -1,4 +1,4 @@
-"""shared/events.py: the envelope, deterministic ids, JSON round trips, upcasting, JSON Schema."""
+"""shared/kernel/events.py: the envelope, deterministic ids, JSON round trips, upcasting, JSON Schema."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import typing
 import pytest
 from pydantic import ValidationError
 
-from shared.events import (
+from shared.kernel.events import (
     PAYLOAD_TYPES, SCHEMA_VERSION, Envelope, KubeEffect, ObjectChanged, Payload, TimerSet, WorkloadDeleted, built,
     derive_id, from_json, json_schemas, kube_effect, to_json, upcast, wrap,
 )

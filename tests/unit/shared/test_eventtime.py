@@ -1,4 +1,4 @@
-"""shared/eventtime.py: a deployment's times as ISO 8601, a simulated run's as seconds, and the time
+"""shared/kernel/eventtime.py: a deployment's times as ISO 8601, a simulated run's as seconds, and the time
 options read either way."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Iterator
 
 import pytest
 
-from shared.eventtime import (SCENARIO, TimeArgError, TimeFormat, attribute_time, is_wall_clock,
+from shared.kernel.eventtime import (SCENARIO, TimeArgError, TimeFormat, attribute_time, is_wall_clock,
                               parse_time_arg)
 
 T = 1_796_613_389.512  # 2026-12-07T03:16:29.512Z

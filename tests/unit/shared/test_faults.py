@@ -1,4 +1,4 @@
-"""shared/faults.py: what a core's failure on an envelope rejects, and the reason it gives."""
+"""shared/kernel/faults.py: what a core's failure on an envelope rejects, and the reason it gives."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from shared.events import (
+from shared.kernel.events import (
     CapacityChanged,
     Enqueued,
     ObjectChanged,
@@ -17,7 +17,7 @@ from shared.events import (
     WorkloadRejected,
     WorkloadSubmitted,
 )
-from shared.faults import describe, rejections
+from shared.kernel.faults import describe, rejections
 from tests.builders import envelope, node, queue_spec, ray_cluster, ray_job, workload
 from tests.builders.admission import changed, gang_pod, volcano_queue
 

@@ -1,5 +1,5 @@
 """Objects deleted while no watch was open: ``ObjectsListed`` after a (re)list, and the cores that
-hold objects (admission, placement) reporting what the listing lacks as deleted (shared/listing.py)."""
+hold objects (admission, placement) reporting what the listing lacks as deleted (shared/kernel/listing.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.reconciler.ingest import LISTING_PART_CHARS, listing_envelopes, observe
-from shared import statecodec
-from shared.events import (
+from shared.runtime import statecodec
+from shared.kernel.events import (
     CapacityChanged, ObjectChanged, ObjectsListed, QueueRemoved, WorkloadDeleted, WorkloadSubmitted,
 )
-from shared.kube import REFUSED
-from shared.listing import WatchBook, last_state
+from shared.kernel.kube import REFUSED
+from shared.kernel.listing import WatchBook, last_state
 from tests.builders import envelope, node, pod, ray_cluster
 from tests.builders.admission import AdmissionDriver, changed, gang_pod, volcano_queue
 from tests.builders.placement import PlacementDriver, fits, of_type, one

@@ -1,8 +1,8 @@
-"""shared/model.py: the one rule queue, placement and the history apply to an edit of an admission."""
+"""shared/kernel/model.py: the one rule queue, placement and the history apply to an edit of an admission."""
 
 from __future__ import annotations
 
-from shared.model import elastic_wanted, shrunk
+from shared.kernel.model import elastic_wanted, shrunk
 from tests.builders import gang, pod_set
 
 

@@ -1,11 +1,11 @@
-"""shared/policy.py: one typed, frozen policy; unknown keys are errors."""
+"""shared/kernel/policy.py: one typed, frozen policy; unknown keys are errors."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from shared.policy import Policy, PolicyError, QueuePolicy
+from shared.kernel.policy import Policy, PolicyError, QueuePolicy
 
 
 def test_defaults_match_the_readme_table():

@@ -1,4 +1,4 @@
-"""shared/projection.py: the result view as a fold over hand-made envelopes."""
+"""shared/kernel/projection.py: the result view as a fold over hand-made envelopes."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from shared.events import (
+from shared.kernel.events import (
     BackedOff, Dequeued, ElasticGranted, ElasticReleased, Enqueued, GangPlaced, GangRunning, GpuAssignment,
     PlacementFailed, PodAssigned,
     PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, TimerFired, WorkloadDeleted,
     WorkloadFinished, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated,
 )
-from shared.projection import NOT_LIVE, PHASES, PodView, ResultProjection
+from shared.kernel.projection import NOT_LIVE, PHASES, PodView, ResultProjection
 from tests.builders import gang, pod, pod_set, queue_spec, workload
 from tests.builders.shared import SCENARIOS, Clock, ray_pod, watch
 
@@ -278,7 +278,7 @@ def test_now_is_the_latest_event_time():
 
 
 def test_queue_rejections_show_in_the_result_until_the_queue_is_defined() -> None:
-    from shared.events import QueueDefined, QueueRejected
+    from shared.kernel.events import QueueDefined, QueueRejected
     from tests.builders import envelope, queue_spec
 
     history = ResultProjection("x")
@@ -289,7 +289,7 @@ def test_queue_rejections_show_in_the_result_until_the_queue_is_defined() -> Non
 
 
 def test_a_pod_of_any_shape_never_breaks_the_history() -> None:
-    from shared.events import ObjectChanged
+    from shared.kernel.events import ObjectChanged
     from tests.builders import envelope
 
     history = ResultProjection("x")
@@ -300,7 +300,7 @@ def test_a_pod_of_any_shape_never_breaks_the_history() -> None:
 
 
 def test_a_rejected_claim_of_another_kind_does_not_touch_the_workload_and_refused_edits_keep_the_phase() -> None:
-    from shared.events import Enqueued, GangPlaced, WorkloadRejected, WorkloadSubmitted
+    from shared.kernel.events import Enqueued, GangPlaced, WorkloadRejected, WorkloadSubmitted
     from tests.builders import envelope, workload
 
     history = ResultProjection("x")
@@ -316,7 +316,7 @@ def test_a_rejected_claim_of_another_kind_does_not_touch_the_workload_and_refuse
 
 
 def test_a_rejection_is_the_last_word_even_when_the_queue_said_waiting_in_between() -> None:
-    from shared.events import Enqueued, WorkloadRejected, WorkloadSubmitted, WorkloadWithdrawn
+    from shared.kernel.events import Enqueued, WorkloadRejected, WorkloadSubmitted, WorkloadWithdrawn
     from tests.builders import envelope, workload
 
     history = ResultProjection("x")
@@ -331,8 +331,8 @@ def test_a_rejection_is_the_last_word_even_when_the_queue_said_waiting_in_betwee
 
 # --------------------------------------------------------------------------- what the fold reads (EnvelopeRead)
 def _read(env):
-    from shared.events import to_json
-    from shared.projection import ENVELOPE_READ
+    from shared.kernel.events import to_json
+    from shared.kernel.projection import ENVELOPE_READ
 
     return ENVELOPE_READ.validate_json(to_json(env))
 
@@ -341,8 +341,8 @@ def _read(env):
 def test_the_fold_reads_nothing_of_a_watched_object_but_what_envelope_read_keeps(path) -> None:
     """The history store's projector folds ``EnvelopeRead``s: were the fold to read another part of
     a pod, the store's history would drift from ``muster simulate``'s. Every scenario, both ways."""
-    from shared.scenario import load_scenario
-    from shared.simulate import simulate
+    from shared.runtime.simulate import simulate
+    from shared.sim.scenario import load_scenario
 
     log = simulate(load_scenario(path)).runtime.log
     whole, read = ResultProjection("x"), ResultProjection("x")
@@ -354,8 +354,8 @@ def test_the_fold_reads_nothing_of_a_watched_object_but_what_envelope_read_keeps
 
 
 def test_envelope_read_keeps_the_namespace_labels_annotations_and_node_of_a_pod_and_nothing_else() -> None:
-    from shared.events import ObjectChanged
-    from shared.projection import ObjectChangedRead
+    from shared.kernel.events import ObjectChanged
+    from shared.kernel.projection import ObjectChangedRead
     from tests.builders import envelope
 
     obj = {"apiVersion": "v1", "kind": "Pod", "spec": {"nodeName": "n1", "containers": [{"name": "ray"}]},
@@ -374,7 +374,7 @@ def test_envelope_read_keeps_the_namespace_labels_annotations_and_node_of_a_pod_
                          ids=["empty", "not-objects", "labels-a-list", "null-and-a-number"])
 def test_envelope_read_takes_an_object_of_any_shape_as_envelope_does(obj) -> None:
     """Accepting less than ``Envelope`` would dead-letter in the store what every service handled."""
-    from shared.events import ObjectChanged
+    from shared.kernel.events import ObjectChanged
     from tests.builders import envelope
 
     env = envelope(ObjectChanged(change="Added", kind="Pod", name="p", namespace="ns", object=obj))
@@ -384,8 +384,8 @@ def test_envelope_read_takes_an_object_of_any_shape_as_envelope_does(obj) -> Non
 def test_envelope_read_refuses_what_envelope_refuses() -> None:
     from pydantic import ValidationError
 
-    from shared.events import _ENVELOPE, to_json
-    from shared.projection import ENVELOPE_READ
+    from shared.kernel.events import _ENVELOPE, to_json
+    from shared.kernel.projection import ENVELOPE_READ
     from tests.builders.shared import at, sample_payloads
 
     for payload in sample_payloads().values():

@@ -1,11 +1,11 @@
-"""shared/quantity.py: Kubernetes quantities as exact milli-unit integers."""
+"""shared/kernel/quantity.py: Kubernetes quantities as exact milli-unit integers."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared import quantity as q
-from shared.quantity import (
+from shared.kernel import quantity as q
+from shared.kernel.quantity import (
     QuantityError, add, canonical_name, fits, format_quantity, format_resources, human, parse_quantity,
     parse_resources, shortfalls, sub,
 )

@@ -1,4 +1,4 @@
-"""shared/scenario.py: strict scenario loading; every error names the place."""
+"""shared/sim/scenario.py: strict scenario loading; every error names the place."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import textwrap
 import pytest
 import yaml
 
-from shared.policy import Policy, QueuePolicy
-from shared.scenario import NodeSpec, Scenario, ScenarioError, load_scenario, parse_scenario
+from shared.kernel.policy import Policy, QueuePolicy
+from shared.sim.scenario import NodeSpec, Scenario, ScenarioError, load_scenario, parse_scenario
 from tests.builders.shared import SCENARIOS
 
 
@@ -183,7 +183,7 @@ def test_node_spec_is_frozen_and_strict():
 
 
 def test_scenario_policy_queues_layer_per_queue_over_the_policy_file() -> None:
-    from shared.policy import Policy
+    from shared.kernel.policy import Policy
 
     scenario = parse_scenario("name: x\npolicy: {queues: {a: {placement: spread}}}\n")
     base = Policy.from_mapping({"queueing": "StrictFIFO",

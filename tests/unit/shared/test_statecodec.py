@@ -1,4 +1,4 @@
-"""shared/statecodec.py: a state comes back with its shape (shared references, cycles, every kind of
+"""shared/runtime/statecodec.py: a state comes back with its shape (shared references, cycles, every kind of
 value muster's cores hold), and a blob that names anything but muster's pure state classes is refused
 without running it."""
 
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from services.queue.core import QueueCore
-from shared import statecodec
-from shared.dedupe import Seen
-from shared.events import TimerSet, wrap
-from shared.policy import Policy
-from shared.statecodec import StateError, decode, encode
+from shared.kernel.dedupe import Seen
+from shared.kernel.events import TimerSet, wrap
+from shared.kernel.policy import Policy
+from shared.runtime import statecodec
+from shared.runtime.statecodec import StateError, decode, encode
 
 
 @dataclass
@@ -73,7 +73,7 @@ def test_a_json_mapping_reachable_twice_stays_one_object():
 
 
 def test_pure_state_classes_pydantic_models_and_bound_methods(monkeypatch):
-    monkeypatch.setattr(Node, "__module__", "shared.statecodec")  # as if a pure module defined it
+    monkeypatch.setattr(Node, "__module__", "shared.runtime.statecodec")  # as if a pure module defined it
     monkeypatch.setattr(statecodec, "Node", Node, raising=False)
     root = Node("root")
     root.children.append(Node("leaf", parent=root))
@@ -97,7 +97,7 @@ def _blob(shapes: list, root) -> bytes:
     ([["builtins:print", []]], ["i", 0, 0, []], "builtins:print"),
     ([["os:_wrap_close", []]], ["i", 0, 0, []], "os:_wrap_close"),
     ([["subprocess:Popen", ["args"]]], ["i", 0, 0, ["id"]], "subprocess:Popen"),
-    ([["shared.bus.app:InboxReader", []]], ["i", 0, 0, []], "shared.bus.app:InboxReader"),
+    ([["shared.runtime.bus.app:InboxReader", []]], ["i", 0, 0, []], "shared.runtime.bus.app:InboxReader"),
     ([["services.queue.core:QueueCore.__init__", []]], ["i", 0, 0, []], "QueueCore.__init__"),
     ([["services.queue.core:Snapshot", []]], ["i", 0, 0, []], "no state class"),  # imported there, defined elsewhere
     ([], ["e", "enum:Enum", 1], "enum:Enum"),

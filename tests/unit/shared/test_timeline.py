@@ -1,4 +1,4 @@
-"""shared/timeline.py: the human view of a result document."""
+"""shared/sim/timeline.py: the human view of a result document."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from shared.check import Failure
-from shared.scenario import Expectation
-from shared.timeline import render
+from shared.sim.check import Failure
+from shared.sim.scenario import Expectation
+from shared.sim.timeline import render
 
 
 def _result(**workload_overrides: Any) -> dict[str, Any]:

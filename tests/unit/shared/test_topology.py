@@ -1,12 +1,12 @@
-"""shared/topology.py: which inbox every envelope goes to."""
+"""shared/kernel/topology.py: which inbox every envelope goes to."""
 
 from __future__ import annotations
 
 import pytest
 
 from services.reconciler.ingest import observe
-from shared.events import PAYLOAD_TYPES, ObjectsListed
-from shared.topology import ADMISSION_KINDS, PLACEMENT_KINDS, ROUTES, SERVICES, destinations, admission_reads_pod
+from shared.kernel.events import PAYLOAD_TYPES, ObjectsListed
+from shared.kernel.topology import ADMISSION_KINDS, PLACEMENT_KINDS, ROUTES, SERVICES, destinations, admission_reads_pod
 from tests.builders import node, pod, ray_cluster
 from tests.builders.shared import at, sample_payloads
 

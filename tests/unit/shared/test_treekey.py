@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from shared.treekey import tree_key
+from shared.kernel.treekey import tree_key
 
 # values ``==`` takes for one another that ``repr`` (and a parser) tells apart
 LOOKALIKES = [True, 1, 1.0, "1", 0, 0.0, -0.0, False, None, [1], (1,), {"a": 1, "b": 2}, {"b": 2, "a": 1},

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from shared.validation import _json_text, tree_problem
+from shared.kernel.validation import _json_text, tree_problem
 
 
 @pytest.mark.parametrize("value", [

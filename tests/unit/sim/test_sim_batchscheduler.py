@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.kube import rayjob_cluster_name
+from shared.kernel.kube import rayjob_cluster_name
 from tests.builders import node, ray_cluster, ray_job, worker_group
 from tests.builders.sim import SimHarness, effect
 
@@ -137,8 +137,8 @@ SUSPENDED = {
 def test_a_suspend_gated_workload_is_admitted_and_runs_with_every_setting(setting):
     import yaml
 
-    from shared.scenario import parse_scenario
-    from shared.simulate import simulate
+    from shared.runtime.simulate import simulate
+    from shared.sim.scenario import parse_scenario
 
     queue = ({"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "q"},
               "spec": {"resources": {r: {"quota": -1, "limit": -1, "overQuotaWeight": 1}

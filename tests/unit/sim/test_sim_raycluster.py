@@ -1,4 +1,4 @@
-from shared.kube import short_hash
+from shared.kernel.kube import short_hash
 from tests.builders import node, pod_template, ray_cluster, worker_group
 from tests.builders.sim import SimHarness, effect
 

@@ -1,4 +1,4 @@
-from shared.kube import pod_requests, rayjob_cluster_name, short_hash
+from shared.kernel.kube import pod_requests, rayjob_cluster_name, short_hash
 from tests.builders import node, pod_template, ray_job, worker_group
 from tests.builders.sim import SimHarness, effect
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shared.scenario import load_scenario
-from shared.simulate import simulate
+from shared.runtime.simulate import simulate
+from shared.sim.scenario import load_scenario
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 

@@ -1,4 +1,4 @@
-"""shared/tracing/context.py: which trace each output goes in, with ids every runtime derives alike."""
+"""shared/observability/tracing/context.py: which trace each output goes in, with ids every runtime derives alike."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from shared.events import (
+from shared.kernel.events import (
     Enqueued, KubeEffect, PreemptionRequested, TimerFired, TimerSet, WorkloadDeleted, WorkloadWithdrawn, to_json,
     wrap,
 )
-from shared.scenario import load_scenario
-from shared.simulate import simulate
-from shared.tracing.context import (
+from shared.runtime.simulate import simulate
+from shared.sim.scenario import load_scenario
+from shared.observability.tracing.context import (
     TRACEPARENT, SpanRef, TraceContexts, hop_span, parse, root_span, trace_id, traceparent,
 )
 from tests.builders.shared import at

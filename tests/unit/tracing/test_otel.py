@@ -1,4 +1,4 @@
-"""shared/tracing/otel.py and config.py: spans as the SDK exports them, and the OTEL_* settings."""
+"""shared/observability/tracing/otel.py and config.py: spans as the SDK exports them, and the OTEL_* settings."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, TraceIdRatioBased
 from opentelemetry.trace import SpanKind, StatusCode
 
-from shared.tracing.config import TracingConfigError, check, enabled, epoch_for, epoch_from_env
-from shared.tracing.context import SpanRef, trace_id
-from shared.tracing.otel import SpanSink, sampler_from_env
-from shared.tracing.spans import SpanData
+from shared.observability.tracing.config import TracingConfigError, check, enabled, epoch_for, epoch_from_env
+from shared.observability.tracing.context import SpanRef, trace_id
+from shared.observability.tracing.otel import SpanSink, sampler_from_env
+from shared.observability.tracing.spans import SpanData
 
 TRACE, ROOT, CHILD = "1" * 32, "2" * 16, "3" * 16
 

@@ -1,4 +1,4 @@
-"""shared/tracing/spans.py: the spans of every scenario, built from its event log."""
+"""shared/observability/tracing/spans.py: the spans of every scenario, built from its event log."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.scenario import load_scenario
-from shared.simulate import Run, simulate
-from shared.tracing.context import root_span
-from shared.tracing.spans import PHASES, SpanBuilder, SpanData
+from shared.observability.tracing.context import root_span
+from shared.observability.tracing.spans import PHASES, SpanBuilder, SpanData
+from shared.runtime.simulate import Run, simulate
+from shared.sim.scenario import load_scenario
 
 SCENARIOS = sorted((Path(__file__).parents[2] / "scenarios").glob("*.yaml"))
 IDS = [p.stem for p in SCENARIOS]

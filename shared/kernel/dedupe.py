@@ -1,0 +1,99 @@
+"""Which envelope ids a service still remembers, and for how long (issue 14: memory bounded by
+what is live, not by history).
+
+A copy reaches an inbox in one way only: a producer restarted and handled again what it had handled
+after its last committed offset, sending the same outputs with the same ids. So copies trail their
+originals by at most what that producer sends in about one commit interval (plus the batch in hand
+and a commit lost to a rebalance: ``SPAN`` intervals), *counted in that producer's own records*: a
+producer that is down sends nothing meanwhile, however long the others keep writing. Hence one
+window per source, sized from the commit interval and the fastest a producer can write into one
+inbox, instead of one ever-growing set or a flat million shared by every source.
+
+Inboxes are ordered, so a service never needs ids for what it re-reads of its own inbox: a restart
+resumes at an offset (``shared.runtime.bus.snapshot``), and what lies below it is never handed over again.
+
+What a service remembers for a time rather than by count (a deleted object's tombstone, a recent
+write) is kept oldest first and let go by ``forget_before``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from typing import Any, Callable, TypeVar
+
+K = TypeVar("K")
+
+PEAK_RATE = 10_000
+"""Envelopes per second one producer can write into one inbox: a service's batch of 1,000 records
+takes 0.1 s or more (``make bench``: 3,300 pods/s end to end, about 7 envelopes per pod, spread
+over four inboxes); a generous ceiling, not a measured rate."""
+
+SPAN = 2.0
+"""Commit intervals a copy can trail its original by, in the producer's own records."""
+
+DEFAULT_COMMIT_INTERVAL = 1.0
+"""The commit interval a window is sized for when the runtime names none (``shared.runtime.bus.app``'s)."""
+
+
+def dedupe_window(commit_interval: float = DEFAULT_COMMIT_INTERVAL, peak_rate: float = PEAK_RATE) -> int:
+    """Ids to remember per source: what it can send in ``SPAN`` commit intervals at ``peak_rate``."""
+    if commit_interval <= 0 or peak_rate <= 0:
+        raise ValueError("a dedupe window needs a positive commit interval and rate")
+    return max(1, math.ceil(commit_interval * SPAN * peak_rate))
+
+
+DEDUPE_WINDOW = dedupe_window()
+
+RECENT_IDS = 4096
+"""Ids a core itself remembers per source, where it guards against an exact copy on its own too
+(the runtime's window above is the real guard): a constant, whatever the history."""
+
+
+class Seen:
+    """The most recent ``capacity`` ids of each source, oldest forgotten first.
+
+    One dict of every remembered id answers "seen?" in one lookup (every envelope of every service
+    asks); each source's ids, oldest first, sit in a deque that says which to forget. An id is held
+    once, by the source that sent it first: a copy is refused before it is queued twice."""
+
+    __slots__ = ("capacity", "_ids", "_by_source")
+
+    def __init__(self, capacity: int = DEDUPE_WINDOW) -> None:
+        if capacity < 1:
+            raise ValueError("a dedupe window must hold at least one id")
+        self.capacity = capacity
+        self._ids: dict[str, None] = {}
+        self._by_source: dict[str, deque[str]] = {}
+
+    def add(self, event_id: str, source: str = "") -> bool:
+        """Remember ``event_id`` (sent by ``source``); False if it was remembered already (a duplicate)."""
+        ids = self._ids
+        if event_id in ids:
+            return False
+        ids[event_id] = None
+        order = self._by_source.get(source)
+        if order is None:
+            order = self._by_source[source] = deque()
+        order.append(event_id)
+        if len(order) > self.capacity:
+            del ids[order.popleft()]
+        return True
+
+    def __contains__(self, event_id: object) -> bool:
+        return event_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+def forget_before(entries: OrderedDict[K, Any], horizon: float, when: Callable[[Any], float] = float) -> None:
+    """Drop the entries noted before ``horizon``: ``entries`` is oldest first (a key noted again is
+    moved to the end), ``when`` reads an entry's time (the value itself by default). So a memory of
+    the last N seconds (tombstones of deleted objects, recent writes) costs what came in those
+    seconds, not the history; one step per entry dropped, plus one."""
+    while entries:
+        key, value = next(iter(entries.items()))
+        if when(value) >= horizon:
+            return
+        del entries[key]

@@ -1,0 +1,1 @@
+"""Tracing (OpenTelemetry spans from the event log) and Prometheus metrics."""
