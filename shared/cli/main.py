@@ -124,7 +124,7 @@ def _write(path: Path, text: str, what: str) -> None:
 
 @app.command("simulate")
 def simulate_cmd(
-    scenario: Path = typer.Argument(..., help="Scenario YAML (see README: scenario format)."),
+    scenario: Path = typer.Argument(..., help="Scenario YAML (see docs/scenarios.md: scenario format)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result document here."),
     check: bool = typer.Option(False, "--check", help="Verify the scenario's expect: list; exit 1 on failure."),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="Policy YAML (scenario's policy: block wins)."),
