@@ -41,7 +41,7 @@ def test_json_has_exactly_the_contract_fields(volcano_result):
         assert all(set(p) == {"name", "pod_set", "node", "gpu", "bound"} for p in w["pods"])
         assert all(isinstance(tr["t"], float) and tr["reason"] for tr in w["transitions"])
     for name, qv in doc["queues"].items():
-        # ARCHITECTURE.md names usage/active/backoff; the README adds pending (with positions)
+        # ARCHITECTURE.md names usage/active/backoff; docs/scenarios.md adds pending (with positions)
         assert {"usage", "active", "backoff"} <= set(qv), name
         assert set(qv) == {"usage", "active", "pending", "backoff"}, name
     assert isinstance(doc["stats"]["events"], int) and isinstance(doc["stats"]["decisions"], int)
@@ -237,7 +237,7 @@ def test_invalid_policy_exits_2(tmp_path, text, fragments):
 
 
 def test_infinite_quantity_is_a_rejection_not_a_crash(tmp_path):
-    """README: bad input never crashes the scheduler. (parse_quantity itself still lets OverflowError out for
+    """docs/semantics.md: bad input never crashes the scheduler. (parse_quantity itself still lets OverflowError out for
     .inf, see tests/unit/shared/test_quantity.py; admission and placement guard against it.)"""
     out = tmp_path / "r.json"
     scenario = minimal_scenario(steps=[{"at": "1s", "apply": yaml.safe_dump(ray_cluster_manifest(head_cpu=float("inf")))}])

@@ -4,7 +4,7 @@
   strict: no unknown fields), and the CRDs accept the queue manifests users write;
 - the RBAC is exactly what the cluster adapter uses (``shared.kubernetes.resources.access``), and
   every muster pod runs non-root, read-only, without privilege escalation, with resources and probes;
-- the README's path (the overlay applied, the services run as their Deployments say, the first
+- the path of README and docs/operations.md, Running on a cluster (the overlay applied, the services run as their Deployments say, the first
   RayJob admitted and its pods bound) is walked on a real cluster: tests/realcluster/test_deploy_apply.py.
 """
 
@@ -148,8 +148,8 @@ def _crd_schema(objs: list[dict[str, Any]], group: str, kind: str) -> dict[str, 
 
 
 def _queue_manifests() -> list[dict[str, Any]]:
-    """Every Volcano/KAI Queue and ElasticQuotaTree the examples, the shared scenarios and the README's
-    first RayJob apply."""
+    """Every Volcano/KAI Queue and ElasticQuotaTree the examples, the shared scenarios and the
+    first RayJob (README, docs/operations.md) apply."""
     docs: list[Any] = list(yaml.safe_load_all((DEPLOY / "examples" / "first-rayjob.yaml").read_text()))
     for path in [*(ROOT / "examples").glob("*.yaml"), *(ROOT.parent / "shared" / "scenarios").glob("*.yaml")]:
         for step in yaml.safe_load(path.read_text()).get("steps", []):

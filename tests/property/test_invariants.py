@@ -319,7 +319,7 @@ class InvariantWatcher:
         """Workload keys the scenario re-applies (spec edits); reported apart from the others."""
         self.disrupted: set[str] = set()
         """Gangs that lost a bound pod with its node (node deleted, or GangDisrupted) and are not Running
-        again yet: legitimately partly bound until the replacements run (README, Placement)."""
+        again yet: legitimately partly bound until the replacements run (docs/semantics.md, Placement)."""
         self.bound_now: dict[str, int] = {}
         self.elastic: set[str] = set()
         """Pods placement assigned as elastic (beyond their gang's minimum): not counted as gang pods."""

@@ -1,6 +1,6 @@
 """deploy/k8s as a user installs it, on a real API server: server-side apply, strict field validation,
 the restricted Pod Security Standard of muster's namespace, and the controllers that act on it; then
-the README's path: the services run as their Deployments say, and the first RayJob is admitted and
+the path of README and docs/operations.md: the services run as their Deployments say, and the first RayJob is admitted and
 real KubeRay's pods bound."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_deploy_k8s_passes_the_real_api_servers_validation(clean_cluster: DevClu
 
 def test_kubectl_apply_then_the_first_rayjob_is_admitted_and_its_pods_bound(
         clean_cluster: DevCluster, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
-    """The README's path on a real cluster: ``kubectl apply -k deploy/k8s``, each muster Deployment's
+    """The path of README and docs/operations.md on a real cluster: ``kubectl apply -k deploy/k8s``, each muster Deployment's
     container run as a process with the arguments and environment the Deployment gives it (KWOK runs
     no containers) and the token the API server issued to its ServiceAccount, then ``kubectl apply -f
     deploy/k8s/examples/first-rayjob.yaml``: muster admits the RayJob, real KubeRay makes its cluster

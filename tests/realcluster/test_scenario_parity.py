@@ -83,7 +83,7 @@ def _selected() -> list[tuple[Path, Setting, str]]:
 
 SELECTED = _selected()
 TIMES = ROOT / "build" / "parity-times.json"
-"""Each file's wall seconds on the real cluster (preparing the cluster, then the run), for the README."""
+"""Each file's wall seconds on the real cluster (preparing the cluster, then the run), for docs/parts.md."""
 
 
 def _pods(workload: Mapping[str, Any]) -> list[tuple[str, str, str, list[tuple[float, float | None]]]]:
