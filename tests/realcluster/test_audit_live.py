@@ -4,9 +4,8 @@ The deployment's pieces run in this process on the session's Kafka broker — th
 projector into a SQLite store, ``muster run cluster``'s app — against the session's real cluster (real
 KubeRay makes the pods, KWOK runs them). A KAI queue holds one GPU: ``train-1`` runs, ``train-2``
 waits for the quota, ``build-1`` (a higher priority) preempts ``train-1``, and is deleted, after which
-``train-1`` runs again. Then, from the live Kafka log and no other file, what the Audit sections of README and
-docs/audit.md
-walks a user through: ``log export`` (no ``--policy``: the log records it), ``replay --verify`` exit 0,
+``train-1`` runs again. Then, from the live Kafka log and no other file, what the Audit sections of
+README and docs/audit.md walk a user through: ``log export`` (no ``--policy``: the log records it), ``replay --verify`` exit 0,
 the export with one decision altered exit 1 naming it, ``explain`` at an ISO time mid-history with the
 queue position and quota numbers, ``report --html`` on date axes, ``--what-if`` with a bigger quota
 showing a shorter wait; the log's time runs forwards, and the store says in one line why it cannot be
