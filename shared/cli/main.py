@@ -415,7 +415,8 @@ def run_cmd(
     elif service == "cluster":
         import socket
 
-        from shared.kubernetes.cluster import KubeTarget, cluster_app, keep_lease, reachable, take_lease
+        from shared.kubernetes.app import cluster_app
+        from shared.kubernetes.cluster import KubeTarget, keep_lease, reachable, take_lease
         from shared.kubernetes.lease import LeaseElector
 
         who = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
