@@ -79,16 +79,9 @@ def run_cmd(
     """Run one service as a Faust worker on Kafka: it consumes its inbox and writes to the next ones.
 
     Tracing: set OTEL_EXPORTER_OTLP_ENDPOINT (and the other standard OTEL_* variables) to send spans."""
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
     config, policy, epoch = _checked(service, ordering, metrics_port, kafka, prefix, replication, min_insync,
                                      policy_file, scheduler_names)
-    sink = None
-    from shared.observability.tracing.config import enabled
-
-    if enabled():
-        from shared.observability.tracing.otel import SpanSink
-
-        sink = SpanSink(epoch=epoch)
+    sink = _span_sink(epoch)
 
     def claim_port() -> Any:
         """The metrics socket, once the service's own inputs checked out and before Kafka is asked."""
@@ -97,7 +90,7 @@ def run_cmd(
     if service == "projector":
         worker = _projector(config, policy, policy_file, store, sink, claim_port)
     elif service == "cluster":
-        worker = _cluster(config, sink, claim_port, err, loglevel=loglevel, kube_url=kube_url, kubeconfig=kubeconfig,
+        worker = _cluster(config, sink, claim_port, loglevel=loglevel, kube_url=kube_url, kubeconfig=kubeconfig,
                           context=context, identity=identity, lease=lease, lease_duration=lease_duration,
                           renew_deadline=renew_deadline, retry_period=retry_period)
     else:
@@ -127,6 +120,17 @@ def _checked(service: str, ordering: str, metrics_port: int, kafka: Optional[str
     except (BusConfigError, PolicyError, TracingConfigError) as exc:
         raise failed(exc) from None
     return config, policy, epoch
+
+
+def _span_sink(epoch: Any) -> Any:
+    """Where the worker's spans go when tracing is on (``OTEL_EXPORTER_OTLP_ENDPOINT``); None when off."""
+    from shared.observability.tracing.config import enabled
+
+    if not enabled():
+        return None
+    from shared.observability.tracing.otel import SpanSink
+
+    return SpanSink(epoch=epoch)
 
 
 def _service(service: str, config: BusConfig, policy: Policy, ordering: str, sink: Any,
@@ -167,7 +171,7 @@ def _projector(config: BusConfig, policy: Policy, policy_file: Optional[Path], s
     return _Worker(app_, metrics.projector_exposition(app_), sock)
 
 
-def _cluster(config: BusConfig, sink: Any, claim_port: Callable[[], Any], err: Console, *, loglevel: str,
+def _cluster(config: BusConfig, sink: Any, claim_port: Callable[[], Any], *, loglevel: str,
              kube_url: Optional[str], kubeconfig: Optional[str], context: Optional[str], identity: Optional[str],
              lease: Optional[str], lease_duration: float, renew_deadline: float, retry_period: float) -> _Worker:
     """The cluster link: the API server answering, the effects topic checked, its app, and (unless
@@ -190,13 +194,13 @@ def _cluster(config: BusConfig, sink: Any, claim_port: Callable[[], Any], err: C
 
     worker = _Worker(app_, metrics.cluster_exposition(app_), sock)
     if (lease or "").lower() != "none":
-        elector = _take_lease(target, who, lease, worker, err, lease_duration=lease_duration,
+        elector = _take_lease(target, who, lease, worker, lease_duration=lease_duration,
                               renew_deadline=renew_deadline, retry_period=retry_period)
         worker.keep = lambda: keep_lease(target, elector)
     return worker
 
 
-def _take_lease(target: Any, who: str, lease: Optional[str], worker: _Worker, err: Console, *, lease_duration: float,
+def _take_lease(target: Any, who: str, lease: Optional[str], worker: _Worker, *, lease_duration: float,
                 renew_deadline: float, retry_period: float) -> Any:
     """Wait until this bridge holds the Lease ``--lease`` names, alive and not ready meanwhile; the
     elector that holds it."""
@@ -220,6 +224,7 @@ def _take_lease(target: Any, who: str, lease: Optional[str], worker: _Worker, er
         waiting = metrics.Health(ready=[lambda: f"standing by for the lease {where}"])
         standby = lambda: metrics.serve(worker.sock.dup(), worker.exposition.registry, waiting)  # noqa: E731
     try:
+        err = Console(stderr=True, highlight=False, soft_wrap=True)
         asyncio.run(take_lease(target, elector, say=lambda line: err.print(escape(line)), meanwhile=standby))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
