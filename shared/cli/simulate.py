@@ -45,8 +45,7 @@ def simulate_cmd(
     console = Console(stderr=False, highlight=False, width=max(Console().width, 120))
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     if services not in ("tasks", "processes"):
-        err.print(f"[red]error:[/] --services {escape(services)!s}: 'tasks' or 'processes'")
-        raise typer.Exit(2)
+        raise failed(f"--services {services}: 'tasks' or 'processes'")
     if json_out is not None:
         writable(json_out, "the result document")
     if trace:
@@ -74,8 +73,7 @@ def simulate_cmd(
         else:
             run = simulate(loaded, policy, traced=trace, keep_log=trace or store is not None)  # its only readers
     except (ScenarioError, PolicyError) as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
-        raise typer.Exit(2)
+        raise failed(exc) from None
     result = run.result()
     not_sent = None  # said last: the run, its document and its history are kept all the same
     if trace and bus is None:
@@ -155,12 +153,10 @@ def _simulate_on_bus(scenario: Any, policy: Optional[Policy], bus: str, services
     try:
         config = BusConfig.from_env(bus)
     except BusConfigError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
-        raise typer.Exit(2)
+        raise failed(exc) from None
     problem = kafka_answers(",".join(config.servers))
     if problem:
-        err.print(f"[red]error:[/] Kafka at {escape(bus)} does not answer: {escape(problem)}")
-        raise typer.Exit(2)
+        raise failed(f"Kafka at {bus} does not answer: {problem}")
     config = config.with_prefix(run_prefix(scenario.name))
     sink = None
     if trace:
@@ -173,8 +169,7 @@ def _simulate_on_bus(scenario: Any, policy: Optional[Policy], bus: str, services
         return simulate_on_bus(scenario, config, policy, services=services, store=store,  # type: ignore[arg-type]
                                sink=sink)
     except DriverError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
-        raise typer.Exit(2)
+        raise failed(exc) from None
     finally:
         if sink is not None:
             sink.close()
