@@ -36,6 +36,7 @@ devcluster-down: $(STAMP)
 
 test: $(STAMP) tools
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 bench: $(STAMP) tools

@@ -33,6 +33,12 @@ class MatchExpression(Frozen):
     values: tuple[str, ...] = ()
 
 
+ConstraintKey = tuple[tuple[tuple[str, str], ...], tuple[Toleration, ...], tuple[tuple[MatchExpression, ...], ...]]
+"""``PodSet.constraint_key``: node selector (sorted items), tolerations, required affinity terms."""
+Shape = tuple[tuple[tuple[str, int], ...], int, ConstraintKey]
+"""``PodSet.shape``: requests (sorted items), GPU share, constraint key."""
+
+
 class PodSet(Frozen):
     """Pods of one shape: the head, one worker group, a RayJob's submitter, or a plain pod gang."""
 
@@ -59,12 +65,12 @@ class PodSet(Frozen):
     """The Volcano task its pods name (``volcano.sh/task-spec``): pods of another task never fill its slots."""
 
     @property
-    def constraint_key(self) -> tuple:
+    def constraint_key(self) -> ConstraintKey:
         """Everything that restricts which nodes may host this pod set (used to cache filters)."""
         return (tuple(sorted(self.node_selector.items())), self.tolerations, self.affinity)
 
     @property
-    def shape(self) -> tuple:
+    def shape(self) -> Shape:
         """What makes two pods interchangeable: requests, GPU share and node constraints."""
         return (tuple(sorted(self.resources.items())), self.gpu_share, self.constraint_key)
 

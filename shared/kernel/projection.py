@@ -65,8 +65,9 @@ class EnvelopeRead(Envelope):
     """Ids are never the same twice: caching every string (pydantic's default), not only keys,
     costs more than it saves (a twentieth of a decode)."""
 
-    payload: Annotated[  # type: ignore[assignment]
-        Union[tuple(ObjectChangedRead if t is ObjectChanged else t for t in get_args(get_args(Payload)[0]))],
+    # A union of Payload's members computed at import (ObjectChanged's replaced), which mypy cannot read.
+    payload: Annotated[
+        Union[tuple(ObjectChangedRead if t is ObjectChanged else t for t in get_args(get_args(Payload)[0]))],  # type: ignore[valid-type]
         Field(discriminator="type")]
 
 
@@ -89,7 +90,8 @@ class PodView:
     gone: bool = False
 
     def bound_at(self, t: float) -> bool:
-        return any(start <= t and (end is None or end > t) for start, end in self.bound)
+        # Each interval is [start, end]: start always a time, end None while the pod is still bound.
+        return any(start is not None and start <= t and (end is None or end > t) for start, end in self.bound)
 
     def as_json(self) -> dict[str, Any]:
         return {"name": self.name, "pod_set": self.pod_set, "node": self.node, "gpu": self.gpu,
@@ -297,8 +299,9 @@ class ResultProjection:
         handler = self._handlers.get(env.type)
         if handler is not None:
             handler(self, env.payload, at)
-            if self._folded is not None:
-                self.hold(self._folded)
+            folded = self.folded  # the handler's: read anew (mypy keeps the None set above otherwise)
+            if folded is not None:
+                self.hold(folded)
 
     @property
     def folded(self) -> WorkloadView | None:
