@@ -20,16 +20,21 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+TolerationOperator = Literal["Equal", "Exists"]
+AffinityOperator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
+QueueState = Literal["Open", "Closed", "Closing"]
+
+
 class Toleration(Frozen):
     key: str = ""
-    operator: Literal["Equal", "Exists"] = "Equal"
+    operator: TolerationOperator = "Equal"
     value: str = ""
     effect: str = ""
 
 
 class MatchExpression(Frozen):
     key: str
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    operator: AffinityOperator
     values: tuple[str, ...] = ()
 
 
@@ -228,7 +233,7 @@ class QueueSpec(Frozen):
     KAI's fractional ``overQuotaWeight`` (0.4 → 400) stays exact; Volcano's integer ``weight`` × 1000."""
     priority: int = 0
     reclaimable: bool = True
-    state: Literal["Open", "Closed", "Closing"] = "Open"
+    state: QueueState = "Open"
     namespaces: tuple[str, ...] = ()
     min_runtime: float | None = None
     """Seconds a workload of this queue runs before it may be preempted or reclaimed (None: policy)."""
