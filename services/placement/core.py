@@ -979,8 +979,9 @@ class PlacementCore:
             pod = self.pods[key]
             if pod.facts.live and not pod.evicted and pod.slot is None:
                 out += self._attach(rec, pod)
-                if pod.slot is not None and pod.facts.bound and not pod.slot.filled:
-                    self._fill(pod.slot)
+                slot = self.pods[key].slot  # the one _attach gave it, if any (read anew: mypy keeps pod.slot None)
+                if slot is not None and pod.facts.bound and not slot.filled:
+                    self._fill(slot)
         out += self._check_running(rec, now)
         return out
 

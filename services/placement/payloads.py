@@ -10,9 +10,11 @@ gate one of its literals, a GPU assignment a ``GpuAssignment`` or None, slots a 
 
 from __future__ import annotations
 
+from typing import get_args
+
 from shared.kernel.events import GangPlaced, GpuAssignment, PodAssigned, SlotAssignment, built
 
-_GATES = frozenset(GangPlaced.model_fields["gate"].annotation.__args__)
+_GATES = frozenset(get_args(GangPlaced.model_fields["gate"].annotation))
 
 
 def _gpu_ok(gpu: object) -> bool:
