@@ -140,7 +140,7 @@ class AdmissionCore:
         """Every watched object admission was told of, to tell what a list lacks (``shared.kernel.listing``)."""
 
     # ------------------------------------------------------------------ entry point
-    def handle(self, env: Envelope) -> list[Any]:
+    def handle(self, env: Envelope) -> list[Output]:
         if env.id in self._seen:
             return []
         self._seen[env.id] = None

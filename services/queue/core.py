@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 import math
 from operator import attrgetter
-from typing import Any, Callable, Sequence, TypedDict
+from typing import Any, Callable, Sequence, TypedDict, Union
 
 from services.queue import backoff, elastic, preemption
 from services.queue.ledger import Ledger
@@ -50,7 +50,10 @@ from shared.kernel.policy import Policy
 CYCLE = "cycle"
 _ORDER = attrgetter("order")
 
-Out = list[Any]
+Output = Union[Enqueued, BackedOff, Dequeued, ReclaimRequested, WorkloadWithdrawn, ElasticGranted, ElasticWaiting,
+               TimerSet, QueueRejected]
+"""What the queue emits (``shared.kernel.topology`` routes each)."""
+Out = list[Output]
 
 
 class QueueCore:
@@ -94,7 +97,7 @@ class QueueCore:
             "TimerFired": self._on_timer,
         }
 
-    def handle(self, env: Envelope) -> list[Any]:
+    def handle(self, env: Envelope) -> list[Output]:
         """Fold one inbox event; anything not addressed to the queue is ignored quietly."""
         handler = self._handlers.get(env.type)
         if handler is None:
