@@ -412,7 +412,7 @@ class AdmissionCore:
         if gang.submitted and gang.all_finished():
             gang.finished = True
             outcome, reason = gang.outcome()
-            return [WorkloadFinished(key=gang.key, outcome=outcome, reason=reason)]  # type: ignore[arg-type]
+            return [WorkloadFinished(key=gang.key, outcome=outcome, reason=reason)]
         try:
             spec = self._settled(lambda keep: self._gang_spec(gang, now, keep=keep),
                                  gang.spec if gang.rejected is None else None, again)

@@ -650,12 +650,14 @@ class PlacementCore:
 
     def _unhold(self, rec: WorkloadRecord) -> None:
         by_priority = self._held.get(rec.queue)
-        members = by_priority.get(rec.spec.priority) if by_priority is not None else None
+        if by_priority is None:
+            return
+        members = by_priority.get(rec.spec.priority)
         if members is None or members.get(rec.key) is not rec:
             return
         del members[rec.key]
         if not members:
-            del by_priority[rec.spec.priority]  # type: ignore[union-attr]
+            del by_priority[rec.spec.priority]
             if not by_priority:
                 del self._held[rec.queue]
 

@@ -395,6 +395,7 @@ def kube_effect(op: str, kind: str, namespace: str, name: str, *, api_version: s
             "api_version": api_version, "node": node, "annotations": dict(annotations), "status": dict(status),
             "reason": reason, "message": message, "event_type": event_type,
         })
+    # Anything else is validated: an op or event type outside its Literal is refused here (why they are str).
     return KubeEffect(op=op, kind=kind, namespace=namespace, name=name, api_version=api_version,  # type: ignore[arg-type]
                       node=node, annotations=annotations, status=status, reason=reason, message=message,
                       event_type=event_type)  # type: ignore[arg-type]

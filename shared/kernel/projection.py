@@ -21,6 +21,9 @@ from shared.kernel.model import Gang, QueueSpec, shrunk
 _IGNORE_REST = ConfigDict(extra="ignore")
 
 
+# pydantic reads a TypedDict's config from ``__pydantic_config__`` (its documented way), a key that
+# mypy takes for a TypedDict field with a value [misc]; ``_or_as_is`` builds each field's type at
+# import, which mypy cannot read [valid-type].
 class _MetaRead(TypedDict, total=False):
     __pydantic_config__ = _IGNORE_REST  # type: ignore[misc]
     namespace: Any
@@ -54,7 +57,7 @@ class ObjectChangedRead(ObjectChanged):
     """``ObjectChanged`` with only ``ObjectRead`` of its object: what a reader that only folds
     (the history store's projector) needs to build, a third of a watch event's decoding."""
 
-    object: ObjectRead  # type: ignore[assignment]
+    object: ObjectRead  # type: ignore[assignment]  # narrows the field to what the fold reads, on purpose
 
 
 class EnvelopeRead(Envelope):
