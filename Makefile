@@ -37,13 +37,14 @@ devcluster-down: $(STAMP)
 # The test tiers (docs/parts.md, "Tests"); every folder of test files is in exactly one of them
 # (tests/unit/test_tiers.py checks it). unit: no real part; integration: real Kafka, PostgreSQL,
 # Prometheus and Jaeger; e2e: a real cluster (kube-apiserver, KWOK, KubeRay). `make test` runs the
-# import contracts, then all three in one pytest run (the session's Kafka and PostgreSQL started once).
+# import contracts and mypy (`make lint`), then all three in one pytest run (the session's Kafka and PostgreSQL started once).
 UNIT_TESTS := tests/unit tests/property tests/replay tests/scenarios tests/cli
 INTEGRATION_TESTS := tests/integration tests/deploy
 E2E_TESTS := tests/realcluster
 
 lint: $(STAMP)
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest $(UNIT_TESTS)

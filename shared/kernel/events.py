@@ -27,7 +27,8 @@ an upcaster in ``upcast``.
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated, Any, Literal, Union
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
@@ -368,8 +369,8 @@ class KubeEffect(Frozen):
         return f"{self.kind}/{self.namespace}/{self.name}"
 
 
-_EFFECT_OPS = frozenset(KubeEffect.model_fields["op"].annotation.__args__)
-_EVENT_TYPES = frozenset(KubeEffect.model_fields["event_type"].annotation.__args__)
+_EFFECT_OPS = frozenset(get_args(KubeEffect.model_fields["op"].annotation))
+_EVENT_TYPES = frozenset(get_args(KubeEffect.model_fields["event_type"].annotation))
 
 
 def kube_effect(op: str, kind: str, namespace: str, name: str, *, api_version: str = "", node: str = "",
@@ -394,6 +395,7 @@ def kube_effect(op: str, kind: str, namespace: str, name: str, *, api_version: s
             "api_version": api_version, "node": node, "annotations": dict(annotations), "status": dict(status),
             "reason": reason, "message": message, "event_type": event_type,
         })
+    # Anything else is validated: an op or event type outside its Literal is refused here (why they are str).
     return KubeEffect(op=op, kind=kind, namespace=namespace, name=name, api_version=api_version,  # type: ignore[arg-type]
                       node=node, annotations=annotations, status=status, reason=reason, message=message,
                       event_type=event_type)  # type: ignore[arg-type]
@@ -519,6 +521,8 @@ def _hashed(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
+_T = TypeVar("_T")
+
 _new = object.__new__
 _set_dict, _set_fields_set, _set_extra, _set_private = (
     BaseModel.__dict__[slot].__set__
@@ -527,7 +531,7 @@ _set_dict, _set_fields_set, _set_extra, _set_private = (
 fifth of ``built``'s time: it makes two models per watch event decoded and two per output)."""
 
 
-def built(cls: type[Any], values: dict[str, Any]) -> Any:
+def built(cls: type[_T], values: dict[str, Any]) -> _T:
     """A model of ``cls`` holding ``values`` — every field, in field order, of the types validation
     leaves — as ``model_construct`` makes it with all fields given, at a fraction of its cost: every
     output of every core is enveloped so, and decoders build the commonest records so."""
@@ -585,7 +589,7 @@ def to_json(env: Envelope) -> bytes:
     one (another class, fields missing or in another order) goes through ``Envelope``'s own."""
     fields = env.__dict__
     if type(env) is Envelope and tuple(fields) == _FIELD_ORDER:
-        dump = _DUMPS.get(type(fields["payload"]), _UNKNOWN)
+        dump: _Dump | None = _DUMPS.get(type(fields["payload"]), _UNKNOWN)
         if dump is _UNKNOWN:
             dump = _dump_of(type(fields["payload"]))
         if dump is not None:
@@ -595,11 +599,12 @@ def to_json(env: Envelope) -> bytes:
 
 _FIELD_ORDER = tuple(Envelope.model_fields)
 _UNKNOWN: Any = object()
-_DUMPS: dict[type, Any] = {}
+_Dump = Callable[[dict[str, Any]], bytes]
+_DUMPS: dict[type[BaseModel], _Dump | None] = {}
 """Payload class -> ``_dump_of`` it (None: ``Envelope``'s serializer writes it)."""
 
 
-def _dump_of(cls: type) -> Any:
+def _dump_of(cls: type[BaseModel]) -> _Dump | None:
     """The JSON writer of an envelope's fields (its ``__dict__``) whose payload is of ``cls``.
 
     ``Envelope``'s serializer spends most of its time outside the fields (a model's writer, its
@@ -611,7 +616,7 @@ def _dump_of(cls: type) -> Any:
     None when ``cls`` is no payload type or the schema is not laid out so (another pydantic)."""
     from pydantic_core import SchemaSerializer, core_schema
 
-    dump = None
+    dump: _Dump | None = None
     try:
         tag = cls.model_fields["type"].default if cls in PAYLOAD_TYPES.values() else None
         model = Envelope.__pydantic_core_schema__["schema"]
