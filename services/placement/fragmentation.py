@@ -38,7 +38,7 @@ MAX_SHAPES = 128
 """GPU shapes the measure keeps: the most frequent (ties by shape). FGD keeps the "typical" ones that
 make up 95% of the pods; on the openb trace every shape helps (see bench/gpu_trace.md), so muster
 keeps them all up to this bound on the cost of rebuilding the mix (openb's lists have at most 126;
-docs/design.md has the figures)."""
+docs/design/placement.md, "fragmentation", has the figures)."""
 
 
 @dataclass

@@ -88,7 +88,7 @@ class _Workload:
 
 
 class ReconcilerCore:
-    """Folds decisions into Kubernetes effects; see docs/design.md, "reconciler"."""
+    """Folds decisions into Kubernetes effects; see docs/design/reconciler.md."""
 
     service = "reconciler"
     TOMBSTONE_SECONDS = 600.0
