@@ -227,11 +227,19 @@ def test_one_trace_per_workload_with_its_root(deployed: Deployed) -> None:
     assert {f"muster-{s}" for s in (*SERVICES, "cluster")} <= services
 
 
-def test_the_queued_span_lasts_the_wait_muster_explain_reports(deployed: Deployed) -> None:
-    """rc-2 waited for rc-1 to leave; event time is wall-clock time here (no epoch)."""
-    [queued] = [s for s in deployed.traces["team-a/rc-2"]["spans"] if s["operationName"] == "queued"]
-    start, duration = queued["startTime"] / 1e6, queued["duration"] / 1e6
-    assert duration > 1, "rc-2 waited for rc-1 to leave"
+def test_the_queued_and_placing_spans_last_the_wait_muster_explain_reports(deployed: Deployed) -> None:
+    """rc-2 waited for rc-1 to leave; event time is wall-clock time here (no epoch). The queued span ends
+    when the queue reserved its quota (Dequeued), placing when placement placed its gang (GangPlaced),
+    which is when explain's Admitted begins: in the deployment each service decides at its own time, so
+    placement, having handled a later input first, may place a few milliseconds after the quota was
+    reserved, and explain's wait is the two spans together."""
+    spans = deployed.traces["team-a/rc-2"]["spans"]
+    [queued] = [s for s in spans if s["operationName"] == "queued"]
+    [placing] = [s for s in spans if s["operationName"] == "placing"]
+    start = queued["startTime"] / 1e6
+    assert placing["startTime"] == queued["startTime"] + queued["duration"], "placing starts where queued ends"
+    duration = (placing["startTime"] + placing["duration"]) / 1e6 - start
+    assert queued["duration"] / 1e6 > 1, "rc-2 waited for rc-1 to leave"
 
     def explain(at: float) -> dict[str, Any]:
         said = invoke("explain", "team-a/rc-2", "--store", deployed.store, "--at", f"{at:.6f}", "--json")
