@@ -10,7 +10,8 @@ gate one of its literals, a GPU assignment a ``GpuAssignment`` or None, slots a 
 
 from __future__ import annotations
 
-from shared.kernel.events import GangPlaced, GpuAssignment, PodAssigned, SlotAssignment, built
+from shared.kernel.events import GangPlaced, GpuAssignment, PodAssigned, SlotAssignment
+from shared.kernel.fastmodel import built
 
 _GATES = frozenset(GangPlaced.model_fields["gate"].annotation.__args__)
 
