@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test tools devcluster devcluster-down bench lint clean lock
+.PHONY: demo test unit integration e2e tools devcluster devcluster-down bench lint clean lock
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,9 +34,29 @@ devcluster: $(STAMP) tools
 devcluster-down: $(STAMP)
 	$(BIN)/muster devcluster down
 
-test: $(STAMP) tools
+# The test tiers (docs/parts.md, "Tests"); every folder of test files is in exactly one of them
+# (tests/unit/test_tiers.py checks it). unit: no real part; integration: real Kafka, PostgreSQL,
+# Prometheus and Jaeger; e2e: a real cluster (kube-apiserver, KWOK, KubeRay). `make test` runs the
+# import contracts and mypy (`make lint`), then all three in one pytest run (the session's Kafka and PostgreSQL started once).
+UNIT_TESTS := tests/unit tests/property tests/replay tests/scenarios tests/cli
+INTEGRATION_TESTS := tests/integration tests/deploy
+E2E_TESTS := tests/realcluster
+
+lint: $(STAMP)
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest $(UNIT_TESTS)
+
+integration: $(STAMP) tools
+	$(BIN)/python -m pytest $(INTEGRATION_TESTS)
+
+e2e: $(STAMP) tools
+	$(BIN)/python -m pytest $(E2E_TESTS)
+
+test: $(STAMP) tools lint
+	$(BIN)/python -m pytest $(UNIT_TESTS) $(INTEGRATION_TESTS) $(E2E_TESTS)
 
 bench: $(STAMP) tools
 	$(BIN)/python -m bench.run $(SECTIONS)

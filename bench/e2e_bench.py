@@ -46,7 +46,8 @@ from bench.stats import percentile, spread
 from shared.kernel import kube
 from shared.kernel.policy import Policy
 from shared.kernel.topology import SERVICES
-from shared.kubernetes.cluster import KubeTarget, cluster_app
+from shared.kubernetes.app import cluster_app
+from shared.kubernetes.cluster import KubeTarget
 from shared.parts.kafka import broker_for
 from shared.runtime.bus.app import ensure_topics, service_app
 from shared.runtime.bus.config import BusConfig

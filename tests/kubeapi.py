@@ -28,7 +28,7 @@ It runs on a thread with its own event loop, so synchronous tests drive it with 
 It serves the fast tests of the cluster link's own logic (the order of its effects, its two processes,
 faults injected on demand, the deployment's processes end to end); what the real API server answers to
 muster's requests is tested against one (tests/realcluster/), and where the two disagreed the emulator
-was changed or its feature cut (docs/design.md, "What the real API server taught us").
+was changed or its feature cut (docs/design/runtime.md, "What the real API server taught us").
 """
 
 from __future__ import annotations

@@ -58,9 +58,10 @@ from shared.kernel import quantity as q
 from shared.kernel.dedupe import forget_before
 from shared.kernel.kube import REFUSED, watched_namespace
 from shared.kernel.listing import WatchBook
-from shared.kernel.model import Gang, WorkloadSpec
+from shared.kernel.model import Gang, WorkloadKind, WorkloadSpec
 from shared.kernel.policy import Policy
 from shared.kernel.treekey import tree_key
+from shared.kernel.validation import one_of
 
 Output = Union[QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadRejected,
                WorkloadFinished, WorkloadDeleted]
@@ -69,11 +70,15 @@ _DELETED_AT = itemgetter(1)
 """When a tombstone's workload was deleted: its (uid, deleted at)'s second (``forget_before``)."""
 
 
+RayKind = Literal["RayCluster", "RayJob"]
+RAY_KINDS: tuple[RayKind, ...] = ("RayCluster", "RayJob")
+
+
 @dataclass
 class RayWorkload:
     """A RayCluster or RayJob as admission tracks it between watch events."""
 
-    kind: Literal["RayCluster", "RayJob"]
+    kind: RayKind
     key: str
     namespace: str
     name: str
@@ -135,7 +140,7 @@ class AdmissionCore:
         """Every watched object admission was told of, to tell what a list lacks (``shared.kernel.listing``)."""
 
     # ------------------------------------------------------------------ entry point
-    def handle(self, env: Envelope) -> list[Any]:
+    def handle(self, env: Envelope) -> list[Output]:
         if env.id in self._seen:
             return []
         self._seen[env.id] = None
@@ -155,8 +160,9 @@ class AdmissionCore:
     def _on_object(self, p: ObjectChanged, now: float) -> list[Output]:
         api_version = p.api_version or str(p.object.get("apiVersion") or "")
         namespace = watched_namespace(p.namespace, p.object)
-        if p.kind in ("RayCluster", "RayJob"):
-            return self._on_ray(p, namespace, now)
+        kind = p.kind
+        if one_of(kind, RAY_KINDS):
+            return self._on_ray(p, kind, namespace, now)
         if p.kind == "Pod":
             if kube.is_ray_pod(p.object):
                 return self._on_ray_pod(p, namespace)
@@ -170,8 +176,8 @@ class AdmissionCore:
                 return self._on_ray_group(p, namespace, owner)
             if not is_plain_podgroup(api_version, p.object):
                 return []
-            gang = self.pod_gangs.observe_podgroup(p.change, f"{namespace}/{p.name}", p.object)
-            return self._evaluate_gang(gang, now) if gang is not None else []
+            group_gang = self.pod_gangs.observe_podgroup(p.change, f"{namespace}/{p.name}", p.object)
+            return self._evaluate_gang(group_gang, now) if group_gang is not None else []
         if p.kind == "PriorityClass":
             self._definitions += 1
             before = self.priorities.default()[1]
@@ -195,7 +201,7 @@ class AdmissionCore:
         return queue_out
 
     # ------------------------------------------------------------------ RayCluster / RayJob lifecycle
-    def _on_ray(self, p: ObjectChanged, namespace: str, now: float) -> list[Output]:
+    def _on_ray(self, p: ObjectChanged, kind: RayKind, namespace: str, now: float) -> list[Output]:
         if p.kind == "RayCluster" and is_rayjob_cluster(p.object):
             job = kube.rayjob_of_cluster(p.object)
             if job and p.change != "Deleted":  # a PodGroup KubeRay makes for this cluster is the RayJob's
@@ -216,8 +222,8 @@ class AdmissionCore:
                 return []  # a stale event of the object that is gone
             del self._gone[wid]  # the same name created again: a new workload
         if w is None:
-            w = RayWorkload(kind=p.kind, key=key, namespace=namespace, name=p.name, obj=p.object, first_seen=now,
-                            gate="suspend" if spec_suspended(p.object) else "pods", uid=uid)  # type: ignore[arg-type]
+            w = RayWorkload(kind=kind, key=key, namespace=namespace, name=p.name, obj=p.object, first_seen=now,
+                            gate="suspend" if spec_suspended(p.object) else "pods", uid=uid)
             self.workloads[wid] = w
         else:
             w.obj = p.object
@@ -228,7 +234,7 @@ class AdmissionCore:
             done = rayjob_outcome(w.obj)
             if done is not None:
                 w.finished = True
-                out.append(WorkloadFinished(key=w.key, outcome=done[0], reason=done[1]))  # type: ignore[arg-type]
+                out.append(WorkloadFinished(key=w.key, outcome=done[0], reason=done[1]))
         return out
 
     def _on_ray_pod(self, p: ObjectChanged, namespace: str) -> list[Output]:
@@ -366,7 +372,7 @@ class AdmissionCore:
         group_class = fields.string(group.get("priorityClassName"), f"{where} spec.priorityClassName") or None
         if group_class:
             template_class, template_field = group_class, f"{where} spec.priorityClassName"
-        metas = ray_pod_metas(w.kind, w.obj)
+        metas: list[tuple[str, object]] = list(ray_pod_metas(w.kind, w.obj))
         if wid in self.ray_groups:
             metas.append((f"{where} metadata", self.ray_groups[wid].get("metadata")))
         return self._spec(kind=w.kind, namespace=w.namespace, name=w.name, queue=queue, labels=labels,
@@ -406,7 +412,7 @@ class AdmissionCore:
         if gang.submitted and gang.all_finished():
             gang.finished = True
             outcome, reason = gang.outcome()
-            return [WorkloadFinished(key=gang.key, outcome=outcome, reason=reason)]  # type: ignore[arg-type]
+            return [WorkloadFinished(key=gang.key, outcome=outcome, reason=reason)]
         try:
             spec = self._settled(lambda keep: self._gang_spec(gang, now, keep=keep),
                                  gang.spec if gang.rejected is None else None, again)
@@ -458,7 +464,7 @@ class AdmissionCore:
                           not_ready=gang.not_ready(minimum, tasks) if gang.submitted else "")
 
     # ------------------------------------------------------------------ shared: queue, priority, fit
-    def _spec(self, *, kind: str, namespace: str, name: str, queue: tuple[str, str], labels: Mapping[str, str],
+    def _spec(self, *, kind: WorkloadKind, namespace: str, name: str, queue: tuple[str, str], labels: Mapping[str, str],
               template_class: str | None, template_field: str, gang: Gang, gate: Gate, cluster_name: str,
               submitted_at: float, pinned: bool = False, keep: WorkloadSpec | None = None,
               not_ready: str = "") -> WorkloadSpec:
@@ -473,11 +479,11 @@ class AdmissionCore:
         (deleted, made invalid) leaves it the priority it had, as Kubernetes leaves a pod's; moving to another
         queue it is checked like a new workload (it would have been rejected had that queue come first).
         """
-        queue, source = queue
-        moved = keep is None or queue != keep.queue
-        known = queue == self.policy.default_queue or self.queues.exists(queue)
+        queue_name, source = queue
+        moved = keep is None or queue_name != keep.queue
+        known = queue_name == self.policy.default_queue or self.queues.exists(queue_name)
         if moved and not known and self.policy.unknown_queue == "reject":
-            raise Invalid(f"queue {queue} does not exist ({source})")
+            raise Invalid(f"queue {queue_name} does not exist ({source})")
         cls, cls_field = class_name(labels, template_class, template_field)
         try:
             priority, priority_class = self.priorities.resolve(cls, cls_field)
@@ -485,7 +491,7 @@ class AdmissionCore:
             if keep is None or cls != keep.priority_class:
                 raise
             priority, priority_class = keep.priority, keep.priority_class
-        dialect = dialect_of(self.queues.specs.get(queue))
+        dialect = dialect_of(self.queues.specs.get(queue_name))
         can_preempt = preemptible(priority, labels, dialect.non_preemptible_from) and not pinned
         if gang.desired_count > self.policy.max_gang_pods:
             raise Invalid(f"gang of {gang.desired_count} pods is larger than muster accepts "
@@ -496,11 +502,11 @@ class AdmissionCore:
             raise Invalid(str(exc)) from None
         pinned_now = not can_preempt and (keep is None or keep.preemptible)
         if moved or pinned_now:  # as if it had come after the definition that moved or pinned it
-            reason = never_fits(gang.quota_demand, self.queues.chain(queue), preemptible=can_preempt)
+            reason = never_fits(gang.quota_demand, self.queues.chain(queue_name), preemptible=can_preempt)
             if reason is not None:
                 raise Invalid(reason)
-        return WorkloadSpec(key=f"{namespace}/{name}", kind=kind, namespace=namespace, name=name,  # type: ignore[arg-type]
-                            queue=queue, priority=priority, priority_class=priority_class, preemptible=can_preempt,
+        return WorkloadSpec(key=f"{namespace}/{name}", kind=kind, namespace=namespace, name=name,
+                            queue=queue_name, priority=priority, priority_class=priority_class, preemptible=can_preempt,
                             gate=gate, preempts=dialect.preempts(gate), gang=gang, submitted_at=submitted_at,
                             cluster_name=cluster_name, not_ready=not_ready)
 

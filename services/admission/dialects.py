@@ -4,7 +4,7 @@ A workload's rules come from the dialect of the queue it lands in. Each dialect 
 in one row of ``DIALECTS``: admission writes them on the QueueSpec (``queue_fields``), uses them for
 the WorkloadSpec (``non_preemptible_from``, ``preempts``) and counts the gang by them (``gang``:
 ``PodSet.count`` / ``elastic`` / ``charged``); the queue and placement cores read the values and never
-test a name. docs/design.md ("Dialect rules") cites the peer source of every value.
+test a name. docs/design/dialects.md cites the peer source of every value.
 
 Preemption and reclaim:
 

@@ -4,8 +4,6 @@ Admission never raises on user input; parsers raise ``Invalid`` and the core tur
 Rejected event. Keeping the type checks here lets the dialect parsers read like the manifests.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any

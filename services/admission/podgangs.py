@@ -89,7 +89,7 @@ class PodGang:
     def all_finished(self) -> bool:
         return bool(self.members) and all(_phase(p) in FINISHED_PHASES for p in self.members.values())
 
-    def outcome(self) -> tuple[str, str]:
+    def outcome(self) -> tuple[Literal["Succeeded", "Failed"], str]:
         failed = sum(1 for p in self.members.values() if _phase(p) == "Failed")
         total = len(self.members)
         return ("Failed" if failed else "Succeeded"), f"all {total} pods finished: {total - failed} Succeeded, {failed} Failed"

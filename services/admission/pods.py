@@ -13,10 +13,11 @@ from typing import Any
 from services.admission.fields import Invalid, mapping, opt_list, opt_mapping, quantities, show, string, string_map
 from shared.kernel import kube
 from shared.kernel import quantity as q
-from shared.kernel.model import MatchExpression, PodSet, Toleration
+from shared.kernel.model import AffinityOperator, MatchExpression, PodSet, Toleration, TolerationOperator
+from shared.kernel.validation import one_of
 
-_TOLERATION_OPERATORS = ("Equal", "Exists")
-_AFFINITY_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+_TOLERATION_OPERATORS: tuple[TolerationOperator, ...] = ("Equal", "Exists")
+_AFFINITY_OPERATORS: tuple[AffinityOperator, ...] = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
 def pod_resources(spec: Mapping[str, Any], where: str) -> q.Resources:
@@ -46,7 +47,7 @@ def tolerations(spec: Mapping[str, Any], where: str) -> tuple[Toleration, ...]:
         at = f"{where}.tolerations[{i}]"
         t = mapping(raw, at)
         operator = string(t.get("operator"), f"{at}.operator", default="Equal") or "Equal"
-        if operator not in _TOLERATION_OPERATORS:
+        if not one_of(operator, _TOLERATION_OPERATORS):
             raise Invalid(f"{at}.operator: {show(operator)} is not one of {', '.join(_TOLERATION_OPERATORS)}")
         out.append(Toleration(key=string(t.get("key"), f"{at}.key"), operator=operator,
                               value=string(t.get("value"), f"{at}.value"),
@@ -72,7 +73,7 @@ def required_affinity(spec: Mapping[str, Any], where: str) -> tuple[tuple[MatchE
             e_at = f"{term_at}.matchExpressions[{j}]"
             e = mapping(raw, e_at)
             op = string(e.get("operator"), f"{e_at}.operator")
-            if op not in _AFFINITY_OPERATORS:
+            if not one_of(op, _AFFINITY_OPERATORS):
                 raise Invalid(f"{e_at}.operator: {show(op)} is not supported (one of {', '.join(_AFFINITY_OPERATORS)})")
             values = opt_list(e.get("values"), f"{e_at}.values")
             for k, v in enumerate(values):

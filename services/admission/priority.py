@@ -60,8 +60,9 @@ def preemptible(priority: int, labels: Mapping[str, str], non_preemptible_from: 
     return PREEMPTIBILITY_VALUES[raw]
 
 
-def volcano_pinned(metas: Iterable[tuple[str, Mapping[str, Any]]]) -> bool:
-    """True when any ``(where, metadata)`` says ``volcano.sh/preemptable: "false"``.
+def volcano_pinned(metas: Iterable[tuple[str, object]]) -> bool:
+    """True when any ``(where, metadata)`` says ``volcano.sh/preemptable: "false"`` (a metadata that is
+    no mapping, as a user's object may have, says nothing).
 
     As Volcano's ``GetPodPreemptable``: the annotation wins over the label. Volcano reads a value
     ``strconv.ParseBool`` refuses as false; muster rejects it naming the field instead (a typo must not
@@ -91,7 +92,8 @@ def ray_pod_metas(kind: str, obj: Mapping[str, Any]) -> list[tuple[str, Mapping[
     spec = obj.get("spec")
     if type(spec) is not dict and not isinstance(spec, Mapping):
         return out
-    prefix, cluster = "spec", spec
+    prefix = "spec"
+    cluster: object = spec
     if kind == "RayJob":
         prefix, cluster = "spec.rayClusterSpec", spec.get("rayClusterSpec")
         out.append(("spec.submitterPodTemplate.metadata", _meta(spec.get("submitterPodTemplate"))))

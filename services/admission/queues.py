@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import Any, Literal
 
 from services.admission.dialects import queue_fields
 from services.admission.fields import (Invalid, boolean, integer, mapping, not_refused, opt_list, opt_mapping,
@@ -20,11 +20,12 @@ from services.admission.fields import (Invalid, boolean, integer, mapping, not_r
 from shared.kernel import kube
 from shared.kernel import quantity as q
 from shared.kernel.events import QueueDefined, QueueRejected, QueueRemoved
-from shared.kernel.model import UNLIMITED, QueueSource, QueueSpec
+from shared.kernel.model import UNLIMITED, QueueSource, QueueSpec, QueueState
+from shared.kernel.validation import one_of
 
 VOLCANO_GROUP = "scheduling.volcano.sh"
 KAI_GROUP = "scheduling.run.ai"
-QUEUE_STATES = ("Open", "Closed", "Closing")
+QUEUE_STATES: tuple[QueueState, ...] = ("Open", "Closed", "Closing")
 WEIGHT_UNIT = 1000
 """``QueueSpec.weight`` is in thousandths: Volcano ``weight: 1`` and KAI ``overQuotaWeight: 1`` are 1000."""
 
@@ -86,7 +87,7 @@ def volcano_queue(name: str, obj: Mapping[str, Any], defined: Mapping[str, Queue
     # Volcano keeps a queue's state in status alone (its QueueSpec has no state; its CRD prunes a
     # spec.state), written by its queue controller when `vcctl queue operate` closes or opens it.
     state = string(status.get("state"), "status.state", default="Open") or "Open"
-    if state not in QUEUE_STATES:
+    if not one_of(state, QUEUE_STATES):
         raise Invalid(f"status.state: {show(state)} is not one of {', '.join(QUEUE_STATES)}")
     parent = string(spec.get("parent"), "spec.parent") or None
     if parent == "root" and "root" not in defined and name != "root":
@@ -186,12 +187,12 @@ def elastic_quota_tree(obj: Mapping[str, Any]) -> list[QueueSpec]:
     names: set[str] = set()
     root = mapping(spec.get("root"), "spec.root")
     # ("node", raw, where, parent, siblings) or ("total", spec, where, children)
-    stack: list[tuple[Any, ...]] = [("node", root, "spec.root", None, [])]
+    stack: list[_NodeFrame | _TotalFrame] = [("node", root, "spec.root", None, [])]
     while stack:
         frame = stack.pop()
         if frame[0] == "total":
-            _, me, where, children = frame
-            _check_children_total(me, where, children)
+            _, total_of, total_where, total_children = frame
+            _check_children_total(total_of, total_where, total_children)
             continue
         _, node, where, parent, siblings = frame
         me = _eqt_node(node, where, parent, names)
@@ -204,6 +205,10 @@ def elastic_quota_tree(obj: Mapping[str, Any]) -> list[QueueSpec]:
         for i in reversed(range(len(raws))):
             stack.append(("node", mapping(raws[i], f"{where}.children[{i}]"), _child_where(where, raws[i], i), me, children))
     return out
+
+
+_NodeFrame = tuple[Literal["node"], Mapping[str, Any], str, QueueSpec | None, list[QueueSpec]]
+_TotalFrame = tuple[Literal["total"], QueueSpec, str, list[QueueSpec]]
 
 
 def _eqt_node(node: Mapping[str, Any], where: str, parent: QueueSpec | None, names: set[str]) -> QueueSpec:

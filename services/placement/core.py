@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Union
 
 from services.placement import elastic, gpu, reasons
 from services.placement.gang import GangAttempt, ordered_pod_sets, place_gang, place_pods, pod_demand
@@ -53,6 +53,10 @@ deletion reaches placement through admission and the queue (``WorkloadWithdrawn`
 garbage collector's deletions of its pods come straight from the watch, often first: on a deployment
 they arrive tens to hundreds of milliseconds apart, and after a relist in any order. The embedded
 runtime's instants have a quiescence, a deployment none; the grace stands in for it in both alike."""
+
+Output = Union[GangPlaced, PlacementFailed, PodAssigned, GangRunning, GangDisrupted, PreemptionRequested,
+               CapacityChanged, ElasticReleased, TimerSet]
+"""What placement emits (``shared.kernel.topology`` routes each)."""
 
 
 class PlacementCore:
@@ -99,13 +103,13 @@ class PlacementCore:
         """Whether any queue places by fragmentation, the only reader of the workload mix (else not fed)."""
 
     # ------------------------------------------------------------------ routing
-    def handle(self, env: Envelope) -> list[Any]:
+    def handle(self, env: Envelope) -> list[Output]:
         out = self._route(env)
         if self.nodes.compaction_due():  # between two events: no statement is open, no row is in flight
             self._compact_nodes()
         return out
 
-    def _route(self, env: Envelope) -> list[Any]:
+    def _route(self, env: Envelope) -> list[Output]:
         p = env.payload
         now = env.occurred_at
         self._now = now
@@ -119,7 +123,7 @@ class PlacementCore:
         if isinstance(p, TimerFired):
             return self._on_timer(p.key, p.due(now), now)
         if isinstance(p, ObjectsListed):  # nodes and pods deleted while no watch was open
-            out: list[Any] = []
+            out: list[Output] = []
             for gone in self.book.listed(p):
                 out += self._on_node(gone) if gone.kind == "Node" else self._on_pod(gone, now)
             return out
@@ -145,7 +149,7 @@ class PlacementCore:
         return self._on_withdrawn(p)
 
     # ------------------------------------------------------------------ nodes and capacity
-    def _on_node(self, p: ObjectChanged) -> list[Any]:
+    def _on_node(self, p: ObjectChanged) -> list[Output]:
         """A node came, changed or left. One ingest refused (``kube.REFUSED``) is cordoned: left out
         of scheduling, its pods still charged (the cluster link logs and counts the refusal)."""
         if p.change == "Deleted":
@@ -156,7 +160,7 @@ class PlacementCore:
             change = self.nodes.upsert(p.name, p.object)
         if change is None:
             return []
-        lost: list[Any] = []
+        lost: list[Output] = []
         if p.change == "Deleted":
             gone = self.nodes.index[p.name]
             for wrec in self.workloads.values():
@@ -168,7 +172,7 @@ class PlacementCore:
                     self._displaced[wrec.key] = None
         released = change.grew or change.constraints or self._release_pending
         self._release_pending = False
-        out: list[Any] = lost + [self._capacity_changed(released, everyone=bool(change.grew or change.constraints))]
+        out: list[Output] = lost + [self._capacity_changed(released, everyone=bool(change.grew or change.constraints))]
         return out + self._retry_displaced() if released else out
 
     def _compact_nodes(self) -> None:
@@ -198,7 +202,7 @@ class PlacementCore:
         room = None if everyone or not released or not self._shapes else self._room()
         return CapacityChanged(total=total, nodes=self.nodes.schedulable_count(), released=released, room=room)
 
-    def _capacity_signal(self, now: float, released: bool) -> list[Any]:
+    def _capacity_signal(self, now: float, released: bool) -> list[Output]:
         """Ask for one CapacityChanged at the end of this instant (a timer at ``now``, set once)."""
         self._release_pending = self._release_pending or released
         if self._timer_at == now or self._timer_fired_at == now:
@@ -206,7 +210,7 @@ class PlacementCore:
         self._timer_at = now
         return [TimerSet(key=CAPACITY_TIMER, at=now)]
 
-    def _on_timer(self, key: str, due: float, now: float) -> list[Any]:
+    def _on_timer(self, key: str, due: float, now: float) -> list[Output]:
         """A timer set for ``due`` fired, handled at ``now`` (later, when inputs stamped after ``due``
         were handled first)."""
         if key == DISRUPTION_TIMER:
@@ -222,10 +226,10 @@ class PlacementCore:
         released, self._release_pending = self._release_pending, False
         before = self._last_total
         event = self._capacity_changed(released)
-        out: list[Any] = [event] if released or event.total != before else []
+        out: list[Output] = [event] if released or event.total != before else []
         return out + self._retry_displaced() if released else out
 
-    def _set_foreign(self, rec: PodRecord, foreign: bool) -> list[Any]:
+    def _set_foreign(self, rec: PodRecord, foreign: bool) -> list[Output]:
         """A charged pod lowers CapacityChanged.total exactly while it fills no slot of an admitted workload."""
         if rec.node is None or rec.foreign == foreign:
             return []
@@ -243,7 +247,7 @@ class PlacementCore:
             self._foreign[q.GPU] = self._foreign.get(q.GPU, 0) + sign * shares
 
     # ------------------------------------------------------------------ pods
-    def _on_pod(self, p: ObjectChanged, now: float, held: Held | None = None) -> list[Any]:
+    def _on_pod(self, p: ObjectChanged, now: float, held: Held | None = None) -> list[Output]:
         """Count bound live pods, fill or free slots, assign new pods of admitted workloads. A version
         ingest refused (``kube.REFUSED``) is not read: the pod's last readable version stands, and
         admission rejects its workload naming it. ``held``: the watch book's ``Held`` of this event's
@@ -267,7 +271,7 @@ class PlacementCore:
         wrec = self._admitted(facts.workload)
         if wrec is not None and facts.kind not in (None, wrec.spec.kind):
             wrec = None  # another kind's object under the same name: not this workload's pod
-        out: list[Any] = []
+        out: list[Output] = []
         was_counting, reserved_again = rec.node is not None, False
         if rec.node is not None and not self._charge_holds(rec):
             self._uncharge_pod(rec)
@@ -308,7 +312,7 @@ class PlacementCore:
             return False
         return self.nodes.demand(facts.requests, facts.gpu_share).same_as(rec.demand)
 
-    def _charge_pod(self, rec: PodRecord, wrec: WorkloadRecord | None, now: float) -> list[Any]:
+    def _charge_pod(self, rec: PodRecord, wrec: WorkloadRecord | None, now: float) -> list[Output]:
         """The pod counts on its node; GPU devices from its slot, its annotation, or a best guess."""
         facts = rec.facts
         node = self.nodes.ensure(facts.node_name)
@@ -332,7 +336,7 @@ class PlacementCore:
             self._add_foreign(rec, -1)
         rec.node, rec.demand, rec.devices, rec.foreign = None, None, (), False
 
-    def _vacate(self, rec: PodRecord, wrec: WorkloadRecord | None) -> tuple[bool, list[Any]]:
+    def _vacate(self, rec: PodRecord, wrec: WorkloadRecord | None) -> tuple[bool, list[Output]]:
         """A gone pod leaves its slot: reserve it again for the recreated pod (True), unless it is done
         or the slot is surplus after a shrinking edit (then the slot goes with its pod)."""
         slot = rec.slot
@@ -384,7 +388,7 @@ class PlacementCore:
                 found = slot
         return found
 
-    def _attach(self, wrec: WorkloadRecord, rec: PodRecord) -> list[Any]:
+    def _attach(self, wrec: WorkloadRecord, rec: PodRecord) -> list[Output]:
         """Give a live pod of an admitted workload a slot; unbound pods muster answers to are told where
         to go. A bound pod fills a free slot of its pod set, on its node if one is there (a pod another
         scheduler bound elsewhere takes a slot all the same: its own charge replaces the reservation)."""
@@ -408,7 +412,7 @@ class PlacementCore:
         slot.pod, rec.slot = facts.key, slot
         return [self._pod_assigned(wrec, rec, slot)]
 
-    def _assemble(self, wrec: WorkloadRecord) -> list[Any]:
+    def _assemble(self, wrec: WorkloadRecord) -> list[Output]:
         """A pod-gated gang binds nothing until a pod waits for every one of its gang slots: then all
         of them are told where to go at once, in the order they were observed (Volcano binds a job
         only when minAvailable tasks are present; a gang whose evicted plain pods never come back
@@ -428,7 +432,7 @@ class PlacementCore:
             if any(missing.values()):
                 return []
         wrec.assembled = True
-        out: list[Any] = []
+        out: list[Output] = []
         for key in self._own_pods(wrec):
             pod = self.pods[key]
             if pod.slot is None and pod.facts.live and not pod.facts.bound and not pod.evicted:
@@ -498,9 +502,9 @@ class PlacementCore:
         self._displaced.pop(wrec.key, None)
         return True
 
-    def _retry_displaced(self) -> list[Any]:
+    def _retry_displaced(self) -> list[Output]:
         """Capacity appeared: gangs whose pods lost their node try again, then hand the waiting pods their slots."""
-        out: list[Any] = []
+        out: list[Output] = []
         for key in list(self._displaced):
             wrec = self._admitted(key)
             if wrec is None:
@@ -513,7 +517,7 @@ class PlacementCore:
                     out += assigned
         return out
 
-    def _assign_waiting(self, wrec: WorkloadRecord, pod_set: str) -> list[Any]:
+    def _assign_waiting(self, wrec: WorkloadRecord, pod_set: str) -> list[Output]:
         """A slot came free: the first pod of that pod set still waiting for one takes it."""
         for key in self._own_pods(wrec):
             rec = self.pods[key]
@@ -523,7 +527,7 @@ class PlacementCore:
                 return self._attach(wrec, rec)
         return []
 
-    def _suspect_disruption(self, wrec: WorkloadRecord, pod: str, lost_node: bool, now: float) -> list[Any]:
+    def _suspect_disruption(self, wrec: WorkloadRecord, pod: str, lost_node: bool, now: float) -> list[Output]:
         """A running gang lost a pod: judge after the grace, once we know whether the workload is still wanted."""
         if wrec.key in self._suspects:
             return []
@@ -534,9 +538,9 @@ class PlacementCore:
         self._disruption_at = due
         return [TimerSet(key=DISRUPTION_TIMER, at=due)]
 
-    def _judge_disruptions(self, now: float) -> list[Any]:
+    def _judge_disruptions(self, now: float) -> list[Output]:
         """Gangs still admitted and still short of a bound, Running member are disrupted until whole again."""
-        out: list[Any] = []
+        out: list[Output] = []
         due = [(key, pod, lost_node) for key, (pod, lost_node, at) in self._suspects.items() if at <= now]
         for key, pod, lost_node in due:
             del self._suspects[key]
@@ -553,7 +557,7 @@ class PlacementCore:
                                                      f" waiting for its replacement to be bound and Running"))
         return out
 
-    def _check_running(self, wrec: WorkloadRecord, now: float) -> list[Any]:
+    def _check_running(self, wrec: WorkloadRecord, now: float) -> list[Output]:
         """GangRunning once per admission, when every in-gang slot holds a bound, Running pod."""
         if wrec.running:
             return []
@@ -579,7 +583,7 @@ class PlacementCore:
                 del self.pods_of[workload]
 
     # ------------------------------------------------------------------ gangs
-    def _begin(self, p: Dequeued | ReclaimRequested) -> tuple[list[Any], WorkloadRecord | None]:
+    def _begin(self, p: Dequeued | ReclaimRequested) -> tuple[list[Output], WorkloadRecord | None]:
         """The start of every placement request. A redelivered request for an admitted gang repeats its
         GangPlaced (record None); otherwise gangs that lost pods are re-placed first (they hold their
         quota already), then the request gets a fresh record."""
@@ -597,7 +601,7 @@ class PlacementCore:
             self.nodes.mix.observe(p.key, shapes)
         return restored, rec
 
-    def _on_dequeued(self, p: Dequeued, now: float) -> list[Any]:
+    def _on_dequeued(self, p: Dequeued, now: float) -> list[Output]:
         """Place the whole gang; else preempt lower priorities of its queue; else explain."""
         restored, rec = self._begin(p)
         if rec is None:
@@ -646,12 +650,14 @@ class PlacementCore:
 
     def _unhold(self, rec: WorkloadRecord) -> None:
         by_priority = self._held.get(rec.queue)
-        members = by_priority.get(rec.spec.priority) if by_priority is not None else None
+        if by_priority is None:
+            return
+        members = by_priority.get(rec.spec.priority)
         if members is None or members.get(rec.key) is not rec:
             return
         del members[rec.key]
         if not members:
-            del by_priority[rec.spec.priority]  # type: ignore[union-attr]
+            del by_priority[rec.spec.priority]
             if not by_priority:
                 del self._held[rec.queue]
 
@@ -705,7 +711,7 @@ class PlacementCore:
         return f" Lower-priority {names} of queue {rec.queue} would make room but {verb} not preemptible."
 
     def _ripening_preemption(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str, now: float,
-                             min_runtime: float) -> tuple[list[Any], str]:
+                             min_runtime: float) -> tuple[list[Output], str]:
         """No preemption now: would there be one once younger victims have run their minimum runtime
         (KAI's preemptMinRuntime)? Then set a timer for that time, whose capacity release makes the
         queue try again then rather than when its backoff expires, and say so in the reason."""
@@ -718,7 +724,7 @@ class PlacementCore:
         if later is None:
             return [], ""
         ripe = max((w.started_at or 0.0) + min_runtime for w in later if w in young)
-        out: list[Any] = []
+        out: list[Output] = []
         if ripe not in self._ripen_at:
             self._ripen_at[ripe] = None
             out.append(TimerSet(key=RIPEN_TIMER, at=ripe))
@@ -726,7 +732,7 @@ class PlacementCore:
                 f" (until {ripe:g}s).")
         return out, note
 
-    def _on_reclaim(self, p: ReclaimRequested, now: float) -> list[Any]:
+    def _on_reclaim(self, p: ReclaimRequested, now: float) -> list[Output]:
         """The queue named victims: in other queues (reclaim) or in the workload's own queue, whose limit
         blocked it (in-queue preemption for quota). Place the gang as if they were gone, or fail."""
         restored, rec = self._begin(p)
@@ -757,7 +763,7 @@ class PlacementCore:
         return restored + [PlacementFailed(key=rec.key, queue=rec.queue, reason=attempt.reason,
                                            capacity_short=attempt.capacity_short)]
 
-    def _on_withdrawn(self, p: WorkloadWithdrawn) -> list[Any]:
+    def _on_withdrawn(self, p: WorkloadWithdrawn) -> list[Output]:
         """Drop the slots; its pods keep counting on their nodes until they are gone.
 
         Pods still bound then (a finished RayJob that keeps its cluster, or its cluster's TTL) hold
@@ -779,12 +785,12 @@ class PlacementCore:
             if slot.pod is not None and slot.pod in self.pods:
                 self.pods[slot.pod].slot = None
         rec.slots = []
-        out: list[Any] = self._capacity_signal(self._now, released=True) if freed and self._waiting else []
+        out: list[Output] = self._capacity_signal(self._now, released=True) if freed and self._waiting else []
         for key in self.pods_of.get(p.key, {}):
             out += self._set_foreign(self.pods[key], True)
         return out + self._retry_displaced()  # its reservations are free again
 
-    def _on_updated(self, p: WorkloadUpdated, now: float) -> list[Any]:
+    def _on_updated(self, p: WorkloadUpdated, now: float) -> list[Output]:
         """Slots follow what was admitted. An edit asking for fewer pods (``shrunk``, the queue's rule
         too) drops the surplus slots: those holding no pod now (done, lost, then reserving ones,
         highest index first), releasing their reservations; those holding a pod when it goes away
@@ -844,7 +850,7 @@ class PlacementCore:
                 stmt.uncharge(pod.node, pod.demand, pod.devices)
 
     def _place_over(self, rec: WorkloadRecord, victims: list[WorkloadRecord], why: str, verb: str, strategy: str,
-                    now: float, pods: list[elastic.Victim] | None = None) -> list[Any] | None:
+                    now: float, pods: list[elastic.Victim] | None = None) -> list[Output] | None:
         """Place the gang with the victims' holdings (whole workloads, elastic pods) released; commit and
         evict them, or undo (None)."""
         pods = pods or []
@@ -857,7 +863,7 @@ class PlacementCore:
             stmt.rollback()
             return None
         stmt.commit()
-        out: list[Any] = [self._evict(victim, rec, why) for victim in victims]
+        out: list[Output] = [self._evict(victim, rec, why) for victim in victims]
         out += self._evict_elastic(pods, why)
         reason = self._placed_reason(attempt, strategy)
         if victims or pods:
@@ -866,10 +872,10 @@ class PlacementCore:
             reason += f" after {verb} {', '.join(named)}"
         return out + self._admit(rec, attempt, now, reason)
 
-    def _evict_elastic(self, pods: list[elastic.Victim], why: str) -> list[Any]:
+    def _evict_elastic(self, pods: list[elastic.Victim], why: str) -> list[Output]:
         """Bookkeeping after the statement released elastic slots: they are gone, their pods evicted;
         one release per (workload, pod set) tells the queue and the reconciler."""
-        out: list[Any] = []
+        out: list[Output] = []
         for (_, pod_set), group in elastic.by_pod_set(pods).items():
             wrec = group[0][0]
             names = []
@@ -885,9 +891,9 @@ class PlacementCore:
             out.append(self._elastic_released(wrec, pod_set, len(group), why, evicted=tuple(names)))
         return out
 
-    def _drop_elastic(self, slots: list[elastic.Victim], why: str) -> list[Any]:
+    def _drop_elastic(self, slots: list[elastic.Victim], why: str) -> list[Output]:
         """Elastic slots that hold no pod go (a node left, the owner wants fewer): the queue hears it."""
-        out: list[Any] = []
+        out: list[Output] = []
         for (_, pod_set), group in elastic.by_pod_set(slots).items():
             wrec = group[0][0]
             for _, slot in group:
@@ -897,10 +903,10 @@ class PlacementCore:
             out.append(self._elastic_released(wrec, pod_set, len(group), why))
         return out
 
-    def _trim_elastic(self, wrec: WorkloadRecord) -> list[Any]:
+    def _trim_elastic(self, wrec: WorkloadRecord) -> list[Output]:
         """The owner wants fewer elastic pods: idle elastic slots beyond that go at once (the newest
         first); those holding a pod go when their pod does."""
-        out: list[Any] = []
+        out: list[Output] = []
         for ps in wrec.spec.gang.pod_sets:
             extra = -wrec.elastic_room(ps.name)
             if extra > 0:
@@ -908,7 +914,7 @@ class PlacementCore:
                 out += self._drop_elastic(idle, "its owner wants fewer pods")
         return out
 
-    def _on_elastic_granted(self, p: ElasticGranted) -> list[Any]:
+    def _on_elastic_granted(self, p: ElasticGranted) -> list[Output]:
         """Place the granted elastic pods one by one (each alone: as many as nodes allow); what finds no
         node, or is no longer wanted, goes back to the queue at once."""
         wrec = self._admitted(p.key)
@@ -918,7 +924,7 @@ class PlacementCore:
         wrec.admission = p.admission
         ps = next((x for x in wrec.spec.gang.pod_sets if x.name == p.pod_set), None)
         take = min(p.count, max(0, wrec.elastic_room(p.pod_set))) if ps is not None else 0
-        out: list[Any] = []
+        out: list[Output] = []
         placed = []
         if ps is not None and take:
             strategy = self.policy.placement_for(wrec.queue)
@@ -965,7 +971,7 @@ class PlacementCore:
                                    preemptor=preemptor.key, preemptor_priority=preemptor.spec.priority,
                                    reclaim=preemptor.queue != victim.queue, pods=tuple(names), reason=why)
 
-    def _admit(self, rec: WorkloadRecord, attempt: GangAttempt, now: float, reason: str) -> list[Any]:
+    def _admit(self, rec: WorkloadRecord, attempt: GangAttempt, now: float, reason: str) -> list[Output]:
         """Turn the committed placements into slots; hand existing pods their slots in observed order."""
         self._admissions += 1
         rec.admitted, rec.admitted_at, rec.admitted_seq = True, now, self._admissions
@@ -974,13 +980,14 @@ class PlacementCore:
         rec.slots = [Slot(p.pod_set.name, p.index, p.node, p.devices, p.demand, p.pod_set.in_gang)
                      for p in attempt.placements]
         rec.reason = reason
-        out: list[Any] = [self._gang_placed(rec)]
+        out: list[Output] = [self._gang_placed(rec)]
         for key in self._own_pods(rec):
             pod = self.pods[key]
             if pod.facts.live and not pod.evicted and pod.slot is None:
                 out += self._attach(rec, pod)
-                if pod.slot is not None and pod.facts.bound and not pod.slot.filled:
-                    self._fill(pod.slot)
+                slot = self.pods[key].slot  # the one _attach gave it, if any (read anew: mypy keeps pod.slot None)
+                if slot is not None and pod.facts.bound and not slot.filled:
+                    self._fill(slot)
         out += self._check_running(rec, now)
         return out
 

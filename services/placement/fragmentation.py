@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, TypeVar
 
 import numpy as np
 
@@ -38,7 +38,7 @@ MAX_SHAPES = 128
 """GPU shapes the measure keeps: the most frequent (ties by shape). FGD keeps the "typical" ones that
 make up 95% of the pods; on the openb trace every shape helps (see bench/gpu_trace.md), so muster
 keeps them all up to this bound on the cost of rebuilding the mix (openb's lists have at most 126;
-docs/design.md has the figures)."""
+docs/design/placement.md, "fragmentation", has the figures)."""
 
 
 @dataclass
@@ -59,7 +59,7 @@ class MixArrays:
     """(Q, 1) devices each group needs with that room."""
     needs: np.ndarray
     """(G, 1) distinct per-device needs in thousandths (1000 for whole GPUs)."""
-    index: tuple[dict, dict, dict]
+    index: tuple[dict[tuple[int, int], int], dict[int, int], dict[int, int]]
     """Positions of each group, cpu level and memory level, to add a count in place."""
 
     def add(self, shape: Shape, count: int) -> bool:
@@ -153,7 +153,10 @@ def mix_arrays(counts: dict[Shape, int], limit: int = MAX_SHAPES) -> MixArrays:
     )
 
 
-def _positions(values: Iterable) -> dict:
+_P = TypeVar("_P", int, tuple[int, int])
+
+
+def _positions(values: Iterable[_P]) -> dict[_P, int]:
     """Distinct values in ascending order, each with its position."""
     return {v: i for i, v in enumerate(sorted(set(values)))}
 
@@ -165,7 +168,8 @@ def _group(shape: Shape) -> tuple[int, int]:
 
 def free_shares(device_rows: np.ndarray) -> np.ndarray:
     """Room per device in thousandths from the table's used shares (absent device slots have none)."""
-    return np.clip(gpu.FULL - device_rows, 0, None)
+    room: np.ndarray = np.clip(gpu.FULL - device_rows, 0, None)
+    return room
 
 
 def fragmentation(free: np.ndarray, cpu_free: np.ndarray, memory_free: np.ndarray, mix: MixArrays) -> np.ndarray:
@@ -240,4 +244,5 @@ def _measure(mix: MixArrays, weight: np.ndarray, below: np.ndarray, fits: np.nda
     """``F = Σ_m w_m · total - Σ_(m fits) w_m · (total - below_g(m))``: a fitting shape strands only rooms below its need."""
     hosts = fits[mix.group_need] >= mix.group_devices
     usable = np.where(hosts, total - below[mix.group_need], 0)
-    return mix.total * total - (weight * usable).sum(axis=0)
+    measure: np.ndarray = mix.total * total - (weight * usable).sum(axis=0)
+    return measure

@@ -38,10 +38,10 @@ class Placement:
 class GangAttempt:
     """What one try produced: the placements made (in the statement) and, if short, how short and why."""
 
+    gang: Gang
     placements: list[Placement] = field(default_factory=list)
     failed: int = 0
     total: int = 0
-    gang: Gang | None = None
     fit_error: str = ""
     """kube-scheduler's histogram for the first pod that did not fit ("" unless explained)."""
     capacity_short: bool = True

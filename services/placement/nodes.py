@@ -29,7 +29,7 @@ import numpy as np
 from services.placement import filters, fragmentation, gpu
 from services.placement.filters import Taint
 from shared.kernel import quantity as q
-from shared.kernel.model import PodSet
+from shared.kernel.model import ConstraintKey, PodSet
 
 DEFAULT_MAX_PODS = 110_000
 """kubelet's default ``maxPods`` (110), for Node objects that do not state ``pods``."""
@@ -112,7 +112,8 @@ class ScoreIndex:
 
     changed: list[int] = field(default_factory=list)
     """Rows whose usage changed, in order (charges and their undoing): what ``scores`` recomputes."""
-    kept: dict[tuple, _Scored] = field(default_factory=dict)
+    kept: dict[tuple[tuple[tuple[str, int], ...], int, str, ConstraintKey], _Scored] = field(default_factory=dict)
+    """(demand items, GPU share, strategy, constraint key) -> the vector kept for it."""
 
 
 @dataclass(frozen=True)
@@ -127,8 +128,12 @@ class NodeChange:
 
 def _node_fields(obj: Mapping[str, Any]) -> tuple[dict[str, str], tuple[Taint, ...], bool, dict[str, int]]:
     """(labels, taints, schedulable, allocatable) of a Node object, tolerant of malformed parts."""
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        meta = {}
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        spec = {}
     raw_labels = meta.get("labels")
     labels = {str(k): str(v) for k, v in raw_labels.items()} if isinstance(raw_labels, Mapping) else {}
     return labels, filters.parse_taints(spec.get("taints")), not bool(spec.get("unschedulable")), \
@@ -137,7 +142,9 @@ def _node_fields(obj: Mapping[str, Any]) -> tuple[dict[str, str], tuple[Taint, .
 
 def parse_allocatable(obj: Mapping[str, Any]) -> dict[str, int]:
     """``status.allocatable`` (else ``status.capacity``) in milli-units; bad quantities are skipped."""
-    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    status = obj.get("status")
+    if not isinstance(status, Mapping):
+        status = {}
     raw = status.get("allocatable") or status.get("capacity") or {}
     out: dict[str, int] = {}
     if isinstance(raw, Mapping):
@@ -192,8 +199,8 @@ class NodeTable:
         self.total_alloc: list[int] = [0] * width
         """Σ allocatable over present, schedulable nodes (what CapacityChanged reports); Python ints:
         a cluster-wide sum of memory in milli-bytes can exceed int64."""
-        self._masks: dict[tuple, np.ndarray] = {}
-        self._demands: dict[tuple, Demand] = {}
+        self._masks: dict[ConstraintKey, np.ndarray] = {}
+        self._demands: dict[tuple[tuple[tuple[str, int], ...], int], Demand] = {}
         self.mix = fragmentation.Mix()
         self._schedulable: int | None = None
         self.scored = ScoreIndex()
@@ -394,7 +401,8 @@ class NodeTable:
         self.free[g, i] = self.alloc[g, i] - self.used[g, i]
 
     def device_row(self, i: int) -> list[int]:
-        return self.gpu_used[i].tolist()
+        row: list[int] = self.gpu_used[i].tolist()
+        return row
 
     # ------------------------------------------------------------------ usage
     def demand(self, resources: Mapping[str, int], gpu_share: int = 0) -> Demand:
@@ -475,7 +483,7 @@ class NodeTable:
             self._masks[key] = mask
         return mask
 
-    def feasible(self, demand: Demand, static: np.ndarray, sl: slice) -> np.ndarray:
+    def feasible(self, demand: Demand, static: np.ndarray, sl: slice | np.ndarray) -> np.ndarray:
         ok = static[sl].copy()
         for c, amount in demand.filter:
             ok &= self.free[c, sl] >= amount

@@ -10,10 +10,12 @@ gate one of its literals, a GPU assignment a ``GpuAssignment`` or None, slots a 
 
 from __future__ import annotations
 
+from typing import get_args
+
 from shared.kernel.events import GangPlaced, GpuAssignment, PodAssigned, SlotAssignment
 from shared.kernel.fastmodel import built
 
-_GATES = frozenset(GangPlaced.model_fields["gate"].annotation.__args__)
+_GATES = frozenset(get_args(GangPlaced.model_fields["gate"].annotation))
 
 
 def _gpu_ok(gpu: object) -> bool:
@@ -34,6 +36,7 @@ def gang_placed(key: str, queue: str, kind: str, gate: str, slots: tuple[SlotAss
             and type(reason) is str and type(slots) is tuple and all(type(s) is SlotAssignment for s in slots)):
         return built(GangPlaced, {"key": key, "type": "GangPlaced", "queue": queue, "kind": kind, "gate": gate,
                                   "slots": slots, "reason": reason})
+    # Any other value is validated: a gate outside the Literal is refused here, which is why ``gate`` is a str.
     return GangPlaced(key=key, queue=queue, kind=kind, gate=gate, slots=slots, reason=reason)  # type: ignore[arg-type]
 
 

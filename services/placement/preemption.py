@@ -32,7 +32,7 @@ def eligible(victim: WorkloadRecord, preemptor: WorkloadRecord, now: float, min_
 
 def victim_order(candidates: Sequence[WorkloadRecord]) -> list[WorkloadRecord]:
     """Lowest priority first; within a priority the newest (latest start, else latest admission)."""
-    def key(w: WorkloadRecord) -> tuple:
+    def key(w: WorkloadRecord) -> tuple[int, float, int, str]:
         since = w.started_at if w.started_at is not None else w.admitted_at
         return (w.spec.priority, -since, -w.admitted_seq, w.spec.key)
     return sorted(candidates, key=key)

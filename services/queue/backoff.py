@@ -14,7 +14,7 @@ def delay(policy: Policy, attempts: int) -> float:
     exponent = max(attempts, 1) - 1
     if exponent > 62:  # 2**62 x any positive base is already far above any sane maximum
         return policy.backoff_max_seconds
-    return min(policy.backoff_base_seconds * (2 ** exponent), policy.backoff_max_seconds)
+    return min(policy.backoff_base_seconds * (1 << exponent), policy.backoff_max_seconds)  # 1 << e == 2 ** e, an int
 
 
 def requeue_at(policy: Policy, now: float, attempts: int) -> float:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 import math
 from operator import attrgetter
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypedDict, Union
 
 from services.queue import backoff, elastic, preemption
 from services.queue.ledger import Ledger
@@ -50,7 +50,10 @@ from shared.kernel.policy import Policy
 CYCLE = "cycle"
 _ORDER = attrgetter("order")
 
-Out = list[Any]
+Output = Union[Enqueued, BackedOff, Dequeued, ReclaimRequested, WorkloadWithdrawn, ElasticGranted, ElasticWaiting,
+               TimerSet, QueueRejected]
+"""What the queue emits (``shared.kernel.topology`` routes each)."""
+Out = list[Output]
 
 
 class QueueCore:
@@ -94,7 +97,7 @@ class QueueCore:
             "TimerFired": self._on_timer,
         }
 
-    def handle(self, env: Envelope) -> list[Any]:
+    def handle(self, env: Envelope) -> list[Output]:
         """Fold one inbox event; anything not addressed to the queue is ignored quietly."""
         handler = self._handlers.get(env.type)
         if handler is None:
@@ -906,14 +909,14 @@ class QueueCore:
         return self._seq
 
     # ------------------------------------------------------------------ read-only view
-    def status(self) -> dict[str, dict]:
+    def status(self) -> dict[str, QueueStatus]:
         """Per queue: usage (rolled up), guarantee, limit, fair share, active, pending, backoff."""
         snap = Snapshot.take(self.tree, self._ledger, self._capacity)  # what is held, credits aside
         members: dict[str, list[Tracked]] = {}
         for w in self._workloads.values():
             members.setdefault(w.queue, []).append(w)
         names = sorted(dict.fromkeys([*self.tree.names(), *members, *snap.usage]))
-        view: dict[str, dict] = {}
+        view: dict[str, QueueStatus] = {}
         for name in names:
             spec = self.tree.get(name)
             mine = members.get(name, [])
@@ -934,6 +937,32 @@ class QueueCore:
                 "backoff": [{"workload": w.key, "requeue_at": w.requeue_at} for w in resting],
             }
         return view
+
+
+class PendingEntry(TypedDict):
+    workload: str
+    position: int
+    """1 for the queue's head."""
+
+
+class BackoffEntry(TypedDict):
+    workload: str
+    requeue_at: float | None
+
+
+class QueueStatus(TypedDict):
+    """One queue of ``QueueCore.status``: read by ``muster explain`` and the scheduling metrics."""
+
+    exists: bool
+    parent: str | None
+    state: str | None
+    usage: dict[str, int]
+    guarantee: dict[str, int]
+    limit: dict[str, int]
+    fair_share: dict[str, int]
+    active: list[str]
+    pending: list[PendingEntry]
+    backoff: list[BackoffEntry]
 
 
 def _resting(w: Tracked, now: float) -> bool:

@@ -8,15 +8,19 @@ spec and books it again afterwards (``Ledger.moving``).
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, TypeVar
 
 from services.queue.workload import Tracked
 
 Resources = dict[str, int]
 
 
-def _shift(target: dict[str, Resources], queue: str, amounts: Mapping[str, int], sign: int) -> None:
-    bucket = target.setdefault(queue, {})
+_K = TypeVar("_K", str, int)
+
+
+def _shift(target: dict[_K, Resources], key: _K, amounts: Mapping[str, int], sign: int) -> None:
+    """Add ``sign`` x ``amounts`` to ``target``'s bucket of ``key`` (a queue, or a priority within one)."""
+    bucket = target.setdefault(key, {})
     for name, value in amounts.items():
         bucket[name] = bucket.get(name, 0) + sign * value
 

@@ -130,7 +130,7 @@ def _floor_kept(usage: Mapping[str, int], demand: Mapping[str, int], queue: Queu
     return True
 
 
-def above_guarantee(usage: Mapping[str, int], queue: QueueSpec | None, need: Mapping[str, int]) -> bool:
+def above_guarantee(usage: Mapping[str, int], queue: QueueSpec | None, need: Iterable[str]) -> bool:
     """Above its guarantee, or its Volcano ``deserved`` where it has one, on a needed resource: it lends."""
     if queue is None:
         return False
@@ -194,7 +194,7 @@ def choose_victims(needs: Mapping[str, Mapping[str, int]], running: list[Running
     refusal = ""
     by_guarantee = False
     while need.left:
-        best: tuple[tuple, str, Running] | None = None
+        best: tuple[tuple[float, int, float, int, str], str, Running] | None = None  # (rank, queue, victim)
         for name in sorted(pool):
             wanted = need.wanted(name)
             if not wanted:

@@ -24,10 +24,19 @@ A waiting workload is out of its queue's pending index (``Ledger.parked``), so a
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Iterable
+from typing import Callable, Hashable, Iterable, TypeVar
 
 from services.queue.ledger import Ledger
 from services.queue.workload import Tracked
+
+
+Order = tuple[int, float, str]
+"""``Tracked.order``: the queue order of a waiting workload."""
+Entry = tuple[Order, int, str]
+"""A heap entry: (order, park number, workload key)."""
+_At = TypeVar("_At", bound=Hashable)
+Shape = tuple[bool, tuple[tuple[str, int], ...]]
+"""(preemptible, sorted demand): waiters of one shape are interchangeable for a release."""
 
 
 class RoomWaits:
@@ -36,7 +45,7 @@ class RoomWaits:
     def __init__(self, ledger: Ledger, attr: str = "room_key") -> None:
         self._ledger = ledger
         self._attr = attr
-        self._heaps: dict[str, list[tuple[tuple[int, float, str], int, str]]] = {}
+        self._heaps: dict[str, list[Entry]] = {}
         """Key -> heap of (order, park number, workload key); stale entries are skipped."""
         self._parked: dict[str, tuple[str, int]] = {}
         """Workload key -> (key, park number) while it waits."""
@@ -58,7 +67,7 @@ class RoomWaits:
         with self._ledger.moving(w):
             setattr(w, self._attr, key)
 
-    def _push(self, w: Tracked, key: str, entry: tuple[tuple[int, float, str], int, str]) -> None:
+    def _push(self, w: Tracked, key: str, entry: Entry) -> None:
         """Index a workload just parked under ``key``: (its order, park number, key) in the key's heap."""
         heapq.heappush(self._heaps.setdefault(key, []), entry)
         self._under[key] = self._under.get(key, 0) + 1
@@ -85,7 +94,7 @@ class RoomWaits:
         if not self._stale(self._under, key, key, self._heaps.get(key)):
             self._heaps.pop(key, None)
 
-    def _stale(self, live: dict[Any, int], at: Any, key: str, heap: list[tuple[Any, int, str]] | None) -> bool:
+    def _stale(self, live: dict[_At, int], at: _At, key: str, heap: list[Entry] | None) -> bool:
         """One entry of ``heap`` (parked under ``key``, its live entries counted in ``live[at]``) went
         stale; False when none is live any more, for the caller to drop the heap: a heap nobody waits in
         goes (a shape no release names again would keep its entries for months), and one mostly of stale
@@ -150,21 +159,21 @@ class QuotaWaits(RoomWaits):
 
     def __init__(self, ledger: Ledger) -> None:
         super().__init__(ledger, "quota_key")
-        self._shapes: dict[str, dict[str, dict[tuple, list[tuple[tuple[int, float, str], int, str]]]]] = {}
+        self._shapes: dict[str, dict[str, dict[Shape, list[Entry]]]] = {}
         """Level -> leaf queue -> (preemptible, demand) -> heap of (order, park number, workload key)."""
-        self._live: dict[tuple[str, str, tuple], int] = {}
+        self._live: dict[tuple[str, str, Shape], int] = {}
         """Live (not stale) entries per heap, so a heap of mostly stale entries is rebuilt."""
-        self._where: dict[str, tuple[str, tuple]] = {}
+        self._where: dict[str, tuple[str, Shape]] = {}
         """Workload key -> (leaf queue, shape) it was parked with."""
         self._woken: dict[tuple[str, str], dict[str, int]] = {}
         """(level, leaf queue) -> what the waiters woken there since the last cycle ask: the next release
         before that cycle counts them as taken (several releases in one instant wake no more than fits)."""
 
     @staticmethod
-    def _shape(w: Tracked) -> tuple:
+    def _shape(w: Tracked) -> Shape:
         return (w.spec.preemptible, tuple(sorted(w.demand.items())))
 
-    def _push(self, w: Tracked, key: str, entry: tuple[tuple[int, float, str], int, str]) -> None:
+    def _push(self, w: Tracked, key: str, entry: Entry) -> None:
         shape = self._shape(w)
         heapq.heappush(self._shapes.setdefault(key, {}).setdefault(w.queue, {}).setdefault(shape, []), entry)
         self._live[(key, w.queue, shape)] = self._live.get((key, w.queue, shape), 0) + 1
@@ -186,7 +195,7 @@ class QuotaWaits(RoomWaits):
                 if not leaves:
                     self._shapes.pop(key, None)
 
-    def _first(self, key: str, heap: list) -> tuple | None:
+    def _first(self, key: str, heap: list[Entry]) -> Entry | None:
         while heap and self._parked.get(heap[0][2]) != (key, heap[0][1]):
             heapq.heappop(heap)
         return heap[0] if heap else None

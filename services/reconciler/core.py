@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Sequence
 
 from shared.kernel import kube
 from shared.kernel.events import (
@@ -88,7 +88,7 @@ class _Workload:
 
 
 class ReconcilerCore:
-    """Folds decisions into Kubernetes effects; see docs/design.md, "reconciler"."""
+    """Folds decisions into Kubernetes effects; see docs/design/reconciler.md."""
 
     service = "reconciler"
     TOMBSTONE_SECONDS = 600.0
@@ -128,7 +128,7 @@ class ReconcilerCore:
             "QueueRemoved": self._on_queue_removed,
         }
 
-    def handle(self, env: Envelope) -> list[KubeEffect | TimerSet]:
+    def handle(self, env: Envelope) -> Sequence[KubeEffect | TimerSet]:
         """Effects for one inbox event; a redelivered envelope id yields nothing. Status of queue
         objects and PodGroups (``status.StatusBook``) is written when its timer fires."""
         if not self._seen.add(env.id, env.source):
@@ -141,9 +141,9 @@ class ReconcilerCore:
         if self._gone and self._late(env):
             return []
         handler = self._handlers.get(env.type)
-        out: list[KubeEffect | TimerSet] = handler(env.payload, env.occurred_at) if handler else []  # a new list
+        out: list[KubeEffect] = handler(env.payload, env.occurred_at) if handler else []  # a new list
         timers = self.status.observe(env)
-        return out + timers if timers else out
+        return [*out, *timers] if timers else out
 
     def _late(self, env: Envelope) -> bool:
         """An event about a deleted workload that is no new incarnation of it: the queue or placement
@@ -151,11 +151,11 @@ class ReconcilerCore:
         kube-scheduler's cache refuses for a pod it no longer holds, it is dropped whole: it would
         write on an object that is gone and bring back the state dropped with it."""
         p = env.payload
-        key = getattr(p, "key", None)
+        key: str | None = getattr(p, "key", None)
         if key is None:
             workload = getattr(p, "workload", None)
             key = workload.key if workload is not None else None
-        if key not in self._gone:
+        if key is None or key not in self._gone:
             return False
         if env.type in _REBORN:
             del self._gone[key]

@@ -175,7 +175,7 @@ def observe(change: Change, obj: Mapping[str, Any]) -> ObjectChanged:
               "object": keep}
     if change in _CHANGES and all(type(k) is str for k in keep):  # all validation would do: copy ``keep``
         return built(ObjectChanged, fields)
-    return ObjectChanged(**fields)
+    return ObjectChanged.model_validate(fields)  # refused or coerced as the fields' own types say
 
 
 _CHANGES = frozenset(get_args(Change))

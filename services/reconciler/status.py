@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.kernel import quantity as q
-from shared.kernel.events import Envelope, KubeEffect, TimerSet, derive_id, kube_effect
+from shared.kernel.events import Envelope, KubeEffect, QueueDefined, QueueRemoved, TimerSet, derive_id, kube_effect
 from shared.kernel.model import QueueSource, QueueSpec
 from shared.kernel.policy import Policy
 from shared.kernel.projection import IN_QUEUE_STATES, NOT_LIVE, QueueSums, ResultProjection, WorkloadView
@@ -160,16 +160,18 @@ class StatusBook:
     def observe(self, env: Envelope) -> list[TimerSet]:
         """Fold one envelope; a timer for the next flush when something changed and none is set."""
         p = env.payload
-        key = getattr(p, "key", None) or getattr(getattr(p, "workload", None), "key", None)
+        key: str | None = getattr(p, "key", None) or getattr(getattr(p, "workload", None), "key", None)
         fold = self.view
         workloads = fold.workloads  # one dict for the view's life: ``apply`` adds and forgets in it
         before = workloads.get(key) if key else None
         queue_before = before.queue if before is not None else None
         fold.apply(env)
         view = workloads.get(key) if key else None
-        if env.type in ("QueueDefined", "QueueRemoved"):
-            self._queues[p.queue.name if env.type == "QueueDefined" else p.name] = None
-        elif view is not None:
+        if isinstance(p, QueueDefined):
+            self._queues[p.queue.name] = None
+        elif isinstance(p, QueueRemoved):
+            self._queues[p.name] = None
+        elif key and view is not None:  # (a view is found only by a key)
             self._workloads[key] = None
             for queue in (queue_before, view.queue):
                 if queue:
@@ -188,7 +190,8 @@ class StatusBook:
         workloads, self._workloads = self._workloads, {}
         specs = self.view.queues
         touched: dict[str, None] = {}
-        for name in queues:
+        for queue in queues:
+            name: str | None = queue
             seen: list[str] = []
             while name is not None and name not in seen and name in specs:
                 seen.append(name)

@@ -7,14 +7,24 @@ Timers are ``TimerSet`` payloads; the runtime answers with a ``TimerFired`` enve
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol, Sequence
 
 from shared.kernel.events import Envelope
+
+
+class Emitted(Protocol):
+    """A payload a core emits: ``events.wrap`` envelopes it by its type and subject."""
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def subject(self) -> str: ...
 
 
 class Core(Protocol):
     service: str
 
-    def handle(self, env: Envelope) -> list[Any]:
+    def handle(self, env: Envelope) -> Sequence[Emitted]:
         """Fold one inbox event; return the payloads to publish (the runtime envelopes them)."""
         ...

@@ -30,7 +30,8 @@ what reaches into pydantic's internals; this module holds the contract alone.
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated, Any, Callable, Literal, Union
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
@@ -372,8 +373,8 @@ class KubeEffect(Frozen):
         return f"{self.kind}/{self.namespace}/{self.name}"
 
 
-_EFFECT_OPS = frozenset(KubeEffect.model_fields["op"].annotation.__args__)
-_EVENT_TYPES = frozenset(KubeEffect.model_fields["event_type"].annotation.__args__)
+_EFFECT_OPS = frozenset(get_args(KubeEffect.model_fields["op"].annotation))
+_EVENT_TYPES = frozenset(get_args(KubeEffect.model_fields["event_type"].annotation))
 
 
 def kube_effect(op: str, kind: str, namespace: str, name: str, *, api_version: str = "", node: str = "",
@@ -398,6 +399,7 @@ def kube_effect(op: str, kind: str, namespace: str, name: str, *, api_version: s
             "api_version": api_version, "node": node, "annotations": dict(annotations), "status": dict(status),
             "reason": reason, "message": message, "event_type": event_type,
         })
+    # Anything else is validated: an op or event type outside its Literal is refused here (why they are str).
     return KubeEffect(op=op, kind=kind, namespace=namespace, name=name, api_version=api_version,  # type: ignore[arg-type]
                       node=node, annotations=annotations, status=status, reason=reason, message=message,
                       event_type=event_type)  # type: ignore[arg-type]

@@ -4,8 +4,6 @@ Pure helpers over plain dicts as the API server returns them: labels KubeRay put
 pod-resource arithmetic Kubernetes and KubeRay use, and how a pod maps back to its workload.
 """
 
-from __future__ import annotations
-
 import copy
 from collections.abc import Mapping as AbcMapping
 from typing import Any, Mapping
@@ -207,8 +205,9 @@ def rayjob_of_cluster(cluster: Mapping[str, Any]) -> str:
         return name
     owners = m.get("ownerReferences")
     for owner in owners if isinstance(owners, list) else []:
-        if isinstance(owner, AbcMapping) and owner.get("kind") == "RayJob" and isinstance(owner.get("name"), str):
-            return owner["name"]
+        job = owner.get("name") if isinstance(owner, AbcMapping) and owner.get("kind") == "RayJob" else None
+        if isinstance(job, str):
+            return job
     return ""
 
 

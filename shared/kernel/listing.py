@@ -5,7 +5,7 @@ the cluster link was down, or during a watch gap the link closes by listing agai
 dropped connection), is simply absent from the next list; a link that restarted remembers nothing
 to compare with. client-go's informers solve this in ``DeltaFIFO.Replace``: after a list, every key
 the store knew that the list lacks is queued as a deletion, ``DeletedFinalStateUnknown`` carrying
-the last state the store had (docs/design.md, "Deletions nobody watched").
+the last state the store had (docs/design/runtime.md, "Deletions nobody watched").
 
 muster does the same in the cores, where the knowledge is: after each list of a resource the link
 publishes ``ObjectsListed`` (the keys that exist, in parts, the last one marked) right after the

@@ -20,17 +20,28 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+TolerationOperator = Literal["Equal", "Exists"]
+AffinityOperator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
+QueueState = Literal["Open", "Closed", "Closing"]
+
+
 class Toleration(Frozen):
     key: str = ""
-    operator: Literal["Equal", "Exists"] = "Equal"
+    operator: TolerationOperator = "Equal"
     value: str = ""
     effect: str = ""
 
 
 class MatchExpression(Frozen):
     key: str
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    operator: AffinityOperator
     values: tuple[str, ...] = ()
+
+
+ConstraintKey = tuple[tuple[tuple[str, str], ...], tuple[Toleration, ...], tuple[tuple[MatchExpression, ...], ...]]
+"""``PodSet.constraint_key``: node selector (sorted items), tolerations, required affinity terms."""
+Shape = tuple[tuple[tuple[str, int], ...], int, ConstraintKey]
+"""``PodSet.shape``: requests (sorted items), GPU share, constraint key."""
 
 
 class PodSet(Frozen):
@@ -59,12 +70,12 @@ class PodSet(Frozen):
     """The Volcano task its pods name (``volcano.sh/task-spec``): pods of another task never fill its slots."""
 
     @property
-    def constraint_key(self) -> tuple:
+    def constraint_key(self) -> ConstraintKey:
         """Everything that restricts which nodes may host this pod set (used to cache filters)."""
         return (tuple(sorted(self.node_selector.items())), self.tolerations, self.affinity)
 
     @property
-    def shape(self) -> tuple:
+    def shape(self) -> Shape:
         """What makes two pods interchangeable: requests, GPU share and node constraints."""
         return (tuple(sorted(self.resources.items())), self.gpu_share, self.constraint_key)
 
@@ -222,7 +233,7 @@ class QueueSpec(Frozen):
     KAI's fractional ``overQuotaWeight`` (0.4 → 400) stays exact; Volcano's integer ``weight`` × 1000."""
     priority: int = 0
     reclaimable: bool = True
-    state: Literal["Open", "Closed", "Closing"] = "Open"
+    state: QueueState = "Open"
     namespaces: tuple[str, ...] = ()
     min_runtime: float | None = None
     """Seconds a workload of this queue runs before it may be preempted or reclaimed (None: policy)."""

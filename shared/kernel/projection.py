@@ -21,6 +21,9 @@ from shared.kernel.model import Gang, QueueSpec, shrunk
 _IGNORE_REST = ConfigDict(extra="ignore")
 
 
+# pydantic reads a TypedDict's config from ``__pydantic_config__`` (its documented way), a key that
+# mypy takes for a TypedDict field with a value [misc]; ``_or_as_is`` builds each field's type at
+# import, which mypy cannot read [valid-type].
 class _MetaRead(TypedDict, total=False):
     __pydantic_config__ = _IGNORE_REST  # type: ignore[misc]
     namespace: Any
@@ -54,7 +57,7 @@ class ObjectChangedRead(ObjectChanged):
     """``ObjectChanged`` with only ``ObjectRead`` of its object: what a reader that only folds
     (the history store's projector) needs to build, a third of a watch event's decoding."""
 
-    object: ObjectRead  # type: ignore[assignment]
+    object: ObjectRead  # type: ignore[assignment]  # narrows the field to what the fold reads, on purpose
 
 
 class EnvelopeRead(Envelope):
@@ -65,8 +68,9 @@ class EnvelopeRead(Envelope):
     """Ids are never the same twice: caching every string (pydantic's default), not only keys,
     costs more than it saves (a twentieth of a decode)."""
 
-    payload: Annotated[  # type: ignore[assignment]
-        Union[tuple(ObjectChangedRead if t is ObjectChanged else t for t in get_args(get_args(Payload)[0]))],
+    # A union of Payload's members computed at import (ObjectChanged's replaced), which mypy cannot read.
+    payload: Annotated[
+        Union[tuple(ObjectChangedRead if t is ObjectChanged else t for t in get_args(get_args(Payload)[0]))],  # type: ignore[valid-type]
         Field(discriminator="type")]
 
 
@@ -89,7 +93,8 @@ class PodView:
     gone: bool = False
 
     def bound_at(self, t: float) -> bool:
-        return any(start <= t and (end is None or end > t) for start, end in self.bound)
+        # Each interval is [start, end]: start always a time, end None while the pod is still bound.
+        return any(start is not None and start <= t and (end is None or end > t) for start, end in self.bound)
 
     def as_json(self) -> dict[str, Any]:
         return {"name": self.name, "pod_set": self.pod_set, "node": self.node, "gpu": self.gpu,
@@ -297,8 +302,9 @@ class ResultProjection:
         handler = self._handlers.get(env.type)
         if handler is not None:
             handler(self, env.payload, at)
-            if self._folded is not None:
-                self.hold(self._folded)
+            folded = self.folded  # the handler's: read anew (mypy keeps the None set above otherwise)
+            if folded is not None:
+                self.hold(folded)
 
     @property
     def folded(self) -> WorkloadView | None:

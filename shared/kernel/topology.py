@@ -6,7 +6,9 @@ reconciler's apply adapter, or the simulated cluster); ``clock`` answers ``Timer
 
 from __future__ import annotations
 
-from shared.kernel.events import Envelope
+from typing import Any
+
+from shared.kernel.events import Envelope, ObjectChanged, ObjectsListed
 from shared.kernel.kube import REFUSED, ray_labelled
 
 SERVICES = ("admission", "queue", "placement", "reconciler")
@@ -53,13 +55,15 @@ _POD_GONE = ("admission", "placement", "reconciler")
 the pods that exist, not every pod a long-lived workload ever had)."""
 
 
-def admission_reads_pod(obj: dict, change: str = "Added") -> bool:
+def admission_reads_pod(obj: dict[str, Any], change: str = "Added") -> bool:
     """Every pod but KubeRay's: a plain pod may be a gang member or a gang of one (admission decides by
     its labels and ``spec.schedulerName``); KubeRay's pods belong to their RayCluster / RayJob. Of
     those, admission reads the ones ingest refused (it rejects their workload naming the pod) and
     deletions (a refused pod that is gone no longer holds its workload back)."""
     meta = obj.get("metadata")
-    labels = meta.get("labels") if isinstance(meta, dict) else None
+    if not isinstance(meta, dict):
+        return True
+    labels = meta.get("labels")
     if not (isinstance(labels, dict) and ray_labelled(labels)):
         return True
     annotations = meta.get("annotations")
@@ -76,8 +80,8 @@ def destinations(env: Envelope) -> tuple[str, ...]:
     targets = ROUTES.get(kind)
     if targets is not None:
         return targets
-    if kind == "ObjectChanged":
-        p = env.payload
+    p = env.payload
+    if isinstance(p, ObjectChanged):  # its type is "ObjectChanged": the envelope agrees with its payload
         if p.kind == "Node":
             return _PLACEMENT
         if p.kind != "Pod":
@@ -85,8 +89,7 @@ def destinations(env: Envelope) -> tuple[str, ...]:
         if p.change == "Deleted":
             return _POD_GONE
         return _BOTH if admission_reads_pod(p.object, p.change) else _PLACEMENT
-    if kind == "ObjectsListed":  # a listing: to every core holding that kind (``shared.kernel.listing``)
-        p = env.payload
+    if isinstance(p, ObjectsListed):  # a listing: to every core holding that kind (``shared.kernel.listing``)
         return _PLACEMENT if p.kind == "Node" else _BOTH if p.kind == "Pod" else _ADMISSION
     if kind == "TimerFired":
         return ()

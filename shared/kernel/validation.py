@@ -11,9 +11,18 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping, TypeGuard, TypeVar
 
 from pydantic import ValidationError
+
+
+_T = TypeVar("_T")
+
+
+def one_of(value: object, allowed: Collection[_T]) -> TypeGuard[_T]:
+    """``value in allowed``, which tells the type checker that ``value`` is one of them (the strings
+    of a ``Literal``, read from user input)."""
+    return value in allowed
 
 
 def first_errors(exc: ValidationError, most: int = 3, *, values: bool = False) -> str:

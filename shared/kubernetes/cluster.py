@@ -1,8 +1,9 @@
 """``muster run cluster``: the stack's link to a real Kubernetes API server.
 
 Two loops, neither deciding anything, each in a process of its own (two cores: one event loop
-could not do both under load, ``shared.kubernetes.cluster_watch``): the Faust app (group ``<prefix>cluster``,
-the Lease, ``/metrics`` and ``/readyz``) applies effects and starts the watching process beside it.
+could not do both under load, ``shared.kubernetes.cluster_watch``): the Faust app
+(``shared.kubernetes.app``: group ``<prefix>cluster``, the Lease, ``/metrics`` and ``/readyz``)
+applies effects and starts the watching process beside it.
 
 - **watch → inboxes** (the watching process): ``Watcher`` lists and watches every resource admission
   and placement read; each change becomes an ``ObjectChanged`` envelope (``ingest.watch_envelope``:
@@ -49,7 +50,7 @@ from shared.kubernetes.kubeapi import KubeApplier, Refused, Transient, Watcher, 
 from shared.kubernetes.lease import LeaseElector, LeaseKeeper
 from shared.kubernetes.resources import RAY_CLUSTER, RAY_JOB, WATCHED, Resource
 from shared.runtime.bus import codec, stagetrace
-from shared.runtime.bus.app import BATCH, BATCH_WAIT, FaustProducer, MusterApp, PartitionReader, base_app, cancelled
+from shared.runtime.bus.app import BATCH, BATCH_WAIT, PartitionReader, cancelled
 from shared.runtime.bus.codec import BadRecord
 from shared.runtime.bus.config import BusConfig
 from shared.runtime.bus.topics import Topics
@@ -632,55 +633,3 @@ class EffectsReader(PartitionReader):
         committed = await consumer.committed(self.tp)
         self._in_order.next = committed if committed is not None else \
             (await consumer.beginning_offsets([self.tp]))[self.tp]
-
-
-class ClusterApp(MusterApp):
-    """``muster run cluster``'s app: Faust runs the process and the producer, ``EffectsReader`` the
-    effects (Faust's own consumer is not started)."""
-
-    producer_only = True
-    muster_effects: EffectsReader | None = None
-
-    async def on_stop(self) -> None:
-        if self.muster_effects is not None:
-            await self.muster_effects.stop()  # before the producer its dead letters go out with stops
-        await super().on_stop()
-
-
-def cluster_app(config: BusConfig, target: KubeTarget, *, sink: Any = None, loglevel: str = "info") -> MusterApp:
-    """The app behind ``muster run cluster`` (which takes the Lease first: ``take_lease``); with a
-    ``sink`` (tracing on) each effect applied is a span; ``loglevel`` is the watching process's."""
-    app = base_app(f"{config.prefix}cluster", config, cls=ClusterApp)
-    stagetrace.start("cluster")
-    bridge = ClusterBridge(config.topics)
-    if sink is not None:
-        from shared.observability.tracing.live import HopTracer
-
-        bridge.tracer = HopTracer("cluster", sink, topic=config.topics.effects, group=f"{config.prefix}cluster")
-    app.muster_bridge = bridge  # type: ignore[attr-defined]
-    producer = FaustProducer(app)
-    effects = EffectsReader(config, bridge, producer)
-    app.muster_effects = effects  # type: ignore[attr-defined]
-
-    async def apply_effects_once() -> None:
-        api = await target.connect()
-        bridge.connect(api)
-        try:
-            await effects.run()
-        finally:
-            await api.close()
-
-    @app.task
-    async def apply_effects() -> None:
-        await bridge.supervised("applying effects", apply_effects_once)
-
-    from shared.kubernetes.cluster_watch import WatchProcess
-
-    watcher = WatchProcess(config, target, bridge, loglevel=loglevel)
-    app.muster_watcher = watcher  # type: ignore[attr-defined]
-
-    @app.task
-    async def watch_and_publish() -> None:  # in a process of its own: shared.kubernetes.cluster_watch
-        await bridge.supervised("watching and publishing", watcher.run)
-
-    return app

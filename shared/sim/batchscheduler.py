@@ -14,7 +14,7 @@ for every RayCluster and RayJob, at three points; the simulated KubeRay (``kuber
 - ``completion(job, cluster)``: ``CleanupOnCompletion``, when a RayJob finishes (Volcano resizes
   the job's PodGroup to what is left of its cluster).
 
-The plugins, as of KubeRay v1.6 (cited in docs/design.md):
+The plugins, as of KubeRay v1.6 (cited in docs/design/simulator.md):
 
 =====================  ===================================  =========================================
 setting                pods get                             also

@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from shared.kernel.policy import Policy
 from shared.kernel.topology import SERVICES
-from shared.kubernetes.cluster import KubeTarget, cluster_app
+from shared.kubernetes.app import cluster_app
+from shared.kubernetes.cluster import KubeTarget
 from shared.observability.metrics import server
 from shared.observability.tracing.spans import SpanBuilder
 from shared.runtime.bus.app import service_app

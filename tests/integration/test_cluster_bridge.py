@@ -25,7 +25,8 @@ from shared.kernel import kube as k
 from shared.kernel.events import KubeEffect, wrap
 from shared.kernel.policy import Policy
 from shared.kernel.topology import SERVICES
-from shared.kubernetes.cluster import KubeTarget, cluster_app
+from shared.kubernetes.app import cluster_app
+from shared.kubernetes.cluster import KubeTarget
 from shared.runtime.bus import codec
 from shared.runtime.bus.app import ensure_topics, service_app
 from shared.runtime.bus.config import BusConfig

@@ -1,7 +1,7 @@
 """The cluster link's requests against the real API server, where tests/kubeapi.py once answered:
 effects on workloads, queues and pods (bindings, evictions with a PodDisruptionBudget or a terminating
 victim in the way), status written where the CRD keeps it, Events, refusals by the real authorizer,
-lists and watches. docs/design.md "What the real API server taught us" lists what differed.
+lists and watches. docs/design/runtime.md, "What the real API server taught us", lists what differed.
 
 The module empties the session's cluster once and gives it two nodes; each test works in a namespace
 of its own (and names its cluster-scoped objects after it), so no test waits for a reset.

@@ -28,7 +28,8 @@ from shared.audit.timeorder import backwards
 from shared.history.query import workload_history
 from shared.kernel.policy import Policy
 from shared.kernel.topology import SERVICES
-from shared.kubernetes.cluster import KubeTarget, cluster_app
+from shared.kubernetes.app import cluster_app
+from shared.kubernetes.cluster import KubeTarget
 from shared.parts import kwok
 from shared.parts.devcluster import DevCluster
 from shared.runtime.bus.app import ensure_topics, service_app

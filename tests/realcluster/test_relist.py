@@ -20,7 +20,8 @@ from shared.audit.timeorder import backwards
 from shared.history.query import queue_report, workload_history
 from shared.kernel.policy import Policy
 from shared.kernel.topology import SERVICES
-from shared.kubernetes.cluster import KubeTarget, cluster_app
+from shared.kubernetes.app import cluster_app
+from shared.kubernetes.cluster import KubeTarget
 from shared.parts.devcluster import DevCluster
 from shared.runtime.bus.app import ensure_topics, service_app
 from shared.runtime.bus.config import BusConfig

@@ -511,7 +511,7 @@ class PartitionReader:
 
     This was reverted once because the fault test then lost a workload's deletion; the deletion had
     happened while the test had the cluster link SIGKILLed, and a restarted link lists only what
-    exists (docs/design.md, "Inbox readers assign their partition"). The join's 3 s per restart
+    exists (docs/design/runtime.md, "Inbox readers assign their partition"). The join's 3 s per restart
     had only moved the test's binds away from that kill."""
 
     def __init__(self, config: BusConfig, group: str, topic: str, name: str, *, batch: int = BATCH,

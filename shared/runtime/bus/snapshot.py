@@ -223,8 +223,8 @@ class ForkedCapture:
     writes the bytes to a pipe and leaves with ``os._exit`` (no atexit handler, no finalizer, no
     flush of the parent's buffers, nothing of the parent's loop, sockets or logging touched). The
     parent reads the pipe from its event loop and reaps the child without blocking the loop; the
-    child's CPU time (``wait4``) is what the capture cost. docs/design.md says why forking a process
-    that has threads is safe here."""
+    child's CPU time (``wait4``) is what the capture cost. docs/design/runtime.md ("Snapshots encoded
+    in a forked child") says why forking a process that has threads is safe here."""
 
     def __init__(self, pid: int, fd: int, stall: float) -> None:
         self.pid, self.fd, self.stall = pid, fd, stall
