@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import get_args
 
-from shared.kernel.events import GangPlaced, GpuAssignment, PodAssigned, SlotAssignment, built
+from shared.kernel.events import GangPlaced, GpuAssignment, PodAssigned, SlotAssignment
+from shared.kernel.fastmodel import built
 
 _GATES = frozenset(get_args(GangPlaced.model_fields["gate"].annotation))
 

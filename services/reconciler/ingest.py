@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Literal, get_args
 
 from shared.kernel import kube
-from shared.kernel.events import SCHEMA_VERSION, Envelope, ObjectChanged, ObjectsListed, built, derive_id
+from shared.kernel.events import SCHEMA_VERSION, Envelope, ObjectChanged, ObjectsListed, derive_id
+from shared.kernel.fastmodel import built
 from shared.kernel.kube import REFUSED, meta
 from shared.kernel.validation import MAX_BYTES, dns1123_subdomain, label_value, object_problem, tree_problem
 

@@ -54,6 +54,7 @@ from shared.kernel.policy import Policy
 from shared.kernel.topology import ROUTES, SERVICES, destinations
 from shared.kernel.validation import first_errors
 from shared.runtime.build import code_digest, muster_version
+from shared.runtime.clock import Instant, armed_as
 from shared.runtime.cores import CORE_CLASSES
 from shared.runtime.service import Service
 
@@ -69,15 +70,15 @@ class Router:
     What it remembers is bounded by the timers pending, not by the log's length: a ``TimerSet`` is
     kept until a ``TimerFired`` answers it, then among the last ``window`` settled ones (a copy of
     a ``TimerFired`` — a restarted clock fires again, under the same id — still goes to its service,
-    whose dedupe window drops it). A clock arms one timer per service, key and instant (``at``, or
-    the time it was set if later: ``shared.runtime.embedded``, ``shared.runtime.bus.worker.Clock``), so a second
-    ``TimerSet`` of a pending one's instant never fires: it settles with the one that does."""
+    whose dedupe window drops it). A clock arms one timer per service, key and instant
+    (``shared.runtime.clock.armed_as``), so a second ``TimerSet`` of a pending one's instant never
+    fires: it settles with the one that does."""
 
     def __init__(self, window: int = DEDUPE_WINDOW) -> None:
         self.window = window
-        self._pending: dict[str, tuple[str, tuple[str, str, float]]] = {}
+        self._pending: dict[str, tuple[str, Instant]] = {}
         """``TimerSet`` id -> (its source, its instant: source, key, when it fires), until answered."""
-        self._instants: dict[tuple[str, str, float], list[str]] = {}
+        self._instants: dict[Instant, list[str]] = {}
         """Instant -> the ids of the pending ``TimerSet``s for it (one fires; the others are copies)."""
         self._settled: dict[str, str] = {}
         """Answered ``TimerSet`` id -> its source, the last ``window`` (``_settled_order``, oldest first)."""
@@ -105,8 +106,7 @@ class Router:
 
     def timer_set(self, env: Envelope) -> None:
         """``env`` (a ``TimerSet``) is its source's: the ``TimerFired`` that answers it goes there."""
-        p = env.payload
-        instant = (env.source, p.key, max(p.at, env.occurred_at))
+        instant = armed_as(env)
         self._pending[env.id] = (env.source, instant)
         ids = self._instants.get(instant)
         if ids is None:
@@ -114,7 +114,7 @@ class Router:
         else:
             ids.append(env.id)
 
-    def _settle(self, instant: tuple[str, str, float]) -> None:
+    def _settle(self, instant: Instant) -> None:
         """The timer of ``instant`` fired: its ``TimerSet``s (the one answered and any copies) settle."""
         pending, settled, order = self._pending, self._settled, self._settled_order
         for timer in self._instants.pop(instant, ()):

@@ -20,18 +20,22 @@ service decides with, written when it starts with a policy its log does not show
 runtime: once, first), so a log names the policy that reproduces it (``shared.audit.replay``).
 
 Timers are events too: a core emits ``TimerSet``; the clock answers with ``TimerFired`` into the
-same service's inbox at that event time. Bump ``SCHEMA_VERSION`` on an incompatible change and add
-an upcaster in ``upcast``.
+same service's inbox at that event time (the clock rule: ``shared.runtime.clock``). Bump
+``SCHEMA_VERSION`` on an incompatible change and add an upcaster in ``upcast``.
+
+Envelopes are made (``wrap``) and written (``to_json``) by ``shared.kernel.fastmodel``, which holds
+what reaches into pydantic's internals; this module holds the contract alone.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args
+from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from shared.kernel.fastmodel import built, writer
 from shared.kernel.model import Frozen, QueueSpec, WorkloadSpec
 
 SCHEMA_VERSION = 1
@@ -521,28 +525,6 @@ def _hashed(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
-_T = TypeVar("_T")
-
-_new = object.__new__
-_set_dict, _set_fields_set, _set_extra, _set_private = (
-    BaseModel.__dict__[slot].__set__
-    for slot in ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"))
-"""The setters of ``BaseModel``'s slots, what ``object.__setattr__`` finds by name on every call (a
-fifth of ``built``'s time: it makes two models per watch event decoded and two per output)."""
-
-
-def built(cls: type[_T], values: dict[str, Any]) -> _T:
-    """A model of ``cls`` holding ``values`` — every field, in field order, of the types validation
-    leaves — as ``model_construct`` makes it with all fields given, at a fraction of its cost: every
-    output of every core is enveloped so, and decoders build the commonest records so."""
-    model = _new(cls)
-    _set_dict(model, values)
-    _set_fields_set(model, set(values))
-    _set_extra(model, None)
-    _set_private(model, None)
-    return model
-
-
 def wrap(payload: Any, *, source: str, cause: Envelope | None, index: int, at: float | None = None) -> Envelope:
     """Envelope a core's output: id from (source, cause id, index), time and correlation inherited."""
     if cause is None:
@@ -580,58 +562,11 @@ def upcast(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def to_json(env: Envelope) -> bytes:
-    """The envelope's JSON: every envelope on the bus and in a log, every decision a replay compares.
-
-    Written by a serializer of the envelope's own field schemas with the payload's class chosen
-    beforehand (``_dump_of``), which writes the same bytes as ``Envelope``'s at a third to a half of
-    its time (a watch event's object, 16 against 7 µs); any envelope not laid out as muster builds
-    one (another class, fields missing or in another order) goes through ``Envelope``'s own."""
-    fields = env.__dict__
-    if type(env) is Envelope and tuple(fields) == _FIELD_ORDER:
-        dump: _Dump | None = _DUMPS.get(type(fields["payload"]), _UNKNOWN)
-        if dump is _UNKNOWN:
-            dump = _dump_of(type(fields["payload"]))
-        if dump is not None:
-            return dump(fields)
-    return _ENVELOPE.dump_json(env)
-
-
-_FIELD_ORDER = tuple(Envelope.model_fields)
-_UNKNOWN: Any = object()
-_Dump = Callable[[dict[str, Any]], bytes]
-_DUMPS: dict[type[BaseModel], _Dump | None] = {}
-"""Payload class -> ``_dump_of`` it (None: ``Envelope``'s serializer writes it)."""
-
-
-def _dump_of(cls: type[BaseModel]) -> _Dump | None:
-    """The JSON writer of an envelope's fields (its ``__dict__``) whose payload is of ``cls``.
-
-    ``Envelope``'s serializer spends most of its time outside the fields (a model's writer, its
-    payload's tagged union), so this one is a typed dict of the very field schemas ``Envelope``'s
-    core schema holds, its payload the union's member for ``cls``, under ``Envelope``'s config
-    (non-finite numbers written as constants, nested models too, as in ``Envelope``'s): the same
-    writer of each field, so the same bytes. A typed dict writes the keys of the dict it is given in
-    their order, so ``to_json`` hands it only a ``__dict__`` holding exactly the fields in order.
-    None when ``cls`` is no payload type or the schema is not laid out so (another pydantic)."""
-    from pydantic_core import SchemaSerializer, core_schema
-
-    dump: _Dump | None = None
-    try:
-        tag = cls.model_fields["type"].default if cls in PAYLOAD_TYPES.values() else None
-        model = Envelope.__pydantic_core_schema__["schema"]
-        fields = model["schema"]["fields"]
-        if tag is not None and model["type"] == "model" and model["cls"] is Envelope and tuple(fields) == _FIELD_ORDER:
-            member = fields["payload"]["schema"]["choices"][tag]
-            if member["type"] == "model" and member["cls"] is cls:
-                schema = core_schema.typed_dict_schema(
-                    {name: core_schema.typed_dict_field(member if name == "payload" else field["schema"])
-                     for name, field in fields.items()}, config=model["config"])
-                dump = SchemaSerializer(schema, model["config"]).to_json
-    except (KeyError, TypeError, AttributeError):
-        dump = None
-    _DUMPS[cls] = dump
-    return dump
+to_json: Callable[[Envelope], bytes] = writer(Envelope, "payload")
+"""The envelope's JSON: every envelope on the bus and in a log, every decision a replay compares.
+The bytes of ``Envelope``'s own serializer (``model_dump_json``), written by a serializer of its
+field schemas with the payload's class chosen beforehand, at a third to a half of its time
+(``shared.kernel.fastmodel.writer``; the writer itself, not a call to it: one frame less a record)."""
 
 
 def from_json(data: bytes | str) -> Envelope:

@@ -18,10 +18,8 @@ dead-letter the record; the outputs are the same on both runtimes.
 
 from __future__ import annotations
 
-import heapq
 import logging
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from services.reconciler.ingest import observe
@@ -32,6 +30,7 @@ from shared.kernel.faults import Fault
 from shared.kernel.policy import Policy
 from shared.kernel.topology import SERVICES, WATCHED_KINDS, destinations
 from shared.runtime.build import policy_applied
+from shared.runtime.clock import Timer, Timers
 from shared.runtime.cores import build_cores
 from shared.runtime.service import Service, collect_less
 from shared.sim.cluster import SimCluster
@@ -51,16 +50,6 @@ RUNTIME = "runtime"
 
 class RunawayError(RuntimeError):
     """A single instant produced more deliveries than any sane scenario would (a feedback loop)."""
-
-
-@dataclass(order=True)
-class _Timer:
-    at: float
-    phase: int
-    seq: int
-    target: str = field(compare=False)
-    key: str = field(compare=False)
-    cause: Envelope | None = field(compare=False, default=None)
 
 
 class EmbeddedRuntime:
@@ -85,8 +74,8 @@ class EmbeddedRuntime:
         self.listeners: list[Listener] = []
         self.rounds = 0
         self._deliveries: list[Delivery] = []
-        self._timers: list[_Timer] = []
-        self._armed: set[tuple[str, str, float]] = set()
+        self._timers = Timers()
+        """The services' timers and the cluster's (``shared.runtime.clock``: one per target, key and instant)."""
         self._seq = 0
         self._limit = max_deliveries_per_instant
         self._delivered_at_instant = 0
@@ -123,13 +112,8 @@ class EmbeddedRuntime:
         return env
 
     def _arm(self, target: str, key: str, at: float, cause: Envelope | None, phase: int = _CORE_TIMER) -> None:
-        at = max(at, self.now)
-        marker = (target, key, at)
-        if marker in self._armed:
-            return
-        self._armed.add(marker)
-        self._seq += 1
-        heapq.heappush(self._timers, _Timer(at, phase, self._seq, target, key, cause))
+        if self._timers.arm(target, key, at, self.now, cause=cause, phase=phase):
+            self._seq += 1  # counted with the ingest index: the ids of watch events depend on it
 
     def _ingest(self) -> None:
         """Watch events and timer requests from the cluster become envelopes and timers."""
@@ -190,8 +174,7 @@ class EmbeddedRuntime:
             self.now = t
             self._delivered_at_instant = 0
 
-    def _fire(self, timer: _Timer) -> None:
-        self._armed.discard((timer.target, timer.key, timer.at))
+    def _fire(self, timer: Timer) -> None:
         if timer.target == "cluster":
             self.cluster.fire(timer.key, self.now)
             return
@@ -206,7 +189,8 @@ class EmbeddedRuntime:
         pending = deque(sorted(steps, key=lambda s: s[0]))
         while True:
             next_step = pending[0][0] if pending else float("inf")
-            next_timer = self._timers[0].at if self._timers else float("inf")
+            armed = self._timers.next_at()
+            next_timer = float("inf") if armed is None else armed
             t = min(next_step, next_timer)
             if t == float("inf") or t > until:
                 break
@@ -216,7 +200,9 @@ class EmbeddedRuntime:
                     pending.popleft()[1](self.now)
                     self.drain()
                 continue
-            self._fire(heapq.heappop(self._timers))
+            timer = self._timers.pop(t)
+            if timer is not None:
+                self._fire(timer)
             self.drain()
         self._advance(until)
 

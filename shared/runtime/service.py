@@ -24,7 +24,8 @@ import gc
 
 from shared.kernel.core import Core
 from shared.kernel.dedupe import DEDUPE_WINDOW, Seen
-from shared.kernel.events import Envelope, built, wrap
+from shared.kernel.events import Envelope, wrap
+from shared.kernel.fastmodel import built
 from shared.kernel.faults import Fault, describe, rejections
 from shared.observability.tracing.context import TraceContexts
 

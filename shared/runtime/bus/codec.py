@@ -25,7 +25,8 @@ import msgspec
 import pydantic_core
 from pydantic import ValidationError
 
-from shared.kernel.events import _ENVELOPE, SCHEMA_VERSION, Envelope, ObjectChanged, built, from_json, to_json, upcast
+from shared.kernel.events import _ENVELOPE, SCHEMA_VERSION, Envelope, ObjectChanged, from_json, to_json, upcast
+from shared.kernel.fastmodel import built
 from shared.kernel.projection import ENVELOPE_READ
 
 Headers = Sequence[tuple[str, bytes]]

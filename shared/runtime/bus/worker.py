@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import heapq
 import logging
 import time
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from shared.runtime.bus import codec
 from shared.runtime.bus.codec import BadRecord, Finished, Release
 from shared.runtime.bus.sequencing import Ordering
 from shared.runtime.bus.topics import Topics, key
+from shared.runtime.clock import Timers
 from shared.runtime.service import Service
 
 if TYPE_CHECKING:
@@ -116,6 +116,10 @@ class Producer(Protocol):
         ...
 
 
+_OWN = ""
+"""The target of every timer of a worker's ``Clock``: its service's (a ``TimerFired`` names no service)."""
+
+
 class Clock:
     """Pending timers of one service: ``TimerSet`` in, ``TimerFired`` out once due.
 
@@ -128,57 +132,46 @@ class Clock:
     def __init__(self, now: Callable[[], float] = time.time) -> None:
         self.now = now
         """The wall clock (a fixed one in tests)."""
-        self._heap: list[tuple[float, int, str, Envelope]] = []
-        self._armed: set[tuple[str, float]] = set()
-        self._seq = 0
+        self._timers = Timers()
+        """One service's timers (``shared.runtime.clock``): their target is that service, unnamed (``_OWN``)."""
         self._unsettled: dict[tuple[str, float], Envelope] = {}
         """Timers fired whose ``TimerFired`` was not read back from the inbox yet: a snapshot keeps
         them, so a crash before the copy landed fires them again (``shared.runtime.bus.snapshot``)."""
 
     def arm(self, timer_set: Envelope) -> None:
-        at = max(timer_set.payload.at, timer_set.occurred_at)
-        marker = (timer_set.payload.key, at)
-        if marker in self._armed:
-            return
-        self._armed.add(marker)
-        self._seq += 1
-        heapq.heappush(self._heap, (at, self._seq, timer_set.payload.key, timer_set))
+        """Arm the timer of ``timer_set``, set at its ``occurred_at`` (``shared.runtime.clock``)."""
+        self._timers.arm(_OWN, timer_set.payload.key, timer_set.payload.at, timer_set.occurred_at, cause=timer_set)
 
     def disarm(self, fired: Envelope) -> None:
         """A timer whose ``TimerFired`` the inbox holds (read live or in a replay): it fired, and
         must not fire again after a restart, long after the dedupe window forgot its id."""
-        marker = (fired.payload.key, fired.payload.due(fired.occurred_at))
-        self._armed.discard(marker)
-        self._unsettled.pop(marker, None)
+        key, at = fired.payload.key, fired.payload.due(fired.occurred_at)
+        self._timers.disarm(_OWN, key, at)
+        self._unsettled.pop((key, at), None)
 
     def state(self) -> list[Envelope]:
         """The ``TimerSet``s still to fire or fired unsettled, in arming order: all a snapshot needs."""
-        pending = sorted(((seq, cause) for at, seq, key, cause in self._heap if (key, at) in self._armed),
-                         key=lambda item: item[0])
-        return [cause for _, cause in pending] + list(self._unsettled.values())
+        return [timer.cause for timer in self._timers.pending()] + list(self._unsettled.values())
 
     def load(self, timer_sets: list[Envelope]) -> None:
         """Arm what ``state`` returned (on a fresh clock)."""
-        self._heap, self._armed, self._unsettled = [], set(), {}
+        self._timers, self._unsettled = Timers(), {}
         for timer_set in timer_sets:
             self.arm(timer_set)
 
     def next_at(self) -> float | None:
-        return self._heap[0][0] if self._heap else None
+        return self._timers.next_at()
 
     def due(self, now: float) -> list[Envelope]:
         out: list[Envelope] = []
-        while self._heap and self._heap[0][0] <= now:
-            at, _, timer_key, cause = heapq.heappop(self._heap)
-            if (timer_key, at) not in self._armed:
-                continue  # disarmed: it fired before a restart
-            self._armed.discard((timer_key, at))
-            self._unsettled[(timer_key, at)] = cause
-            out.append(wrap(TimerFired(key=timer_key, at=at), source="clock", cause=cause, index=0, at=max(at, now)))
+        while (timer := self._timers.pop(now)) is not None:
+            self._unsettled[(timer.key, timer.at)] = timer.cause
+            out.append(wrap(TimerFired(key=timer.key, at=timer.at), source="clock", cause=timer.cause, index=0,
+                            at=max(timer.at, now)))
         return out
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._timers)
 
 
 _HAND_OVER_ROUNDS = 16

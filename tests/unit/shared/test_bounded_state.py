@@ -43,7 +43,7 @@ def _entries_after(jobs: int) -> dict[str, int]:
     # --event-ttl, and nothing else of a deleted object stays, but for the count of pods each
     # KubeRay slot ever had (so a name is never used twice: one entry per slot ever made).
     entries["cluster"] = retained(cluster, exclude=[cluster.kuberay._generations]).entries
-    entries["runtime"] = retained([runtime._armed, runtime._timers, runtime._deliveries]).entries
+    entries["runtime"] = retained([runtime._timers, runtime._deliveries]).entries
     return entries
 
 

@@ -9,9 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from shared.kernel.events import (
-    PAYLOAD_TYPES, SCHEMA_VERSION, Envelope, KubeEffect, ObjectChanged, Payload, TimerSet, WorkloadDeleted, built,
+    PAYLOAD_TYPES, SCHEMA_VERSION, Envelope, KubeEffect, ObjectChanged, Payload, TimerSet, WorkloadDeleted,
     derive_id, from_json, json_schemas, kube_effect, to_json, upcast, wrap,
 )
+from shared.kernel.fastmodel import built
 from tests.builders.shared import at, sample_payloads
 
 SAMPLES = sample_payloads()
