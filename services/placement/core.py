@@ -24,7 +24,8 @@ from services.placement.gang import GangAttempt, ordered_pod_sets, place_gang, p
 from services.placement.nodes import FRAGMENTATION, NodeTable
 from services.placement.payloads import gang_placed, pod_assigned, slot_assignment
 from services.placement.pods import PodRecord, pod_facts, pod_key, pod_set_of
-from services.placement.preemption import eligible, victim_order
+from services.placement.ledger import PodLedger
+from services.placement.preemption import eligible, fits_without, trial, victim_order
 from services.placement.statement import Statement
 from services.placement.workloads import Slot, WorkloadRecord
 from shared.kernel import kube
@@ -66,14 +67,11 @@ class PlacementCore:
         self.policy = policy
         self.nodes = NodeTable()
         self.workloads: dict[str, WorkloadRecord] = {}
-        self.pods: dict[str, PodRecord] = {}
-        self.pods_of: dict[str, dict[str, None]] = {}
-        """Workload key -> its pods' keys in the order they were first observed."""
+        self.ledger = PodLedger(self.nodes)
+        """Pod bookkeeping: what each pod charges, foreign pods, releases inside a statement."""
         self._handled = Seen(RECENT_IDS)
         """Ids of decision envelopes already handled (membership only: a redelivery yields nothing)."""
         self._admissions = 0
-        self._foreign: dict[str, int] = {}
-        """What pods outside admitted workloads hold; CapacityChanged.total excludes it."""
         self._timer_at: float | None = None
         self._timer_fired_at: float | None = None
         self._release_pending = False
@@ -101,6 +99,15 @@ class PlacementCore:
         copied on each of its watch events nor held twice."""
         self._mixing = FRAGMENTATION in (policy.placement, *(q_.placement for q_ in policy.queues.values()))
         """Whether any queue places by fragmentation, the only reader of the workload mix (else not fed)."""
+
+    @property
+    def pods(self) -> dict[str, PodRecord]:
+        """Every pod placement keeps, by key (the ledger's: one container, so a snapshot holds it once)."""
+        return self.ledger.pods
+
+    @property
+    def pods_of(self) -> dict[str, dict[str, None]]:
+        return self.ledger.pods_of
 
     # ------------------------------------------------------------------ routing
     def handle(self, env: Envelope) -> list[Output]:
@@ -195,7 +202,7 @@ class PlacementCore:
         """``everyone``: nodes came, changed or victims ripened; every waiting gang may try. Otherwise a
         release names the room it made per waiting shape (``_room``)."""
         total = self.nodes.totals()
-        for name, used in self._foreign.items():
+        for name, used in self.ledger.foreign.items():
             if name in total:
                 total[name] = max(0, total[name] - used)
         self._last_total = total
@@ -230,21 +237,7 @@ class PlacementCore:
         return out + self._retry_displaced() if released else out
 
     def _set_foreign(self, rec: PodRecord, foreign: bool) -> list[Output]:
-        """A charged pod lowers CapacityChanged.total exactly while it fills no slot of an admitted workload."""
-        if rec.node is None or rec.foreign == foreign:
-            return []
-        self._add_foreign(rec, 1 if foreign else -1)
-        rec.foreign = foreign
-        return self._capacity_signal(self._now, released=False)
-
-    def _add_foreign(self, rec: PodRecord, sign: int) -> None:
-        assert rec.demand is not None
-        for name, amount in rec.demand.items:
-            if name != q.GPU:
-                self._foreign[name] = self._foreign.get(name, 0) + sign * amount
-        shares = sum(share for _, share in rec.devices)
-        if shares:
-            self._foreign[q.GPU] = self._foreign.get(q.GPU, 0) + sign * shares
+        return self._capacity_signal(self._now, released=False) if self.ledger.set_foreign(rec, foreign) else []
 
     # ------------------------------------------------------------------ pods
     def _on_pod(self, p: ObjectChanged, now: float, held: Held | None = None) -> list[Output]:
@@ -263,9 +256,7 @@ class PlacementCore:
             if not facts.live or (not facts.bound and facts.workload is None):
                 return []
             rec = PodRecord(facts=facts, held=held or Held(p.object))
-            self.pods[facts.key] = rec
-            if facts.workload:
-                self.pods_of.setdefault(facts.workload, {})[facts.key] = None
+            self.ledger.add(rec)
         else:
             rec.facts, rec.held = facts, held or Held(p.object)
         wrec = self._admitted(facts.workload)
@@ -273,8 +264,8 @@ class PlacementCore:
             wrec = None  # another kind's object under the same name: not this workload's pod
         out: list[Output] = []
         was_counting, reserved_again = rec.node is not None, False
-        if rec.node is not None and not self._charge_holds(rec):
-            self._uncharge_pod(rec)
+        if rec.node is not None and not self.ledger.charge_holds(rec):
+            self.ledger.uncharge(rec)
         if rec.slot is not None and not facts.live:
             slot = rec.slot
             reserved_again, assigned = self._vacate(rec, wrec)
@@ -293,48 +284,16 @@ class PlacementCore:
         if wrec is not None:
             out += self._check_running(wrec, now)
         if not facts.live:
-            self._forget(rec)
+            self.ledger.forget(rec)
         return out
-
-    def _own_pods(self, wrec: WorkloadRecord) -> list[str]:
-        """Keys of the pods that belong to ``wrec``: same namespace/name and the same kind (a rejected
-        RayCluster sharing a RayJob's name has pods too, and they are not the RayJob's)."""
-        return [key for key in self.pods_of.get(wrec.key, {})
-                if self.pods[key].facts.kind in (None, wrec.spec.kind)]
 
     def _admitted(self, key: str | None) -> WorkloadRecord | None:
         rec = self.workloads.get(key) if key else None
         return rec if rec is not None and rec.admitted else None
 
-    def _charge_holds(self, rec: PodRecord) -> bool:
-        facts = rec.facts
-        if not (facts.live and facts.bound) or rec.evicted or self.nodes.index.get(facts.node_name) != rec.node:
-            return False
-        return self.nodes.demand(facts.requests, facts.gpu_share).same_as(rec.demand)
-
     def _charge_pod(self, rec: PodRecord, wrec: WorkloadRecord | None, now: float) -> list[Output]:
-        """The pod counts on its node; GPU devices from its slot, its annotation, or a best guess."""
-        facts = rec.facts
-        node = self.nodes.ensure(facts.node_name)
-        demand = self.nodes.demand(facts.requests, facts.gpu_share)
-        if rec.slot is not None and rec.slot.node == node:
-            devices = rec.slot.devices
-        else:
-            devices = gpu.observed_charge(self.nodes.device_row(node), demand.gpu_whole, facts.gpu_share,
-                                          facts.gpu_devices)
-        self.nodes.charge(node, demand, devices)
-        rec.node, rec.demand, rec.devices, rec.foreign = node, demand, devices, wrec is None
-        if rec.foreign:
-            self._add_foreign(rec, +1)
-            return self._capacity_signal(now, released=False)
-        return []
-
-    def _uncharge_pod(self, rec: PodRecord) -> None:
-        assert rec.node is not None and rec.demand is not None
-        self.nodes.uncharge(rec.node, rec.demand, rec.devices)
-        if rec.foreign:
-            self._add_foreign(rec, -1)
-        rec.node, rec.demand, rec.devices, rec.foreign = None, None, (), False
+        self.ledger.charge(rec, foreign=wrec is None)
+        return self._capacity_signal(now, released=False) if rec.foreign else []
 
     def _vacate(self, rec: PodRecord, wrec: WorkloadRecord | None) -> tuple[bool, list[Output]]:
         """A gone pod leaves its slot: reserve it again for the recreated pod (True), unless it is done
@@ -423,7 +382,7 @@ class PlacementCore:
             for slot in wrec.slots:
                 if slot.in_gang and not slot.elastic and slot.free:
                     missing[slot.pod_set] = missing.get(slot.pod_set, 0) + 1
-            for key in self._own_pods(wrec):
+            for key in self.ledger.own_pods(wrec):
                 pod = self.pods[key]
                 if pod.slot is None and pod.facts.live and not pod.facts.bound and not pod.evicted:
                     name = self._pod_set_name(wrec, pod)
@@ -433,7 +392,7 @@ class PlacementCore:
                 return []
         wrec.assembled = True
         out: list[Output] = []
-        for key in self._own_pods(wrec):
+        for key in self.ledger.own_pods(wrec):
             pod = self.pods[key]
             if pod.slot is None and pod.facts.live and not pod.facts.bound and not pod.evicted:
                 out += self._attach(wrec, pod)
@@ -519,7 +478,7 @@ class PlacementCore:
 
     def _assign_waiting(self, wrec: WorkloadRecord, pod_set: str) -> list[Output]:
         """A slot came free: the first pod of that pod set still waiting for one takes it."""
-        for key in self._own_pods(wrec):
+        for key in self.ledger.own_pods(wrec):
             rec = self.pods[key]
             facts = rec.facts
             if rec.slot is None and facts.live and not facts.bound and not rec.evicted \
@@ -573,14 +532,6 @@ class PlacementCore:
             wrec.started_at = now
         return [GangRunning(key=wrec.key, reason=f"{len(gang)}/{len(gang)} gang pods bound and Running"
                                                   + (" again" if restarted else ""))]
-
-    def _forget(self, rec: PodRecord) -> None:
-        self.pods.pop(rec.key, None)
-        workload = rec.facts.workload
-        if workload and workload in self.pods_of:
-            self.pods_of[workload].pop(rec.key, None)
-            if not self.pods_of[workload]:
-                del self.pods_of[workload]
 
     # ------------------------------------------------------------------ gangs
     def _begin(self, p: Dequeued | ReclaimRequested) -> tuple[list[Output], WorkloadRecord | None]:
@@ -754,11 +705,7 @@ class PlacementCore:
         out = self._place_over(rec, victims, why, verb, strategy, now, pods)
         if out is not None:
             return restored + out
-        stmt = Statement(self.nodes)
-        for victim in victims:
-            self._release_into(stmt, victim)
-        self._release_slots_into(stmt, pods)
-        attempt = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=True)
+        stmt, attempt = trial(self.nodes, self.ledger, rec.spec.gang, strategy, victims, pods, explain=True)
         stmt.rollback()
         return restored + [PlacementFailed(key=rec.key, queue=rec.queue, reason=attempt.reason,
                                            capacity_short=attempt.capacity_short)]
@@ -820,45 +767,14 @@ class PlacementCore:
 
     def _fits_without(self, rec: WorkloadRecord, victims: list[WorkloadRecord], strategy: str,
                       pods: list[elastic.Victim] | None = None) -> bool:
-        """Trial: would the gang fit with these victims (whole workloads, elastic pods) gone? Always rolled back."""
-        stmt = Statement(self.nodes)
-        for victim in victims:
-            self._release_into(stmt, victim)
-        self._release_slots_into(stmt, pods or [])
-        ok = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=False).ok
-        stmt.rollback()
-        return ok
-
-    def _release_slots_into(self, stmt: Statement, pods: list[elastic.Victim]) -> None:
-        """Take elastic slots off the nodes inside ``stmt``: the reservation, or the pod filling it."""
-        for _, slot in pods:
-            if slot.reserving:
-                stmt.uncharge(slot.node, slot.demand, slot.devices)
-            elif slot.pod is not None and slot.pod in self.pods:
-                pod = self.pods[slot.pod]
-                if pod.node is not None and pod.demand is not None:
-                    stmt.uncharge(pod.node, pod.demand, pod.devices)
-
-    def _release_into(self, stmt: Statement, victim: WorkloadRecord) -> None:
-        """Take everything a victim holds off the nodes inside ``stmt`` (reservations and pods)."""
-        for slot in victim.slots:
-            if slot.reserving:
-                stmt.uncharge(slot.node, slot.demand, slot.devices)
-        for key in self._own_pods(victim):
-            pod = self.pods[key]
-            if pod.node is not None and pod.demand is not None:
-                stmt.uncharge(pod.node, pod.demand, pod.devices)
+        return fits_without(self.nodes, self.ledger, rec.spec.gang, strategy, victims, pods or [])
 
     def _place_over(self, rec: WorkloadRecord, victims: list[WorkloadRecord], why: str, verb: str, strategy: str,
                     now: float, pods: list[elastic.Victim] | None = None) -> list[Output] | None:
         """Place the gang with the victims' holdings (whole workloads, elastic pods) released; commit and
         evict them, or undo (None)."""
         pods = pods or []
-        stmt = Statement(self.nodes)
-        for victim in victims:
-            self._release_into(stmt, victim)
-        self._release_slots_into(stmt, pods)
-        attempt = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=False)
+        stmt, attempt = trial(self.nodes, self.ledger, rec.spec.gang, strategy, victims, pods, explain=False)
         if not attempt.ok:
             stmt.rollback()
             return None
@@ -884,10 +800,7 @@ class PlacementCore:
                 pod = self.pods.get(slot.pod) if slot.pod is not None else None
                 if pod is not None:
                     names.append(pod.key)
-                    if pod.node is not None and pod.foreign:
-                        self._add_foreign(pod, -1)
-                    pod.node, pod.demand, pod.devices, pod.foreign = None, None, (), False
-                    pod.slot, pod.evicted = None, True
+                    self.ledger.evicted(pod)
             out.append(self._elastic_released(wrec, pod_set, len(group), why, evicted=tuple(names)))
         return out
 
@@ -954,15 +867,12 @@ class PlacementCore:
     def _evict(self, victim: WorkloadRecord, preemptor: WorkloadRecord, why: str) -> PreemptionRequested:
         """Bookkeeping after the statement released the victim: its pods no longer count or fill."""
         names = []
-        for key in self._own_pods(victim):
+        for key in self.ledger.own_pods(victim):
             pod = self.pods[key]
             if pod.evicted or not pod.facts.live or (pod.node is None and pod.slot is None):
                 continue
             names.append(pod.facts.name)
-            if pod.node is not None and pod.foreign:
-                self._add_foreign(pod, -1)
-            pod.node, pod.demand, pod.devices, pod.foreign = None, None, (), False
-            pod.slot, pod.evicted = None, True
+            self.ledger.evicted(pod)
         victim.slots, victim.admitted, victim.running, victim.started_at = [], False, False, None
         self._unhold(victim)
         self._displaced.pop(victim.key, None)
@@ -981,7 +891,7 @@ class PlacementCore:
                      for p in attempt.placements]
         rec.reason = reason
         out: list[Output] = [self._gang_placed(rec)]
-        for key in self._own_pods(rec):
+        for key in self.ledger.own_pods(rec):
             pod = self.pods[key]
             if pod.facts.live and not pod.evicted and pod.slot is None:
                 out += self._attach(rec, pod)

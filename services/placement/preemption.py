@@ -15,7 +15,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from services.placement.elastic import Victim
+from services.placement.gang import GangAttempt, place_gang
+from services.placement.ledger import PodLedger
+from services.placement.nodes import NodeTable
+from services.placement.statement import Statement
 from services.placement.workloads import WorkloadRecord
+from shared.kernel.model import Gang
 
 
 
@@ -36,3 +42,22 @@ def victim_order(candidates: Sequence[WorkloadRecord]) -> list[WorkloadRecord]:
         since = w.started_at if w.started_at is not None else w.admitted_at
         return (w.spec.priority, -since, -w.admitted_seq, w.spec.key)
     return sorted(candidates, key=key)
+
+
+def trial(nodes: NodeTable, ledger: PodLedger, gang: Gang, strategy: str, victims: Sequence[WorkloadRecord],
+          pods: Sequence[Victim], *, explain: bool) -> tuple[Statement, GangAttempt]:
+    """The one trial placement (KAI's statement): open a statement, release the victims' holdings into
+    it (whole workloads, then elastic pods), place the gang. The caller commits or rolls back."""
+    stmt = Statement(nodes)
+    for victim in victims:
+        ledger.release_into(stmt, victim)
+    ledger.release_slots_into(stmt, pods)
+    return stmt, place_gang(nodes, stmt, gang, strategy, explain=explain)
+
+
+def fits_without(nodes: NodeTable, ledger: PodLedger, gang: Gang, strategy: str, victims: Sequence[WorkloadRecord],
+                 pods: Sequence[Victim] = ()) -> bool:
+    """Would the gang fit with these victims (whole workloads, elastic pods) gone? Always rolled back."""
+    stmt, attempt = trial(nodes, ledger, gang, strategy, victims, pods, explain=False)
+    stmt.rollback()
+    return attempt.ok

@@ -175,7 +175,7 @@ def test_pods_left_behind_by_a_withdrawn_workload_lower_the_total_until_gone():
         d.pod(bound(ray_pod("rc", slot.pod_set, slot.index, requests={"cpu": "1000m"}), "n1", "Running"), "Deleted")
     back = one(d.settle(), CapacityChanged)
     assert (back.total["cpu"], back.released) == (8000, True)
-    assert d.core._foreign == {"cpu": 0, "pods": 0}
+    assert d.core.ledger.foreign == {"cpu": 0, "pods": 0}
 
 
 def test_a_foreign_pod_that_fills_a_slot_stops_lowering_the_total():
