@@ -20,6 +20,7 @@ import math
 from typing import Any, Iterable, Union
 
 from services.placement import elastic, gpu, reasons
+from services.placement.disruption import DISRUPTION_TIMER, Disruptions
 from services.placement.gang import GangAttempt, ordered_pod_sets, place_gang, place_pods, pod_demand
 from services.placement.nodes import FRAGMENTATION, NodeTable
 from services.placement.payloads import gang_placed, pod_assigned, slot_assignment
@@ -45,16 +46,6 @@ CAPACITY_TIMER = "capacity"
 """Fires at quiescence of an instant in which pods went away (or foreign pods came): one signal."""
 RIPEN_TIMER = "ripen"
 """Fires when would-be preemption victims reach their minimum runtime: a release, so the queue retries."""
-DISRUPTION_TIMER = "disruption"
-"""Fires ``DISRUPTION_GRACE`` after a running gang lost a pod: by then a deletion or finish of the
-workload has arrived, so only a gang that is still wanted is called disrupted."""
-DISRUPTION_GRACE = 2.0
-"""Seconds of event time between a running gang's loss of a pod and the judgement. A workload's
-deletion reaches placement through admission and the queue (``WorkloadWithdrawn``), while the
-garbage collector's deletions of its pods come straight from the watch, often first: on a deployment
-they arrive tens to hundreds of milliseconds apart, and after a relist in any order. The embedded
-runtime's instants have a quiescence, a deployment none; the grace stands in for it in both alike."""
-
 Output = Union[GangPlaced, PlacementFailed, PodAssigned, GangRunning, GangDisrupted, PreemptionRequested,
                CapacityChanged, ElasticReleased, TimerSet]
 """What placement emits (``shared.kernel.topology`` routes each)."""
@@ -76,9 +67,8 @@ class PlacementCore:
         self._timer_fired_at: float | None = None
         self._release_pending = False
         self._last_total: dict[str, int] | None = None
-        self._suspects: dict[str, tuple[str, bool, float]] = {}
-        """Running gangs that lost a pod: workload key -> (pod, whether its node went away, when to judge)."""
-        self._disruption_at: float | None = None
+        self.disruptions = Disruptions(self.ledger)
+        """GangRunning, and running gangs that lost a pod until they are judged."""
         self._queue_min_runtime: dict[str, float] = {}
         """Queues whose definition sets a minimum runtime (KAI's preemptMinRuntime)."""
         self._now = 0.0
@@ -221,7 +211,7 @@ class PlacementCore:
         """A timer set for ``due`` fired, handled at ``now`` (later, when inputs stamped after ``due``
         were handled first)."""
         if key == DISRUPTION_TIMER:
-            return self._judge_disruptions(now)
+            return [*self.disruptions.judge(now, self.workloads)]
         if key == RIPEN_TIMER:
             self._ripen_at.pop(due, None)
             return [self._capacity_changed(released=True, everyone=True)]
@@ -270,7 +260,7 @@ class PlacementCore:
             slot = rec.slot
             reserved_again, assigned = self._vacate(rec, wrec)
             if reserved_again and wrec is not None and wrec.running and slot.in_gang:
-                out += self._suspect_disruption(wrec, facts.name, slot.lost, now)
+                out += self.disruptions.suspect(wrec, facts.name, slot.lost, now)
             out += assigned
         if wrec is not None and facts.live and not rec.evicted:
             if rec.slot is None:
@@ -282,7 +272,7 @@ class PlacementCore:
         if was_counting and rec.node is None and not reserved_again:
             out += self._capacity_signal(now, released=True)
         if wrec is not None:
-            out += self._check_running(wrec, now)
+            out += self.disruptions.check_running(wrec, now)
         if not facts.live:
             self.ledger.forget(rec)
         return out
@@ -486,53 +476,6 @@ class PlacementCore:
                 return self._attach(wrec, rec)
         return []
 
-    def _suspect_disruption(self, wrec: WorkloadRecord, pod: str, lost_node: bool, now: float) -> list[Output]:
-        """A running gang lost a pod: judge after the grace, once we know whether the workload is still wanted."""
-        if wrec.key in self._suspects:
-            return []
-        due = now + DISRUPTION_GRACE
-        self._suspects[wrec.key] = (pod, lost_node, due)
-        if self._disruption_at == due:
-            return []
-        self._disruption_at = due
-        return [TimerSet(key=DISRUPTION_TIMER, at=due)]
-
-    def _judge_disruptions(self, now: float) -> list[Output]:
-        """Gangs still admitted and still short of a bound, Running member are disrupted until whole again."""
-        out: list[Output] = []
-        due = [(key, pod, lost_node) for key, (pod, lost_node, at) in self._suspects.items() if at <= now]
-        for key, pod, lost_node in due:
-            del self._suspects[key]
-            wrec = self._admitted(key)
-            if wrec is None or not wrec.running:
-                continue
-            gang = [s for s in wrec.slots if s.in_gang]
-            whole = sum(1 for s in gang if s.filled and s.pod is not None and self.pods[s.pod].facts.phase == "Running")
-            if whole == len(gang):
-                continue
-            wrec.running = False
-            why = "lost its node" if lost_node else "went away"
-            out.append(GangDisrupted(key=key, reason=f"{whole}/{len(gang)} gang pods Running: pod {pod} {why};"
-                                                     f" waiting for its replacement to be bound and Running"))
-        return out
-
-    def _check_running(self, wrec: WorkloadRecord, now: float) -> list[Output]:
-        """GangRunning once per admission, when every in-gang slot holds a bound, Running pod."""
-        if wrec.running:
-            return []
-        gang = [s for s in wrec.slots if s.in_gang]
-        if not gang:
-            return []
-        for slot in gang:
-            if not slot.filled or slot.pod is None or self.pods[slot.pod].facts.phase != "Running":
-                return []
-        restarted = wrec.started_at is not None
-        wrec.running = True
-        if not restarted:
-            wrec.started_at = now
-        return [GangRunning(key=wrec.key, reason=f"{len(gang)}/{len(gang)} gang pods bound and Running"
-                                                  + (" again" if restarted else ""))]
-
     # ------------------------------------------------------------------ gangs
     def _begin(self, p: Dequeued | ReclaimRequested) -> tuple[list[Output], WorkloadRecord | None]:
         """The start of every placement request. A redelivered request for an admitted gang repeats its
@@ -719,7 +662,7 @@ class PlacementCore:
         """
         rec = self.workloads.pop(p.key, None)
         self._stop_waiting(p.key)
-        self._suspects.pop(p.key, None)  # no longer wanted: nothing to judge
+        self.disruptions.forget(p.key)  # no longer wanted: nothing to judge
         if rec is None:
             return []
         self._displaced.pop(p.key, None)
@@ -763,7 +706,7 @@ class PlacementCore:
         if wrec.key in self._displaced and not any(s.free and (s.lost or not self.nodes.present[s.node])
                                                    for s in wrec.slots):
             del self._displaced[wrec.key]
-        return out + self._capacity_signal(now, released=True) + self._check_running(wrec, now)
+        return out + self._capacity_signal(now, released=True) + self.disruptions.check_running(wrec, now)
 
     def _fits_without(self, rec: WorkloadRecord, victims: list[WorkloadRecord], strategy: str,
                       pods: list[elastic.Victim] | None = None) -> bool:
@@ -876,7 +819,7 @@ class PlacementCore:
         victim.slots, victim.admitted, victim.running, victim.started_at = [], False, False, None
         self._unhold(victim)
         self._displaced.pop(victim.key, None)
-        self._suspects.pop(victim.key, None)
+        self.disruptions.forget(victim.key)
         return PreemptionRequested(key=victim.key, kind=victim.spec.kind, gate=victim.spec.gate,
                                    preemptor=preemptor.key, preemptor_priority=preemptor.spec.priority,
                                    reclaim=preemptor.queue != victim.queue, pods=tuple(names), reason=why)
@@ -898,7 +841,7 @@ class PlacementCore:
                 slot = self.pods[key].slot  # the one _attach gave it, if any (read anew: mypy keeps pod.slot None)
                 if slot is not None and pod.facts.bound and not slot.filled:
                     self._fill(slot)
-        out += self._check_running(rec, now)
+        out += self.disruptions.check_running(rec, now)
         return out
 
     # ------------------------------------------------------------------ payloads

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.placement.core import DISRUPTION_GRACE
+from services.placement.disruption import DISRUPTION_GRACE
 from services.placement.pods import GPU_DEVICES, pod_facts
 from shared.kernel.events import (
     CapacityChanged, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, PlacementFailed, PodAssigned, TimerSet, derive_id,
@@ -400,11 +400,11 @@ def test_a_gang_whose_workload_leaves_within_the_grace_is_not_disrupted():
     for i in range(3):
         d.pod(bound(ray_pod("rc", "worker", i), "n1", "Running"), "Deleted")
     d.advance(d.now + DISRUPTION_GRACE / 2)
-    assert RC.key in d.core._suspects
+    assert RC.key in d.core.disruptions.suspects
     d.withdraw(RC.key)
     d.advance(d.now + DISRUPTION_GRACE)
     assert of_type(d.settle(), GangDisrupted) == []
-    assert d.core._suspects == {}
+    assert d.core.disruptions.suspects == {}
 
 
 def test_pods_of_another_kind_under_the_same_name_are_not_the_workloads():
