@@ -15,7 +15,6 @@ Pure: no I/O, no clock (``env.occurred_at`` is now), no randomness; dicts keep i
 
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import Any, Iterable, Union
 
@@ -27,6 +26,7 @@ from services.placement.payloads import gang_placed, pod_assigned, slot_assignme
 from services.placement.pods import PodRecord, pod_facts, pod_key, pod_set_of
 from services.placement.ledger import PodLedger
 from services.placement.preemption import eligible, fits_without, trial, victim_order
+from services.placement.signals import CAPACITY_TIMER, RIPEN_TIMER, CapacitySignals
 from services.placement.statement import Statement
 from services.placement.workloads import Slot, WorkloadRecord
 from shared.kernel import kube
@@ -42,10 +42,6 @@ from shared.kernel.dedupe import RECENT_IDS, Seen
 from shared.kernel.listing import Held, WatchBook, last_state
 from shared.kernel.policy import Policy
 
-CAPACITY_TIMER = "capacity"
-"""Fires at quiescence of an instant in which pods went away (or foreign pods came): one signal."""
-RIPEN_TIMER = "ripen"
-"""Fires when would-be preemption victims reach their minimum runtime: a release, so the queue retries."""
 Output = Union[GangPlaced, PlacementFailed, PodAssigned, GangRunning, GangDisrupted, PreemptionRequested,
                CapacityChanged, ElasticReleased, TimerSet]
 """What placement emits (``shared.kernel.topology`` routes each)."""
@@ -63,26 +59,18 @@ class PlacementCore:
         self._handled = Seen(RECENT_IDS)
         """Ids of decision envelopes already handled (membership only: a redelivery yields nothing)."""
         self._admissions = 0
-        self._timer_at: float | None = None
-        self._timer_fired_at: float | None = None
-        self._release_pending = False
-        self._last_total: dict[str, int] | None = None
+        self.signals = CapacitySignals(self.nodes, self.ledger)
+        """CapacityChanged, its timers, and the gangs waiting for room."""
         self.disruptions = Disruptions(self.ledger)
         """GangRunning, and running gangs that lost a pod until they are judged."""
         self._queue_min_runtime: dict[str, float] = {}
         """Queues whose definition sets a minimum runtime (KAI's preemptMinRuntime)."""
         self._now = 0.0
-        self._ripen_at: dict[float, None] = {}
-        """Times a ``ripen`` timer is set for (one per time)."""
         self._displaced: dict[str, None] = {}
         """Admitted workloads with free slots whose node left, waiting to be re-placed together."""
         self._held: dict[str, dict[int, dict[str, WorkloadRecord]]] = {}
         """Admitted workloads per queue, per priority: where preemption looks for victims (never a scan
         of every workload)."""
-        self._waiting: dict[str, str] = {}
-        """Gangs that found no room and no victim (workload key -> room key): they wait for a release."""
-        self._shapes: dict[str, tuple[Gang, str, dict[str, None]]] = {}
-        """Room key -> (gang, strategy, keys of the waiting gangs of that shape)."""
         self.book = WatchBook(by_reference=frozenset({"Pod"}))
         """Every node and pod placement was told of, to tell what a list lacks (``shared.kernel.listing``).
         Pods by reference: ``PodRecord.held`` is the book's ``Held``, so a pod's object is neither
@@ -167,9 +155,9 @@ class PlacementCore:
                 lost += self._drop_elastic(idle, f"its node {p.name} left")  # they ask the queue again
                 if any(s.node == gone and s.free for s in wrec.slots):
                     self._displaced[wrec.key] = None
-        released = change.grew or change.constraints or self._release_pending
-        self._release_pending = False
-        out: list[Output] = lost + [self._capacity_changed(released, everyone=bool(change.grew or change.constraints))]
+        pending = self.signals.take_pending()
+        released = change.grew or change.constraints or pending
+        out: list[Output] = lost + [self.signals.changed(released, everyone=bool(change.grew or change.constraints))]
         return out + self._retry_displaced() if released else out
 
     def _compact_nodes(self) -> None:
@@ -188,46 +176,25 @@ class PlacementCore:
         for slot in slots.values():
             slot.node = moved[slot.node]
 
-    def _capacity_changed(self, released: bool, everyone: bool = False) -> CapacityChanged:
-        """``everyone``: nodes came, changed or victims ripened; every waiting gang may try. Otherwise a
-        release names the room it made per waiting shape (``_room``)."""
-        total = self.nodes.totals()
-        for name, used in self.ledger.foreign.items():
-            if name in total:
-                total[name] = max(0, total[name] - used)
-        self._last_total = total
-        room = None if everyone or not released or not self._shapes else self._room()
-        return CapacityChanged(total=total, nodes=self.nodes.schedulable_count(), released=released, room=room)
-
-    def _capacity_signal(self, now: float, released: bool) -> list[Output]:
-        """Ask for one CapacityChanged at the end of this instant (a timer at ``now``, set once)."""
-        self._release_pending = self._release_pending or released
-        if self._timer_at == now or self._timer_fired_at == now:
-            return []
-        self._timer_at = now
-        return [TimerSet(key=CAPACITY_TIMER, at=now)]
-
     def _on_timer(self, key: str, due: float, now: float) -> list[Output]:
         """A timer set for ``due`` fired, handled at ``now`` (later, when inputs stamped after ``due``
         were handled first)."""
         if key == DISRUPTION_TIMER:
             return [*self.disruptions.judge(now, self.workloads)]
         if key == RIPEN_TIMER:
-            self._ripen_at.pop(due, None)
-            return [self._capacity_changed(released=True, everyone=True)]
+            return [self.signals.ripened(due)]
         if key != CAPACITY_TIMER:
             return []
-        if self._timer_at == due:
-            self._timer_at = None
-        self._timer_fired_at = due
-        released, self._release_pending = self._release_pending, False
-        before = self._last_total
-        event = self._capacity_changed(released)
-        out: list[Output] = [event] if released or event.total != before else []
+        events, released = self.signals.fired(due)
+        out: list[Output] = [*events]
         return out + self._retry_displaced() if released else out
 
+    def _signal(self, now: float, released: bool) -> list[Output]:
+        """One CapacityChanged at the end of this instant (``CapacitySignals.request``)."""
+        return [*self.signals.request(now, released)]
+
     def _set_foreign(self, rec: PodRecord, foreign: bool) -> list[Output]:
-        return self._capacity_signal(self._now, released=False) if self.ledger.set_foreign(rec, foreign) else []
+        return self._signal(self._now, released=False) if self.ledger.set_foreign(rec, foreign) else []
 
     # ------------------------------------------------------------------ pods
     def _on_pod(self, p: ObjectChanged, now: float, held: Held | None = None) -> list[Output]:
@@ -270,7 +237,7 @@ class PlacementCore:
         if rec.node is None and facts.live and facts.bound and not rec.evicted:
             out += self._charge_pod(rec, wrec, now)
         if was_counting and rec.node is None and not reserved_again:
-            out += self._capacity_signal(now, released=True)
+            out += self._signal(now, released=True)
         if wrec is not None:
             out += self.disruptions.check_running(wrec, now)
         if not facts.live:
@@ -283,7 +250,7 @@ class PlacementCore:
 
     def _charge_pod(self, rec: PodRecord, wrec: WorkloadRecord | None, now: float) -> list[Output]:
         self.ledger.charge(rec, foreign=wrec is None)
-        return self._capacity_signal(now, released=False) if rec.foreign else []
+        return self._signal(now, released=False) if rec.foreign else []
 
     def _vacate(self, rec: PodRecord, wrec: WorkloadRecord | None) -> tuple[bool, list[Output]]:
         """A gone pod leaves its slot: reserve it again for the recreated pod (True), unless it is done
@@ -485,7 +452,7 @@ class PlacementCore:
         if current is not None and current.admitted:
             return [self._gang_placed(current)], None
         restored = self._retry_displaced()
-        self._stop_waiting(p.key)
+        self.signals.stop_waiting(p.key)
         rec = WorkloadRecord(spec=p.workload, queue=p.queue)
         self.workloads[p.key] = rec
         # Every pod set's demand is made here, mixing or not: it names the table's resource columns in the
@@ -526,7 +493,7 @@ class PlacementCore:
                 if candidates and not reason.endswith("not preemptible."):
                     reason += (f" Preempting all {len(candidates)} lower-priority workload(s) of queue {rec.queue}"
                                f" would not make room.")
-            room_key = self._wait_for_room(rec, strategy) if attempt.capacity_short and not ripening else ""
+            room_key = self.signals.wait_for_room(rec, strategy) if attempt.capacity_short and not ripening else ""
             return restored + ripening + [PlacementFailed(key=rec.key, queue=rec.queue, reason=reason,
                                                           capacity_short=attempt.capacity_short, room_key=room_key)]
         why = f"preempted by {rec.key} (priority {rec.spec.priority}) in queue {rec.queue}"
@@ -555,43 +522,6 @@ class PlacementCore:
             if not by_priority:
                 del self._held[rec.queue]
 
-    def _wait_for_room(self, rec: WorkloadRecord, strategy: str) -> str:
-        """``rec`` found neither room nor a victim: it waits until a release could hold its gang. The
-        room key names its shape (gang and strategy); identical gangs share one, so a release is tried
-        once per shape (``_room``), not once per waiting gang."""
-        text = f"{strategy}|{rec.spec.gang.model_dump_json()}"
-        key = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
-        self._waiting[rec.key] = key
-        shape = self._shapes.get(key)
-        if shape is None:
-            shape = self._shapes[key] = (rec.spec.gang, strategy, {})
-        shape[2][rec.key] = None
-        return key
-
-    def _stop_waiting(self, key: str) -> None:
-        room_key = self._waiting.pop(key, None)
-        if room_key is None:
-            return
-        members = self._shapes[room_key][2]
-        members.pop(key, None)
-        if not members:
-            del self._shapes[room_key]
-
-    def _room(self) -> dict[str, int]:
-        """Per shape of the waiting gangs: how many of them the free nodes hold now, placed one after
-        another in a trial that is rolled back (at most as many as wait). The queue wakes that many of
-        each, in its own order; a shape missing here gets no attempt."""
-        room: dict[str, int] = {}
-        for key, (gang, strategy, members) in self._shapes.items():
-            stmt = Statement(self.nodes)
-            fits = 0
-            while fits < len(members) and place_gang(self.nodes, stmt, gang, strategy, explain=False).ok:
-                fits += 1
-            stmt.rollback()
-            if fits:
-                room[key] = fits
-        return room
-
     def _pinned_note(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str) -> str:
         """Lower priorities of the queue that would make room but are not preemptible (KAI's non-preemptible,
         ``volcano.sh/preemptable: "false"``): say so, since the wait then lasts as long as they run."""
@@ -619,9 +549,7 @@ class PlacementCore:
             return [], ""
         ripe = max((w.started_at or 0.0) + min_runtime for w in later if w in young)
         out: list[Output] = []
-        if ripe not in self._ripen_at:
-            self._ripen_at[ripe] = None
-            out.append(TimerSet(key=RIPEN_TIMER, at=ripe))
+        out += self.signals.ripen(ripe)
         note = (f" Preempting {', '.join(w.key for w in later)} waits for the minimum runtime of queue {rec.queue}"
                 f" (until {ripe:g}s).")
         return out, note
@@ -661,7 +589,7 @@ class PlacementCore:
         CapacityChanged.total: the queue must not count their room as free.
         """
         rec = self.workloads.pop(p.key, None)
-        self._stop_waiting(p.key)
+        self.signals.stop_waiting(p.key)
         self.disruptions.forget(p.key)  # no longer wanted: nothing to judge
         if rec is None:
             return []
@@ -675,7 +603,7 @@ class PlacementCore:
             if slot.pod is not None and slot.pod in self.pods:
                 self.pods[slot.pod].slot = None
         rec.slots = []
-        out: list[Output] = self._capacity_signal(self._now, released=True) if freed and self._waiting else []
+        out: list[Output] = self._signal(self._now, released=True) if freed and self.signals.waiting else []
         for key in self.pods_of.get(p.key, {}):
             out += self._set_foreign(self.pods[key], True)
         return out + self._retry_displaced()  # its reservations are free again
@@ -693,7 +621,7 @@ class PlacementCore:
         out = self._trim_elastic(wrec)
         smaller = shrunk(wrec.spec.gang, p.workload.gang)
         if smaller is None:
-            return out + (self._capacity_signal(now, released=True) if out else [])
+            return out + (self._signal(now, released=True) if out else [])
         wrec.spec = wrec.spec.model_copy(update={"gang": smaller})
         for ps in smaller.pod_sets:
             surplus = wrec.surplus(ps.name)
@@ -706,7 +634,7 @@ class PlacementCore:
         if wrec.key in self._displaced and not any(s.free and (s.lost or not self.nodes.present[s.node])
                                                    for s in wrec.slots):
             del self._displaced[wrec.key]
-        return out + self._capacity_signal(now, released=True) + self.disruptions.check_running(wrec, now)
+        return out + self._signal(now, released=True) + self.disruptions.check_running(wrec, now)
 
     def _fits_without(self, rec: WorkloadRecord, victims: list[WorkloadRecord], strategy: str,
                       pods: list[elastic.Victim] | None = None) -> bool:
