@@ -15,24 +15,22 @@ Pure: no I/O, no clock (``env.occurred_at`` is now), no randomness; dicts keep i
 
 from __future__ import annotations
 
-import math
-from typing import Any, Iterable, Union
+from typing import Any, Union
 
 from services.placement import elastic, gpu, reasons
 from services.placement.disruption import DISRUPTION_TIMER, Disruptions
-from services.placement.gang import GangAttempt, ordered_pod_sets, place_gang, place_pods, pod_demand
+from services.placement.gang import GangAttempt, ordered_pod_sets, place_pods, pod_demand
 from services.placement.nodes import FRAGMENTATION, NodeTable
 from services.placement.payloads import gang_placed, pod_assigned, slot_assignment
 from services.placement.pods import PodRecord, pod_facts, pod_key, pod_set_of
 from services.placement.ledger import PodLedger
-from services.placement.preemption import eligible, fits_without, trial, victim_order
+from services.placement.preemption import Preemption, trial
 from services.placement.signals import CAPACITY_TIMER, RIPEN_TIMER, CapacitySignals
 from services.placement.statement import Statement
 from services.placement.workloads import Slot, WorkloadRecord
 from shared.kernel import kube
 from shared.kernel import quantity as q
-from shared.kernel.model import Gang, shrunk
-from shared.kernel.victims import minimal_victims
+from shared.kernel.model import shrunk
 from shared.kernel.events import (
     CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, Envelope, GangDisrupted, GangPlaced, GangRunning,
     ObjectChanged, ObjectsListed, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested,
@@ -63,14 +61,11 @@ class PlacementCore:
         """CapacityChanged, its timers, and the gangs waiting for room."""
         self.disruptions = Disruptions(self.ledger)
         """GangRunning, and running gangs that lost a pod until they are judged."""
-        self._queue_min_runtime: dict[str, float] = {}
-        """Queues whose definition sets a minimum runtime (KAI's preemptMinRuntime)."""
         self._now = 0.0
         self._displaced: dict[str, None] = {}
         """Admitted workloads with free slots whose node left, waiting to be re-placed together."""
-        self._held: dict[str, dict[int, dict[str, WorkloadRecord]]] = {}
-        """Admitted workloads per queue, per priority: where preemption looks for victims (never a scan
-        of every workload)."""
+        self.preemption = Preemption(self.nodes, self.ledger)
+        """Who makes room: admitted workloads per queue and priority, minimum runtimes, the fewest victims."""
         self.book = WatchBook(by_reference=frozenset({"Pod"}))
         """Every node and pod placement was told of, to tell what a list lacks (``shared.kernel.listing``).
         Pods by reference: ``PodRecord.held`` is the book's ``Held``, so a pod's object is neither
@@ -113,13 +108,10 @@ class PlacementCore:
                 out += self._on_node(gone) if gone.kind == "Node" else self._on_pod(gone, now)
             return out
         if isinstance(p, QueueDefined):
-            if p.queue.min_runtime is None:
-                self._queue_min_runtime.pop(p.queue.name, None)
-            else:
-                self._queue_min_runtime[p.queue.name] = p.queue.min_runtime
+            self.preemption.define_queue(p.queue.name, p.queue.min_runtime)
             return []
         if isinstance(p, QueueRemoved):
-            self._queue_min_runtime.pop(p.name, None)
+            self.preemption.define_queue(p.name, None)
             return []
         if isinstance(p, WorkloadUpdated):
             return self._on_updated(p, now)
@@ -468,91 +460,24 @@ class PlacementCore:
         if rec is None:
             return restored
         strategy = self.policy.placement_for(p.queue)
-        stmt = Statement(self.nodes)
-        attempt = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=True)
+        stmt, attempt = trial(self.nodes, self.ledger, rec.spec.gang, strategy, [], [], explain=True)
         if attempt.ok:
             stmt.commit()
             return restored + self._admit(rec, attempt, now, self._placed_reason(attempt, strategy))
         stmt.rollback()
-        min_runtime = self._queue_min_runtime.get(rec.queue, self.policy.min_runtime_for(rec.queue))
-        candidates = victim_order([w for w in self._lower(rec) if eligible(w, rec, now, min_runtime)])
-        pods = minimal_victims(elastic.victim_slots(candidates), lambda ss: self._fits_without(rec, [], strategy, ss))
-        if pods:  # elastic pods go before any whole gang
-            why = f"preempted by {rec.key} (priority {rec.spec.priority}) in queue {rec.queue}"
-            placed = self._place_over(rec, [], why, "preempting", strategy, now, pods)
-            assert placed is not None  # the trial above placed it with exactly these pods gone
-            return restored + placed
-        victims = minimal_victims(candidates, lambda vs: self._fits_without(rec, vs, strategy))
+        min_runtime = self.preemption.queue_min_runtime.get(rec.queue, self.policy.min_runtime_for(rec.queue))
+        candidates = self.preemption.candidates(rec, now, min_runtime)
+        pods, victims = self.preemption.choose(rec, candidates, strategy)
         if victims is None:
-            reason = attempt.reason
-            ripening, note = self._ripening_preemption(rec, candidates, strategy, now, min_runtime)
-            if note:
-                reason += note
-            else:
-                reason += self._pinned_note(rec, candidates, strategy)
-                if candidates and not reason.endswith("not preemptible."):
-                    reason += (f" Preempting all {len(candidates)} lower-priority workload(s) of queue {rec.queue}"
-                               f" would not make room.")
+            ripe, reason = self.preemption.why_not(rec, candidates, strategy, now, min_runtime, attempt.reason)
+            ripening: list[Output] = [*self.signals.ripen(ripe)] if ripe is not None else []
             room_key = self.signals.wait_for_room(rec, strategy) if attempt.capacity_short and not ripening else ""
             return restored + ripening + [PlacementFailed(key=rec.key, queue=rec.queue, reason=reason,
                                                           capacity_short=attempt.capacity_short, room_key=room_key)]
         why = f"preempted by {rec.key} (priority {rec.spec.priority}) in queue {rec.queue}"
-        out = self._place_over(rec, victims, why, "preempting", strategy, now)
+        out = self._place_over(rec, victims, why, "preempting", strategy, now, pods)  # elastic pods before gangs
         assert out is not None  # the trial above placed it with exactly these victims gone
         return restored + out
-
-    def _lower(self, rec: WorkloadRecord) -> Iterable[WorkloadRecord]:
-        """Admitted workloads of ``rec``'s queue with a lower priority: the only ones preemption may
-        name (``preemption.eligible`` then checks the rest), found through the per-queue, per-priority
-        index instead of every workload."""
-        for priority, members in self._held.get(rec.queue, {}).items():
-            if priority < rec.spec.priority:
-                yield from (w for w in members.values() if w is not rec)
-
-    def _unhold(self, rec: WorkloadRecord) -> None:
-        by_priority = self._held.get(rec.queue)
-        if by_priority is None:
-            return
-        members = by_priority.get(rec.spec.priority)
-        if members is None or members.get(rec.key) is not rec:
-            return
-        del members[rec.key]
-        if not members:
-            del by_priority[rec.spec.priority]
-            if not by_priority:
-                del self._held[rec.queue]
-
-    def _pinned_note(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str) -> str:
-        """Lower priorities of the queue that would make room but are not preemptible (KAI's non-preemptible,
-        ``volcano.sh/preemptable: "false"``): say so, since the wait then lasts as long as they run."""
-        if not rec.spec.preempts:
-            return ""
-        pinned = [w for w in self._lower(rec) if not w.spec.preemptible]
-        if not pinned or not self._fits_without(rec, candidates + pinned, strategy):
-            return ""
-        names = ", ".join(f"{w.key} (priority {w.spec.priority})" for w in pinned)
-        verb = "is" if len(pinned) == 1 else "are"
-        return f" Lower-priority {names} of queue {rec.queue} would make room but {verb} not preemptible."
-
-    def _ripening_preemption(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str, now: float,
-                             min_runtime: float) -> tuple[list[Output], str]:
-        """No preemption now: would there be one once younger victims have run their minimum runtime
-        (KAI's preemptMinRuntime)? Then set a timer for that time, whose capacity release makes the
-        queue try again then rather than when its backoff expires, and say so in the reason."""
-        young = [w for w in self._lower(rec)
-                 if w.started_at is not None and eligible(w, rec, math.inf, min_runtime)
-                 and not eligible(w, rec, now, min_runtime)]
-        if not young:
-            return [], ""
-        later = minimal_victims(victim_order(candidates + young), lambda vs: self._fits_without(rec, vs, strategy))
-        if later is None:
-            return [], ""
-        ripe = max((w.started_at or 0.0) + min_runtime for w in later if w in young)
-        out: list[Output] = []
-        out += self.signals.ripen(ripe)
-        note = (f" Preempting {', '.join(w.key for w in later)} waits for the minimum runtime of queue {rec.queue}"
-                f" (until {ripe:g}s).")
-        return out, note
 
     def _on_reclaim(self, p: ReclaimRequested, now: float) -> list[Output]:
         """The queue named victims: in other queues (reclaim) or in the workload's own queue, whose limit
@@ -594,7 +519,7 @@ class PlacementCore:
         if rec is None:
             return []
         self._displaced.pop(p.key, None)
-        self._unhold(rec)
+        self.preemption.unhold(rec)
         freed = False
         for slot in rec.slots:
             if slot.reserving:
@@ -635,10 +560,6 @@ class PlacementCore:
                                                    for s in wrec.slots):
             del self._displaced[wrec.key]
         return out + self._signal(now, released=True) + self.disruptions.check_running(wrec, now)
-
-    def _fits_without(self, rec: WorkloadRecord, victims: list[WorkloadRecord], strategy: str,
-                      pods: list[elastic.Victim] | None = None) -> bool:
-        return fits_without(self.nodes, self.ledger, rec.spec.gang, strategy, victims, pods or [])
 
     def _place_over(self, rec: WorkloadRecord, victims: list[WorkloadRecord], why: str, verb: str, strategy: str,
                     now: float, pods: list[elastic.Victim] | None = None) -> list[Output] | None:
@@ -745,7 +666,7 @@ class PlacementCore:
             names.append(pod.facts.name)
             self.ledger.evicted(pod)
         victim.slots, victim.admitted, victim.running, victim.started_at = [], False, False, None
-        self._unhold(victim)
+        self.preemption.unhold(victim)
         self._displaced.pop(victim.key, None)
         self.disruptions.forget(victim.key)
         return PreemptionRequested(key=victim.key, kind=victim.spec.kind, gate=victim.spec.gate,
@@ -756,7 +677,7 @@ class PlacementCore:
         """Turn the committed placements into slots; hand existing pods their slots in observed order."""
         self._admissions += 1
         rec.admitted, rec.admitted_at, rec.admitted_seq = True, now, self._admissions
-        self._held.setdefault(rec.queue, {}).setdefault(rec.spec.priority, {})[rec.key] = rec
+        self.preemption.hold(rec)
         rec.running, rec.started_at = False, None
         rec.slots = [Slot(p.pod_set.name, p.index, p.node, p.devices, p.demand, p.pod_set.in_gang)
                      for p in attempt.placements]
