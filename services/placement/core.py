@@ -19,6 +19,7 @@ from typing import Any, Union
 
 from services.placement import elastic, gpu, reasons
 from services.placement.disruption import DISRUPTION_TIMER, Disruptions
+from services.placement.elasticpods import ElasticPods, released as elastic_released
 from services.placement.gang import GangAttempt, ordered_pod_sets, place_pods, pod_demand
 from services.placement.nodes import FRAGMENTATION, NodeTable
 from services.placement.payloads import gang_placed, pod_assigned, slot_assignment
@@ -65,6 +66,8 @@ class PlacementCore:
         self._displaced: dict[str, None] = {}
         """Admitted workloads with free slots whose node left, waiting to be re-placed together."""
         self.preemption = Preemption(self.nodes, self.ledger)
+        self.elastic = ElasticPods(self.nodes, self.ledger)
+        """Elastic pods' slots: granted, dropped, evicted."""
         """Who makes room: admitted workloads per queue and priority, minimum runtimes, the fewest victims."""
         self.book = WatchBook(by_reference=frozenset({"Pod"}))
         """Every node and pod placement was told of, to tell what a list lacks (``shared.kernel.listing``).
@@ -144,7 +147,7 @@ class PlacementCore:
                 if not wrec.admitted:
                     continue
                 idle = [(wrec, s) for s in wrec.slots if s.elastic and s.node == gone and s.free]
-                lost += self._drop_elastic(idle, f"its node {p.name} left")  # they ask the queue again
+                lost += self.elastic.drop(idle, f"its node {p.name} left")  # they ask the queue again
                 if any(s.node == gone and s.free for s in wrec.slots):
                     self._displaced[wrec.key] = None
         pending = self.signals.take_pending()
@@ -259,7 +262,7 @@ class PlacementCore:
                 self.nodes.uncharge(slot.node, slot.demand, slot.devices)
             wrec.slots.remove(slot)
             what = "finished" if rec.facts.phase in ("Succeeded", "Failed") else "went away"
-            return False, [self._elastic_released(wrec, slot.pod_set, 1, f"pod {rec.facts.name} {what}")]
+            return False, [elastic_released(wrec, slot.pod_set, 1, f"pod {rec.facts.name} {what}")]
         surplus = wrec.surplus(slot.pod_set) > 0
         if rec.facts.phase == "Succeeded" or surplus:
             if was_reserving:
@@ -276,7 +279,7 @@ class PlacementCore:
             wrec.slots.remove(slot)
             stand_in.elastic, stand_in.in_gang = False, slot.in_gang
             assert stand_in.pod is not None
-            return False, [self._elastic_released(wrec, slot.pod_set, 1,
+            return False, [elastic_released(wrec, slot.pod_set, 1,
                                                   f"pod {stand_in.pod.partition('/')[2]} takes the gang place of "
                                                   f"pod {rec.facts.name}", promoted=(stand_in.pod,))]
         if was_filled and self.nodes.present[slot.node]:
@@ -543,7 +546,7 @@ class PlacementCore:
         if wrec is None:
             return []
         wrec.latest = p.workload.gang
-        out = self._trim_elastic(wrec)
+        out: list[Output] = [*self.elastic.trim(wrec)]
         smaller = shrunk(wrec.spec.gang, p.workload.gang)
         if smaller is None:
             return out + (self._signal(now, released=True) if out else [])
@@ -572,7 +575,7 @@ class PlacementCore:
             return None
         stmt.commit()
         out: list[Output] = [self._evict(victim, rec, why) for victim in victims]
-        out += self._evict_elastic(pods, why)
+        out += self.elastic.evict(pods, why)
         reason = self._placed_reason(attempt, strategy)
         if victims or pods:
             named = [v.key for v in victims] + [f"{n} elastic pod(s) of {key} ({pod_set})"
@@ -580,81 +583,17 @@ class PlacementCore:
             reason += f" after {verb} {', '.join(named)}"
         return out + self._admit(rec, attempt, now, reason)
 
-    def _evict_elastic(self, pods: list[elastic.Victim], why: str) -> list[Output]:
-        """Bookkeeping after the statement released elastic slots: they are gone, their pods evicted;
-        one release per (workload, pod set) tells the queue and the reconciler."""
-        out: list[Output] = []
-        for (_, pod_set), group in elastic.by_pod_set(pods).items():
-            wrec = group[0][0]
-            names = []
-            for _, slot in group:
-                wrec.slots.remove(slot)
-                pod = self.pods.get(slot.pod) if slot.pod is not None else None
-                if pod is not None:
-                    names.append(pod.key)
-                    self.ledger.evicted(pod)
-            out.append(self._elastic_released(wrec, pod_set, len(group), why, evicted=tuple(names)))
-        return out
-
-    def _drop_elastic(self, slots: list[elastic.Victim], why: str) -> list[Output]:
-        """Elastic slots that hold no pod go (a node left, the owner wants fewer): the queue hears it."""
-        out: list[Output] = []
-        for (_, pod_set), group in elastic.by_pod_set(slots).items():
-            wrec = group[0][0]
-            for _, slot in group:
-                if slot.reserving:
-                    self.nodes.uncharge(slot.node, slot.demand, slot.devices)
-                wrec.slots.remove(slot)
-            out.append(self._elastic_released(wrec, pod_set, len(group), why))
-        return out
-
-    def _trim_elastic(self, wrec: WorkloadRecord) -> list[Output]:
-        """The owner wants fewer elastic pods: idle elastic slots beyond that go at once (the newest
-        first); those holding a pod go when their pod does."""
-        out: list[Output] = []
-        for ps in wrec.spec.gang.pod_sets:
-            extra = -wrec.elastic_room(ps.name)
-            if extra > 0:
-                idle = [(w, s) for w, s in elastic.newest(wrec, ps.name, len(wrec.slots)) if s.free][:extra]
-                out += self._drop_elastic(idle, "its owner wants fewer pods")
-        return out
-
     def _on_elastic_granted(self, p: ElasticGranted) -> list[Output]:
-        """Place the granted elastic pods one by one (each alone: as many as nodes allow); what finds no
-        node, or is no longer wanted, goes back to the queue at once."""
+        """Granted elastic pods get slots (``ElasticPods.grant``); each placed one may take a waiting pod."""
         wrec = self._admitted(p.key)
         if wrec is None:
             return [ElasticReleased(key=p.key, pod_set=p.pod_set, count=p.count, admission=p.admission,
                                     reason="not admitted any more")]
-        wrec.admission = p.admission
-        ps = next((x for x in wrec.spec.gang.pod_sets if x.name == p.pod_set), None)
-        take = min(p.count, max(0, wrec.elastic_room(p.pod_set))) if ps is not None else 0
-        out: list[Output] = []
-        placed = []
-        if ps is not None and take:
-            strategy = self.policy.placement_for(wrec.queue)
-            demand = pod_demand(self.nodes, ps)
-            stmt = Statement(self.nodes)
-            placed = place_pods(self.nodes, stmt, ps, demand, take, strategy, first_index=wrec.next_index(ps.name))
-            stmt.commit()
-            wrec.slots += [Slot(ps.name, x.index, x.node, x.devices, x.demand, in_gang=False, elastic=True)
-                           for x in placed]
-            if len(placed) < take:
-                why, _ = reasons.fit_error(self.nodes, ps, demand, self.nodes.static_mask(ps))
-                out.append(self._elastic_released(wrec, p.pod_set, take - len(placed),
-                                                  f"{take - len(placed)} elastic pod(s) of {p.pod_set} could not be "
-                                                  f"placed: {why}", refused=True))
-        if p.count > take:
-            out.append(self._elastic_released(wrec, p.pod_set, p.count - take, "its owner wants fewer pods"))
-        for _ in placed:
+        back, placed = self.elastic.grant(wrec, p, self.policy.placement_for(wrec.queue))
+        out: list[Output] = [*back]
+        for _ in range(placed):
             out += self._assign_waiting(wrec, p.pod_set)
         return out
-
-    def _elastic_released(self, wrec: WorkloadRecord, pod_set: str, count: int, reason: str, *,
-                          refused: bool = False, evicted: tuple[str, ...] = (),
-                          promoted: tuple[str, ...] = ()) -> ElasticReleased:
-        return ElasticReleased(key=wrec.key, pod_set=pod_set, count=count, admission=wrec.admission, reason=reason,
-                               refused=refused, evicted=evicted, promoted=promoted)
 
     def _evict(self, victim: WorkloadRecord, preemptor: WorkloadRecord, why: str) -> PreemptionRequested:
         """Bookkeeping after the statement released the victim: its pods no longer count or fill."""
