@@ -1,14 +1,25 @@
 """The placement service's decision core: where a gang goes, and what follows for pods and capacity.
 
 Where each decision is made:
+- routing an event to its handler; a placement attempt (``_on_dequeued``, ``_on_reclaim``) read as
+  KAI's ``allocate.Execute``: pick the gang (``_begin``), open a statement and try
+  (``preemption.trial``), commit and admit (``_admit``) or discard, then ask who makes room and
+  place over them (``_place_over``), or explain: this module
 - what a node offers and uses, static filters, scoring: ``nodes.NodeTable``
 - one gang onto the nodes, all or nothing: ``gang.place_gang`` inside a ``statement.Statement``
-- which GPU device a pod gets, group ids: ``gpu``
-- who is preempted, and the fewest of them: ``preemption``; elastic pods first: ``elastic``
-- failure text: ``reasons``
+- the trial placement with victims released (the only one): ``preemption.trial``
+- who is preempted, and the fewest of them (per-queue index, minimum runtimes, why not):
+  ``preemption.Preemption``; which elastic pods go first: ``elastic``
+- pods, what each charges, foreign pods, eviction bookkeeping: ``ledger.PodLedger``
+- slots of admitted workloads and the pods that fill them; gangs displaced by a node leaving:
+  ``slots.Slots``
+- elastic pods' slots granted, dropped, evicted: ``elasticpods.ElasticPods``
+- CapacityChanged, the ``capacity`` and ``ripen`` timers, gangs waiting for room:
+  ``signals.CapacitySignals``
+- GangRunning, and judging disruptions (the ``disruption`` timer): ``disruption.Disruptions``
+- which GPU device a pod gets, group ids: ``gpu``; failure text: ``reasons``
 - GPU fragmentation against the recent workload mix (the ``fragmentation`` strategy): ``fragmentation``
-- this module: routing events; slots of admitted workloads and the pods that fill them;
-  GangRunning; CapacityChanged; feeding each arriving workload's pods to the mix.
+- what is emitted (``Output``) and built without validation: ``payloads``
 
 Pure: no I/O, no clock (``env.occurred_at`` is now), no randomness; dicts keep inbox order.
 """
@@ -281,7 +292,7 @@ class PlacementCore:
         """Slots follow what was admitted. An edit asking for fewer pods (``shrunk``, the queue's rule
         too) drops the surplus slots: those holding no pod now (done, lost, then reserving ones,
         highest index first), releasing their reservations; those holding a pod when it goes away
-        (``_vacate``). Then a capacity release, so what waits retries. An edit asking for more
+        (``Slots.vacate``). Then a capacity release, so what waits retries. An edit asking for more
         changes nothing here: the pods beyond the slots wait unbound, without quota."""
         wrec = self.slots.admitted(p.workload.key)
         if wrec is None:

@@ -236,7 +236,7 @@ class Slots:
         unbound until every displaced slot fits (Volcano's gang rule: the job is ready only when
         running + newly allocated tasks reach minAvailable), a pod still bound to a node that left
         counted among them. The survivors keep running. Retried whenever capacity appears
-        (``_retry_displaced``). True when nothing is displaced any more.
+        (``retry_displaced``). True when nothing is displaced any more.
         """
         present = self.nodes.present
         displaced = [s for s in wrec.slots if s.free and not s.elastic and (s.lost or not present[s.node])]
