@@ -348,21 +348,10 @@ class PlacementCore:
         return out
 
     def _evict(self, victim: WorkloadRecord, preemptor: WorkloadRecord, why: str) -> PreemptionRequested:
-        """Bookkeeping after the statement released the victim: its pods no longer count or fill."""
-        names = []
-        for key in self.ledger.own_pods(victim):
-            pod = self.pods[key]
-            if pod.evicted or not pod.facts.live or (pod.node is None and pod.slot is None):
-                continue
-            names.append(pod.facts.name)
-            self.ledger.evicted(pod)
-        victim.slots, victim.admitted, victim.running, victim.started_at = [], False, False, None
-        self.preemption.unhold(victim)
+        """The victim's pods and slots are gone (``Preemption.evict``): nothing is displaced or to judge."""
         self.slots.displaced.pop(victim.key, None)
         self.disruptions.forget(victim.key)
-        return PreemptionRequested(key=victim.key, kind=victim.spec.kind, gate=victim.spec.gate,
-                                   preemptor=preemptor.key, preemptor_priority=preemptor.spec.priority,
-                                   reclaim=preemptor.queue != victim.queue, pods=tuple(names), reason=why)
+        return self.preemption.evict(victim, preemptor, why)
 
     def _admit(self, rec: WorkloadRecord, attempt: GangAttempt, now: float, reason: str) -> list[Output]:
         """Turn the committed placements into slots; hand existing pods their slots in observed order."""
