@@ -1,63 +1,53 @@
 """The placement service's decision core: where a gang goes, and what follows for pods and capacity.
 
 Where each decision is made:
+- routing an event to its handler; a placement attempt (``_on_dequeued``, ``_on_reclaim``) read as
+  KAI's ``allocate.Execute``: pick the gang (``_begin``), open a statement and try
+  (``preemption.trial``), commit and admit (``_admit``) or discard, then ask who makes room and
+  place over them (``_place_over``), or explain: this module
 - what a node offers and uses, static filters, scoring: ``nodes.NodeTable``
 - one gang onto the nodes, all or nothing: ``gang.place_gang`` inside a ``statement.Statement``
-- which GPU device a pod gets, group ids: ``gpu``
-- who is preempted, and the fewest of them: ``preemption``; elastic pods first: ``elastic``
-- failure text: ``reasons``
+- the trial placement with victims released (the only one): ``preemption.trial``
+- who is preempted, and the fewest of them (per-queue index, minimum runtimes, why not):
+  ``preemption.Preemption``; which elastic pods go first: ``elastic``
+- pods, what each charges, foreign pods, eviction bookkeeping: ``ledger.PodLedger``
+- slots of admitted workloads and the pods that fill them; gangs displaced by a node leaving:
+  ``slots.Slots``
+- elastic pods' slots granted, dropped, evicted: ``elasticpods.ElasticPods``
+- CapacityChanged, the ``capacity`` and ``ripen`` timers, gangs waiting for room:
+  ``signals.CapacitySignals``
+- GangRunning, and judging disruptions (the ``disruption`` timer): ``disruption.Disruptions``
+- which GPU device a pod gets, group ids: ``gpu``; failure text: ``reasons``
 - GPU fragmentation against the recent workload mix (the ``fragmentation`` strategy): ``fragmentation``
-- this module: routing events; slots of admitted workloads and the pods that fill them;
-  GangRunning; CapacityChanged; feeding each arriving workload's pods to the mix.
+- what is emitted (``Output``) and built without validation: ``payloads``
 
 Pure: no I/O, no clock (``env.occurred_at`` is now), no randomness; dicts keep inbox order.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
-from typing import Any, Iterable, Union
 
-from services.placement import elastic, gpu, reasons
-from services.placement.gang import GangAttempt, ordered_pod_sets, place_gang, place_pods, pod_demand
+from services.placement import elastic, gpu
+from services.placement.disruption import DISRUPTION_TIMER, Disruptions
+from services.placement.elasticpods import ElasticPods
+from services.placement.gang import GangAttempt, pod_demand
 from services.placement.nodes import FRAGMENTATION, NodeTable
-from services.placement.payloads import gang_placed, pod_assigned, slot_assignment
-from services.placement.pods import PodRecord, pod_facts, pod_key, pod_set_of
-from services.placement.preemption import eligible, victim_order
-from services.placement.statement import Statement
+from services.placement.payloads import Output, gang_placed, slot_assignment
+from services.placement.slots import Slots
+from services.placement.pods import PodRecord
+from services.placement.ledger import PodLedger
+from services.placement.preemption import Preemption, trial
+from services.placement.signals import CAPACITY_TIMER, RIPEN_TIMER, CapacitySignals
 from services.placement.workloads import Slot, WorkloadRecord
 from shared.kernel import kube
-from shared.kernel import quantity as q
-from shared.kernel.model import Gang, shrunk
-from shared.kernel.victims import minimal_victims
+from shared.kernel.model import shrunk
 from shared.kernel.events import (
-    CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, Envelope, GangDisrupted, GangPlaced, GangRunning,
-    ObjectChanged, ObjectsListed, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested,
-    TimerFired, TimerSet, WorkloadUpdated, WorkloadWithdrawn,
+    Dequeued, ElasticGranted, ElasticReleased, Envelope, GangPlaced, ObjectChanged, ObjectsListed, PlacementFailed,
+    PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, TimerFired, WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.kernel.dedupe import RECENT_IDS, Seen
-from shared.kernel.listing import Held, WatchBook, last_state
+from shared.kernel.listing import WatchBook
 from shared.kernel.policy import Policy
-
-CAPACITY_TIMER = "capacity"
-"""Fires at quiescence of an instant in which pods went away (or foreign pods came): one signal."""
-RIPEN_TIMER = "ripen"
-"""Fires when would-be preemption victims reach their minimum runtime: a release, so the queue retries."""
-DISRUPTION_TIMER = "disruption"
-"""Fires ``DISRUPTION_GRACE`` after a running gang lost a pod: by then a deletion or finish of the
-workload has arrived, so only a gang that is still wanted is called disrupted."""
-DISRUPTION_GRACE = 2.0
-"""Seconds of event time between a running gang's loss of a pod and the judgement. A workload's
-deletion reaches placement through admission and the queue (``WorkloadWithdrawn``), while the
-garbage collector's deletions of its pods come straight from the watch, often first: on a deployment
-they arrive tens to hundreds of milliseconds apart, and after a relist in any order. The embedded
-runtime's instants have a quiescence, a deployment none; the grace stands in for it in both alike."""
-
-Output = Union[GangPlaced, PlacementFailed, PodAssigned, GangRunning, GangDisrupted, PreemptionRequested,
-               CapacityChanged, ElasticReleased, TimerSet]
-"""What placement emits (``shared.kernel.topology`` routes each)."""
-
 
 class PlacementCore:
     service = "placement"
@@ -65,42 +55,41 @@ class PlacementCore:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self.nodes = NodeTable()
-        self.workloads: dict[str, WorkloadRecord] = {}
-        self.pods: dict[str, PodRecord] = {}
-        self.pods_of: dict[str, dict[str, None]] = {}
-        """Workload key -> its pods' keys in the order they were first observed."""
+        self.ledger = PodLedger(self.nodes)
+        """Pod bookkeeping: what each pod charges, foreign pods, releases inside a statement."""
         self._handled = Seen(RECENT_IDS)
         """Ids of decision envelopes already handled (membership only: a redelivery yields nothing)."""
         self._admissions = 0
-        self._foreign: dict[str, int] = {}
-        """What pods outside admitted workloads hold; CapacityChanged.total excludes it."""
-        self._timer_at: float | None = None
-        self._timer_fired_at: float | None = None
-        self._release_pending = False
-        self._last_total: dict[str, int] | None = None
-        self._suspects: dict[str, tuple[str, bool, float]] = {}
-        """Running gangs that lost a pod: workload key -> (pod, whether its node went away, when to judge)."""
-        self._disruption_at: float | None = None
-        self._queue_min_runtime: dict[str, float] = {}
-        """Queues whose definition sets a minimum runtime (KAI's preemptMinRuntime)."""
-        self._now = 0.0
-        self._ripen_at: dict[float, None] = {}
-        """Times a ``ripen`` timer is set for (one per time)."""
-        self._displaced: dict[str, None] = {}
-        """Admitted workloads with free slots whose node left, waiting to be re-placed together."""
-        self._held: dict[str, dict[int, dict[str, WorkloadRecord]]] = {}
-        """Admitted workloads per queue, per priority: where preemption looks for victims (never a scan
-        of every workload)."""
-        self._waiting: dict[str, str] = {}
-        """Gangs that found no room and no victim (workload key -> room key): they wait for a release."""
-        self._shapes: dict[str, tuple[Gang, str, dict[str, None]]] = {}
-        """Room key -> (gang, strategy, keys of the waiting gangs of that shape)."""
+        self.signals = CapacitySignals(self.nodes, self.ledger)
+        """CapacityChanged, its timers, and the gangs waiting for room."""
+        self.disruptions = Disruptions(self.ledger)
+        """GangRunning, and running gangs that lost a pod until they are judged."""
+        self.preemption = Preemption(self.nodes, self.ledger)
+        self.elastic = ElasticPods(self.nodes, self.ledger)
+        """Elastic pods' slots: granted, dropped, evicted."""
+        """Who makes room: admitted workloads per queue and priority, minimum runtimes, the fewest victims."""
+        self.slots = Slots(policy, self.nodes, self.ledger, self.signals, self.disruptions)
+        """Slots of admitted workloads and the pods that fill them; gangs displaced by a node leaving."""
         self.book = WatchBook(by_reference=frozenset({"Pod"}))
         """Every node and pod placement was told of, to tell what a list lacks (``shared.kernel.listing``).
         Pods by reference: ``PodRecord.held`` is the book's ``Held``, so a pod's object is neither
         copied on each of its watch events nor held twice."""
         self._mixing = FRAGMENTATION in (policy.placement, *(q_.placement for q_ in policy.queues.values()))
         """Whether any queue places by fragmentation, the only reader of the workload mix (else not fed)."""
+
+    @property
+    def pods(self) -> dict[str, PodRecord]:
+        """Every pod placement keeps, by key (the ledger's: one container, so a snapshot holds it once)."""
+        return self.ledger.pods
+
+    @property
+    def workloads(self) -> dict[str, WorkloadRecord]:
+        """Every workload placement was asked to place, by key (the slots' own dict)."""
+        return self.slots.workloads
+
+    @property
+    def pods_of(self) -> dict[str, dict[str, None]]:
+        return self.ledger.pods_of
 
     # ------------------------------------------------------------------ routing
     def handle(self, env: Envelope) -> list[Output]:
@@ -112,29 +101,26 @@ class PlacementCore:
     def _route(self, env: Envelope) -> list[Output]:
         p = env.payload
         now = env.occurred_at
-        self._now = now
+        self.slots.now = now
         if isinstance(p, ObjectChanged):
             held = self.book.observe(p)
             if p.kind == "Node":
                 return self._on_node(p)
             if p.kind == "Pod":
-                return self._on_pod(p, now, held)
+                return self.slots.on_pod(p, now, held)
             return []
         if isinstance(p, TimerFired):
             return self._on_timer(p.key, p.due(now), now)
         if isinstance(p, ObjectsListed):  # nodes and pods deleted while no watch was open
             out: list[Output] = []
             for gone in self.book.listed(p):
-                out += self._on_node(gone) if gone.kind == "Node" else self._on_pod(gone, now)
+                out += self._on_node(gone) if gone.kind == "Node" else self.slots.on_pod(gone, now)
             return out
         if isinstance(p, QueueDefined):
-            if p.queue.min_runtime is None:
-                self._queue_min_runtime.pop(p.queue.name, None)
-            else:
-                self._queue_min_runtime[p.queue.name] = p.queue.min_runtime
+            self.preemption.define_queue(p.queue.name, p.queue.min_runtime)
             return []
         if isinstance(p, QueueRemoved):
-            self._queue_min_runtime.pop(p.name, None)
+            self.preemption.define_queue(p.name, None)
             return []
         if isinstance(p, WorkloadUpdated):
             return self._on_updated(p, now)
@@ -167,13 +153,13 @@ class PlacementCore:
                 if not wrec.admitted:
                     continue
                 idle = [(wrec, s) for s in wrec.slots if s.elastic and s.node == gone and s.free]
-                lost += self._drop_elastic(idle, f"its node {p.name} left")  # they ask the queue again
+                lost += self.elastic.drop(idle, f"its node {p.name} left")  # they ask the queue again
                 if any(s.node == gone and s.free for s in wrec.slots):
-                    self._displaced[wrec.key] = None
-        released = change.grew or change.constraints or self._release_pending
-        self._release_pending = False
-        out: list[Output] = lost + [self._capacity_changed(released, everyone=bool(change.grew or change.constraints))]
-        return out + self._retry_displaced() if released else out
+                    self.slots.displaced[wrec.key] = None
+        pending = self.signals.take_pending()
+        released = change.grew or change.constraints or pending
+        out: list[Output] = lost + [self.signals.changed(released, everyone=bool(change.grew or change.constraints))]
+        return out + self.slots.retry_displaced() if released else out
 
     def _compact_nodes(self) -> None:
         """Drop the node table's rows of gone nodes nothing refers to (``NodeTable.compact``) and move
@@ -191,396 +177,18 @@ class PlacementCore:
         for slot in slots.values():
             slot.node = moved[slot.node]
 
-    def _capacity_changed(self, released: bool, everyone: bool = False) -> CapacityChanged:
-        """``everyone``: nodes came, changed or victims ripened; every waiting gang may try. Otherwise a
-        release names the room it made per waiting shape (``_room``)."""
-        total = self.nodes.totals()
-        for name, used in self._foreign.items():
-            if name in total:
-                total[name] = max(0, total[name] - used)
-        self._last_total = total
-        room = None if everyone or not released or not self._shapes else self._room()
-        return CapacityChanged(total=total, nodes=self.nodes.schedulable_count(), released=released, room=room)
-
-    def _capacity_signal(self, now: float, released: bool) -> list[Output]:
-        """Ask for one CapacityChanged at the end of this instant (a timer at ``now``, set once)."""
-        self._release_pending = self._release_pending or released
-        if self._timer_at == now or self._timer_fired_at == now:
-            return []
-        self._timer_at = now
-        return [TimerSet(key=CAPACITY_TIMER, at=now)]
-
     def _on_timer(self, key: str, due: float, now: float) -> list[Output]:
         """A timer set for ``due`` fired, handled at ``now`` (later, when inputs stamped after ``due``
         were handled first)."""
         if key == DISRUPTION_TIMER:
-            return self._judge_disruptions(now)
+            return [*self.disruptions.judge(now, self.workloads)]
         if key == RIPEN_TIMER:
-            self._ripen_at.pop(due, None)
-            return [self._capacity_changed(released=True, everyone=True)]
+            return [self.signals.ripened(due)]
         if key != CAPACITY_TIMER:
             return []
-        if self._timer_at == due:
-            self._timer_at = None
-        self._timer_fired_at = due
-        released, self._release_pending = self._release_pending, False
-        before = self._last_total
-        event = self._capacity_changed(released)
-        out: list[Output] = [event] if released or event.total != before else []
-        return out + self._retry_displaced() if released else out
-
-    def _set_foreign(self, rec: PodRecord, foreign: bool) -> list[Output]:
-        """A charged pod lowers CapacityChanged.total exactly while it fills no slot of an admitted workload."""
-        if rec.node is None or rec.foreign == foreign:
-            return []
-        self._add_foreign(rec, 1 if foreign else -1)
-        rec.foreign = foreign
-        return self._capacity_signal(self._now, released=False)
-
-    def _add_foreign(self, rec: PodRecord, sign: int) -> None:
-        assert rec.demand is not None
-        for name, amount in rec.demand.items:
-            if name != q.GPU:
-                self._foreign[name] = self._foreign.get(name, 0) + sign * amount
-        shares = sum(share for _, share in rec.devices)
-        if shares:
-            self._foreign[q.GPU] = self._foreign.get(q.GPU, 0) + sign * shares
-
-    # ------------------------------------------------------------------ pods
-    def _on_pod(self, p: ObjectChanged, now: float, held: Held | None = None) -> list[Output]:
-        """Count bound live pods, fill or free slots, assign new pods of admitted workloads. A version
-        ingest refused (``kube.REFUSED``) is not read: the pod's last readable version stands, and
-        admission rejects its workload naming it. ``held``: the watch book's ``Held`` of this event's
-        object (None for a deletion, whose object the book no longer holds)."""
-        if p.change != "Deleted" and kube.refused(p.object) is not None:
-            if held is not None:  # the book keeps a copy: this version may share parts with the record's
-                held.obj = last_state(held.obj)
-            return []
-        rec = self.pods.get(pod_key(p.object, p.name, p.namespace))
-        facts = pod_facts(p.change, p.object, p.name, p.namespace, self.policy.answers_to,
-                          None if rec is None else (rec.facts, rec.obj))
-        if rec is None:
-            if not facts.live or (not facts.bound and facts.workload is None):
-                return []
-            rec = PodRecord(facts=facts, held=held or Held(p.object))
-            self.pods[facts.key] = rec
-            if facts.workload:
-                self.pods_of.setdefault(facts.workload, {})[facts.key] = None
-        else:
-            rec.facts, rec.held = facts, held or Held(p.object)
-        wrec = self._admitted(facts.workload)
-        if wrec is not None and facts.kind not in (None, wrec.spec.kind):
-            wrec = None  # another kind's object under the same name: not this workload's pod
-        out: list[Output] = []
-        was_counting, reserved_again = rec.node is not None, False
-        if rec.node is not None and not self._charge_holds(rec):
-            self._uncharge_pod(rec)
-        if rec.slot is not None and not facts.live:
-            slot = rec.slot
-            reserved_again, assigned = self._vacate(rec, wrec)
-            if reserved_again and wrec is not None and wrec.running and slot.in_gang:
-                out += self._suspect_disruption(wrec, facts.name, slot.lost, now)
-            out += assigned
-        if wrec is not None and facts.live and not rec.evicted:
-            if rec.slot is None:
-                out += self._attach(wrec, rec)
-            if rec.slot is not None and facts.bound and not rec.slot.filled:
-                self._fill(rec.slot)
-        if rec.node is None and facts.live and facts.bound and not rec.evicted:
-            out += self._charge_pod(rec, wrec, now)
-        if was_counting and rec.node is None and not reserved_again:
-            out += self._capacity_signal(now, released=True)
-        if wrec is not None:
-            out += self._check_running(wrec, now)
-        if not facts.live:
-            self._forget(rec)
-        return out
-
-    def _own_pods(self, wrec: WorkloadRecord) -> list[str]:
-        """Keys of the pods that belong to ``wrec``: same namespace/name and the same kind (a rejected
-        RayCluster sharing a RayJob's name has pods too, and they are not the RayJob's)."""
-        return [key for key in self.pods_of.get(wrec.key, {})
-                if self.pods[key].facts.kind in (None, wrec.spec.kind)]
-
-    def _admitted(self, key: str | None) -> WorkloadRecord | None:
-        rec = self.workloads.get(key) if key else None
-        return rec if rec is not None and rec.admitted else None
-
-    def _charge_holds(self, rec: PodRecord) -> bool:
-        facts = rec.facts
-        if not (facts.live and facts.bound) or rec.evicted or self.nodes.index.get(facts.node_name) != rec.node:
-            return False
-        return self.nodes.demand(facts.requests, facts.gpu_share).same_as(rec.demand)
-
-    def _charge_pod(self, rec: PodRecord, wrec: WorkloadRecord | None, now: float) -> list[Output]:
-        """The pod counts on its node; GPU devices from its slot, its annotation, or a best guess."""
-        facts = rec.facts
-        node = self.nodes.ensure(facts.node_name)
-        demand = self.nodes.demand(facts.requests, facts.gpu_share)
-        if rec.slot is not None and rec.slot.node == node:
-            devices = rec.slot.devices
-        else:
-            devices = gpu.observed_charge(self.nodes.device_row(node), demand.gpu_whole, facts.gpu_share,
-                                          facts.gpu_devices)
-        self.nodes.charge(node, demand, devices)
-        rec.node, rec.demand, rec.devices, rec.foreign = node, demand, devices, wrec is None
-        if rec.foreign:
-            self._add_foreign(rec, +1)
-            return self._capacity_signal(now, released=False)
-        return []
-
-    def _uncharge_pod(self, rec: PodRecord) -> None:
-        assert rec.node is not None and rec.demand is not None
-        self.nodes.uncharge(rec.node, rec.demand, rec.devices)
-        if rec.foreign:
-            self._add_foreign(rec, -1)
-        rec.node, rec.demand, rec.devices, rec.foreign = None, None, (), False
-
-    def _vacate(self, rec: PodRecord, wrec: WorkloadRecord | None) -> tuple[bool, list[Output]]:
-        """A gone pod leaves its slot: reserve it again for the recreated pod (True), unless it is done
-        or the slot is surplus after a shrinking edit (then the slot goes with its pod)."""
-        slot = rec.slot
-        assert slot is not None
-        rec.slot = None
-        was_filled, was_reserving = slot.filled, slot.reserving
-        slot.pod, slot.filled = None, False
-        if wrec is None:
-            return False, []
-        if slot.elastic:  # its own pod only: a replacement asks the queue for quota again
-            if was_reserving:
-                self.nodes.uncharge(slot.node, slot.demand, slot.devices)
-            wrec.slots.remove(slot)
-            what = "finished" if rec.facts.phase in ("Succeeded", "Failed") else "went away"
-            return False, [self._elastic_released(wrec, slot.pod_set, 1, f"pod {rec.facts.name} {what}")]
-        surplus = wrec.surplus(slot.pod_set) > 0
-        if rec.facts.phase == "Succeeded" or surplus:
-            if was_reserving:
-                self.nodes.uncharge(slot.node, slot.demand, slot.devices)
-            if surplus:
-                wrec.slots.remove(slot)
-            else:
-                slot.done = True
-            return False, []
-        stand_in = self._stand_in(wrec, slot)
-        if stand_in is not None:  # a running elastic pod of the pod set takes the gang place
-            if was_reserving:
-                self.nodes.uncharge(slot.node, slot.demand, slot.devices)
-            wrec.slots.remove(slot)
-            stand_in.elastic, stand_in.in_gang = False, slot.in_gang
-            assert stand_in.pod is not None
-            return False, [self._elastic_released(wrec, slot.pod_set, 1,
-                                                  f"pod {stand_in.pod.partition('/')[2]} takes the gang place of "
-                                                  f"pod {rec.facts.name}", promoted=(stand_in.pod,))]
-        if was_filled and self.nodes.present[slot.node]:
-            self.nodes.charge(slot.node, slot.demand, slot.devices)
-        elif was_filled:
-            slot.lost = True
-            self._displaced[wrec.key] = None
-        return True, self._assign_waiting(wrec, slot.pod_set)
-
-    def _stand_in(self, wrec: WorkloadRecord, gone: Slot) -> Slot | None:
-        """The newest elastic slot of the same pod set holding a bound pod on a present node: the pod that
-        may take a gone gang pod's place (a gang is a count of running pods, not particular ones)."""
-        found = None  # the highest index; of equal ones the first, as a stable sort by -index gives
-        for slot in wrec.slots:
-            if slot.elastic and slot.pod_set == gone.pod_set and slot.filled and self.nodes.present[slot.node] \
-                    and (found is None or slot.index > found.index):
-                found = slot
-        return found
-
-    def _attach(self, wrec: WorkloadRecord, rec: PodRecord) -> list[Output]:
-        """Give a live pod of an admitted workload a slot; unbound pods muster answers to are told where
-        to go. A bound pod fills a free slot of its pod set, on its node if one is there (a pod another
-        scheduler bound elsewhere takes a slot all the same: its own charge replaces the reservation)."""
-        facts = rec.facts
-        pod_set = self._pod_set_name(wrec, rec)
-        if facts.bound:
-            slot = wrec.free_slot(pod_set, self.nodes.index.get(facts.node_name))
-            if slot is None:
-                return []
-            slot.pod, rec.slot = facts.key, slot
-            return self._set_foreign(rec, False)
-        if not self.policy.answers_to(facts.scheduler_name):
-            return []  # another scheduler's pod: it binds it (the pod then fills a slot where it landed)
-        if not wrec.assembled:
-            return self._assemble(wrec)
-        slot = wrec.free_slot(pod_set)
-        if slot is not None and (slot.lost or not self.nodes.present[slot.node]):
-            slot = wrec.free_slot(pod_set) if self._relocate(wrec) else None
-        if slot is None:  # beyond its slots (an elastic pod not granted yet): it waits unbound, no quota
-            return []
-        slot.pod, rec.slot = facts.key, slot
-        return [self._pod_assigned(wrec, rec, slot)]
-
-    def _assemble(self, wrec: WorkloadRecord) -> list[Output]:
-        """A pod-gated gang binds nothing until a pod waits for every one of its gang slots: then all
-        of them are told where to go at once, in the order they were observed (Volcano binds a job
-        only when minAvailable tasks are present; a gang whose evicted plain pods never come back
-        must not run with some of them). A suspend-gated gang's pods are created after admission,
-        on reserved nodes: they go as they come."""
-        if wrec.spec.gate == "pods":
-            missing: dict[str, int] = {}
-            for slot in wrec.slots:
-                if slot.in_gang and not slot.elastic and slot.free:
-                    missing[slot.pod_set] = missing.get(slot.pod_set, 0) + 1
-            for key in self._own_pods(wrec):
-                pod = self.pods[key]
-                if pod.slot is None and pod.facts.live and not pod.facts.bound and not pod.evicted:
-                    name = self._pod_set_name(wrec, pod)
-                    if missing.get(name):
-                        missing[name] -= 1
-            if any(missing.values()):
-                return []
-        wrec.assembled = True
-        out: list[Output] = []
-        for key in self._own_pods(wrec):
-            pod = self.pods[key]
-            if pod.slot is None and pod.facts.live and not pod.facts.bound and not pod.evicted:
-                out += self._attach(wrec, pod)
-        return out
-
-    def _pod_set_name(self, wrec: WorkloadRecord, rec: PodRecord) -> str:
-        """The pod set a pod fills. KubeRay's pods say it in their labels; a plain pod gang's pods are
-        matched by shape to the gang's pod sets (``pods``, ``pods-2``, ...), so a pod only ever fills
-        a slot reserved for exactly what it asks; one of no known shape fills none (it waits unbound,
-        like any pod beyond the gang)."""
-        if wrec.spec.kind not in ("PodGroup", "Pod"):
-            return rec.facts.pod_set
-        mine = pod_set_of(rec.obj, rec.facts.pod_set, rec.facts)
-        if mine is None:
-            return ""
-        for ps in wrec.spec.gang.pod_sets:
-            if ps.task == mine.task and ps.shape == mine.shape:
-                return ps.name
-        return ""
-
-    def _fill(self, slot: Slot) -> None:
-        """A bound pod now holds what its slot reserved."""
-        if slot.reserving:
-            self.nodes.uncharge(slot.node, slot.demand, slot.devices)
-        slot.filled = True
-
-    def _relocate(self, wrec: WorkloadRecord) -> bool:
-        """Place every free slot whose node left again: all of them in one statement, or none.
-
-        A gang that lost pods with a node never half-lands again: the pods KubeRay recreates wait
-        unbound until every displaced slot fits (Volcano's gang rule: the job is ready only when
-        running + newly allocated tasks reach minAvailable), a pod still bound to a node that left
-        counted among them. The survivors keep running. Retried whenever capacity appears
-        (``_retry_displaced``). True when nothing is displaced any more.
-        """
-        present = self.nodes.present
-        displaced = [s for s in wrec.slots if s.free and not s.elastic and (s.lost or not present[s.node])]
-        if not displaced:
-            self._displaced.pop(wrec.key, None)
-            return True
-        if any(s.filled and not s.elastic and not present[s.node] for s in wrec.slots):
-            # a pod still bound to a node that left goes too (its deletion is not seen yet): its slot is
-            # re-placed with the others once it has, all or none (KubeRay re-creates one pod at a time)
-            self._displaced[wrec.key] = None
-            return False
-        for slot in displaced:
-            if slot.reserving:  # reserved on a node that left: the reservation left with it
-                self.nodes.uncharge(slot.node, slot.demand, slot.devices)
-                slot.lost = True
-        strategy = self.policy.placement_for(wrec.queue)
-        stmt = Statement(self.nodes)
-        moves: list[tuple[Slot, Any]] = []
-        for pod_set in ordered_pod_sets(wrec.spec.gang):
-            slots = [s for s in displaced if s.pod_set == pod_set.name]
-            if not slots:
-                continue
-            placed = place_pods(self.nodes, stmt, pod_set, slots[0].demand, len(slots), strategy)
-            if len(placed) < len(slots):
-                stmt.rollback()
-                self._displaced[wrec.key] = None
-                return False
-            moves += zip(slots, placed)
-        stmt.commit()
-        for slot, placement in moves:
-            slot.node, slot.devices, slot.lost = placement.node, placement.devices, False
-        self._displaced.pop(wrec.key, None)
-        return True
-
-    def _retry_displaced(self) -> list[Output]:
-        """Capacity appeared: gangs whose pods lost their node try again, then hand the waiting pods their slots."""
-        out: list[Output] = []
-        for key in list(self._displaced):
-            wrec = self._admitted(key)
-            if wrec is None:
-                del self._displaced[key]
-                continue
-            if not self._relocate(wrec):
-                continue
-            for pod_set in ordered_pod_sets(wrec.spec.gang):
-                while assigned := self._assign_waiting(wrec, pod_set.name):
-                    out += assigned
-        return out
-
-    def _assign_waiting(self, wrec: WorkloadRecord, pod_set: str) -> list[Output]:
-        """A slot came free: the first pod of that pod set still waiting for one takes it."""
-        for key in self._own_pods(wrec):
-            rec = self.pods[key]
-            facts = rec.facts
-            if rec.slot is None and facts.live and not facts.bound and not rec.evicted \
-                    and self._pod_set_name(wrec, rec) == pod_set:
-                return self._attach(wrec, rec)
-        return []
-
-    def _suspect_disruption(self, wrec: WorkloadRecord, pod: str, lost_node: bool, now: float) -> list[Output]:
-        """A running gang lost a pod: judge after the grace, once we know whether the workload is still wanted."""
-        if wrec.key in self._suspects:
-            return []
-        due = now + DISRUPTION_GRACE
-        self._suspects[wrec.key] = (pod, lost_node, due)
-        if self._disruption_at == due:
-            return []
-        self._disruption_at = due
-        return [TimerSet(key=DISRUPTION_TIMER, at=due)]
-
-    def _judge_disruptions(self, now: float) -> list[Output]:
-        """Gangs still admitted and still short of a bound, Running member are disrupted until whole again."""
-        out: list[Output] = []
-        due = [(key, pod, lost_node) for key, (pod, lost_node, at) in self._suspects.items() if at <= now]
-        for key, pod, lost_node in due:
-            del self._suspects[key]
-            wrec = self._admitted(key)
-            if wrec is None or not wrec.running:
-                continue
-            gang = [s for s in wrec.slots if s.in_gang]
-            whole = sum(1 for s in gang if s.filled and s.pod is not None and self.pods[s.pod].facts.phase == "Running")
-            if whole == len(gang):
-                continue
-            wrec.running = False
-            why = "lost its node" if lost_node else "went away"
-            out.append(GangDisrupted(key=key, reason=f"{whole}/{len(gang)} gang pods Running: pod {pod} {why};"
-                                                     f" waiting for its replacement to be bound and Running"))
-        return out
-
-    def _check_running(self, wrec: WorkloadRecord, now: float) -> list[Output]:
-        """GangRunning once per admission, when every in-gang slot holds a bound, Running pod."""
-        if wrec.running:
-            return []
-        gang = [s for s in wrec.slots if s.in_gang]
-        if not gang:
-            return []
-        for slot in gang:
-            if not slot.filled or slot.pod is None or self.pods[slot.pod].facts.phase != "Running":
-                return []
-        restarted = wrec.started_at is not None
-        wrec.running = True
-        if not restarted:
-            wrec.started_at = now
-        return [GangRunning(key=wrec.key, reason=f"{len(gang)}/{len(gang)} gang pods bound and Running"
-                                                  + (" again" if restarted else ""))]
-
-    def _forget(self, rec: PodRecord) -> None:
-        self.pods.pop(rec.key, None)
-        workload = rec.facts.workload
-        if workload and workload in self.pods_of:
-            self.pods_of[workload].pop(rec.key, None)
-            if not self.pods_of[workload]:
-                del self.pods_of[workload]
+        events, released = self.signals.fired(due)
+        out: list[Output] = [*events]
+        return out + self.slots.retry_displaced() if released else out
 
     # ------------------------------------------------------------------ gangs
     def _begin(self, p: Dequeued | ReclaimRequested) -> tuple[list[Output], WorkloadRecord | None]:
@@ -590,8 +198,8 @@ class PlacementCore:
         current = self.workloads.get(p.key)
         if current is not None and current.admitted:
             return [self._gang_placed(current)], None
-        restored = self._retry_displaced()
-        self._stop_waiting(p.key)
+        restored = self.slots.retry_displaced()
+        self.signals.stop_waiting(p.key)
         rec = WorkloadRecord(spec=p.workload, queue=p.queue)
         self.workloads[p.key] = rec
         # Every pod set's demand is made here, mixing or not: it names the table's resource columns in the
@@ -607,130 +215,24 @@ class PlacementCore:
         if rec is None:
             return restored
         strategy = self.policy.placement_for(p.queue)
-        stmt = Statement(self.nodes)
-        attempt = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=True)
+        stmt, attempt = trial(self.nodes, self.ledger, rec.spec.gang, strategy, [], [], explain=True)
         if attempt.ok:
             stmt.commit()
             return restored + self._admit(rec, attempt, now, self._placed_reason(attempt, strategy))
         stmt.rollback()
-        min_runtime = self._queue_min_runtime.get(rec.queue, self.policy.min_runtime_for(rec.queue))
-        candidates = victim_order([w for w in self._lower(rec) if eligible(w, rec, now, min_runtime)])
-        pods = minimal_victims(elastic.victim_slots(candidates), lambda ss: self._fits_without(rec, [], strategy, ss))
-        if pods:  # elastic pods go before any whole gang
-            why = f"preempted by {rec.key} (priority {rec.spec.priority}) in queue {rec.queue}"
-            placed = self._place_over(rec, [], why, "preempting", strategy, now, pods)
-            assert placed is not None  # the trial above placed it with exactly these pods gone
-            return restored + placed
-        victims = minimal_victims(candidates, lambda vs: self._fits_without(rec, vs, strategy))
+        min_runtime = self.preemption.queue_min_runtime.get(rec.queue, self.policy.min_runtime_for(rec.queue))
+        candidates = self.preemption.candidates(rec, now, min_runtime)
+        pods, victims = self.preemption.choose(rec, candidates, strategy)
         if victims is None:
-            reason = attempt.reason
-            ripening, note = self._ripening_preemption(rec, candidates, strategy, now, min_runtime)
-            if note:
-                reason += note
-            else:
-                reason += self._pinned_note(rec, candidates, strategy)
-                if candidates and not reason.endswith("not preemptible."):
-                    reason += (f" Preempting all {len(candidates)} lower-priority workload(s) of queue {rec.queue}"
-                               f" would not make room.")
-            room_key = self._wait_for_room(rec, strategy) if attempt.capacity_short and not ripening else ""
+            ripe, reason = self.preemption.why_not(rec, candidates, strategy, now, min_runtime, attempt.reason)
+            ripening: list[Output] = [*self.signals.ripen(ripe)] if ripe is not None else []
+            room_key = self.signals.wait_for_room(rec, strategy) if attempt.capacity_short and not ripening else ""
             return restored + ripening + [PlacementFailed(key=rec.key, queue=rec.queue, reason=reason,
                                                           capacity_short=attempt.capacity_short, room_key=room_key)]
         why = f"preempted by {rec.key} (priority {rec.spec.priority}) in queue {rec.queue}"
-        out = self._place_over(rec, victims, why, "preempting", strategy, now)
+        out = self._place_over(rec, victims, why, "preempting", strategy, now, pods)  # elastic pods before gangs
         assert out is not None  # the trial above placed it with exactly these victims gone
         return restored + out
-
-    def _lower(self, rec: WorkloadRecord) -> Iterable[WorkloadRecord]:
-        """Admitted workloads of ``rec``'s queue with a lower priority: the only ones preemption may
-        name (``preemption.eligible`` then checks the rest), found through the per-queue, per-priority
-        index instead of every workload."""
-        for priority, members in self._held.get(rec.queue, {}).items():
-            if priority < rec.spec.priority:
-                yield from (w for w in members.values() if w is not rec)
-
-    def _unhold(self, rec: WorkloadRecord) -> None:
-        by_priority = self._held.get(rec.queue)
-        if by_priority is None:
-            return
-        members = by_priority.get(rec.spec.priority)
-        if members is None or members.get(rec.key) is not rec:
-            return
-        del members[rec.key]
-        if not members:
-            del by_priority[rec.spec.priority]
-            if not by_priority:
-                del self._held[rec.queue]
-
-    def _wait_for_room(self, rec: WorkloadRecord, strategy: str) -> str:
-        """``rec`` found neither room nor a victim: it waits until a release could hold its gang. The
-        room key names its shape (gang and strategy); identical gangs share one, so a release is tried
-        once per shape (``_room``), not once per waiting gang."""
-        text = f"{strategy}|{rec.spec.gang.model_dump_json()}"
-        key = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
-        self._waiting[rec.key] = key
-        shape = self._shapes.get(key)
-        if shape is None:
-            shape = self._shapes[key] = (rec.spec.gang, strategy, {})
-        shape[2][rec.key] = None
-        return key
-
-    def _stop_waiting(self, key: str) -> None:
-        room_key = self._waiting.pop(key, None)
-        if room_key is None:
-            return
-        members = self._shapes[room_key][2]
-        members.pop(key, None)
-        if not members:
-            del self._shapes[room_key]
-
-    def _room(self) -> dict[str, int]:
-        """Per shape of the waiting gangs: how many of them the free nodes hold now, placed one after
-        another in a trial that is rolled back (at most as many as wait). The queue wakes that many of
-        each, in its own order; a shape missing here gets no attempt."""
-        room: dict[str, int] = {}
-        for key, (gang, strategy, members) in self._shapes.items():
-            stmt = Statement(self.nodes)
-            fits = 0
-            while fits < len(members) and place_gang(self.nodes, stmt, gang, strategy, explain=False).ok:
-                fits += 1
-            stmt.rollback()
-            if fits:
-                room[key] = fits
-        return room
-
-    def _pinned_note(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str) -> str:
-        """Lower priorities of the queue that would make room but are not preemptible (KAI's non-preemptible,
-        ``volcano.sh/preemptable: "false"``): say so, since the wait then lasts as long as they run."""
-        if not rec.spec.preempts:
-            return ""
-        pinned = [w for w in self._lower(rec) if not w.spec.preemptible]
-        if not pinned or not self._fits_without(rec, candidates + pinned, strategy):
-            return ""
-        names = ", ".join(f"{w.key} (priority {w.spec.priority})" for w in pinned)
-        verb = "is" if len(pinned) == 1 else "are"
-        return f" Lower-priority {names} of queue {rec.queue} would make room but {verb} not preemptible."
-
-    def _ripening_preemption(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str, now: float,
-                             min_runtime: float) -> tuple[list[Output], str]:
-        """No preemption now: would there be one once younger victims have run their minimum runtime
-        (KAI's preemptMinRuntime)? Then set a timer for that time, whose capacity release makes the
-        queue try again then rather than when its backoff expires, and say so in the reason."""
-        young = [w for w in self._lower(rec)
-                 if w.started_at is not None and eligible(w, rec, math.inf, min_runtime)
-                 and not eligible(w, rec, now, min_runtime)]
-        if not young:
-            return [], ""
-        later = minimal_victims(victim_order(candidates + young), lambda vs: self._fits_without(rec, vs, strategy))
-        if later is None:
-            return [], ""
-        ripe = max((w.started_at or 0.0) + min_runtime for w in later if w in young)
-        out: list[Output] = []
-        if ripe not in self._ripen_at:
-            self._ripen_at[ripe] = None
-            out.append(TimerSet(key=RIPEN_TIMER, at=ripe))
-        note = (f" Preempting {', '.join(w.key for w in later)} waits for the minimum runtime of queue {rec.queue}"
-                f" (until {ripe:g}s).")
-        return out, note
 
     def _on_reclaim(self, p: ReclaimRequested, now: float) -> list[Output]:
         """The queue named victims: in other queues (reclaim) or in the workload's own queue, whose limit
@@ -739,10 +241,10 @@ class PlacementCore:
         if rec is None:
             return restored
         named = dict.fromkeys(k for k in p.victims if k != p.key)
-        victims = [w for k in named if (w := self._admitted(k)) is not None]
+        victims = [w for k in named if (w := self.slots.admitted(k)) is not None]
         pods: list[elastic.Victim] = []
         for unit in p.elastic_victims:
-            owner = self._admitted(unit.key)
+            owner = self.slots.admitted(unit.key)
             if owner is not None and owner.key != p.key:
                 pods += elastic.newest(owner, unit.pod_set, unit.count)
         strategy = self.policy.placement_for(p.queue)
@@ -754,11 +256,7 @@ class PlacementCore:
         out = self._place_over(rec, victims, why, verb, strategy, now, pods)
         if out is not None:
             return restored + out
-        stmt = Statement(self.nodes)
-        for victim in victims:
-            self._release_into(stmt, victim)
-        self._release_slots_into(stmt, pods)
-        attempt = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=True)
+        stmt, attempt = trial(self.nodes, self.ledger, rec.spec.gang, strategy, victims, pods, explain=True)
         stmt.rollback()
         return restored + [PlacementFailed(key=rec.key, queue=rec.queue, reason=attempt.reason,
                                            capacity_short=attempt.capacity_short)]
@@ -771,12 +269,12 @@ class PlacementCore:
         CapacityChanged.total: the queue must not count their room as free.
         """
         rec = self.workloads.pop(p.key, None)
-        self._stop_waiting(p.key)
-        self._suspects.pop(p.key, None)  # no longer wanted: nothing to judge
+        self.signals.stop_waiting(p.key)
+        self.disruptions.forget(p.key)  # no longer wanted: nothing to judge
         if rec is None:
             return []
-        self._displaced.pop(p.key, None)
-        self._unhold(rec)
+        self.slots.displaced.pop(p.key, None)
+        self.preemption.unhold(rec)
         freed = False
         for slot in rec.slots:
             if slot.reserving:
@@ -785,25 +283,25 @@ class PlacementCore:
             if slot.pod is not None and slot.pod in self.pods:
                 self.pods[slot.pod].slot = None
         rec.slots = []
-        out: list[Output] = self._capacity_signal(self._now, released=True) if freed and self._waiting else []
+        out: list[Output] = self.slots.signal(self.slots.now, released=True) if freed and self.signals.waiting else []
         for key in self.pods_of.get(p.key, {}):
-            out += self._set_foreign(self.pods[key], True)
-        return out + self._retry_displaced()  # its reservations are free again
+            out += self.slots.set_foreign(self.pods[key], True)
+        return out + self.slots.retry_displaced()  # its reservations are free again
 
     def _on_updated(self, p: WorkloadUpdated, now: float) -> list[Output]:
         """Slots follow what was admitted. An edit asking for fewer pods (``shrunk``, the queue's rule
         too) drops the surplus slots: those holding no pod now (done, lost, then reserving ones,
         highest index first), releasing their reservations; those holding a pod when it goes away
-        (``_vacate``). Then a capacity release, so what waits retries. An edit asking for more
+        (``Slots.vacate``). Then a capacity release, so what waits retries. An edit asking for more
         changes nothing here: the pods beyond the slots wait unbound, without quota."""
-        wrec = self._admitted(p.workload.key)
+        wrec = self.slots.admitted(p.workload.key)
         if wrec is None:
             return []
         wrec.latest = p.workload.gang
-        out = self._trim_elastic(wrec)
+        out: list[Output] = [*self.elastic.trim(wrec)]
         smaller = shrunk(wrec.spec.gang, p.workload.gang)
         if smaller is None:
-            return out + (self._capacity_signal(now, released=True) if out else [])
+            return out + (self.slots.signal(now, released=True) if out else [])
         wrec.spec = wrec.spec.model_copy(update={"gang": smaller})
         for ps in smaller.pod_sets:
             surplus = wrec.surplus(ps.name)
@@ -813,58 +311,23 @@ class PlacementCore:
                 if slot.reserving:
                     self.nodes.uncharge(slot.node, slot.demand, slot.devices)
                 wrec.slots.remove(slot)
-        if wrec.key in self._displaced and not any(s.free and (s.lost or not self.nodes.present[s.node])
+        if wrec.key in self.slots.displaced and not any(s.free and (s.lost or not self.nodes.present[s.node])
                                                    for s in wrec.slots):
-            del self._displaced[wrec.key]
-        return out + self._capacity_signal(now, released=True) + self._check_running(wrec, now)
-
-    def _fits_without(self, rec: WorkloadRecord, victims: list[WorkloadRecord], strategy: str,
-                      pods: list[elastic.Victim] | None = None) -> bool:
-        """Trial: would the gang fit with these victims (whole workloads, elastic pods) gone? Always rolled back."""
-        stmt = Statement(self.nodes)
-        for victim in victims:
-            self._release_into(stmt, victim)
-        self._release_slots_into(stmt, pods or [])
-        ok = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=False).ok
-        stmt.rollback()
-        return ok
-
-    def _release_slots_into(self, stmt: Statement, pods: list[elastic.Victim]) -> None:
-        """Take elastic slots off the nodes inside ``stmt``: the reservation, or the pod filling it."""
-        for _, slot in pods:
-            if slot.reserving:
-                stmt.uncharge(slot.node, slot.demand, slot.devices)
-            elif slot.pod is not None and slot.pod in self.pods:
-                pod = self.pods[slot.pod]
-                if pod.node is not None and pod.demand is not None:
-                    stmt.uncharge(pod.node, pod.demand, pod.devices)
-
-    def _release_into(self, stmt: Statement, victim: WorkloadRecord) -> None:
-        """Take everything a victim holds off the nodes inside ``stmt`` (reservations and pods)."""
-        for slot in victim.slots:
-            if slot.reserving:
-                stmt.uncharge(slot.node, slot.demand, slot.devices)
-        for key in self._own_pods(victim):
-            pod = self.pods[key]
-            if pod.node is not None and pod.demand is not None:
-                stmt.uncharge(pod.node, pod.demand, pod.devices)
+            del self.slots.displaced[wrec.key]
+        return out + self.slots.signal(now, released=True) + self.disruptions.check_running(wrec, now)
 
     def _place_over(self, rec: WorkloadRecord, victims: list[WorkloadRecord], why: str, verb: str, strategy: str,
                     now: float, pods: list[elastic.Victim] | None = None) -> list[Output] | None:
         """Place the gang with the victims' holdings (whole workloads, elastic pods) released; commit and
         evict them, or undo (None)."""
         pods = pods or []
-        stmt = Statement(self.nodes)
-        for victim in victims:
-            self._release_into(stmt, victim)
-        self._release_slots_into(stmt, pods)
-        attempt = place_gang(self.nodes, stmt, rec.spec.gang, strategy, explain=False)
+        stmt, attempt = trial(self.nodes, self.ledger, rec.spec.gang, strategy, victims, pods, explain=False)
         if not attempt.ok:
             stmt.rollback()
             return None
         stmt.commit()
         out: list[Output] = [self._evict(victim, rec, why) for victim in victims]
-        out += self._evict_elastic(pods, why)
+        out += self.elastic.evict(pods, why)
         reason = self._placed_reason(attempt, strategy)
         if victims or pods:
             named = [v.key for v in victims] + [f"{n} elastic pod(s) of {key} ({pod_set})"
@@ -872,124 +335,34 @@ class PlacementCore:
             reason += f" after {verb} {', '.join(named)}"
         return out + self._admit(rec, attempt, now, reason)
 
-    def _evict_elastic(self, pods: list[elastic.Victim], why: str) -> list[Output]:
-        """Bookkeeping after the statement released elastic slots: they are gone, their pods evicted;
-        one release per (workload, pod set) tells the queue and the reconciler."""
-        out: list[Output] = []
-        for (_, pod_set), group in elastic.by_pod_set(pods).items():
-            wrec = group[0][0]
-            names = []
-            for _, slot in group:
-                wrec.slots.remove(slot)
-                pod = self.pods.get(slot.pod) if slot.pod is not None else None
-                if pod is not None:
-                    names.append(pod.key)
-                    if pod.node is not None and pod.foreign:
-                        self._add_foreign(pod, -1)
-                    pod.node, pod.demand, pod.devices, pod.foreign = None, None, (), False
-                    pod.slot, pod.evicted = None, True
-            out.append(self._elastic_released(wrec, pod_set, len(group), why, evicted=tuple(names)))
-        return out
-
-    def _drop_elastic(self, slots: list[elastic.Victim], why: str) -> list[Output]:
-        """Elastic slots that hold no pod go (a node left, the owner wants fewer): the queue hears it."""
-        out: list[Output] = []
-        for (_, pod_set), group in elastic.by_pod_set(slots).items():
-            wrec = group[0][0]
-            for _, slot in group:
-                if slot.reserving:
-                    self.nodes.uncharge(slot.node, slot.demand, slot.devices)
-                wrec.slots.remove(slot)
-            out.append(self._elastic_released(wrec, pod_set, len(group), why))
-        return out
-
-    def _trim_elastic(self, wrec: WorkloadRecord) -> list[Output]:
-        """The owner wants fewer elastic pods: idle elastic slots beyond that go at once (the newest
-        first); those holding a pod go when their pod does."""
-        out: list[Output] = []
-        for ps in wrec.spec.gang.pod_sets:
-            extra = -wrec.elastic_room(ps.name)
-            if extra > 0:
-                idle = [(w, s) for w, s in elastic.newest(wrec, ps.name, len(wrec.slots)) if s.free][:extra]
-                out += self._drop_elastic(idle, "its owner wants fewer pods")
-        return out
-
     def _on_elastic_granted(self, p: ElasticGranted) -> list[Output]:
-        """Place the granted elastic pods one by one (each alone: as many as nodes allow); what finds no
-        node, or is no longer wanted, goes back to the queue at once."""
-        wrec = self._admitted(p.key)
+        """Granted elastic pods get slots (``ElasticPods.grant``); each placed one may take a waiting pod."""
+        wrec = self.slots.admitted(p.key)
         if wrec is None:
             return [ElasticReleased(key=p.key, pod_set=p.pod_set, count=p.count, admission=p.admission,
                                     reason="not admitted any more")]
-        wrec.admission = p.admission
-        ps = next((x for x in wrec.spec.gang.pod_sets if x.name == p.pod_set), None)
-        take = min(p.count, max(0, wrec.elastic_room(p.pod_set))) if ps is not None else 0
-        out: list[Output] = []
-        placed = []
-        if ps is not None and take:
-            strategy = self.policy.placement_for(wrec.queue)
-            demand = pod_demand(self.nodes, ps)
-            stmt = Statement(self.nodes)
-            placed = place_pods(self.nodes, stmt, ps, demand, take, strategy, first_index=wrec.next_index(ps.name))
-            stmt.commit()
-            wrec.slots += [Slot(ps.name, x.index, x.node, x.devices, x.demand, in_gang=False, elastic=True)
-                           for x in placed]
-            if len(placed) < take:
-                why, _ = reasons.fit_error(self.nodes, ps, demand, self.nodes.static_mask(ps))
-                out.append(self._elastic_released(wrec, p.pod_set, take - len(placed),
-                                                  f"{take - len(placed)} elastic pod(s) of {p.pod_set} could not be "
-                                                  f"placed: {why}", refused=True))
-        if p.count > take:
-            out.append(self._elastic_released(wrec, p.pod_set, p.count - take, "its owner wants fewer pods"))
-        for _ in placed:
-            out += self._assign_waiting(wrec, p.pod_set)
+        back, placed = self.elastic.grant(wrec, p, self.policy.placement_for(wrec.queue))
+        out: list[Output] = [*back]
+        for _ in range(placed):
+            out += self.slots.assign_waiting(wrec, p.pod_set)
         return out
 
-    def _elastic_released(self, wrec: WorkloadRecord, pod_set: str, count: int, reason: str, *,
-                          refused: bool = False, evicted: tuple[str, ...] = (),
-                          promoted: tuple[str, ...] = ()) -> ElasticReleased:
-        return ElasticReleased(key=wrec.key, pod_set=pod_set, count=count, admission=wrec.admission, reason=reason,
-                               refused=refused, evicted=evicted, promoted=promoted)
-
     def _evict(self, victim: WorkloadRecord, preemptor: WorkloadRecord, why: str) -> PreemptionRequested:
-        """Bookkeeping after the statement released the victim: its pods no longer count or fill."""
-        names = []
-        for key in self._own_pods(victim):
-            pod = self.pods[key]
-            if pod.evicted or not pod.facts.live or (pod.node is None and pod.slot is None):
-                continue
-            names.append(pod.facts.name)
-            if pod.node is not None and pod.foreign:
-                self._add_foreign(pod, -1)
-            pod.node, pod.demand, pod.devices, pod.foreign = None, None, (), False
-            pod.slot, pod.evicted = None, True
-        victim.slots, victim.admitted, victim.running, victim.started_at = [], False, False, None
-        self._unhold(victim)
-        self._displaced.pop(victim.key, None)
-        self._suspects.pop(victim.key, None)
-        return PreemptionRequested(key=victim.key, kind=victim.spec.kind, gate=victim.spec.gate,
-                                   preemptor=preemptor.key, preemptor_priority=preemptor.spec.priority,
-                                   reclaim=preemptor.queue != victim.queue, pods=tuple(names), reason=why)
+        """The victim's pods and slots are gone (``Preemption.evict``): nothing is displaced or to judge."""
+        self.slots.displaced.pop(victim.key, None)
+        self.disruptions.forget(victim.key)
+        return self.preemption.evict(victim, preemptor, why)
 
     def _admit(self, rec: WorkloadRecord, attempt: GangAttempt, now: float, reason: str) -> list[Output]:
         """Turn the committed placements into slots; hand existing pods their slots in observed order."""
         self._admissions += 1
         rec.admitted, rec.admitted_at, rec.admitted_seq = True, now, self._admissions
-        self._held.setdefault(rec.queue, {}).setdefault(rec.spec.priority, {})[rec.key] = rec
+        self.preemption.hold(rec)
         rec.running, rec.started_at = False, None
         rec.slots = [Slot(p.pod_set.name, p.index, p.node, p.devices, p.demand, p.pod_set.in_gang)
                      for p in attempt.placements]
         rec.reason = reason
-        out: list[Output] = [self._gang_placed(rec)]
-        for key in self._own_pods(rec):
-            pod = self.pods[key]
-            if pod.facts.live and not pod.evicted and pod.slot is None:
-                out += self._attach(rec, pod)
-                slot = self.pods[key].slot  # the one _attach gave it, if any (read anew: mypy keeps pod.slot None)
-                if slot is not None and pod.facts.bound and not slot.filled:
-                    self._fill(slot)
-        out += self._check_running(rec, now)
-        return out
+        return [self._gang_placed(rec), *self.slots.hand_out(rec, now)]
 
     # ------------------------------------------------------------------ payloads
     def _placed_reason(self, attempt: GangAttempt, strategy: str) -> str:
@@ -1002,10 +375,6 @@ class PlacementCore:
                       for s in rec.slots if not s.elastic)
         return gang_placed(rec.key, rec.queue, rec.spec.kind, rec.spec.gate, slots, rec.reason)
 
-    def _pod_assigned(self, wrec: WorkloadRecord, rec: PodRecord, slot: Slot) -> PodAssigned:
-        node = self.nodes.names[slot.node]
-        return pod_assigned(wrec.key, rec.facts.namespace, rec.facts.name, slot.pod_set, node,
-                            gpu.assignment(wrec.key, node, slot.devices), slot.elastic)
 
 
 def _counts(pods: list[elastic.Victim]) -> dict[tuple[str, str], int]:

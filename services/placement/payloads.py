@@ -10,10 +10,17 @@ gate one of its literals, a GPU assignment a ``GpuAssignment`` or None, slots a 
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import Union, get_args
 
-from shared.kernel.events import GangPlaced, GpuAssignment, PodAssigned, SlotAssignment
+from shared.kernel.events import (
+    CapacityChanged, ElasticReleased, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, PlacementFailed, PodAssigned,
+    PreemptionRequested, SlotAssignment, TimerSet,
+)
 from shared.kernel.fastmodel import built
+
+Output = Union[GangPlaced, PlacementFailed, PodAssigned, GangRunning, GangDisrupted, PreemptionRequested,
+               CapacityChanged, ElasticReleased, TimerSet]
+"""What placement emits (``shared.kernel.topology`` routes each)."""
 
 _GATES = frozenset(get_args(GangPlaced.model_fields["gate"].annotation))
 

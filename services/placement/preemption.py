@@ -13,10 +13,19 @@ highest priority / oldest, first). ``fits`` is a trial placement the caller roll
 
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from typing import Iterable, Sequence
 
+from services.placement import elastic
+from services.placement.elastic import Victim
+from services.placement.gang import GangAttempt, place_gang
+from services.placement.ledger import PodLedger
+from services.placement.nodes import NodeTable
+from services.placement.statement import Statement
 from services.placement.workloads import WorkloadRecord
-
+from shared.kernel.events import PreemptionRequested
+from shared.kernel.model import Gang
+from shared.kernel.victims import minimal_victims
 
 
 def eligible(victim: WorkloadRecord, preemptor: WorkloadRecord, now: float, min_runtime: float) -> bool:
@@ -36,3 +45,141 @@ def victim_order(candidates: Sequence[WorkloadRecord]) -> list[WorkloadRecord]:
         since = w.started_at if w.started_at is not None else w.admitted_at
         return (w.spec.priority, -since, -w.admitted_seq, w.spec.key)
     return sorted(candidates, key=key)
+
+
+def trial(nodes: NodeTable, ledger: PodLedger, gang: Gang, strategy: str, victims: Sequence[WorkloadRecord],
+          pods: Sequence[Victim], *, explain: bool) -> tuple[Statement, GangAttempt]:
+    """The one trial placement (KAI's statement): open a statement, release the victims' holdings into
+    it (whole workloads, then elastic pods), place the gang. The caller commits or rolls back."""
+    stmt = Statement(nodes)
+    for victim in victims:
+        ledger.release_into(stmt, victim)
+    ledger.release_slots_into(stmt, pods)
+    return stmt, place_gang(nodes, stmt, gang, strategy, explain=explain)
+
+
+def fits_without(nodes: NodeTable, ledger: PodLedger, gang: Gang, strategy: str, victims: Sequence[WorkloadRecord],
+                 pods: Sequence[Victim] = ()) -> bool:
+    """Would the gang fit with these victims (whole workloads, elastic pods) gone? Always rolled back."""
+    stmt, attempt = trial(nodes, ledger, gang, strategy, victims, pods, explain=False)
+    stmt.rollback()
+    return attempt.ok
+
+
+class Preemption:
+    """Who makes room for a gang that does not fit: the admitted workloads per queue and priority
+    (never a scan of every workload), the queues' minimum runtimes, the fewest victims, and why
+    there are none."""
+
+    def __init__(self, nodes: NodeTable, ledger: PodLedger) -> None:
+        self.nodes = nodes
+        self.ledger = ledger
+        self.held: dict[str, dict[int, dict[str, WorkloadRecord]]] = {}
+        """Admitted workloads per queue, per priority: where preemption looks for victims."""
+        self.queue_min_runtime: dict[str, float] = {}
+        """Queues whose definition sets a minimum runtime (KAI's preemptMinRuntime)."""
+
+    def define_queue(self, name: str, min_runtime: float | None) -> None:
+        if min_runtime is None:
+            self.queue_min_runtime.pop(name, None)
+        else:
+            self.queue_min_runtime[name] = min_runtime
+
+    def hold(self, rec: WorkloadRecord) -> None:
+        self.held.setdefault(rec.queue, {}).setdefault(rec.spec.priority, {})[rec.key] = rec
+
+    def unhold(self, rec: WorkloadRecord) -> None:
+        by_priority = self.held.get(rec.queue)
+        if by_priority is None:
+            return
+        members = by_priority.get(rec.spec.priority)
+        if members is None or members.get(rec.key) is not rec:
+            return
+        del members[rec.key]
+        if not members:
+            del by_priority[rec.spec.priority]
+            if not by_priority:
+                del self.held[rec.queue]
+
+    def evict(self, victim: WorkloadRecord, preemptor: WorkloadRecord, why: str) -> PreemptionRequested:
+        """Bookkeeping after the statement released the victim: its pods no longer count or fill, it
+        holds no slot and is no longer admitted."""
+        names = []
+        for key in self.ledger.own_pods(victim):
+            pod = self.ledger.pods[key]
+            if pod.evicted or not pod.facts.live or (pod.node is None and pod.slot is None):
+                continue
+            names.append(pod.facts.name)
+            self.ledger.evicted(pod)
+        victim.slots, victim.admitted, victim.running, victim.started_at = [], False, False, None
+        self.unhold(victim)
+        return PreemptionRequested(key=victim.key, kind=victim.spec.kind, gate=victim.spec.gate,
+                                   preemptor=preemptor.key, preemptor_priority=preemptor.spec.priority,
+                                   reclaim=preemptor.queue != victim.queue, pods=tuple(names), reason=why)
+
+    def lower(self, rec: WorkloadRecord) -> Iterable[WorkloadRecord]:
+        """Admitted workloads of ``rec``'s queue with a lower priority: the only ones preemption may
+        name (``eligible`` then checks the rest), found through the per-queue, per-priority index."""
+        for priority, members in self.held.get(rec.queue, {}).items():
+            if priority < rec.spec.priority:
+                yield from (w for w in members.values() if w is not rec)
+
+    def fits_without(self, rec: WorkloadRecord, strategy: str, victims: Sequence[WorkloadRecord],
+                     pods: Sequence[Victim] = ()) -> bool:
+        return fits_without(self.nodes, self.ledger, rec.spec.gang, strategy, victims, pods)
+
+    def candidates(self, rec: WorkloadRecord, now: float, min_runtime: float) -> list[WorkloadRecord]:
+        """Who may be a victim of ``rec`` now, in victim order."""
+        return victim_order([w for w in self.lower(rec) if eligible(w, rec, now, min_runtime)])
+
+    def choose(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str
+               ) -> tuple[list[Victim], list[WorkloadRecord] | None]:
+        """The fewest elastic pods that make room (they go before any whole gang), else the fewest
+        whole workloads (None: no preemption makes room)."""
+        pods = minimal_victims(elastic.victim_slots(candidates), lambda ss: self.fits_without(rec, strategy, [], ss))
+        if pods:
+            return pods, []
+        return [], minimal_victims(candidates, lambda vs: self.fits_without(rec, strategy, vs))
+
+    def why_not(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str, now: float,
+                min_runtime: float, reason: str) -> tuple[float | None, str]:
+        """No preemption makes room now: when one would (victims ripen then: a ``ripen`` timer), and
+        the failure ``reason`` told so."""
+        ripe, note = self._ripening(rec, candidates, strategy, now, min_runtime)
+        if note:
+            return ripe, reason + note
+        reason += self._pinned_note(rec, candidates, strategy)
+        if candidates and not reason.endswith("not preemptible."):
+            reason += (f" Preempting all {len(candidates)} lower-priority workload(s) of queue {rec.queue}"
+                       f" would not make room.")
+        return None, reason
+
+    def _pinned_note(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str) -> str:
+        """Lower priorities of the queue that would make room but are not preemptible (KAI's non-preemptible,
+        ``volcano.sh/preemptable: "false"``): say so, since the wait then lasts as long as they run."""
+        if not rec.spec.preempts:
+            return ""
+        pinned = [w for w in self.lower(rec) if not w.spec.preemptible]
+        if not pinned or not self.fits_without(rec, strategy, candidates + pinned):
+            return ""
+        names = ", ".join(f"{w.key} (priority {w.spec.priority})" for w in pinned)
+        verb = "is" if len(pinned) == 1 else "are"
+        return f" Lower-priority {names} of queue {rec.queue} would make room but {verb} not preemptible."
+
+    def _ripening(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str, now: float,
+                  min_runtime: float) -> tuple[float | None, str]:
+        """No preemption now: would there be one once younger victims have run their minimum runtime
+        (KAI's preemptMinRuntime)? Then the time (a timer whose capacity release makes the queue try
+        again then rather than when its backoff expires), and the reason's note."""
+        young = [w for w in self.lower(rec)
+                 if w.started_at is not None and eligible(w, rec, math.inf, min_runtime)
+                 and not eligible(w, rec, now, min_runtime)]
+        if not young:
+            return None, ""
+        later = minimal_victims(victim_order(candidates + young), lambda vs: self.fits_without(rec, strategy, vs))
+        if later is None:
+            return None, ""
+        ripe = max((w.started_at or 0.0) + min_runtime for w in later if w in young)
+        note = (f" Preempting {', '.join(w.key for w in later)} waits for the minimum runtime of queue {rec.queue}"
+                f" (until {ripe:g}s).")
+        return ripe, note

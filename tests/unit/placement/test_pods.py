@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.placement.core import DISRUPTION_GRACE
+from services.placement.disruption import DISRUPTION_GRACE
 from services.placement.pods import GPU_DEVICES, pod_facts
 from shared.kernel.events import (
     CapacityChanged, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, PlacementFailed, PodAssigned, TimerSet, derive_id,
@@ -175,7 +175,7 @@ def test_pods_left_behind_by_a_withdrawn_workload_lower_the_total_until_gone():
         d.pod(bound(ray_pod("rc", slot.pod_set, slot.index, requests={"cpu": "1000m"}), "n1", "Running"), "Deleted")
     back = one(d.settle(), CapacityChanged)
     assert (back.total["cpu"], back.released) == (8000, True)
-    assert d.core._foreign == {"cpu": 0, "pods": 0}
+    assert d.core.ledger.foreign == {"cpu": 0, "pods": 0}
 
 
 def test_a_foreign_pod_that_fills_a_slot_stops_lowering_the_total():
@@ -400,11 +400,11 @@ def test_a_gang_whose_workload_leaves_within_the_grace_is_not_disrupted():
     for i in range(3):
         d.pod(bound(ray_pod("rc", "worker", i), "n1", "Running"), "Deleted")
     d.advance(d.now + DISRUPTION_GRACE / 2)
-    assert RC.key in d.core._suspects
+    assert RC.key in d.core.disruptions.suspects
     d.withdraw(RC.key)
     d.advance(d.now + DISRUPTION_GRACE)
     assert of_type(d.settle(), GangDisrupted) == []
-    assert d.core._suspects == {}
+    assert d.core.disruptions.suspects == {}
 
 
 def test_pods_of_another_kind_under_the_same_name_are_not_the_workloads():

@@ -40,4 +40,4 @@ def test_a_new_attempt_or_a_withdrawal_stops_the_wait():
     spec = workload("default/a", gang_=gang(pod_set("head", 1, cpu="2")))
     one(d.dequeue(spec), PlacementFailed)
     d.withdraw("default/a")
-    assert d.core._waiting == {} and d.core._shapes == {}
+    assert d.core.signals.waiting == {} and d.core.signals.shapes == {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.placement.core import DISRUPTION_GRACE
+from services.placement.disruption import DISRUPTION_GRACE
 from shared.kernel.events import CapacityChanged, GangDisrupted, GangRunning, PodAssigned, TimerSet
 from tests.builders import gang, node, pod_set, workload
 from tests.builders.placement import PlacementDriver, bound, fits, of_type, one, ray_pod
