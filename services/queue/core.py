@@ -4,8 +4,11 @@
 handlers (the ``_on_*`` table below); every decision beyond one event's bookkeeping is made by a
 named collaborator it owns. Where each decision is made:
 
-- ``core.py`` (this file): the handlers table, state changes of workloads and queues, what a
-  waiting workload is told (``tell_where``) and backing off (``back_off``), ``status()``;
+- ``core.py`` (this file): the handlers table, state changes of workloads and queues, capacity,
+  the fired timer, what a waiting workload is told (``tell_where``), backing off, ``status()``;
+- ``answers.py`` (``PlacementAnswers``, ``core.answers``): placement's answers (placed, running,
+  failed, preempted, elastic pods released) and whom each wakes (the table binds the core's own
+  ``_on_*`` methods, which hand these on: a snapshot's handlers stay bound to the core);
 - ``cycle.py`` (``AdmissionCycle``, ``core.cycle``): the per-instant admission cycle: hold, heads,
   snapshot, serve order, quota check, Dequeued vs ReclaimRequested vs BackedOff;
 - ``victims.py`` (``Victims``, ``core.victims``): whom a head that does not fit takes quota back
@@ -36,11 +39,12 @@ from __future__ import annotations
 from typing import Any, Callable, TypedDict, Union
 
 from services.queue import backoff
+from services.queue.answers import PlacementAnswers
 from services.queue.cycle import ORDER, AdmissionCycle
 from services.queue.grants import ElasticGrants
 from services.queue.ledger import Ledger
 from services.queue.promises import Promises
-from services.queue.reasons import preempted_by, waiting
+from services.queue.reasons import waiting
 from services.queue.room import QuotaWaits, RoomWaits
 from services.queue.snapshot import Snapshot
 from services.queue.timers import CYCLE, Timers
@@ -87,6 +91,7 @@ class QueueCore:
         self.wake = Wakeups(self)
         self.victims = Victims(self)
         self.cycle = AdmissionCycle(self)
+        self.answers = PlacementAnswers(self)
         self._handlers: dict[str, Callable[[Any, float, Out], None]] = {
             "QueueDefined": self._on_queue_defined,
             "QueueRemoved": self._on_queue_removed,
@@ -213,107 +218,23 @@ class QueueCore:
         if w is not None and not w.holds_quota and w.spec.kind == p.kind:  # another kind's claim is not this one
             self._on_gone(p, now, out)
 
-    # ------------------------------------------------------------------ placement's answers
+    # ------------------------------------------------------------------ placement's answers (answers.py)
     def _on_placed(self, p: GangPlaced, now: float, out: Out) -> None:
-        w = self._workloads.get(p.key)
-        if w is None or w.state in ("admitted", "running"):
-            return
-        if w.state == "pending":  # placement placed it after all: reality wins, it holds quota
-            w.reserved_seq = self.next_seq()
-            self._room.unpark(w)
-            self._quota.unpark(w)
-        with self._ledger.moving(w):
-            w.state = "admitted"
-        w.attempts, w.requeue_at, w.preempted_by, w.held, w.reclaim_note = 0, None, "", "", ""
-        self.promises.release(w)
-        if w.spec.preemptible and len(self._room):
-            woken = self._room.above(w.queue, w.spec.priority, self._workloads)
-            for x in woken:  # a lower priority now holds nodes in their queue: they may preempt it
-                self._room.unpark(x)
-                x.requeue_at = now
-            if woken:
-                self.timers.request_cycle(now, out)
-        if w.spec.preemptible and len(self._quota):
-            woken = self._quota.above(w.queue, w.spec.priority, self._workloads)
-            for x in woken:  # a lower priority now holds quota in their queue: they may preempt it for quota
-                self._quota.unpark(x)
-            if woken:
-                self.timers.request_cycle(now, out)
-        if self.grants.set_goal(w):
-            self.timers.request_cycle(now, out)  # placement holds its slots now: elastic pods may follow
+        self.answers.placed(p, now, out)
 
     def _on_running(self, p: GangRunning, now: float, out: Out) -> None:
-        w = self._workloads.get(p.key)
-        if w is None or w.state not in ("reserved", "admitted"):
-            return
-        with self._ledger.moving(w):
-            w.state = "running"
-        if w.started_at is None:
-            w.started_at = now
-        if w.spec.preemptible and len(self._quota) and self.wake.above_guarantee(w.queue):
-            self.wake.reclaimable(w.queue, now, out)
-        if self.grants.set_goal(w):
-            self.timers.request_cycle(now, out)
+        self.answers.running(p, now, out)
 
     def _on_placement_failed(self, p: PlacementFailed, now: float, out: Out) -> None:
-        w = self._workloads.get(p.key)
-        if w is None or w.state != "reserved":
-            return
-        with self._ledger.moving(w):
-            w.state = "pending"
-            w.drop_elastic()
-            if w.latest is not None:  # edited beyond what was reserved: it waits as the user has it now
-                w.respec(w.latest)
-        self.grants.set_goal(w)
-        self.promises.release(w)
-        reason = f"{p.reason} {w.reclaim_note}" if w.reclaim_note else p.reason
-        parks = bool(p.room_key)  # a reclaim waiting for its victims' minimum runtime wakes it then (_on_timer)
-        if parks:  # no node and no victim: it waits for a release that holds it, not for a timer
-            self._room.park(w, p.room_key)
-        self.back_off(w, now, w.reason(reason), out, arm=not parks)
-        self.wake.quota_freed(w.queue, now)
-        self.timers.request_cycle(now, out)  # its reservation went back to the queue
+        self.answers.placement_failed(p, now, out)
 
     def _on_preempted(self, p: PreemptionRequested, now: float, out: Out) -> None:
-        w = self._workloads.get(p.key)
-        if w is None or not w.holds_quota:
-            return
-        self.promises.release(w)
-        with self._ledger.moving(w):
-            w.state = "pending"
-            w.drop_elastic()
-            if w.latest is not None:  # edited beyond what was admitted: it comes back as the user has it now
-                w.respec(w.latest)
-        self.grants.set_goal(w)
-        w.started_at, w.attempts, w.requeue_at, w.held = None, 0, None, ""
-        w.preempted_by = preempted_by(p.preemptor, p.preemptor_priority, 
-                                    reclaimed_for=self._queue_of(p.preemptor) if p.reclaim else None)
-        w.last_reason = f"{w.preempted_by}; {waiting(w.queue)}"
-        out.append(Enqueued(key=w.key, queue=w.queue, reason=w.last_reason))
-        self.wake.all(now)
-        self.wake.quota_freed(w.queue, now)
-        self.timers.request_cycle(now, out)
-
-    def _queue_of(self, key: str) -> str:
-        w = self._workloads.get(key)
-        return w.queue if w is not None else "?"
+        self.answers.preempted(p, now, out)
 
     def _on_elastic_released(self, p: ElasticReleased, now: float, out: Out) -> None:
-        """Placement gave back elastic pods' quota (no node for them, gone, unwanted, evicted). A release
-        of an earlier admission's pods is stale: the grants it answers were dropped with that admission."""
-        w = self._workloads.get(p.key)
-        if w is None or not w.holds_quota or w.reserved_seq != p.admission:
-            return
-        with self._ledger.moving(w):
-            w.set_elastic(p.pod_set, w.elastic.get(p.pod_set, 0) - p.count)
-        self.wake.quota_freed(w.queue, now)
-        if p.refused:
-            w.elastic_waits = True  # no node for it now: it asks again when capacity is released
-            self.grants.tell_wait(w, p.pod_set, p.count, f"{p.reason}; asked again when capacity is released", out)
-        else:
-            self.wake.all(now)
-        self.timers.request_cycle(now, out)
+        self.answers.elastic_released(p, now, out)
 
+    # ------------------------------------------------------------------ capacity and the timer
     def _on_capacity(self, p: CapacityChanged, now: float, out: Out) -> None:
         self._capacity = dict(p.total)
         if p.released:
