@@ -5,7 +5,8 @@ handlers (the ``_on_*`` table below); every decision beyond one event's bookkeep
 named collaborator it owns. Where each decision is made:
 
 - ``core.py`` (this file): the handlers table, state changes of workloads and queues, capacity,
-  the fired timer, what a waiting workload is told (``tell_where``), backing off, ``status()``;
+  the fired timer, what a waiting workload is told (``tell_where``), backing off;
+- ``status.py``: the read-only per-queue view ``status()`` returns;
 - ``answers.py`` (``PlacementAnswers``, ``core.answers``): placement's answers (placed, running,
   failed, preempted, elastic pods released) and whom each wakes (the table binds the core's own
   ``_on_*`` methods, which hand these on: a snapshot's handlers stay bound to the core);
@@ -36,17 +37,17 @@ drained, so one cycle sees everything that arrived at its instant (``timers.py``
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypedDict, Union
+from typing import Any, Callable, Union
 
 from services.queue import backoff
 from services.queue.answers import PlacementAnswers
-from services.queue.cycle import ORDER, AdmissionCycle
+from services.queue.cycle import AdmissionCycle
 from services.queue.grants import ElasticGrants
 from services.queue.ledger import Ledger
 from services.queue.promises import Promises
 from services.queue.reasons import waiting
 from services.queue.room import QuotaWaits, RoomWaits
-from services.queue.snapshot import Snapshot
+from services.queue.status import BackoffEntry, PendingEntry, QueueStatus, status
 from services.queue.timers import CYCLE, Timers
 from services.queue.tree import QueueTree
 from services.queue.victims import Victims
@@ -291,57 +292,8 @@ class QueueCore:
 
     # ------------------------------------------------------------------ read-only view
     def status(self) -> dict[str, QueueStatus]:
-        """Per queue: usage (rolled up), guarantee, limit, fair share, active, pending, backoff."""
-        snap = Snapshot.take(self.tree, self._ledger, self._capacity)  # what is held, credits aside
-        members: dict[str, list[Tracked]] = {}
-        for w in self._workloads.values():
-            members.setdefault(w.queue, []).append(w)
-        names = sorted(dict.fromkeys([*self.tree.names(), *members, *snap.usage]))
-        view: dict[str, QueueStatus] = {}
-        for name in names:
-            spec = self.tree.get(name)
-            mine = members.get(name, [])
-            active = sorted((w for w in mine if w.holds_quota), key=lambda w: w.reserved_seq)
-            queued = sorted((w for w in mine if w.state == "pending"), key=ORDER)
-            resting = [w for w in queued if backoff.backing_off(w.requeue_at, self._now)]
-            ready = [w for w in queued if not backoff.backing_off(w.requeue_at, self._now)]  # waiting for room too
-            view[name] = {
-                "exists": spec is not None,
-                "parent": self.tree.parent_of(name) if spec else None,
-                "state": spec.state if spec else None,
-                "usage": {r: v for r, v in sorted(snap.usage.get(name, {}).items()) if v},
-                "guarantee": dict(spec.guarantee) if spec else {},
-                "limit": dict(spec.limit) if spec else {},
-                "fair_share": dict(snap.shares.get(name, {})),
-                "active": [w.key for w in active],
-                "pending": [{"workload": w.key, "position": i + 1} for i, w in enumerate(ready)],
-                "backoff": [{"workload": w.key, "requeue_at": w.requeue_at} for w in resting],
-            }
-        return view
+        """Per queue: usage (rolled up), guarantee, limit, fair share, active, pending, backoff (status.py)."""
+        return status(self.tree, self._ledger, self._capacity, self._workloads, self._now)
 
 
-class PendingEntry(TypedDict):
-    workload: str
-    position: int
-    """1 for the queue's head."""
-
-
-class BackoffEntry(TypedDict):
-    workload: str
-    requeue_at: float | None
-
-
-class QueueStatus(TypedDict):
-    """One queue of ``QueueCore.status``: read by ``muster explain`` and the scheduling metrics."""
-
-    exists: bool
-    parent: str | None
-    state: str | None
-    usage: dict[str, int]
-    guarantee: dict[str, int]
-    limit: dict[str, int]
-    fair_share: dict[str, int]
-    active: list[str]
-    pending: list[PendingEntry]
-    backoff: list[BackoffEntry]
-
+__all__ = ["BackoffEntry", "Out", "Output", "PendingEntry", "QueueCore", "QueueStatus"]

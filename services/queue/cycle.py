@@ -23,11 +23,10 @@
 from __future__ import annotations
 
 import heapq
-from operator import attrgetter
 from typing import TYPE_CHECKING, Sequence
 
 from services.queue import backoff, elastic
-from services.queue.ordering import blocks, serve_key
+from services.queue.ordering import ORDER, blocks, serve_key
 from services.queue.reclaim import CLUSTER, Choice, shortage
 from services.queue.snapshot import Snapshot
 from services.queue.tree import cap_failure, over_limits, quota_block
@@ -37,8 +36,6 @@ from shared.kernel.reasons import amounts, gang_line
 
 if TYPE_CHECKING:
     from services.queue.core import Out, QueueCore
-
-ORDER = attrgetter("order")
 
 
 class AdmissionCycle:

@@ -11,7 +11,7 @@ import heapq
 from typing import TYPE_CHECKING
 
 from services.queue import elastic
-from services.queue.cycle import ORDER
+from services.queue.ordering import ORDER
 from services.queue.reclaim import shortage
 from services.queue.snapshot import Snapshot
 from services.queue.tree import quota_failure
