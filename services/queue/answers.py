@@ -34,19 +34,8 @@ class PlacementAnswers:
             w.state = "admitted"
         w.attempts, w.requeue_at, w.preempted_by, w.held, w.reclaim_note = 0, None, "", "", ""
         core.promises.release(w)
-        if w.spec.preemptible and len(core._room):
-            woken = core._room.above(w.queue, w.spec.priority, core._workloads)
-            for x in woken:  # a lower priority now holds nodes in their queue: they may preempt it
-                core._room.unpark(x)
-                x.requeue_at = now
-            if woken:
-                core.timers.request_cycle(now, out)
-        if w.spec.preemptible and len(core._quota):
-            woken = core._quota.above(w.queue, w.spec.priority, core._workloads)
-            for x in woken:  # a lower priority now holds quota in their queue: they may preempt it for quota
-                core._quota.unpark(x)
-            if woken:
-                core.timers.request_cycle(now, out)
+        if w.spec.preemptible and core.wake.below(w, now):
+            core.timers.request_cycle(now, out)
         if core.grants.set_goal(w):
             core.timers.request_cycle(now, out)  # placement holds its slots now: elastic pods may follow
 

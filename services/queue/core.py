@@ -239,12 +239,7 @@ class QueueCore:
     def _on_capacity(self, p: CapacityChanged, now: float, out: Out) -> None:
         self._capacity = dict(p.total)
         if p.released:
-            self.wake.all(now)
-            if len(self._room):
-                woken = (self._room.wake_all(self._workloads) if p.room is None
-                         else self._room.wake(p.room, self._workloads))
-                for w in woken:
-                    w.requeue_at = now
+            self.wake.released(p.room, now)
         self.timers.request_cycle(now, out)
 
     def _on_timer(self, p: TimerFired, now: float, out: Out) -> None:
@@ -253,9 +248,7 @@ class QueueCore:
         due = p.due(now)  # the instant it was set for; ``now`` is when it is handled (never earlier)
         self._quota.cycled()
         if self.timers.fired(due):
-            self.wake.all(now)  # victims a reclaim waited for have run their minimum runtime
-            self.wake.room_all(now)
-            self.wake.quota_all(now)
+            self.wake.ripened(now)  # victims a reclaim waited for have run their minimum runtime
         self.cycle.run(now, out)
 
     # ------------------------------------------------------------------ helpers

@@ -39,10 +39,42 @@ class Wakeups:
         for key in core.grants.growing:
             core._workloads[key].elastic_waits = False
 
-    def room_all(self, now: float) -> None:
-        """Every gang waiting for room tries again (victims a reclaim waited for are old enough)."""
-        for w in self.core._room.wake_all(self.core._workloads):
+    def ripened(self, now: float) -> None:
+        """Victims a reclaim or preemption waited for have run their minimum runtime: every waiter, for
+        time, room or quota, tries again."""
+        core = self.core
+        self.all(now)
+        for w in core._room.wake_all(core._workloads):
             w.requeue_at = now
+        self.quota_all(now)
+
+    def released(self, room: dict[str, int] | None, now: float) -> None:
+        """Placement released capacity: backing-off workloads try again, and the gangs waiting for room
+        that ``room`` says the free nodes now hold (per room key; None: every waiting gang)."""
+        core = self.core
+        self.all(now)
+        if len(core._room):
+            woken = core._room.wake_all(core._workloads) if room is None else core._room.wake(room, core._workloads)
+            for w in woken:
+                w.requeue_at = now
+
+    def below(self, w: Tracked, now: float) -> bool:
+        """Preemptible ``w`` now holds nodes and quota in its queue: waiters of higher priority there, for
+        room or for quota, may preempt it. True when any woke."""
+        core = self.core
+        any_woken = False
+        if len(core._room):
+            woken = core._room.above(w.queue, w.spec.priority, core._workloads)
+            for x in woken:  # a lower priority now holds nodes in their queue: they may preempt it
+                core._room.unpark(x)
+                x.requeue_at = now
+            any_woken = bool(woken)
+        if len(core._quota):
+            woken = core._quota.above(w.queue, w.spec.priority, core._workloads)
+            for x in woken:  # a lower priority now holds quota in their queue: they may preempt it for quota
+                core._quota.unpark(x)
+            any_woken = any_woken or bool(woken)
+        return any_woken
 
     def quota_freed(self, queue: str, now: float) -> None:
         """Usage of ``queue`` and its ancestors dropped: who waits for quota at one of them and now fits
