@@ -7,11 +7,15 @@ at its first head that cannot go; BestEffortFIFO skips it. A blocked queue never
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Literal
 
 from shared.kernel.model import WorkloadSpec
 
 Queueing = Literal["StrictFIFO", "BestEffortFIFO"]
+
+ORDER = attrgetter("order")
+"""Sort key of a tracked workload (``Tracked.order``, its ``pending_key``)."""
 
 
 def pending_key(spec: WorkloadSpec) -> tuple[int, float, str]:

@@ -52,7 +52,7 @@ EXAMPLES = {p.name for p in (ROOT / "examples").glob("*.yaml")}
 KNOWN: dict[str, str] = {}
 """None today: node-removed-gang-replaced was the last (real KubeRay re-creates a lost node's workers one
 request at a time, and muster bound the first alone; placement now re-places a displaced gang only
-once every pod of the lost node is gone, ``PlacementCore._relocate``)."""
+once every pod of the lost node is gone, ``Slots.relocate``)."""
 
 REFUSED: dict[str, str] = {
     "bad-input-rejected": 'The RayCluster "cpu-lots" is invalid: spec.headGroupSpec.template.spec.containers[0]'

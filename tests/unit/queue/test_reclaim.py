@@ -6,6 +6,7 @@ import pytest
 
 from services.queue.core import QueueCore
 from services.queue.reclaim import CLUSTER, Running, choose_victims, within_guarantee
+from services.queue.victims import Victims
 from shared.kernel.events import Dequeued, ReclaimRequested
 from shared.kernel.policy import Policy
 from tests.builders import queue_spec
@@ -251,11 +252,11 @@ def test_no_minimum_runtime_note_when_age_is_not_what_blocks_reclaim():
     assert not any(t > 100.0 for t in d.timers)  # no wake-up for victims that would not be taken anyway
 
 
-class _Viewing(QueueCore):
-    """The queue core, noting which queues' running workloads reclaim viewed."""
+class _Viewing(Victims):
+    """The queue core's victim choices, noting which queues' running workloads reclaim viewed."""
 
-    def __init__(self, policy: Policy) -> None:
-        super().__init__(policy)
+    def __init__(self, core: QueueCore) -> None:
+        super().__init__(core)
         self.viewed: set[str] = set()
 
     def _candidates(self, snap, names):
@@ -277,9 +278,10 @@ def test_reclaim_views_only_queues_that_may_give_and_chooses_as_if_it_viewed_eve
     so its running workloads need no view; the choice, refusals included, is the one over every queue."""
     gpu = "nvidia.com/gpu"
     outs = []
-    for core in (_Viewing, _ViewingAll):
+    for viewing in (_Viewing, _ViewingAll):
         d = QueueDriver(Policy())
-        d.core = core(d.policy)
+        d.core = QueueCore(d.policy)
+        d.core.victims = viewing(d.core)
         d.step(capacity(cpu="100", memory="1Ti", **{gpu: "13"}), 0.0)
         for spec in (queue_spec("a", reclaimable=a_reclaimable), queue_spec("b", guarantee={gpu: "2"}),
                      queue_spec("c", guarantee={gpu: "1"}), queue_spec("d", guarantee={gpu: "4"})):
@@ -287,7 +289,7 @@ def test_reclaim_views_only_queues_that_may_give_and_chooses_as_if_it_viewed_eve
         _run(d, "a", 8)
         _run(d, "b", 4, start=20.0)
         _run(d, "c", 1, start=30.0)
-        outs.append((_ask(d, "ns/d1", "d", 2), d.core.viewed))
+        outs.append((_ask(d, "ns/d1", "d", 2), d.core.victims.viewed))
     (gated, viewed), (full, every) = outs
     assert gated == full
     assert gated[0].victims == (("ns/a8", "ns/a7") if a_reclaimable else ("ns/b4", "ns/b3"))

@@ -1,0 +1,217 @@
+"""Who gives quota back to a head that does not fit: the queue's side of reclaim and preemption.
+
+- across queues (``reclaim``): running workloads of queues above their fair share (or guarantee,
+  for a starved requester), elastic pods alone first; the rules are ``reclaim.py``'s;
+- within a leaf queue (``quota_victims``, ``elastic_quota_victims``): lower priorities whose quota
+  lets the head pass its limits (``preemption.py``'s rules);
+- when only the victims' minimum runtime stands in the way, a wake-up for then (``Timers.ripen``).
+
+``Victims`` reads the core's books (tree, ledger, workloads) and changes nothing but the cycle's
+``Snapshot`` caches and the ripening timers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from services.queue import elastic, preemption
+from services.queue.reclaim import Choice, Running, above_guarantee, choose_victims, within_guarantee, within_share
+from services.queue.snapshot import Snapshot
+from services.queue.tree import quota_failure
+from services.queue.workload import Tracked
+from shared.kernel import quantity as q
+from shared.kernel.victims import minimal_victims
+
+if TYPE_CHECKING:
+    from services.queue.core import Out, QueueCore
+
+
+class Victims:
+    """The victim choices of one core (``core`` owns the books they read)."""
+
+    def __init__(self, core: QueueCore) -> None:
+        self.core = core
+
+    def min_runtime(self, queue: str) -> float:
+        spec = self.core.tree.get(queue)
+        if spec is not None and spec.min_runtime is not None:
+            return spec.min_runtime
+        return self.core.policy.min_runtime_for(queue)
+
+    # ------------------------------------------------------------------ across queues
+    def reclaim(self, w: Tracked, needs: dict[str, dict[str, int]], snap: Snapshot,
+                now: float) -> tuple[Choice, list[elastic.ElasticPod]]:
+        """Reclaim for ``w`` (see reclaim.py): what covers ``needs``, or why nothing does. Elastic pods of
+        other queues first, each a victim of its own under the same rules (elastic.py); only when they
+        do not cover, whole workloads (``Choice.victims`` then names them, and no pods)."""
+        ledger = self.core._ledger
+        usage, share = snap.usage.get(w.queue, {}), snap.shares.get(w.queue, {})
+        if not within_share(usage, w.demand, share):  # what choose answers first, without a view of every running one
+            return Choice(None, self._beyond_share(w, usage, share, list(ledger.running_of), snap)), []
+        units = elastic.as_running(
+            elastic.elastic_pods(x for x in ledger.running_elastic.values() if x.queue != w.queue),
+            self.min_runtime)
+        if units:
+            choice = self.choose(w, needs, snap, now, [r for r, _ in units.values()])
+            if choice.victims:
+                return Choice((), by_guarantee=choice.by_guarantee), [units[key][1] for key in choice.victims]
+        return self.choose(w, needs, snap, now), []
+
+    def _candidates(self, snap: Snapshot, names: list[str]) -> list[Running]:
+        """The running workloads of queues ``names`` as reclaim sees them, whole: each queue's built once per
+        cycle (again after a reclaim), and only when a reclaim may take from that queue (``_giving_queues``)."""
+        if snap.candidates is None:
+            snap.candidates = {}
+        out: list[Running] = []
+        for name in names:
+            views = snap.candidates.get(name)
+            if views is None:
+                min_runtime = self.min_runtime(name)
+                views = snap.candidates[name] = [
+                    Running(spec.key, spec.queue, spec.priority, spec.preemptible, x.started_at or 0.0,
+                            min_runtime, x.demand, x.reserved_seq, bool(x.promised_to))
+                    for x in self.core._ledger.running_of[name].values() for spec in (x.spec,)
+                ]
+            out += views
+        return out
+
+    def _giving_queues(self, requester: str, names: list[str], snap: Snapshot, contested: set[str],
+                       starved: bool) -> list[str]:
+        """The queues of ``names`` a reclaim for ``requester`` could take from or must name in a refusal:
+        those above their fair share, and, for a starved requester, those above their guarantee on a
+        contested resource. Taking victims only lowers a queue's usage, so a queue that is neither now
+        never becomes one during the choice (``choose_victims`` skips it), and its running workloads
+        need no view."""
+        tree = self.core.tree
+        return [name for name in names if name != requester and (
+            snap.dominant(name) > 1
+            or (starved and above_guarantee(snap.usage.get(name, {}), tree.get(name), contested)))]
+
+    def choose(self, w: Tracked, needs: dict[str, dict[str, int]], snap: Snapshot, now: float,
+               candidates: list[Running] | None = None) -> Choice:
+        """Victims among ``candidates`` (by default the running workloads of the queues that may give)
+        covering ``needs``, or why there are none.
+
+        ``w``'s queue must stay within its fair share; staying within its guarantee too, it is starved, and
+        queues above their guarantee give as well."""
+        tree = self.core.tree
+        usage = snap.usage.get(w.queue, {})
+        if candidates is None:
+            if snap.candidate_queues is None:  # the queues of every running workload, which the ledger keeps
+                snap.candidate_queues = list(self.core._ledger.running_of)
+            names = snap.candidate_queues
+        else:
+            names = list(dict.fromkeys(x.queue for x in candidates))
+        queues = {name: tree.get(name) for name in names}
+        share = snap.shares.get(w.queue, {})
+        if not within_share(usage, w.demand, share):
+            return Choice(None, self._beyond_share(w, usage, share, names, snap))
+        scopes = {name: frozenset(spec.name for spec in tree.ancestry(name)) for name in names}
+        contested = {r for amounts in needs.values() for r in amounts}
+        starved = within_guarantee(usage, w.demand, tree.get(w.queue), contested)
+        if candidates is None:
+            candidates = self._candidates(snap, self._giving_queues(w.queue, names, snap, contested, starved))
+        return choose_victims(needs, candidates, queues, snap.usage, snap.shares, w.queue, now, scopes=scopes,
+                              starved=starved)
+
+    def _beyond_share(self, w: Tracked, usage: dict[str, int], share: dict[str, int], names: list[str],
+                      snap: Snapshot) -> str:
+        """Why ``w``'s queue reclaims nothing although some other queue is above its share ("" if none is)."""
+        if not any(name != w.queue and snap.dominant(name) > 1 for name in names):
+            return ""
+        for r, v in sorted(w.demand.items()):
+            if v > 0 and usage.get(r, 0) + v > share.get(r, 0):
+                return (f"queue {w.queue} would go over its fair share {r} {q.human(r, share.get(r, 0))} "
+                        f"(used {q.human(r, usage.get(r, 0))}, requested {q.human(r, v)})")
+        return ""
+
+    def ripening_reclaim(self, w: Tracked, needs: dict[str, dict[str, int]], snap: Snapshot, now: float,
+                         out: Out) -> str:
+        """No reclaim now: would there be one once the victims have run their minimum runtime (KAI's
+        preemptMinRuntime / reclaimMinRuntime)? Then wake everyone up at that time, not only when a
+        backoff expires, and say so in the reason ("" when age is not what blocks it)."""
+        if not within_share(snap.usage.get(w.queue, {}), w.demand, snap.shares.get(w.queue, {})):
+            return ""  # choose's first answer, at any age of the victims
+        later = self.choose(w, needs, snap, math.inf).victims
+        if not later or snap.candidates is None:
+            return ""
+        ripe = max(c.started_at + c.min_runtime for views in snap.candidates.values() for c in views if c.key in later)
+        if ripe <= now:
+            return ""
+        self.core.timers.ripen(ripe, now, out)
+        running = self.core._ledger.running
+        queues = dict.fromkeys(x.queue for key, x in running.items() if key in later)  # in running order
+        return (f"Reclaiming {', '.join(later)} waits for the minimum runtime of queue "
+                f"{', '.join(queues)} (until {ripe:g}s).")
+
+    # ------------------------------------------------------------------ within a leaf queue
+    def quota_victims(self, w: Tracked, snap: Snapshot, now: float,
+                      out: Out) -> tuple[list[preemption.Holder] | None, str]:
+        """The fewest lower-priority holders of ``w``'s leaf queue whose quota lets ``w`` pass the quota
+        check; else None, with a note (and a wake-up) when only their minimum runtime stands in the way."""
+        holders = self._quota_holders(w, snap) if w.spec.preempts else []
+        if not holders:
+            return None, ""
+        min_runtime = self.min_runtime(w.queue)
+
+        def fits(victims: list[preemption.Holder]) -> bool:
+            freed: dict[str, int] = {}
+            for h in victims:
+                freed = q.add(freed, h.demand)
+            return self._fits_quota_without(w, snap, freed)
+
+        ready = [h for h in holders if preemption.eligible(h, w.spec.priority, now, min_runtime)]
+        victims = minimal_victims(preemption.victim_order(ready), fits)
+        if victims is not None:
+            return victims, ""
+        aged = [h for h in holders if preemption.eligible(h, w.spec.priority, math.inf, min_runtime)]
+        later = minimal_victims(preemption.victim_order(aged), fits) if len(aged) > len(ready) else None
+        if not later:
+            return None, ""
+        ripe = max((h.started_at + min_runtime for h in later if h.started_at is not None), default=now)
+        if ripe <= now:
+            return None, ""
+        self.core.timers.ripen(ripe, now, out)
+        return None, (f"Preempting {', '.join(h.key for h in later)} waits for the minimum runtime of queue "
+                      f"{w.queue} (until {ripe:g}s).")
+
+    def _fits_quota_without(self, w: Tracked, snap: Snapshot, freed: dict[str, int]) -> bool:
+        """Would ``w`` pass the quota check of its queue and every ancestor with ``freed`` given back?"""
+        tree = self.core.tree
+        chain = [spec.name for spec in tree.ancestry(w.queue)]
+        usage = {name: q.sub(snap.usage.get(name, {}), freed) for name in chain}
+        return quota_failure(tree, w.queue, w.demand, usage, snap.protected, w.spec.preemptible) is None
+
+    def elastic_quota_victims(self, w: Tracked, snap: Snapshot, now: float) -> list[elastic.ElasticPod] | None:
+        """The fewest elastic pods of lower-priority holders of ``w``'s leaf queue whose quota lets ``w``
+        pass (elastic pods go before any whole gang); None when they do not suffice or ``w`` may not preempt."""
+        if not w.spec.preempts:
+            return None
+        self._quota_holders(w, snap)
+        assert snap.holders is not None
+        min_runtime = self.min_runtime(w.queue)
+        pods = [pod for pod in elastic.elastic_pods(x for x in snap.holders.get(w.queue, []) if x.key != w.key)
+                if preemption.eligible(pod.holder, w.spec.priority, now, min_runtime)]
+        if not pods:
+            return None
+
+        def fits(chosen: list[elastic.ElasticPod]) -> bool:
+            freed: dict[str, int] = {}
+            for pod in chosen:
+                freed = q.add(freed, pod.demand)
+            return self._fits_quota_without(w, snap, freed)
+
+        return minimal_victims(pods, fits)
+
+    def _quota_holders(self, w: Tracked, snap: Snapshot) -> list[preemption.Holder]:
+        """Admitted and running workloads of ``w``'s leaf queue, as quota preemption sees them."""
+        if snap.holders is None:
+            snap.holders = {}
+            for x in self.core._workloads.values():
+                if x.state in ("admitted", "running"):
+                    snap.holders.setdefault(x.queue, []).append(x)
+        return [preemption.Holder(key=x.key, priority=x.spec.priority, preemptible=x.spec.preemptible,
+                                  started_at=x.started_at, admitted_seq=x.reserved_seq, demand=x.demand,
+                                  promised=bool(x.promised_to))
+                for x in snap.holders.get(w.queue, []) if x.key != w.key]
