@@ -237,3 +237,19 @@ def sqlite_store(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'history.db'}"
     schema.upgrade(url)
     return url
+
+
+def log_complete(bootstrap: str, prefix: str) -> bool:
+    """Whether a live stack's Kafka log holds everything its inputs call for right now (no decision in
+    flight): what a test waits for before it stops the stack whose log it then verifies. A stack
+    stopped a moment after a timer fired leaves the timer's answer unwritten, which verify rightly
+    reports as unfinished."""
+    from shared.audit.errors import AuditError
+    from shared.audit.kafka import KafkaLog
+    from shared.audit.replay import Divergence, verify
+    from shared.kernel.policy import Policy
+
+    try:
+        return verify(KafkaLog(f"kafka://{bootstrap}", policy=Policy(), prefix=prefix), Policy()).different == 0
+    except (Divergence, AuditError):
+        return False

@@ -433,12 +433,15 @@ class Replayer:
         owed = [d for queue in self._owed.values() for d in queue]
         if owed:
             first = min(owed, key=lambda d: d.seq)
-            raise Divergence("unfinished", where,
-                             f"the log ends, but {len(owed)} decision(s) derived from it are not in it; the first: "
-                             f"{first.service}'s {first.envelope.type} {first.envelope.subject} ({first.envelope.id}) "
-                             f"from {first.cause.type} {first.cause.subject} at {first.cause_where} (dropped, or "
-                             "in flight when the log was taken)", derived=first, cause=first.cause,
-                             cause_where=first.cause_where)
+            d = Divergence("unfinished", where,
+                           f"the log ends, but {len(owed)} decision(s) derived from it are not in it; the first: "
+                           f"{first.service}'s {first.envelope.type} {first.envelope.subject} ({first.envelope.id}) "
+                           f"from {first.cause.type} {first.cause.subject} at {first.cause_where} (dropped, or "
+                           "in flight when the log was taken)", derived=first, cause=first.cause,
+                           cause_where=first.cause_where)
+            d.blame = ("the log ends before its services wrote what its last inputs call for: it was taken while "
+                       "they were at work (export it again once they are idle), or its end was cut off")
+            raise d
 
 
     def run(self, source: LogSource, tick: Callable[[], None] | None = None, every: int = 4096) -> Iterator[Step]:

@@ -38,6 +38,7 @@ from shared.runtime.bus.driver import EventLoopThread, gather_all
 from shared.runtime.bus.projector import projector_app
 from tests.builders.audit import decision_lines, lines_of, rewritten
 from tests.builders.cli import clean_exit, flat, invoke, one_line_error
+from tests.conftest import log_complete
 from tests.integration.test_cluster_bridge import stop_apps
 from tests.realcluster.conftest import create, eventually
 
@@ -95,6 +96,7 @@ def history(devcluster: DevCluster, kafka_bootstrap: str, tmp_path_factory: pyte
             cluster.kubectl("delete", "raycluster", "build-1", "-n", NS, "--wait=true")
             eventually(lambda: _phase(store, "build-1") == "Deleted" and _phase(store, "train-1") == "Running",
                        "train-1 to run again once build-1 is gone", timeout=90)
+            eventually(lambda: log_complete(kafka_bootstrap, prefix), "the stack to finish what it was doing")
         finally:
             stop_apps(bus, apps)
     finally:

@@ -27,6 +27,7 @@ from shared.runtime.bus.app import ensure_topics, service_app
 from shared.runtime.bus.config import BusConfig
 from shared.runtime.bus.driver import EventLoopThread, gather_all
 from shared.runtime.bus.projector import projector_app
+from tests.conftest import log_complete
 from tests.integration.test_cluster_bridge import stop_apps
 from tests.realcluster.conftest import create, eventually, get, node
 from tests.realcluster.test_leader import QUEUE, ray_cluster
@@ -92,6 +93,7 @@ def test_a_ray_cluster_its_pods_and_a_node_deleted_while_the_link_was_down_are_d
             eventually(lambda: _unsuspended(cluster, "next"), "the next cluster to be unsuspended", timeout=90)
             following = eventually(lambda: _bound(cluster, "next"), "the next cluster's pods to be bound", timeout=90)
             assert set(following.values()) == {used}
+            eventually(lambda: log_complete(kafka_bootstrap, topic_prefix), "the stack to finish what it was doing")
         finally:
             stop_apps(bus, {**apps, "cluster": link})
     finally:
