@@ -99,7 +99,7 @@ def _blob(shapes: list, root) -> bytes:
     ([["subprocess:Popen", ["args"]]], ["i", 0, 0, ["id"]], "subprocess:Popen"),
     ([["shared.runtime.bus.app:InboxReader", []]], ["i", 0, 0, []], "shared.runtime.bus.app:InboxReader"),
     ([["services.queue.core:QueueCore.__init__", []]], ["i", 0, 0, []], "QueueCore.__init__"),
-    ([["services.queue.core:Snapshot", []]], ["i", 0, 0, []], "no state class"),  # imported there, defined elsewhere
+    ([["services.queue.core:Ledger", []]], ["i", 0, 0, []], "no state class"),  # imported there, defined elsewhere
     ([], ["e", "enum:Enum", 1], "enum:Enum"),
     ([], ["p", 0, "pydantic:BaseModel", ["d", 1, []], None, ["s", 2, []], None], "pydantic:BaseModel"),
     ([], ["m", ["l", 0, []], "append"], "may not name the method"),
