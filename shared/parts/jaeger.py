@@ -15,8 +15,6 @@ there is, and Grafana's Jaeger data source reads it.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -24,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.parts import catalog
-from shared.parts.process import Part, free_port, port_open
+from shared.parts.process import Part, Served, free_port, port_open
 
 CONFIG = """\
 service:
@@ -73,17 +71,14 @@ exporters:
 """
 
 
-class JaegerServer:
+class JaegerServer(Served):
     """``start()`` it; ``otlp_endpoint`` is what ``OTEL_EXPORTER_OTLP_ENDPOINT`` takes, ``query_url``
     the query API's root."""
 
     def __init__(self, root: Path | None = None) -> None:
-        self.root = root or Path(tempfile.mkdtemp(prefix="muster-jaeger-"))
-        self._own_root = root is None
-        """Made here: removed on exit (a root given is left, with the log, to whoever gave it)."""
+        super().__init__(root, "muster-jaeger-")
         self.binary = catalog.binary("jaeger", "jaeger")
         self.ports = {name: free_port() for name in ("otlp_grpc", "otlp_http", "query", "query_grpc")}
-        self.part: Part | None = None
 
     @property
     def otlp_endpoint(self) -> str:
@@ -131,23 +126,6 @@ class JaegerServer:
         """Every trace with a span of ``service`` between the two times (microseconds since the epoch)."""
         found = self.get("/api/traces", service=service, start=start_us, end=end_us, limit=limit)
         return (found or {}).get("data") or []
-
-    def stop(self) -> None:
-        if self.part is not None:
-            self.part.stop()
-
-    def remove(self) -> None:
-        self.stop()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> "JaegerServer":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        if self._own_root:
-            self.remove()
-        else:
-            self.stop()
 
     def describe(self) -> str:
         return f"Jaeger {catalog.version('jaeger')} (in memory): OTLP {self.otlp_endpoint}, query {self.query_url}"

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Self, Sequence
 
 
 class PartFailed(RuntimeError):
@@ -133,6 +135,37 @@ class Part:
             self.proc.wait(timeout=1)
         except subprocess.TimeoutExpired:
             pass
+
+
+class Served:
+    """A real part a test or command runs for a while in a folder of its own: ``with`` starts it,
+    then stops it and removes the folder if it made it (a folder given is left, with the log, to
+    whoever gave it). Subclasses set ``part`` in ``start``."""
+
+    def __init__(self, root: Path | None, prefix: str) -> None:
+        self.root = root or Path(tempfile.mkdtemp(prefix=prefix))
+        self._own_root = root is None
+        self.part: Part | None = None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        if self.part is not None:
+            self.part.stop()
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._own_root:
+            self.remove()
+        else:
+            self.stop()
 
 
 def stop_group(pid: int, timeout: float = 15.0) -> None:

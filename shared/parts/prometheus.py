@@ -9,8 +9,6 @@ the configuration file it is given names (a test renders the repository's
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -18,24 +16,21 @@ from pathlib import Path
 from typing import Any
 
 from shared.parts import catalog
-from shared.parts.process import Part, free_port
+from shared.parts.process import Part, Served, free_port
 
 
 class PrometheusError(RuntimeError):
     """The API answered an error (a query it cannot parse, say); the message is its own."""
 
 
-class PrometheusServer:
+class PrometheusServer(Served):
     """``start()`` it with a configuration file; ``url`` is its HTTP root."""
 
     def __init__(self, config: Path, root: Path | None = None, *, port: int | None = None) -> None:
+        super().__init__(root, "muster-prometheus-")
         self.config = config
-        self.root = root or Path(tempfile.mkdtemp(prefix="muster-prometheus-"))
-        self._own_root = root is None
-        """Made here: removed on exit (a root given is left, with the log, to whoever gave it)."""
         self.port = port or free_port()
         self.binary = catalog.built("prometheus").manifest["bin"]
-        self.part: Part | None = None
 
     @property
     def url(self) -> str:
@@ -81,23 +76,6 @@ class PrometheusServer:
     def targets(self) -> list[dict[str, Any]]:
         """The active scrape targets, with their ``health`` and ``lastError``."""
         return self.api("targets", state="active")["activeTargets"]
-
-    def stop(self) -> None:
-        if self.part is not None:
-            self.part.stop()
-
-    def remove(self) -> None:
-        self.stop()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> "PrometheusServer":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        if self._own_root:
-            self.remove()
-        else:
-            self.stop()
 
     def describe(self) -> str:
         return f"Prometheus {catalog.built('prometheus').version} (Debian's) at {self.url}"

@@ -44,23 +44,10 @@ from tests.builders.cli import invoke
 from tests.conftest import _missing, delete_topics, empty
 from tests.deploy.test_backends import render_scrape_config
 from tests.realcluster.conftest import ROOT, create, eventually, get, install, node, token_kubeconfig
+from tests.realcluster.test_leader import ray_cluster
 
 QUEUE = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "research"},
          "spec": {"weight": 1, "capability": {"cpu": "2", "memory": "4Gi"}}}
-
-
-def ray_cluster(name: str) -> dict[str, Any]:
-    """A suspended RayCluster of a head and a worker of 1 CPU each in the Volcano queue research."""
-    def template(container: str) -> dict[str, Any]:
-        return {"spec": {"schedulerName": "muster", "containers": [{
-            "name": container, "image": "rayproject/ray:2.50.1",
-            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}]}}
-
-    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
-            "metadata": {"name": name, "namespace": "team-a", "labels": {"volcano.sh/queue-name": "research"}},
-            "spec": {"suspend": True, "headGroupSpec": {"rayStartParams": {}, "template": template("ray-head")},
-                     "workerGroupSpecs": [{"groupName": "worker", "replicas": 1, "minReplicas": 1, "maxReplicas": 1,
-                                           "rayStartParams": {}, "template": template("ray-worker")}]}}
 
 
 def running(cluster: DevCluster, name: str) -> bool:
