@@ -253,3 +253,15 @@ def log_complete(bootstrap: str, prefix: str) -> bool:
         return verify(KafkaLog(f"kafka://{bootstrap}", policy=Policy(), prefix=prefix), Policy()).different == 0
     except (Divergence, AuditError):
         return False
+
+
+@pytest.fixture
+def tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The machine's zone is Asia/Tokyo (UTC+09:00, no daylight saving) for the test, and back after it."""
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()

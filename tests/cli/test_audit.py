@@ -9,9 +9,7 @@ import pty
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -465,16 +463,6 @@ START = "2026-12-06T04:40:00.000Z"  # tests.builders.audit.EPOCH, where deployed
 def live(tmp_path: Path) -> Path:
     """The scenario's log as a deployment's: origin kafka, event times on the wall clock."""
     return deployed(scenario_run(NAME), tmp_path / "live.jsonl")
-
-
-@pytest.fixture
-def tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The machine's zone is Asia/Tokyo (UTC+09:00) for the test, and back after it."""
-    monkeypatch.setenv("TZ", "Asia/Tokyo")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def test_a_deployments_log_reads_in_iso_8601_and_a_simulated_ones_in_seconds(log: Path, live: Path) -> None:

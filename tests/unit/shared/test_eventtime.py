@@ -3,8 +3,6 @@ options read either way."""
 
 from __future__ import annotations
 
-import time
-from typing import Iterator
 
 import pytest
 
@@ -13,16 +11,6 @@ from shared.kernel.eventtime import (SCENARIO, TimeArgError, TimeFormat, attribu
 
 T = 1_796_613_389.512  # 2026-12-07T03:16:29.512Z
 WALL = TimeFormat.of("kafka", T)
-
-
-@pytest.fixture
-def tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The machine's zone is Asia/Tokyo (UTC+09:00, no daylight saving) for the test, and back after it."""
-    monkeypatch.setenv("TZ", "Asia/Tokyo")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def test_which_logs_read_as_the_wall_clock() -> None:
