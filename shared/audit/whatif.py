@@ -74,11 +74,15 @@ class Outcome:
         return (workload_figures(fold(self.recorded.log), self.end), workload_figures(fold(self.new.log), self.end))
 
 
+def decisions(log: Iterable[Envelope]) -> list[Envelope]:
+    """What the services decided, in log order (not what they were told: ``PolicyApplied``)."""
+    return [env for env in log if env.source in SERVICES and env.type != "PolicyApplied"]
+
+
 def decisions_by_service(log: Iterable[Envelope]) -> dict[str, list[bytes]]:
     out: dict[str, list[bytes]] = {s: [] for s in SERVICES}
-    for env in log:
-        if env.source in out and env.type != "PolicyApplied":  # what a service decided, not what it was told
-            out[env.source].append(to_json(env))
+    for env in decisions(log):
+        out[env.source].append(to_json(env))
     return out
 
 
@@ -87,21 +91,18 @@ def shared_decisions(log: Iterable[Envelope], replayed: Iterable[Envelope]) -> s
     service deciding the same kind of thing about the same subject, and how many of those byte for byte
     (a deployment's inputs replayed: its services read them in an order, and its clock fired timers at
     moments, the replay does not follow, so times and what they stamp differ)."""
-    recorded = [to_json(e) for e in log if e.source in SERVICES and e.type != "PolicyApplied"]
-    again_envs = [e for e in replayed if e.source in SERVICES and e.type != "PolicyApplied"]
-    again = {to_json(e) for e in again_envs}
-    exact = sum(1 for d in recorded if d in again)
+    recorded, again = decisions(log), decisions(replayed)
+    again_bytes = {to_json(e) for e in again}
+    exact = sum(1 for e in recorded if to_json(e) in again_bytes)
     if exact == len(recorded) == len(again):
         return ""
-    kinds = Counter((e.source, e.type, e.subject) for e in again_envs)
-    alike = 0
-    for e in log:
-        key = (e.source, e.type, e.subject)
-        if e.source in SERVICES and e.type != "PolicyApplied" and kinds[key] > 0:
-            kinds[key] -= 1
-            alike += 1
+
+    def kinds(envs: list[Envelope]) -> Counter[tuple[str, str, str]]:
+        return Counter((e.source, e.type, e.subject) for e in envs)
+
+    alike = sum((kinds(recorded) & kinds(again)).values())
     return (f"{alike} of the log's {len(recorded)} decisions made again by the same service about the same "
-            f"subject ({exact} byte for byte; {len(again_envs)} made in all)")
+            f"subject ({exact} byte for byte; {len(again)} made in all)")
 
 
 def first_difference(recorded: dict[str, list[bytes]], simulated: dict[str, list[bytes]]) -> str:
