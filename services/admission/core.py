@@ -56,6 +56,7 @@ from shared.kernel.events import (
 from shared.kernel import kube
 from shared.kernel import quantity as q
 from shared.kernel.dedupe import forget_before
+from shared.kernel.fold import Folds
 from shared.kernel.kube import REFUSED, watched_namespace
 from shared.kernel.listing import WatchBook
 from shared.kernel.model import Gang, WorkloadKind, WorkloadSpec
@@ -105,7 +106,7 @@ class RayWorkload:
     a new watch event of the group is a new object) and ``_read_parts`` of it."""
 
 
-class AdmissionCore:
+class AdmissionCore(Folds):
     """Validates and normalises what users write into WorkloadSpecs and QueueSpecs."""
 
     service = "admission"
@@ -146,16 +147,19 @@ class AdmissionCore:
         self._seen[env.id] = None
         if len(self._seen) > self.SEEN_IDS:
             self._seen.popitem(last=False)
-        payload = env.payload
-        if isinstance(payload, ObjectsListed):  # objects deleted while no watch was open
-            out: list[Output] = []
-            for gone in self.book.listed(payload):
-                out += self._on_object(gone, env.occurred_at)
-            return out
-        if not isinstance(payload, ObjectChanged):
-            return []
-        self.book.observe(payload)
-        return list(self._on_object(payload, env.occurred_at))
+        handler = self.folds.get(env.type)
+        return handler(self, env.payload, env.occurred_at) if handler is not None else []
+
+    def _on_ObjectChanged(self, p: ObjectChanged, now: float) -> list[Output]:
+        self.book.observe(p)
+        return list(self._on_object(p, now))
+
+    def _on_ObjectsListed(self, p: ObjectsListed, now: float) -> list[Output]:
+        """Objects deleted while no watch was open."""
+        out: list[Output] = []
+        for gone in self.book.listed(p):
+            out += self._on_object(gone, now)
+        return out
 
     def _on_object(self, p: ObjectChanged, now: float) -> list[Output]:
         api_version = p.api_version or str(p.object.get("apiVersion") or "")

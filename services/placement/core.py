@@ -1,7 +1,7 @@
 """The placement service's decision core: where a gang goes, and what follows for pods and capacity.
 
 Where each decision is made:
-- routing an event to its handler; a placement attempt (``_on_dequeued``, ``_on_reclaim``) read as
+- routing an event to its handler; a placement attempt (``_on_Dequeued``, ``_on_ReclaimRequested``) read as
   KAI's ``allocate.Execute``: pick the gang (``_begin``), open a statement and try
   (``preemption.trial``), commit and admit (``_admit``) or discard, then ask who makes room and
   place over them (``_place_over``), or explain: this module
@@ -46,10 +46,15 @@ from shared.kernel.events import (
     PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, TimerFired, WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.kernel.dedupe import RECENT_IDS, Seen
+from shared.kernel.fold import Folds
 from shared.kernel.listing import WatchBook
 from shared.kernel.policy import Policy
 
-class PlacementCore:
+_REQUESTS = frozenset({"Dequeued", "ReclaimRequested", "WorkloadWithdrawn", "ElasticGranted"})
+"""The queue's requests, handled once per envelope id (``_handled``)."""
+
+
+class PlacementCore(Folds):
     service = "placement"
 
     def __init__(self, policy: Policy) -> None:
@@ -93,49 +98,43 @@ class PlacementCore:
 
     # ------------------------------------------------------------------ routing
     def handle(self, env: Envelope) -> list[Output]:
-        out = self._route(env)
+        """Fold one inbox event through its ``_on_<PayloadType>`` handler (``shared.kernel.fold``)."""
+        now = env.occurred_at
+        self.slots.now = now
+        handler = self.folds.get(env.type)
+        if handler is None or (env.type in _REQUESTS and not self._handled.add(env.id, env.source)):
+            out: list[Output] = []
+        else:
+            out = handler(self, env.payload, now)
         if self.nodes.compaction_due():  # between two events: no statement is open, no row is in flight
             self._compact_nodes()
         return out
 
-    def _route(self, env: Envelope) -> list[Output]:
-        p = env.payload
-        now = env.occurred_at
-        self.slots.now = now
-        if isinstance(p, ObjectChanged):
-            held = self.book.observe(p)
-            if p.kind == "Node":
-                return self._on_node(p)
-            if p.kind == "Pod":
-                return self.slots.on_pod(p, now, held)
-            return []
-        if isinstance(p, TimerFired):
-            return self._on_timer(p.key, p.due(now), now)
-        if isinstance(p, ObjectsListed):  # nodes and pods deleted while no watch was open
-            out: list[Output] = []
-            for gone in self.book.listed(p):
-                out += self._on_node(gone) if gone.kind == "Node" else self.slots.on_pod(gone, now)
-            return out
-        if isinstance(p, QueueDefined):
-            self.preemption.define_queue(p.queue.name, p.queue.min_runtime)
-            return []
-        if isinstance(p, QueueRemoved):
-            self.preemption.define_queue(p.name, None)
-            return []
-        if isinstance(p, WorkloadUpdated):
-            return self._on_updated(p, now)
-        if not isinstance(p, (Dequeued, ReclaimRequested, WorkloadWithdrawn, ElasticGranted)) or not self._handled.add(env.id, env.source):
-            return []
-        if isinstance(p, Dequeued):
-            return self._on_dequeued(p, now)
-        if isinstance(p, ReclaimRequested):
-            return self._on_reclaim(p, now)
-        if isinstance(p, ElasticGranted):
-            return self._on_elastic_granted(p)
-        return self._on_withdrawn(p)
+    def _on_ObjectChanged(self, p: ObjectChanged, now: float) -> list[Output]:
+        held = self.book.observe(p)
+        if p.kind == "Node":
+            return self._node_changed(p)
+        if p.kind == "Pod":
+            return self.slots.on_pod(p, now, held)
+        return []
+
+    def _on_ObjectsListed(self, p: ObjectsListed, now: float) -> list[Output]:
+        """Nodes and pods deleted while no watch was open."""
+        out: list[Output] = []
+        for gone in self.book.listed(p):
+            out += self._node_changed(gone) if gone.kind == "Node" else self.slots.on_pod(gone, now)
+        return out
+
+    def _on_QueueDefined(self, p: QueueDefined, now: float) -> list[Output]:
+        self.preemption.define_queue(p.queue.name, p.queue.min_runtime)
+        return []
+
+    def _on_QueueRemoved(self, p: QueueRemoved, now: float) -> list[Output]:
+        self.preemption.define_queue(p.name, None)
+        return []
 
     # ------------------------------------------------------------------ nodes and capacity
-    def _on_node(self, p: ObjectChanged) -> list[Output]:
+    def _node_changed(self, p: ObjectChanged) -> list[Output]:
         """A node came, changed or left. One ingest refused (``kube.REFUSED``) is cordoned: left out
         of scheduling, its pods still charged (the cluster link logs and counts the refusal)."""
         if p.change == "Deleted":
@@ -177,9 +176,10 @@ class PlacementCore:
         for slot in slots.values():
             slot.node = moved[slot.node]
 
-    def _on_timer(self, key: str, due: float, now: float) -> list[Output]:
+    def _on_TimerFired(self, p: TimerFired, now: float) -> list[Output]:
         """A timer set for ``due`` fired, handled at ``now`` (later, when inputs stamped after ``due``
         were handled first)."""
+        key, due = p.key, p.due(now)
         if key == DISRUPTION_TIMER:
             return [*self.disruptions.judge(now, self.workloads)]
         if key == RIPEN_TIMER:
@@ -209,7 +209,7 @@ class PlacementCore:
             self.nodes.mix.observe(p.key, shapes)
         return restored, rec
 
-    def _on_dequeued(self, p: Dequeued, now: float) -> list[Output]:
+    def _on_Dequeued(self, p: Dequeued, now: float) -> list[Output]:
         """Place the whole gang; else preempt lower priorities of its queue; else explain."""
         restored, rec = self._begin(p)
         if rec is None:
@@ -234,7 +234,7 @@ class PlacementCore:
         assert out is not None  # the trial above placed it with exactly these victims gone
         return restored + out
 
-    def _on_reclaim(self, p: ReclaimRequested, now: float) -> list[Output]:
+    def _on_ReclaimRequested(self, p: ReclaimRequested, now: float) -> list[Output]:
         """The queue named victims: in other queues (reclaim) or in the workload's own queue, whose limit
         blocked it (in-queue preemption for quota). Place the gang as if they were gone, or fail."""
         restored, rec = self._begin(p)
@@ -261,7 +261,7 @@ class PlacementCore:
         return restored + [PlacementFailed(key=rec.key, queue=rec.queue, reason=attempt.reason,
                                            capacity_short=attempt.capacity_short)]
 
-    def _on_withdrawn(self, p: WorkloadWithdrawn) -> list[Output]:
+    def _on_WorkloadWithdrawn(self, p: WorkloadWithdrawn, now: float) -> list[Output]:
         """Drop the slots; its pods keep counting on their nodes until they are gone.
 
         Pods still bound then (a finished RayJob that keeps its cluster, or its cluster's TTL) hold
@@ -288,7 +288,7 @@ class PlacementCore:
             out += self.slots.set_foreign(self.pods[key], True)
         return out + self.slots.retry_displaced()  # its reservations are free again
 
-    def _on_updated(self, p: WorkloadUpdated, now: float) -> list[Output]:
+    def _on_WorkloadUpdated(self, p: WorkloadUpdated, now: float) -> list[Output]:
         """Slots follow what was admitted. An edit asking for fewer pods (``shrunk``, the queue's rule
         too) drops the surplus slots: those holding no pod now (done, lost, then reserving ones,
         highest index first), releasing their reservations; those holding a pod when it goes away
@@ -335,7 +335,7 @@ class PlacementCore:
             reason += f" after {verb} {', '.join(named)}"
         return out + self._admit(rec, attempt, now, reason)
 
-    def _on_elastic_granted(self, p: ElasticGranted) -> list[Output]:
+    def _on_ElasticGranted(self, p: ElasticGranted, now: float) -> list[Output]:
         """Granted elastic pods get slots (``ElasticPods.grant``); each placed one may take a waiting pod."""
         wrec = self.slots.admitted(p.key)
         if wrec is None:

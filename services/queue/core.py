@@ -1,15 +1,15 @@
 """The queue core: decides *when* a workload may take quota.
 
 ``QueueCore`` owns the books (workloads, ledger, tree, waits) and folds each inbox event in its
-handlers (the ``_on_*`` table below); every decision beyond one event's bookkeeping is made by a
+handlers (``_on_<PayloadType>``, its table ``shared.kernel.fold``); every decision beyond one event's bookkeeping is made by a
 named collaborator it owns. Where each decision is made:
 
-- ``core.py`` (this file): the handlers table, state changes of workloads and queues, capacity,
+- ``core.py`` (this file): the handlers, state changes of workloads and queues, capacity,
   the fired timer, what a waiting workload is told (``tell_where``), backing off;
 - ``status.py``: the read-only per-queue view ``status()`` returns;
 - ``answers.py`` (``PlacementAnswers``, ``core.answers``): placement's answers (placed, running,
-  failed, preempted, elastic pods released) and whom each wakes (the table binds the core's own
-  ``_on_*`` methods, which hand these on: a snapshot's handlers stay bound to the core);
+  failed, preempted, elastic pods released) and whom each wakes (the core's ``_on_*`` handlers
+  hand these on);
 - ``cycle.py`` (``AdmissionCycle``, ``core.cycle``): the per-instant admission cycle: hold, heads,
   snapshot, serve order, quota check, Dequeued vs ReclaimRequested vs BackedOff;
 - ``victims.py`` (``Victims``, ``core.victims``): whom a head that does not fit takes quota back
@@ -37,7 +37,7 @@ drained, so one cycle sees everything that arrived at its instant (``timers.py``
 
 from __future__ import annotations
 
-from typing import Any, Callable, Union
+from typing import Union
 
 from services.queue import backoff
 from services.queue.answers import PlacementAnswers
@@ -53,6 +53,7 @@ from services.queue.tree import QueueTree
 from services.queue.victims import Victims
 from services.queue.wakeups import Wakeups
 from services.queue.workload import Tracked
+from shared.kernel.fold import Folds
 from shared.kernel.model import shrunk
 from shared.kernel.events import (
     BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, ElasticWaiting, Envelope, Enqueued,
@@ -69,7 +70,7 @@ Output = Union[Enqueued, BackedOff, Dequeued, ReclaimRequested, WorkloadWithdraw
 Out = list[Output]
 
 
-class QueueCore:
+class QueueCore(Folds):
     """Pure fold over the queue inbox; ``status()`` is a read-only view for the projection."""
 
     service = "queue"
@@ -93,36 +94,20 @@ class QueueCore:
         self.victims = Victims(self)
         self.cycle = AdmissionCycle(self)
         self.answers = PlacementAnswers(self)
-        self._handlers: dict[str, Callable[[Any, float, Out], None]] = {
-            "QueueDefined": self._on_queue_defined,
-            "QueueRemoved": self._on_queue_removed,
-            "WorkloadSubmitted": self._on_submitted,
-            "WorkloadUpdated": self._on_updated,
-            "WorkloadFinished": self._on_gone,
-            "WorkloadDeleted": self._on_gone,
-            "WorkloadRejected": self._on_rejected,
-            "GangPlaced": self._on_placed,
-            "PlacementFailed": self._on_placement_failed,
-            "GangRunning": self._on_running,
-            "PreemptionRequested": self._on_preempted,
-            "CapacityChanged": self._on_capacity,
-            "ElasticReleased": self._on_elastic_released,
-            "TimerFired": self._on_timer,
-        }
 
     def handle(self, env: Envelope) -> list[Output]:
         """Fold one inbox event; anything not addressed to the queue is ignored quietly."""
-        handler = self._handlers.get(env.type)
+        handler = self.folds.get(env.type)
         if handler is None:
             return []
         now = env.occurred_at
         self._now = max(self._now, now)
         out: Out = []
-        handler(env.payload, now, out)
+        handler(self, env.payload, now, out)
         return out
 
     # ------------------------------------------------------------------ queues
-    def _on_queue_defined(self, p: QueueDefined, now: float, out: Out) -> None:
+    def _on_QueueDefined(self, p: QueueDefined, now: float, out: Out) -> None:
         problem = self.tree.define(p.queue)
         if problem is not None:
             out.append(QueueRejected(name=p.queue.name, kind=p.queue.kind, reason=problem))
@@ -130,7 +115,7 @@ class QueueCore:
         self.wake.quota_all(now)  # a limit, parent or state changed: every quota wait is judged again
         self.timers.request_cycle(now, out)  # limits, state or shape changed: the cycle re-tells waits
 
-    def _on_queue_removed(self, p: QueueRemoved, now: float, out: Out) -> None:
+    def _on_QueueRemoved(self, p: QueueRemoved, now: float, out: Out) -> None:
         if self.tree.remove(p.name):
             self._ledger.forget(p.name)
             self.wake.quota_all(now)
@@ -142,7 +127,7 @@ class QueueCore:
             self._ledger.forget(queue)
 
     # ------------------------------------------------------------------ workloads from admission
-    def _on_submitted(self, p: WorkloadSubmitted, now: float, out: Out) -> None:
+    def _on_WorkloadSubmitted(self, p: WorkloadSubmitted, now: float, out: Out) -> None:
         if p.workload.key in self._workloads:
             self._update(p.workload, now, out)  # a resubmission only matters while it waits
             return
@@ -151,9 +136,9 @@ class QueueCore:
         self.tell_where(w, self.tree.wait_reason(w.queue), out)
         self.timers.request_cycle(now, out)
 
-    def _on_updated(self, p: WorkloadUpdated, now: float, out: Out) -> None:
+    def _on_WorkloadUpdated(self, p: WorkloadUpdated, now: float, out: Out) -> None:
         if p.workload.key not in self._workloads:
-            self._on_submitted(WorkloadSubmitted(workload=p.workload), now, out)
+            self._on_WorkloadSubmitted(WorkloadSubmitted(workload=p.workload), now, out)
             return
         self._update(p.workload, now, out)
 
@@ -193,7 +178,8 @@ class QueueCore:
         if self.grants.set_goal(w):
             self.timers.request_cycle(now, out)  # the owner wants more elastic pods: the cycle may grant them
 
-    def _on_gone(self, p: WorkloadFinished | WorkloadDeleted | WorkloadRejected, now: float, out: Out) -> None:
+    def _gone(self, p: WorkloadFinished | WorkloadDeleted | WorkloadRejected, now: float, out: Out) -> None:
+        """The workload left: finished, deleted, or (waiting) made invalid by an edit."""
         w = self._workloads.pop(p.key, None)
         if w is None:
             return
@@ -210,39 +196,41 @@ class QueueCore:
             self.wake.quota_freed(w.queue, now)
         self.timers.request_cycle(now, out)
 
-    def _on_rejected(self, p: WorkloadRejected, now: float, out: Out) -> None:
+    _on_WorkloadFinished = _on_WorkloadDeleted = _gone
+
+    def _on_WorkloadRejected(self, p: WorkloadRejected, now: float, out: Out) -> None:
         """A waiting workload whose update made it invalid leaves its queue until it is fixed.
 
         One that already holds quota keeps running on its last valid spec, as a refused edit would.
         """
         w = self._workloads.get(p.key)
         if w is not None and not w.holds_quota and w.spec.kind == p.kind:  # another kind's claim is not this one
-            self._on_gone(p, now, out)
+            self._gone(p, now, out)
 
     # ------------------------------------------------------------------ placement's answers (answers.py)
-    def _on_placed(self, p: GangPlaced, now: float, out: Out) -> None:
+    def _on_GangPlaced(self, p: GangPlaced, now: float, out: Out) -> None:
         self.answers.placed(p, now, out)
 
-    def _on_running(self, p: GangRunning, now: float, out: Out) -> None:
+    def _on_GangRunning(self, p: GangRunning, now: float, out: Out) -> None:
         self.answers.running(p, now, out)
 
-    def _on_placement_failed(self, p: PlacementFailed, now: float, out: Out) -> None:
+    def _on_PlacementFailed(self, p: PlacementFailed, now: float, out: Out) -> None:
         self.answers.placement_failed(p, now, out)
 
-    def _on_preempted(self, p: PreemptionRequested, now: float, out: Out) -> None:
+    def _on_PreemptionRequested(self, p: PreemptionRequested, now: float, out: Out) -> None:
         self.answers.preempted(p, now, out)
 
-    def _on_elastic_released(self, p: ElasticReleased, now: float, out: Out) -> None:
+    def _on_ElasticReleased(self, p: ElasticReleased, now: float, out: Out) -> None:
         self.answers.elastic_released(p, now, out)
 
     # ------------------------------------------------------------------ capacity and the timer
-    def _on_capacity(self, p: CapacityChanged, now: float, out: Out) -> None:
+    def _on_CapacityChanged(self, p: CapacityChanged, now: float, out: Out) -> None:
         self._capacity = dict(p.total)
         if p.released:
             self.wake.released(p.room, now)
         self.timers.request_cycle(now, out)
 
-    def _on_timer(self, p: TimerFired, now: float, out: Out) -> None:
+    def _on_TimerFired(self, p: TimerFired, now: float, out: Out) -> None:
         if p.key != CYCLE:
             return
         due = p.due(now)  # the instant it was set for; ``now`` is when it is handled (never earlier)

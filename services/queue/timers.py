@@ -9,11 +9,17 @@ arrived at its instant.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
 from shared.kernel.events import TimerSet
 
 CYCLE = "cycle"
+
+
+class TimerOut(Protocol):
+    """Where a timer goes: a handler's list of outputs (any list a ``TimerSet`` may join)."""
+
+    def append(self, timer: TimerSet, /) -> None: ...
 
 
 class Timers:
@@ -24,10 +30,10 @@ class Timers:
         self.ripening: dict[float, None] = {}
         """Times at which a blocked reclaim's victims reach their minimum runtime: wake-ups, not just cycles."""
 
-    def request_cycle(self, now: float, out: list[Any]) -> None:
+    def request_cycle(self, now: float, out: TimerOut) -> None:
         self.arm(now, now, out)
 
-    def arm(self, at: float, now: float, out: list[Any]) -> None:
+    def arm(self, at: float, now: float, out: TimerOut) -> None:
         """One ``cycle`` timer per instant: never set the same key/at twice."""
         for stale in [t for t in self.armed if t < now]:
             del self.armed[stale]
@@ -36,7 +42,7 @@ class Timers:
         self.armed[at] = None
         out.append(TimerSet(key=CYCLE, at=at))
 
-    def ripen(self, at: float, now: float, out: list[Any]) -> None:
+    def ripen(self, at: float, now: float, out: TimerOut) -> None:
         """Wake everyone up at ``at``, when victims a reclaim or preemption waits for are old enough."""
         if at not in self.ripening:
             self.ripening[at] = None

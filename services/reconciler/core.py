@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal, Sequence
 
 from shared.kernel import kube
 from shared.kernel.events import (
@@ -25,6 +25,7 @@ from shared.kernel.events import (
 )
 from services.reconciler.status import STATUS_TIMER, StatusBook, effect_object, pod_group_object, queue_object
 from shared.kernel.dedupe import RECENT_IDS, Seen, forget_before
+from shared.kernel.fold import Folds
 from shared.kernel.policy import Policy
 
 ENQUEUED_AT = "muster.dev/enqueued-at"
@@ -87,7 +88,7 @@ class _Workload:
         return f"workload:{self.namespace}/{self.name}"
 
 
-class ReconcilerCore:
+class ReconcilerCore(Folds):
     """Folds decisions into Kubernetes effects; see docs/design/reconciler.md."""
 
     service = "reconciler"
@@ -110,23 +111,6 @@ class ReconcilerCore:
         self._pod_owner: dict[str, _Workload] = {}
         """Pod object id -> the workload whose ``pods`` hold it, until the pod or the workload goes."""
         self.status = StatusBook(policy)
-        self._handlers: dict[str, Callable[[Any, float], list[KubeEffect]]] = {
-            "Enqueued": self._on_enqueued,
-            "BackedOff": self._on_backed_off,
-            "GangPlaced": self._on_gang_placed,
-            "PodAssigned": self._on_pod_assigned,
-            "GangRunning": self._on_gang_running,
-            "GangDisrupted": self._on_gang_disrupted,
-            "PreemptionRequested": self._on_preemption,
-            "ElasticReleased": self._on_elastic_released,
-            "ElasticWaiting": self._on_elastic_waiting,
-            "WorkloadRejected": self._on_workload_rejected,
-            "QueueRejected": self._on_queue_rejected,
-            "WorkloadSubmitted": self._on_workload_known,
-            "WorkloadUpdated": self._on_workload_known,
-            "WorkloadDeleted": self._on_workload_deleted,
-            "QueueRemoved": self._on_queue_removed,
-        }
 
     def handle(self, env: Envelope) -> Sequence[KubeEffect | TimerSet]:
         """Effects for one inbox event; a redelivered envelope id yields nothing. Status of queue
@@ -140,8 +124,8 @@ class ReconcilerCore:
             return []
         if self._gone and self._late(env):
             return []
-        handler = self._handlers.get(env.type)
-        out: list[KubeEffect] = handler(env.payload, env.occurred_at) if handler else []  # a new list
+        handler = self.folds.get(env.type)
+        out: list[KubeEffect] = handler(self, env.payload, env.occurred_at) if handler else []  # a new list
         timers = self.status.observe(env)
         return [*out, *timers] if timers else out
 
@@ -171,18 +155,18 @@ class ReconcilerCore:
         return out
 
     # ------------------------------------------------------------------ event handlers
-    def _on_enqueued(self, p: Enqueued, now: float) -> list[KubeEffect]:
+    def _on_Enqueued(self, p: Enqueued, now: float) -> list[KubeEffect]:
         wl = self._workload(p.key)
         wl.phase = "queued"
         return self._queued(wl, p.queue, p.reason, now) + self._event(wl, "Normal", "Queued", p.reason)
 
-    def _on_backed_off(self, p: BackedOff, now: float) -> list[KubeEffect]:
+    def _on_BackedOff(self, p: BackedOff, now: float) -> list[KubeEffect]:
         wl = self._workload(p.key)
         wl.phase = "queued"
         out = self._queued(wl, p.queue, p.reason, now)
         return out + self._event(wl, "Warning", "Unschedulable", p.reason)
 
-    def _on_gang_placed(self, p: GangPlaced, now: float) -> list[KubeEffect]:
+    def _on_GangPlaced(self, p: GangPlaced, now: float) -> list[KubeEffect]:
         wl = self._workload(p.key, p.kind)
         wl.phase = "placed"
         out = self._suspend(wl, False) if p.gate == "suspend" else []
@@ -191,7 +175,7 @@ class ReconcilerCore:
         message = p.reason or f"all {len(p.slots)} pods placed"
         return out + self._event(wl, "Normal", "Scheduled", message)
 
-    def _on_pod_assigned(self, p: PodAssigned, now: float) -> list[KubeEffect]:
+    def _on_PodAssigned(self, p: PodAssigned, now: float) -> list[KubeEffect]:
         wl = self._workload(p.key)
         pod_id = self._pod_id(wl, p.pod_namespace, p.pod)
         annotations = gpu_annotations(p.gpu)
@@ -202,21 +186,21 @@ class ReconcilerCore:
         return [kube_effect(op="bind", kind="Pod", namespace=p.pod_namespace or wl.namespace, name=p.pod,
                            node=p.node, annotations=annotations)]
 
-    def _on_gang_running(self, p: GangRunning, now: float) -> list[KubeEffect]:
+    def _on_GangRunning(self, p: GangRunning, now: float) -> list[KubeEffect]:
         return self._annotate(self._workload(p.key), {STATUS: _status("Running", p.reason)})
 
-    def _on_gang_disrupted(self, p: GangDisrupted, now: float) -> list[KubeEffect]:
+    def _on_GangDisrupted(self, p: GangDisrupted, now: float) -> list[KubeEffect]:
         wl = self._workload(p.key)
         return self._annotate(wl, {STATUS: _status("Admitted", p.reason)}) + self._event(wl, "Warning", "GangDisrupted", p.reason)
 
-    def _on_preemption(self, p: PreemptionRequested, now: float) -> list[KubeEffect]:
+    def _on_PreemptionRequested(self, p: PreemptionRequested, now: float) -> list[KubeEffect]:
         wl = self._workload(p.key, p.kind)
         wl.phase = "preempted"
         out = self._suspend(wl, True) if p.gate == "suspend" else self._evict_all(wl, p.pods)
         out += self._annotate(wl, {STATUS: _status("Preempted", p.reason)})
         return out + self._event(wl, "Warning", "Preempted", p.reason)
 
-    def _on_elastic_released(self, p: ElasticReleased, now: float) -> list[KubeEffect]:
+    def _on_ElasticReleased(self, p: ElasticReleased, now: float) -> list[KubeEffect]:
         """Elastic pods evicted for a workload that needed the room: evict them (the gang keeps running;
         a controller's replacement waits for quota again) and say so on the workload. Elastic pods
         that took a gang pod's place lose their elastic mark."""
@@ -232,11 +216,11 @@ class ReconcilerCore:
         message = f"{len(p.evicted)} elastic pod(s) of {p.pod_set} evicted: {p.reason}"
         return out + self._evict_all(wl, p.evicted) + self._event(wl, "Warning", "Preempted", message)
 
-    def _on_elastic_waiting(self, p: ElasticWaiting, now: float) -> list[KubeEffect]:
+    def _on_ElasticWaiting(self, p: ElasticWaiting, now: float) -> list[KubeEffect]:
         """Elastic pods the owner wants wait: an Event on the workload says why (its gang runs on)."""
         return self._event(self._workload(p.key), "Normal", "ElasticPodsWaiting", p.reason)
 
-    def _on_workload_rejected(self, p: WorkloadRejected, now: float) -> list[KubeEffect]:
+    def _on_WorkloadRejected(self, p: WorkloadRejected, now: float) -> list[KubeEffect]:
         known = self._workloads.get(p.key)
         if known is not None and known.kind and known.kind != p.kind:
             # A second object of another kind claimed the same name: it is the one refused, not ours.
@@ -250,7 +234,7 @@ class ReconcilerCore:
         out = self._annotate(wl, {STATUS: _status("Rejected", p.reason)})
         return out + self._event(wl, "Warning", "Rejected", p.reason)
 
-    def _on_queue_rejected(self, p: QueueRejected, now: float) -> list[KubeEffect]:
+    def _on_QueueRejected(self, p: QueueRejected, now: float) -> list[KubeEffect]:
         """Status annotation and a Warning event on the object that defines the queue (the queue itself,
         or the ElasticQuotaTree one of whose nodes is wrong)."""
         namespace, name = p.object_namespace, p.object_name or p.name
@@ -265,7 +249,7 @@ class ReconcilerCore:
                                   message=p.reason, event_type="Warning"))
         return out
 
-    def _on_workload_known(self, p: WorkloadSubmitted | WorkloadUpdated, now: float) -> list[KubeEffect]:
+    def _on_WorkloadSubmitted(self, p: WorkloadSubmitted | WorkloadUpdated, now: float) -> list[KubeEffect]:
         """A submission starts a new incarnation of the object: forget what was written on the old one."""
         wl = self._workload(p.workload.key, p.workload.kind)
         if p.type == "WorkloadSubmitted":
@@ -273,7 +257,9 @@ class ReconcilerCore:
             wl.phase = ""
         return []
 
-    def _on_workload_deleted(self, p: WorkloadDeleted, now: float) -> list[KubeEffect]:
+    _on_WorkloadUpdated = _on_WorkloadSubmitted
+
+    def _on_WorkloadDeleted(self, p: WorkloadDeleted, now: float) -> list[KubeEffect]:
         """The object is gone: nothing is left to write on it, so nothing is kept for it."""
         wl = self._workloads.pop(p.key, None)
         if wl is not None:
@@ -282,7 +268,7 @@ class ReconcilerCore:
         self._gone[p.key] = now
         return []
 
-    def _on_queue_removed(self, p: QueueRemoved, now: float) -> list[KubeEffect]:
+    def _on_QueueRemoved(self, p: QueueRemoved, now: float) -> list[KubeEffect]:
         """The last queue an object defined is gone, so is the object: forget what was written on it
         (its status, a rejection), so that one made again under that name is written in full. So too
         for a refused object that defined nothing (admission removes its rejected queue)."""

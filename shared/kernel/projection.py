@@ -15,6 +15,7 @@ from typing_extensions import TypedDict
 from shared.kernel import kube
 from shared.kernel import quantity as q
 from shared.kernel.events import Envelope, ObjectChanged, Payload
+from shared.kernel.fold import Folds
 from shared.kernel.model import Gang, QueueSpec, shrunk
 
 # --------------------------------------------------------------------------- what the fold reads
@@ -253,7 +254,7 @@ IN_QUEUE_STATES = frozenset({"pending", "backoff"})
 """Queue states of a workload waiting in its queue (a member of it, as Volcano and KAI count them)."""
 
 
-class ResultProjection:
+class ResultProjection(Folds):
     """Folds envelopes into workloads, pods and queues as the result contract describes.
 
     Views change through ``apply`` (and ``hold``, for one loaded from elsewhere): the quota each
@@ -282,15 +283,6 @@ class ResultProjection:
         """The workload the envelope being applied is about (``_workload`` names it)."""
 
     # ------------------------------------------------------------------ fold
-    _handlers: ClassVar[dict[str, Callable[[Any, Any, float], None]]]
-    """Event type -> its ``_on_<type>`` handler, per class (``__init_subclass__``, and below the
-    class for this one): the history store's projector folds every envelope of the log through
-    ``apply``."""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls._handlers = _handlers_of(cls)
-
     def apply(self, env: Envelope) -> None:
         self.events += 1
         at = env.occurred_at
@@ -299,7 +291,7 @@ class ResultProjection:
         if env.source not in _NOT_DECISIONS and env.type != "PolicyApplied":  # a fact, not a decision
             self.decisions += 1
         self._folded = None
-        handler = self._handlers.get(env.type)
+        handler = self.folds.get(env.type)  # the history store's projector folds every envelope here
         if handler is not None:
             handler(self, env.payload, at)
             folded = self.folded  # the handler's: read anew (mypy keeps the None set above otherwise)
@@ -629,11 +621,3 @@ def pod_workload_key(p: Any) -> str:
 _NOT_DECISIONS = frozenset({"ingest", "clock", "runtime"})
 """Sources of envelopes that are not a service's decision: watch events, timers firing, the embedded
 runtime's ``PolicyApplied`` (a service's own is told by its type)."""
-
-
-def _handlers_of(cls: type) -> dict[str, Callable[[Any, Any, float], None]]:
-    """``cls``'s ``_on_<type>`` methods by event type, inherited ones and aliases included."""
-    return {name[len("_on_"):]: getattr(cls, name) for name in dir(cls) if name.startswith("_on_")}
-
-
-ResultProjection._handlers = _handlers_of(ResultProjection)

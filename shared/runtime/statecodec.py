@@ -11,8 +11,8 @@ muster's state classes with its fields — and decoding only ever:
   never an adapter: ``ADAPTERS``), already imported by the process (nothing is imported on a
   snapshot's say-so), *without calling its ``__init__``*: the instance is allocated and its fields
   set, as ``copy.copy`` does; a pydantic model's fields go through pydantic's own ``__setstate__``;
-- binds a method of such an instance (a core's table of handlers), if its class defines it as a
-  plain function;
+- binds a method of such an instance (a core keeps its policy's ``answers_to``), if its class
+  defines it as a plain function;
 - looks an enum member up by value, and makes a numpy array or scalar of a plain numeric dtype from
   its bytes.
 

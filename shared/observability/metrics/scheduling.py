@@ -24,7 +24,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from shared.kernel.events import Envelope
+from shared.kernel.events import (
+    Dequeued, Enqueued, Envelope, GangPlaced, GangRunning, PlacementFailed, PreemptionRequested, ReclaimRequested,
+    WorkloadDeleted, WorkloadFinished, WorkloadWithdrawn,
+)
+from shared.kernel.fold import Folds
 from shared.kernel.model import UNLIMITED
 
 WAIT_BUCKETS = (1.0, *(2.5 * 2 ** i for i in range(13)))
@@ -42,7 +46,7 @@ class _Wait:
     admitted_at: float | None = None
 
 
-class WaitFold:
+class WaitFold(Folds):
     """Counters and histograms of the queue service, from what it handles and emits."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -100,11 +104,11 @@ class WaitFold:
             self._see(out)
 
     def _see(self, env: Envelope) -> None:
-        handler = _HANDLERS.get(env.type)
+        handler = self.folds.get(env.type)
         if handler is not None:
             handler(self, env.payload, env.occurred_at)
 
-    def _on_enqueued(self, p: Any, t: float) -> None:
+    def _on_Enqueued(self, p: Enqueued, t: float) -> None:
         self._queues[p.key] = p.queue
         wait = self._waits.get(p.key)
         if wait is None:
@@ -112,7 +116,7 @@ class WaitFold:
         else:
             wait.queue = p.queue
 
-    def _on_dequeued(self, p: Any, t: float) -> None:
+    def _on_Dequeued(self, p: Dequeued | ReclaimRequested, t: float) -> None:
         self._queues[p.key] = p.queue
         self.quota_reserved.labels(p.queue).inc()
         self.attempts.labels(p.queue).inc()
@@ -120,10 +124,10 @@ class WaitFold:
         if wait is not None:
             self.quota_reserved_wait.labels(p.queue).observe(t - wait.since)
 
-    def _on_failed(self, p: Any, t: float) -> None:
+    def _on_PlacementFailed(self, p: PlacementFailed, t: float) -> None:
         self.failures.labels(p.queue).inc()
 
-    def _on_placed(self, p: Any, t: float) -> None:
+    def _on_GangPlaced(self, p: GangPlaced, t: float) -> None:
         self.admitted_now[p.key] = p.queue
         wait = self._waits.get(p.key)
         if wait is None or wait.admitted_at is not None:
@@ -132,7 +136,7 @@ class WaitFold:
         self.admitted.labels(p.queue).inc()
         self.admission_wait.labels(p.queue).observe(t - wait.since)
 
-    def _on_running(self, p: Any, t: float) -> None:
+    def _on_GangRunning(self, p: GangRunning, t: float) -> None:
         queue = self._queues.get(p.key)
         if queue is not None:
             self.running_now[p.key] = queue
@@ -143,7 +147,7 @@ class WaitFold:
         if wait.admitted_at is not None:
             self.admitted_until_ready.labels(wait.queue).observe(t - wait.admitted_at)
 
-    def _on_preempted(self, p: Any, t: float) -> None:
+    def _on_PreemptionRequested(self, p: PreemptionRequested, t: float) -> None:
         victim_queue = self._queues.get(p.key, "")
         self.evicted.labels(victim_queue, "Preempted").inc()
         self.preempted.labels(self._queues.get(p.preemptor, ""),
@@ -152,23 +156,13 @@ class WaitFold:
         self.admitted_now.pop(p.key, None)
         self.running_now.pop(p.key, None)
 
-    def _on_gone(self, p: Any, t: float) -> None:
+    def _gone(self, p: WorkloadFinished | WorkloadDeleted | WorkloadWithdrawn, t: float) -> None:
         for followed in (self._waits, self._queues, self.admitted_now, self.running_now):
             followed.pop(p.key, None)
 
+    _on_ReclaimRequested = _on_Dequeued
+    _on_WorkloadFinished = _on_WorkloadDeleted = _on_WorkloadWithdrawn = _gone
 
-_HANDLERS: dict[str, Callable[[WaitFold, Any, float], None]] = {
-    "Enqueued": WaitFold._on_enqueued,
-    "Dequeued": WaitFold._on_dequeued,
-    "ReclaimRequested": WaitFold._on_dequeued,
-    "PlacementFailed": WaitFold._on_failed,
-    "GangPlaced": WaitFold._on_placed,
-    "GangRunning": WaitFold._on_running,
-    "PreemptionRequested": WaitFold._on_preempted,
-    "WorkloadFinished": WaitFold._on_gone,
-    "WorkloadDeleted": WaitFold._on_gone,
-    "WorkloadWithdrawn": WaitFold._on_gone,
-}
 
 
 def _amount(resource: str, milli: int) -> float:
