@@ -32,7 +32,9 @@ from __future__ import annotations
 from typing import Any
 
 from shared.kernel import quantity as q
-from shared.kernel.events import Envelope, KubeEffect, QueueDefined, QueueRemoved, TimerSet, derive_id, kube_effect
+from shared.kernel.events import (
+    Envelope, KubeEffect, ObjectChanged, PodAssigned, QueueDefined, QueueRemoved, TimerSet, derive_id, kube_effect,
+)
 from shared.kernel.model import QueueSource, QueueSpec
 from shared.kernel.policy import Policy
 from shared.kernel.projection import IN_QUEUE_STATES, NOT_LIVE, QueueSums, ResultProjection, WorkloadView
@@ -139,10 +141,10 @@ class _StatusView(ResultProjection):
                                           view.phase in ("Queued", "Preempted")])
         self.requested.set(key, queue if holds or view.queue_state in IN_QUEUE_STATES else None, view.demand)
 
-    def _on_PodAssigned(self, p: Any, t: float) -> None:
+    def _on_PodAssigned(self, p: PodAssigned, t: float) -> None:
         return None
 
-    def _on_ObjectChanged(self, p: Any, t: float) -> None:
+    def _on_ObjectChanged(self, p: ObjectChanged, t: float) -> None:
         return None
 
 

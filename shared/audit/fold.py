@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from shared.kernel import kube
-from shared.kernel.events import Envelope
+from shared.kernel.events import (
+    BackedOff, Dequeued, Envelope, ObjectChanged, PlacementFailed, PreemptionRequested, ReclaimRequested,
+)
 from shared.kernel.model import WorkloadSpec
 from shared.kernel.projection import ResultProjection
 
@@ -111,28 +113,28 @@ class AuditFold(ResultProjection):
         super()._describe(view, spec)
         self.specs[view.key] = spec
 
-    def _on_PreemptionRequested(self, p: Any, t: float) -> None:
+    def _on_PreemptionRequested(self, p: PreemptionRequested, t: float) -> None:
         view = self.workloads.get(p.key)
         super()._on_PreemptionRequested(p, t)
         cause = self._env.causation_id if self._env is not None else None
         self.preemptions.append(Preemption(t, p.key, view.queue if view else None, p.preemptor, p.preemptor_priority,
                                            p.reclaim, p.reason, self._id(), cause))
 
-    def _on_PlacementFailed(self, p: Any, t: float) -> None:
+    def _on_PlacementFailed(self, p: PlacementFailed, t: float) -> None:
         super()._on_PlacementFailed(p, t)
         self.placement[p.key] = Said(t, self._id(), p.reason)
 
-    def _on_BackedOff(self, p: Any, t: float) -> None:
+    def _on_BackedOff(self, p: BackedOff, t: float) -> None:
         super()._on_BackedOff(p, t)
         self.backoff[p.key] = (Said(t, self._id(), p.reason), p.requeue_at, p.attempts)
 
-    def _on_Dequeued(self, p: Any, t: float) -> None:
+    def _on_Dequeued(self, p: Dequeued | ReclaimRequested, t: float) -> None:
         super()._on_Dequeued(p, t)
         self.admitted[p.key] = Said(t, self._id(), p.reason)
 
     _on_ReclaimRequested = _on_Dequeued
 
-    def _on_ObjectChanged(self, p: Any, t: float) -> None:
+    def _on_ObjectChanged(self, p: ObjectChanged, t: float) -> None:
         super()._on_ObjectChanged(p, t)
         if p.kind != "RayJob":
             return

@@ -14,7 +14,12 @@ from typing_extensions import TypedDict
 
 from shared.kernel import kube
 from shared.kernel import quantity as q
-from shared.kernel.events import Envelope, ObjectChanged, Payload
+from shared.kernel.events import (
+    BackedOff, Dequeued, ElasticGranted, ElasticReleased, ElasticWaiting, Enqueued, Envelope, GangDisrupted,
+    GangPlaced, GangRunning, ObjectChanged, Payload, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined,
+    QueueRejected, QueueRemoved, ReclaimRequested, WorkloadDeleted, WorkloadFinished, WorkloadRejected,
+    WorkloadSubmitted, WorkloadUpdated, WorkloadWithdrawn,
+)
 from shared.kernel.fold import Folds
 from shared.kernel.model import Gang, QueueSpec, shrunk
 
@@ -374,25 +379,25 @@ class ResultProjection(Folds):
         """The admission ended: no elastic pod holds quota any more (nor waits for it)."""
         view.elastic, view.elastic_admission = {}, None
         view.elastic_wait(t, "")
-    def _on_QueueDefined(self, p: Any, t: float) -> None:
+    def _on_QueueDefined(self, p: QueueDefined, t: float) -> None:
         self.queues[p.queue.name] = p.queue
         self.rejected_queues.pop(p.queue.name, None)
 
-    def _on_QueueRemoved(self, p: Any, t: float) -> None:
+    def _on_QueueRemoved(self, p: QueueRemoved, t: float) -> None:
         self.queues.pop(p.name, None)
         self.rejected_queues.pop(p.name, None)
 
-    def _on_QueueRejected(self, p: Any, t: float) -> None:
+    def _on_QueueRejected(self, p: QueueRejected, t: float) -> None:
         self.rejected_queues[p.name] = p.reason
 
-    def _on_WorkloadSubmitted(self, p: Any, t: float) -> None:
+    def _on_WorkloadSubmitted(self, p: WorkloadSubmitted, t: float) -> None:
         view = self._workload(p.workload.key)
         view.rejected = ""
         self._describe(view, p.workload)
         if p.workload.kind == "Pod":  # a gang of one: the pod is the workload's from the start
             self._pod(p.workload.key, p.workload.name, "pods")
 
-    def _on_WorkloadUpdated(self, p: Any, t: float) -> None:
+    def _on_WorkloadUpdated(self, p: WorkloadUpdated, t: float) -> None:
         view = self._workload(p.workload.key)
         view.rejected = ""
         if not view.holds_quota:
@@ -404,7 +409,7 @@ class ResultProjection(Folds):
             view.min_member, view.resources = smaller.min_member, smaller.resources
             self._recharge(view)
 
-    def _on_WorkloadRejected(self, p: Any, t: float) -> None:
+    def _on_WorkloadRejected(self, p: WorkloadRejected, t: float) -> None:
         view = self._workload(p.key, p.kind)
         if view.kind != p.kind and view.phase not in (None, "Rejected"):
             return  # another kind's object under the same name was refused; this workload is unaffected
@@ -416,7 +421,7 @@ class ResultProjection(Folds):
         view.queue_state = ""
         view.rejected = p.reason
 
-    def _on_WorkloadWithdrawn(self, p: Any, t: float) -> None:
+    def _on_WorkloadWithdrawn(self, p: WorkloadWithdrawn, t: float) -> None:
         """The queue let go of it. After a rejection its queue may still have said 'waiting' in between
         (admission and the queue answer in their own order): the rejection is the last word."""
         view = self._workload(p.key)
@@ -425,20 +430,20 @@ class ResultProjection(Folds):
         if view.phase == "Queued" and view.rejected:
             view.transition(t, "Rejected", view.rejected)
 
-    def _on_Enqueued(self, p: Any, t: float) -> None:
+    def _on_Enqueued(self, p: Enqueued, t: float) -> None:
         view = self._workload(p.key)
         view.queue = p.queue
         view.transition(t, "Queued", p.reason)
         view.queue_state, view.requeue_at = "pending", None
 
-    def _on_BackedOff(self, p: Any, t: float) -> None:
+    def _on_BackedOff(self, p: BackedOff, t: float) -> None:
         view = self._workload(p.key)
         view.transition(t, "Queued", p.reason)
         view.queue_state, view.requeue_at = "backoff", p.requeue_at
         view.holds_quota = False
         self._no_elastic(view, t)
 
-    def _on_Dequeued(self, p: Any, t: float) -> None:
+    def _on_Dequeued(self, p: Dequeued | ReclaimRequested, t: float) -> None:
         view = self._workload(p.key)
         self._describe(view, p.workload)
         view.admitted = p.workload.gang
@@ -447,7 +452,7 @@ class ResultProjection(Folds):
 
     _on_ReclaimRequested = _on_Dequeued
 
-    def _on_ElasticGranted(self, p: Any, t: float) -> None:
+    def _on_ElasticGranted(self, p: ElasticGranted, t: float) -> None:
         view = self._workload(p.key)
         if not view.holds_quota:
             return
@@ -457,10 +462,10 @@ class ResultProjection(Folds):
         view.elastic_wait(t, "")
         self._recharge(view)
 
-    def _on_ElasticWaiting(self, p: Any, t: float) -> None:
+    def _on_ElasticWaiting(self, p: ElasticWaiting, t: float) -> None:
         self._workload(p.key).elastic_wait(t, p.reason)
 
-    def _on_ElasticReleased(self, p: Any, t: float) -> None:
+    def _on_ElasticReleased(self, p: ElasticReleased, t: float) -> None:
         view = self._workload(p.key)
         if not view.holds_quota or view.elastic_admission != p.admission:
             return  # the queue ignores a release of another admission's grants too
@@ -471,41 +476,41 @@ class ResultProjection(Folds):
             view.elastic.pop(p.pod_set, None)
         self._recharge(view)
 
-    def _on_PlacementFailed(self, p: Any, t: float) -> None:
+    def _on_PlacementFailed(self, p: PlacementFailed, t: float) -> None:
         view = self._workload(p.key)
         view.holds_quota = False
         self._no_elastic(view, t)
 
-    def _on_GangPlaced(self, p: Any, t: float) -> None:
+    def _on_GangPlaced(self, p: GangPlaced, t: float) -> None:
         view = self._workload(p.key)
         view.holds_quota, view.queue_state = True, "active"
         view.transition(t, "Admitted", p.reason)
 
-    def _on_GangRunning(self, p: Any, t: float) -> None:
+    def _on_GangRunning(self, p: GangRunning, t: float) -> None:
         self._workload(p.key).transition(t, "Running", p.reason)
 
-    def _on_GangDisrupted(self, p: Any, t: float) -> None:
+    def _on_GangDisrupted(self, p: GangDisrupted, t: float) -> None:
         self._workload(p.key).transition(t, "Admitted", p.reason)
 
-    def _on_PreemptionRequested(self, p: Any, t: float) -> None:
+    def _on_PreemptionRequested(self, p: PreemptionRequested, t: float) -> None:
         view = self._workload(p.key)
         view.holds_quota, view.queue_state = False, ""
         self._no_elastic(view, t)
         view.transition(t, "Preempted", p.reason)
 
-    def _on_WorkloadFinished(self, p: Any, t: float) -> None:
+    def _on_WorkloadFinished(self, p: WorkloadFinished, t: float) -> None:
         view = self._workload(p.key)
         view.holds_quota, view.queue_state = False, ""
         self._no_elastic(view, t)
         view.transition(t, p.outcome, p.reason)
 
-    def _on_WorkloadDeleted(self, p: Any, t: float) -> None:
+    def _on_WorkloadDeleted(self, p: WorkloadDeleted, t: float) -> None:
         view = self._workload(p.key)
         view.holds_quota, view.queue_state = False, ""
         self._no_elastic(view, t)
         view.transition(t, "Deleted", p.reason)
 
-    def _on_PodAssigned(self, p: Any, t: float) -> None:
+    def _on_PodAssigned(self, p: PodAssigned, t: float) -> None:
         pod = self._pod(p.key, p.pod, p.pod_set)
         pod.pod_set = p.pod_set  # placement knows a plain pod gang's shape-based pod set; labels do not
         pod.node = p.node
@@ -523,7 +528,7 @@ class ResultProjection(Folds):
         """The workload a pod's watch event belongs to (a subclass may know it already)."""
         return pod_workload_key(p)
 
-    def _on_ObjectChanged(self, p: Any, t: float) -> None:
+    def _on_ObjectChanged(self, p: ObjectChanged, t: float) -> None:
         if p.kind != "Pod":
             return
         key = self._pod_workload(p)
