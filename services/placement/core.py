@@ -14,6 +14,8 @@ Where each decision is made:
 - slots of admitted workloads and the pods that fill them; gangs displaced by a node leaving:
   ``slots.Slots``
 - elastic pods' slots granted, dropped, evicted: ``elasticpods.ElasticPods``
+- an admitted workload withdrawn, edited smaller, or evicted, and what each undoes:
+  ``lifecycle.Lifecycle``
 - CapacityChanged, the ``capacity`` and ``ripen`` timers, gangs waiting for room:
   ``signals.CapacitySignals``
 - GangRunning, and judging disruptions (the ``disruption`` timer): ``disruption.Disruptions``
@@ -26,24 +28,23 @@ Pure: no I/O, no clock (``env.occurred_at`` is now), no randomness; dicts keep i
 
 from __future__ import annotations
 
-
-from services.placement import elastic, gpu
+from services.placement import elastic
 from services.placement.disruption import DISRUPTION_TIMER, Disruptions
 from services.placement.elasticpods import ElasticPods
 from services.placement.gang import GangAttempt, pod_demand
 from services.placement.nodes import FRAGMENTATION, NodeTable
-from services.placement.payloads import Output, gang_placed, slot_assignment
+from services.placement.payloads import Output, gang_placed_of, placed_reason
 from services.placement.slots import Slots
 from services.placement.pods import PodRecord
 from services.placement.ledger import PodLedger
+from services.placement.lifecycle import Lifecycle
 from services.placement.preemption import Preemption, trial
 from services.placement.signals import CAPACITY_TIMER, RIPEN_TIMER, CapacitySignals
 from services.placement.workloads import Slot, WorkloadRecord
 from shared.kernel import kube
-from shared.kernel.model import shrunk
 from shared.kernel.events import (
-    Dequeued, ElasticGranted, ElasticReleased, Envelope, GangPlaced, ObjectChanged, ObjectsListed, PlacementFailed,
-    PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, TimerFired, WorkloadUpdated, WorkloadWithdrawn,
+    Dequeued, ElasticGranted, ElasticReleased, Envelope, ObjectChanged, ObjectsListed, PlacementFailed, QueueDefined,
+    QueueRemoved, ReclaimRequested, TimerFired, WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.kernel.dedupe import RECENT_IDS, Seen
 from shared.kernel.fold import Folds
@@ -75,6 +76,9 @@ class PlacementCore(Folds):
         """Who makes room: admitted workloads per queue and priority, minimum runtimes, the fewest victims."""
         self.slots = Slots(policy, self.nodes, self.ledger, self.signals, self.disruptions)
         """Slots of admitted workloads and the pods that fill them; gangs displaced by a node leaving."""
+        self.lifecycle = Lifecycle(self.nodes, self.ledger, self.slots, self.signals, self.disruptions,
+                                   self.preemption, self.elastic)
+        """What withdrawing, shrinking or evicting an admitted workload undoes."""
         self.book = WatchBook(by_reference=frozenset({"Pod"}))
         """Every node and pod placement was told of, to tell what a list lacks (``shared.kernel.listing``).
         Pods by reference: ``PodRecord.held`` is the book's ``Held``, so a pod's object is neither
@@ -197,7 +201,7 @@ class PlacementCore(Folds):
         quota already), then the request gets a fresh record."""
         current = self.workloads.get(p.key)
         if current is not None and current.admitted:
-            return [self._gang_placed(current)], None
+            return [gang_placed_of(current, self.nodes.names)], None
         restored = self.slots.retry_displaced()
         self.signals.stop_waiting(p.key)
         rec = WorkloadRecord(spec=p.workload, queue=p.queue)
@@ -218,7 +222,7 @@ class PlacementCore(Folds):
         stmt, attempt = trial(self.nodes, self.ledger, rec.spec.gang, strategy, [], [], explain=True)
         if attempt.ok:
             stmt.commit()
-            return restored + self._admit(rec, attempt, now, self._placed_reason(attempt, strategy))
+            return restored + self._admit(rec, attempt, now, placed_reason(attempt, strategy))
         stmt.rollback()
         min_runtime = self.preemption.queue_min_runtime.get(rec.queue, self.policy.min_runtime_for(rec.queue))
         candidates = self.preemption.candidates(rec, now, min_runtime)
@@ -262,59 +266,10 @@ class PlacementCore(Folds):
                                            capacity_short=attempt.capacity_short)]
 
     def _on_WorkloadWithdrawn(self, p: WorkloadWithdrawn, now: float) -> list[Output]:
-        """Drop the slots; its pods keep counting on their nodes until they are gone.
-
-        Pods still bound then (a finished RayJob that keeps its cluster, or its cluster's TTL) hold
-        no quota any more, so like any pod outside an admitted workload they lower
-        CapacityChanged.total: the queue must not count their room as free.
-        """
-        rec = self.workloads.pop(p.key, None)
-        self.signals.stop_waiting(p.key)
-        self.disruptions.forget(p.key)  # no longer wanted: nothing to judge
-        if rec is None:
-            return []
-        self.slots.displaced.pop(p.key, None)
-        self.preemption.unhold(rec)
-        freed = False
-        for slot in rec.slots:
-            if slot.reserving:
-                self.nodes.uncharge(slot.node, slot.demand, slot.devices)
-                freed = True
-            if slot.pod is not None and slot.pod in self.pods:
-                self.pods[slot.pod].slot = None
-        rec.slots = []
-        out: list[Output] = self.slots.signal(self.slots.now, released=True) if freed and self.signals.waiting else []
-        for key in self.pods_of.get(p.key, {}):
-            out += self.slots.set_foreign(self.pods[key], True)
-        return out + self.slots.retry_displaced()  # its reservations are free again
+        return self.lifecycle.withdraw(p.key)
 
     def _on_WorkloadUpdated(self, p: WorkloadUpdated, now: float) -> list[Output]:
-        """Slots follow what was admitted. An edit asking for fewer pods (``shrunk``, the queue's rule
-        too) drops the surplus slots: those holding no pod now (done, lost, then reserving ones,
-        highest index first), releasing their reservations; those holding a pod when it goes away
-        (``Slots.vacate``). Then a capacity release, so what waits retries. An edit asking for more
-        changes nothing here: the pods beyond the slots wait unbound, without quota."""
-        wrec = self.slots.admitted(p.workload.key)
-        if wrec is None:
-            return []
-        wrec.latest = p.workload.gang
-        out: list[Output] = [*self.elastic.trim(wrec)]
-        smaller = shrunk(wrec.spec.gang, p.workload.gang)
-        if smaller is None:
-            return out + (self.slots.signal(now, released=True) if out else [])
-        wrec.spec = wrec.spec.model_copy(update={"gang": smaller})
-        for ps in smaller.pod_sets:
-            surplus = wrec.surplus(ps.name)
-            idle = sorted((s for s in wrec.slots if s.pod_set == ps.name and s.pod is None),
-                          key=lambda s: (not s.done, not s.lost, -s.index))
-            for slot in idle[:max(surplus, 0)]:
-                if slot.reserving:
-                    self.nodes.uncharge(slot.node, slot.demand, slot.devices)
-                wrec.slots.remove(slot)
-        if wrec.key in self.slots.displaced and not any(s.free and (s.lost or not self.nodes.present[s.node])
-                                                   for s in wrec.slots):
-            del self.slots.displaced[wrec.key]
-        return out + self.slots.signal(now, released=True) + self.disruptions.check_running(wrec, now)
+        return self.lifecycle.edit(p.workload.key, p.workload.gang, now)
 
     def _place_over(self, rec: WorkloadRecord, victims: list[WorkloadRecord], why: str, verb: str, strategy: str,
                     now: float, pods: list[elastic.Victim] | None = None) -> list[Output] | None:
@@ -326,12 +281,12 @@ class PlacementCore(Folds):
             stmt.rollback()
             return None
         stmt.commit()
-        out: list[Output] = [self._evict(victim, rec, why) for victim in victims]
+        out: list[Output] = [self.lifecycle.evict(victim, rec, why) for victim in victims]
         out += self.elastic.evict(pods, why)
-        reason = self._placed_reason(attempt, strategy)
+        reason = placed_reason(attempt, strategy)
         if victims or pods:
             named = [v.key for v in victims] + [f"{n} elastic pod(s) of {key} ({pod_set})"
-                                                 for (key, pod_set), n in _counts(pods).items()]
+                                                 for (key, pod_set), n in elastic.counts(pods).items()]
             reason += f" after {verb} {', '.join(named)}"
         return out + self._admit(rec, attempt, now, reason)
 
@@ -347,12 +302,6 @@ class PlacementCore(Folds):
             out += self.slots.assign_waiting(wrec, p.pod_set)
         return out
 
-    def _evict(self, victim: WorkloadRecord, preemptor: WorkloadRecord, why: str) -> PreemptionRequested:
-        """The victim's pods and slots are gone (``Preemption.evict``): nothing is displaced or to judge."""
-        self.slots.displaced.pop(victim.key, None)
-        self.disruptions.forget(victim.key)
-        return self.preemption.evict(victim, preemptor, why)
-
     def _admit(self, rec: WorkloadRecord, attempt: GangAttempt, now: float, reason: str) -> list[Output]:
         """Turn the committed placements into slots; hand existing pods their slots in observed order."""
         self._admissions += 1
@@ -362,20 +311,4 @@ class PlacementCore(Folds):
         rec.slots = [Slot(p.pod_set.name, p.index, p.node, p.devices, p.demand, p.pod_set.in_gang)
                      for p in attempt.placements]
         rec.reason = reason
-        return [self._gang_placed(rec), *self.slots.hand_out(rec, now)]
-
-    # ------------------------------------------------------------------ payloads
-    def _placed_reason(self, attempt: GangAttempt, strategy: str) -> str:
-        nodes = len(dict.fromkeys(p.node for p in attempt.placements))
-        return f"{len(attempt.placements)}/{attempt.total} pods placed on {nodes} node(s) ({strategy})"
-
-    def _gang_placed(self, rec: WorkloadRecord) -> GangPlaced:
-        names = self.nodes.names
-        slots = tuple(slot_assignment(s.pod_set, s.index, names[s.node], gpu.assignment(rec.key, names[s.node], s.devices))
-                      for s in rec.slots if not s.elastic)
-        return gang_placed(rec.key, rec.queue, rec.spec.kind, rec.spec.gate, slots, rec.reason)
-
-
-
-def _counts(pods: list[elastic.Victim]) -> dict[tuple[str, str], int]:
-    return {group: len(members) for group, members in elastic.by_pod_set(pods).items()}
+        return [gang_placed_of(rec, self.nodes.names), *self.slots.hand_out(rec, now)]

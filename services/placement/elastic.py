@@ -39,3 +39,8 @@ def by_pod_set(victims: Sequence[Victim]) -> dict[tuple[str, str], list[Victim]]
     for wrec, slot in victims:
         groups.setdefault((wrec.key, slot.pod_set), []).append((wrec, slot))
     return groups
+
+
+def counts(victims: Sequence[Victim]) -> dict[tuple[str, str], int]:
+    """How many victims per (workload, pod set), in the order first seen: what a reason names."""
+    return {group: len(members) for group, members in by_pod_set(victims).items()}

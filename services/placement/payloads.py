@@ -10,13 +10,19 @@ gate one of its literals, a GPU assignment a ``GpuAssignment`` or None, slots a 
 
 from __future__ import annotations
 
-from typing import Union, get_args
+from typing import TYPE_CHECKING, Sequence, Union, get_args
+
+from services.placement import gpu
 
 from shared.kernel.events import (
     CapacityChanged, ElasticReleased, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, PlacementFailed, PodAssigned,
     PreemptionRequested, SlotAssignment, TimerSet,
 )
 from shared.kernel.fastmodel import built
+
+if TYPE_CHECKING:
+    from services.placement.gang import GangAttempt
+    from services.placement.workloads import WorkloadRecord
 
 Output = Union[GangPlaced, PlacementFailed, PodAssigned, GangRunning, GangDisrupted, PreemptionRequested,
                CapacityChanged, ElasticReleased, TimerSet]
@@ -56,3 +62,16 @@ def pod_assigned(key: str, pod_namespace: str, pod: str, pod_set: str, node: str
                                    "pod_set": pod_set, "node": node, "gpu": gpu, "elastic": elastic})
     return PodAssigned(key=key, pod_namespace=pod_namespace, pod=pod, pod_set=pod_set, node=node, gpu=gpu,
                        elastic=elastic)
+
+
+def gang_placed_of(rec: WorkloadRecord, names: Sequence[str]) -> GangPlaced:
+    """The ``GangPlaced`` of an admitted workload: one assignment per gang slot (elastic pods are told
+    one by one), on nodes named by their row in ``names``."""
+    slots = tuple(slot_assignment(s.pod_set, s.index, names[s.node], gpu.assignment(rec.key, names[s.node], s.devices))
+                  for s in rec.slots if not s.elastic)
+    return gang_placed(rec.key, rec.queue, rec.spec.kind, rec.spec.gate, slots, rec.reason)
+
+
+def placed_reason(attempt: GangAttempt, strategy: str) -> str:
+    nodes = len(dict.fromkeys(p.node for p in attempt.placements))
+    return f"{len(attempt.placements)}/{attempt.total} pods placed on {nodes} node(s) ({strategy})"

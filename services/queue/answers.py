@@ -66,7 +66,7 @@ class PlacementAnswers:
         core.grants.set_goal(w)
         core.promises.release(w)
         reason = f"{p.reason} {w.reclaim_note}" if w.reclaim_note else p.reason
-        parks = bool(p.room_key)  # a reclaim waiting for its victims' minimum runtime wakes it then (_on_timer)
+        parks = bool(p.room_key)  # a reclaim waiting for its victims' minimum runtime wakes it then (_on_TimerFired)
         if parks:  # no node and no victim: it waits for a release that holds it, not for a timer
             core._room.park(w, p.room_key)
         core.back_off(w, now, w.reason(reason), out, arm=not parks)

@@ -4,7 +4,7 @@ A class that folds envelopes (the four cores, the history projection, the audit 
 reconciler's status view) names each handler ``_on_<PayloadType>`` and takes its table from
 ``Folds``: ``cls.folds[env.type]`` is the function for that payload type, the most derived one
 (an audit fold that overrides ``_on_Dequeued`` is called in its projection's place), aliases
-included (``_on_WorkloadDeleted = _on_gone``). Why a name and not an ``isinstance`` chain: the
+included (``_on_WorkloadDeleted = _gone``). Why a name and not an ``isinstance`` chain: the
 reader of a core finds what an event does by grepping one name, the runtime finds its handler with
 one dict lookup, and a handler for a payload type that does not exist is refused when the class is
 made, not silently never called.

@@ -7,7 +7,7 @@ replay of a stored log all build the same view from the same events.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, ClassVar, Iterable, Mapping, Union, get_args
+from typing import Annotated, Any, Iterable, Mapping, Union, get_args
 
 from pydantic import ConfigDict, Field, TypeAdapter
 from typing_extensions import TypedDict

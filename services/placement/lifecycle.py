@@ -1,0 +1,95 @@
+"""What becomes of an admitted workload's slots afterwards: withdrawn, edited smaller, or evicted.
+
+Each undoes part of an admission: reservations go back to their nodes (``NodeTable.uncharge``),
+pods lose their slots, the gang leaves the preemption index, the displaced and disruption books
+forget it. The eviction bookkeeping for a preemption victim is written here once, whoever
+preempts (in-queue preemption or a reclaim the queue asked for).
+"""
+
+from __future__ import annotations
+
+from services.placement.disruption import Disruptions
+from services.placement.elasticpods import ElasticPods
+from services.placement.ledger import PodLedger
+from services.placement.nodes import NodeTable
+from services.placement.payloads import Output
+from services.placement.preemption import Preemption
+from services.placement.signals import CapacitySignals
+from services.placement.slots import Slots
+from services.placement.workloads import WorkloadRecord
+from shared.kernel.events import PreemptionRequested
+from shared.kernel.model import Gang, shrunk
+
+
+class Lifecycle:
+    def __init__(self, nodes: NodeTable, ledger: PodLedger, slots: Slots, signals: CapacitySignals,
+                 disruptions: Disruptions, preemption: Preemption, elastic: ElasticPods) -> None:
+        self.nodes = nodes
+        self.ledger = ledger
+        self.slots = slots
+        self.signals = signals
+        self.disruptions = disruptions
+        self.preemption = preemption
+        self.elastic = elastic
+
+    def withdraw(self, key: str) -> list[Output]:
+        """Drop the slots; its pods keep counting on their nodes until they are gone.
+
+        Pods still bound then (a finished RayJob that keeps its cluster, or its cluster's TTL) hold
+        no quota any more, so like any pod outside an admitted workload they lower
+        CapacityChanged.total: the queue must not count their room as free.
+        """
+        rec = self.slots.workloads.pop(key, None)
+        self.signals.stop_waiting(key)
+        self.disruptions.forget(key)  # no longer wanted: nothing to judge
+        if rec is None:
+            return []
+        self.slots.displaced.pop(key, None)
+        self.preemption.unhold(rec)
+        pods = self.ledger.pods
+        freed = False
+        for slot in rec.slots:
+            if slot.reserving:
+                self.nodes.uncharge(slot.node, slot.demand, slot.devices)
+                freed = True
+            if slot.pod is not None and slot.pod in pods:
+                pods[slot.pod].slot = None
+        rec.slots = []
+        out: list[Output] = self.slots.signal(self.slots.now, released=True) if freed and self.signals.waiting else []
+        for pod in self.ledger.pods_of.get(key, {}):
+            out += self.slots.set_foreign(pods[pod], True)
+        return out + self.slots.retry_displaced()  # its reservations are free again
+
+    def edit(self, key: str, gang: Gang, now: float) -> list[Output]:
+        """Slots follow what was admitted. An edit asking for fewer pods (``shrunk``, the queue's rule
+        too) drops the surplus slots: those holding no pod now (done, lost, then reserving ones,
+        highest index first), releasing their reservations; those holding a pod when it goes away
+        (``Slots.vacate``). Then a capacity release, so what waits retries. An edit asking for more
+        changes nothing here: the pods beyond the slots wait unbound, without quota."""
+        wrec = self.slots.admitted(key)
+        if wrec is None:
+            return []
+        wrec.latest = gang
+        out: list[Output] = [*self.elastic.trim(wrec)]
+        smaller = shrunk(wrec.spec.gang, gang)
+        if smaller is None:
+            return out + (self.slots.signal(now, released=True) if out else [])
+        wrec.spec = wrec.spec.model_copy(update={"gang": smaller})
+        for ps in smaller.pod_sets:
+            surplus = wrec.surplus(ps.name)
+            idle = sorted((s for s in wrec.slots if s.pod_set == ps.name and s.pod is None),
+                          key=lambda s: (not s.done, not s.lost, -s.index))
+            for slot in idle[:max(surplus, 0)]:
+                if slot.reserving:
+                    self.nodes.uncharge(slot.node, slot.demand, slot.devices)
+                wrec.slots.remove(slot)
+        if wrec.key in self.slots.displaced and not any(s.free and (s.lost or not self.nodes.present[s.node])
+                                                   for s in wrec.slots):
+            del self.slots.displaced[wrec.key]
+        return out + self.slots.signal(now, released=True) + self.disruptions.check_running(wrec, now)
+
+    def evict(self, victim: WorkloadRecord, preemptor: WorkloadRecord, why: str) -> PreemptionRequested:
+        """The victim's pods and slots are gone (``Preemption.evict``): nothing is displaced or to judge."""
+        self.slots.displaced.pop(victim.key, None)
+        self.disruptions.forget(victim.key)
+        return self.preemption.evict(victim, preemptor, why)
