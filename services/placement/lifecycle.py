@@ -89,7 +89,19 @@ class Lifecycle:
         return out + self.slots.signal(now, released=True) + self.disruptions.check_running(wrec, now)
 
     def evict(self, victim: WorkloadRecord, preemptor: WorkloadRecord, why: str) -> PreemptionRequested:
-        """The victim's pods and slots are gone (``Preemption.evict``): nothing is displaced or to judge."""
+        """Bookkeeping after the statement released the victim: its pods no longer count or fill, it
+        holds no slot, is no longer admitted, and nothing of it is displaced or left to judge."""
         self.slots.displaced.pop(victim.key, None)
         self.disruptions.forget(victim.key)
-        return self.preemption.evict(victim, preemptor, why)
+        names = []
+        for key in self.ledger.own_pods(victim):
+            pod = self.ledger.pods[key]
+            if pod.evicted or not pod.facts.live or (pod.node is None and pod.slot is None):
+                continue
+            names.append(pod.facts.name)
+            self.ledger.evicted(pod)
+        victim.slots, victim.admitted, victim.running, victim.started_at = [], False, False, None
+        self.preemption.unhold(victim)
+        return PreemptionRequested(key=victim.key, kind=victim.spec.kind, gate=victim.spec.gate,
+                                   preemptor=preemptor.key, preemptor_priority=preemptor.spec.priority,
+                                   reclaim=preemptor.queue != victim.queue, pods=tuple(names), reason=why)

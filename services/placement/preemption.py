@@ -23,7 +23,6 @@ from services.placement.ledger import PodLedger
 from services.placement.nodes import NodeTable
 from services.placement.statement import Statement
 from services.placement.workloads import WorkloadRecord
-from shared.kernel.events import PreemptionRequested
 from shared.kernel.model import Gang
 from shared.kernel.victims import minimal_victims
 
@@ -100,22 +99,6 @@ class Preemption:
             del by_priority[rec.spec.priority]
             if not by_priority:
                 del self.held[rec.queue]
-
-    def evict(self, victim: WorkloadRecord, preemptor: WorkloadRecord, why: str) -> PreemptionRequested:
-        """Bookkeeping after the statement released the victim: its pods no longer count or fill, it
-        holds no slot and is no longer admitted."""
-        names = []
-        for key in self.ledger.own_pods(victim):
-            pod = self.ledger.pods[key]
-            if pod.evicted or not pod.facts.live or (pod.node is None and pod.slot is None):
-                continue
-            names.append(pod.facts.name)
-            self.ledger.evicted(pod)
-        victim.slots, victim.admitted, victim.running, victim.started_at = [], False, False, None
-        self.unhold(victim)
-        return PreemptionRequested(key=victim.key, kind=victim.spec.kind, gate=victim.spec.gate,
-                                   preemptor=preemptor.key, preemptor_priority=preemptor.spec.priority,
-                                   reclaim=preemptor.queue != victim.queue, pods=tuple(names), reason=why)
 
     def lower(self, rec: WorkloadRecord) -> Iterable[WorkloadRecord]:
         """Admitted workloads of ``rec``'s queue with a lower priority: the only ones preemption may
