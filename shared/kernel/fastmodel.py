@@ -29,6 +29,10 @@ sample payload ``built`` equals it validated, each envelope written equals ``mod
 every payload type has its fast writer (a layout the writer no longer finds would fall back, the
 same bytes, slowly and silently). Upgrading pydantic: change the pin and these two constants, run
 that test.
+
+``shared.runtime.statecodec`` (snapshots) relies on pydantic's layout too — a model's
+``__getstate__`` keys — and holds to the same pin: the same test checks that layout, so it needs
+no pin of its own.
 """
 
 from __future__ import annotations

@@ -22,6 +22,17 @@ cycles (an object reachable twice is one object after decoding: nodes carry a re
 first time and are referred to by it afterwards), so a restored core decides as the original.
 
 The format is versioned (``FORMAT``); a blob of another format is refused.
+
+A pydantic model is written through pydantic's layout, not its API: its fields, extra, fields set
+and private attributes are what ``BaseModel.__getstate__`` returns under the keys ``__dict__``,
+``__pydantic_extra__``, ``__pydantic_fields_set__`` and ``__pydantic_private__``, and decoding hands
+``__setstate__`` the same keys (it reads each with a default: a key it expected under another name
+would come back empty, one the encoder does not write would be lost, and neither would fail); the
+document itself is written by ``pydantic_core.to_json``. So this codec holds to the pin of the
+kernel's craft on pydantic's internals, ``shared.kernel.fastmodel.PYDANTIC_VERSION``, and
+tests/unit/shared/test_fastmodel.py fails loudly when a pydantic of another layout comes: a sample
+of every payload type must have exactly those state keys, and must come back equal through
+``encode`` and ``decode``, alone and enveloped. Upgrading pydantic means running that test.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""shared/kernel/fastmodel.py: what the craft relies on in the pinned pydantic still holds.
+"""shared/kernel/fastmodel.py: what the craft relies on in the pinned pydantic still holds, and so
+does what shared/runtime/statecodec.py relies on under the same pin (a model's pickled state).
 
 A pydantic that lays its models or schemas out otherwise fails here, loudly, rather than making
-models that differ from validated ones, writing other bytes into the log, or falling back to the
-slow serializer unnoticed.
+models that differ from validated ones, writing other bytes into the log, falling back to the
+slow serializer unnoticed, or restoring a snapshot's models with parts of their state left empty.
 """
 
 from __future__ import annotations
@@ -14,14 +15,25 @@ from pathlib import Path
 import pydantic
 import pydantic_core
 import pytest
+from pydantic import BaseModel
 
 from shared.kernel import fastmodel
 from shared.kernel.events import PAYLOAD_TYPES, Envelope, TimerSet, to_json, wrap
 from shared.kernel.fastmodel import built, narrowed, writer
+from shared.runtime import statecodec
 from tests.builders.shared import at, sample_payloads
 
 SAMPLES = sample_payloads()
 ROOT = Path(__file__).resolve().parents[3]
+STATE_KEYS = ("__dict__", "__pydantic_extra__", "__pydantic_fields_set__", "__pydantic_private__")
+"""A model's ``__getstate__``, as statecodec writes it and hands it back to ``__setstate__``."""
+
+
+def _envelopes(payload: BaseModel) -> tuple[Envelope, Envelope]:
+    """``payload`` enveloped as an output (with a cause) and as an input (none, infinite time)."""
+    cause = at(TimerSet(key="k", at=1.0), 0.5, source="queue")
+    return (wrap(payload, source="placement", cause=cause, index=1),
+            wrap(payload, source="ingest", cause=None, index=3, at=float("inf")))
 
 
 def test_the_installed_pydantic_is_the_one_pinned_and_checked():
@@ -48,9 +60,7 @@ def test_built_equals_the_validated_model(type_):
 
 @pytest.mark.parametrize("type_", sorted(SAMPLES))
 def test_an_envelope_built_equals_it_validated_and_writes_the_same_json(type_):
-    cause = at(TimerSet(key="k", at=1.0), 0.5, source="queue")
-    for env in (wrap(SAMPLES[type_], source="placement", cause=cause, index=1),
-                wrap(SAMPLES[type_], source="ingest", cause=None, index=3, at=float("inf"))):
+    for env in _envelopes(SAMPLES[type_]):
         validated = Envelope.model_validate(env.model_dump())
         assert env == validated and env.model_fields_set == validated.model_fields_set
         assert to_json(env) == env.model_dump_json().encode() == validated.model_dump_json().encode()
@@ -68,3 +78,14 @@ def test_a_writer_falls_back_to_the_model_serializer_for_what_is_no_member():
     write = writer(Envelope, "payload")
     env = at(TimerSet(key="k", at=1.0), 0.5)
     assert write(env) == env.model_dump_json().encode()
+
+
+@pytest.mark.parametrize("type_", sorted(SAMPLES))
+def test_a_models_state_is_laid_out_as_the_state_codec_reads_it(type_):
+    """statecodec writes a model from its ``__getstate__`` and restores it by ``__setstate__``, which
+    reads each key with a default: a key renamed or added would come back empty or be lost unnoticed."""
+    for model in (SAMPLES[type_], *_envelopes(SAMPLES[type_])):
+        assert tuple(model.__getstate__()) == STATE_KEYS
+        back = statecodec.decode(statecodec.encode(model))
+        assert type(back) is type(model) and back == model and back.__getstate__() == model.__getstate__()
+        assert back.model_dump_json() == model.model_dump_json()
