@@ -533,7 +533,7 @@ class AdmissionCore(Folds):
 
     def _reevaluate(self, now: float, touches: Callable[[WorkloadSpec], bool]) -> list[Output]:
         """Queues or PriorityClasses changed: every live workload they may touch is evaluated again, in
-        arrival order (issue 16: a change costs what it can affect, not a pass over every workload).
+        arrival order (a change costs what it can affect, not a pass over every workload).
         ``touches`` picks the submitted ones: those in a changed queue or a namespace a changed queue
         lists (an ElasticQuotaTree leaf), or of a changed class or the default class before or after
         (no class at all is ``None``). Every rejected one is tried again.

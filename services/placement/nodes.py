@@ -445,7 +445,7 @@ class NodeTable:
         self.touch(i)
         used, free = self.used, self.free
         # Element by element: a pod charges 3-4 distinct columns, where two fancy-indexed updates cost
-        # four times as much (every bound pod is charged and uncharged on each change of its slot).
+        # several times as much (every bound pod is charged and uncharged on each change of its slot).
         for c, amount in demand.charge:
             used[c, i] += amount
             free[c, i] -= amount
@@ -535,7 +535,7 @@ class NodeTable:
     def fit_score(self, demand: Demand, static: np.ndarray, strategy: str, i: int) -> float:
         """``_fresh`` for one row under binpack or spread, element by element: numpy's own scalar
         arithmetic on the same dtypes in the same order (int64 sum, float64 quotient, float64 sums),
-        so the very float ``_fresh`` gives, at a tenth of the cost of numpy calls on a one-row slice."""
+        so the very float ``_fresh`` gives, far more cheaply than numpy calls on a one-row slice."""
         if not static[i]:
             return -np.inf
         free = self.free

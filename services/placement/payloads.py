@@ -1,7 +1,7 @@
 """Placement's commonest decisions built as validation would leave them, without running it.
 
 Every gang placed is a ``GangPlaced`` with one ``SlotAssignment`` per gang pod, and every pod told
-where to go a ``PodAssigned``: validating them was a tenth of a ``Dequeued``'s cost in a replay.
+where to go a ``PodAssigned``: validating them was a visible part of a ``Dequeued``'s cost in a replay.
 As ``shared.kernel.events.kube_effect`` does for effects, only values of exactly the types validation
 leaves as they are take the short way (text a ``str``, an index an ``int`` and no ``bool``, the
 gate one of its literals, a GPU assignment a ``GpuAssignment`` or None, slots a tuple of

@@ -70,7 +70,7 @@ def _requests(spec: Mapping[str, Any]) -> dict[str, int]:
     """``kube.pod_requests`` of a pod spec, {} when unreadable. Remembered by the ``tree_key`` of the
     containers' ``resources``, all it reads (a container's name only names it in an error, and an
     error gives {}); ``repr``'s test, not ``==``: ``1``, ``1.0`` and ``true`` are equal but do not parse
-    alike. Parsing the quantities of every pod event again was a tenth of a replay's time."""
+    alike. Parsing the quantities of every pod event again was a visible part of a replay's time."""
     containers = spec.get("containers")
     if type(containers) is not list or any(type(c) is not dict for c in containers):
         return _parse_requests(spec)  # not the usual shape: no memo
@@ -109,7 +109,7 @@ def pod_facts(change: str, obj: Mapping[str, Any], name: str, namespace: str,
     ``before``: the facts of this pod's previous version and that version. When what those facts
     were read from (labels, annotations, containers, scheduler, namespace) was all text and is equal now, only
     the node, phase and liveness are read again: most watch events of a pod are its binding and its
-    phase changing, and reading the rest again was a fifth of placement's time in a replay. All
+    phase changing, and reading the rest again was a large part of placement's time in a replay. All
     text, because ``==`` takes ``1``, ``1.0`` and ``true`` as one, which parse and format apart; an
     equal value of a text-only one is the same text (key order aside, which nothing here reads)."""
     meta, spec, status = obj.get("metadata"), obj.get("spec"), obj.get("status")

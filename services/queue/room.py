@@ -1,6 +1,6 @@
 """Pending workloads that wait for an event, not a timer: room on nodes, or quota in their tree path.
 
-**Room** (issue 16): placement found neither nodes nor a victim for a gang. It is no head of any
+**Room**: placement found neither nodes nor a victim for a gang. It is no head of any
 cycle until placement reports room for its shape (its room key, one per distinct gang and
 strategy): a ``CapacityChanged`` release names, per room key, how many gangs of that shape the free
 nodes now hold, and that many of them wake, in queue order (priority desc, submitted_at, key). A
