@@ -1,5 +1,5 @@
-"""Which envelope ids a service still remembers, and for how long (issue 14: memory bounded by
-what is live, not by history).
+"""Which envelope ids a service still remembers, and for how long (memory bounded by what is live,
+not by history).
 
 A copy reaches an inbox in one way only: a producer restarted and handled again what it had handled
 after its last committed offset, sending the same outputs with the same ids. So copies trail their
@@ -25,9 +25,9 @@ from typing import Any, Callable, TypeVar
 K = TypeVar("K")
 
 PEAK_RATE = 10_000
-"""Envelopes per second one producer can write into one inbox: a service's batch of 1,000 records
-takes 0.1 s or more (``make bench``: 3,300 pods/s end to end, about 7 envelopes per pod, spread
-over four inboxes); a generous ceiling, not a measured rate."""
+"""Envelopes per second one producer can write into one inbox: a generous ceiling, well above what
+a service writes into one inbox at ``make bench``'s end-to-end pace (docs/benchmarks.md), not a
+measured rate."""
 
 SPAN = 2.0
 """Commit intervals a copy can trail its original by, in the producer's own records."""

@@ -381,7 +381,7 @@ def kube_effect(op: str, kind: str, namespace: str, name: str, *, api_version: s
                 annotations: dict[str, str] | None = None, status: dict[str, Any] | None = None, reason: str = "",
                 message: str = "", event_type: str = "Normal") -> KubeEffect:
     """``KubeEffect(...)`` of these fields, built as validation would leave them, without running it:
-    the reconciler makes one for most envelopes it reads, and validating one was a third of its cost.
+    the reconciler makes one for most envelopes it reads, and validating one was a large part of its cost.
 
     Only values of exactly the types validation leaves as they are take the short way (each text a
     ``str``, the literals among theirs, the mappings ``dict`` with ``str`` keys, annotation values
@@ -565,7 +565,7 @@ def upcast(raw: dict[str, Any]) -> dict[str, Any]:
 to_json: Callable[[Envelope], bytes] = writer(Envelope, "payload")
 """The envelope's JSON: every envelope on the bus and in a log, every decision a replay compares.
 The bytes of ``Envelope``'s own serializer (``model_dump_json``), written by a serializer of its
-field schemas with the payload's class chosen beforehand, at a third to a half of its time
+field schemas with the payload's class chosen beforehand, for much less of its time
 (``shared.kernel.fastmodel.writer``; the writer itself, not a call to it: one frame less a record)."""
 
 

@@ -1,7 +1,7 @@
 """How much a service keeps: the object graph behind a core, measured without a profiler.
 
 A long-running service must keep state in proportion to the objects alive in the cluster, never to
-its history (issue 14). ``retained`` walks everything reachable from a core (its dicts, lists, sets,
+its history. ``retained`` walks everything reachable from a core (its dicts, lists, sets,
 instances, arrays) once and reports the bytes they occupy and how many entries their containers
 hold. The entry count is exact and deterministic (the unit tests compare it with a baseline); the
 bytes are what ``make bench``'s soak plots against finished jobs.

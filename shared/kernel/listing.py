@@ -95,7 +95,7 @@ class WatchBook:
         """``Kind.apiVersion`` -> (resourceVersion, the part expected next, keys listed so far)."""
         self.by_reference = by_reference
         """Kinds held by reference: for a core that keeps each such object anyway (placement's pods),
-        copying its ``last_state`` on every watch event was a sixth of the core's time in a replay,
+        copying its ``last_state`` on every watch event was a large part of the core's time in a replay,
         and a listing that lacks an object is rare. Objects in envelopes are never changed (the
         simulated cluster copies on write, decoding makes new ones), so the reference stays the
         version observed."""

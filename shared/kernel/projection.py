@@ -61,7 +61,7 @@ class ObjectRead(TypedDict, total=False):
 
 class ObjectChangedRead(ObjectChanged):
     """``ObjectChanged`` with only ``ObjectRead`` of its object: what a reader that only folds
-    (the history store's projector) needs to build, a third of a watch event's decoding."""
+    (the history store's projector) needs to build, a fraction of a whole watch event's decoding."""
 
     object: ObjectRead  # type: ignore[assignment]  # narrows the field to what the fold reads, on purpose
 

@@ -50,7 +50,7 @@ def canonical_name(name: str) -> str:
 
 _PARSED: dict[str, int] = {}
 """Strings already parsed (non-negative ones): a cluster's pods ask for the same few quantities
-again and again, and every watch event of a pod reads them (a replay: a tenth of its time)."""
+again and again, and every watch event of a pod reads them (in a replay, a visible part of its time)."""
 _PARSED_MAX = 4096
 
 

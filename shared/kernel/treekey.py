@@ -1,4 +1,4 @@
-"""A key that tells two trees of a watched object apart exactly where ``repr`` would, at a fifth of its cost.
+"""A key that tells two trees of a watched object apart exactly where ``repr`` would, far more cheaply.
 
 A core that skips reading an object again when the part it reads is unchanged needs a test that
 ``==`` is not: ``True == 1 == 1.0`` and ``-0.0 == 0.0`` in Python, yet a parser reads ``replicas:
