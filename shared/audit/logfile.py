@@ -107,7 +107,7 @@ def is_compressed(path: Path) -> bool:
 
 def _open_read(path: Path) -> IO[bytes]:
     try:
-        raw = open(path, "rb", buffering=1 << 20)  # a read call per megabyte, not per 8 KiB (half the cost of a line)
+        raw = open(path, "rb", buffering=1 << 20)  # a read call per megabyte, not per 8 KiB (those were a large part of a line's cost)
     except OSError as exc:
         raise SourceError(f"cannot read the log {path}: {exc.strerror or exc}") from None
     if is_compressed(path):

@@ -448,9 +448,9 @@ class Replayer:
         """Every envelope of ``source`` through ``step``, then ``finish``. ``tick`` is called every
         ``every`` envelopes (a progress bar). Cyclic garbage collection waits while the log is read:
         envelopes and the cores' state are freed by reference counting, and the cores make no
-        cycles (a 104,000-event log leaves 10 objects to the collector). A young collection every
-        ``COLLECT_EVERY`` envelopes is the bound should one appear: every 65,536 it cost 4-6 % of a
-        replay, each one walking all the state built since the last."""
+        cycles (a whole replay leaves the collector next to nothing). A young collection every
+        ``COLLECT_EVERY`` envelopes is the bound should one appear, and far apart: one every few tens of
+        thousands cost a visible part of a replay, each one walking all the state built since the last."""
         started = time.perf_counter()
         self._source = source
         where = "the start of the log"

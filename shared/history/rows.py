@@ -68,8 +68,8 @@ _EMPTY = JsonText("{}")
 
 class Located(NamedTuple):
     """An envelope and where the projector read it; all three None in the embedded runtime.
-    (A named tuple: the Kafka projector makes one per record, three times faster than a frozen
-    dataclass.)"""
+    (A named tuple: the Kafka projector makes one per record, and a tuple is made far more cheaply
+    than a frozen dataclass.)"""
 
     envelope: Envelope
     topic: str | None = None
@@ -215,7 +215,8 @@ def prepare(batch: Sequence[Located], stored_ids: Container[str] = frozenset(),
 
 # --------------------------------------------------------------------------- the fold
 def _payload_json(payload: Any) -> str:
-    """``payload.model_dump_json()`` straight from the model's core serialiser (a fifth less time)."""
+    """``payload.model_dump_json()`` straight from the model's core serialiser (without the method's own
+    overhead)."""
     return payload.__pydantic_serializer__.to_json(payload).decode()
 
 

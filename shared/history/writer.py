@@ -113,7 +113,7 @@ class ProjectionWriter:
         self.check_ids = True
         """Whether ``Pipeline`` asks the store for each batch's stored ids before folding it: after
         a batch that held envelopes stored already (a redelivery, a replayed producer), until a
-        batch holds none. A fresh log skips the query (a tenth of a batch's time); a duplicate it
+        batch holds none. A fresh log skips the query (a visible part of a batch's time); a duplicate it
         did not expect fails the commit on the unique event id and is written again, checked."""
         self._postgres = self.engine.dialect.name == "postgresql"
         self._chunk = 10_000 if self._postgres else 900
@@ -453,8 +453,8 @@ class _Part(NamedTuple):
 def _finish(conn: Connection, parts: Sequence[_Part]) -> int:
     """Postgres: every table but the two large ones (``event_log`` and ``decisions``, COPYed) in one
     round trip, then the highest seq (``_Part``s written in order). The tables are
-    small per batch (a few hundred rows) and were a third of the commit as COPYs and upserts of
-    their own: on a busy projector every round trip waits a few ms for the GIL after it.
+    small per batch (a few hundred rows) and were a large part of the commit as COPYs and upserts of
+    their own: on a busy projector every round trip waits for the GIL after it.
 
     Rows travel as one JSON array per table (``json_to_recordset``); a value that is JSON text
     already (``JsonText``) travels as a string and is cast back."""
@@ -512,8 +512,8 @@ def release_gc() -> None:
 def gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while a batch is decoded or converted. Its envelopes and rows
     are plain objects without cycles (reference counting frees them), but there are many of them,
-    and collections triggered by them (full ones, as they survive long enough) cost a sixth of the
-    projector's time; collection resumes as soon as the batch is done."""
+    and collections triggered by them (full ones, as they survive long enough) cost a large part of
+    the projector's time; collection resumes as soon as the batch is done."""
     hold_gc()
     try:
         yield

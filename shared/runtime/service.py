@@ -32,11 +32,11 @@ from shared.observability.tracing.context import TraceContexts
 GC_THRESHOLD = (10_000, 2, 50)
 """The cyclic collector's thresholds while services run, on Kafka or embedded (Python's are 700, 10,
 10). A service keeps a large long-lived state and allocates fast (every record decoded, every output
-enveloped), so at 700 a full collection — a walk over the whole state, 0.2–0.3 s on a 2-core machine
-— came several times a second under load: a fifth of the CPU of a burst (``muster simulate`` of
-9,000 pods: a fifth of its time too). Generation 1 stays small (every second young collection) so
-its pauses stay near 10 ms: at 10 it held up to 100,000 objects and stopped the loop for 30 ms, a
-p99 of its own. Memory is freed by reference counting as before; only cycles wait a little longer."""
+enveloped), so at 700 a full collection — a walk over the whole state — came several times a second
+under load and took a large share of a burst's CPU (and of ``muster simulate``'s). Generation 1
+stays small (every second young collection) so its pauses stay short: at 10 it held so many objects
+that its collections stopped the loop long enough to make a p99 of their own. Memory is freed by
+reference counting as before; only cycles wait a little longer."""
 
 
 def collect_less() -> None:

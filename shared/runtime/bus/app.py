@@ -5,9 +5,9 @@ a Faust worker. Faust hosts the process (signals, logging, lifecycle) and the pr
 itself is read by ``InboxReader`` with a plain aiokafka consumer on the app's own event loop, which
 assigns itself the inbox's one partition and commits its offsets under group ``<prefix><service>``
 (no group membership: a start costs no join, see ``PartitionReader``). Faust's stream machinery
-costs about 300 µs of CPU per record on a small machine (a task per message, a consumer thread on a
-loop of its own, a 2 ms take timer that keeps firing while idle) against 7 µs for aiokafka's
-``getmany``, and the services are CPU-bound.
+costs many times the CPU per record of aiokafka's ``getmany`` (a task per message, a consumer
+thread on a loop of its own, a 2 ms take timer that keeps firing while idle), and the services are
+CPU-bound.
 
 On start the reader rebuilds the worker from the inbox's past (its latest snapshot and the records
 after it up to the committed offset, ``shared.runtime.bus.snapshot``; from the start without one), then
@@ -428,7 +428,7 @@ async def cancelled(tasks: Sequence[asyncio.Future[Any]], every: float = 1.0) ->
     """Cancel ``tasks`` and wait until they are done, cancelling again every ``every`` seconds those that
     are not: a task can swallow a cancellation (Python 3.11's ``asyncio.wait_for`` returns its inner
     result when both finish at once, gh-86296) and go on, and a plain ``gather`` then waits for ever (a
-    snapshot keeper did, under a stopping service: its stop outlived 30 s in one full test run of three)."""
+    snapshot keeper did, under a stopping service, and held its stop up)."""
     pending = {task for task in tasks if not task.done()}
     while pending:
         for task in pending:
@@ -502,8 +502,8 @@ class PartitionReader:
     end. A service's inbox (``InboxReader``) and ``muster run cluster``'s effects (``EffectsReader``)
     are read so.
 
-    The group is used for its committed offsets only, never joined: a join cost 3 s on every start
-    (a crashed member's session 6 s more) before a record was read, and each of these topics has one
+    The group is used for its committed offsets only, never joined: a join cost seconds on every start
+    (a crashed member's session more) before a record was read, and each of these topics has one
     partition read by one process (a service's Deployment runs one replica, replaced not rolled; the
     cluster link's second replica waits for its Lease before it reads). A second process started on
     the same inbox by mistake would handle the same records again: the same outputs under the same
@@ -511,8 +511,8 @@ class PartitionReader:
 
     This was reverted once because the fault test then lost a workload's deletion; the deletion had
     happened while the test had the cluster link SIGKILLed, and a restarted link lists only what
-    exists (docs/design/runtime.md, "Inbox readers assign their partition"). The join's 3 s per restart
-    had only moved the test's binds away from that kill."""
+    exists (docs/design/runtime.md, "Inbox readers assign their partition"). The join's wait at every
+    restart had only moved the test's binds away from that kill."""
 
     def __init__(self, config: BusConfig, group: str, topic: str, name: str, *, batch: int = BATCH,
                  commit_interval: float = COMMIT_INTERVAL) -> None:

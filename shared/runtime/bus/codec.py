@@ -133,7 +133,7 @@ def decode(value: bytes | None, headers: Headers | None = None) -> Envelope | Co
     raise BadRecord(f"unknown control message {kind!r}")
 
 
-_BACKSLASH = ord("\\")  # an int: ``in`` looks for one byte (memchr), 10 times faster than for b"\\"
+_BACKSLASH = ord("\\")  # an int: ``in`` looks for one byte (memchr), much faster than for b"\\"
 
 
 def _encodable(env: Envelope) -> None:
@@ -148,12 +148,12 @@ def _encodable(env: Envelope) -> None:
 
 
 _VALIDATE = _ENVELOPE.validator.validate_python
-"""``_ENVELOPE.validate_python`` without TypeAdapter's Python wrapper (a tenth of a decode)."""
+"""``_ENVELOPE.validate_python`` without TypeAdapter's Python wrapper (a visible part of a decode)."""
 
 
 def _parse_envelope(value: bytes) -> Envelope | None:
     """``shared.kernel.events.from_json`` with the JSON parsed by pydantic-core (Rust) instead of ``json``:
-    the same upcast and validation of the same dict, a third less time per envelope — every
+    the same upcast and validation of the same dict, in much less time per envelope — every
     consumer decodes every record it reads. None for anything that does not go through cleanly;
     ``from_json`` then gives the answer or the error, so a bad record reads exactly as before."""
     try:
@@ -203,14 +203,14 @@ _WATCH_DECODER = msgspec.json.Decoder(_WatchRecord)
 
 
 def _typed_watch_event(value: bytes) -> Envelope | None:
-    """A watch event (most of any log, and the largest records) parsed and type-checked in one pass
-    by msgspec, then built without the validator (4.4 against 7.9 µs a watch event with pydantic-core's
-    parse and the build). It only skips checks that would pass: every field must be present, once or
-    last-wins like pydantic-core, no other, of exactly the JSON type validation would leave as is: a
-    string for ``str``, an integer for ``schema_version``; ``occurred_at`` a number (an integer is
-    read as the float validation makes of it), finite; the subject the payload's. The object is read
-    as JSON, as pydantic-core reads it. Anything else raises or gives None, and the validator decides
-    (a watch event laid out otherwise than muster's encoder writes it, too)."""
+    """A watch event (most of any log, and the largest records) parsed and type-checked in one pass by
+    msgspec, then built without the validator (cheaper than pydantic-core's parse and the build;
+    docs/benchmarks.md, ``replay_*``). It only skips checks that would pass: every field must be
+    present, once or last-wins like pydantic-core, no other, of exactly the JSON type validation would
+    leave as is: a string for ``str``, an integer for ``schema_version``; ``occurred_at`` a number (an
+    integer is read as the float validation makes of it), finite; the subject the payload's. The object
+    is read as JSON, as pydantic-core reads it. Anything else raises or gives None, and the validator
+    decides (a watch event laid out otherwise than muster's encoder writes it, too)."""
     rec = _WATCH_DECODER.decode(value)
     p = rec.payload
     subject = f"{p.kind}/{p.namespace}/{p.name}" if p.namespace else f"{p.kind}/{p.name}"

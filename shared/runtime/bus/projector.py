@@ -1,9 +1,8 @@
 """``muster run projector``: the log topic into the history store.
 
 The app is a Faust app (worker, signals, the producer that sends dead letters), but the log is read
-by a plain aiokafka consumer of the projector's own, not by a Faust agent: a Faust stream costs
-about 200 µs of CPU per record on a 2-core machine, which alone held the projector near 3,000
-events/s. Per batch:
+by a plain aiokafka consumer of the projector's own, not by a Faust agent: a Faust stream's CPU per
+record alone held the projector far below the events per second it must write. Per batch:
 
     1. read: whole fetches until the batch holds ``batch`` records or more (waiting at most
        ``within`` for any, and reading on only while a backlog keeps coming: ``MORE_WAIT``),
@@ -63,12 +62,11 @@ T = TypeVar("T")
 
 CONSUMER = "projector"
 BATCH, BATCH_WAIT = 10_000, 0.2
-"""A batch is whole fetches, ``BATCH`` records or more: Tansu answers a fetch with about 7 MiB (some
-5,800 envelopes), so a backlog comes in batches of two fetches (a commit has costs whatever its
-size: two fetches a batch wrote a backlog 3% faster than one). Whole, because the consumer asks for
-the next fetch only once it has handed out all of the last: taken whole, the next one arrives while
-the batch is folded. Taking part of one (a batch of exactly 12,000) left the rest waiting and
-added a fetch's wait to every batch: a replay read 45% of the time it folded, against a quarter."""
+"""A batch is whole fetches, ``BATCH`` records or more: a backlog comes in batches of about two of
+Tansu's fetches, because a commit has costs whatever its size (two fetches a batch wrote a backlog
+faster than one). Whole, because the consumer asks for the next fetch only once it has handed out
+all of the last: taken whole, the next one arrives while the batch is folded. Taking part of one
+left the rest waiting and added a fetch's wait to every batch."""
 MORE_WAIT = 0.15
 """How long to wait for the broker's next fetch while a backlog fills a batch."""
 FETCH_WAIT_MS = 100
@@ -76,7 +74,7 @@ FETCH_WAIT_MS = 100
 a fetch as soon as there is data (the wait only paces polls of an idle log), but Tansu gathers
 records for as long as the wait lasts and, at 5 ms on a busy machine, answers a few dozen at a time."""
 FETCH_BYTES = 16 * 1024 * 1024
-"""Up to this much of a partition per fetch (Tansu sends about 7 MiB, a batch about 14)."""
+"""Up to this much of a partition per fetch: room for a whole batch (two of Tansu's fetches)."""
 RETRY_FIRST, RETRY_MAX = 0.5, 30.0
 REFUSED_IN_A_ROW = 100
 """Envelopes the store may refuse one after the other, nothing written in between, before the

@@ -1,4 +1,4 @@
-"""Restart from a snapshot: a service's state with the inbox offset it reflects (issue 14 §2).
+"""Restart from a snapshot: a service's state with the inbox offset it reflects.
 
 Without a snapshot a service rebuilds by folding its inbox from offset 0 (``worker.replay``), which
 costs its whole history on every start. With one, it loads the latest snapshot and folds only the
@@ -16,9 +16,10 @@ manifest naming them. A writer also records a *checkpoint* (offset, digest) ever
 
 How: between two batches, under the inbox reader's lock, the process forks (``ForkedCapture``); the
 child, a copy-on-write image of the state at that offset, encodes it, hashes it for the manifest and
-hands the bytes and their SHA-256 back through a pipe while the parent's inbox goes on, so the inbox waits for the fork (a few ms), not for the
-encoding (0.1-0.5 s of CPU for a 1,000-RayCluster state). ``MUSTER_SNAPSHOT_FORK=0`` (or a platform
-without ``os.fork``) encodes in process while the inbox waits, as before.
+hands the bytes and their SHA-256 back through a pipe while the parent's inbox goes on, so the inbox
+waits for the fork, not for the encoding, which costs a large state far more (docs/benchmarks.md).
+``MUSTER_SNAPSHOT_FORK=0`` (or a platform without ``os.fork``) encodes in process while the inbox
+waits, as before.
 
 When: every ``INTERVAL`` seconds or ``EVERY_RECORDS`` records handled, whichever comes first, but
 never more than ``MAX_SHARE`` of the service's time; so what a restart folds again is bounded in
@@ -201,9 +202,8 @@ _HEADER = 9
 _DIGEST = 32
 """A child's answer: one byte (``_OK``: the blob's SHA-256 (32 bytes) and the blob follow;
 ``_FAILED``: a one-line reason), then the length of what follows (8 bytes, big-endian), then that.
-The child hashes the blob because the manifest needs the checksum and hashing placement's 25 MB
-state takes ≈ 20 ms of CPU, which the parent's event loop would otherwise spend with the inbox
-waiting."""
+The child hashes the blob because the manifest needs the checksum, and hashing a large state takes
+CPU that the parent's event loop would otherwise spend with the inbox waiting."""
 
 
 def fork_wanted() -> bool:
@@ -352,8 +352,8 @@ class ForkedCapture:
 
 CHILD_NICE = 10
 """How much the encoding child yields to the services: it is background work, and on a small machine
-it competes with the loops it was forked from for the same cores (empty-cluster decision latency,
-`bench.bus_bench.latency`, same minutes, load ≈ 1: p99 63–76 ms with it against 93–104 without)."""
+it competes with the loops it was forked from for the same cores; niced, it weighs far less on their
+latency's tail (docs/benchmarks.md, "Measurements behind the code's choices")."""
 
 
 def _child(worker: "InboxWorker", read: int, write: int, blocked: Any) -> NoReturn:
