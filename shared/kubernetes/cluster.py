@@ -235,7 +235,7 @@ class ClusterBridge:
 
         Effects read while earlier ones are in flight start at once: a reader that applied a batch
         whole before reading the next held each new effect behind the slowest request of the batch
-        before it, and under load the batches, and that wait, grew from one to the next (issue 16 §4).
+        before it, and under load the batches, and that wait, grew from one to the next.
         Returns once the batch is started; with ``EFFECTS_AHEAD`` effects unsettled, first waits for
         the oldest to settle."""
         assert self.applier is not None, "connect() first"
@@ -600,9 +600,9 @@ async def send_logged(topics: Topics, envelopes: Sequence[Envelope], producer: P
 
 class EffectsReader(PartitionReader):
     """``muster.effects`` on a plain consumer in group ``<prefix>cluster``, as a service's inbox is
-    read (``PartitionReader``): Faust's stream cost ≈ 300 µs of CPU a record, and a RayCluster of 9
-    pods brings 13 effects. Nothing to rebuild on assignment (the bridge keeps no state but its
-    dedupe): it resumes at the committed offset, which only ever passes applied batches."""
+    read (``PartitionReader``): Faust's stream costs many times a plain consumer's CPU a record, and a
+    RayCluster of 9 pods brings 13 effects. Nothing to rebuild on assignment (the bridge keeps no
+    state but its dedupe): it resumes at the committed offset, which only ever passes applied batches."""
 
     def __init__(self, config: BusConfig, bridge: ClusterBridge, producer: Producer) -> None:
         super().__init__(config, f"{config.prefix}cluster", config.topics.effects, "effects")

@@ -1,9 +1,9 @@
 """The cluster link's watching process: ``muster run cluster`` watches in a child process of its own.
 
 The link's two loops shared one event loop, and under load it was the loop, not the network, that
-made a workload wait: publishing the watch (≈ 30 events a workload: parsing each, ingest, encoding,
-two produce round trips a burst) took ≈ 60 % of its CPU and applying effects (≈ 13 requests a
-workload) ≈ 30 %, and the loop ran a 10 ms timer 5–10 ms late at the median, in front of every watch
+made a workload wait: publishing the watch (some 30 events a workload: parsing each, ingest,
+encoding, two produce round trips a burst) took most of its CPU and applying effects (some 13
+requests a workload) most of the rest, and the loop ran its timers late, in front of every watch
 event and every effect (docs/design/runtime.md, "Where a loaded workload's wait goes"). Two processes take
 two cores: the parent (``cluster_app``: the Lease, ``/metrics`` and ``/readyz``, the effects reader
 and its applier) starts ``python -m shared.kubernetes.cluster_watch``, which lists and watches the API

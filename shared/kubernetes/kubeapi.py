@@ -112,8 +112,8 @@ async def connect(url: str | None = None, kubeconfig: str | None = None, context
 
 def _without_env_lookups(api: client.ApiClient) -> client.ApiClient:
     """kubernetes-asyncio's session trusts the environment, so aiohttp reads ``~/.netrc`` and the
-    proxy variables on a worker thread for every request: two thread hand-offs a request, close to
-    half of a bind's CPU against the real API server (docs/benchmarks.md, "A bind's CPU"). The proxy is decided once here instead, from the same
+    proxy variables on a worker thread for every request: two thread hand-offs a request, a large
+    part of a bind's CPU against the real API server (docs/benchmarks.md, "A bind's CPU"). The proxy is decided once here instead, from the same
     variables (``HTTPS_PROXY``, ``NO_PROXY``, ...), unless the kubeconfig names one; credentials
     come from the kubeconfig or the service account, never from ``.netrc``."""
     rest = api.rest_client
@@ -581,8 +581,8 @@ The watcher holds the last version of every object it watches, as an informer's 
 nothing reads those objects except that rare relist. Kept as parsed dicts they were what the cluster
 link's cyclic collector walked: every watch event's object survived the young collections (a pod
 replaces its last version), so a young collection walked tens of thousands of objects (generation
-1: up to 76–133 ms of CPU a collection under load, 28–39 ms since), and a full one the whole cache,
-every pod and node of the cluster (240–260 ms of CPU once it was full). A plain tuple of texts is
+1, a pause of its own under load), and a full one the whole cache, every pod and node of the
+cluster (the longest pauses of all once it was full). A plain tuple of texts is
 not tracked by the collector once a collection has seen it (CPython untracks tuples of atomic
 values; a subclass it would not), the line is already there (nothing encoded on a watch event; a
 list's items are encoded once), and the text is smaller than its dicts."""

@@ -8,7 +8,7 @@ after every change, in a fixed order, so the same inputs always give the same wa
 A stored object is never changed in place: a write stores a new version that shares every part it
 did not change with the old one (copy on write), and the watch stream hands out the stored version
 itself. So an object in an envelope stays as it was when it was sent, without a deep copy of every
-object on every write (that copying was a quarter of ``muster simulate``'s time).
+object on every write (that copying was a large part of ``muster simulate``'s time).
 """
 
 from __future__ import annotations
@@ -487,7 +487,7 @@ class SimCluster:
 
 
 def clone(value: Any) -> Any:
-    """A deep copy of YAML/JSON data (mappings, lists, scalars), several times faster than
+    """A deep copy of YAML/JSON data (mappings, lists, scalars), far cheaper than
     ``copy.deepcopy``: no memo, so parts a YAML alias shared are copied apart (JSON has no sharing),
     and a cycle is a ``RecursionError``."""
     if type(value) is dict:

@@ -64,7 +64,7 @@ def sim_outcome(job: Mapping[str, Any]) -> Literal["Succeeded", "Failed"]:
 # --------------------------------------------------------------------------- desired pods
 class PodSlot(NamedTuple):
     """One pod a RayCluster wants: head, or worker ``index`` of ``group``. A tuple: every sync of a
-    cluster lists its slots again, and a frozen dataclass cost five times as much to make."""
+    cluster lists its slots again, and a frozen dataclass cost several times as much to make."""
 
     node_type: Literal["head", "worker"]
     group: str

@@ -26,8 +26,8 @@ class ScenarioError(ValueError):
 
 
 _Loader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""libyaml's parser where PyYAML was built with it: a 2,000-node scenario's steps are 0.6 MB of YAML,
-and the pure-Python parser took a fifth of ``muster simulate``'s time reading them. Same safe
+"""libyaml's parser where PyYAML was built with it: a large scenario's steps are a lot of YAML, and
+the pure-Python parser took a large part of ``muster simulate``'s time reading them. Same safe
 constructor, so the same documents."""
 
 
