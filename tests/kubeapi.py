@@ -77,7 +77,7 @@ async def post_binding(api: Any, namespace: str, body: dict[str, Any]) -> int:
 
 
 def _json(value: Any) -> bytes:
-    """``value`` as JSON, written by pydantic-core (a quarter of the json module's CPU: the emulator
+    """``value`` as JSON, written by pydantic-core (far less CPU than the json module's: the emulator
     answers every bind and writes every watch event, and in the benchmarks its process shares the
     machine with the services); text UTF-8 cannot hold (half a surrogate pair, which a test may
     send on purpose) goes through ``json.dumps``, which escapes it, as before."""

@@ -31,7 +31,7 @@ def test_verify_a_clean_log(log: Path) -> None:
     result = _invoke("replay", log, "--verify")
     _clean_exit(result, 0)
     n = len(scenario_run(NAME).runtime.log)
-    assert f"OK: {n} events, 76 decisions re-derived: 76 identical, 0 different" in _flat(result.stdout)  # futile retries gone (issue 16)
+    assert f"OK: {n} events, 76 decisions re-derived: 76 identical, 0 different" in _flat(result.stdout)  # futile retries gone
 
 
 def test_a_divergence_prints_both_envelopes_the_input_and_the_causes_and_exits_1(log: Path, tmp_path: Path) -> None:
@@ -285,7 +285,7 @@ def test_replay_needs_something_to_do(log: Path) -> None:
     _error(_invoke("replay", "sqlite:////nonexistent/dir/h.db", "--verify"), 2, "no database file")
 
 
-# --------------------------------------------------------------------------- bad input (issue 12 audit)
+# --------------------------------------------------------------------------- bad input
 BINARY = b"\x89PNG\r\n\x1a\n\xff\xfe\x00binary"
 
 
@@ -455,7 +455,7 @@ def test_the_progress_bar_shows_on_a_terminal_and_nowhere_else(log: Path, tmp_pa
     assert piped == b""
 
 
-# --------------------------------------------------------------------------- a deployment's times (issue 28)
+# --------------------------------------------------------------------------- a deployment's times
 START = "2026-12-06T04:40:00.000Z"  # tests.builders.audit.EPOCH, where deployed() puts time 0
 
 

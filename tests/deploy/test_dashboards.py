@@ -144,7 +144,7 @@ def _references(node: object) -> list[dict]:
 @pytest.mark.parametrize("path", DASHBOARDS, ids=[p.stem for p in DASHBOARDS])
 def test_data_sources_are_variables_so_the_dashboards_import_into_any_grafana(path: Path) -> None:
     """No hard-coded uid: each reference names a data source variable of the dashboard's own, of the
-    same type, which the importing Grafana fills with a source of that type it has (issue 28)."""
+    same type, which the importing Grafana fills with a source of that type it has."""
     dashboard = json.loads(path.read_text())
     variables = {v["name"]: v["query"] for v in dashboard["templating"]["list"] if v["type"] == "datasource"}
     references = _references(dashboard)

@@ -158,7 +158,7 @@ def test_export_from_kafka_then_verify_the_file(kafka_run: Any, kafka_bootstrap:
     assert "reproduces the log's decisions exactly" in whatif and "2 of 2 workloads changed" in whatif
     without = _invoke("replay", file.with_name("none.jsonl"), "--verify")
     assert without.exit_code == 2
-    no_policy = tmp_path / "nopolicy.jsonl"  # the policy comes from the log's PolicyApplied (issue 28)
+    no_policy = tmp_path / "nopolicy.jsonl"  # the policy comes from the log's PolicyApplied
     _ok(_invoke("log", "export", "--from", f"kafka://{kafka_bootstrap}", "--topic-prefix", prefix, "--out", no_policy))
     assert LogFile(no_policy).header.policy == run.policy.model_dump(mode="json")
     verified = _invoke("replay", no_policy, "--verify", "-q")

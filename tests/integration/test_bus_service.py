@@ -109,7 +109,7 @@ def test_a_service_routes_its_outputs_after_logging_them_and_fires_its_own_timer
         send(config, topics.inbox("placement"), codec.encode(joined), codec.encode(other))
         log = envelopes(read_until(config, topics.log, lambda rs: sum(
             codec.decode(r.value, r.headers).type == "CapacityChanged" for r in rs) == 2))
-    assert (log[0].source, log[0].type) == ("placement", "PolicyApplied")  # first, on start (issue 28)
+    assert (log[0].source, log[0].type) == ("placement", "PolicyApplied")  # first, on start
     log = log[1:]
     kinds = [(e.source, e.type) for e in log]
     # the capacity timer was set, fired by the service's wall clock into its own inbox, and handled

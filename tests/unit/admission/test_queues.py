@@ -326,7 +326,7 @@ def test_each_queue_names_its_object() -> None:
 
 
 def test_a_definition_retries_the_rejected_queue_objects_only_in_the_order_they_came(monkeypatch) -> None:
-    """Issue 14: a definition re-parses what was rejected, not every queue object the book holds."""
+    """A definition re-parses what was rejected, not every queue object the book holds."""
     from services.admission.queues import QueueBook
 
     d = AdmissionDriver()

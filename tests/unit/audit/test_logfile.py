@@ -160,7 +160,7 @@ def test_the_header_records_this_musters_versions() -> None:
     assert LogHeader.parse(header.line(), "x") == header
 
 
-# --------------------------------------------------------------------------- versions, windows, line counts (issue 12 audit)
+# --------------------------------------------------------------------------- versions, windows, line counts
 @pytest.mark.parametrize("field, value, text", [
     ("schema_version", 0, "event schema version 0 is unknown"),
     ("schema_version", -1, "event schema version -1 is unknown"),

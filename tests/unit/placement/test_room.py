@@ -1,4 +1,4 @@
-"""Waiting for room (issue 16): placement keys a gang it found no node and no victim for by its shape,
+"""Waiting for room: placement keys a gang it found no node and no victim for by its shape,
 and every release it reports says how many gangs of each waiting shape the free nodes hold."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Waiting for room (issue 16): a gang placement found no node and no victim for does not retry on a
+"""Waiting for room: a gang placement found no node and no victim for does not retry on a
 timer; a release naming room for its shape wakes as many as fit, in queue order."""
 
 from __future__ import annotations

@@ -107,6 +107,6 @@ def _reconciler_entries_after(replaced: int) -> int:
 
 
 def test_the_reconciler_keeps_only_the_live_pods_of_a_workload_whose_pods_come_and_go():
-    """Issue 14 within one live workload: per-pod memory (what was bound, which pods the workload
+    """Bounded state within one live workload: per-pod memory (what was bound, which pods the workload
     had) follows the pods that exist, not every pod the workload ever had."""
     assert _reconciler_entries_after(8) == _reconciler_entries_after(2)

@@ -109,8 +109,8 @@ def test_hop_spans_follow_the_services_and_link_a_decision_to_its_cause() -> Non
 
 
 def test_a_deployments_hop_spans_show_their_event_time_as_iso_8601() -> None:
-    """A deployment's event times are the wall clock: the attribute a person reads in Tempo is ISO 8601
-    (issue 28); a simulated run's stays its scenario seconds (the test above)."""
+    """A deployment's event times are the wall clock: the attribute a person reads in Tempo is ISO
+    8601; a simulated run's stays its scenario seconds (the test above)."""
     _, run = runs(next(p for p in SCENARIOS if p.stem == "volcano-gang-queue"))
     epoch = 1_796_532_000.0  # 2026-12-06T04:40:00Z
     log = [e.model_copy(update={"occurred_at": epoch + e.occurred_at}) for e in run.runtime.log]
