@@ -358,8 +358,8 @@ class _Sent(SnapshotKeeper):
 
 @pytest.mark.parametrize("fork", [pytest.param(True, marks=fork_only), False])
 def test_the_manifest_checksum_verifies_whoever_computed_it(fork, monkeypatch):
-    """Forked, the child hashes the blob (the parent's loop does not spend the ≈ 20 ms placement's
-    state takes); in process, the keeper does, on a thread. Either way the manifest written verifies
+    """Forked, the child hashes the blob (the parent's loop does not spend the CPU a large state's
+    hash takes); in process, the keeper does, on a thread. Either way the manifest written verifies
     against the chunks written, and the state loads back."""
     monkeypatch.setattr("shared.runtime.bus.snapshot.CHUNK", 4096)  # several chunks
     worker = _folded("placement")
