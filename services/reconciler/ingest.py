@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Literal, get_args
 
-from shared.kernel import kube
+from shared.kernel import gpumemory, kube
 from shared.kernel.events import SCHEMA_VERSION, Envelope, ObjectChanged, ObjectsListed, derive_id
 from shared.kernel.fastmodel import built
 from shared.kernel.kube import REFUSED, meta
@@ -28,10 +28,11 @@ ANNOTATION_PREFIXES = (
     "scheduling.x-k8s.io/", "pod-group.scheduling.sigs.k8s.io/", "kai.scheduler/",
     "quota.scheduling.alibabacloud.com/",
 )
-"""Annotations of the schedulers and operators whose manifests muster reads (plus ``gpu-fraction``);
-any other annotation (``kubectl.kubernetes.io/last-applied-configuration`` above all, which repeats
-the whole manifest, env values included) is not kept."""
-ANNOTATIONS = frozenset({"gpu-fraction"})
+"""Annotations of the schedulers and operators whose manifests muster reads (plus KAI's GPU sharing
+requests, ``gpu-fraction`` and ``gpu-memory``); any other annotation
+(``kubectl.kubernetes.io/last-applied-configuration`` above all, which repeats the whole manifest, env
+values included) is not kept."""
+ANNOTATIONS = frozenset({kube.GPU_FRACTION, gpumemory.ANNOTATION})
 
 _METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
              "deletionTimestamp")

@@ -36,7 +36,7 @@ from typing import Annotated, Any, Literal, Union, get_args
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from shared.kernel.fastmodel import built, writer
-from shared.kernel.model import Frozen, QueueSpec, WorkloadSpec
+from shared.kernel.model import Frozen, QueueSpec, WorkloadSpec, gpu_memory_held
 
 SCHEMA_VERSION = 1
 FIRST_SCHEMA_VERSION = 1
@@ -185,6 +185,9 @@ class Dequeued(_WorkloadEvent):
     queue: str
     workload: WorkloadSpec
     reason: str
+    gpu_memory: int = 0
+    """The memory per GPU device (MiB) its ``gpu-memory`` pods are charged at while it holds this
+    reservation: the least any node stated when it was reserved (``CapacityChanged.gpu_memory``)."""
 
 
 class ElasticVictim(Frozen):
@@ -205,6 +208,8 @@ class ReclaimRequested(_WorkloadEvent):
     victims: tuple[str, ...]
     reason: str
     elastic_victims: tuple[ElasticVictim, ...] = ()
+    gpu_memory: int = 0
+    """As ``Dequeued.gpu_memory``."""
 
 
 class ElasticGranted(_WorkloadEvent):
@@ -263,6 +268,9 @@ class GpuAssignment(Frozen):
     devices: tuple[int, ...]
     fraction: float
     group: str = ""
+    memory: int = 0
+    """MiB of one device the pod asked for with KAI's ``gpu-memory`` (``fraction`` is that memory's
+    share of this device); 0 for ``gpu-fraction`` and whole GPUs."""
 
 
 class SlotAssignment(Frozen):
@@ -279,6 +287,13 @@ class GangPlaced(_WorkloadEvent):
     gate: Literal["suspend", "pods"]
     slots: tuple[SlotAssignment, ...]
     reason: str
+
+    @property
+    def gpu_memory_held(self) -> dict[str, int]:
+        """Per pod set, the GPU (thousandths) its ``gpu-memory`` pods hold on the devices they got: what
+        the queue charges for them from now (``shared.kernel.model.gpu_memory_held``)."""
+        return gpu_memory_held((s.pod_set, round(s.gpu.fraction * 1000), s.gpu.memory)
+                               for s in self.slots if s.gpu is not None)
 
 
 class PlacementFailed(_WorkloadEvent):
@@ -342,6 +357,10 @@ class CapacityChanged(Frozen):
     room: dict[str, int] | None = None
     """On a release: per room key of the gangs waiting for room, how many the free nodes now hold
     (placed one after another). None: every waiting gang may try (nodes joined or changed)."""
+    gpu_memory: int = 0
+    """The least memory per GPU device (MiB) a schedulable node with GPUs states (``nvidia.com/gpu.memory``):
+    what a ``gpu-memory`` pod is charged at before it has a device, the largest share it can take (KAI's
+    ``MinNodeGPUMemory``); 0 when no node states one."""
 
     @property
     def subject(self) -> str:

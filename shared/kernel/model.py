@@ -6,10 +6,11 @@ queue and placement consume them. They are plain frozen data with no behaviour b
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Iterable, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
+from shared.kernel import gpumemory
 from shared.kernel import quantity as q
 
 UNLIMITED = -1
@@ -40,8 +41,8 @@ class MatchExpression(Frozen):
 
 ConstraintKey = tuple[tuple[tuple[str, str], ...], tuple[Toleration, ...], tuple[tuple[MatchExpression, ...], ...]]
 """``PodSet.constraint_key``: node selector (sorted items), tolerations, required affinity terms."""
-Shape = tuple[tuple[tuple[str, int], ...], int, ConstraintKey]
-"""``PodSet.shape``: requests (sorted items), GPU share, constraint key."""
+Shape = tuple[tuple[tuple[str, int], ...], int, int, ConstraintKey]
+"""``PodSet.shape``: requests (sorted items), GPU share, GPU memory, constraint key."""
 
 
 class PodSet(Frozen):
@@ -62,6 +63,9 @@ class PodSet(Frozen):
     """Per pod, milli-units (see ``shared.kernel.quantity``), sum over regular containers."""
     gpu_share: int = 0
     """Fraction of one GPU device in thousandths (``gpu-fraction: "0.5"`` is 500); 0 = none."""
+    gpu_memory: int = 0
+    """MiB of one GPU device (KAI's ``gpu-memory``); 0 = none. Its share of a device depends on the
+    device's memory, so it is worked out where a node is known (``shared.kernel.gpumemory.share``)."""
     node_selector: dict[str, str] = {}
     tolerations: tuple[Toleration, ...] = ()
     affinity: tuple[tuple[MatchExpression, ...], ...] = ()
@@ -76,8 +80,8 @@ class PodSet(Frozen):
 
     @property
     def shape(self) -> Shape:
-        """What makes two pods interchangeable: requests, GPU share and node constraints."""
-        return (tuple(sorted(self.resources.items())), self.gpu_share, self.constraint_key)
+        """What makes two pods interchangeable: requests, GPU share or memory, and node constraints."""
+        return (tuple(sorted(self.resources.items())), self.gpu_share, self.gpu_memory, self.constraint_key)
 
     @property
     def desired(self) -> int:
@@ -86,12 +90,19 @@ class PodSet(Frozen):
 
     @property
     def pod_demand(self) -> dict[str, int]:
-        """What one pod of the set charges against quota (a fractional GPU as GPU); nothing when not charged."""
+        """What one pod of the set charges against quota (a fractional GPU as GPU); nothing when not charged.
+        A ``gpu_memory`` pod's share is not known here (``pod_demand_at``)."""
+        return self.pod_demand_at(0)
+
+    def pod_demand_at(self, device_memory: int) -> dict[str, int]:
+        """``pod_demand`` with a ``gpu_memory`` pod charged its share of a device of ``device_memory``
+        MiB (never more than one device: it holds one), nothing for it when that is unknown (0)."""
         if not self.charged:
             return {}
         demand = {k: v for k, v in self.resources.items() if v}
-        if self.gpu_share:
-            demand[q.GPU] = demand.get(q.GPU, 0) + self.gpu_share
+        share = self.gpu_share or min(gpumemory.share(self.gpu_memory, device_memory), gpumemory.FULL)
+        if share:
+            demand[q.GPU] = demand.get(q.GPU, 0) + share
         return demand
 
 
@@ -115,12 +126,30 @@ class Gang(Frozen):
     @property
     def quota_demand(self) -> dict[str, int]:
         """What the gang's minimum charges against queue quota: resources plus fractional GPUs as GPU,
-        of the pod sets that are charged (elastic pods are charged one by one while they hold a node)."""
+        of the pod sets that are charged (elastic pods are charged one by one while they hold a node).
+        Its ``gpu_memory`` pods charge nothing here: their share needs a device (``quota_demand_at``)."""
+        return self.quota_demand_at(0)
+
+    def quota_demand_at(self, device_memory: int, held: Mapping[str, int] | None = None) -> dict[str, int]:
+        """``quota_demand`` with ``gpu_memory`` pods charged their share of a device of ``device_memory`` MiB;
+        ``held``: per pod set, the GPU (thousandths) its gang pods hold on the devices placement gave
+        them (``gpu_memory_held``), charged instead once known, as KAI charges an allocated pod its own
+        device's share (``setAcceptedResources``)."""
         demand: dict[str, int] = {}
         for ps in self.pod_sets:
-            if ps.count:
-                demand = q.add(demand, ps.pod_demand, ps.count)
+            if not ps.count:
+                continue
+            if held and ps.gpu_memory and ps.charged and ps.name in held:
+                demand = q.add(demand, ps.pod_demand_at(0), ps.count)
+                demand[q.GPU] = demand.get(q.GPU, 0) + held[ps.name]
+            else:
+                demand = q.add(demand, ps.pod_demand_at(device_memory), ps.count)
         return {k: v for k, v in demand.items() if v}
+
+    @property
+    def asks_gpu_memory(self) -> bool:
+        """Some pod set asks for GPU memory: what the gang charges depends on the device memory it is charged at."""
+        return any(ps.gpu_memory for ps in self.pod_sets)
 
     @property
     def pod_count(self) -> int:
@@ -131,6 +160,24 @@ class Gang(Frozen):
     def desired_count(self) -> int:
         """Every pod the owner wants: the gang's and the elastic ones."""
         return sum(ps.desired for ps in self.pod_sets)
+
+
+def gpu_memory_held(slots: Iterable[tuple[str, int, int]]) -> dict[str, int]:
+    """Per pod set, the GPU (thousandths of a device) its ``gpu-memory`` pods hold where they were placed,
+    from (pod set, share, memory) per gang slot: what ``Gang.quota_demand_at`` charges for them."""
+    held: dict[str, int] = {}
+    for pod_set, share, memory in slots:
+        if memory:
+            held[pod_set] = held.get(pod_set, 0) + share
+    return held
+
+
+def still_held(held: Mapping[str, int], before: Gang, after: Gang) -> dict[str, int]:
+    """``held`` for the pod sets an edit left as they were: one it shrank charges its estimate again
+    (which of its pods placement let go is not known here, and the estimate is never less)."""
+    counts = {ps.name: ps.count for ps in after.pod_sets}
+    return {name: v for name, v in held.items()
+            if any(ps.name == name and counts.get(name) == ps.count for ps in before.pod_sets)}
 
 
 def shrunk(admitted: Gang, edited: Gang) -> Gang | None:

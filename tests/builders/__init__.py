@@ -116,9 +116,11 @@ def pod(name: str, namespace: str = "default", *, requests: dict | None = None, 
 
 
 # --------------------------------------------------------------------------- domain objects
-def pod_set(name: str = "head", count: int = 1, *, in_gang: bool = True, gpu_share: int = 0, **resources: str) -> PodSet:
-    """``pod_set("worker", 2, cpu="1", memory="1Gi")``; resource names with dots via ``**{"nvidia.com/gpu": "1"}``."""
-    return PodSet(name=name, count=count, in_gang=in_gang, gpu_share=gpu_share,
+def pod_set(name: str = "head", count: int = 1, *, in_gang: bool = True, gpu_share: int = 0, gpu_memory: int = 0,
+            **resources: str) -> PodSet:
+    """``pod_set("worker", 2, cpu="1", memory="1Gi")``; resource names with dots via ``**{"nvidia.com/gpu": "1"}``;
+    ``gpu_memory``: MiB of one GPU (KAI's ``gpu-memory``)."""
+    return PodSet(name=name, count=count, in_gang=in_gang, gpu_share=gpu_share, gpu_memory=gpu_memory,
                   resources=parse_resources(resources or {"cpu": "1"}))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from services.placement import PlacementCore
-from shared.kernel import kube
+from shared.kernel import gpumemory, kube
 from shared.kernel.events import (
     Dequeued, GangPlaced, ObjectChanged, ReclaimRequested, TimerFired, TimerSet, WorkloadUpdated, WorkloadWithdrawn,
 )
@@ -33,8 +33,10 @@ def pod_changed(obj: dict, change: str = "Added") -> ObjectChanged:
 
 def ray_pod(cluster: str, pod_set: str = "head", index: int = 0, *, namespace: str = "default",
             requests: dict | None = None, node_name: str | None = None, phase: str = "Pending",
-            gpu_fraction: str | None = None, name: str | None = None, **kw: Any) -> dict:
-    """A pod as KubeRay creates it for ``cluster``: head, a worker of group ``pod_set``, or ``submitter``."""
+            gpu_fraction: str | None = None, name: str | None = None, gpu_memory: str | None = None,
+            **kw: Any) -> dict:
+    """A pod as KubeRay creates it for ``cluster``: head, a worker of group ``pod_set``, or ``submitter``;
+    ``gpu_fraction`` / ``gpu_memory``: KAI's GPU sharing annotations its template carried."""
     labels = {kube.RAY_CLUSTER: cluster}
     if pod_set == "head":
         labels.update({kube.RAY_NODE_TYPE: "head", kube.RAY_GROUP: "headgroup"})
@@ -42,7 +44,8 @@ def ray_pod(cluster: str, pod_set: str = "head", index: int = 0, *, namespace: s
         labels[kube.SUBMITTER_LABEL] = "submitter"
     else:
         labels.update({kube.RAY_NODE_TYPE: "worker", kube.RAY_GROUP: pod_set})
-    annotations = {kube.GPU_FRACTION: gpu_fraction} if gpu_fraction else None
+    annotations = {**({kube.GPU_FRACTION: gpu_fraction} if gpu_fraction else {}),
+                   **({gpumemory.ANNOTATION: gpu_memory} if gpu_memory else {})} or None
     default = f"{cluster}-head-{index}" if pod_set == "head" else f"{cluster}-{pod_set}-worker-{index}"
     return pod(name or default, namespace, requests=requests or {"cpu": "1"}, node_name=node_name, labels=labels,
                annotations=annotations, phase=phase, **kw)
@@ -147,7 +150,8 @@ class PlacementDriver:
             ps = next(p for p in spec.gang.pod_sets if p.name == slot.pod_set)
             requests = {k: str(v) + "m" for k, v in ps.resources.items()}
             obj = ray_pod(spec.name, slot.pod_set, slot.index, namespace=spec.namespace, requests=requests,
-                          gpu_fraction=str(ps.gpu_share / 1000) if ps.gpu_share else None)
+                          gpu_fraction=str(ps.gpu_share / 1000) if ps.gpu_share else None,
+                          gpu_memory=str(ps.gpu_memory) if ps.gpu_memory else None)
             result += self.pod(obj)
             result += self.pod(bound(obj, slot.node, phase), "Modified")
         return result

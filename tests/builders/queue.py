@@ -96,9 +96,10 @@ def deleted(key: str) -> WorkloadDeleted:
     return WorkloadDeleted(key=key)
 
 
-def capacity(released: bool = True, nodes: int = 1, **total: str) -> CapacityChanged:
-    """``capacity(cpu="16", memory="64Gi")``; GPUs via ``**{"nvidia.com/gpu": "4"}``."""
-    return CapacityChanged(total=parse_resources(total), nodes=nodes, released=released)
+def capacity(released: bool = True, nodes: int = 1, gpu_memory: int = 0, **total: str) -> CapacityChanged:
+    """``capacity(cpu="16", memory="64Gi")``; GPUs via ``**{"nvidia.com/gpu": "4"}``; ``gpu_memory``: the
+    least MiB per GPU device any node states."""
+    return CapacityChanged(total=parse_resources(total), nodes=nodes, released=released, gpu_memory=gpu_memory)
 
 
 class QueueDriver:
