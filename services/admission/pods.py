@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.admission.fields import Invalid, mapping, opt_list, opt_mapping, quantities, show, string, string_map
-from shared.kernel import kube
+from shared.kernel import gpumemory, kube
 from shared.kernel import quantity as q
 from shared.kernel.model import AffinityOperator, MatchExpression, PodSet, Toleration, TolerationOperator
 from shared.kernel.validation import one_of
@@ -88,6 +88,30 @@ def required_affinity(spec: Mapping[str, Any], where: str) -> tuple[tuple[MatchE
     return tuple(terms)
 
 
+def gpu_request(annotations: Mapping[str, str], resources: q.Resources, where: str) -> tuple[int, int]:
+    """(``gpu-fraction`` share, ``gpu-memory`` MiB) of a pod's metadata at ``where``; at most one is set.
+
+    A pod asks for one kind of GPU: a fraction of one device, memory of one device, or whole devices.
+    KAI's admission webhook refuses a pod asking two (``ValidateGpuRequests``,
+    ``pkg/binder/plugins/gpusharing/gpu-request/gpu_request_validator.go``: "cannot request both GPU
+    and GPU memory"), so such a pod could never run there: it is rejected here, naming both."""
+    try:
+        share = kube.gpu_share(annotations, where)
+        memory = gpumemory.request(annotations, where)
+    except q.QuantityError as exc:
+        raise Invalid(str(exc)) from None
+    if share and memory:
+        raise Invalid(f"{where}.annotations: {kube.GPU_FRACTION} {show(annotations[kube.GPU_FRACTION])} and "
+                      f"{gpumemory.ANNOTATION} {show(annotations[gpumemory.ANNOTATION])}: a pod asks for a fraction "
+                      f"of one GPU or for GPU memory, not both (KAI refuses it)")
+    whole = resources.get(q.GPU)
+    if whole and (share or memory):
+        name = kube.GPU_FRACTION if share else gpumemory.ANNOTATION
+        raise Invalid(f"{where}.annotations.{name}: a pod asks for {'a fraction of one GPU' if share else 'GPU memory'} "
+                      f"or for whole GPUs ({q.GPU}: {q.human(q.GPU, whole)}), not both")
+    return share, memory
+
+
 def pod_set(name: str, count: int, template: object, where: str, *, in_gang: bool = True,
             extra: q.Resources | None = None) -> PodSet:
     """A pod set from a template (``metadata`` + ``spec``) at path ``where`` ("" for a Pod itself).
@@ -102,14 +126,8 @@ def pod_set(name: str, count: int, template: object, where: str, *, in_gang: boo
     resources = pod_resources(spec, f"{at}spec")
     if extra:
         resources = q.add(resources, extra)
-    try:
-        share = kube.gpu_share(annotations, f"{at}metadata")
-    except q.QuantityError as exc:
-        raise Invalid(str(exc)) from None
-    if share and resources.get(q.GPU):
-        raise Invalid(f"{at}metadata.annotations.{kube.GPU_FRACTION}: a pod asks for a fraction of one GPU or for "
-                      f"whole GPUs ({q.GPU}: {q.human(q.GPU, resources[q.GPU])}), not both")
-    return PodSet(name=name, count=count, in_gang=in_gang, resources=resources, gpu_share=share,
+    share, memory = gpu_request(annotations, resources, f"{at}metadata")
+    return PodSet(name=name, count=count, in_gang=in_gang, resources=resources, gpu_share=share, gpu_memory=memory,
                   node_selector=string_map(spec.get("nodeSelector"), f"{at}spec.nodeSelector"),
                   tolerations=tolerations(spec, f"{at}spec"),
                   affinity=required_affinity(spec, f"{at}spec"))
