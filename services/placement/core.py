@@ -209,6 +209,8 @@ class PlacementCore(Folds):
         # Every pod set's demand is made here, mixing or not: it names the table's resource columns in the
         # order gangs arrive, which ``totals()`` (CapacityChanged) keeps; logs made before must verify.
         shapes = [(pod_demand(self.nodes, ps).shape, ps.count) for ps in p.workload.gang.pod_sets]
+        # A gpu-memory pod's share is each node's own: it has no one shape in the mix, and is left out.
+        shapes = [shape for shape, ps in zip(shapes, p.workload.gang.pod_sets) if not ps.gpu_memory]
         if self._mixing:
             self.nodes.mix.observe(p.key, shapes)
         return restored, rec

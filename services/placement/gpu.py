@@ -2,7 +2,9 @@
 
 Decisions made here:
 - a fractional pod (``PodSet.gpu_share``) goes to the *fullest* device it still fits on
-  (KAI's gpupack), ties to the lowest device index, and never pushes a device above 1000;
+  (KAI's gpupack), ties to the lowest device index, and never pushes a device above 1000; a
+  ``gpu-memory`` pod (``PodSet.gpu_memory``) is a fractional pod whose share is its memory's share of
+  the node's devices (``NodeTable.share_on``), placed the same way;
 - a whole-GPU pod takes fully free devices, lowest indices first;
 - pods of one gang sharing one device share a group id ``derive_id(workload, node, device)``.
 
@@ -91,12 +93,16 @@ def group_id(workload: str, node: str, device: int) -> str:
     return derive_id(workload, node, device)
 
 
-def assignment(workload: str, node: str, charge: GpuCharge) -> GpuAssignment | None:
-    """What the binder is told: fraction per device; a group id only for shared (fractional) devices."""
+def assignment(workload: str, node: str, charge: GpuCharge, memory: int = 0) -> GpuAssignment | None:
+    """What the binder is told: fraction per device; a group id only for shared (fractional) devices;
+    ``memory``: the MiB a ``gpu-memory`` pod asked for, whose share of the device the fraction is."""
     if not charge:
         return None
     devices = tuple(d for d, _ in charge)
     share = charge[0][1]
+    if memory:
+        return GpuAssignment(devices=devices, fraction=share / FULL, group=group_id(workload, node, devices[0]),
+                             memory=memory)
     if share >= FULL:
         return GpuAssignment(devices=devices, fraction=1.0)
     return GpuAssignment(devices=devices, fraction=share / FULL, group=group_id(workload, node, devices[0]))

@@ -52,18 +52,20 @@ class PodLedger:
         facts = rec.facts
         if not (facts.live and facts.bound) or rec.evicted or self.nodes.index.get(facts.node_name) != rec.node:
             return False
-        return self.nodes.demand(facts.requests, facts.gpu_share).same_as(rec.demand)
+        return self.nodes.demand(facts.requests, facts.gpu_share, facts.gpu_memory).same_as(rec.demand)
 
     def charge(self, rec: PodRecord, foreign: bool) -> None:
-        """The pod counts on its node; GPU devices from its slot, its annotation, or a best guess."""
+        """The pod counts on its node; GPU devices from its slot, its annotation, or a best guess. A
+        ``gpu-memory`` pod bound where muster cannot work out its share (the node states no GPU memory,
+        or less than it asks) is taken to hold a whole device: never less than it may use."""
         facts = rec.facts
         node = self.nodes.ensure(facts.node_name)
-        demand = self.nodes.demand(facts.requests, facts.gpu_share)
+        demand = self.nodes.demand(facts.requests, facts.gpu_share, facts.gpu_memory)
         if rec.slot is not None and rec.slot.node == node:
             devices = rec.slot.devices
         else:
-            devices = gpu.observed_charge(self.nodes.device_row(node), demand.gpu_whole, facts.gpu_share,
-                                          facts.gpu_devices)
+            devices = gpu.observed_charge(self.nodes.device_row(node), demand.gpu_whole,
+                                          min(self.nodes.share_on(node, demand), gpu.FULL), facts.gpu_devices)
         self.nodes.charge(node, demand, devices)
         rec.node, rec.demand, rec.devices, rec.foreign = node, demand, devices, foreign
         if foreign:

@@ -7,6 +7,10 @@ is one contiguous vector over all nodes.
 
 - ``alloc``/``used``/``free`` in milli-units; ``pods`` counts 1000 per pod. The GPU column is
   derived from the device matrix (a device with any share used is not free for whole-GPU pods).
+- ``gpu_memory``: each node's memory per GPU device in MiB, from its ``nvidia.com/gpu.memory`` label as
+  KAI reads it (``shared.kernel.gpumemory.device``; 0: unknown). A ``gpu-memory`` pod's share of a
+  device is worked out per node from it (``share_on``, ``memory_need``): it fits where that share
+  fits one device, never where the memory is unknown.
 - ``static_mask`` answers cordon/taint/selector/affinity once per ``PodSet.constraint_key``; the
   cache is dropped whenever any node's labels, taints, cordon or presence change.
 - ``feasible`` and ``score`` are the vectorised filter and scorer; they take a slice (``score`` also
@@ -28,6 +32,7 @@ import numpy as np
 
 from services.placement import filters, fragmentation, gpu
 from services.placement.filters import Taint
+from shared.kernel import gpumemory
 from shared.kernel import quantity as q
 from shared.kernel.model import ConstraintKey, PodSet
 
@@ -78,10 +83,13 @@ class Demand:
     """(column, amount) added to ``used`` (GPU excluded: devices account for it)."""
     gpu_whole: int
     gpu_share: int
+    gpu_memory: int = 0
+    """MiB of one device (KAI's ``gpu-memory``): its share depends on the node (``NodeTable.share_on``)."""
 
     @property
     def gpu_need(self) -> int:
-        """Thousandths of a device this pod adds to a node's GPU load."""
+        """Thousandths of a device this pod adds to a node's GPU load, on any node (0 for a ``gpu_memory``
+        pod, whose need is the node's: ``NodeTable.memory_need``)."""
         return self.gpu_share or self.gpu_whole * gpu.FULL
 
     @property
@@ -91,8 +99,8 @@ class Demand:
         return asks.get(q.CPU, 0), asks.get(q.MEMORY, 0), self.gpu_whole, self.gpu_share
 
     def same_as(self, other: "Demand | None") -> bool:
-        return other is not None and (self.items, self.gpu_whole, self.gpu_share) == (
-            other.items, other.gpu_whole, other.gpu_share)
+        return other is not None and (self.items, self.gpu_whole, self.gpu_share, self.gpu_memory) == (
+            other.items, other.gpu_whole, other.gpu_share, other.gpu_memory)
 
 
 @dataclass(eq=False)
@@ -112,8 +120,8 @@ class ScoreIndex:
 
     changed: list[int] = field(default_factory=list)
     """Rows whose usage changed, in order (charges and their undoing): what ``scores`` recomputes."""
-    kept: dict[tuple[tuple[tuple[str, int], ...], int, str, ConstraintKey], _Scored] = field(default_factory=dict)
-    """(demand items, GPU share, strategy, constraint key) -> the vector kept for it."""
+    kept: dict[tuple[tuple[tuple[str, int], ...], int, int, str, ConstraintKey], _Scored] = field(default_factory=dict)
+    """(demand items, GPU share, GPU memory, strategy, constraint key) -> the vector kept for it."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +169,7 @@ _ROW_ARRAYS: tuple[tuple[str, Any, int], ...] = (
     ("alloc", 0, 1), ("used", 0, 1), ("free", 0, 1), ("divisor", 1.0, 1),
     ("present", False, 0), ("schedulable", True, 0), ("hard_tainted", False, 0), ("gpu_count", 0, 0),
     ("gpu_used", gpu.SENTINEL, 0), ("gpu_room", -1, 0), ("gpu_load", 0, 0), ("gpu_div", 1.0, 0),
+    ("gpu_memory", 0, 0),
 )
 """``NodeTable``'s per-row arrays: name, what an unused row holds, the axis rows run along. Growing
 and compacting go over this one list, so no array is left out of line with the others."""
@@ -196,11 +205,13 @@ class NodeTable:
         self.gpu_room = np.full(cap, -1, np.int64)
         self.gpu_load = np.zeros(cap, np.int64)
         self.gpu_div = np.ones(cap, np.float64)
+        self.gpu_memory = np.zeros(cap, np.int64)
+        """MiB per GPU device (``gpumemory.device`` of the node's labels); 0: unknown."""
         self.total_alloc: list[int] = [0] * width
         """Σ allocatable over present, schedulable nodes (what CapacityChanged reports); Python ints:
         a cluster-wide sum of memory in milli-bytes can exceed int64."""
         self._masks: dict[ConstraintKey, np.ndarray] = {}
-        self._demands: dict[tuple[tuple[tuple[str, int], ...], int], Demand] = {}
+        self._demands: dict[tuple[tuple[tuple[str, int], ...], int, int], Demand] = {}
         self.mix = fragmentation.Mix()
         self._schedulable: int | None = None
         self.scored = ScoreIndex()
@@ -286,6 +297,7 @@ class NodeTable:
         self.divisor[:, i] = np.maximum(vector, 1)
         self.present[i], self.schedulable[i] = True, schedulable
         self.labels[i], self.taints[i] = labels, taints
+        self.gpu_memory[i] = gpumemory.device(labels)
         self.hard_tainted[i] = any(t.effect in filters.HARD_EFFECTS for t in taints)
         self._set_gpu_count(i, min(int(vector[self.col[q.GPU]]) // gpu.FULL, MAX_DEVICES))
         if self.counting(i):
@@ -405,22 +417,22 @@ class NodeTable:
         return row
 
     # ------------------------------------------------------------------ usage
-    def demand(self, resources: Mapping[str, int], gpu_share: int = 0) -> Demand:
+    def demand(self, resources: Mapping[str, int], gpu_share: int = 0, gpu_memory: int = 0) -> Demand:
         """Resolve a per-pod request (milli-units, ``pods`` included by the caller) to columns.
 
         Remembered per request (``DEMAND_MEMO`` of them, then afresh): every event of a bound pod
         asks again, and a Demand is immutable and its columns never move. Keys that are equal give
         equal demands (``1``, ``1.0`` and ``True`` all resolve to ``int(v) == 1``)."""
-        key = (tuple(resources.items()), gpu_share)
+        key = (tuple(resources.items()), gpu_share, gpu_memory)
         demand = self._demands.get(key)
         if demand is None:
-            demand = self._resolve(resources, gpu_share)
+            demand = self._resolve(resources, gpu_share, gpu_memory)
             if len(self._demands) >= DEMAND_MEMO:
                 self._demands.clear()
             self._demands[key] = demand
         return demand
 
-    def _resolve(self, resources: Mapping[str, int], gpu_share: int) -> Demand:
+    def _resolve(self, resources: Mapping[str, int], gpu_share: int, gpu_memory: int) -> Demand:
         items = tuple(sorted((name, min(int(v), MAX_AMOUNT)) for name, v in resources.items() if v > 0))
         whole = 0
         filter_cols: list[tuple[int, int]] = []
@@ -429,7 +441,7 @@ class NodeTable:
         for name, amount in items:
             c = self.column(name)
             if name == q.GPU:
-                if not gpu_share:
+                if not gpu_share and not gpu_memory:  # a GPU share (of any kind) is held on devices
                     whole = -(-amount // gpu.FULL)
                     filter_cols.append((c, whole * gpu.FULL))
                 continue
@@ -439,7 +451,7 @@ class NodeTable:
                 score_cols.append((c, amount))
         return Demand(items=items, filter=tuple(filter_cols), score=tuple(score_cols),
                       charge=tuple(charge),
-                      gpu_whole=whole, gpu_share=gpu_share)
+                      gpu_whole=whole, gpu_share=gpu_share, gpu_memory=gpu_memory)
 
     def charge(self, i: int, demand: Demand, devices: gpu.GpuCharge) -> None:
         self.touch(i)
@@ -489,7 +501,33 @@ class NodeTable:
             ok &= self.free[c, sl] >= amount
         if demand.gpu_share:
             ok &= self.gpu_room[sl] >= demand.gpu_share
+        elif demand.gpu_memory:
+            ok &= self.gpu_room[sl] >= self.memory_need(demand.gpu_memory, sl)
         return ok
+
+    def memory_need(self, memory: int, sl: slice | np.ndarray) -> np.ndarray:
+        """Per row, the share of one device ``memory`` MiB is there (``gpumemory.share``, the same
+        integers), ``gpu.SENTINEL`` where the node's GPU memory is unknown: more than any room."""
+        mem = self.gpu_memory[sl]
+        need = 10 * -((-100 * memory) // np.maximum(mem, 1))
+        return np.where(mem > 0, need, gpu.SENTINEL)
+
+    def share_on(self, i: int, demand: Demand) -> int:
+        """Thousandths of one device a pod of ``demand`` holds on node ``i``: its ``gpu-fraction``, or
+        its memory's share of this node's devices (``gpu.SENTINEL`` when unknown there, which fits no
+        device)."""
+        if demand.gpu_share or not demand.gpu_memory:
+            return demand.gpu_share
+        return gpumemory.share(demand.gpu_memory, int(self.gpu_memory[i])) or gpu.SENTINEL
+
+    def least_gpu_memory(self) -> int:
+        """The least memory per GPU device among schedulable nodes with GPUs that state it (MiB; 0 if
+        none does): what a ``gpu-memory`` pod is charged at before it has a node (KAI's
+        ``MinNodeGPUMemory``, ``pkg/scheduler/cache/cluster_info/cluster_info.go`` ``snapshotNodes``)."""
+        n = self.n
+        stated = self.gpu_memory[:n][self.present[:n] & self.schedulable[:n] & (self.gpu_count[:n] > 0)
+                                     & (self.gpu_memory[:n] > 0)]
+        return int(stated.min()) if stated.size else 0
 
     def scores(self, demand: Demand, pod_set: PodSet, strategy: str) -> np.ndarray:
         """Every node's score for one more pod of ``demand`` and ``pod_set``'s constraints, ``-inf``
@@ -509,7 +547,7 @@ class NodeTable:
         static = self.static_mask(pod_set)
         if strategy == FRAGMENTATION:
             return self._fresh(demand, static, strategy, slice(0, self.n))
-        key = (demand.items, demand.gpu_share, strategy, pod_set.constraint_key)
+        key = (demand.items, demand.gpu_share, demand.gpu_memory, strategy, pod_set.constraint_key)
         index = self.scored
         kept = index.kept.get(key)
         changed = index.changed
@@ -542,14 +580,18 @@ class NodeTable:
         for c, amount in demand.filter:
             if free[c, i] < amount:
                 return -np.inf
+        need = demand.gpu_need
         if demand.gpu_share and self.gpu_room[i] < demand.gpu_share:
             return -np.inf
+        if demand.gpu_memory:
+            need = self.share_on(i, demand)
+            if self.gpu_room[i] < need:
+                return -np.inf
         used, divisor = self.used, self.divisor
         total = None
         for c, amount in demand.score:
             part = (used[c, i] + amount) / divisor[c, i]
             total = part if total is None else total + part
-        need = demand.gpu_need
         if need:
             part = (self.gpu_load[i] + need) / self.gpu_div[i]
             total = part if total is None else total + part
@@ -594,6 +636,9 @@ class NodeTable:
         if demand.gpu_need:
             part = (self.gpu_load[sl] + demand.gpu_need) / self.gpu_div[sl]
             total = part if total is None else total + part
+        elif demand.gpu_memory:
+            part = (self.gpu_load[sl] + self.memory_need(demand.gpu_memory, sl)) / self.gpu_div[sl]
+            total = part if total is None else total + part
         if total is None:
             total = np.zeros(self._count(sl), np.float64)
         return total
@@ -603,9 +648,17 @@ class NodeTable:
         rows = np.arange(self.n)[sl] if isinstance(sl, slice) else sl
         with_gpus = np.flatnonzero(self.gpu_count[rows] > 0)
         rise, device = np.zeros(len(rows)), np.full(len(rows), -1, np.intp)
-        if with_gpus.size:
+        cpu, memory, whole, share = demand.shape
+        if with_gpus.size and demand.gpu_memory:  # the share is the node's: rows grouped by it
+            needs = self.memory_need(demand.gpu_memory, rows[with_gpus])
+            for need in sorted(set(needs[needs <= gpu.FULL].tolist())):
+                part = with_gpus[needs == need]
+                at = rows[part]
+                rise[part], device[part] = fragmentation.increase(
+                    fragmentation.free_shares(self.gpu_used[at]), self.free[self.col[q.CPU], at],
+                    self.free[self.col[q.MEMORY], at], self.mix.arrays(), cpu, memory, whole, need)
+        elif with_gpus.size:
             at = rows[with_gpus]
-            cpu, memory, whole, share = demand.shape
             rise[with_gpus], device[with_gpus] = fragmentation.increase(
                 fragmentation.free_shares(self.gpu_used[at]), self.free[self.col[q.CPU], at],
                 self.free[self.col[q.MEMORY], at], self.mix.arrays(), cpu, memory, whole, share)
@@ -620,10 +673,13 @@ class NodeTable:
         A fractional pod goes to the fullest device that fits (``gpu.charge_for``), except under
         ``fragmentation``, where it goes to the device whose use raises the node's fragmentation least.
         """
-        if strategy == FRAGMENTATION and demand.gpu_share:
+        share = self.share_on(i, demand)
+        if share > gpu.FULL:  # a gpu-memory pod this node's devices cannot hold (the caller filtered)
+            return None
+        if strategy == FRAGMENTATION and share:
             _, device = self._fragmentation_rise(demand, slice(i, i + 1))
-            return None if device[0] < 0 else ((int(device[0]), demand.gpu_share),)
-        return gpu.charge_for(self.device_row(i), demand.gpu_whole, demand.gpu_share)
+            return None if device[0] < 0 else ((int(device[0]), share),)
+        return gpu.charge_for(self.device_row(i), demand.gpu_whole, share)
 
     # ------------------------------------------------------------------ totals
     def totals(self) -> dict[str, int]:

@@ -67,7 +67,8 @@ def pod_assigned(key: str, pod_namespace: str, pod: str, pod_set: str, node: str
 def gang_placed_of(rec: WorkloadRecord, names: Sequence[str]) -> GangPlaced:
     """The ``GangPlaced`` of an admitted workload: one assignment per gang slot (elastic pods are told
     one by one), on nodes named by their row in ``names``."""
-    slots = tuple(slot_assignment(s.pod_set, s.index, names[s.node], gpu.assignment(rec.key, names[s.node], s.devices))
+    slots = tuple(slot_assignment(s.pod_set, s.index, names[s.node],
+                                  gpu.assignment(rec.key, names[s.node], s.devices, s.demand.gpu_memory))
                   for s in rec.slots if not s.elastic)
     return gang_placed(rec.key, rec.queue, rec.spec.kind, rec.spec.gate, slots, rec.reason)
 

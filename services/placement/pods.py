@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from services.placement.gpu import GpuCharge
 from services.placement.nodes import Demand
 from services.placement.workloads import Slot
-from shared.kernel import kube
+from shared.kernel import gpumemory, kube
 from shared.kernel import quantity as q
 from shared.kernel.listing import Held
 from shared.kernel.model import MatchExpression, PodSet, Toleration
@@ -47,6 +47,9 @@ class PodFacts:
     """Per pod, milli-units, ``pods: 1000`` included."""
     gpu_share: int
     gpu_devices: tuple[int, ...] | None
+    gpu_memory: int = 0
+    """MiB of one device (KAI's ``gpu-memory``), 0 when none or unreadable (a pod muster binds was
+    checked by admission; another scheduler's is charged as best it can be)."""
     scheduler_name: str | None = None
     """``spec.schedulerName`` (None when unset: the API server's default-scheduler)."""
     text_only: bool = False
@@ -137,7 +140,7 @@ def pod_facts(change: str, obj: Mapping[str, Any], name: str, namespace: str,
             node_name = spec.get("nodeName")
             return PodFacts(facts.key, namespace, name, node_name if type(node_name) is str else str(node_name or ""),
                             phase, change != "Deleted" and phase not in FINISHED, facts.workload, facts.kind,
-                            facts.pod_set, facts.requests, facts.gpu_share, facts.gpu_devices,
+                            facts.pod_set, facts.requests, facts.gpu_share, facts.gpu_devices, facts.gpu_memory,
                             facts.scheduler_name, True)
     requests = _requests(spec)
     text_only = all(map(_text_only, (labels, annotations, containers, scheduler, own_namespace)))
@@ -146,6 +149,10 @@ def pod_facts(change: str, obj: Mapping[str, Any], name: str, namespace: str,
         share = kube.gpu_share(annotations, "metadata")
     except q.QuantityError:
         share = 0
+    try:
+        memory = 0 if share else gpumemory.request(annotations, "metadata")
+    except q.QuantityError:
+        memory = 0
     devices = None
     raw_devices = annotations.get(GPU_DEVICES)
     if isinstance(raw_devices, str) and raw_devices:
@@ -163,8 +170,8 @@ def pod_facts(change: str, obj: Mapping[str, Any], name: str, namespace: str,
         workload, kind = f"{namespace}/{name}", "Pod"
     return PodFacts(f"{namespace}/{name}", namespace, name, str(spec.get("nodeName") or ""), phase,
                     change != "Deleted" and phase not in FINISHED, workload, kind, pod_set,
-                    {**requests, q.PODS: 1000}, share, devices, scheduler if isinstance(scheduler, str) else None,
-                    text_only)
+                    {**requests, q.PODS: 1000}, share, devices, memory,
+                    scheduler if isinstance(scheduler, str) else None, text_only)
 
 
 def _text_only(value: Any) -> bool:
@@ -207,7 +214,7 @@ def pod_set_of(obj: Mapping[str, Any], name: str, facts: PodFacts) -> PodSet | N
     try:
         resources = {k: v for k, v in facts.requests.items() if k != q.PODS}
         task = kube.annotations(obj).get(kube.VOLCANO_TASK)
-        return PodSet(name=name, count=1, resources=resources, gpu_share=facts.gpu_share,
+        return PodSet(name=name, count=1, resources=resources, gpu_share=facts.gpu_share, gpu_memory=facts.gpu_memory,
                       node_selector=dict(spec.get("nodeSelector") or {}), tolerations=_tolerations(spec),
                       affinity=_affinity(spec), task=task if isinstance(task, str) else "")
     except (ValidationError, KeyError, TypeError, AttributeError):

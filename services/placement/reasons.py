@@ -15,11 +15,14 @@ import numpy as np
 
 from services.placement import filters
 from services.placement.nodes import Demand, NodeTable
+from shared.kernel import gpumemory
 from shared.kernel import quantity as q
 from shared.kernel.model import Gang, PodSet
 from shared.kernel.reasons import gang_line
 
 INSUFFICIENT_GPU = f"Insufficient {q.GPU}"
+INSUFFICIENT_GPU_MEMORY = "Insufficient GPU memory"
+NO_GPU_MEMORY = f"node(s) were not GPU nodes or had no {gpumemory.LABEL} label"
 
 
 def gang_failure(gang: Gang, failed: int, total: int, fit_error: str) -> str:
@@ -28,6 +31,22 @@ def gang_failure(gang: Gang, failed: int, total: int, fit_error: str) -> str:
 
 def resource_reason(resource: str) -> str:
     return "Too many pods" if resource == q.PODS else f"Insufficient {resource}"
+
+
+def _memory_reasons(table: NodeTable, memory: int, static: np.ndarray, counts: dict[str, int]) -> None:
+    """Why a ``gpu-memory`` pod fits none of the nodes the static filters let it use: the node states no
+    GPU memory (KAI: "node is not a gpu node or the gpu memory count on the node was not synced yet"),
+    its devices are smaller than the request (it never fits there, whatever runs), or no device has
+    that much free."""
+    n = table.n
+    known = (table.gpu_memory[:n] > 0) & (table.gpu_count[:n] > 0)
+    too_small = known & (table.gpu_memory[:n] < memory)
+    busy = known & ~too_small & (table.gpu_room[:n] < table.memory_need(memory, slice(0, n)))
+    for reason, rows in ((NO_GPU_MEMORY, ~known), (f"node(s) had GPUs of less than {memory} MiB", too_small),
+                         (INSUFFICIENT_GPU_MEMORY, busy)):
+        short = int((static & rows).sum())
+        if short:
+            counts[reason] = counts.get(reason, 0) + short
 
 
 def fit_error(table: NodeTable, pod_set: PodSet, demand: Demand, static: np.ndarray) -> tuple[str, bool]:
@@ -51,6 +70,8 @@ def fit_error(table: NodeTable, pod_set: PodSet, demand: Demand, static: np.ndar
         short = int((static & (table.gpu_room[:n] < demand.gpu_share)).sum())
         if short:
             counts[INSUFFICIENT_GPU] = counts.get(INSUFFICIENT_GPU, 0) + short
+    elif demand.gpu_memory:
+        _memory_reasons(table, demand.gpu_memory, static, counts)
     total = int(present.sum())
     if not counts:
         return f"0/{total} nodes are available.", False

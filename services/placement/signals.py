@@ -48,7 +48,8 @@ class CapacitySignals:
                 total[name] = max(0, total[name] - used)
         self.last_total = total
         room = None if everyone or not released or not self.shapes else self.room()
-        return CapacityChanged(total=total, nodes=self.nodes.schedulable_count(), released=released, room=room)
+        return CapacityChanged(total=total, nodes=self.nodes.schedulable_count(), released=released, room=room,
+                               gpu_memory=self.nodes.least_gpu_memory())
 
     def request(self, now: float, released: bool) -> list[TimerSet]:
         """Ask for one CapacityChanged at the end of this instant (a timer at ``now``, set once)."""

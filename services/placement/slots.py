@@ -299,7 +299,7 @@ class Slots:
     def pod_assigned(self, wrec: WorkloadRecord, rec: PodRecord, slot: Slot) -> PodAssigned:
         node = self.nodes.names[slot.node]
         return pod_assigned(wrec.key, rec.facts.namespace, rec.facts.name, slot.pod_set, node,
-                            gpu.assignment(wrec.key, node, slot.devices), slot.elastic)
+                            gpu.assignment(wrec.key, node, slot.devices, slot.demand.gpu_memory), slot.elastic)
     def hand_out(self, rec: WorkloadRecord, now: float) -> list[Output]:
         """A gang was just admitted: hand its existing pods their slots in observed order."""
         out: list[Output] = []
