@@ -30,8 +30,15 @@ class PlacementAnswers:
             w.reserved_seq = core.next_seq()
             core._room.unpark(w)
             core._quota.unpark(w)
+        before = w.demand
         with core._ledger.moving(w):
             w.state = "admitted"
+            held = p.gpu_memory_held
+            if held:
+                w.hold_gpu(held)
+        if w.demand != before:  # its gpu-memory pods hold less than the estimate reserved: quota came back
+            core.wake.quota_freed(w.queue, now)
+            core.timers.request_cycle(now, out)
         w.attempts, w.requeue_at, w.preempted_by, w.held, w.reclaim_note = 0, None, "", "", ""
         core.promises.release(w)
         if w.spec.preemptible and core.wake.below(w, now):
@@ -60,7 +67,7 @@ class PlacementAnswers:
             return
         with core._ledger.moving(w):
             w.state = "pending"
-            w.drop_elastic()
+            w.drop_elastic(core.gpu_memory)
             if w.latest is not None:  # edited beyond what was reserved: it waits as the user has it now
                 w.respec(w.latest)
         core.grants.set_goal(w)
@@ -81,7 +88,7 @@ class PlacementAnswers:
         core.promises.release(w)
         with core._ledger.moving(w):
             w.state = "pending"
-            w.drop_elastic()
+            w.drop_elastic(core.gpu_memory)
             if w.latest is not None:  # edited beyond what was admitted: it comes back as the user has it now
                 w.respec(w.latest)
         core.grants.set_goal(w)

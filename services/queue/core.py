@@ -27,7 +27,9 @@ named collaborator it owns. Where each decision is made:
 - ``reclaim.py``: whether and from whom to reclaim; ``snapshot.py``: what one cycle sees;
 - ``preemption.py``: which lower priorities of the same queue give quota back when its limit blocks;
 - ``elastic.py``: who may grow by elastic pods, and which elastic pods go first as victims;
-- ``workload.py``: one workload's record here, and ``shrunk`` (what an edit leaves of an admission);
+- ``workload.py``: one workload's record here, what it charges (a ``gpu-memory`` pod: its share of the
+  smallest GPU a node states while it waits, of the device it got once placed), and ``shrunk`` (what
+  an edit leaves of an admission);
 - ``ledger.py``: per-queue pending index and usage totals, updated on every state change.
 
 The collaborators are plain classes holding the core (statecodec encodes the graph, cycles and
@@ -81,6 +83,9 @@ class QueueCore(Folds):
         self._workloads: dict[str, Tracked] = {}
         self._ledger = Ledger()
         self._capacity: dict[str, int] = {}
+        self.gpu_memory = 0
+        """MiB per GPU device a waiting workload's ``gpu-memory`` pods are charged at: the least any
+        schedulable node states (``CapacityChanged.gpu_memory``); 0 while none does."""
         self._room = RoomWaits(self._ledger)
         """Pending gangs placement found no room and no victim for: they wait for a release that holds them."""
         self._quota = QuotaWaits(self._ledger)
@@ -131,7 +136,7 @@ class QueueCore(Folds):
         if p.workload.key in self._workloads:
             self._update(p.workload, now, out)  # a resubmission only matters while it waits
             return
-        w = self._workloads[p.workload.key] = Tracked.of(p.workload)
+        w = self._workloads[p.workload.key] = Tracked.of(p.workload, self.gpu_memory)
         self._ledger.book(w)
         self.tell_where(w, self.tree.wait_reason(w.queue), out)
         self.timers.request_cycle(now, out)
@@ -226,9 +231,25 @@ class QueueCore(Folds):
     # ------------------------------------------------------------------ capacity and the timer
     def _on_CapacityChanged(self, p: CapacityChanged, now: float, out: Out) -> None:
         self._capacity = dict(p.total)
+        if p.gpu_memory != self.gpu_memory:
+            self._charge_gpu_memory_at(p.gpu_memory, now)
         if p.released:
             self.wake.released(p.room, now)
         self.timers.request_cycle(now, out)
+
+    def _charge_gpu_memory_at(self, gpu_memory: int, now: float) -> None:
+        """The least memory per GPU device the nodes state changed (a node came, left or was relabelled):
+        every waiting workload asking for GPU memory is charged at it from now; a holder keeps what it
+        was reserved at. A smaller charge may let a quota wait through, so those are judged again."""
+        self.gpu_memory = gpu_memory
+        changed = False
+        for w in self._workloads.values():
+            if not w.holds_quota and w.spec.gang.asks_gpu_memory:
+                with self._ledger.moving(w):
+                    w.charge_at(gpu_memory)
+                changed = True
+        if changed:
+            self.wake.quota_all(now)
 
     def _on_TimerFired(self, p: TimerFired, now: float, out: Out) -> None:
         if p.key != CYCLE:

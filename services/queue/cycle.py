@@ -114,7 +114,8 @@ class AdmissionCycle:
             self._ask_reclaim(w, choice, pods, "", out)
         else:
             w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)})")
-            out.append(Dequeued(key=w.key, queue=w.queue, workload=w.spec, reason=w.last_reason))
+            out.append(Dequeued(key=w.key, queue=w.queue, workload=w.spec, reason=w.last_reason,
+                                gpu_memory=w.gpu_memory))
         return True
 
     def _over_quota(self, w: Tracked, block: tuple[str, str], short: dict[str, int], snap: Snapshot, now: float,
@@ -147,7 +148,7 @@ class AdmissionCycle:
         w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
                                  f"reclaiming {named} from {_givers(choice)}{within}")
         out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=w.victims,
-                                    elastic_victims=w.elastic_victims, reason=w.last_reason))
+                                    elastic_victims=w.elastic_victims, reason=w.last_reason, gpu_memory=w.gpu_memory))
 
     def _reserve(self, w: Tracked, victims: tuple[str, ...], snap: Snapshot,
                  pods: Sequence[elastic.ElasticPod] = ()) -> None:
@@ -185,7 +186,8 @@ class AdmissionCycle:
             w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
                                      f"preempting {_elastic_text(pods)} to stay within {failure}")
             out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=(),
-                                        elastic_victims=w.elastic_victims, reason=w.last_reason))
+                                        elastic_victims=w.elastic_victims, reason=w.last_reason,
+                                        gpu_memory=w.gpu_memory))
             return True
         victims, note = core.victims.quota_victims(w, snap, now, out)
         if victims is None:
@@ -202,7 +204,8 @@ class AdmissionCycle:
         named = ", ".join(f"{h.key} (priority {h.priority})" for h in victims)
         w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
                                  f"preempting {named} to stay within {failure}")
-        out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=keys, reason=w.last_reason))
+        out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=keys, reason=w.last_reason,
+                                    gpu_memory=w.gpu_memory))
         return True
 
 

@@ -76,7 +76,7 @@ def elastic_pods(holders: Iterable[Tracked]) -> list[ElasticPod]:
     for w in holders:
         for index, ps in enumerate(w.spec.gang.pod_sets):
             holder = Holder(key=w.key, priority=w.spec.priority, preemptible=w.spec.preemptible,
-                            started_at=w.started_at, admitted_seq=w.reserved_seq, demand=ps.pod_demand,
+                            started_at=w.started_at, admitted_seq=w.reserved_seq, demand=w.pod_demand(ps),
                             promised=bool(w.promised_to))
             for _ in range(w.elastic.get(ps.name, 0)):
                 pods.append((index, ElasticPod(holder=holder, queue=w.queue, pod_set=ps.name)))

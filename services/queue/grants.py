@@ -78,7 +78,7 @@ class ElasticGrants:
         """After the grants: why ``w``'s first pod set that still wants elastic pods got none (its queue
         chain's quota, else the cluster's free capacity), told when that changes."""
         for pod_set, missing in elastic.still_wanted(w):
-            demand = next(p for p in w.spec.gang.pod_sets if p.name == pod_set).pod_demand
+            demand = w.pod_demand(next(p for p in w.spec.gang.pod_sets if p.name == pod_set))
             why = quota_failure(self.core.tree, w.queue, demand, snap.usage, snap.protected, w.spec.preemptible)
             if why is None:
                 short = shortage(demand, snap.free)
@@ -98,7 +98,7 @@ class ElasticGrants:
         tree = self.core.tree
         for pod_set, _ in elastic.still_wanted(w):
             ps = next(p for p in w.spec.gang.pod_sets if p.name == pod_set)
-            demand = ps.pod_demand
+            demand = w.pod_demand(ps)
             if quota_failure(tree, w.queue, demand, snap.usage, snap.protected, w.spec.preemptible) is not None:
                 continue
             if shortage(demand, snap.free):

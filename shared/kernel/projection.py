@@ -21,7 +21,7 @@ from shared.kernel.events import (
     WorkloadSubmitted, WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.kernel.fold import Folds
-from shared.kernel.model import Gang, QueueSpec, shrunk
+from shared.kernel.model import Gang, QueueSpec, shrunk, still_held
 
 # --------------------------------------------------------------------------- what the fold reads
 _IGNORE_REST = ConfigDict(extra="ignore")
@@ -128,6 +128,10 @@ class WorkloadView:
     """Elastic pods granted per pod set of the admitted gang, charged on top of it (``demand`` includes them)."""
     elastic_admission: int | None = None
     """The queue's number of the admission those grants belong to (a release of another is stale)."""
+    gpu_memory: int = 0
+    """MiB per GPU device its ``gpu-memory`` pods are charged at while it holds quota (``Dequeued.gpu_memory``)."""
+    gpu_held: dict[str, int] = field(default_factory=dict)
+    """Per pod set, the GPU its placed ``gpu-memory`` pods hold, charged instead (``GangPlaced.gpu_memory_held``)."""
     elastic_waiting: list[dict[str, Any]] = field(default_factory=list)
     """Why elastic pods its owner wants wait, as it changed: ``{"t", "reason"}``, "" once granted or over."""
     queue_state: str = ""          # pending | backoff | active | ""
@@ -356,22 +360,23 @@ class ResultProjection(Folds):
         return view
 
     def _describe(self, view: WorkloadView, spec: Any) -> None:
+        """What the workload is, and what it charges (its ``gpu-memory`` pods at ``view.gpu_memory``)."""
         view.kind = spec.kind
         view.queue = spec.queue
         view.priority = spec.priority
         view.min_member = spec.gang.min_member
         view.resources = spec.gang.resources
-        view.demand = spec.gang.quota_demand
+        view.demand = spec.gang.quota_demand_at(view.gpu_memory)
 
     @staticmethod
     def _recharge(view: WorkloadView) -> None:
         """``demand``: the admitted gang plus its granted elastic pods, one pod's demand each (the queue's sum)."""
         if view.admitted is None:
             return
-        demand = view.admitted.quota_demand
+        demand = view.admitted.quota_demand_at(view.gpu_memory, view.gpu_held)
         for ps in view.admitted.pod_sets:
             if view.elastic.get(ps.name):
-                demand = q.add(demand, ps.pod_demand, view.elastic[ps.name])
+                demand = q.add(demand, ps.pod_demand_at(view.gpu_memory), view.elastic[ps.name])
         view.demand = demand
 
     @staticmethod
@@ -405,6 +410,8 @@ class ResultProjection(Folds):
             return
         smaller = shrunk(view.admitted, p.workload.gang) if view.admitted is not None else None
         if smaller is not None:  # quota follows what was admitted, shrunk by an edit asking for fewer pods
+            if view.gpu_held and view.admitted is not None:
+                view.gpu_held = still_held(view.gpu_held, view.admitted, smaller)
             view.admitted = smaller
             view.min_member, view.resources = smaller.min_member, smaller.resources
             self._recharge(view)
@@ -445,6 +452,7 @@ class ResultProjection(Folds):
 
     def _on_Dequeued(self, p: Dequeued | ReclaimRequested, t: float) -> None:
         view = self._workload(p.key)
+        view.gpu_memory, view.gpu_held = p.gpu_memory, {}
         self._describe(view, p.workload)
         view.admitted = p.workload.gang
         view.holds_quota, view.queue_state = True, "active"
@@ -485,6 +493,10 @@ class ResultProjection(Folds):
         view = self._workload(p.key)
         view.holds_quota, view.queue_state = True, "active"
         view.transition(t, "Admitted", p.reason)
+        held = p.gpu_memory_held
+        if held:  # its gpu-memory pods are charged what they hold on their devices (the queue's rule)
+            view.gpu_held = held
+            self._recharge(view)
 
     def _on_GangRunning(self, p: GangRunning, t: float) -> None:
         self._workload(p.key).transition(t, "Running", p.reason)

@@ -9,7 +9,7 @@ import pytest
 from shared.kernel.events import (
     BackedOff, Dequeued, ElasticGranted, ElasticReleased, Enqueued, GangPlaced, GangRunning, GpuAssignment,
     PlacementFailed, PodAssigned,
-    PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, TimerFired, WorkloadDeleted,
+    PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, SlotAssignment, TimerFired, WorkloadDeleted,
     WorkloadFinished, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated,
 )
 from shared.kernel.projection import NOT_LIVE, PHASES, PodView, ResultProjection
@@ -195,6 +195,21 @@ def test_queue_usage_rolls_up_to_every_ancestor():
     assert h2.queue_usage()["root"]["nvidia.com/gpu"] == 1_000
     assert h2.result()["queues"]["leaf"]["usage"] == {"cpu": "3", "memory": "4Gi", "nvidia.com/gpu": "1"}
     assert h2.result()["workloads"]["ns/f"]["gang"]["resources"] == {"cpu": "3", "memory": "4Gi"}
+
+
+def test_gpu_memory_pods_are_charged_as_the_queue_charges_them():
+    """At the device memory their reservation names (``Dequeued.gpu_memory``), then at what they hold."""
+    spec = workload("ns/m", queue="leaf", gang_=gang(pod_set("head", 1, cpu="1"),
+                                                     pod_set("w", 2, cpu="1", gpu_memory=20480)))
+    reserved = (1.0, Dequeued(key="ns/m", queue="leaf", workload=spec, reason="r", gpu_memory=40900))
+    h = _fold(*_tree(), reserved)
+    assert h.queue_usage()["leaf"] == {"cpu": 3_000, "nvidia.com/gpu": 1_020}   # 2 x 20480/40900 -> 2 x 0.51
+    slots = (SlotAssignment(pod_set="head", index=0, node="n"),) + tuple(
+        SlotAssignment(pod_set="w", index=i, node="n", gpu=GpuAssignment(devices=(i,), fraction=0.26, memory=20480))
+        for i in range(2))
+    h = _fold(*_tree(), reserved, (1.0, GangPlaced(key="ns/m", queue="leaf", kind="RayCluster", gate="pods",
+                                                    slots=slots, reason="placed"), "placement"))
+    assert h.queue_usage()["leaf"] == {"cpu": 3_000, "nvidia.com/gpu": 520}
 
 
 @pytest.mark.parametrize("release", [
