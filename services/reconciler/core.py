@@ -17,7 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
-from shared.kernel import kube
+from shared.kernel import gpumemory, kube
 from shared.kernel.events import (
     BackedOff, ElasticReleased, ElasticWaiting, Enqueued, Envelope, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, KubeEffect,
     ObjectChanged, PodAssigned, PreemptionRequested, QueueRejected, QueueRemoved, TimerFired, TimerSet, WorkloadDeleted,
@@ -35,6 +35,10 @@ STATUS = "muster.dev/status"
 GPU_GROUP = "muster.dev/gpu-group"
 GPU_DEVICES = "muster.dev/gpu-devices"
 GPU_FRACTION = kube.GPU_FRACTION
+GPU_PORTION = "muster.dev/gpu-portion"
+"""On a bound ``gpu-memory`` pod: the share of its device it got, as KAI's binder gives it (``GPU_PORTION``)."""
+RECEIVED_TYPE = "received-resource-type"
+"""KAI's binder annotation saying how a pod got its GPU (``Fraction`` for a shared device)."""
 ELASTIC = "muster.dev/elastic"
 """On a bound pod beyond its gang's minimum: it runs while quota and nodes allow, and goes first."""
 
@@ -59,10 +63,20 @@ def _rejection_object(kind: str, namespace: str, name: str) -> str:
 
 
 def gpu_annotations(gpu: GpuAssignment | None) -> dict[str, str]:
-    """What a bound pod is told about its GPU devices (KAI style ``gpu-fraction`` plus muster's own)."""
+    """What a bound pod is told about its GPU devices (KAI style ``gpu-fraction`` plus muster's own).
+
+    A ``gpu-memory`` pod is told what KAI's binder tells it (``pkg/binder/binding/binder.go``, the
+    ``received-resource-type: Fraction`` annotation; ``pkg/binder/plugins/gpusharing/gpu_sharing.go``,
+    its devices and its portion, two decimals, which KAI puts in the pod's ``GPU_PORTION``) and never a
+    ``gpu-fraction``: KAI writes none on it, and a pod carrying both is one KAI refuses."""
     if gpu is None:
         return {}
-    out = {GPU_FRACTION: seconds(gpu.fraction), GPU_DEVICES: ",".join(str(d) for d in gpu.devices)}
+    devices = ",".join(str(d) for d in gpu.devices)
+    if gpu.memory:
+        share = round(gpu.fraction * gpumemory.FULL)
+        return {RECEIVED_TYPE: "Fraction", GPU_PORTION: gpumemory.portion(share), GPU_DEVICES: devices,
+                GPU_GROUP: gpu.group}
+    out = {GPU_FRACTION: seconds(gpu.fraction), GPU_DEVICES: devices}
     if gpu.group:
         out[GPU_GROUP] = gpu.group
     return out

@@ -143,6 +143,20 @@ def test_pod_assigned_binds_with_gpu_annotations():
                                            "muster.dev/gpu-group": "g1"})]
 
 
+def test_a_gpu_memory_pod_is_bound_with_what_kais_binder_writes_and_no_gpu_fraction():
+    """KAI's binder marks it ``received-resource-type: Fraction`` and gives it its portion (two decimals);
+    a ``gpu-fraction`` beside its ``gpu-memory`` would make it a pod KAI refuses."""
+    c = core()
+    gpu = GpuAssignment(devices=(1,), fraction=0.51, group="g2", memory=20480)
+    out = c.handle(envelope(PodAssigned(key=KEY, pod_namespace="default", pod="rj-w-2", pod_set="w", node="n1",
+                                        gpu=gpu)))
+    assert out == [KubeEffect(op="bind", kind="Pod", namespace="default", name="rj-w-2", node="n1",
+                              annotations={"received-resource-type": "Fraction", "muster.dev/gpu-portion": "0.51",
+                                           "muster.dev/gpu-devices": "1", "muster.dev/gpu-group": "g2"})]
+    assert gpu_annotations(GpuAssignment(devices=(0,), fraction=0.5, group="g", memory=20450))[
+        "muster.dev/gpu-portion"] == "0.50"
+
+
 def test_pod_assigned_without_gpu_binds_plainly_and_only_once():
     c = core()
     payload = PodAssigned(key=KEY, pod_namespace="team", pod="p", pod_set="head", node="n2")

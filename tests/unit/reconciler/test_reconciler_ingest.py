@@ -24,6 +24,14 @@ def test_ingest_keeps_what_scheduling_reads_and_drops_every_secret():
     assert job["status"] == {"jobDeploymentStatus": "Running"}
 
 
+def test_kais_gpu_sharing_requests_are_kept_and_its_binders_mark_is_not():
+    from tests.builders import pod
+    obj = pod("p", annotations={"gpu-memory": "20480", "gpu-fraction": "0.5", "received-resource-type": "Fraction",
+                                "muster.dev/gpu-portion": "0.51", "note": "x"})
+    assert kept(obj)["metadata"]["annotations"] == {"gpu-memory": "20480", "gpu-fraction": "0.5",
+                                                    "muster.dev/gpu-portion": "0.51"}
+
+
 def test_the_cores_read_the_same_workload_from_the_kept_object():
     """Admission's reading of the full manifest and of what ingest kept are the same spec."""
     from services.admission.core import AdmissionCore
