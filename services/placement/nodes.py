@@ -649,19 +649,16 @@ class NodeTable:
         with_gpus = np.flatnonzero(self.gpu_count[rows] > 0)
         rise, device = np.zeros(len(rows)), np.full(len(rows), -1, np.intp)
         cpu, memory, whole, share = demand.shape
-        if with_gpus.size and demand.gpu_memory:  # the share is the node's: rows grouped by it
+        groups = [(share, with_gpus)]
+        if with_gpus.size and demand.gpu_memory:  # the share is each node's own: rows grouped by it
             needs = self.memory_need(demand.gpu_memory, rows[with_gpus])
-            for need in sorted(set(needs[needs <= gpu.FULL].tolist())):
-                part = with_gpus[needs == need]
+            groups = [(need, with_gpus[needs == need]) for need in sorted(set(needs[needs <= gpu.FULL].tolist()))]
+        for need, part in groups:
+            if part.size:
                 at = rows[part]
                 rise[part], device[part] = fragmentation.increase(
                     fragmentation.free_shares(self.gpu_used[at]), self.free[self.col[q.CPU], at],
                     self.free[self.col[q.MEMORY], at], self.mix.arrays(), cpu, memory, whole, need)
-        elif with_gpus.size:
-            at = rows[with_gpus]
-            rise[with_gpus], device[with_gpus] = fragmentation.increase(
-                fragmentation.free_shares(self.gpu_used[at]), self.free[self.col[q.CPU], at],
-                self.free[self.col[q.MEMORY], at], self.mix.arrays(), cpu, memory, whole, share)
         return rise, device
 
     def _count(self, sl: slice | np.ndarray) -> int:
