@@ -110,8 +110,6 @@ class AdmissionCore(Folds):
     """Validates and normalises what users write into WorkloadSpecs and QueueSpecs."""
 
     service = "admission"
-    SEEN_IDS = 4096
-    """Envelope ids remembered to drop exact redeliveries (content-based dedup covers the rest)."""
     TOMBSTONE_SECONDS = 600.0
     """How long (event time) a deleted RayCluster / RayJob is remembered, by uid only, to drop a stale
     event of it (a watch's late Modified); then it is forgotten, so state follows live objects."""
@@ -127,9 +125,6 @@ class AdmissionCore(Folds):
         self.job_clusters: dict[str, str] = {}
         """``namespace/cluster`` of a RayJob's own RayCluster -> the RayJob's name."""
         self._claims: dict[str, str] = {}
-        self._seen: OrderedDict[str, None] = OrderedDict()
-        """Ids of the last ``SEEN_IDS`` envelopes, oldest first: an ``OrderedDict``, whose oldest is found
-        in one step (a ``dict``'s first key is found past every slot deleted before it)."""
         self._gone: OrderedDict[str, tuple[str, float]] = OrderedDict()
         """Tombstones: workload id -> (uid, deleted at), oldest first (``TOMBSTONE_SECONDS``)."""
         self._definitions = 0
@@ -142,11 +137,6 @@ class AdmissionCore(Folds):
 
     # ------------------------------------------------------------------ entry point
     def handle(self, env: Envelope) -> list[Output]:
-        if env.id in self._seen:
-            return []
-        self._seen[env.id] = None
-        if len(self._seen) > self.SEEN_IDS:
-            self._seen.popitem(last=False)
         handler = self.folds.get(env.type)
         return handler(self, env.payload, env.occurred_at) if handler is not None else []
 

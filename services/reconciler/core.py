@@ -1,9 +1,9 @@
 """The reconciler's decisions: which Kubernetes changes follow from the other cores' events.
 
 Pure and idempotent. Every effect is remembered per (object, field) with the value last emitted;
-an effect that would write the same value again is dropped, and a redelivered envelope (same id)
-yields nothing. The adapter that applies the effects (real API client or ``shared.sim``) is
-idempotent too, so at-least-once delivery never doubles a change.
+an effect that would write the same value again is dropped (a copy of an envelope, same id, never
+reaches the core: ``shared.runtime.service.Service`` drops it). The adapter that applies the effects
+(real API client or ``shared.sim``) is idempotent too, so at-least-once delivery never doubles a change.
 
 Objects are addressed as the user wrote them: the workload by its kind/namespace/name, pods as
 ``Pod``. ``Enqueued``/``BackedOff`` do not carry the workload's kind (see ``_Workload.kind``): until
@@ -24,7 +24,7 @@ from shared.kernel.events import (
     WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, kube_effect,
 )
 from services.reconciler.status import STATUS_TIMER, StatusBook, effect_object, pod_group_object, queue_object
-from shared.kernel.dedupe import RECENT_IDS, Seen, forget_before
+from shared.kernel.dedupe import forget_before
 from shared.kernel.fold import Folds
 from shared.kernel.policy import Policy
 
@@ -99,8 +99,6 @@ class ReconcilerCore(Folds):
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self._seen = Seen(RECENT_IDS)
-        """Redelivered ids, the last few thousand per source (``shared.kernel.dedupe``): never a set of every id."""
         self._workloads: dict[str, _Workload] = {}
         self._applied: dict[str, dict[str, Any]] = {}
         """object id -> field -> last value emitted for it."""
@@ -113,10 +111,8 @@ class ReconcilerCore(Folds):
         self.status = StatusBook(policy)
 
     def handle(self, env: Envelope) -> Sequence[KubeEffect | TimerSet]:
-        """Effects for one inbox event; a redelivered envelope id yields nothing. Status of queue
-        objects and PodGroups (``status.StatusBook``) is written when its timer fires."""
-        if not self._seen.add(env.id, env.source):
-            return []
+        """Effects for one inbox event. Status of queue objects and PodGroups (``status.StatusBook``) is
+        written when its timer fires."""
         if isinstance(env.payload, TimerFired):
             return self._flush_status() if env.payload.key == STATUS_TIMER else []
         if isinstance(env.payload, ObjectChanged):  # a pod deleted (``topology``): nothing is written on it again

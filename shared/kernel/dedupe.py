@@ -12,6 +12,10 @@ inbox, instead of one ever-growing set or a flat million shared by every source.
 Inboxes are ordered, so a service never needs ids for what it re-reads of its own inbox: a restart
 resumes at an offset (``shared.runtime.bus.snapshot``), and what lies below it is never handed over again.
 
+The window is kept once, by ``shared.runtime.service.Service``, which every runtime puts in front of
+every core (embedded, the Kafka worker, the audit's replay): a core keeps no window of its own, since
+one could only hold ids the service's larger window of the same stream already holds.
+
 What a service remembers for a time rather than by count (a deleted object's tombstone, a recent
 write) is kept oldest first and let go by ``forget_before``.
 """
@@ -44,10 +48,6 @@ def dedupe_window(commit_interval: float = DEFAULT_COMMIT_INTERVAL, peak_rate: f
 
 
 DEDUPE_WINDOW = dedupe_window()
-
-RECENT_IDS = 4096
-"""Ids a core itself remembers per source, where it guards against an exact copy on its own too
-(the runtime's window above is the real guard): a constant, whatever the history."""
 
 
 class Seen:
