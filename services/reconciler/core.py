@@ -13,7 +13,6 @@ namespace/name" (the cluster adapter resolves RayJob first, then RayCluster).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
@@ -24,7 +23,7 @@ from shared.kernel.events import (
     WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, kube_effect,
 )
 from services.reconciler.status import STATUS_TIMER, StatusBook, effect_object, pod_group_object, queue_object
-from shared.kernel.dedupe import forget_before
+from shared.kernel.dedupe import Tombstones
 from shared.kernel.fold import Folds
 from shared.kernel.policy import Policy
 
@@ -102,8 +101,8 @@ class ReconcilerCore(Folds):
         self._workloads: dict[str, _Workload] = {}
         self._applied: dict[str, dict[str, Any]] = {}
         """object id -> field -> last value emitted for it."""
-        self._gone: OrderedDict[str, float] = OrderedDict()
-        """Tombstones: deleted workload key -> when, oldest first (``TOMBSTONE_SECONDS``)."""
+        self._gone: Tombstones[str, None] = Tombstones(self.TOMBSTONE_SECONDS)
+        """Tombstones: deleted workload keys, oldest first (``TOMBSTONE_SECONDS``)."""
         self._refused: dict[str, str] = {}
         """Queue name -> the object its rejection was written on, until the queue is removed."""
         self._pod_owner: dict[str, _Workload] = {}
@@ -138,7 +137,7 @@ class ReconcilerCore(Folds):
         if key is None or key not in self._gone:
             return False
         if env.type in _REBORN:
-            del self._gone[key]
+            self._gone.lift(key)
             return False
         return True
 
@@ -260,8 +259,8 @@ class ReconcilerCore(Folds):
         wl = self._workloads.pop(p.key, None)
         if wl is not None:
             self._forget(wl)
-        forget_before(self._gone, now - self.TOMBSTONE_SECONDS)
-        self._gone[p.key] = now
+        self._gone.expire(now)
+        self._gone.bury(p.key, None, now)
         return []
 
     def _on_QueueRemoved(self, p: QueueRemoved, now: float) -> list[KubeEffect]:
