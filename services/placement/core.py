@@ -295,7 +295,7 @@ class PlacementCore(Folds):
     def _admit(self, rec: WorkloadRecord, attempt: GangAttempt, now: float, reason: str) -> list[Output]:
         """Turn the committed placements into slots; hand existing pods their slots in observed order."""
         self._admissions += 1
-        rec.admitted, rec.admitted_at, rec.admitted_seq = True, now, self._admissions
+        rec.admitted, rec.admitted_seq = True, self._admissions
         self.preemption.hold(rec)
         rec.running, rec.started_at = False, None
         rec.slots = [Slot(p.pod_set.name, p.index, p.node, p.devices, p.demand, p.pod_set.in_gang)
