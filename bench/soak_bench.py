@@ -30,10 +30,9 @@ import sys
 import time
 from typing import Any, Callable
 
-from services.admission.core import AdmissionCore
 from services.placement.fragmentation import Mix
 from services.placement.nodes import ScoreIndex
-from shared.kernel.dedupe import DEDUPE_WINDOW, Seen
+from shared.kernel.dedupe import DEDUPE_WINDOW
 from shared.kernel.footprint import retained
 from shared.kernel.policy import Policy
 from shared.runtime.embedded import EmbeddedRuntime
@@ -110,17 +109,15 @@ def steps(cluster: SimCluster, jobs: int, nodes: int, seconds: float) -> list[tu
 
 
 def windows(core: Any) -> list[Any]:
-    """The bounded windows a core holds — its own dedupe window (``shared.kernel.dedupe.Seen``), placement's
-    shape mix and node index (``ScoreIndex``) — whose size is a constant cap, not a function of history: they fill during a short
-    run, so they are measured apart from the rest of the core."""
-    found = [v for v in vars(core).values() if isinstance(v, (Seen, Mix))]
+    """The bounded windows a core holds — placement's shape mix and node index (``ScoreIndex``) — whose
+    size is a constant cap, not a function of history: they fill during a short run, so they are
+    measured apart from the rest of the core (the service's dedupe window is measured beside them)."""
+    found = [v for v in vars(core).values() if isinstance(v, Mix)]
     nodes = getattr(core, "nodes", None)
     if nodes is not None and isinstance(getattr(nodes, "mix", None), Mix):
         found.append(nodes.mix)
     if nodes is not None and isinstance(getattr(nodes, "scored", None), ScoreIndex):
         found.append(nodes.scored)  # the node index: kept score vectors and the rows changed since
-    if isinstance(core, AdmissionCore):
-        found.append(core._seen)
     return found
 
 

@@ -17,10 +17,8 @@ sets the event aside (``shared.kernel.faults``).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from operator import itemgetter
 from typing import Any, Callable, Literal, Union
 
 from services.admission import fields
@@ -55,7 +53,7 @@ from shared.kernel.events import (
 )
 from shared.kernel import kube
 from shared.kernel import quantity as q
-from shared.kernel.dedupe import forget_before
+from shared.kernel.dedupe import Tombstones
 from shared.kernel.fold import Folds
 from shared.kernel.kube import REFUSED, watched_namespace
 from shared.kernel.listing import WatchBook
@@ -67,8 +65,6 @@ from shared.kernel.validation import one_of
 Output = Union[QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadRejected,
                WorkloadFinished, WorkloadDeleted]
 Gate = Literal["suspend", "pods"]
-_DELETED_AT = itemgetter(1)
-"""When a tombstone's workload was deleted: its (uid, deleted at)'s second (``forget_before``)."""
 
 
 RayKind = Literal["RayCluster", "RayJob"]
@@ -110,8 +106,6 @@ class AdmissionCore(Folds):
     """Validates and normalises what users write into WorkloadSpecs and QueueSpecs."""
 
     service = "admission"
-    SEEN_IDS = 4096
-    """Envelope ids remembered to drop exact redeliveries (content-based dedup covers the rest)."""
     TOMBSTONE_SECONDS = 600.0
     """How long (event time) a deleted RayCluster / RayJob is remembered, by uid only, to drop a stale
     event of it (a watch's late Modified); then it is forgotten, so state follows live objects."""
@@ -127,11 +121,8 @@ class AdmissionCore(Folds):
         self.job_clusters: dict[str, str] = {}
         """``namespace/cluster`` of a RayJob's own RayCluster -> the RayJob's name."""
         self._claims: dict[str, str] = {}
-        self._seen: OrderedDict[str, None] = OrderedDict()
-        """Ids of the last ``SEEN_IDS`` envelopes, oldest first: an ``OrderedDict``, whose oldest is found
-        in one step (a ``dict``'s first key is found past every slot deleted before it)."""
-        self._gone: OrderedDict[str, tuple[str, float]] = OrderedDict()
-        """Tombstones: workload id -> (uid, deleted at), oldest first (``TOMBSTONE_SECONDS``)."""
+        self._gone: Tombstones[str, str] = Tombstones(self.TOMBSTONE_SECONDS)
+        """Tombstones: workload id -> the uid of the object deleted, oldest first (``TOMBSTONE_SECONDS``)."""
         self._definitions = 0
         """Counts events that may have changed a queue or PriorityClass (part of ``_ray_inputs``)."""
         self.refused_pods: dict[str, dict[str, str]] = {}
@@ -142,11 +133,6 @@ class AdmissionCore(Folds):
 
     # ------------------------------------------------------------------ entry point
     def handle(self, env: Envelope) -> list[Output]:
-        if env.id in self._seen:
-            return []
-        self._seen[env.id] = None
-        if len(self._seen) > self.SEEN_IDS:
-            self._seen.popitem(last=False)
         handler = self.folds.get(env.type)
         return handler(self, env.payload, env.occurred_at) if handler is not None else []
 
@@ -216,15 +202,15 @@ class AdmissionCore(Folds):
         key = f"{namespace}/{p.name}"
         wid = f"{p.kind}:{key}"
         w = self.workloads.get(wid)
-        forget_before(self._gone, now - self.TOMBSTONE_SECONDS, _DELETED_AT)
+        self._gone.expire(now)
         if p.change == "Deleted":
             return self._delete(w, now)
         uid = _uid(p.object)
         gone = self._gone.get(wid)
         if w is None and gone is not None:
-            if p.change == "Modified" or (uid and uid == gone[0]):
+            if p.change == "Modified" or (uid and uid == gone):
                 return []  # a stale event of the object that is gone
-            del self._gone[wid]  # the same name created again: a new workload
+            self._gone.lift(wid)  # the same name created again: a new workload
         if w is None:
             w = RayWorkload(kind=kind, key=key, namespace=namespace, name=p.name, obj=p.object, first_seen=now,
                             gate="suspend" if spec_suspended(p.object) else "pods", uid=uid)
@@ -279,8 +265,7 @@ class AdmissionCore(Folds):
         w.obj = {}
         wid = f"{w.kind}:{w.key}"
         del self.workloads[wid]
-        self._gone.pop(wid, None)
-        self._gone[wid] = (w.uid, now)
+        self._gone.bury(wid, w.uid, now)
         self._release(w.key, wid)
         self.refused_pods.pop(wid, None)
         if w.spec is None and w.rejected is None:

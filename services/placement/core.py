@@ -46,14 +46,9 @@ from shared.kernel.events import (
     Dequeued, ElasticGranted, ElasticReleased, Envelope, ObjectChanged, ObjectsListed, PlacementFailed, QueueDefined,
     QueueRemoved, ReclaimRequested, TimerFired, WorkloadUpdated, WorkloadWithdrawn,
 )
-from shared.kernel.dedupe import RECENT_IDS, Seen
 from shared.kernel.fold import Folds
 from shared.kernel.listing import WatchBook
 from shared.kernel.policy import Policy
-
-_REQUESTS = frozenset({"Dequeued", "ReclaimRequested", "WorkloadWithdrawn", "ElasticGranted"})
-"""The queue's requests, handled once per envelope id (``_handled``)."""
-
 
 class PlacementCore(Folds):
     service = "placement"
@@ -63,8 +58,6 @@ class PlacementCore(Folds):
         self.nodes = NodeTable()
         self.ledger = PodLedger(self.nodes)
         """Pod bookkeeping: what each pod charges, foreign pods, releases inside a statement."""
-        self._handled = Seen(RECENT_IDS)
-        """Ids of decision envelopes already handled (membership only: a redelivery yields nothing)."""
         self._admissions = 0
         self.signals = CapacitySignals(self.nodes, self.ledger)
         """CapacityChanged, its timers, and the gangs waiting for room."""
@@ -106,10 +99,7 @@ class PlacementCore(Folds):
         now = env.occurred_at
         self.slots.now = now
         handler = self.folds.get(env.type)
-        if handler is None or (env.type in _REQUESTS and not self._handled.add(env.id, env.source)):
-            out: list[Output] = []
-        else:
-            out = handler(self, env.payload, now)
+        out: list[Output] = handler(self, env.payload, now) if handler is not None else []
         if self.nodes.compaction_due():  # between two events: no statement is open, no row is in flight
             self._compact_nodes()
         return out
@@ -307,7 +297,7 @@ class PlacementCore(Folds):
     def _admit(self, rec: WorkloadRecord, attempt: GangAttempt, now: float, reason: str) -> list[Output]:
         """Turn the committed placements into slots; hand existing pods their slots in observed order."""
         self._admissions += 1
-        rec.admitted, rec.admitted_at, rec.admitted_seq = True, now, self._admissions
+        rec.admitted, rec.admitted_seq = True, self._admissions
         self.preemption.hold(rec)
         rec.running, rec.started_at = False, None
         rec.slots = [Slot(p.pod_set.name, p.index, p.node, p.devices, p.demand, p.pod_set.in_gang)

@@ -6,9 +6,10 @@ preemptible (``volcano.sh/preemptable: "false"`` and KAI's non-preemptible never
 and ran at least its min runtime (time since GangRunning; with a min runtime of 0
 an admitted workload that is not Running yet qualifies too).
 
-Which victims: candidates ordered by priority ascending, newest first; add them one by one until
-the gang fits, then drop every victim the gang does not need (trying the last added, i.e. the
-highest priority / oldest, first). ``fits`` is a trial placement the caller rolls back.
+Which victims: candidates in the in-queue victim order the queue uses too (``victim_order``: priority
+ascending, then who loses the least work — not started yet, latest start, admitted last); add them
+one by one until the gang fits, then drop every victim the gang does not need (trying the last added,
+i.e. the highest priority / oldest, first). ``fits`` is a trial placement the caller rolls back.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from services.placement.nodes import NodeTable
 from services.placement.statement import Statement
 from services.placement.workloads import WorkloadRecord
 from shared.kernel.model import Gang
+from shared.kernel import victims as kernel_victims
 from shared.kernel.victims import minimal_victims
 
 
@@ -38,12 +40,12 @@ def eligible(victim: WorkloadRecord, preemptor: WorkloadRecord, now: float, min_
     return now - victim.started_at >= min_runtime
 
 
-def victim_order(candidates: Sequence[WorkloadRecord]) -> list[WorkloadRecord]:
-    """Lowest priority first; within a priority the newest (latest start, else latest admission)."""
-    def key(w: WorkloadRecord) -> tuple[int, float, int, str]:
-        since = w.started_at if w.started_at is not None else w.admitted_at
-        return (w.spec.priority, -since, -w.admitted_seq, w.spec.key)
-    return sorted(candidates, key=key)
+def victim_order(candidates: Iterable[WorkloadRecord]) -> list[WorkloadRecord]:
+    """The in-queue victim order every evicting service shares (``shared.kernel.victims.victim_rank``),
+    read from placement's records: its own admission order (``admitted_seq``) and start."""
+    return kernel_victims.victim_order(candidates, priority=lambda w: w.spec.priority,
+                                       started_at=lambda w: w.started_at, admitted=lambda w: w.admitted_seq,
+                                       key=lambda w: w.spec.key)
 
 
 def trial(nodes: NodeTable, ledger: PodLedger, gang: Gang, strategy: str, victims: Sequence[WorkloadRecord],

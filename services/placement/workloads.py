@@ -54,8 +54,8 @@ class WorkloadRecord:
     queue: str
     slots: list[Slot] = field(default_factory=list)
     admitted: bool = False
-    admitted_at: float = 0.0
     admitted_seq: int = 0
+    """Placement's admission order (later admissions have larger numbers): the victim order's last key."""
     started_at: float | None = None
     """When GangRunning was emitted for the current admission (for min runtime)."""
     running: bool = False

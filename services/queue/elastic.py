@@ -18,8 +18,8 @@ asking for more pods of an admitted pod set) are elastic. Rules, in the order th
 - As victims: elastic pods are taken before any whole gang, by reclaim and by in-queue preemption
   alike (Volcano's gang plugin lets only tasks beyond minAvailable be preempted or reclaimed; KAI
   evicts one task of a subgroup above its minimum before a whole job). The eligibility rules of
-  the caller apply to each pod as to its workload; the order is lowest priority first, then the
-  newest workload, its later pod sets first.
+  the caller apply to each pod as to its workload; the order is the in-queue victim order of their
+  workloads (``shared.kernel.victims.victim_rank``), each one's later pod sets first.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from services.queue.reclaim import Running
 from services.queue.workload import Tracked
 from shared.kernel.events import ElasticVictim
 from shared.kernel.model import elastic_wanted
+from shared.kernel.victims import victim_rank
 
 Resources = dict[str, int]
 
@@ -80,9 +81,8 @@ def elastic_pods(holders: Iterable[Tracked]) -> list[ElasticPod]:
                             promised=bool(w.promised_to))
             for _ in range(w.elastic.get(ps.name, 0)):
                 pods.append((index, ElasticPod(holder=holder, queue=w.queue, pod_set=ps.name)))
-    pods.sort(key=lambda item: (item[1].holder.priority, item[1].holder.started_at is not None,
-                                -(item[1].holder.started_at or 0.0), -item[1].holder.admitted_seq, item[1].key,
-                                -item[0]))
+    pods.sort(key=lambda item: (*victim_rank(item[1].holder.priority, item[1].holder.started_at,
+                                             item[1].holder.admitted_seq), item[1].key, -item[0]))
     return [pod for _, pod in pods]
 
 

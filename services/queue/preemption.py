@@ -9,8 +9,8 @@ Rules, in the order they are applied:
   preemptible, have a lower priority than the requester, are not already promised to another
   reclaim or preemption, and have run the queue's minimum runtime (one admitted but not Running
   yet qualifies only when that minimum is 0);
-- order: lowest priority first, then newest (not started yet, then latest start, then admitted
-  last);
+- order: lowest priority first, then who loses the least work (not started yet, then latest start,
+  then admitted last): ``shared.kernel.victims.victim_rank``, the order placement evicts in too;
 - greedy: add candidates in that order until the requester passes the quota check with their
   quota given back (``fits``, the leaf and every ancestor); None when even all of them do not;
 - then drop every victim the others already cover for, the last taken first.
@@ -22,7 +22,9 @@ victims share the requester's queue it treats that as in-queue preemption (``rec
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable
+
+from shared.kernel import victims as kernel_victims
 
 Resources = dict[str, int]
 
@@ -49,7 +51,8 @@ def eligible(h: Holder, priority: int, now: float, min_runtime: float) -> bool:
     return now - h.started_at >= min_runtime
 
 
-def victim_order(holders: Sequence[Holder]) -> list[Holder]:
-    """Lowest priority first; within it the newest: not started yet, latest start, admitted last."""
-    return sorted(holders, key=lambda h: (h.priority, h.started_at is not None, -(h.started_at or 0.0),
-                                          -h.admitted_seq, h.key))
+def victim_order(holders: Iterable[Holder]) -> list[Holder]:
+    """The in-queue victim order every evicting service shares (``shared.kernel.victims.victim_rank``),
+    read from the holders: the queue's own admission order (``admitted_seq``) and start."""
+    return kernel_victims.victim_order(holders, priority=lambda h: h.priority, started_at=lambda h: h.started_at,
+                                       admitted=lambda h: h.admitted_seq, key=lambda h: h.key)

@@ -1,9 +1,9 @@
 """The reconciler's decisions: which Kubernetes changes follow from the other cores' events.
 
 Pure and idempotent. Every effect is remembered per (object, field) with the value last emitted;
-an effect that would write the same value again is dropped, and a redelivered envelope (same id)
-yields nothing. The adapter that applies the effects (real API client or ``shared.sim``) is
-idempotent too, so at-least-once delivery never doubles a change.
+an effect that would write the same value again is dropped (a copy of an envelope, same id, never
+reaches the core: ``shared.runtime.service.Service`` drops it). The adapter that applies the effects
+(real API client or ``shared.sim``) is idempotent too, so at-least-once delivery never doubles a change.
 
 Objects are addressed as the user wrote them: the workload by its kind/namespace/name, pods as
 ``Pod``. ``Enqueued``/``BackedOff`` do not carry the workload's kind (see ``_Workload.kind``): until
@@ -13,7 +13,6 @@ namespace/name" (the cluster adapter resolves RayJob first, then RayCluster).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
@@ -24,7 +23,7 @@ from shared.kernel.events import (
     WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, kube_effect,
 )
 from services.reconciler.status import STATUS_TIMER, StatusBook, effect_object, pod_group_object, queue_object
-from shared.kernel.dedupe import RECENT_IDS, Seen, forget_before
+from shared.kernel.dedupe import Tombstones
 from shared.kernel.fold import Folds
 from shared.kernel.policy import Policy
 
@@ -113,13 +112,11 @@ class ReconcilerCore(Folds):
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self._seen = Seen(RECENT_IDS)
-        """Redelivered ids, the last few thousand per source (``shared.kernel.dedupe``): never a set of every id."""
         self._workloads: dict[str, _Workload] = {}
         self._applied: dict[str, dict[str, Any]] = {}
         """object id -> field -> last value emitted for it."""
-        self._gone: OrderedDict[str, float] = OrderedDict()
-        """Tombstones: deleted workload key -> when, oldest first (``TOMBSTONE_SECONDS``)."""
+        self._gone: Tombstones[str, None] = Tombstones(self.TOMBSTONE_SECONDS)
+        """Tombstones: deleted workload keys, oldest first (``TOMBSTONE_SECONDS``)."""
         self._refused: dict[str, str] = {}
         """Queue name -> the object its rejection was written on, until the queue is removed."""
         self._pod_owner: dict[str, _Workload] = {}
@@ -127,10 +124,8 @@ class ReconcilerCore(Folds):
         self.status = StatusBook(policy)
 
     def handle(self, env: Envelope) -> Sequence[KubeEffect | TimerSet]:
-        """Effects for one inbox event; a redelivered envelope id yields nothing. Status of queue
-        objects and PodGroups (``status.StatusBook``) is written when its timer fires."""
-        if not self._seen.add(env.id, env.source):
-            return []
+        """Effects for one inbox event. Status of queue objects and PodGroups (``status.StatusBook``) is
+        written when its timer fires."""
         if isinstance(env.payload, TimerFired):
             return self._flush_status() if env.payload.key == STATUS_TIMER else []
         if isinstance(env.payload, ObjectChanged):  # a pod deleted (``topology``): nothing is written on it again
@@ -156,7 +151,7 @@ class ReconcilerCore(Folds):
         if key is None or key not in self._gone:
             return False
         if env.type in _REBORN:
-            del self._gone[key]
+            self._gone.lift(key)
             return False
         return True
 
@@ -278,8 +273,8 @@ class ReconcilerCore(Folds):
         wl = self._workloads.pop(p.key, None)
         if wl is not None:
             self._forget(wl)
-        forget_before(self._gone, now - self.TOMBSTONE_SECONDS)
-        self._gone[p.key] = now
+        self._gone.expire(now)
+        self._gone.bury(p.key, None, now)
         return []
 
     def _on_QueueRemoved(self, p: QueueRemoved, now: float) -> list[KubeEffect]:

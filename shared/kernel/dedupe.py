@@ -12,17 +12,23 @@ inbox, instead of one ever-growing set or a flat million shared by every source.
 Inboxes are ordered, so a service never needs ids for what it re-reads of its own inbox: a restart
 resumes at an offset (``shared.runtime.bus.snapshot``), and what lies below it is never handed over again.
 
+The window is kept once, by ``shared.runtime.service.Service``, which every runtime puts in front of
+every core (embedded, the Kafka worker, the audit's replay): a core keeps no window of its own, since
+one could only hold ids the service's larger window of the same stream already holds.
+
 What a service remembers for a time rather than by count (a deleted object's tombstone, a recent
-write) is kept oldest first and let go by ``forget_before``.
+write) is kept oldest first and let go by ``forget_before``; a core's tombstones by ``Tombstones``.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from typing import Any, Callable, TypeVar
+from operator import itemgetter
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 K = TypeVar("K")
+V = TypeVar("V")
 
 PEAK_RATE = 10_000
 """Envelopes per second one producer can write into one inbox: a generous ceiling, well above what
@@ -44,10 +50,6 @@ def dedupe_window(commit_interval: float = DEFAULT_COMMIT_INTERVAL, peak_rate: f
 
 
 DEDUPE_WINDOW = dedupe_window()
-
-RECENT_IDS = 4096
-"""Ids a core itself remembers per source, where it guards against an exact copy on its own too
-(the runtime's window above is the real guard): a constant, whatever the history."""
 
 
 class Seen:
@@ -97,3 +99,53 @@ def forget_before(entries: OrderedDict[K, Any], horizon: float, when: Callable[[
         if when(value) >= horizon:
             return
         del entries[key]
+
+
+_BURIED_AT = itemgetter(1)
+"""When a tombstone's object was deleted: its (value, deleted at)'s second (``forget_before``)."""
+
+
+class Tombstones(Generic[K, V]):
+    """Deleted objects a core remembers for ``seconds`` of event time, each with what it must know of
+    the one that went (admission: its uid; the reconciler: nothing), oldest first.
+
+    Something can still speak of an object after its deletion — a watch's late event, a decision
+    another service took before it heard — and a tombstone lets the core drop that instead of
+    bringing the object back. Let go of after ``seconds`` (``expire``, through ``forget_before``), they
+    cost the deletions of that span, not every deletion ever: state follows live objects."""
+
+    __slots__ = ("seconds", "_entries")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._entries: OrderedDict[K, tuple[V, float]] = OrderedDict()
+
+    def bury(self, key: K, value: V, at: float) -> None:
+        """``key``'s object was deleted at ``at``: remember it with ``value`` as the newest (buried again,
+        it moves to the end, so the oldest stays first)."""
+        entries = self._entries
+        entries.pop(key, None)
+        entries[key] = (value, at)
+
+    def expire(self, now: float) -> None:
+        """Forget the objects deleted more than ``seconds`` before ``now``."""
+        forget_before(self._entries, now - self.seconds, _BURIED_AT)
+
+    def get(self, key: K) -> V | None:
+        """What was kept of ``key``'s object (None: no tombstone)."""
+        entry = self._entries.get(key)
+        return None if entry is None else entry[0]
+
+    def lift(self, key: K) -> None:
+        """Forget ``key``'s tombstone: an object of that name is made again."""
+        self._entries.pop(key, None)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[K]:
+        """The keys, oldest deletion first."""
+        return iter(self._entries)

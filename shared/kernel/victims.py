@@ -1,13 +1,34 @@
 """The one way muster picks victims, whoever evicts (in-queue preemption in placement or the queue).
 
-Pure and generic: the caller orders the candidates (who goes first) and says when a set suffices.
+Pure and generic: the caller names each candidate's priority, start, admission and key (``victim_order``)
+and says when a set suffices (``minimal_victims``).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence, TypeVar
+from typing import Callable, Iterable, Sequence, TypeVar
 
 V = TypeVar("V")
+
+Rank = tuple[int, bool, float, int]
+
+
+def victim_rank(priority: int, started_at: float | None, admitted: int) -> Rank:
+    """Where a candidate stands in the in-queue victim order, smallest first: the lowest priority, and
+    within it whoever loses the least work when evicted — one not started yet (it loses none), then
+    the latest start, then the last admitted (``admitted``: the order the service admitted in).
+
+    Placement (for room) and the queue (for quota) both evict within a queue and must name the same
+    victims in the same order, so the rule is written once, here; why this order and not a peer's is
+    docs/design/queue.md, "One in-queue victim order"."""
+    return (priority, started_at is not None, -(started_at or 0.0), -admitted)
+
+
+def victim_order(candidates: Iterable[V], *, priority: Callable[[V], int], started_at: Callable[[V], float | None],
+                 admitted: Callable[[V], int], key: Callable[[V], str]) -> list[V]:
+    """``candidates`` in victim order (``victim_rank``), ties broken by ``key`` so the order never
+    depends on the order they came in."""
+    return sorted(candidates, key=lambda v: (*victim_rank(priority(v), started_at(v), admitted(v)), key(v)))
 
 
 def minimal_victims(ordered: Sequence[V], fits: Callable[[list[V]], bool]) -> list[V] | None:

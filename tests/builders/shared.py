@@ -15,6 +15,7 @@ import yaml
 
 from services.reconciler.ingest import observe
 from shared.kernel import kube
+from shared.kernel.dedupe import Tombstones
 from shared.kernel.events import (
     BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, ElasticVictim, ElasticWaiting, Enqueued, Envelope,
     GangPlaced, GangDisrupted, GangRunning, GpuAssignment, ObjectsListed,
@@ -84,6 +85,15 @@ def sample_payloads() -> dict[str, Any]:
 def at(payload: Any, t: float, *, source: str = "test", index: int = 0) -> Envelope:
     """An envelope with no cause at event time ``t`` (id stable for the same arguments)."""
     return wrap(payload, source=source, cause=None, index=index, at=t)
+
+
+def tombstones(*deletions: tuple[str, str, float], seconds: float = 600.0) -> Tombstones[str, str]:
+    """Tombstones of ``(key, uid, deleted at)`` deletions, buried in that order (a core's own, such as
+    admission's, which keeps each deleted object's uid)."""
+    graves: Tombstones[str, str] = Tombstones(seconds)
+    for key, uid, when in deletions:
+        graves.bury(key, uid, when)
+    return graves
 
 
 class Clock:

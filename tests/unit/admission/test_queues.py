@@ -372,10 +372,10 @@ def test_the_reconciler_forgets_a_queue_object_refused_under_two_names_once_it_i
     """What admission says of such an object, fed to the reconciler: what it wrote on the object (its
     rejection annotation and event) and which queues name it go with the object."""
     admission, reconciler = AdmissionDriver(), ReconcilerCore(Policy())
-    before = retained(reconciler, exclude=[reconciler._seen]).entries
+    before = retained(reconciler).entries
     for i, (obj, change) in enumerate([(_refused_tree("video"), "Added"), (_refused_tree("research"), "Modified"),
                                        (_refused_tree("research"), "Deleted")]):
         for payload in admission.send(obj, change, at=float(i)):
             reconciler.handle(envelope(payload, at=float(i)))
     reconciler.handle(envelope(TimerFired(key=STATUS_TIMER), at=9.0))  # the queues' status, written
-    assert retained(reconciler, exclude=[reconciler._seen]).entries == before
+    assert retained(reconciler).entries == before

@@ -55,6 +55,25 @@ def test_a_duplicate_yields_nothing_and_is_counted():
     assert service.core.handled == [env]
 
 
+def test_a_copy_of_a_decision_never_reaches_the_core_that_would_answer_it_again():
+    """The one dedupe: the cores keep no window of ids of their own. Placement answers a second
+    Dequeued for a gang it placed with the GangPlaced again (a new request may ask), so a copy must
+    be stopped before it: the service's window does, on every runtime (each builds its cores behind
+    a ``Service``)."""
+    from services.placement.core import PlacementCore
+    from shared.kernel.events import Dequeued, GangPlaced
+    from shared.kernel.policy import Policy
+    from tests.builders import node, workload
+    from tests.builders.placement import node_changed
+
+    service = Service(PlacementCore(Policy()))
+    service.handle(at(node_changed(node("n1", cpu="4")), 0.0))
+    w = workload("ns/w")
+    dequeued = at(Dequeued(key=w.key, queue="default", workload=w, reason="r"), 1.0, source="queue")
+    assert [type(o.payload) for o in service.handle(dequeued)] == [GangPlaced]
+    assert service.handle(dequeued) == [] and service.duplicates == 1
+
+
 def test_an_id_outside_the_dedupe_window_is_handled_again():
     service = _service(dedupe_window=1)
     first, second = _input(0), _input(1)

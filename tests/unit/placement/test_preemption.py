@@ -82,6 +82,23 @@ def test_minimal_victim_set_lowest_priority_newest_first(need, victims):
     assert isinstance(out[-1], GangPlaced)
 
 
+def test_a_gang_admitted_but_not_started_goes_before_one_that_started_after_its_admission():
+    """The tie placement and the queue once ordered apart: ns/waiting was admitted at 2 s and has not
+    started; ns/running was admitted before it and started at 5 s. Evicting ns/waiting loses no work
+    (``shared.kernel.victims.victim_rank``), so it goes, as the queue would name it."""
+    d = PlacementDriver(None, node("n1", cpu="4"))
+    first = ray("ns/running", 10, cpu="2")
+    admitted = d.dequeue(first)
+    d.now = 2.0
+    d.dequeue(ray("ns/waiting", 10, cpu="2"))
+    d.now = 5.0
+    d.run(first, admitted)
+    d.now = 10.0
+    out = d.dequeue(ray("ns/boss", 50, cpu="2"))
+    assert [p.key for p in of_type(out, PreemptionRequested)] == ["ns/waiting"]
+    assert isinstance(out[-1], GangPlaced)
+
+
 def test_unneeded_victims_are_pruned():
     # Greedy order takes the 1-CPU workload first, but the 4-CPU one alone is enough.
     d = PlacementDriver(None, node("n1", cpu="5"))

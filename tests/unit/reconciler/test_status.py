@@ -149,18 +149,18 @@ def test_a_deleted_gang_leaves_nothing_of_its_podgroup_behind():
     d.feed(QueueDefined(queue=queue_spec("research", source=VOLCANO)), 0.0)
     d.submit("ml/b", "research", 0.0)
     d.fire()
-    before = retained(d.core, exclude=[d.core._seen, d.core._gone]).entries
+    before = retained(d.core, exclude=[d.core._gone]).entries
     d.submit("ml/a", "research", 3.0)
     d.feed(BackedOff(key="ml/a", queue="research", requeue_at=9.0, attempts=1, reason="full"), 3.0)
     assert ("scheduling.volcano.sh/v1beta1", "ml", "ray-a-pg") in by_target(d.fire())
     d.feed(WorkloadDeleted(key="ml/a"), 4.0)
     d.fire()
     # Its tombstone aside, which lasts TOMBSTONE_SECONDS (the test below waits for it to go).
-    assert retained(d.core, exclude=[d.core._seen, d.core._gone]).entries == before
+    assert retained(d.core, exclude=[d.core._gone]).entries == before
 
 
 def _footprint(d: Driver) -> int:
-    return retained(d.core, exclude=[d.core._seen]).entries
+    return retained(d.core).entries
 
 
 def _late(key: str) -> list[Any]:

@@ -2,8 +2,8 @@
 
 RayJobs go through their whole life (queued, admitted, run, finished, torn down, deleted) on the
 embedded runtime; once they are all gone, each core holds exactly as many entries as it did after
-one job, however many passed through. The dedupe windows are bounded by construction (``Seen``,
-the placement's shape mix) and left out; ``make bench``'s soak measures the bytes over a day.
+one job, however many passed through. The bounded windows (placement's shape mix and node index;
+the services' dedupe windows, ``Seen``, are no part of a core) are left out; ``make bench``'s soak measures the bytes over a day.
 """
 
 from __future__ import annotations

@@ -1,0 +1,55 @@
+"""shared/kernel/victims.py: the one in-queue victim order, as placement and the queue each read it
+from their own records (``services/placement/preemption.py``, ``services/queue/preemption.py``)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.placement import preemption as placement
+from services.placement.workloads import WorkloadRecord
+from services.queue import preemption as queue
+from tests.builders import workload
+
+
+def placed(key: str, priority: int, admitted: int, started_at: float | None) -> WorkloadRecord:
+    """Placement's record of a workload it admitted ``admitted``-th, Running since ``started_at``."""
+    return WorkloadRecord(spec=workload(key, queue="team-a", priority=priority), queue="team-a", admitted=True,
+                          admitted_seq=admitted, started_at=started_at, running=started_at is not None)
+
+
+def held(key: str, priority: int, admitted: int, started_at: float | None) -> queue.Holder:
+    """The queue's view of the same workload."""
+    return queue.Holder(key=key, priority=priority, preemptible=True, started_at=started_at, admitted_seq=admitted,
+                        demand={"cpu": 1000})
+
+
+def both(*rows: tuple[str, int, int, float | None]) -> tuple[list[str], list[str]]:
+    """The victim order of ``(key, priority, admission order, started at)`` rows, by placement and by the queue."""
+    return ([w.key for w in placement.victim_order([placed(*row) for row in rows])],
+            [h.key for h in queue.victim_order([held(*row) for row in rows])])
+
+
+def test_one_not_started_goes_before_one_that_started_after_it_was_admitted():
+    """ns/running was admitted first and started at 5 s; ns/waiting was admitted after it (2 s) and has
+    not started. Evicting ns/waiting loses no work, so it goes first, in placement as in the queue
+    (placement once took ns/running, whose start is later than ns/waiting's admission)."""
+    by_placement, by_queue = both(("ns/running", 10, 1, 5.0), ("ns/waiting", 10, 2, None))
+    assert by_placement == by_queue == ["ns/waiting", "ns/running"]
+
+
+def test_lowest_priority_first_then_latest_start_then_last_admitted_then_key():
+    rows = [("ns/high", 20, 1, None), ("ns/old", 10, 2, 1.0), ("ns/new", 10, 3, 9.0), ("ns/same-b", 10, 5, 4.0),
+            ("ns/same-a", 10, 4, 4.0), ("ns/idle", 10, 6, None)]
+    by_placement, by_queue = both(*rows)
+    assert by_placement == by_queue == ["ns/idle", "ns/new", "ns/same-b", "ns/same-a", "ns/old", "ns/high"]
+
+
+_rows = st.lists(st.tuples(st.integers(0, 2), st.one_of(st.none(), st.integers(0, 5).map(float))), max_size=8)
+
+
+@given(_rows)
+def test_placement_and_the_queue_always_name_victims_in_the_same_order(rows):
+    named = [(f"ns/w{i}", priority, i + 1, started) for i, (priority, started) in enumerate(rows)]
+    by_placement, by_queue = both(*named)
+    assert by_placement == by_queue
