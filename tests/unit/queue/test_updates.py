@@ -94,3 +94,26 @@ def test_an_identical_or_unshrinking_update_of_a_holder_sets_no_timer():
     assert [x for x in out if isinstance(x, TimerSet)] == []
     out = d.send(updated(_rc("ns/a", 2, priority=5)), 31.0)
     assert out == [] and not d.of(BackedOff)
+
+
+def test_a_waiting_workload_whose_queue_changes_is_admitted_in_the_new_queue_at_once():
+    """It leaves the full queue's index and waits in the new one with a fresh attempt count."""
+    d = _running_a(workers=4)  # a holds cpu 5 of q's 6
+    d.step(defined(queue_spec("roomy", limit={"cpu": "10"})), 4.0)
+    out = d.step(submitted(job("ns/b", "q", cpu="3", at=10.0)), 10.0)
+    assert [x.type for x in out] == ["Enqueued", "BackedOff"]
+    out = d.step(updated(job("ns/b", "roomy", cpu="3", at=10.0)), 20.0)
+    assert [(x.type, x.key, x.queue) for x in out if x.type != "TimerSet"] == [
+        ("Enqueued", "ns/b", "roomy"), ("Dequeued", "ns/b", "roomy")]
+    assert d.core.status()["q"]["pending"] == [] and d.core.status()["roomy"]["active"] == ["ns/b"]
+
+
+def test_a_holder_whose_queue_changes_keeps_its_queue_until_its_next_admission():
+    """As Kueue refuses the change while a job runs: quota stays booked where it was admitted."""
+    d = _running_a(workers=4)
+    d.step(defined(queue_spec("roomy", limit={"cpu": "10"})), 4.0)
+    out = d.step(updated(_rc("ns/a", 4, queue="roomy")), 10.0)
+    assert [x for x in out if x.type != "TimerSet"] == []
+    assert d.core.status()["q"]["active"] == ["ns/a"] and d.core.status()["roomy"]["active"] == []
+    d.step(preempted("ns/a", "ns/x"), 20.0)  # back in line: it waits with its latest spec, in its new queue
+    assert d.core._workloads["ns/a"].queue == "roomy"
