@@ -130,3 +130,17 @@ def test_placement_refusing_the_preemption_frees_the_victims_for_later():
     assert d.core.status()["q"]["active"] == ["ns/low"]
     again = [x for x in d.settle(31.0) if isinstance(x, ReclaimRequested)]
     assert [(x.key, x.victims) for x in again] == [("ns/high", ("ns/low",))]
+
+
+def test_two_preemptors_under_one_parent_each_take_one_victim_of_their_own_in_one_cycle():
+    """The department's limit blocks both; each preemptor's victims come from its own leaf, the first
+    one's promised victim counts as freed for the second, and neither takes more than it needs."""
+    d = _queue("8", queue_spec("dept", dialect="kai", limit={"cpu": "8"}),
+               queue_spec("x", parent="dept", dialect="kai"), queue_spec("y", parent="dept", dialect="kai"))
+    for key, queue, at in (("ns/x1", "x", 1.0), ("ns/x2", "x", 2.0), ("ns/y1", "y", 3.0), ("ns/y2", "y", 4.0)):
+        _run(d, key, "2", at, queue=queue, priority=10)
+    d.send(submitted(job("ns/xh", "x", cpu="2", at=30.0, priority=50)), 30.0)
+    d.send(submitted(job("ns/yh", "y", cpu="2", at=30.0, priority=50)), 30.0)
+    asked = [x for x in d.settle(30.0) if isinstance(x, (Dequeued, ReclaimRequested, BackedOff))]
+    assert [(x.type, x.key, x.victims) for x in asked] == [
+        ("ReclaimRequested", "ns/xh", ("ns/x2",)), ("ReclaimRequested", "ns/yh", ("ns/y2",))]
