@@ -26,7 +26,7 @@ from services.placement.statement import Statement
 from services.placement.workloads import WorkloadRecord
 from shared.kernel.model import Gang
 from shared.kernel import victims as kernel_victims
-from shared.kernel.victims import minimal_victims
+from shared.kernel.victims import minimal_victims, parts_then_wholes
 
 
 def eligible(victim: WorkloadRecord, preemptor: WorkloadRecord, now: float, min_runtime: float) -> bool:
@@ -119,12 +119,12 @@ class Preemption:
 
     def choose(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str
                ) -> tuple[list[Victim], list[WorkloadRecord] | None]:
-        """The fewest elastic pods that make room (they go before any whole gang), else the fewest
-        whole workloads (None: no preemption makes room)."""
-        pods = minimal_victims(elastic.victim_slots(candidates), lambda ss: self.fits_without(rec, strategy, [], ss))
-        if pods:
-            return pods, []
-        return [], minimal_victims(candidates, lambda vs: self.fits_without(rec, strategy, vs))
+        """The fewest victims that make room, elastic pods before any whole gang, and both together
+        where neither alone does (``parts_then_wholes``); None for the workloads when no preemption
+        makes room."""
+        chosen = parts_then_wholes(elastic.victim_slots(candidates), candidates, owner=lambda v: v[0].key,
+                                   key=lambda w: w.key, fits=lambda ss, vs: self.fits_without(rec, strategy, vs, ss))
+        return chosen if chosen is not None else ([], None)
 
     def why_not(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str, now: float,
                 min_runtime: float, reason: str) -> tuple[float | None, str]:

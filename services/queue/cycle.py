@@ -179,18 +179,8 @@ class AdmissionCycle:
         reason (and ``refused``: why no reclaim): waiting for quota under ``level`` (``room.py``), or, when
         only victims' minimum runtime stands in the way, for a time."""
         core = self.core
-        pods = core.victims.elastic_quota_victims(w, snap, now)
-        if pods is not None:
-            w.reclaim_note = ""
-            self._reserve(w, (), snap, pods)
-            w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
-                                     f"preempting {_elastic_text(pods)} to stay within {failure}")
-            out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=(),
-                                        elastic_victims=w.elastic_victims, reason=w.last_reason,
-                                        gpu_memory=w.gpu_memory))
-            return True
-        victims, note = core.victims.quota_victims(w, snap, now, out)
-        if victims is None:
+        chosen, note = core.victims.quota_victims(w, snap, now, out)
+        if chosen is None:
             tail = " ".join(part for part in (note, refused) if part)
             parks = bool(level) and not note
             if parks:
@@ -198,13 +188,15 @@ class AdmissionCycle:
             core.back_off(w, now, w.reason(gang_line(w.spec.gang) + failure + (f". {tail}" if tail else "")), out,
                           arm=not parks)
             return False
+        pods, victims = chosen
         keys = tuple(h.key for h in victims)
         w.reclaim_note = ""
-        self._reserve(w, keys, snap)
-        named = ", ".join(f"{h.key} (priority {h.priority})" for h in victims)
+        self._reserve(w, keys, snap, pods)
+        named = ", ".join([*(f"{h.key} (priority {h.priority})" for h in victims), *([_elastic_text(pods)] if pods else [])])
         w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
                                  f"preempting {named} to stay within {failure}")
-        out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=keys, reason=w.last_reason,
+        out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=keys,
+                                    elastic_victims=w.elastic_victims, reason=w.last_reason,
                                     gpu_memory=w.gpu_memory))
         return True
 

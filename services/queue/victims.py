@@ -2,7 +2,7 @@
 
 - across queues (``reclaim``): running workloads of queues above their fair share (or guarantee,
   for a starved requester), elastic pods alone first; the rules are ``reclaim.py``'s;
-- within a leaf queue (``quota_victims``, ``elastic_quota_victims``): lower priorities whose quota
+- within a leaf queue (``quota_victims``): lower priorities whose quota (their elastic pods first)
   lets the head pass its limits (``preemption.py``'s rules);
 - when only the victims' minimum runtime stands in the way, a wake-up for then (``Timers.ripen``).
 
@@ -21,7 +21,7 @@ from services.queue.snapshot import Snapshot
 from services.queue.tree import quota_failure
 from services.queue.workload import Tracked
 from shared.kernel import quantity as q
-from shared.kernel.victims import minimal_victims
+from shared.kernel.victims import minimal_victims, parts_then_wholes
 
 if TYPE_CHECKING:
     from services.queue.core import Out, QueueCore
@@ -146,27 +146,34 @@ class Victims:
                 f"{', '.join(queues)} (until {ripe:g}s).")
 
     # ------------------------------------------------------------------ within a leaf queue
-    def quota_victims(self, w: Tracked, snap: Snapshot, now: float,
-                      out: Out) -> tuple[list[preemption.Holder] | None, str]:
-        """The fewest lower-priority holders of ``w``'s leaf queue whose quota lets ``w`` pass the quota
-        check; else None, with a note (and a wake-up) when only their minimum runtime stands in the way."""
+    def quota_victims(self, w: Tracked, snap: Snapshot, now: float, out: Out
+                      ) -> tuple[tuple[list[elastic.ElasticPod], list[preemption.Holder]] | None, str]:
+        """The fewest victims in ``w``'s leaf queue whose quota lets ``w`` pass the quota check: elastic
+        pods of lower-priority holders before any whole holder, and both together where neither alone
+        does (``parts_then_wholes``); else None, with a note (and a wake-up) when only the holders'
+        minimum runtime stands in the way."""
         holders = self._quota_holders(w, snap) if w.spec.preempts else []
         if not holders:
             return None, ""
         min_runtime = self.min_runtime(w.queue)
+        assert snap.holders is not None
 
-        def fits(victims: list[preemption.Holder]) -> bool:
+        def fits(pods: list[elastic.ElasticPod], victims: list[preemption.Holder]) -> bool:
             freed: dict[str, int] = {}
-            for h in victims:
-                freed = q.add(freed, h.demand)
+            for demand in [*(pod.demand for pod in pods), *(h.demand for h in victims)]:
+                freed = q.add(freed, demand)
             return self._fits_quota_without(w, snap, freed)
 
         ready = [h for h in holders if preemption.eligible(h, w.spec.priority, now, min_runtime)]
-        victims = minimal_victims(preemption.victim_order(ready), fits)
-        if victims is not None:
-            return victims, ""
+        pods = [pod for pod in elastic.elastic_pods(x for x in snap.holders.get(w.queue, []) if x.key != w.key)
+                if preemption.eligible(pod.holder, w.spec.priority, now, min_runtime)]
+        chosen = parts_then_wholes(pods, preemption.victim_order(ready), owner=lambda pod: pod.key,
+                                   key=lambda h: h.key, fits=fits)
+        if chosen is not None:
+            return chosen, ""
         aged = [h for h in holders if preemption.eligible(h, w.spec.priority, math.inf, min_runtime)]
-        later = minimal_victims(preemption.victim_order(aged), fits) if len(aged) > len(ready) else None
+        later = (minimal_victims(preemption.victim_order(aged), lambda victims: fits([], victims))
+                 if len(aged) > len(ready) else None)
         if not later:
             return None, ""
         ripe = max((h.started_at + min_runtime for h in later if h.started_at is not None), default=now)
@@ -182,27 +189,6 @@ class Victims:
         chain = [spec.name for spec in tree.ancestry(w.queue)]
         usage = {name: q.sub(snap.usage.get(name, {}), freed) for name in chain}
         return quota_failure(tree, w.queue, w.demand, usage, snap.protected, w.spec.preemptible) is None
-
-    def elastic_quota_victims(self, w: Tracked, snap: Snapshot, now: float) -> list[elastic.ElasticPod] | None:
-        """The fewest elastic pods of lower-priority holders of ``w``'s leaf queue whose quota lets ``w``
-        pass (elastic pods go before any whole gang); None when they do not suffice or ``w`` may not preempt."""
-        if not w.spec.preempts:
-            return None
-        self._quota_holders(w, snap)
-        assert snap.holders is not None
-        min_runtime = self.min_runtime(w.queue)
-        pods = [pod for pod in elastic.elastic_pods(x for x in snap.holders.get(w.queue, []) if x.key != w.key)
-                if preemption.eligible(pod.holder, w.spec.priority, now, min_runtime)]
-        if not pods:
-            return None
-
-        def fits(chosen: list[elastic.ElasticPod]) -> bool:
-            freed: dict[str, int] = {}
-            for pod in chosen:
-                freed = q.add(freed, pod.demand)
-            return self._fits_quota_without(w, snap, freed)
-
-        return minimal_victims(pods, fits)
 
     def _quota_holders(self, w: Tracked, snap: Snapshot) -> list[preemption.Holder]:
         """Admitted and running workloads of ``w``'s leaf queue, as quota preemption sees them."""

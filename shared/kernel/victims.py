@@ -1,14 +1,17 @@
 """The one way muster picks victims, whoever evicts (in-queue preemption in placement or the queue).
 
 Pure and generic: the caller names each candidate's priority, start, admission and key (``victim_order``)
-and says when a set suffices (``minimal_victims``).
+and says when a set suffices (``minimal_victims``; ``parts_then_wholes`` where elastic pods and whole
+workloads may both go).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence, TypeVar
+from typing import Callable, Hashable, Iterable, Sequence, TypeVar
 
 V = TypeVar("V")
+P = TypeVar("P")
+W = TypeVar("W")
 
 Rank = tuple[int, bool, float, int]
 
@@ -46,3 +49,24 @@ def minimal_victims(ordered: Sequence[V], fits: Callable[[list[V]], bool]) -> li
         if fits(rest):
             chosen = rest
     return chosen
+
+
+def parts_then_wholes(parts: Sequence[P], wholes: Sequence[W], *, owner: Callable[[P], Hashable],
+                      key: Callable[[W], Hashable],
+                      fits: Callable[[list[P], list[W]], bool]) -> tuple[list[P], list[W]] | None:
+    """The fewest victims among elastic ``parts`` (pods above a gang's minimum) and ``wholes`` (whole
+    workloads), parts first, as KAI's solver accumulates them: each victim job's tasks above its
+    minimum, then, later in the queue, the rest of it. So a set may combine one workload's elastic
+    pods with another, newer, whole workload where neither alone makes room, instead of evicting the
+    first one whole. A part whose ``owner`` is taken whole is not a victim of its own (``fits`` is
+    never asked to free it twice). Where parts alone suffice, the answer is what ``minimal_victims``
+    gives over the parts; None when even all of them do not suffice."""
+    units = [(False, i) for i in range(len(parts))] + [(True, i) for i in range(len(wholes))]
+
+    def split(chosen: list[tuple[bool, int]]) -> tuple[list[P], list[W]]:
+        taken = [wholes[i] for whole, i in chosen if whole]
+        gone = {key(w) for w in taken}
+        return [parts[i] for whole, i in chosen if not whole and owner(parts[i]) not in gone], taken
+
+    chosen = minimal_victims(units, lambda c: fits(*split(c)))
+    return None if chosen is None else split(chosen)

@@ -152,3 +152,20 @@ def test_a_running_elastic_pod_takes_the_place_of_a_gang_pod_that_went_away():
     assert release.promoted == (f"default/{extra['metadata']['name']}",)
     assert release.reason == "pod rc-worker-worker-10 takes the gang place of pod rc-worker-worker-0"
     assert of_type(d.settle(), GangRunning) == [] and d.pod(ray_pod("rc", "worker", 20)) == []
+
+
+def test_elastic_pods_of_one_workload_and_a_newer_whole_one_go_together_where_neither_alone_makes_room():
+    """KAI's solver accumulates each victim's pods above its minimum, then whole jobs: so old keeps its
+    gang, gives its two elastic pods, and new goes whole — not both gangs."""
+    d = PlacementDriver(None, node("n1", cpu="8"))
+    old = _elastic("default/old", 2)
+    _running(d, old, 2)                                              # 2 + 2 elastic = 4 CPUs
+    new = workload("default/new", queue="q", gang_=gang(pod_set("head", 4, cpu="1")))
+    d.run(new, d.dequeue(new))                                       # the other 4
+    high = workload("default/high", queue="q", priority=100, gang_=gang(pod_set("head", 6, cpu="1")))
+    out = d.dequeue(high)
+    assert [p.key for p in of_type(out, PreemptionRequested)] == ["default/new"]
+    release = one(out, ElasticReleased)
+    assert (release.key, release.count) == ("default/old", 2)
+    assert one(out, GangPlaced).reason == ("6/6 pods placed on 1 node(s) (binpack) after preempting "
+                                           "default/new, 2 elastic pod(s) of default/old (worker)")

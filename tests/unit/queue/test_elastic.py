@@ -101,6 +101,21 @@ def test_quota_preemption_takes_lower_priority_elastic_pods_before_any_gang():
     assert d.core.status()["q"]["usage"]["cpu"] == 6000
 
 
+def test_quota_preemption_combines_one_workloads_elastic_pods_with_a_newer_whole_one():
+    """Neither old's elastic pods (2) nor new alone (4) give back the 6 high needs: both together do,
+    so old keeps its gang (KAI's solver: tasks above a job's minimum, then whole jobs)."""
+    d = _cluster(limit="8")
+    _admit(d, _elastic("ns/old", "q", 2), 1.0)                    # 2 + 2 elastic
+    _admit(d, job("ns/new", "q", cpu="4", at=2.0), 2.0)           # 8 of 8
+    assert d.core.status()["q"]["usage"]["cpu"] == 8000
+    out = [x for x in d.step(submitted(job("ns/high", "q", cpu="6", at=10.0, priority=100)), 10.0)
+           if isinstance(x, ReclaimRequested)]
+    assert len(out) == 1 and out[0].victims == ("ns/new",)
+    assert [(v.key, v.pod_set, v.count) for v in out[0].elastic_victims] == [("ns/old", "worker", 2)]
+    assert ("preempting ns/new (priority 0), 2 elastic pod(s) of ns/old (worker) to stay within queue q "
+            "capability cpu 8") in out[0].reason
+
+
 def test_reclaim_takes_elastic_pods_of_a_queue_over_its_share_before_any_gang():
     d = QueueDriver()
     d.step(capacity(cpu="8", memory="64Gi"), 0.0)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from services.placement import preemption as placement
 from services.placement.workloads import WorkloadRecord
 from services.queue import preemption as queue
+from shared.kernel.victims import parts_then_wholes
 from tests.builders import workload
 
 
@@ -53,3 +54,32 @@ def test_placement_and_the_queue_always_name_victims_in_the_same_order(rows):
     named = [(f"ns/w{i}", priority, i + 1, started) for i, (priority, started) in enumerate(rows)]
     by_placement, by_queue = both(*named)
     assert by_placement == by_queue
+
+
+# ---------------------------------------------------------------------- parts_then_wholes
+SIZES = {"old": 4, "new": 4, "big": 9}
+"""What each whole workload frees; each elastic part frees 1 and belongs to ``old``."""
+
+
+def _pick(need: int, parts: list[str], wholes: list[str]):
+    def fits(ps: list[str], ws: list[str]) -> bool:
+        return len(ps) + sum(SIZES[w] for w in ws) >= need
+
+    return parts_then_wholes(parts, wholes, owner=lambda p: "old", key=lambda w: w, fits=fits)
+
+
+def test_parts_alone_when_they_suffice():
+    assert _pick(2, ["p1", "p2", "p3"], ["new", "old"]) == (["p1", "p2"], [])
+
+
+def test_parts_and_a_whole_together_where_neither_alone_suffices():
+    assert _pick(6, ["p1", "p2"], ["new", "old"]) == (["p1", "p2"], ["new"])
+
+
+def test_a_part_of_a_workload_taken_whole_is_not_counted_twice():
+    # old whole (4) + new (4) are needed; old's parts are inside old and are no victims of their own
+    assert _pick(8, ["p1", "p2"], ["new", "old"]) == ([], ["new", "old"])
+
+
+def test_none_when_even_everything_does_not_suffice():
+    assert _pick(99, ["p1"], ["new", "old"]) is None
