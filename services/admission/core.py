@@ -5,7 +5,7 @@ Where each decision is made:
 - each queue dialect's rules (what the gang counts and charges, who is preemptible, who preempts):
   ``dialects.py``
 - queue objects (Volcano / KAI / ElasticQuotaTree) and the book of defined queues: ``queues.py``
-- queue resolution and "can never fit": ``resolve.py``; priority classes, preemptibility: ``priority.py``
+- queue resolution: ``resolve.py``; priority classes, preemptibility: ``priority.py``
 - plain pod gangs and single pods (membership, min-available): ``podgangs.py``
 - PodGroups KubeRay made for a RayCluster / RayJob (their minMember and queue): here, ``_on_ray_group``
 - lifecycle (Submitted / Updated / Rejected / Finished / Deleted, dedup) and composition: here.
@@ -27,7 +27,7 @@ from services.admission.fields import Invalid
 from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, ray_owner
 from services.admission.priority import PriorityBook, class_name, preemptible, ray_pod_metas, volcano_pinned
 from services.admission.queues import QueueBook
-from services.admission.resolve import never_fits, queue_for
+from services.admission.resolve import queue_for
 from services.admission.workloads import (
     RayShape,
     is_rayjob_cluster,
@@ -457,16 +457,17 @@ class AdmissionCore(Folds):
               template_class: str | None, template_field: str, gang: Gang, gate: Gate, cluster_name: str,
               submitted_at: float, pinned: bool = False, keep: WorkloadSpec | None = None,
               not_ready: str = "") -> WorkloadSpec:
-        """Queue, priority, preemptibility and the can-never-fit check, common to every workload kind.
+        """Queue, priority and preemptibility, common to every workload kind.
 
         Preemptibility follows the queue's dialect (``dialects.py``) and the user's opt-outs (``pinned``:
-        ``volcano.sh/preemptable: "false"`` somewhere on the workload).
+        ``volcano.sh/preemptable: "false"`` somewhere on the workload). A gang larger than its queue's
+        limits (or, non-preemptible, than a KAI queue's quota) is no bad input: queues change, so the queue
+        core holds it with the numbers (``can never fit in queue Q as it is``), as every peer keeps it pending.
 
         ``keep``: the spec a submitted workload has while queues or PriorityClasses changed under it.
-        Staying in its queue it is not checked again (a lowered limit or a removed queue leaves it
-        waiting with the queue core's reason), and the class it still names that no longer resolves
-        (deleted, made invalid) leaves it the priority it had, as Kubernetes leaves a pod's; moving to another
-        queue it is checked like a new workload (it would have been rejected had that queue come first).
+        Staying in its queue a removed queue leaves it waiting with the queue core's reason, and the class
+        it still names that no longer resolves (deleted, made invalid) leaves it the priority it had, as
+        Kubernetes leaves a pod's; moving to another queue it is checked like a new workload.
         """
         queue_name, source = queue
         moved = keep is None or queue_name != keep.queue
@@ -489,11 +490,6 @@ class AdmissionCore(Folds):
             q.check_total(_all_pods(gang), "gang")
         except q.QuantityError as exc:
             raise Invalid(str(exc)) from None
-        pinned_now = not can_preempt and (keep is None or keep.preemptible)
-        if moved or pinned_now:  # as if it had come after the definition that moved or pinned it
-            reason = never_fits(gang.quota_demand, self.queues.chain(queue_name), preemptible=can_preempt)
-            if reason is not None:
-                raise Invalid(reason)
         return WorkloadSpec(key=f"{namespace}/{name}", kind=kind, namespace=namespace, name=name,
                             queue=queue_name, priority=priority, priority_class=priority_class, preemptible=can_preempt,
                             gate=gate, preempts=dialect.preempts(gate), gang=gang, submitted_at=submitted_at,

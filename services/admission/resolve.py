@@ -1,4 +1,4 @@
-"""Which queue a workload goes to, and whether its gang could ever fit that queue's limits.
+"""Which queue a workload goes to.
 
 Resolution order, first match wins: ``spec.queue`` of a PodGroup KubeRay made for the workload
 (Volcano schedules by the PodGroup's queue), label ``volcano.sh/queue-name`` (or Volcano's annotation
@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from services.admission.queues import QueueBook
-from shared.kernel import quantity as q
-from shared.kernel.model import UNLIMITED, QueueSpec
 
 QUEUE_SOURCES: tuple[tuple[str, str], ...] = (
     ("labels", "volcano.sh/queue-name"),
@@ -21,8 +19,6 @@ QUEUE_SOURCES: tuple[tuple[str, str], ...] = (
     ("labels", "kai.scheduler/queue"),
     ("labels", "quota.scheduling.alibabacloud.com/name"),
 )
-
-_RESOURCE_ORDER = (q.CPU, q.MEMORY, q.GPU)
 
 
 def queue_for(labels: Mapping[str, str], annotations: Mapping[str, str], namespace: str, book: QueueBook,
@@ -46,33 +42,4 @@ def namespace_leaf(namespace: str, book: QueueBook) -> str | None:
     for spec in book.specs.values():
         if namespace in spec.namespaces and book.is_leaf(spec.name):
             return spec.name
-    return None
-
-
-def _ordered(demand: Mapping[str, int]) -> list[str]:
-    """cpu, memory, GPU first (what people look at), then the rest by name."""
-    first = [r for r in _RESOURCE_ORDER if r in demand]
-    return first + sorted(r for r in demand if r not in _RESOURCE_ORDER)
-
-
-def never_fits(demand: Mapping[str, int], chain: list[QueueSpec], preemptible: bool = True) -> str | None:
-    """Reason when ``demand`` exceeds the limit of the queue or an ancestor for some resource (leaf first),
-    or, for a non-preemptible workload where the dialect caps those by the guarantee (KAI), the guarantee:
-    such a workload could wait for ever, so it is told at once which cap and by how much."""
-    for depth, spec in enumerate(chain):
-        who = f"queue {spec.name}" + (f" (ancestor of {chain[0].name})" if depth else "")
-        for resource in _ordered(demand):
-            limit = spec.limit_of(resource)
-            if limit is not None and demand[resource] > limit:
-                return (f"can never fit: {who} {spec.limit_word} {resource} {q.human(resource, limit)}, "
-                        f"gang requests {resource} {q.human(resource, demand[resource])}")
-        if preemptible or not spec.guarantee_caps_non_preemptible:
-            continue
-        for resource in _ordered(demand):
-            guarantee = spec.guarantee.get(resource)
-            if guarantee is not None and guarantee != UNLIMITED and demand[resource] > guarantee:
-                return (f"can never fit: {who} {spec.guarantee_word} {resource} {q.human(resource, guarantee)} "
-                        f"caps non-preemptible workloads, gang requests {resource} "
-                        f"{q.human(resource, demand[resource])} (a preemptible priority or "
-                        f"kai.scheduler/preemptibility: preemptible lets it borrow above the {spec.guarantee_word})")
     return None

@@ -143,6 +143,13 @@ class RoomWaits:
                 for key in members if workloads[key].spec.preempts]
 
 
+def as_it_is(level: str) -> str:
+    """The key a workload waits for quota under when no release can let it in, only a change of the queue
+    ``level`` (``tree.never_fits``): no release names it (a queue's name has no space), so only a queue
+    defined or removed (``QuotaWaits.wake_all``) or a lower priority admitted beside it (``above``) wakes it."""
+    return f"{level} as it is"
+
+
 _Fits = Callable[[Tracked, dict[str, int]], bool]
 """Whether a waiter passes the blocking level's check with ``consumed`` already taken from it this wake."""
 

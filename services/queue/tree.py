@@ -6,7 +6,8 @@ binds its whole subtree) and within the signed 64 bits a usage is held in (``qua
 each workload's demand is bounded at the edge, a queue's sum over many is bounded here, so the
 history's ``BIGINT`` usage columns never overflow) and, for a non-preemptible workload of a queue
 whose dialect caps them (KAI), within the guarantee. ``over_limits`` says by how much each level is exceeded (what reclaim
-across the tree must free there).
+across the tree must free there); ``never_fits`` whether the demand alone breaks a level, which only a change
+of the queue can mend.
 """
 
 from __future__ import annotations
@@ -175,6 +176,31 @@ def level_failure(spec: QueueSpec, wanted: list[str], demand: Mapping[str, int],
                     f"{q.human(resource, demand[resource])}: together more than muster holds "
                     f"({q.MAX_MILLI // 1000} units, 2**63-1 milli-units)")
     return _guarantee_cap(spec, wanted, demand, protected, preemptible)
+
+
+def never_fits(tree: QueueTree, queue: str, demand: Mapping[str, int], preemptible: bool) -> tuple[str, str] | None:
+    """(the queue, the reason) when ``demand`` alone breaks a limit of ``queue`` or an ancestor, or the guarantee
+    cap a non-preemptible workload has there (KAI): nothing that runs or leaves can let it in, only a change
+    of the queue can, so it waits for that (``QuotaWaits``), as Volcano, KAI, Kueue and kube-queue keep such a
+    job pending rather than refuse it. Levels leaf first, resources by name, as ``quota_block``."""
+    wanted = sorted(r for r, v in demand.items() if v > 0)
+    for spec in tree.ancestry(queue):
+        for resource in wanted:
+            limit = spec.limit_of(resource)
+            if limit is not None and demand[resource] > limit:
+                return spec.name, (f"can never fit in queue {spec.name} as it is: {spec.limit_word} {resource} "
+                                   f"{q.human(resource, limit)}, requested {resource} "
+                                   f"{q.human(resource, demand[resource])}")
+        if preemptible or not spec.guarantee_caps_non_preemptible:
+            continue
+        for resource in wanted:
+            guarantee = spec.guarantee.get(resource)
+            if guarantee is not None and guarantee != UNLIMITED and demand[resource] > guarantee:
+                return spec.name, (f"can never fit in queue {spec.name} as it is: {spec.guarantee_word} {resource} "
+                                   f"{q.human(resource, guarantee)} caps non-preemptible workloads, requested "
+                                   f"{resource} {q.human(resource, demand[resource])} (a preemptible workload may go "
+                                   f"above the {spec.guarantee_word})")
+    return None
 
 
 def cap_failure(tree: QueueTree, queue: str, demand: Mapping[str, int], protected: Mapping[str, Mapping[str, int]],
