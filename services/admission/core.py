@@ -59,6 +59,7 @@ from shared.kernel.kube import REFUSED, watched_namespace
 from shared.kernel.listing import WatchBook
 from shared.kernel.model import Gang, WorkloadKind, WorkloadSpec
 from shared.kernel.policy import Policy
+from shared.kernel.reasons import close_names, did_you_mean
 from shared.kernel.treekey import tree_key
 from shared.kernel.validation import one_of
 
@@ -473,7 +474,8 @@ class AdmissionCore(Folds):
         moved = keep is None or queue_name != keep.queue
         known = queue_name == self.policy.default_queue or self.queues.exists(queue_name)
         if moved and not known and self.policy.unknown_queue == "reject":
-            raise Invalid(f"queue {queue_name} does not exist ({source})")
+            close = close_names(queue_name, [*self.queues.specs, self.policy.default_queue])
+            raise Invalid(f"queue {queue_name} does not exist ({source}){did_you_mean(close)}")
         cls, cls_field = class_name(labels, template_class, template_field)
         try:
             priority, priority_class = self.priorities.resolve(cls, cls_field)

@@ -16,6 +16,7 @@ from typing import Mapping
 
 from shared.kernel import quantity as q
 from shared.kernel.model import QueueSpec, UNLIMITED
+from shared.kernel.reasons import close_names, did_you_mean
 
 Resources = dict[str, int]
 
@@ -37,6 +38,9 @@ class QueueTree:
         self.default_queue = default_queue
         self._specs: dict[str, QueueSpec] = {}
         self._children: dict[str | None, list[str]] | None = None
+        self._missing: dict[str, str] = {}
+        """Name of a queue that does not exist -> why its workloads wait, with the names that come close:
+        asked for every cycle, worked out once per change of the tree."""
 
     # ------------------------------------------------------------------ membership
     def define(self, spec: QueueSpec) -> str | None:
@@ -54,6 +58,7 @@ class QueueTree:
             name = self._specs[name].parent
         self._specs[spec.name] = spec
         self._children = None
+        self._missing.clear()
         return None
 
     def remove(self, name: str) -> bool:
@@ -61,6 +66,7 @@ class QueueTree:
         if self._specs.pop(name, None) is None:
             return False
         self._children = None
+        self._missing.clear()
         return True
 
     def get(self, name: str) -> QueueSpec | None:
@@ -117,7 +123,10 @@ class QueueTree:
         """Why a workload of this queue cannot be considered at all (None: the queue takes workloads)."""
         spec = self.get(name)
         if spec is None:
-            return f"queue {name} does not exist"
+            why = self._missing.get(name)
+            if why is None:  # a typo of a queue that exists is the likeliest cause: name those that come close
+                why = self._missing[name] = f"queue {name} does not exist{did_you_mean(close_names(name, self.names()))}"
+            return why
         if spec.state != "Open":
             return f"queue {name} is {spec.state}; workloads wait until it is Open"
         kids = self.children(name)

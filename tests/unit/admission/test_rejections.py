@@ -153,6 +153,15 @@ def test_unknown_queue_is_rejected_when_policy_says_reject() -> None:
         "queue nope does not exist (metadata.labels.volcano.sh/queue-name)"
 
 
+def test_an_unknown_queue_rejected_by_policy_names_the_queues_that_come_close() -> None:
+    d = AdmissionDriver(unknown_queue="reject")
+    d.send(volcano_queue("team-a"))
+    assert d.rejected(ray_cluster(labels={"volcano.sh/queue-name": "team_a"})) == \
+        "queue team_a does not exist (metadata.labels.volcano.sh/queue-name); did you mean team-a?"
+    assert d.rejected(ray_cluster("other", labels={"kai.scheduler/queue": "defualt"})) == \
+        "queue defualt does not exist (metadata.labels.kai.scheduler/queue); did you mean default?"
+
+
 def test_unknown_queue_waits_by_default() -> None:
     spec = AdmissionDriver().submitted(ray_cluster(labels={"kai.scheduler/queue": "later"}))
     assert spec.queue == "later"

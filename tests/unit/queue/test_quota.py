@@ -176,6 +176,20 @@ def test_unknown_queue_waits_until_defined():
     assert names(out) == [("Enqueued", "ns/w"), ("Dequeued", "ns/w")]
 
 
+def test_an_unknown_queue_names_the_queues_that_come_close_and_nothing_falls_into_the_default_queue():
+    """Kueue's "LocalQueue X doesn't exist", with the likeliest fix: a typo of a queue that exists."""
+    d = QueueDriver()
+    d.step(defined(queue_spec("team-a")), 0.0)
+    d.step(defined(queue_spec("team-b")))
+    out = d.step(submitted(job("ns/w", "team_a", at=1.0)), 1.0)
+    assert [(x.type, x.reason) for x in out] == [("Enqueued", "queue team_a does not exist; did you mean team-a or team-b?")]
+    assert d.core.status()["default"]["active"] == []
+    far = d.step(submitted(job("ns/x", "research", at=2.0)), 2.0)
+    assert [(x.type, x.reason) for x in far] == [("Enqueued", "queue research does not exist")]
+    out = d.step(defined(queue_spec("team_a")), 3.0)
+    assert names(out) == [("Enqueued", "ns/w"), ("Dequeued", "ns/w")]
+
+
 def test_removed_queue_keeps_its_waiting_workloads_with_that_reason_and_lets_holders_finish():
     d = QueueDriver()
     d.step(defined(queue_spec("q", limit={"cpu": "1"})), 0.0)
