@@ -27,7 +27,7 @@ from services.admission.fields import Invalid
 from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, ray_owner
 from services.admission.priority import PriorityBook, class_name, preemptible, ray_pod_metas, volcano_pinned
 from services.admission.queues import QueueBook
-from services.admission.resolve import queue_for
+from services.admission.resolve import queue_for, queue_key_slips
 from services.admission.workloads import (
     RayShape,
     is_rayjob_cluster,
@@ -50,6 +50,7 @@ from shared.kernel.events import (
     WorkloadRejected,
     WorkloadSubmitted,
     WorkloadUpdated,
+    WorkloadWarned,
 )
 from shared.kernel import kube
 from shared.kernel import quantity as q
@@ -64,7 +65,7 @@ from shared.kernel.treekey import tree_key
 from shared.kernel.validation import one_of
 
 Output = Union[QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadRejected,
-               WorkloadFinished, WorkloadDeleted]
+               WorkloadFinished, WorkloadDeleted, WorkloadWarned]
 Gate = Literal["suspend", "pods"]
 
 
@@ -90,6 +91,8 @@ class RayWorkload:
     """The last spec the queue core was given (Submitted / Updated)."""
     rejected: str | None = None
     """The current rejection reason (dedupes repeats; cleared when the object becomes valid)."""
+    warned: str = ""
+    """The last ``WorkloadWarned`` reason told of it (a warning is told once, and again when it changes)."""
     finished: bool = False
     deleted: bool = False
     shapes: dict[GangRules, tuple[bytes | str, RayShape]] = field(default_factory=dict)
@@ -280,8 +283,8 @@ class AdmissionCore(Folds):
             spec = self._settled(lambda keep: self._ray_spec(w, keep=keep), w.spec if w.rejected is None else None,
                                  again)
         except Invalid as exc:
-            return self._reject(w, w.kind, exc.reason)
-        return self._accept(w, spec) if spec is not None else []
+            return self._reject(w, w.kind, exc.reason) + self._warn(w, w.kind, w.obj)
+        return (self._accept(w, spec) if spec is not None else []) + self._warn(w, w.kind, w.obj)
 
     @staticmethod
     def _settled(build: Callable[[WorkloadSpec | None], WorkloadSpec | None], keep: WorkloadSpec | None,
@@ -407,8 +410,8 @@ class AdmissionCore(Folds):
             spec = self._settled(lambda keep: self._gang_spec(gang, now, keep=keep),
                                  gang.spec if gang.rejected is None else None, again)
         except Invalid as exc:
-            return self._reject(gang, gang.kind, exc.reason)
-        return self._accept(gang, spec) if spec is not None else []
+            return self._reject(gang, gang.kind, exc.reason) + self._warn_gang(gang)
+        return (self._accept(gang, spec) if spec is not None else []) + self._warn_gang(gang)
 
     def _gang_spec(self, gang: PodGang, now: float, keep: WorkloadSpec | None = None) -> WorkloadSpec | None:
         """The gang's spec once min-available pods wait (None before): its minimum by the shapes of the
@@ -514,6 +517,28 @@ class AdmissionCore(Folds):
         entity.rejected = reason
         return [WorkloadRejected(key=entity.key, kind=kind, reason=reason)]
 
+    def _warn_gang(self, gang: PodGang) -> list[Output]:
+        """A pod gang's queue keys are its first pod's (``template``), as its queue is."""
+        return self._warn(gang, gang.kind, gang.template[1]) if gang.template is not None else []
+
+    @staticmethod
+    def _warn(entity: RayWorkload | PodGang, kind: str, obj: Mapping[str, Any]) -> list[Output]:
+        """``WorkloadWarned`` when the object carries a key muster does not read but its user likely meant
+        to name the queue with (``resolve.queue_key_slips``), naming where the workload went: told after
+        its submission or rejection (what starts an incarnation for the reconciler), once per text."""
+        if entity.spec is None and entity.rejected is None:
+            return []
+        slips = _slips(kube.labels(obj), kube.annotations(obj))
+        if not slips:
+            entity.warned = ""
+            return []
+        where = f"; it is in queue {entity.spec.queue}" if entity.rejected is None and entity.spec is not None else ""
+        reason = "; ".join(slips) + where
+        if reason == entity.warned:
+            return []
+        entity.warned = reason
+        return [WorkloadWarned(key=entity.key, kind=kind, cause="QueueLabelIgnored", reason=reason)]
+
     def _reevaluate(self, now: float, touches: Callable[[WorkloadSpec], bool]) -> list[Output]:
         """Queues or PriorityClasses changed: every live workload they may touch is evaluated again, in
         arrival order (a change costs what it can affect, not a pass over every workload).
@@ -577,6 +602,25 @@ def _read_parts(obj: Mapping[str, Any]) -> bytes | str | None:
             if not name.startswith(_OWN_ANNOTATIONS) or name == REFUSED:  # a refusal is read (``fields.not_refused``)
                 read[name] = value
     return tree_key((obj.get("spec"), meta.get("name"), meta.get("labels"), read))
+
+
+SLIPS_MEMO = 1024
+"""How many distinct (label keys, annotation keys) sets ``_slips`` remembers (then it starts afresh): the
+objects of a cluster carry a few sets of keys, and each status event of one would judge them again."""
+_slips_memo: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
+
+
+def _slips(labels: Mapping[Any, Any], annotations: Mapping[Any, Any]) -> tuple[str, ...]:
+    """``queue_key_slips`` of these keys (text keys only: a malformed object is refused elsewhere), remembered."""
+    memo_key = (tuple(sorted(k for k in labels if isinstance(k, str))),
+                tuple(sorted(k for k in annotations if isinstance(k, str))))
+    slips = _slips_memo.get(memo_key)
+    if slips is None:
+        slips = tuple(queue_key_slips(*memo_key))
+        if len(_slips_memo) >= SLIPS_MEMO:
+            _slips_memo.clear()
+        _slips_memo[memo_key] = slips
+    return slips
 
 
 SHAPES_MEMO = 1024
