@@ -120,6 +120,15 @@ def test_a_gang_larger_than_its_queue_waits_for_the_queue_to_change_not_for_a_re
     assert names(out) == [("Dequeued", "ns/big")]
 
 
+def test_a_gang_larger_than_its_queue_is_not_woken_by_a_lower_priority_it_could_never_preempt_its_way_past():
+    d = QueueDriver()
+    d.step(defined(queue_spec("q", limit={"cpu": "4"})), 0.0)
+    d.step(submitted(job("ns/big", "q", cpu="6", priority=100, at=0.0)))
+    d.step(submitted(job("ns/low", "q", cpu="1", priority=1, at=1.0)), 1.0)
+    d.step(placed("ns/low", "q"), 2.0)
+    assert len(d.of(BackedOff, "ns/big")) == 1  # told once, not again for each lower priority admitted
+
+
 def test_a_gang_larger_than_an_ancestor_names_it_and_asks_no_reclaim():
     d = QueueDriver()
     d.step(defined(queue_spec("dept", limit={"cpu": "4"})), 0.0)
