@@ -46,6 +46,13 @@ def larger_than_nodes(table: NodeTable, pod_set: PodSet, demand: Demand, static:
                     f"it may use has {resource} {q.human(resource, largest)}")
     if demand.gpu_share and not (table.gpu_count[:n][static[:n]] > 0).any():
         return f"a {pod_set.name} pod needs a share of a GPU, no node it may use has one"
+    if demand.gpu_memory:  # one device must hold it: the largest GPU memory a node it may use states
+        stated = table.gpu_memory[:n][static[:n] & (table.gpu_count[:n] > 0)]
+        largest = int(stated.max()) if stated.size else 0
+        if largest < demand.gpu_memory:
+            asks = f"a {pod_set.name} pod needs {demand.gpu_memory} MiB of one GPU ({gpumemory.ANNOTATION})"
+            return (f"{asks}, the largest GPU of a node it may use has {largest} MiB" if largest
+                    else f"{asks}, no node it may use states its GPU memory")
     return ""
 
 
