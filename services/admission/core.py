@@ -5,7 +5,7 @@ Where each decision is made:
 - each queue dialect's rules (what the gang counts and charges, who is preemptible, who preempts):
   ``dialects.py``
 - queue objects (Volcano / KAI / ElasticQuotaTree) and the book of defined queues: ``queues.py``
-- queue resolution and "can never fit": ``resolve.py``; priority classes, preemptibility: ``priority.py``
+- queue resolution: ``resolve.py``; priority classes, preemptibility: ``priority.py``
 - plain pod gangs and single pods (membership, min-available): ``podgangs.py``
 - PodGroups KubeRay made for a RayCluster / RayJob (their minMember and queue): here, ``_on_ray_group``
 - lifecycle (Submitted / Updated / Rejected / Finished / Deleted, dedup) and composition: here.
@@ -27,7 +27,7 @@ from services.admission.fields import Invalid
 from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, ray_owner
 from services.admission.priority import PriorityBook, class_name, preemptible, ray_pod_metas, volcano_pinned
 from services.admission.queues import QueueBook
-from services.admission.resolve import never_fits, queue_for
+from services.admission.resolve import queue_for, queue_key_slips
 from services.admission.workloads import (
     RayShape,
     is_rayjob_cluster,
@@ -50,6 +50,7 @@ from shared.kernel.events import (
     WorkloadRejected,
     WorkloadSubmitted,
     WorkloadUpdated,
+    WorkloadWarned,
 )
 from shared.kernel import kube
 from shared.kernel import quantity as q
@@ -59,11 +60,12 @@ from shared.kernel.kube import REFUSED, watched_namespace
 from shared.kernel.listing import WatchBook
 from shared.kernel.model import Gang, WorkloadKind, WorkloadSpec
 from shared.kernel.policy import Policy
+from shared.kernel.reasons import close_names, did_you_mean
 from shared.kernel.treekey import tree_key
 from shared.kernel.validation import one_of
 
 Output = Union[QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadRejected,
-               WorkloadFinished, WorkloadDeleted]
+               WorkloadFinished, WorkloadDeleted, WorkloadWarned]
 Gate = Literal["suspend", "pods"]
 
 
@@ -89,6 +91,8 @@ class RayWorkload:
     """The last spec the queue core was given (Submitted / Updated)."""
     rejected: str | None = None
     """The current rejection reason (dedupes repeats; cleared when the object becomes valid)."""
+    warned: str = ""
+    """The last ``WorkloadWarned`` reason told of it (a warning is told once, and again when it changes)."""
     finished: bool = False
     deleted: bool = False
     shapes: dict[GangRules, tuple[bytes | str, RayShape]] = field(default_factory=dict)
@@ -279,8 +283,8 @@ class AdmissionCore(Folds):
             spec = self._settled(lambda keep: self._ray_spec(w, keep=keep), w.spec if w.rejected is None else None,
                                  again)
         except Invalid as exc:
-            return self._reject(w, w.kind, exc.reason)
-        return self._accept(w, spec) if spec is not None else []
+            return self._reject(w, w.kind, exc.reason) + self._warn(w, w.kind, w.obj)
+        return (self._accept(w, spec) if spec is not None else []) + self._warn(w, w.kind, w.obj)
 
     @staticmethod
     def _settled(build: Callable[[WorkloadSpec | None], WorkloadSpec | None], keep: WorkloadSpec | None,
@@ -406,8 +410,8 @@ class AdmissionCore(Folds):
             spec = self._settled(lambda keep: self._gang_spec(gang, now, keep=keep),
                                  gang.spec if gang.rejected is None else None, again)
         except Invalid as exc:
-            return self._reject(gang, gang.kind, exc.reason)
-        return self._accept(gang, spec) if spec is not None else []
+            return self._reject(gang, gang.kind, exc.reason) + self._warn_gang(gang)
+        return (self._accept(gang, spec) if spec is not None else []) + self._warn_gang(gang)
 
     def _gang_spec(self, gang: PodGang, now: float, keep: WorkloadSpec | None = None) -> WorkloadSpec | None:
         """The gang's spec once min-available pods wait (None before): its minimum by the shapes of the
@@ -457,22 +461,24 @@ class AdmissionCore(Folds):
               template_class: str | None, template_field: str, gang: Gang, gate: Gate, cluster_name: str,
               submitted_at: float, pinned: bool = False, keep: WorkloadSpec | None = None,
               not_ready: str = "") -> WorkloadSpec:
-        """Queue, priority, preemptibility and the can-never-fit check, common to every workload kind.
+        """Queue, priority and preemptibility, common to every workload kind.
 
         Preemptibility follows the queue's dialect (``dialects.py``) and the user's opt-outs (``pinned``:
-        ``volcano.sh/preemptable: "false"`` somewhere on the workload).
+        ``volcano.sh/preemptable: "false"`` somewhere on the workload). A gang larger than its queue's
+        limits (or, non-preemptible, than a KAI queue's quota) is no bad input: queues change, so the queue
+        core holds it with the numbers (``can never fit in queue Q as it is``), as every peer keeps it pending.
 
         ``keep``: the spec a submitted workload has while queues or PriorityClasses changed under it.
-        Staying in its queue it is not checked again (a lowered limit or a removed queue leaves it
-        waiting with the queue core's reason), and the class it still names that no longer resolves
-        (deleted, made invalid) leaves it the priority it had, as Kubernetes leaves a pod's; moving to another
-        queue it is checked like a new workload (it would have been rejected had that queue come first).
+        Staying in its queue a removed queue leaves it waiting with the queue core's reason, and the class
+        it still names that no longer resolves (deleted, made invalid) leaves it the priority it had, as
+        Kubernetes leaves a pod's; moving to another queue it is checked like a new workload.
         """
         queue_name, source = queue
         moved = keep is None or queue_name != keep.queue
         known = queue_name == self.policy.default_queue or self.queues.exists(queue_name)
         if moved and not known and self.policy.unknown_queue == "reject":
-            raise Invalid(f"queue {queue_name} does not exist ({source})")
+            close = close_names(queue_name, [*self.queues.specs, self.policy.default_queue])
+            raise Invalid(f"queue {queue_name} does not exist ({source}){did_you_mean(close)}")
         cls, cls_field = class_name(labels, template_class, template_field)
         try:
             priority, priority_class = self.priorities.resolve(cls, cls_field)
@@ -489,11 +495,6 @@ class AdmissionCore(Folds):
             q.check_total(_all_pods(gang), "gang")
         except q.QuantityError as exc:
             raise Invalid(str(exc)) from None
-        pinned_now = not can_preempt and (keep is None or keep.preemptible)
-        if moved or pinned_now:  # as if it had come after the definition that moved or pinned it
-            reason = never_fits(gang.quota_demand, self.queues.chain(queue_name), preemptible=can_preempt)
-            if reason is not None:
-                raise Invalid(reason)
         return WorkloadSpec(key=f"{namespace}/{name}", kind=kind, namespace=namespace, name=name,
                             queue=queue_name, priority=priority, priority_class=priority_class, preemptible=can_preempt,
                             gate=gate, preempts=dialect.preempts(gate), gang=gang, submitted_at=submitted_at,
@@ -515,6 +516,28 @@ class AdmissionCore(Folds):
             return []
         entity.rejected = reason
         return [WorkloadRejected(key=entity.key, kind=kind, reason=reason)]
+
+    def _warn_gang(self, gang: PodGang) -> list[Output]:
+        """A pod gang's queue keys are its first pod's (``template``), as its queue is."""
+        return self._warn(gang, gang.kind, gang.template[1]) if gang.template is not None else []
+
+    @staticmethod
+    def _warn(entity: RayWorkload | PodGang, kind: str, obj: Mapping[str, Any]) -> list[Output]:
+        """``WorkloadWarned`` when the object carries a key muster does not read but its user likely meant
+        to name the queue with (``resolve.queue_key_slips``), naming where the workload went: told after
+        its submission or rejection (what starts an incarnation for the reconciler), once per text."""
+        if entity.spec is None and entity.rejected is None:
+            return []
+        slips = _slips(kube.labels(obj), kube.annotations(obj))
+        if not slips:
+            entity.warned = ""
+            return []
+        where = f"; it is in queue {entity.spec.queue}" if entity.rejected is None and entity.spec is not None else ""
+        reason = "; ".join(slips) + where
+        if reason == entity.warned:
+            return []
+        entity.warned = reason
+        return [WorkloadWarned(key=entity.key, kind=kind, cause="QueueLabelIgnored", reason=reason)]
 
     def _reevaluate(self, now: float, touches: Callable[[WorkloadSpec], bool]) -> list[Output]:
         """Queues or PriorityClasses changed: every live workload they may touch is evaluated again, in
@@ -579,6 +602,25 @@ def _read_parts(obj: Mapping[str, Any]) -> bytes | str | None:
             if not name.startswith(_OWN_ANNOTATIONS) or name == REFUSED:  # a refusal is read (``fields.not_refused``)
                 read[name] = value
     return tree_key((obj.get("spec"), meta.get("name"), meta.get("labels"), read))
+
+
+SLIPS_MEMO = 1024
+"""How many distinct (label keys, annotation keys) sets ``_slips`` remembers (then it starts afresh): the
+objects of a cluster carry a few sets of keys, and each status event of one would judge them again."""
+_slips_memo: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
+
+
+def _slips(labels: Mapping[Any, Any], annotations: Mapping[Any, Any]) -> tuple[str, ...]:
+    """``queue_key_slips`` of these keys (text keys only: a malformed object is refused elsewhere), remembered."""
+    memo_key = (tuple(sorted(k for k in labels if isinstance(k, str))),
+                tuple(sorted(k for k in annotations if isinstance(k, str))))
+    slips = _slips_memo.get(memo_key)
+    if slips is None:
+        slips = tuple(queue_key_slips(*memo_key))
+        if len(_slips_memo) >= SLIPS_MEMO:
+            _slips_memo.clear()
+        _slips_memo[memo_key] = slips
+    return slips
 
 
 SHAPES_MEMO = 1024

@@ -67,6 +67,8 @@ class PodGang:
     """The minimum the frozen counts were taken for (a changed minMember takes them again)."""
     spec: WorkloadSpec | None = None
     rejected: str | None = None
+    warned: str = ""
+    """The last ``WorkloadWarned`` reason told of it (a warning is told once, and again when it changes)."""
     finished: bool = False
 
     @property

@@ -292,17 +292,6 @@ class QueueBook:
     def exists(self, name: str) -> bool:
         return name in self.specs
 
-    def chain(self, name: str) -> list[QueueSpec]:
-        """The queue and its defined ancestors, leaf first (stops at an unknown parent or a cycle)."""
-        out: list[QueueSpec] = []
-        seen: set[str] = set()
-        current: str | None = name
-        while current is not None and current in self.specs and current not in seen:
-            out.append(self.specs[current])
-            seen.add(current)
-            current = self.specs[current].parent
-        return out
-
     def is_leaf(self, name: str) -> bool:
         return all(spec.parent != name for spec in self.specs.values())
 

@@ -1,19 +1,22 @@
-"""Which queue a workload goes to, and whether its gang could ever fit that queue's limits.
+"""Which queue a workload goes to.
 
 Resolution order, first match wins: ``spec.queue`` of a PodGroup KubeRay made for the workload
 (Volcano schedules by the PodGroup's queue), label ``volcano.sh/queue-name`` (or Volcano's annotation
 ``scheduling.volcano.sh/queue-name``), label ``kai.scheduler/queue``, label
 ``quota.scheduling.alibabacloud.com/name``, the ElasticQuotaTree leaf listing the namespace, else
 ``policy.default_queue``.
+
+A key on the object that muster does not read but its user likely meant as one of those (a slip:
+``volcano.sh/queue`` for ``volcano.sh/queue-name``, ``kueue.x-k8s.io/queue-name``, which is Kueue's) is
+named by ``queue_key_slips``: the workload goes where the keys muster reads send it, and is warned.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 
 from services.admission.queues import QueueBook
-from shared.kernel import quantity as q
-from shared.kernel.model import UNLIMITED, QueueSpec
 
 QUEUE_SOURCES: tuple[tuple[str, str], ...] = (
     ("labels", "volcano.sh/queue-name"),
@@ -22,7 +25,19 @@ QUEUE_SOURCES: tuple[tuple[str, str], ...] = (
     ("labels", "quota.scheduling.alibabacloud.com/name"),
 )
 
-_RESOURCE_ORDER = (q.CPU, q.MEMORY, q.GPU)
+UNREAD_QUEUE_KEYS: dict[tuple[str, str], str] = {
+    ("labels", "kueue.x-k8s.io/queue-name"): "Kueue's LocalQueue label",
+}
+"""Peers' queue keys muster does not read (Kueue's names a LocalQueue, an object muster has no notion of):
+a workload that carries one alone would go to the default queue without a word."""
+
+_PLACE = {"labels": "label", "annotations": "annotation"}
+_WHOLE = 0.9
+"""A key this close to a queue key as a whole is a slip of it (``queue-names``, ``kai-scheduler/queue``)."""
+_PREFIX = 0.8
+"""A key naming a queue (``queue`` in its name) whose prefix is this close to a queue key's is a slip of
+it (``volcano.sh/queue``, ``kueue.x-k8s.io/queue``); ``volcano.sh/job-name`` and other keys of the same
+prefix that name no queue are not."""
 
 
 def queue_for(labels: Mapping[str, str], annotations: Mapping[str, str], namespace: str, book: QueueBook,
@@ -49,30 +64,54 @@ def namespace_leaf(namespace: str, book: QueueBook) -> str | None:
     return None
 
 
-def _ordered(demand: Mapping[str, int]) -> list[str]:
-    """cpu, memory, GPU first (what people look at), then the rest by name."""
-    first = [r for r in _RESOURCE_ORDER if r in demand]
-    return first + sorted(r for r in demand if r not in _RESOURCE_ORDER)
+def queue_key_slips(labels: Iterable[str], annotations: Iterable[str]) -> list[str]:
+    """One phrase per label or annotation key muster reads nothing from though it was likely meant to name
+    the queue, by place and key: a peer's key muster does not read (``UNREAD_QUEUE_KEYS``), or a key
+    spelled nearly as one of either (``_near``), a queue key in the other place (``annotation
+    volcano.sh/queue-name``) included. Keys muster reads are never slips; nor is anything else, so a label of the user's own
+    is left alone. Keys only: what a slip's value says is never read."""
+    slips: list[str] = []
+    for where, keys in (("labels", labels), ("annotations", annotations)):
+        for key in sorted(keys):
+            if (where, key) in QUEUE_SOURCES:
+                continue
+            slip = _slip(where, key)
+            if slip:
+                slips.append(slip)
+    return slips
 
 
-def never_fits(demand: Mapping[str, int], chain: list[QueueSpec], preemptible: bool = True) -> str | None:
-    """Reason when ``demand`` exceeds the limit of the queue or an ancestor for some resource (leaf first),
-    or, for a non-preemptible workload where the dialect caps those by the guarantee (KAI), the guarantee:
-    such a workload could wait for ever, so it is told at once which cap and by how much."""
-    for depth, spec in enumerate(chain):
-        who = f"queue {spec.name}" + (f" (ancestor of {chain[0].name})" if depth else "")
-        for resource in _ordered(demand):
-            limit = spec.limit_of(resource)
-            if limit is not None and demand[resource] > limit:
-                return (f"can never fit: {who} {spec.limit_word} {resource} {q.human(resource, limit)}, "
-                        f"gang requests {resource} {q.human(resource, demand[resource])}")
-        if preemptible or not spec.guarantee_caps_non_preemptible:
-            continue
-        for resource in _ordered(demand):
-            guarantee = spec.guarantee.get(resource)
-            if guarantee is not None and guarantee != UNLIMITED and demand[resource] > guarantee:
-                return (f"can never fit: {who} {spec.guarantee_word} {resource} {q.human(resource, guarantee)} "
-                        f"caps non-preemptible workloads, gang requests {resource} "
-                        f"{q.human(resource, demand[resource])} (a preemptible priority or "
-                        f"kai.scheduler/preemptibility: preemptible lets it borrow above the {spec.guarantee_word})")
-    return None
+def _slip(where: str, key: str) -> str:
+    here = f"{_PLACE[where]} {key}"
+    unread = UNREAD_QUEUE_KEYS.get((where, key))
+    if unread is not None:
+        return f"{here} is {unread}, which muster does not read (it reads {_read_keys()})"
+    best: tuple[float, tuple[str, str]] | None = None
+    for target in (*QUEUE_SOURCES, *UNREAD_QUEUE_KEYS):
+        score = _near(key, target[1])
+        if score and (best is None or score > best[0]):
+            best = (score, target)
+    if best is None:
+        return ""
+    place, meant = best[1]
+    if best[1] in UNREAD_QUEUE_KEYS:
+        return (f"{here} is not read by muster (it comes close to {UNREAD_QUEUE_KEYS[best[1]]} {meant}, which "
+                f"muster does not read either; it reads {_read_keys()})")
+    return f"{here} is not read by muster (did you mean {_PLACE[place]} {meant}?)"
+
+
+def _near(key: str, target: str) -> float:
+    """How close ``key`` is to the queue key ``target`` when it is a slip of it (0.0 when it is not)."""
+    whole = difflib.SequenceMatcher(None, key, target).ratio()
+    if whole >= _WHOLE:
+        return whole
+    prefix, _, name = key.rpartition("/")
+    target_prefix = target.rpartition("/")[0]
+    if prefix and "queue" in name.lower() and difflib.SequenceMatcher(None, prefix, target_prefix).ratio() >= _PREFIX:
+        return whole
+    return 0.0
+
+
+def _read_keys() -> str:
+    return ", ".join(f"{_PLACE[place]} {key}" for place, key in QUEUE_SOURCES)
+

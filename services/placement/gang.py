@@ -45,6 +45,8 @@ class GangAttempt:
     fit_error: str = ""
     """kube-scheduler's histogram for the first pod that did not fit ("" unless explained)."""
     capacity_short: bool = True
+    never: str = ""
+    """Why no node of the cluster as it is could hold it, even empty ("" unless explained and that is so)."""
 
     @property
     def ok(self) -> bool:
@@ -52,7 +54,7 @@ class GangAttempt:
 
     @property
     def reason(self) -> str:
-        return reasons.gang_failure(self.gang, self.failed, self.total, self.fit_error)
+        return reasons.gang_failure(self.gang, self.failed, self.total, self.fit_error, self.never)
 
 
 def ordered_pod_sets(gang: Gang) -> list[PodSet]:
@@ -118,4 +120,24 @@ def place_gang(table: NodeTable, stmt: Statement, gang: Gang, strategy: str, *, 
         attempt.failed += missing
         if not explain:
             return attempt
+    if attempt.failed and table.schedulable_count():  # no node at all: the histogram's "0/0" says it
+        attempt.never = beyond_cluster(table, gang)
     return attempt
+
+
+def beyond_cluster(table: NodeTable, gang: Gang) -> str:
+    """Why ``gang`` can never fit the nodes as they are, used by nothing ("" when it might): a pod larger
+    than every node it may use, else the gang larger than all nodes together. Only what is sure is said:
+    pods of other schedulers and how pods pack are left out, so a gang this says nothing of may still
+    never fit. Nodes can join, so it waits all the same (as Volcano and KAI leave such a job pending)."""
+    needs: dict[int, int] = {}
+    for pod_set in ordered_pod_sets(gang):
+        if pod_set.count <= 0:
+            continue
+        demand = pod_demand(table, pod_set)
+        why = reasons.larger_than_nodes(table, pod_set, demand, table.static_mask(pod_set))
+        if why:
+            return why
+        for c, amount in demand.filter:
+            needs[c] = needs.get(c, 0) + amount * pod_set.count
+    return reasons.larger_than_cluster(table, needs)

@@ -25,8 +25,47 @@ INSUFFICIENT_GPU_MEMORY = "Insufficient GPU memory"
 NO_GPU_MEMORY = f"node(s) were not GPU nodes or had no {gpumemory.LABEL} label"
 
 
-def gang_failure(gang: Gang, failed: int, total: int, fit_error: str) -> str:
-    return f"{gang_line(gang)}{failed}/{total} tasks could not be placed: {fit_error}"
+def gang_failure(gang: Gang, failed: int, total: int, fit_error: str, never: str = "") -> str:
+    """``never``: why no node as the cluster is could ever hold it (``larger_than_nodes``), said after the histogram."""
+    tail = f" It can never fit in the cluster as it is: {never} (it waits for nodes to join or change)." if never else ""
+    return f"{gang_line(gang)}{failed}/{total} tasks could not be placed: {fit_error}{tail}"
+
+
+def larger_than_nodes(table: NodeTable, pod_set: PodSet, demand: Demand, static: np.ndarray) -> str:
+    """Why one pod of ``pod_set`` fits no node it may use even were that node empty ("" when some node
+    is large enough): what it asks of a resource against the most any such node allocates. Nodes its
+    constraints rule out are the histogram's to name, so with none left this says nothing."""
+    n = table.n
+    if not static[:n].any():
+        return ""
+    for c, amount in demand.filter:
+        largest = int(table.alloc[c, :n][static[:n]].max())
+        if amount > largest:
+            resource = table.resources[c]
+            return (f"a {pod_set.name} pod needs {resource} {q.human(resource, amount)}, the largest node "
+                    f"it may use has {resource} {q.human(resource, largest)}")
+    if demand.gpu_share and not (table.gpu_count[:n][static[:n]] > 0).any():
+        return f"a {pod_set.name} pod needs a share of a GPU, no node it may use has one"
+    if demand.gpu_memory:  # one device must hold it: the largest GPU memory a node it may use states
+        stated = table.gpu_memory[:n][static[:n] & (table.gpu_count[:n] > 0)]
+        largest = int(stated.max()) if stated.size else 0
+        if largest < demand.gpu_memory:
+            asks = f"a {pod_set.name} pod needs {demand.gpu_memory} MiB of one GPU ({gpumemory.ANNOTATION})"
+            return (f"{asks}, the largest GPU of a node it may use has {largest} MiB" if largest
+                    else f"{asks}, no node it may use states its GPU memory")
+    return ""
+
+
+def larger_than_cluster(table: NodeTable, needs: dict[int, int]) -> str:
+    """Why a gang needing ``needs`` (table column -> amount, its pods together) fits no cluster of these
+    nodes even empty ("" when their allocatable together holds it)."""
+    for c, amount in sorted(needs.items(), key=lambda item: table.resources[item[0]]):
+        total = table.total_alloc[c]
+        if amount > total:
+            resource = table.resources[c]
+            return (f"the gang needs {resource} {q.human(resource, amount)}, the nodes have "
+                    f"{resource} {q.human(resource, total)} in all")
+    return ""
 
 
 def resource_reason(resource: str) -> str:

@@ -12,7 +12,8 @@
    guarantee under it give back (reclaim across the tree, ``victims.py``/reclaim.py); else
    lower-priority preemptible holders of the same leaf queue that would make it fit are named in
    ReclaimRequested (in-queue preemption, preemption.py); else BackedOff with the gang line;
-   StrictFIFO stops that queue, BestEffortFIFO moves on;
+   StrictFIFO stops that queue, BestEffortFIFO moves on. A demand that alone breaks a limit (or
+   the guarantee cap) waits for its queue to change, told "can never fit in queue Q as it is";
 6. admit: Dequeued when free capacity covers the demand or no reclaim is possible, else
    ReclaimRequested(victims); both reserve quota in the snapshot for the next heads. Every
    reclaim and preemption names elastic pods alone first (elastic.py), whole gangs only when
@@ -29,7 +30,8 @@ from services.queue import backoff, elastic
 from services.queue.ordering import ORDER, blocks, serve_key
 from services.queue.reclaim import CLUSTER, Choice, shortage
 from services.queue.snapshot import Snapshot
-from services.queue.tree import cap_failure, over_limits, quota_block
+from services.queue.room import as_it_is
+from services.queue.tree import cap_failure, never_fits, over_limits, quota_block
 from services.queue.workload import Tracked
 from shared.kernel.events import Dequeued, ReclaimRequested
 from shared.kernel.reasons import amounts, gang_line
@@ -102,6 +104,11 @@ class AdmissionCycle:
         block = quota_block(core.tree, w.queue, w.demand, snap.usage, snap.protected, w.spec.preemptible)
         short = shortage(w.demand, snap.free)
         if block is not None:
+            never = never_fits(core.tree, w.queue, w.demand, w.spec.preemptible)
+            if never is not None:  # no victim can make room for it: it waits for its queue to change
+                core._quota.park(w, as_it_is(never[0]))
+                core.back_off(w, now, w.reason(gang_line(w.spec.gang) + never[1]), out, arm=False)
+                return False
             return self._over_quota(w, block, short, snap, now, out)
         choice, pods = core.victims.reclaim(w, {CLUSTER: short}, snap, now) if short else (Choice(None), [])
         if short and choice.victims is None:

@@ -143,6 +143,17 @@ class RoomWaits:
                 for key in members if workloads[key].spec.preempts]
 
 
+AS_IT_IS = " as it is"
+
+
+def as_it_is(level: str) -> str:
+    """The key a workload waits for quota under when no release can let it in, only a change of the queue
+    ``level`` (``tree.never_fits``): no release names it (a queue's name has no space), no victim makes
+    room for it (``QuotaWaits.above`` leaves it out), so only a queue defined or removed
+    (``QuotaWaits.wake_all``) or an edit of the workload wakes it."""
+    return f"{level}{AS_IT_IS}"
+
+
 _Fits = Callable[[Tracked, dict[str, int]], bool]
 """Whether a waiter passes the blocking level's check with ``consumed`` already taken from it this wake."""
 
@@ -172,6 +183,11 @@ class QuotaWaits(RoomWaits):
     @staticmethod
     def _shape(w: Tracked) -> Shape:
         return (w.spec.preemptible, tuple(sorted(w.demand.items())))
+
+    def above(self, queue: str, priority: int, workloads: dict[str, Tracked]) -> list[Tracked]:
+        """As ``RoomWaits.above``, but for those waiting for their queue to change (``as_it_is``): a lower
+        priority to preempt gives them nothing."""
+        return [w for w in super().above(queue, priority, workloads) if not w.quota_key.endswith(AS_IT_IS)]
 
     def _push(self, w: Tracked, key: str, entry: Entry) -> None:
         shape = self._shape(w)

@@ -6,7 +6,8 @@ binds its whole subtree) and within the signed 64 bits a usage is held in (``qua
 each workload's demand is bounded at the edge, a queue's sum over many is bounded here, so the
 history's ``BIGINT`` usage columns never overflow) and, for a non-preemptible workload of a queue
 whose dialect caps them (KAI), within the guarantee. ``over_limits`` says by how much each level is exceeded (what reclaim
-across the tree must free there).
+across the tree must free there); ``never_fits`` whether the demand alone breaks a level, which only a change
+of the queue can mend.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Mapping
 
 from shared.kernel import quantity as q
 from shared.kernel.model import QueueSpec, UNLIMITED
+from shared.kernel.reasons import close_names, did_you_mean
 
 Resources = dict[str, int]
 
@@ -36,6 +38,9 @@ class QueueTree:
         self.default_queue = default_queue
         self._specs: dict[str, QueueSpec] = {}
         self._children: dict[str | None, list[str]] | None = None
+        self._missing: dict[str, str] = {}
+        """Name of a queue that does not exist -> why its workloads wait, with the names that come close:
+        asked for every cycle, worked out once per change of the tree."""
 
     # ------------------------------------------------------------------ membership
     def define(self, spec: QueueSpec) -> str | None:
@@ -53,6 +58,7 @@ class QueueTree:
             name = self._specs[name].parent
         self._specs[spec.name] = spec
         self._children = None
+        self._missing.clear()
         return None
 
     def remove(self, name: str) -> bool:
@@ -60,6 +66,7 @@ class QueueTree:
         if self._specs.pop(name, None) is None:
             return False
         self._children = None
+        self._missing.clear()
         return True
 
     def get(self, name: str) -> QueueSpec | None:
@@ -116,7 +123,10 @@ class QueueTree:
         """Why a workload of this queue cannot be considered at all (None: the queue takes workloads)."""
         spec = self.get(name)
         if spec is None:
-            return f"queue {name} does not exist"
+            why = self._missing.get(name)
+            if why is None:  # a typo of a queue that exists is the likeliest cause: name those that come close
+                why = self._missing[name] = f"queue {name} does not exist{did_you_mean(close_names(name, self.names()))}"
+            return why
         if spec.state != "Open":
             return f"queue {name} is {spec.state}; workloads wait until it is Open"
         kids = self.children(name)
@@ -175,6 +185,31 @@ def level_failure(spec: QueueSpec, wanted: list[str], demand: Mapping[str, int],
                     f"{q.human(resource, demand[resource])}: together more than muster holds "
                     f"({q.MAX_MILLI // 1000} units, 2**63-1 milli-units)")
     return _guarantee_cap(spec, wanted, demand, protected, preemptible)
+
+
+def never_fits(tree: QueueTree, queue: str, demand: Mapping[str, int], preemptible: bool) -> tuple[str, str] | None:
+    """(the queue, the reason) when ``demand`` alone breaks a limit of ``queue`` or an ancestor, or the guarantee
+    cap a non-preemptible workload has there (KAI): nothing that runs or leaves can let it in, only a change
+    of the queue can, so it waits for that (``QuotaWaits``), as Volcano, KAI, Kueue and kube-queue keep such a
+    job pending rather than refuse it. Levels leaf first, resources by name, as ``quota_block``."""
+    wanted = sorted(r for r, v in demand.items() if v > 0)
+    for spec in tree.ancestry(queue):
+        for resource in wanted:
+            limit = spec.limit_of(resource)
+            if limit is not None and demand[resource] > limit:
+                return spec.name, (f"can never fit in queue {spec.name} as it is: {spec.limit_word} {resource} "
+                                   f"{q.human(resource, limit)}, requested {resource} "
+                                   f"{q.human(resource, demand[resource])}")
+        if preemptible or not spec.guarantee_caps_non_preemptible:
+            continue
+        for resource in wanted:
+            guarantee = spec.guarantee.get(resource)
+            if guarantee is not None and guarantee != UNLIMITED and demand[resource] > guarantee:
+                return spec.name, (f"can never fit in queue {spec.name} as it is: {spec.guarantee_word} {resource} "
+                                   f"{q.human(resource, guarantee)} caps non-preemptible workloads, requested "
+                                   f"{resource} {q.human(resource, demand[resource])} (a preemptible workload may go "
+                                   f"above the {spec.guarantee_word})")
+    return None
 
 
 def cap_failure(tree: QueueTree, queue: str, demand: Mapping[str, int], protected: Mapping[str, Mapping[str, int]],

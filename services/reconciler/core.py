@@ -20,7 +20,7 @@ from shared.kernel import gpumemory, kube
 from shared.kernel.events import (
     BackedOff, ElasticReleased, ElasticWaiting, Enqueued, Envelope, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, KubeEffect,
     ObjectChanged, PodAssigned, PreemptionRequested, QueueRejected, QueueRemoved, TimerFired, TimerSet, WorkloadDeleted,
-    WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, kube_effect,
+    WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWarned, kube_effect,
 )
 from services.reconciler.status import STATUS_TIMER, StatusBook, effect_object, pod_group_object, queue_object
 from shared.kernel.dedupe import Tombstones
@@ -230,18 +230,34 @@ class ReconcilerCore(Folds):
         return self._event(self._workload(p.key), "Normal", "ElasticPodsWaiting", p.reason)
 
     def _on_WorkloadRejected(self, p: WorkloadRejected, now: float) -> list[KubeEffect]:
-        known = self._workloads.get(p.key)
-        if known is not None and known.kind and known.kind != p.kind:
+        other = self._other_kind(p.key, p.kind)
+        if other is not None:
             # A second object of another kind claimed the same name: it is the one refused, not ours.
-            wl = _Workload(namespace=known.namespace, name=known.name, kind=p.kind)
             status = _status("Rejected", p.reason)
-            out = [kube_effect(op="annotate", kind=p.kind, namespace=wl.namespace, name=wl.name,
+            out = [kube_effect(op="annotate", kind=p.kind, namespace=other.namespace, name=other.name,
                               annotations={STATUS: status})]
-            return out + [kube_effect(op="event", kind=p.kind, namespace=wl.namespace, name=wl.name,
+            return out + [kube_effect(op="event", kind=p.kind, namespace=other.namespace, name=other.name,
                                      reason="Rejected", message=p.reason, event_type="Warning")]
         wl = self._workload(p.key, p.kind)
         out = self._annotate(wl, {STATUS: _status("Rejected", p.reason)})
         return out + self._event(wl, "Warning", "Rejected", p.reason)
+
+    def _on_WorkloadWarned(self, p: WorkloadWarned, now: float) -> list[KubeEffect]:
+        """Admission read nothing from a key its owner likely meant to name the queue with: a Warning
+        Event on the object says which and where the workload went (its status stays the queue's word)."""
+        other = self._other_kind(p.key, p.kind)
+        if other is not None:  # the object of another kind that was refused its name: told as it is, unremembered
+            return [kube_effect(op="event", kind=p.kind, namespace=other.namespace, name=other.name, reason=p.cause,
+                                message=p.reason, event_type="Warning")]
+        return self._event(self._workload(p.key, p.kind), "Warning", p.cause, p.reason)
+
+    def _other_kind(self, key: str, kind: str) -> _Workload | None:
+        """The object of ``kind`` under ``key`` when the workload known there is of another kind (admission
+        refuses a second kind its name): addressed on its own, outside what is remembered of the first."""
+        known = self._workloads.get(key)
+        if known is not None and known.kind and known.kind != kind:
+            return _Workload(namespace=known.namespace, name=known.name, kind=kind)
+        return None
 
     def _on_QueueRejected(self, p: QueueRejected, now: float) -> list[KubeEffect]:
         """Status annotation and a Warning event on the object that defines the queue (the queue itself,

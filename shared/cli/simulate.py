@@ -107,7 +107,8 @@ def simulate_cmd(
     else:
         from shared.sim.timeline import render
 
-        render(result, console, failures, checked=check, elastic=run.history.elastic_waits())
+        render(result, console, failures, checked=check, elastic=run.history.elastic_waits(),
+               warnings=run.history.warnings())
         if written is not None:
             from shared.history.engine import display
 

@@ -5,6 +5,7 @@ Lifecycle of a workload as the events tell it::
     ObjectChanged(RayCluster Added)            reconciler.ingest -> admission
     ObjectsListed                              reconciler.ingest -> admission, placement (after a list)
     WorkloadSubmitted | WorkloadRejected       admission -> queue | reconciler
+    WorkloadWarned                             admission -> reconciler (a queue key it does not read)
     Enqueued, BackedOff*                       queue -> reconciler (status)
     Dequeued | ReclaimRequested                queue -> placement (quota reserved)
     GangPlaced | PlacementFailed               placement -> queue, reconciler
@@ -147,6 +148,19 @@ class WorkloadUpdated(Frozen):
 class WorkloadRejected(_WorkloadEvent):
     type: Literal["WorkloadRejected"] = "WorkloadRejected"
     kind: str
+    reason: str
+
+
+class WorkloadWarned(_WorkloadEvent):
+    """Something on the workload's object muster reads nothing from, though its user likely meant it to
+    count (``cause``): a label or annotation key spelled nearly as a queue key muster reads, or a peer's
+    queue key muster does not read. The workload goes on as read; the reconciler writes a Warning Event
+    on the object, so its owner sees why it is where it is."""
+
+    type: Literal["WorkloadWarned"] = "WorkloadWarned"
+    kind: str
+    cause: Literal["QueueLabelIgnored"]
+    """The Kubernetes Event's reason."""
     reason: str
 
 
@@ -484,7 +498,7 @@ Payload = Annotated[
         WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
         ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
         GangDisrupted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
-        ElasticGranted, ElasticReleased, ElasticWaiting, ObjectsListed, PolicyApplied,
+        ElasticGranted, ElasticReleased, ElasticWaiting, ObjectsListed, PolicyApplied, WorkloadWarned,
     ],
     Field(discriminator="type"),
 ]
@@ -496,7 +510,7 @@ PAYLOAD_TYPES: dict[str, type[BaseModel]] = {
         WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
         ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
         GangDisrupted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
-        ElasticGranted, ElasticReleased, ElasticWaiting, ObjectsListed, PolicyApplied,
+        ElasticGranted, ElasticReleased, ElasticWaiting, ObjectsListed, PolicyApplied, WorkloadWarned,
     )
 }
 

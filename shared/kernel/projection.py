@@ -18,7 +18,7 @@ from shared.kernel.events import (
     BackedOff, Dequeued, ElasticGranted, ElasticReleased, ElasticWaiting, Enqueued, Envelope, GangDisrupted,
     GangPlaced, GangRunning, ObjectChanged, Payload, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined,
     QueueRejected, QueueRemoved, ReclaimRequested, WorkloadDeleted, WorkloadFinished, WorkloadRejected,
-    WorkloadSubmitted, WorkloadUpdated, WorkloadWithdrawn,
+    WorkloadSubmitted, WorkloadUpdated, WorkloadWarned, WorkloadWithdrawn,
 )
 from shared.kernel.fold import Folds
 from shared.kernel.model import Gang, QueueSpec, shrunk, still_held
@@ -134,6 +134,8 @@ class WorkloadView:
     """Per pod set, the GPU its placed ``gpu-memory`` pods hold, charged instead (``GangPlaced.gpu_memory_held``)."""
     elastic_waiting: list[dict[str, Any]] = field(default_factory=list)
     """Why elastic pods its owner wants wait, as it changed: ``{"t", "reason"}``, "" once granted or over."""
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    """What admission warned of on its object (``WorkloadWarned``), as told: ``{"t", "reason"}``."""
     queue_state: str = ""          # pending | backoff | active | ""
     requeue_at: float | None = None
     order: int = 0
@@ -156,6 +158,10 @@ class WorkloadView:
             if tr["t"] <= t:
                 current = tr["reason"]
         return current
+
+    def warned_by(self, t: float) -> list[str]:
+        """The warnings told of it at or before ``t``, oldest first (a Kubernetes Event stays said)."""
+        return [w["reason"] for w in self.warnings if w["t"] <= t]
 
     def phase_at(self, t: float) -> tuple[str | None, str]:
         current: tuple[str | None, str] = (None, "")
@@ -470,6 +476,11 @@ class ResultProjection(Folds):
         view.elastic_wait(t, "")
         self._recharge(view)
 
+    def _on_WorkloadWarned(self, p: WorkloadWarned, t: float) -> None:
+        view = self._workload(p.key, p.kind)
+        if not view.warnings or view.warnings[-1]["reason"] != p.reason:
+            view.warnings.append({"t": round(t, 6), "reason": p.reason})
+
     def _on_ElasticWaiting(self, p: ElasticWaiting, t: float) -> None:
         self._workload(p.key).elastic_wait(t, p.reason)
 
@@ -592,6 +603,11 @@ class ResultProjection(Folds):
             if name in self.rejected_queues:
                 queues[name]["rejected"] = self.rejected_queues[name]
         return queues
+
+    def warnings(self) -> dict[str, list[tuple[float, str]]]:
+        """Per workload warned of, every warning told (when, what): what the timeline shows beside its phases."""
+        return {key: [(w["t"], w["reason"]) for w in view.warnings]
+                for key, view in sorted(self.workloads.items()) if view.warnings}
 
     def elastic_waits(self) -> dict[str, tuple[float, str]]:
         """Per workload whose elastic pods wait at the end: since when, and why."""

@@ -27,6 +27,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "WorkloadSubmitted": ("queue", "reconciler"),
     "WorkloadUpdated": ("queue", "placement", "reconciler"),
     "WorkloadRejected": ("queue", "reconciler"),
+    "WorkloadWarned": ("reconciler",),
     "WorkloadFinished": ("queue", "reconciler"),
     "WorkloadDeleted": ("queue", "reconciler"),
     "Enqueued": ("reconciler",),

@@ -84,6 +84,10 @@ def _check_one(history: ResultProjection, e: Expectation, at: float,
         elastic_reason = view.elastic_waiting_at(at)
         if (e.elastic_reason_contains not in elastic_reason) if e.elastic_reason_contains else elastic_reason:
             fail("elastic_reason_contains", e.elastic_reason_contains, elastic_reason)
+    if e.warning_contains is not None:
+        warned = view.warned_by(at)
+        if not any(e.warning_contains in w for w in warned) if e.warning_contains else warned:
+            fail("warning_contains", e.warning_contains, warned)
     bound = _gang_pods_bound(history, e.workload, at)
     if e.pods_bound is not None and len(bound) != e.pods_bound:
         fail("pods_bound", e.pods_bound, len(bound))

@@ -210,6 +210,8 @@ class Expectation(_Strict):
     reason_contains: str | None = None
     elastic_reason_contains: str | None = None
     """Why its elastic pods wait at ``at`` ("" expects that none does)."""
+    warning_contains: str | None = None
+    """Part of a warning told of its object at or before ``at`` (``WorkloadWarned``; "" expects none)."""
     pods_bound: int | None = None
     same_node: list[str] | None = None
     same_gpu: list[str] | None = None

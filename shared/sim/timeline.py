@@ -34,9 +34,11 @@ def render_workload(key: str, w: dict[str, Any], console: Console, clock: TimeFo
 
 
 def render(result: dict[str, Any], console: Console, failures: list[Failure] | None = None,
-           checked: bool = False, elastic: dict[str, tuple[float, str]] | None = None) -> None:
-    """``elastic``: per workload, since when and why its elastic pods wait at the end (not a field of
-    the result document, whose shape outside checks read exactly)."""
+           checked: bool = False, elastic: dict[str, tuple[float, str]] | None = None,
+           warnings: dict[str, list[tuple[float, str]]] | None = None) -> None:
+    """``elastic``: per workload, since when and why its elastic pods wait at the end; ``warnings``: what
+    admission warned of on its object (neither is a field of the result document, whose shape outside
+    checks read exactly)."""
     console.rule(f"[bold]{escape(result['scenario'])}")
     for key, w in result["workloads"].items():
         render_workload(key, w, console)
@@ -46,6 +48,8 @@ def render(result: dict[str, Any], console: Console, failures: list[Failure] | N
                 label = pod["pod_set"] + (f" gpu{pod['gpu']['devices']}x{pod['gpu']['fraction']:g}" if pod["gpu"] else "")
                 per_node = placed.setdefault(pod["node"], {})
                 per_node[label] = per_node.get(label, 0) + 1
+        for t, warning in (warnings or {}).get(key, []):
+            console.print(escape(f"   warning at {t:g}s: {warning}"), style="yellow")
         waiting = (elastic or {}).get(key)
         if waiting:
             console.print(escape(f"   elastic since {waiting[0]:g}s: {waiting[1]}"), style="dim")

@@ -21,7 +21,7 @@ from shared.kernel.events import (
     GangPlaced, GangDisrupted, GangRunning, GpuAssignment, ObjectsListed,
     KubeEffect, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined, QueueRejected,
     QueueRemoved, ReclaimRequested, SlotAssignment, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished,
-    WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWithdrawn, wrap,
+    WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWarned, WorkloadWithdrawn, wrap,
 )
 from shared.kernel.policy import Policy
 from shared.runtime.build import policy_applied
@@ -48,6 +48,8 @@ def sample_payloads() -> dict[str, Any]:
         WorkloadSubmitted(workload=spec),
         WorkloadUpdated(workload=spec),
         WorkloadRejected(key="team-a/bad", kind="RayJob", reason="minReplicas 3 > maxReplicas 2"),
+        WorkloadWarned(key="team-a/rc", kind="RayCluster", cause="QueueLabelIgnored",
+                       reason="label volcano.sh/queue is not read; did you mean label volcano.sh/queue-name?"),
         WorkloadFinished(key="team-a/rc", outcome="Succeeded", reason="job finished"),
         WorkloadDeleted(key="team-a/rc"),
         Enqueued(key="team-a/rc", queue="q1", reason="waiting in queue q1"),

@@ -158,17 +158,18 @@ def test_the_podgroup_kuberay_made_for_a_ray_workload_can_pin_it() -> None:
 
 
 # --------------------------------------------------------------------------- never waiting without a reason
-def test_a_non_preemptible_gang_above_its_kai_quota_is_rejected_naming_the_cap() -> None:
+def test_a_non_preemptible_gang_above_its_kai_quota_is_submitted_for_its_queue_to_hold() -> None:
+    """KAI keeps such a job pending (NonPreemptibleOverQuota), it does not refuse it: a quota can grow.
+    The queue core says why it waits; making it preemptible is an edit like any other."""
     d = AdmissionDriver()
     d.send(kai_queue("k", gpu=kai_resource(quota=2, limit=8)))
     job = ray_cluster(labels={"kai.scheduler/queue": "k", "priorityClassName": "build"},
                       workers=[worker_group("gpu", 4, {"cpu": "1", "nvidia.com/gpu": "1"})])
-    reason = d.rejected(job)
-    assert reason.startswith("can never fit: queue k quota nvidia.com/gpu 2 caps non-preemptible workloads, "
-                             "gang requests nvidia.com/gpu 4")
+    spec = d.submitted(job)
+    assert (spec.queue, spec.preemptible, spec.gang.quota_demand["nvidia.com/gpu"]) == ("k", False, 4000)
     job["metadata"]["labels"]["kai.scheduler/preemptibility"] = "preemptible"
     out = d.send(job, "Modified")
-    assert isinstance(out[0], WorkloadSubmitted) and out[0].workload.preemptible is True
+    assert isinstance(out[0], WorkloadUpdated) and out[0].workload.preemptible is True
 
 
 def test_the_same_gang_in_a_volcano_queue_is_not_capped_by_its_guarantee() -> None:
@@ -180,13 +181,14 @@ def test_the_same_gang_in_a_volcano_queue_is_not_capped_by_its_guarantee() -> No
     assert spec.preemptible is False
 
 
-def test_a_kai_queue_defined_later_rejects_the_non_preemptible_gang_it_can_never_hold() -> None:
+def test_a_kai_queue_defined_later_pins_the_gang_it_cannot_hold_yet_and_rejects_nothing() -> None:
     d = AdmissionDriver()
     d.submitted(ray_cluster(labels={"kai.scheduler/queue": "k", "priorityClassName": "inference"},
                             workers=[worker_group("gpu", 4, {"cpu": "1", "nvidia.com/gpu": "1"})]), at=1.0)
     out = d.send(kai_queue("k", gpu=kai_resource(quota=1, limit=-1)), at=2.0)
-    rejected = [e for e in out if isinstance(e, WorkloadRejected)]
-    assert len(rejected) == 1 and "quota nvidia.com/gpu 1 caps non-preemptible workloads" in rejected[0].reason
+    assert not any(isinstance(e, WorkloadRejected) for e in out)
+    [update] = [e for e in out if isinstance(e, WorkloadUpdated)]
+    assert (update.workload.preemptible, update.workload.submitted_at) == (False, 1.0)
 
 
 # --------------------------------------------------------------------------- rule values on the queue

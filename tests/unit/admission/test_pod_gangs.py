@@ -202,13 +202,12 @@ def test_pod_gang_rejections(pod: dict, podgroup: dict | None, reason: str) -> N
     assert d.send(pod, "Deleted") == [WorkloadDeleted(key="default/g")]
 
 
-def test_pod_gang_can_never_fit() -> None:
+def test_a_pod_gang_larger_than_its_queue_is_submitted_for_the_queue_to_hold() -> None:
     d = AdmissionDriver()
     d.send(volcano_queue("q", capability={"cpu": 3}))
     pods = [gang_pod(n, "g", min_available="4", labels={"volcano.sh/queue-name": "q"}) for n in "abcd"]
-    out = d.add(*pods)
-    assert out == [WorkloadRejected(key="default/g", kind="PodGroup",
-                                    reason="can never fit: queue q capability cpu 3, gang requests cpu 4")]
+    [out] = d.add(*pods)
+    assert isinstance(out, WorkloadSubmitted) and (out.workload.queue, out.workload.gang.quota_demand["cpu"]) == ("q", 4000)
 
 
 def test_alike_pods_make_one_pod_set_and_unlike_pods_one_per_shape() -> None:

@@ -78,20 +78,21 @@ def test_a_queue_named_by_label_that_arrives_later_changes_nothing() -> None:
     assert [type(e).__name__ for e in d.send(volcano_queue("q"))] == ["QueueDefined"]
 
 
-def test_moving_into_a_leaf_it_can_never_fit_rejects_it_as_the_other_order_does() -> None:
+def test_moving_into_a_leaf_too_small_for_it_moves_it_as_the_other_order_does() -> None:
+    """The queue core holds it there ("can never fit in queue team-leaf as it is"), in either order."""
     big = ray_cluster("big", "ml", workers=[worker_group("w", 20)])   # head 1 CPU + 20 workers of 1 CPU
     first, second = both_orders(big, tree(leaf_max_cpu=16))
-    reason = ("rejected: can never fit: queue team-leaf max cpu 16, gang requests cpu 21")
-    assert told(first) == told(second) == {"ml/big": reason}
-    assert isinstance(first[0], WorkloadSubmitted) and isinstance(first[-1], WorkloadRejected)
+    assert told(first) == told(second)
+    spec = told(first)["ml/big"]
+    assert isinstance(spec, WorkloadSpec) and (spec.queue, spec.gang.quota_demand["cpu"]) == ("team-leaf", 21000)
+    assert isinstance(first[0], WorkloadSubmitted) and isinstance(first[-1], WorkloadUpdated)
 
 
-def test_rejected_by_a_move_then_admitted_when_the_leaf_grows() -> None:
+def test_a_leaf_that_grows_under_a_workload_too_big_for_it_changes_nothing_at_admission() -> None:
     d = AdmissionDriver()
     d.add(ray_cluster("big", "ml", workers=[worker_group("w", 20)]), tree(leaf_max_cpu=16), at=1.0)
     out = d.send(tree(leaf_max_cpu=32), "Modified", at=2.0)
-    assert [type(e).__name__ for e in out] == ["QueueDefined", "WorkloadUpdated"]
-    assert (out[1].workload.queue, out[1].workload.submitted_at) == ("team-leaf", 1.0)
+    assert [type(e).__name__ for e in out] == ["QueueDefined"]  # the queue core lets it go
 
 
 def test_a_limit_lowered_under_a_submitted_workload_that_stays_put_does_not_reject_it() -> None:
@@ -100,15 +101,15 @@ def test_a_limit_lowered_under_a_submitted_workload_that_stays_put_does_not_reje
     assert [type(e).__name__ for e in d.send(tree(leaf_max_cpu=1), "Modified")] == ["QueueDefined"]
 
 
-def test_a_status_update_after_the_limit_was_lowered_is_still_no_change_but_an_edit_is_checked() -> None:
+def test_a_status_update_after_the_limit_was_lowered_is_still_no_change_but_an_edit_is_passed_on() -> None:
     d = AdmissionDriver()
     rc = ray_cluster("rc", "ml")                                   # head 1 CPU + 1 worker of 1 CPU
     d.add(tree(leaf_max_cpu=16), rc)
     d.send(tree(leaf_max_cpu=1), "Modified")
     assert d.send(with_status(rc, state="ready"), "Modified") == []
     bigger = ray_cluster("rc", "ml", workers=[worker_group("w", 3)])
-    assert told(d.send(bigger, "Modified")) == {"ml/rc": "rejected: can never fit: queue team-leaf max cpu 1, "
-                                                         "gang requests cpu 4"}
+    spec = told(d.send(bigger, "Modified"))["ml/rc"]
+    assert isinstance(spec, WorkloadSpec) and spec.gang.quota_demand["cpu"] == 4000
 
 
 def test_a_status_update_after_the_class_was_deleted_is_no_change_but_naming_another_missing_one_is() -> None:

@@ -172,12 +172,12 @@ def test_queue_defined_later_admits_a_workload_rejected_for_its_absence() -> Non
     assert out[1].workload.queue == "team"
 
 
-def test_raising_a_limit_admits_a_gang_that_could_never_fit() -> None:
+def test_raising_a_limit_under_a_gang_too_big_for_it_is_the_queue_cores_to_act_on() -> None:
     d = AdmissionDriver()
     d.send(volcano_queue("q", capability={"cpu": 1}))
-    assert d.rejected(ray_cluster(labels={"volcano.sh/queue-name": "q"})).startswith("can never fit: queue q capability cpu 1")
+    assert d.submitted(ray_cluster(labels={"volcano.sh/queue-name": "q"})).queue == "q"
     out = d.send(volcano_queue("q", capability={"cpu": 2}), "Modified")
-    assert [type(e).__name__ for e in out] == ["QueueDefined", "WorkloadSubmitted"]
+    assert [type(e).__name__ for e in out] == ["QueueDefined"]
 
 
 def test_lowering_a_limit_does_not_reject_what_was_submitted() -> None:

@@ -88,6 +88,11 @@ def test_label_change_on_a_node_is_seen_by_later_placements():
 def test_resources_filter_every_resource_including_unknown_ones():
     d = PlacementDriver(None, node("n1", cpu="8", memory="4Gi"))
     out = d.dequeue(workload("ns/w", gang_=gang(pod_set("head", 1, cpu="1", memory="8Gi"))))
-    assert one(out, PlacementFailed).reason.endswith("0/1 nodes are available: 1 Insufficient memory.")
+    assert one(out, PlacementFailed).reason.endswith(
+        "0/1 nodes are available: 1 Insufficient memory. It can never fit in the cluster as it is: a head pod "
+        "needs memory 8Gi, the largest node it may use has memory 4Gi (it waits for nodes to join or change).")
     out = d.dequeue(workload("ns/x", gang_=gang(pod_set("head", 1, cpu="1", **{"example.com/fpga": "1"}))))
-    assert one(out, PlacementFailed).reason.endswith("0/1 nodes are available: 1 Insufficient example.com/fpga.")
+    assert one(out, PlacementFailed).reason.endswith(
+        "0/1 nodes are available: 1 Insufficient example.com/fpga. It can never fit in the cluster as it is: a "
+        "head pod needs example.com/fpga 1, the largest node it may use has example.com/fpga 0 (it waits for "
+        "nodes to join or change).")

@@ -69,7 +69,9 @@ def test_pods_resource_counts_one_per_pod():
     d = PlacementDriver(None, node("n1", cpu="64", pods="2"))
     out = d.dequeue(workload("ns/w", gang_=gang(pod_set("worker", 3, cpu="1"))))
     failed = one(out, PlacementFailed)
-    assert failed.reason.endswith("1/3 tasks could not be placed: 0/1 nodes are available: 1 Too many pods.")
+    assert failed.reason.endswith("1/3 tasks could not be placed: 0/1 nodes are available: 1 Too many pods. It "
+                                  "can never fit in the cluster as it is: the gang needs pods 3, the nodes have "
+                                  "pods 2 in all (it waits for nodes to join or change).")
 
 
 def test_node_without_pods_capacity_gets_the_kubelet_default_of_110():

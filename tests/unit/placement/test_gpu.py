@@ -83,4 +83,6 @@ def test_fractional_pods_binpack_onto_the_node_with_the_fullest_gpus():
 def test_node_without_gpus_never_gets_a_fraction():
     d = PlacementDriver(None, node("cpu-only", cpu="16"))
     failed = one(d.dequeue(fractional("ns/w", 100)), PlacementFailed)
-    assert failed.reason.endswith(f"0/1 nodes are available: 1 Insufficient {GPU}.")
+    assert failed.reason.endswith(f"0/1 nodes are available: 1 Insufficient {GPU}. It can never fit in the cluster "
+                                  "as it is: a g0 pod needs a share of a GPU, no node it may use has one (it "
+                                  "waits for nodes to join or change).")

@@ -56,7 +56,9 @@ def test_a_node_without_a_known_gpu_memory_takes_no_gpu_memory_pod() -> None:
     d = PlacementDriver(None, node("bare", gpu="1"), node("cpu", cpu="16"))
     failed = one(d.dequeue(memory("ns/w", 1024)), PlacementFailed)
     assert failed.reason.endswith("0/2 nodes are available: 2 node(s) were not GPU nodes or had no "
-                                  "nvidia.com/gpu.memory label.")
+                                  "nvidia.com/gpu.memory label. It can never fit in the cluster as it is: a g0 "
+                                  "pod needs 1024 MiB of one GPU (gpu-memory), no node it may use states its GPU "
+                                  "memory (it waits for nodes to join or change).")
     assert failed.capacity_short  # it waits for nodes to change, not for a timer
     d.feed(node_changed(node("bare", gpu="1", labels=A100), "Modified"))   # GPU feature discovery labels it
     assert one(d.dequeue(memory("ns/w", 1024)), GangPlaced).slots[0].node == "bare"
@@ -65,7 +67,10 @@ def test_a_node_without_a_known_gpu_memory_takes_no_gpu_memory_pod() -> None:
 def test_more_memory_than_any_device_waits_saying_so_until_a_larger_gpu_comes() -> None:
     d = PlacementDriver(None, node("a100", gpu="1", labels=A100))
     failed = one(d.dequeue(memory("ns/big", 61440)), PlacementFailed)
-    assert failed.reason.endswith("0/1 nodes are available: 1 node(s) had GPUs of less than 61440 MiB.")
+    assert failed.reason.endswith("0/1 nodes are available: 1 node(s) had GPUs of less than 61440 MiB. It can "
+                                  "never fit in the cluster as it is: a g0 pod needs 61440 MiB of one GPU "
+                                  "(gpu-memory), the largest GPU of a node it may use has 40900 MiB (it waits "
+                                  "for nodes to join or change).")
     d.add_node("h100", gpu="1", labels=H100)
     placed = one(d.dequeue(memory("ns/big", 61440)), GangPlaced)
     assert (placed.slots[0].node, placed.slots[0].gpu.fraction) == ("h100", 0.76)

@@ -6,7 +6,7 @@ from shared.kernel.events import BackedOff, CapacityChanged, Dequeued, Enqueued,
 from shared.kernel.quantity import MAX_MILLI
 from tests.builders import queue_spec, workload
 from tests.builders.queue import (
-    QueueDriver, defined, deleted, job, names, placed, ray_gang, removed, submitted, unlimited,
+    QueueDriver, capacity, cpu_gang, defined, deleted, job, names, placed, ray_gang, removed, submitted, unlimited, updated,
 )
 
 GANG_LINE = "3/3 tasks in gang unschedulable: pod group is not ready, 3 Pending, 3 minAvailable; "
@@ -74,8 +74,9 @@ def test_volcano_capability_reason_names_the_queue_and_the_first_resource_that_d
 def test_the_first_offending_resource_is_by_name_when_several_do_not_fit():
     d = QueueDriver()
     d.step(defined(queue_spec("q", limit={"memory": "1Gi", "cpu": "1"})), 0.0)
-    out = d.step(submitted(job("ns/w", "q", cpu="2", at=0.0)))
-    assert out[1].reason.endswith("queue q capability cpu 1: used 0, requested 2")
+    d.step(submitted(job("ns/a", "q", gang_=cpu_gang("500m", memory="512Mi"), at=0.0)))
+    out = d.step(submitted(job("ns/w", "q", gang_=cpu_gang("1", memory="1Gi"), at=0.0)))
+    assert out[1].reason.endswith("queue q capability cpu 1: used 500m, requested 1")
 
 
 def test_non_preemptible_workload_must_stay_within_guarantee_preemptible_may_go_beyond():
@@ -100,6 +101,70 @@ def test_unlimited_or_undeclared_guarantee_does_not_hold_back_non_preemptible_wo
     assert [x.key for x in d.of(Dequeued)] == ["ns/a", "ns/b", "ns/c"]
 
 
+# --------------------------------------------------------------------------- larger than the queue: it waits
+def test_a_gang_larger_than_its_queue_waits_for_the_queue_to_change_not_for_a_release():
+    """Volcano (``queue resource quota insufficient``), KAI (``OverLimit``) and Kueue (``ExceedsMaxQuota``)
+    keep such a job pending: no holder leaving lets it in, a bigger capability does."""
+    d = QueueDriver()
+    d.step(defined(queue_spec("q", limit={"cpu": "4"})), 0.0)
+    d.step(submitted(job("ns/small", "q", cpu="1", at=0.0)))
+    out = d.step(submitted(job("ns/big", "q", cpu="6", at=1.0)), 1.0)
+    assert out[1] == BackedOff(key="ns/big", queue="q", requeue_at=1.0, attempts=1,  # parked: no timer
+                               reason="1/1 tasks in gang unschedulable: pod group is not ready, 1 Pending, "
+                                      "1 minAvailable; can never fit in queue q as it is: capability cpu 4, "
+                                      "requested cpu 6")
+    assert d.timers == []
+    d.step(placed("ns/small", "q"))
+    assert names(d.step(deleted("ns/small"), 2.0)) == [("WorkloadWithdrawn", "ns/small")]  # not woken by it
+    out = d.step(defined(queue_spec("q", limit={"cpu": "6"})), 3.0)
+    assert names(out) == [("Dequeued", "ns/big")]
+
+
+def test_a_gang_larger_than_its_queue_is_not_woken_by_a_lower_priority_it_could_never_preempt_its_way_past():
+    d = QueueDriver()
+    d.step(defined(queue_spec("q", limit={"cpu": "4"})), 0.0)
+    d.step(submitted(job("ns/big", "q", cpu="6", priority=100, at=0.0)))
+    d.step(submitted(job("ns/low", "q", cpu="1", priority=1, at=1.0)), 1.0)
+    d.step(placed("ns/low", "q"), 2.0)
+    assert len(d.of(BackedOff, "ns/big")) == 1  # told once, not again for each lower priority admitted
+
+
+def test_a_gang_larger_than_an_ancestor_names_it_and_asks_no_reclaim():
+    d = QueueDriver()
+    d.step(defined(queue_spec("dept", limit={"cpu": "4"})), 0.0)
+    d.step(defined(queue_spec("a", parent="dept")))
+    d.step(defined(queue_spec("b", parent="dept")))
+    d.step(capacity(cpu="16"))
+    d.step(submitted(job("ns/b1", "b", cpu="4", at=0.0)))
+    d.step(placed("ns/b1", "b"))
+    out = d.step(submitted(job("ns/a1", "a", cpu="5", at=1.0)), 1.0)
+    assert names(out) == [("Enqueued", "ns/a1"), ("BackedOff", "ns/a1")]
+    assert out[1].reason.endswith("can never fit in queue dept as it is: capability cpu 4, requested cpu 5")
+
+
+def test_a_non_preemptible_gang_above_its_kai_quota_waits_with_the_cap_and_goes_when_the_quota_grows():
+    """KAI's ``NonPreemptibleOverQuota`` (its e2e "Non preemptible Jobs over quota"): pending, not refused."""
+    d = QueueDriver()
+    d.step(defined(queue_spec("team", guarantee={"nvidia.com/gpu": "2"}, dialect="kai")), 0.0)
+    big = workload("ns/build", queue="team", preemptible=False, submitted_at=0.0,
+                   gang_=ray_gang(workers=4, gpu="1"))
+    out = d.step(submitted(big))
+    assert out[1].reason.endswith("can never fit in queue team as it is: quota nvidia.com/gpu 2 caps "
+                                  "non-preemptible workloads, requested nvidia.com/gpu 4 (a preemptible "
+                                  "workload may go above the quota)")
+    preemptible = d.step(updated(big.model_copy(update={"preemptible": True})), 1.0)
+    assert names(preemptible) == [("Dequeued", "ns/build")]
+
+
+def test_a_gang_too_big_for_its_queue_blocks_a_strict_fifo_queue_as_kueue_does():
+    d = QueueDriver(queueing="StrictFIFO")
+    d.step(defined(queue_spec("q", limit={"cpu": "4"})), 0.0)
+    d.step(submitted(job("ns/big", "q", cpu="6", at=0.0)))
+    assert names(d.step(submitted(job("ns/next", "q", cpu="1", at=1.0)), 1.0)) == [("Enqueued", "ns/next")]
+    out = d.step(defined(queue_spec("q", limit={"cpu": "8"})), 2.0)
+    assert names(out) == [("Dequeued", "ns/big"), ("Dequeued", "ns/next")]
+
+
 def test_closed_queue_keeps_workloads_waiting_with_a_reason_told_once_until_it_opens():
     d = QueueDriver()
     d.step(defined(queue_spec("q", state="Closed")), 0.0)
@@ -117,6 +182,20 @@ def test_unknown_queue_waits_until_defined():
     out = d.step(submitted(job("ns/w", "nope", at=0.0)), 0.0)
     assert [(x.type, x.reason) for x in out] == [("Enqueued", "queue nope does not exist")]
     out = d.step(defined(queue_spec("nope")), 5.0)
+    assert names(out) == [("Enqueued", "ns/w"), ("Dequeued", "ns/w")]
+
+
+def test_an_unknown_queue_names_the_queues_that_come_close_and_nothing_falls_into_the_default_queue():
+    """Kueue's "LocalQueue X doesn't exist", with the likeliest fix: a typo of a queue that exists."""
+    d = QueueDriver()
+    d.step(defined(queue_spec("team-a")), 0.0)
+    d.step(defined(queue_spec("team-b")))
+    out = d.step(submitted(job("ns/w", "team_a", at=1.0)), 1.0)
+    assert [(x.type, x.reason) for x in out] == [("Enqueued", "queue team_a does not exist; did you mean team-a or team-b?")]
+    assert d.core.status()["default"]["active"] == []
+    far = d.step(submitted(job("ns/x", "research", at=2.0)), 2.0)
+    assert [(x.type, x.reason) for x in far] == [("Enqueued", "queue research does not exist")]
+    out = d.step(defined(queue_spec("team_a")), 3.0)
     assert names(out) == [("Enqueued", "ns/w"), ("Dequeued", "ns/w")]
 
 

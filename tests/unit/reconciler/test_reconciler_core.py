@@ -2,7 +2,7 @@ from shared.kernel.events import (
     WorkloadDeleted,
     WorkloadSubmitted,
     BackedOff, Enqueued, GangPlaced, GangRunning, GpuAssignment, KubeEffect, ObjectChanged, PodAssigned, PreemptionRequested,
-    QueueRejected, SlotAssignment, TimerFired, TimerSet, WorkloadRejected, WorkloadSubmitted,
+    QueueRejected, SlotAssignment, TimerFired, TimerSet, WorkloadRejected, WorkloadSubmitted, WorkloadWarned,
 )
 from services.reconciler.core import ReconcilerCore, gpu_annotations, seconds
 from shared.kernel.policy import Policy
@@ -231,6 +231,25 @@ def test_workload_rejected_annotates_and_warns():
         eff("annotate", "RayCluster", annotations={"muster.dev/status": "Rejected: queue x does not exist"}),
         eff("event", "RayCluster", reason="Rejected", message="queue x does not exist", event_type="Warning"),
     ]
+
+
+def test_workload_warned_is_a_warning_event_on_the_object_told_once_and_leaves_its_status():
+    c = core()
+    warned = WorkloadWarned(key=KEY, kind="RayCluster", cause="QueueLabelIgnored",
+                            reason="label volcano.sh/queue is not read by muster; it is in queue default")
+    assert c.handle(envelope(warned)) == [
+        eff("event", "RayCluster", reason="QueueLabelIgnored", message=warned.reason, event_type="Warning")]
+    assert c.handle(envelope(warned, at=1.0)) == []  # the same event again is the same event
+
+
+def test_a_warning_for_another_kind_under_a_taken_name_goes_to_that_object():
+    c = core()
+    c.handle(envelope(WorkloadSubmitted(workload=workload(KEY, kind="RayJob"))))
+    warned = WorkloadWarned(key=KEY, kind="RayCluster", cause="QueueLabelIgnored", reason="label x is not read")
+    assert c.handle(envelope(warned)) == [
+        eff("event", "RayCluster", reason="QueueLabelIgnored", message="label x is not read", event_type="Warning")]
+    assert c.handle(envelope(warned, at=1.0)) == [  # not remembered as the RayJob's
+        eff("event", "RayCluster", reason="QueueLabelIgnored", message="label x is not read", event_type="Warning")]
 
 
 def test_pod_group_workloads_get_no_annotations():

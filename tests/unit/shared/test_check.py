@@ -24,6 +24,7 @@ def _history() -> ResultProjection:
     view.transition(20.0, "Admitted", "3/3 pods placed on 2 node(s) (binpack)")
     view.transition(22.0, "Running", "3/3 gang pods bound and Running")
     view.transition(100.0, "Deleted", "deleted by its owner")
+    view.warnings.append({"t": 10.0, "reason": "label volcano.sh/queue is not read by muster"})
     h.workloads[KEY] = view
     gpu0 = {"devices": [0], "fraction": 0.5}
     h.pods[KEY] = {p.name: p for p in [
@@ -151,6 +152,16 @@ def test_annotations_present_list_or_map(at, wanted, failures):
 
 def test_annotations_without_a_lookup_are_all_missing():
     assert _check(annotations_present=["a"]) == [("annotations_present", ["a"], {"a": None})]
+
+
+@pytest.mark.parametrize(("at", "text", "failures"), [
+    (30.0, "volcano.sh/queue is not read", []),
+    (5.0, "volcano.sh/queue is not read", [("warning_contains", "volcano.sh/queue is not read", [])]),
+    (5.0, "", []),
+    (30.0, "", [("warning_contains", "", ["label volcano.sh/queue is not read by muster"])]),
+])
+def test_warning_contains_reads_every_warning_told_by_then(at, text, failures):
+    assert _check(at=at, warning_contains=text) == failures
 
 
 def test_failures_in_order_with_readable_text():

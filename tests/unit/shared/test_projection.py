@@ -344,6 +344,21 @@ def test_a_rejection_is_the_last_word_even_when_the_queue_said_waiting_in_betwee
     assert history.result()["queues"]["default"]["pending"] == []
 
 
+def test_warnings_are_kept_per_workload_as_told_a_repeat_once() -> None:
+    from shared.kernel.events import WorkloadSubmitted, WorkloadWarned
+    from tests.builders import envelope, workload
+
+    history = ResultProjection("x")
+    history.apply(envelope(WorkloadSubmitted(workload=workload("ns/a")), 1.0))
+    warned = WorkloadWarned(key="ns/a", kind="RayCluster", cause="QueueLabelIgnored", reason="label q is not read")
+    history.apply(envelope(warned, 1.0))
+    history.apply(envelope(warned, 2.0))
+    view = history.workloads["ns/a"]
+    assert (view.warned_by(0.5), view.warned_by(1.0)) == ([], ["label q is not read"])
+    assert history.warnings() == {"ns/a": [(1.0, "label q is not read")]}
+    assert "warnings" not in history.result()["workloads"]["ns/a"]  # the result document's shape is fixed
+
+
 # --------------------------------------------------------------------------- what the fold reads (EnvelopeRead)
 def _read(env):
     from shared.kernel.events import to_json
