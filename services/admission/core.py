@@ -597,7 +597,7 @@ def _read_parts(obj: Mapping[str, Any]) -> bytes | str | None:
         if type(annotations) is not dict:
             return None
         for name, value in annotations.items():
-            if type(value) is not str:
+            if type(value) is not str or type(name) is not str:
                 return None  # refused by ``fields.annotations``: not skipped
             if not name.startswith(_OWN_ANNOTATIONS) or name == REFUSED:  # a refusal is read (``fields.not_refused``)
                 read[name] = value

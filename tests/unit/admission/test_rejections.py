@@ -304,3 +304,10 @@ def test_a_queue_ingest_refused_is_rejected_with_ingest_reason() -> None:
     queue["metadata"]["labels"] = {"team": "x" * 64}
     out = AdmissionDriver().send(observe("Added", queue).object)
     assert len(out) == 1 and isinstance(out[0], QueueRejected) and out[0].reason.startswith("refused at ingest: ")
+
+
+@pytest.mark.parametrize("meta", [{"annotations": {1: "x"}}, {"labels": {2: "y"}, "annotations": {None: "z"}}])
+def test_a_key_that_is_no_text_is_read_as_text_never_a_crash(meta: dict) -> None:
+    """JSON from an API server has text keys only; a hand-made object may not, and is read as text."""
+    obj = edited(RC, lambda o: o["metadata"].update(meta))
+    assert [type(x).__name__ for x in AdmissionDriver().send(obj)] == ["WorkloadSubmitted"]
