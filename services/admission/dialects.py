@@ -20,6 +20,11 @@ Preemption and reclaim:
 - ``reclaim_below_guarantee``: KAI reclaims a whole job from a queue over its share even when the queue
   ends below its quota; Volcano's capacity plugin never takes a victim's queue below ``guarantee``, and
   an ElasticQuotaTree ``min`` is guaranteed (ACK: reclaimed only from quotas whose usage exceeds their min).
+- ``evicts_stale_gangs``: KAI's ``stalegangeviction`` action evicts a job that stayed below its minimum
+  (a pod set with fewer active pods than its ``minAvailable``) for its staleness grace period (60 s by
+  default, ``--default-staleness-grace-period``); Volcano's scheduler never evicts a job for that (its
+  vcjob controller only turns the job Pending), kube-queue and coscheduling neither, and Kueue only
+  with ``waitForPodsReady`` (off by default), so the others keep the gang's place until it is whole.
 
 What a Ray workload's gang counts and what it charges (``gang``):
 
@@ -79,6 +84,7 @@ class Dialect:
     guarantee_caps_non_preemptible: bool
     reclaim_below_guarantee: bool
     suspended_preempt: bool
+    evicts_stale_gangs: bool
     gang: GangRules
 
     def preempts(self, gate: str) -> bool:
@@ -89,23 +95,23 @@ class Dialect:
         """The QueueSpec fields this dialect fills."""
         return {"kind": self.kind, "limit_word": self.limit_word, "guarantee_word": self.guarantee_word,
                 "guarantee_caps_non_preemptible": self.guarantee_caps_non_preemptible,
-                "reclaim_below_guarantee": self.reclaim_below_guarantee}
+                "reclaim_below_guarantee": self.reclaim_below_guarantee, "evicts_stale_gangs": self.evicts_stale_gangs}
 
 
 DIALECTS: dict[QueueDialect, Dialect] = {
     "volcano": Dialect(kind="Queue", limit_word="capability", guarantee_word="guarantee", non_preemptible_from=None,
                        guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=True,
-                       gang=KUBERAY),
+                       evicts_stale_gangs=False, gang=KUBERAY),
     "kai": Dialect(kind="Queue", limit_word="limit", guarantee_word="quota", non_preemptible_from=100,
                    guarantee_caps_non_preemptible=True, reclaim_below_guarantee=True, suspended_preempt=True,
-                   gang=GangRules(ray_minimum="min-replicas", charge_submitter=True)),
+                   evicts_stale_gangs=True, gang=GangRules(ray_minimum="min-replicas", charge_submitter=True)),
     "elasticquotatree": Dialect(kind="ElasticQuotaTree", limit_word="max", guarantee_word="min",
                                 non_preemptible_from=None, guarantee_caps_non_preemptible=False,
-                                reclaim_below_guarantee=False, suspended_preempt=False,
+                                reclaim_below_guarantee=False, suspended_preempt=False, evicts_stale_gangs=False,
                                 gang=GangRules(ray_minimum="desired", charge_submitter=False)),
     "builtin": Dialect(kind="Queue", limit_word="limit", guarantee_word="guarantee", non_preemptible_from=None,
                        guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=False,
-                       gang=KUBERAY),
+                       evicts_stale_gangs=False, gang=KUBERAY),
 }
 """``builtin`` is the implicit default queue: kube-queue / Kueue, preemptible by priority, no priority cap,
 KubeRay's gang arithmetic."""

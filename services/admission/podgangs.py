@@ -13,9 +13,13 @@ task named by the pod's ``volcano.sh/task-spec`` annotation), else the
 
 The gang is the minimum, not every pod: each task's minTaskMember pods, then the first waiting pods
 up to minMember, grouped by task and shape into pod sets (``pods``, ``pods-2``, ... without a task;
-the task's name, ``<task>-2``, ... with one), make the gang's minimum, frozen at submission. Every
-further live pod of the group is elastic: it runs alone when quota and capacity allow (Volcano's
-tasks beyond minAvailable). A submitted gang whose valid pods fall below its minimum (its evicted
+the task's name, ``<task>-2``, ... with one), make the composition of the minimum tried first,
+frozen at submission (what the queue reserves quota for). The gang is ``interchangeable``: any
+minMember pods of the group that fit together satisfy it, each task at least its minTaskMember
+(coscheduling's Permit and Volcano's gang plugin count pods, not particular ones), so placement
+takes other members in place of first pods that find no node (``Gang.task_minimums``,
+``services.placement.gang``). Every further live pod of the group is elastic: it runs alone when
+quota and capacity allow (Volcano's tasks beyond minAvailable). A submitted gang whose valid pods fall below its minimum (its evicted
 pods are not recreated: plain pods have no controller) is held, as Volcano's gang plugin holds a
 job with fewer valid tasks than minAvailable, until pods come again.
 
@@ -167,7 +171,8 @@ class PodGang:
             elastic = max(0, live.get(ps.name, 0) - count)
             if count or elastic:
                 sets.append(ps.model_copy(update={"count": count, "elastic": elastic}))
-        return Gang(min_member=sum(ps.count for ps in sets), pod_sets=tuple(sets))
+        return Gang(min_member=sum(ps.count for ps in sets), pod_sets=tuple(sets), interchangeable=self.kind == "PodGroup",
+                    task_minimums=tuple(sorted((task, n) for task, n in tasks.items() if n > 0)))
 
     def not_ready(self, minimum: int, tasks: Mapping[str, int]) -> str:
         """Why a submitted gang cannot start now: fewer valid pods than its minimum, in all or of a task

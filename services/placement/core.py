@@ -6,7 +6,8 @@ Where each decision is made:
   (``preemption.trial``), commit and admit (``_admit``) or discard, then ask who makes room and
   place over them (``_place_over``), or explain: this module
 - what a node offers and uses, static filters, scoring: ``nodes.NodeTable``
-- one gang onto the nodes, all or nothing: ``gang.place_gang`` inside a ``statement.Statement``
+- one gang onto the nodes, all or nothing: ``gang.place_gang`` inside a ``statement.Statement``; a pod
+  group's other members standing in for its first pods: ``gang.substitute``
 - the trial placement with victims released (the only one): ``preemption.trial``
 - who is preempted, and the fewest of them (per-queue index, minimum runtimes, why not):
   ``preemption.Preemption``; which elastic pods go first: ``elastic``
@@ -18,7 +19,9 @@ Where each decision is made:
   ``lifecycle.Lifecycle``
 - CapacityChanged, the ``capacity`` and ``ripen`` timers, gangs waiting for room:
   ``signals.CapacitySignals``
-- GangRunning, and judging disruptions (the ``disruption`` timer): ``disruption.Disruptions``
+- GangRunning, judging disruptions (the ``disruption`` timer), and which disrupted gangs of a queue that
+  evicts stale gangs (KAI's) are still below their minimum after its grace (the ``stale`` timer):
+  ``disruption.Disruptions``; evicting them: ``lifecycle.Lifecycle.evict_stale``
 - which GPU device a pod gets, group ids: ``gpu``; failure text: ``reasons``
 - GPU fragmentation against the recent workload mix (the ``fragmentation`` strategy): ``fragmentation``
 - what is emitted (``Output``) and built without validation: ``payloads``
@@ -29,7 +32,7 @@ Pure: no I/O, no clock (``env.occurred_at`` is now), no randomness; dicts keep i
 from __future__ import annotations
 
 from services.placement import elastic
-from services.placement.disruption import DISRUPTION_TIMER, Disruptions
+from services.placement.disruption import DISRUPTION_TIMER, STALE_TIMER, Disruptions
 from services.placement.elasticpods import ElasticPods
 from services.placement.gang import GangAttempt, pod_demand
 from services.placement.nodes import FRAGMENTATION, NodeTable
@@ -61,7 +64,7 @@ class PlacementCore(Folds):
         self._admissions = 0
         self.signals = CapacitySignals(self.nodes, self.ledger)
         """CapacityChanged, its timers, and the gangs waiting for room."""
-        self.disruptions = Disruptions(self.ledger)
+        self.disruptions = Disruptions(self.ledger, policy)
         """GangRunning, and running gangs that lost a pod until they are judged."""
         self.preemption = Preemption(self.nodes, self.ledger)
         self.elastic = ElasticPods(self.nodes, self.ledger)
@@ -121,10 +124,12 @@ class PlacementCore(Folds):
 
     def _on_QueueDefined(self, p: QueueDefined, now: float) -> list[Output]:
         self.preemption.define_queue(p.queue.name, p.queue.min_runtime)
+        self.disruptions.define_queue(p.queue.name, p.queue.evicts_stale_gangs)
         return []
 
     def _on_QueueRemoved(self, p: QueueRemoved, now: float) -> list[Output]:
         self.preemption.define_queue(p.name, None)
+        self.disruptions.define_queue(p.name, False)
         return []
 
     # ------------------------------------------------------------------ nodes and capacity
@@ -176,6 +181,8 @@ class PlacementCore(Folds):
         key, due = p.key, p.due(now)
         if key == DISRUPTION_TIMER:
             return [*self.disruptions.judge(now, self.workloads)]
+        if key == STALE_TIMER:
+            return self.lifecycle.evict_stale(self.disruptions.stale_due(due, self.workloads), now)
         if key == RIPEN_TIMER:
             return [self.signals.ripened(due)]
         if key != CAPACITY_TIMER:
@@ -288,7 +295,8 @@ class PlacementCore(Folds):
         if wrec is None:
             return [ElasticReleased(key=p.key, pod_set=p.pod_set, count=p.count, admission=p.admission,
                                     reason="not admitted any more")]
-        back, placed = self.elastic.grant(wrec, p, self.policy.placement_for(wrec.queue))
+        waiting = self.slots.waiting(wrec, p.pod_set) if wrec.spec.gang.interchangeable else None
+        back, placed = self.elastic.grant(wrec, p, self.policy.placement_for(wrec.queue), waiting)
         out: list[Output] = [*back]
         for _ in range(placed):
             out += self.slots.assign_waiting(wrec, p.pod_set)
@@ -300,6 +308,7 @@ class PlacementCore(Folds):
         rec.admitted, rec.admitted_seq = True, self._admissions
         self.preemption.hold(rec)
         rec.running, rec.started_at = False, None
+        rec.spec = attempt.placed_spec(rec.spec)  # a pod group's other members may have stood in
         rec.slots = [Slot(p.pod_set.name, p.index, p.node, p.devices, p.demand, p.pod_set.in_gang)
                      for p in attempt.placements]
         rec.reason = reason

@@ -27,13 +27,23 @@ class ElasticPods:
         self.nodes = nodes
         self.ledger = ledger
 
-    def grant(self, wrec: WorkloadRecord, p: ElasticGranted, strategy: str) -> tuple[list[ElasticReleased], int]:
+    def grant(self, wrec: WorkloadRecord, p: ElasticGranted, strategy: str,
+              waiting: int | None = None) -> tuple[list[ElasticReleased], int]:
         """Place the granted elastic pods one by one (each alone: as many as nodes allow); what finds no
-        node, or is no longer wanted, goes back to the queue at once. Also how many were placed."""
+        node, or is no longer wanted, goes back to the queue at once. Also how many were placed.
+
+        ``waiting``: for a pod group, its pods of the pod set that wait for a slot. Its pods exist before
+        they are wanted, so a grant beyond them is for pods that went away (admission still counts a
+        first pod a stand-in replaced, ``as_placed``): it goes back refused, asked again on a release."""
         wrec.admission = p.admission
         ps = next((x for x in wrec.spec.gang.pod_sets if x.name == p.pod_set), None)
         take = min(p.count, max(0, wrec.elastic_room(p.pod_set))) if ps is not None else 0
+        unwanted = p.count - take
         out: list[ElasticReleased] = []
+        if waiting is not None and take > waiting:
+            out.append(released(wrec, p.pod_set, take - waiting, f"{take - waiting} elastic pod(s) of {p.pod_set} "
+                                f"could not be placed: no pod of the group waits for them", refused=True))
+            take = waiting
         placed = []
         if ps is not None and take:
             demand = pod_demand(self.nodes, ps)
@@ -47,8 +57,8 @@ class ElasticPods:
                 out.append(released(wrec, p.pod_set, take - len(placed),
                                     f"{take - len(placed)} elastic pod(s) of {p.pod_set} could not be "
                                     f"placed: {why}", refused=True))
-        if p.count > take:
-            out.append(released(wrec, p.pod_set, p.count - take, "its owner wants fewer pods"))
+        if unwanted:
+            out.append(released(wrec, p.pod_set, unwanted, "its owner wants fewer pods"))
         return out, len(placed)
 
     def evict(self, pods: Sequence[Victim], why: str) -> list[ElasticReleased]:

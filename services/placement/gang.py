@@ -4,6 +4,12 @@ Like Armada's gang scheduler this knows nothing of queues, priorities or workloa
 gets a node table, a statement to write into and a strategy. Order: the head first, then worker
 groups in the order the gang lists them, then pods outside the gang (a RayJob's submitter).
 
+An interchangeable gang (a pod group) is satisfied by any of its pods that fit together: when some
+of the pods counted first find no node, other members take their places (``substitute``), each
+task's own minimum first, as Volcano's allocate goes on with the tasks of other roles while the job
+can still reach minAvailable (``JobInfo.NeedContinueAllocating``) and coscheduling permits any
+``minMember`` pods that got a node.
+
 One pod set is placed with one vectorised filter pass over all nodes and one score pass over those
 that fit; after each pod only the chosen node is re-evaluated (same numpy code on a one-node slice,
 so floats and ties match).
@@ -20,7 +26,7 @@ from services.placement.gpu import GpuCharge
 from services.placement.nodes import FRAGMENTATION, Demand, NodeTable
 from services.placement.statement import Statement
 from shared.kernel import quantity as q
-from shared.kernel.model import Gang, PodSet
+from shared.kernel.model import Gang, PodSet, WorkloadSpec, as_placed
 
 
 @dataclass
@@ -55,6 +61,11 @@ class GangAttempt:
     @property
     def reason(self) -> str:
         return reasons.gang_failure(self.gang, self.failed, self.total, self.fit_error, self.never)
+
+    def placed_spec(self, spec: WorkloadSpec) -> WorkloadSpec:
+        """``spec`` with the gang as placed (``as_placed``): itself unless other members stood in."""
+        gang = as_placed(spec.gang, (p.pod_set.name for p in self.placements))
+        return spec if gang is spec.gang else spec.model_copy(update={"gang": gang})
 
 
 def ordered_pod_sets(gang: Gang) -> list[PodSet]:
@@ -118,11 +129,20 @@ def place_gang(table: NodeTable, stmt: Statement, gang: Gang, strategy: str, *, 
             attempt.fit_error, attempt.capacity_short = reasons.fit_error(
                 table, pod_set, demand, table.static_mask(pod_set))
         attempt.failed += missing
-        if not explain:
+        if not explain and not gang.interchangeable:
             return attempt
-    if attempt.failed and table.schedulable_count():  # no node at all: the histogram's "0/0" says it
+    if attempt.failed and gang.interchangeable:
+        substitute(table, stmt, gang, strategy, attempt)
+    if attempt.failed and table.schedulable_count() and not _has_stand_ins(gang):
+        # no node at all: the histogram's "0/0" says it; with members that may stand in for the first
+        # ones, that these could never fit says nothing sure of the gang
         attempt.never = beyond_cluster(table, gang)
     return attempt
+
+
+def _has_stand_ins(gang: Gang) -> bool:
+    """An interchangeable gang with more members than its minimum: another composition may fit."""
+    return gang.interchangeable and any(ps.desired > ps.count for ps in gang.pod_sets)
 
 
 def beyond_cluster(table: NodeTable, gang: Gang) -> str:
@@ -141,3 +161,51 @@ def beyond_cluster(table: NodeTable, gang: Gang) -> str:
         for c, amount in demand.filter:
             needs[c] = needs.get(c, 0) + amount * pod_set.count
     return reasons.larger_than_cluster(table, needs)
+
+
+def substitute(table: NodeTable, stmt: Statement, gang: Gang, strategy: str, attempt: GangAttempt) -> None:
+    """Other members of an interchangeable gang take the places of its first pods that found no node.
+
+    First each task short of its ``minTaskMember`` takes pods of its own pod sets, then any pod set
+    fills what the minimum still lacks, pod sets in the gang's order, each up to the pods its owner
+    wants; a pod set whose pod does not fit makes way for the next one (Volcano skips a role whose
+    task failed its predicates). A stand-in never makes the gang charge more of any resource than
+    the composition its queue reserved quota for (``Gang.quota_demand``): the queue's limits hold
+    whichever members run. ``attempt.failed`` ends as the pods still missing; the placements made
+    stay in ``stmt`` for the caller to commit or roll back.
+    """
+    members = [ps for ps in ordered_pod_sets(gang) if ps.in_gang]
+    placed = {ps.name: 0 for ps in gang.pod_sets}
+    budget = gang.quota_demand
+    for p in attempt.placements:
+        placed[p.pod_set.name] += 1
+        budget = q.sub(budget, p.pod_set.pod_demand)
+
+    def take(candidates: list[PodSet], need: int) -> None:
+        nonlocal budget
+        for ps in candidates:
+            n = min(need, ps.desired - placed[ps.name], _affordable(budget, ps.pod_demand))
+            if n <= 0:
+                continue
+            got = place_pods(table, stmt, ps, pod_demand(table, ps), n, strategy, first_index=placed[ps.name])
+            attempt.placements.extend(got)
+            placed[ps.name] += len(got)
+            budget = q.sub(budget, q.add({}, ps.pod_demand, len(got)))
+            need -= len(got)
+
+    def short_of(task: str, minimum: int) -> int:
+        return max(0, minimum - sum(placed[ps.name] for ps in members if ps.task == task))
+
+    for task, minimum in gang.task_minimums:
+        take([ps for ps in members if ps.task == task], short_of(task, minimum))
+    wanted = sum(ps.count for ps in members)
+    take(members, wanted - sum(placed[ps.name] for ps in members))
+    outside = sum(ps.count - placed[ps.name] for ps in gang.pod_sets if not ps.in_gang)
+    tasks_short = sum(short_of(task, minimum) for task, minimum in gang.task_minimums)
+    attempt.failed = max(tasks_short, wanted - sum(placed[ps.name] for ps in members)) + outside
+
+
+def _affordable(budget: dict[str, int], demand: dict[str, int]) -> int:
+    """How many pods of ``demand`` the quota left in ``budget`` pays for (any number when it charges nothing)."""
+    counts = [budget.get(name, 0) // amount for name, amount in demand.items() if amount > 0]
+    return max(0, min(counts)) if counts else 1 << 31

@@ -3,7 +3,8 @@
 Each undoes part of an admission: reservations go back to their nodes (``NodeTable.uncharge``),
 pods lose their slots, the gang leaves the preemption index, the displaced and disruption books
 forget it. The eviction bookkeeping for a preemption victim is written here once, whoever
-preempts (in-queue preemption or a reclaim the queue asked for).
+preempts (in-queue preemption or a reclaim the queue asked for), and a stale gang (one that stayed
+below its minimum past its queue's staleness grace period) is evicted with the same bookkeeping.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from services.placement.payloads import Output
 from services.placement.preemption import Preemption
 from services.placement.signals import CapacitySignals
 from services.placement.slots import Slots
+from services.placement.statement import Statement
 from services.placement.workloads import WorkloadRecord
-from shared.kernel.events import PreemptionRequested
+from shared.kernel.events import GangEvicted, PreemptionRequested
 from shared.kernel.model import Gang, shrunk
 
 
@@ -91,6 +93,33 @@ class Lifecycle:
     def evict(self, victim: WorkloadRecord, preemptor: WorkloadRecord, why: str) -> PreemptionRequested:
         """Bookkeeping after the statement released the victim: its pods no longer count or fill, it
         holds no slot, is no longer admitted, and nothing of it is displaced or left to judge."""
+        names = self._let_go(victim)
+        return PreemptionRequested(key=victim.key, kind=victim.spec.kind, gate=victim.spec.gate,
+                                   preemptor=preemptor.key, preemptor_priority=preemptor.spec.priority,
+                                   reclaim=preemptor.queue != victim.queue, pods=tuple(names), reason=why)
+
+    def evict_stale(self, stale: list[tuple[WorkloadRecord, str]], now: float) -> list[Output]:
+        """Gangs that stayed below their minimum past their queue's staleness grace period
+        (``Disruptions.stale_due``) are evicted as KAI's ``stalegangeviction`` does, preemptible or not
+        (no one preempts them: they cannot run as they are). Their reservations go back to their
+        nodes and their pods count as gone (as a preemption victim's), their pods are evicted, and what
+        waits retries."""
+        out: list[Output] = []
+        for wrec, why in stale:
+            stmt = Statement(self.nodes)
+            self.ledger.release_into(stmt, wrec)  # its pods count as gone, as a preemption victim's do
+            stmt.commit()
+            names = self._let_go(wrec)
+            out.append(GangEvicted(key=wrec.key, kind=wrec.spec.kind, gate=wrec.spec.gate, pods=tuple(names),
+                                   reason=why))
+        if out:
+            out += self.slots.signal(now, released=True) + self.slots.retry_displaced()
+        return out
+
+    def _let_go(self, victim: WorkloadRecord) -> list[str]:
+        """What every eviction undoes once the victim's reservations are off their nodes: its pods no
+        longer count or fill, it holds no slot, is no longer admitted, and nothing of it is displaced or
+        left to judge. The names of the pods to evict."""
         self.slots.displaced.pop(victim.key, None)
         self.disruptions.forget(victim.key)
         names = []
@@ -102,6 +131,4 @@ class Lifecycle:
             self.ledger.evicted(pod)
         victim.slots, victim.admitted, victim.running, victim.started_at = [], False, False, None
         self.preemption.unhold(victim)
-        return PreemptionRequested(key=victim.key, kind=victim.spec.kind, gate=victim.spec.gate,
-                                   preemptor=preemptor.key, preemptor_priority=preemptor.spec.priority,
-                                   reclaim=preemptor.queue != victim.queue, pods=tuple(names), reason=why)
+        return names

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Sequence, Union, get_args
 from services.placement import gpu
 
 from shared.kernel.events import (
-    CapacityChanged, ElasticReleased, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, PlacementFailed, PodAssigned,
-    PreemptionRequested, SlotAssignment, TimerSet,
+    CapacityChanged, ElasticReleased, GangDisrupted, GangEvicted, GangPlaced, GangRunning, GpuAssignment, PlacementFailed,
+    PodAssigned, PreemptionRequested, SlotAssignment, TimerSet,
 )
 from shared.kernel.fastmodel import built
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from services.placement.gang import GangAttempt
     from services.placement.workloads import WorkloadRecord
 
-Output = Union[GangPlaced, PlacementFailed, PodAssigned, GangRunning, GangDisrupted, PreemptionRequested,
+Output = Union[GangPlaced, PlacementFailed, PodAssigned, GangRunning, GangDisrupted, GangEvicted, PreemptionRequested,
                CapacityChanged, ElasticReleased, TimerSet]
 """What placement emits (``shared.kernel.topology`` routes each)."""
 

@@ -286,13 +286,20 @@ class Slots:
                     out += assigned
         return out
 
+    def waiting(self, wrec: WorkloadRecord, pod_set: str) -> int:
+        """How many pods of that pod set wait for a slot (live, unbound, not evicted)."""
+        return sum(1 for key in self.ledger.own_pods(wrec) if self._waits(wrec, self.ledger.pods[key], pod_set))
+
+    def _waits(self, wrec: WorkloadRecord, rec: PodRecord, pod_set: str) -> bool:
+        facts = rec.facts
+        return rec.slot is None and facts.live and not facts.bound and not rec.evicted \
+            and self.pod_set_name(wrec, rec) == pod_set
+
     def assign_waiting(self, wrec: WorkloadRecord, pod_set: str) -> list[Output]:
         """A slot came free: the first pod of that pod set still waiting for one takes it."""
         for key in self.ledger.own_pods(wrec):
             rec = self.ledger.pods[key]
-            facts = rec.facts
-            if rec.slot is None and facts.live and not facts.bound and not rec.evicted \
-                    and self.pod_set_name(wrec, rec) == pod_set:
+            if self._waits(wrec, rec, pod_set):
                 return self.attach(wrec, rec)
         return []
 

@@ -1,4 +1,4 @@
-"""Placement's answers about a reservation: placed, running, failed, preempted, elastic pods released.
+"""Placement's answers about a reservation: placed, running, failed, preempted or evicted, elastic pods released.
 
 Each answer moves one workload's state in the core's books (ledger, waits, promises, elastic goal)
 and wakes whom it concerns; the decision what to admit next stays with the cycle (``cycle.py``).
@@ -9,7 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from services.queue.reasons import preempted_by, waiting
-from shared.kernel.events import ElasticReleased, Enqueued, GangPlaced, GangRunning, PlacementFailed, PreemptionRequested
+from shared.kernel.events import (
+    ElasticReleased, Enqueued, GangEvicted, GangPlaced, GangRunning, PlacementFailed, PreemptionRequested,
+)
+from shared.kernel.model import as_placed
 
 if TYPE_CHECKING:
     from services.queue.core import Out, QueueCore
@@ -33,6 +36,7 @@ class PlacementAnswers:
         before = w.demand
         with core._ledger.moving(w):
             w.state = "admitted"
+            w.placed_as(as_placed(w.spec.gang, (s.pod_set for s in p.slots)))
             held = p.gpu_memory_held
             if held:
                 w.hold_gpu(held)
@@ -81,8 +85,19 @@ class PlacementAnswers:
         core.timers.request_cycle(now, out)  # its reservation went back to the queue
 
     def preempted(self, p: PreemptionRequested, now: float, out: Out) -> None:
+        self._requeue(p.key, preempted_by(p.preemptor, p.preemptor_priority,
+                                           reclaimed_for=self._queue_of(p.preemptor) if p.reclaim else None), now, out)
+
+    def evicted(self, p: GangEvicted, now: float, out: Out) -> None:
+        """A stale gang was evicted (its queue's staleness grace period passed while it was below its
+        minimum): it waits in its queue again, the reason saying why, as a preempted one does."""
+        self._requeue(p.key, p.reason, now, out)
+
+    def _requeue(self, key: str, why: str, now: float, out: Out) -> None:
+        """A holder lost its admission to an eviction: back to pending with ``why`` before every reason
+        until it is admitted again; its quota goes back and whoever waits for it is woken."""
         core = self.core
-        w = core._workloads.get(p.key)
+        w = core._workloads.get(key)
         if w is None or not w.holds_quota:
             return
         core.promises.release(w)
@@ -93,8 +108,7 @@ class PlacementAnswers:
                 w.respec(w.latest)
         core.grants.set_goal(w)
         w.started_at, w.attempts, w.requeue_at, w.held = None, 0, None, ""
-        w.preempted_by = preempted_by(p.preemptor, p.preemptor_priority,
-                                    reclaimed_for=self._queue_of(p.preemptor) if p.reclaim else None)
+        w.preempted_by = why
         w.last_reason = f"{w.preempted_by}; {waiting(w.queue)}"
         out.append(Enqueued(key=w.key, queue=w.queue, reason=w.last_reason))
         core.wake.all(now)

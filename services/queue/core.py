@@ -59,7 +59,7 @@ from shared.kernel.fold import Folds
 from shared.kernel.model import shrunk
 from shared.kernel.events import (
     BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, ElasticWaiting, Envelope, Enqueued,
-    GangPlaced, GangRunning, PlacementFailed, PreemptionRequested, QueueDefined, QueueRejected, QueueRemoved,
+    GangEvicted, GangPlaced, GangRunning, PlacementFailed, PreemptionRequested, QueueDefined, QueueRejected, QueueRemoved,
     ReclaimRequested, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished, WorkloadRejected, WorkloadSubmitted,
     WorkloadUpdated, WorkloadWithdrawn,
 )
@@ -224,6 +224,9 @@ class QueueCore(Folds):
 
     def _on_PreemptionRequested(self, p: PreemptionRequested, now: float, out: Out) -> None:
         self.answers.preempted(p, now, out)
+
+    def _on_GangEvicted(self, p: GangEvicted, now: float, out: Out) -> None:
+        self.answers.evicted(p, now, out)
 
     def _on_ElasticReleased(self, p: ElasticReleased, now: float, out: Out) -> None:
         self.answers.elastic_released(p, now, out)

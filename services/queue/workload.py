@@ -19,7 +19,7 @@ from typing import Literal
 from services.queue.ordering import pending_key
 from shared.kernel import quantity as q
 from shared.kernel.events import ElasticVictim
-from shared.kernel.model import PodSet, WorkloadSpec, still_held
+from shared.kernel.model import Gang, PodSet, WorkloadSpec, still_held
 
 State = Literal["pending", "reserved", "admitted", "running"]
 HOLDING: tuple[State, ...] = ("reserved", "admitted", "running")
@@ -37,7 +37,8 @@ class Tracked:
     attempts: int = 0
     requeue_at: float | None = None
     preempted_by: str = ""
-    """``preempted by NS/NAME (priority P)`` until admitted again; prefixes every reason."""
+    """``preempted by NS/NAME (priority P)``, or why it was evicted as a stale gang, until admitted
+    again; prefixes every reason."""
     last_reason: str = ""
     reserved_seq: int = 0
     """Admission order (for the status view)."""
@@ -88,6 +89,13 @@ class Tracked:
         self.latest = None
         self.order = pending_key(spec)
         self._charge()
+
+    def placed_as(self, gang: Gang) -> None:
+        """Placement placed the gang with other members of a pod group standing in (``as_placed``): it
+        charges what runs, never more than it reserved; call inside ``Ledger.moving``."""
+        if gang is not self.spec.gang:
+            self.spec = self.spec.model_copy(update={"gang": gang})
+            self._charge()
 
     def set_elastic(self, pod_set: str, count: int) -> None:
         """Granted elastic pods of a pod set (0 forgets it); call inside ``Ledger.moving``."""

@@ -18,9 +18,9 @@ from typing import Any, Literal, Sequence
 
 from shared.kernel import gpumemory, kube
 from shared.kernel.events import (
-    BackedOff, ElasticReleased, ElasticWaiting, Enqueued, Envelope, GangDisrupted, GangPlaced, GangRunning, GpuAssignment, KubeEffect,
-    ObjectChanged, PodAssigned, PreemptionRequested, QueueRejected, QueueRemoved, TimerFired, TimerSet, WorkloadDeleted,
-    WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWarned, kube_effect,
+    BackedOff, ElasticReleased, ElasticWaiting, Enqueued, Envelope, GangDisrupted, GangEvicted, GangPlaced, GangRunning,
+    GpuAssignment, KubeEffect, ObjectChanged, PodAssigned, PreemptionRequested, QueueRejected, QueueRemoved, TimerFired,
+    TimerSet, WorkloadDeleted, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWarned, kube_effect,
 )
 from services.reconciler.status import STATUS_TIMER, StatusBook, effect_object, pod_group_object, queue_object
 from shared.kernel.dedupe import Tombstones
@@ -88,9 +88,9 @@ class _Workload:
     namespace: str
     name: str
     kind: str = ""
-    """Learnt from GangPlaced, PreemptionRequested, WorkloadRejected (or WorkloadSubmitted if routed here)."""
+    """Learnt from GangPlaced, PreemptionRequested, GangEvicted, WorkloadRejected (or WorkloadSubmitted if routed here)."""
     phase: str = ""
-    """``queued``, ``placed`` or ``preempted``: tells a requeue after preemption from a new incarnation."""
+    """``queued``, ``placed`` or ``preempted`` (or evicted): tells a requeue after preemption from a new incarnation."""
     pods: dict[str, None] = field(default_factory=dict)
     """Object ids of its pods the reconciler had effects on (and has not heard are gone), to forget
     them with the workload."""
@@ -203,11 +203,19 @@ class ReconcilerCore(Folds):
         return self._annotate(wl, {STATUS: _status("Admitted", p.reason)}) + self._event(wl, "Warning", "GangDisrupted", p.reason)
 
     def _on_PreemptionRequested(self, p: PreemptionRequested, now: float) -> list[KubeEffect]:
+        return self._evicted(p, "Preempted")
+
+    def _on_GangEvicted(self, p: GangEvicted, now: float) -> list[KubeEffect]:
+        """A stale gang: evicted as a preempted one is, the Event named as KAI names it (``StaleJob``)."""
+        return self._evicted(p, "StaleJob")
+
+    def _evicted(self, p: PreemptionRequested | GangEvicted, event: str) -> list[KubeEffect]:
+        """Its pods evicted (a suspend-gated workload suspended again), its status and an Event say why."""
         wl = self._workload(p.key, p.kind)
         wl.phase = "preempted"
         out = self._suspend(wl, True) if p.gate == "suspend" else self._evict_all(wl, p.pods)
         out += self._annotate(wl, {STATUS: _status("Preempted", p.reason)})
-        return out + self._event(wl, "Warning", "Preempted", p.reason)
+        return out + self._event(wl, "Warning", event, p.reason)
 
     def _on_ElasticReleased(self, p: ElasticReleased, now: float) -> list[KubeEffect]:
         """Elastic pods evicted for a workload that needed the room: evict them (the gang keeps running;

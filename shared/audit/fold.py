@@ -61,7 +61,7 @@ class UsageSeries:
 
 
 _CHANGES_USAGE = frozenset({
-    "Dequeued", "ReclaimRequested", "GangPlaced", "PlacementFailed", "BackedOff", "PreemptionRequested",
+    "Dequeued", "ReclaimRequested", "GangPlaced", "PlacementFailed", "BackedOff", "PreemptionRequested", "GangEvicted",
     "WorkloadFinished", "WorkloadDeleted", "WorkloadWithdrawn", "WorkloadUpdated", "QueueDefined", "QueueRemoved",
 })
 

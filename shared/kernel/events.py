@@ -12,6 +12,7 @@ Lifecycle of a workload as the events tell it::
     PodAssigned*                               placement -> reconciler (bind pod -> node)
     GangRunning                                placement -> queue (every gang pod Running)
     PreemptionRequested                        placement -> queue, reconciler (victim)
+    GangDisrupted, GangEvicted                 placement -> reconciler (and queue: evicted when stale)
     WorkloadFinished | WorkloadDeleted         admission -> queue
     WorkloadWithdrawn                          queue -> placement (drop reservations)
     KubeEffect*                                reconciler -> Kubernetes (the cluster adapter)
@@ -346,6 +347,18 @@ class GangDisrupted(_WorkloadEvent):
     reason: str
 
 
+class GangEvicted(_WorkloadEvent):
+    """A running gang stayed below its minimum past its queue's staleness grace period (KAI's stale gang
+    eviction): the reconciler evicts its pods (or re-suspends it), the queue requeues it. No one
+    preempted it; its quota and nodes go back to whoever waits."""
+
+    type: Literal["GangEvicted"] = "GangEvicted"
+    kind: str
+    gate: Literal["suspend", "pods"]
+    pods: tuple[str, ...]
+    reason: str
+
+
 class PreemptionRequested(_WorkloadEvent):
     """``key`` is the victim. The reconciler evicts its pods (or re-suspends it); the queue requeues it."""
 
@@ -497,7 +510,7 @@ Payload = Annotated[
         ObjectChanged, QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated,
         WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
         ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
-        GangDisrupted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
+        GangDisrupted, GangEvicted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
         ElasticGranted, ElasticReleased, ElasticWaiting, ObjectsListed, PolicyApplied, WorkloadWarned,
     ],
     Field(discriminator="type"),
@@ -509,7 +522,7 @@ PAYLOAD_TYPES: dict[str, type[BaseModel]] = {
         ObjectChanged, QueueDefined, QueueRemoved, QueueRejected, WorkloadSubmitted, WorkloadUpdated,
         WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
         ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
-        GangDisrupted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
+        GangDisrupted, GangEvicted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
         ElasticGranted, ElasticReleased, ElasticWaiting, ObjectsListed, PolicyApplied, WorkloadWarned,
     )
 }

@@ -6,7 +6,8 @@ queue and placement consume them. They are plain frozen data with no behaviour b
 
 from __future__ import annotations
 
-from typing import Iterable, Literal, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -109,6 +110,14 @@ class PodSet(Frozen):
 class Gang(Frozen):
     min_member: int
     pod_sets: tuple[PodSet, ...]
+    interchangeable: bool = False
+    """Whether any of its pods may make up the minimum (a pod group: coscheduling's Permit counts any
+    ``minMember`` assigned pods, Volcano's gang plugin any ready tasks, each task at least its
+    ``minTaskMember``). The pod sets' ``count`` is then the composition tried first (the pods that
+    came first); placement may take other pods of the group in place of those that do not fit
+    (``as_placed``). False: each pod set's ``count`` is its own minimum (a Ray workload's groups)."""
+    task_minimums: tuple[tuple[str, int], ...] = ()
+    """``(task, pods)`` an interchangeable gang takes of each Volcano task at least (``minTaskMember``)."""
 
     @property
     def resources(self) -> dict[str, int]:
@@ -180,6 +189,27 @@ def still_held(held: Mapping[str, int], before: Gang, after: Gang) -> dict[str, 
             if any(ps.name == name and counts.get(name) == ps.count for ps in before.pod_sets)}
 
 
+def as_placed(gang: Gang, placed: Iterable[str]) -> Gang:
+    """The gang as placement placed it, from the pod sets of its gang slots (one name per slot): an
+    interchangeable gang whose first pods did not all fit has other members in the minimum, each pod
+    set keeping the pods its owner wants (``desired``), the rest of them elastic. The gang itself
+    when nothing moved (and always for a gang that is not interchangeable).
+
+    Queue (quota), placement (slots) and the history all apply this one rule, so they stay in step.
+    """
+    if not gang.interchangeable:
+        return gang
+    counts: dict[str, int] = {}
+    for name in placed:
+        counts[name] = counts.get(name, 0) + 1
+    if all(counts.get(ps.name, 0) == ps.count for ps in gang.pod_sets):
+        return gang
+    sets = tuple(ps.model_copy(update={"count": counts.get(ps.name, 0),
+                                       "elastic": max(0, ps.desired - counts.get(ps.name, 0))})
+                 for ps in gang.pod_sets)
+    return gang.model_copy(update={"pod_sets": sets})
+
+
 def shrunk(admitted: Gang, edited: Gang) -> Gang | None:
     """What an admitted gang becomes after an edit: each pod set keeps its admitted shape and count
     unless the edit asks for fewer pods of it in all (gang and elastic; a pod set the edit no longer
@@ -194,7 +224,7 @@ def shrunk(admitted: Gang, edited: Gang) -> Gang | None:
     if sets == admitted.pod_sets:
         return None
     members = sum(ps.count for ps in sets if ps.in_gang)
-    return Gang(min_member=min(admitted.min_member, members), pod_sets=sets)
+    return admitted.model_copy(update={"min_member": min(admitted.min_member, members), "pod_sets": sets})
 
 
 def elastic_wanted(admitted: Gang, latest: Gang) -> dict[str, int]:
@@ -301,6 +331,11 @@ class QueueSpec(Frozen):
     """Reclaim may take a whole job from this queue, while it is over its share, even when the queue ends
     below its guarantee (KAI). False: a victim never takes its queue below its guarantee (Volcano capacity,
     ElasticQuotaTree min)."""
+    evicts_stale_gangs: bool = False
+    """A running gang that stays below its minimum past the staleness grace period
+    (``Policy.staleness_grace_period_for``) is evicted, so its quota and nodes go back (KAI's
+    ``stalegangeviction`` action). False: it keeps its place until it is whole again (Volcano, kube-queue,
+    Kueue without ``waitForPodsReady``)."""
 
     def limit_of(self, resource: str) -> int | None:
         value = self.limit.get(resource)

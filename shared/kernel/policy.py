@@ -12,11 +12,32 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from shared.kernel.duration import DurationError, parse_duration
 from shared.kernel.kube import DEFAULT_SCHEDULER
 from shared.kernel.validation import first_errors, read_text, yaml_error
 
 Queueing = Literal["StrictFIFO", "BestEffortFIFO"]
 Strategy = Literal["binpack", "spread", "fragmentation"]
+
+
+def grace_period(value: Any) -> Any:
+    """A staleness grace period as KAI writes one: a duration (``60s``, ``2m``, or seconds), negative
+    for never (``-1s``, ``-1``: KAI's "negative values means infinite")."""
+    if value is None:
+        return None  # unset (a queue's override); the global key's type refuses it
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"{value!r} is not a duration (write e.g. 60s, 2m, or -1s for never)")
+    magnitude: str | float
+    if isinstance(value, str):
+        negative = value.strip().startswith("-")
+        magnitude = value.strip()[1:] if negative else value
+    else:
+        negative, magnitude = value < 0, abs(value)
+    try:
+        seconds = parse_duration(magnitude, where="staleness grace period")
+    except DurationError as exc:
+        raise ValueError(str(exc)) from None
+    return -seconds if negative else seconds
 
 
 class QueuePolicy(BaseModel):
@@ -27,6 +48,10 @@ class QueuePolicy(BaseModel):
     queueing: Queueing | None = None
     placement: Strategy | None = None
     min_runtime_seconds: float | None = Field(default=None, ge=0)
+    staleness_grace_period: float | None = None
+    """This queue's own ``default_staleness_grace_period``."""
+
+    _grace = field_validator("staleness_grace_period", mode="before")(grace_period)
 
 
 class Policy(BaseModel):
@@ -56,7 +81,13 @@ class Policy(BaseModel):
     max_gang_pods: int = Field(default=10_000, ge=1)
     """A gang with more pods than this is rejected at admission: a typo (``replicas: 3000000``) must
     not become a workload that can never be placed or that swamps the scheduler."""
+    default_staleness_grace_period: float = 60.0
+    """Seconds a running gang of a queue that evicts stale gangs (KAI's) may stay below its minimum
+    before it is evicted; negative: never. KAI's ``--default-staleness-grace-period`` (its config's
+    ``globalDefaultStalenessGracePeriod``), written the same way: ``60s``, ``2m``, ``-1s``."""
     queues: dict[str, QueuePolicy] = {}
+
+    _grace = field_validator("default_staleness_grace_period", mode="before")(grace_period)
 
     @field_validator("scheduler_names", mode="before")
     @classmethod
@@ -102,6 +133,14 @@ class Policy(BaseModel):
         if override and override.min_runtime_seconds is not None:
             return override.min_runtime_seconds
         return self.min_runtime_seconds
+
+    def staleness_grace_period_for(self, queue: str) -> float | None:
+        """Seconds this queue's running gangs may stay below their minimum; None: never evicted."""
+        override = self.queues.get(queue)
+        grace = self.default_staleness_grace_period
+        if override and override.staleness_grace_period is not None:
+            grace = override.staleness_grace_period
+        return grace if grace >= 0 else None
 
     def as_json(self) -> dict[str, Any]:
         """Every key, defaults included, as JSON holds it: what a log records (``PolicyApplied``)."""

@@ -15,13 +15,13 @@ from typing_extensions import TypedDict
 from shared.kernel import kube
 from shared.kernel import quantity as q
 from shared.kernel.events import (
-    BackedOff, Dequeued, ElasticGranted, ElasticReleased, ElasticWaiting, Enqueued, Envelope, GangDisrupted,
+    BackedOff, Dequeued, ElasticGranted, ElasticReleased, ElasticWaiting, Enqueued, Envelope, GangDisrupted, GangEvicted,
     GangPlaced, GangRunning, ObjectChanged, Payload, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined,
     QueueRejected, QueueRemoved, ReclaimRequested, WorkloadDeleted, WorkloadFinished, WorkloadRejected,
     WorkloadSubmitted, WorkloadUpdated, WorkloadWarned, WorkloadWithdrawn,
 )
 from shared.kernel.fold import Folds
-from shared.kernel.model import Gang, QueueSpec, shrunk, still_held
+from shared.kernel.model import Gang, QueueSpec, as_placed, shrunk, still_held
 
 # --------------------------------------------------------------------------- what the fold reads
 _IGNORE_REST = ConfigDict(extra="ignore")
@@ -502,6 +502,11 @@ class ResultProjection(Folds):
 
     def _on_GangPlaced(self, p: GangPlaced, t: float) -> None:
         view = self._workload(p.key)
+        if view.admitted is not None and view.phase not in ("Admitted", "Running"):  # the first answer to a request
+            placed = as_placed(view.admitted, (s.pod_set for s in p.slots))
+            if placed is not view.admitted:  # other members of a pod group stood in: quota follows them
+                view.admitted = placed
+                self._recharge(view)
         view.holds_quota, view.queue_state = True, "active"
         view.transition(t, "Admitted", p.reason)
         held = p.gpu_memory_held
@@ -516,10 +521,17 @@ class ResultProjection(Folds):
         self._workload(p.key).transition(t, "Admitted", p.reason)
 
     def _on_PreemptionRequested(self, p: PreemptionRequested, t: float) -> None:
-        view = self._workload(p.key)
+        self._evicted(p.key, p.reason, t)
+
+    def _on_GangEvicted(self, p: GangEvicted, t: float) -> None:
+        """A stale gang is evicted as a preempted one is: phase Preempted, saying why."""
+        self._evicted(p.key, p.reason, t)
+
+    def _evicted(self, key: str, reason: str, t: float) -> None:
+        view = self._workload(key)
         view.holds_quota, view.queue_state = False, ""
         self._no_elastic(view, t)
-        view.transition(t, "Preempted", p.reason)
+        view.transition(t, "Preempted", reason)
 
     def _on_WorkloadFinished(self, p: WorkloadFinished, t: float) -> None:
         view = self._workload(p.key)

@@ -43,6 +43,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "PodAssigned": ("reconciler",),
     "GangRunning": ("queue", "reconciler"),
     "GangDisrupted": ("reconciler",),
+    "GangEvicted": ("queue", "reconciler"),
     "PreemptionRequested": ("queue", "reconciler"),
     "CapacityChanged": ("queue",),
     "KubeEffect": ("cluster",),

@@ -117,16 +117,25 @@ def pod(name: str, namespace: str = "default", *, requests: dict | None = None, 
 
 # --------------------------------------------------------------------------- domain objects
 def pod_set(name: str = "head", count: int = 1, *, in_gang: bool = True, gpu_share: int = 0, gpu_memory: int = 0,
-            **resources: str) -> PodSet:
+            elastic: int = 0, task: str = "", node_selector: dict | None = None, **resources: str) -> PodSet:
     """``pod_set("worker", 2, cpu="1", memory="1Gi")``; resource names with dots via ``**{"nvidia.com/gpu": "1"}``;
-    ``gpu_memory``: MiB of one GPU (KAI's ``gpu-memory``)."""
+    ``gpu_memory``: MiB of one GPU (KAI's ``gpu-memory``); ``elastic`` pods beyond ``count``, a Volcano
+    ``task``, a ``node_selector``."""
     return PodSet(name=name, count=count, in_gang=in_gang, gpu_share=gpu_share, gpu_memory=gpu_memory,
+                  elastic=elastic, task=task, node_selector=dict(node_selector or {}),
                   resources=parse_resources(resources or {"cpu": "1"}))
 
 
 def gang(*pod_sets: PodSet) -> Gang:
     sets = pod_sets or (pod_set("head"),)
     return Gang(min_member=sum(p.count for p in sets if p.in_gang), pod_sets=tuple(sets))
+
+
+def pod_group(*pod_sets: PodSet, tasks: dict[str, int] | None = None) -> Gang:
+    """A pod group's gang as admission makes it: ``count`` pods of each set are the first tried, any
+    other pods of the group (``elastic``) may stand in, each task keeping its ``tasks`` minimum."""
+    return gang(*pod_sets).model_copy(update={"interchangeable": True,
+                                              "task_minimums": tuple(sorted((tasks or {}).items()))})
 
 
 def workload(key: str = "default/w", *, queue: str = "default", priority: int = 0, preemptible: bool | None = None,

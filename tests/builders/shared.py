@@ -18,7 +18,7 @@ from shared.kernel import kube
 from shared.kernel.dedupe import Tombstones
 from shared.kernel.events import (
     BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, ElasticVictim, ElasticWaiting, Enqueued, Envelope,
-    GangPlaced, GangDisrupted, GangRunning, GpuAssignment, ObjectsListed,
+    GangPlaced, GangDisrupted, GangEvicted, GangRunning, GpuAssignment, ObjectsListed,
     KubeEffect, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined, QueueRejected,
     QueueRemoved, ReclaimRequested, SlotAssignment, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished,
     WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWarned, WorkloadWithdrawn, wrap,
@@ -71,6 +71,8 @@ def sample_payloads() -> dict[str, Any]:
         PodAssigned(key="team-a/rc", pod_namespace="team-a", pod="rc-head-abcde", pod_set="head", node="n1", gpu=gpu),
         GangRunning(key="team-a/rc", reason="all pods Running"),
         GangDisrupted(key="team-a/rc", reason="2/3 gang pods Running: pod rc-head-x lost its node"),
+        GangEvicted(key="team-a/rc", kind="RayCluster", gate="pods", pods=("rc-head-x",),
+                    reason="stale gang evicted: 2 pods are active, minMember is 3, for 60s"),
         PreemptionRequested(key="team-b/x", kind="RayCluster", gate="suspend", preemptor="team-a/rc",
                             pods=("x-head-aaaaa",), reason="preempted by team-a/rc (priority 100)"),
         CapacityChanged(total={"cpu": 16000}, nodes=1, released=True),

@@ -52,9 +52,14 @@ PINS = st.sampled_from([None, None, None, None, "object", "template"])
 """Where a workload opts out of preemption (a PodGang pins its first pod, a single Pod itself, for either)."""
 
 
-def _node(name: str, cpu: int, gpu: int) -> dict[str, Any]:
+ZONES = ("a", "b")
+"""Nodes are labelled ``zone`` alternately; a plain pod gang's pods may each be pinned to one, so the
+pods that came first may find no room while others of the group would (any minMember pods make the gang)."""
+
+
+def _node(name: str, cpu: int, gpu: int, zone: str) -> dict[str, Any]:
     cap = {"cpu": str(cpu), "memory": "32Gi", "nvidia.com/gpu": str(gpu), "pods": "110"}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"zone": zone}},
             "status": {"capacity": dict(cap), "allocatable": dict(cap)}}
 
 
@@ -145,7 +150,8 @@ def scenarios(draw: st.DrawFn) -> str:
     """Nodes that join and leave, Volcano and KAI queues, RayClusters (edited up and down, deleted),
     RayJobs and plain pod gangs, with priorities, and names shared across kinds."""
     nodes = [{"name": f"n{i}", "capacity": {"cpu": str(draw(st.integers(2, 12))), "memory": "32Gi",
-                                             "nvidia.com/gpu": str(draw(st.integers(0, 2))), "pods": "110"}}
+                                             "nvidia.com/gpu": str(draw(st.integers(0, 2))), "pods": "110"},
+              "labels": {"zone": ZONES[i % 2]}}
              for i in range(draw(st.integers(1, 4)))]
     queue_docs, queue_choices = _queues(draw)
     steps: list[dict[str, Any]] = [{"at": 0, "apply": yaml.safe_dump_all(queue_docs)}]
@@ -156,7 +162,7 @@ def scenarios(draw: st.DrawFn) -> str:
     for j in range(draw(st.integers(0, 2))):
         joined = draw(st.integers(1, 100))
         steps.append({"at": joined, "apply": yaml.safe_dump(_node(f"j{j}", draw(st.integers(2, 12)),
-                                                                   draw(st.integers(0, 2))))})
+                                                                   draw(st.integers(0, 2)), ZONES[j % 2]))})
         if draw(st.booleans()):
             steps.append({"at": joined + draw(st.integers(1, 40)), "delete": {"kind": "Node", "name": f"j{j}"}})
     used: set[tuple[str, str]] = set()
@@ -188,6 +194,7 @@ def scenarios(draw: st.DrawFn) -> str:
         if kind == "PodGang":
             minimum = draw(st.integers(1, 3))
             container, annotations = _container(draw, "t")
+            zoned = draw(st.booleans())
             pods = []
             for i in range(minimum + draw(st.integers(0, 2))):   # pods beyond the minimum are elastic
                 # a Pod named like another kind's workload (w0 beside RayCluster w0) — names shared across kinds
@@ -200,8 +207,10 @@ def scenarios(draw: st.DrawFn) -> str:
                     meta["labels"][PREEMPTABLE] = "false"
                 if annotations:
                     meta["annotations"] = annotations
-                pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-                             "spec": {"schedulerName": "muster", "containers": [container]}})
+                pod_spec: dict[str, Any] = {"schedulerName": "muster", "containers": [container]}
+                if zoned:
+                    pod_spec["nodeSelector"] = {"zone": draw(st.sampled_from(ZONES))}
+                pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec})
             steps.append({"at": at, "apply": yaml.safe_dump_all(pods)})
             continue
         if kind == "RayJob":
@@ -340,6 +349,8 @@ class InvariantWatcher:
         self.waiting_since: dict[str, tuple[float, str]] = {}
         """Workloads muster could start by evicting a gang its rules let go: since when, and which."""
         self.starved: set[str] = set()
+        self.zoned: set[str] = set()
+        """Workloads with pods pinned to a zone: the starvation rules judge room by resources alone."""
         self.last_t = 0.0
         self.violations: list[str] = []
 
@@ -365,11 +376,11 @@ class InvariantWatcher:
             self.specs[p.workload.key] = p.workload
         elif env.type == "GangPlaced":
             self.slots[p.key] = [(s.pod_set, s.node) for s in p.slots]
-        elif env.type in ("PreemptionRequested", "WorkloadWithdrawn", "PlacementFailed"):
+        elif env.type in ("PreemptionRequested", "GangEvicted", "WorkloadWithdrawn", "PlacementFailed"):
             self.slots.pop(p.key, None)
         if env.type == "GangDisrupted":
             self.disrupted.add(p.key)
-        elif env.type in ("GangRunning", "WorkloadDeleted", "WorkloadFinished", "PreemptionRequested"):
+        elif env.type in ("GangRunning", "WorkloadDeleted", "WorkloadFinished", "PreemptionRequested", "GangEvicted"):
             self.disrupted.discard(p.key)
         if env.type == "PodAssigned" and p.gpu is not None:
             self.gpu[f"{p.pod_namespace}/{p.pod}"] = p.gpu
@@ -403,6 +414,8 @@ class InvariantWatcher:
                 self.pods.pop(name, None)
             else:
                 self.pods[name] = p.object
+                if (p.object.get("spec") or {}).get("nodeSelector"):
+                    self.zoned.add(kube.workload_key_of_pod(p.object) or name)
 
     def check(self, t: float) -> None:
         used: dict[str, dict[str, int]] = {}
@@ -502,7 +515,7 @@ class InvariantWatcher:
         for view in views.values():
             spec = queues.get(view.queue or "")
             why = None
-            if view.phase == "Queued" and spec is not None and view.key not in self.edited \
+            if view.phase == "Queued" and spec is not None and view.key not in self.edited | self.zoned \
                     and view.demand.get(q.GPU, 0) == view.resources.get(q.GPU, 0):  # no fractions
                 why = self._volcano_victim(view, spec, running, usage, cluster) or \
                     self._guarantee_victim(view, spec, running, usage, cluster, free, capacity)
@@ -575,6 +588,8 @@ class InvariantWatcher:
 def pod_kind(pod: dict[str, Any]) -> str:
     """Which kind of workload a pod belongs to: names may be shared across kinds (same key)."""
     lab = kube.labels(pod)
+    if lab.get(kube.OWNER_JOB):         # ingest's label: the pod serves this RayJob's cluster
+        return "RayJob"
     if lab.get(kube.RAY_ORIGIN_KIND) in ("RayJob", "RayCluster"):
         return lab[kube.RAY_ORIGIN_KIND]
     if lab.get(kube.RAY_CLUSTER):

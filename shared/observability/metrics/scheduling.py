@@ -25,8 +25,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from shared.kernel.events import (
-    Dequeued, Enqueued, Envelope, GangPlaced, GangRunning, PlacementFailed, PreemptionRequested, ReclaimRequested,
-    WorkloadDeleted, WorkloadFinished, WorkloadWithdrawn,
+    Dequeued, Enqueued, Envelope, GangEvicted, GangPlaced, GangRunning, PlacementFailed, PreemptionRequested,
+    ReclaimRequested, WorkloadDeleted, WorkloadFinished, WorkloadWithdrawn,
 )
 from shared.kernel.fold import Folds
 from shared.kernel.model import UNLIMITED
@@ -148,13 +148,20 @@ class WaitFold(Folds):
             self.admitted_until_ready.labels(wait.queue).observe(t - wait.admitted_at)
 
     def _on_PreemptionRequested(self, p: PreemptionRequested, t: float) -> None:
-        victim_queue = self._queues.get(p.key, "")
-        self.evicted.labels(victim_queue, "Preempted").inc()
         self.preempted.labels(self._queues.get(p.preemptor, ""),
                               "InCohortReclamation" if p.reclaim else "InClusterQueue").inc()
-        self._waits.pop(p.key, None)  # the requeue starts a new wait (its Enqueued comes next)
-        self.admitted_now.pop(p.key, None)
-        self.running_now.pop(p.key, None)
+        self._evicted(p.key, "Preempted")
+
+    def _on_GangEvicted(self, p: GangEvicted, t: float) -> None:
+        """A stale gang: Kueue's reason for evicting a workload whose pods stayed not ready past its
+        ``waitForPodsReady`` (``recoveryTimeout``) timeout, the nearest it has to KAI's stale gang eviction."""
+        self._evicted(p.key, "PodsReadyTimeout")
+
+    def _evicted(self, key: str, reason: str) -> None:
+        self.evicted.labels(self._queues.get(key, ""), reason).inc()
+        self._waits.pop(key, None)  # the requeue starts a new wait (its Enqueued comes next)
+        self.admitted_now.pop(key, None)
+        self.running_now.pop(key, None)
 
     def _gone(self, p: WorkloadFinished | WorkloadDeleted | WorkloadWithdrawn, t: float) -> None:
         for followed in (self._waits, self._queues, self.admitted_now, self.running_now):

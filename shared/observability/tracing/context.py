@@ -28,7 +28,7 @@ TRACEPARENT = "traceparent"
 WORKLOAD_EVENTS = frozenset({
     "WorkloadSubmitted", "WorkloadUpdated", "WorkloadRejected", "WorkloadFinished", "WorkloadDeleted",
     "Enqueued", "BackedOff", "Dequeued", "ReclaimRequested", "WorkloadWithdrawn", "GangPlaced",
-    "PlacementFailed", "PodAssigned", "GangRunning", "GangDisrupted", "PreemptionRequested",
+    "PlacementFailed", "PodAssigned", "GangRunning", "GangDisrupted", "GangEvicted", "PreemptionRequested",
 })
 """Event types whose subject is a workload key (``namespace/name``)."""
 

@@ -258,6 +258,8 @@ class SpanBuilder:
             inc.events.append((t, "preempted", {"muster.reason": p.reason}))
         elif kind == "GangDisrupted":
             inc.events.append((t, "disrupted", {"muster.reason": p.reason}))
+        elif kind == "GangEvicted":  # a disrupted gang that stayed below its minimum: its incarnation goes on
+            inc.events.append((t, "evicted", {"muster.reason": p.reason}))
         elif kind == "Enqueued":
             inc.attributes["muster.queue"] = p.queue
             if inc.queued_at is None:

@@ -114,6 +114,8 @@ def test_volcano_podgroup_counts_min_task_member_per_task_and_the_rest_is_elasti
                                                                                       "train", 1000, 3)
     assert [(ps.name, ps.count, ps.elastic, ps.resources["cpu"]) for ps in spec.gang.pod_sets] == [
         ("worker", 2, 0, 2000), ("launcher", 1, 0, 1000)]
+    # any members may make up the minimum, each task keeping its own (placement's rule)
+    assert spec.gang.interchangeable and spec.gang.task_minimums == (("launcher", 1), ("worker", 1))
     out = d.send(volcano_pod("w-2", "mpi", "worker", requests={"cpu": "2"}), at=5.0)
     assert [(ps.name, ps.count, ps.elastic) for ps in out[0].workload.gang.pod_sets] == [
         ("worker", 2, 1), ("launcher", 1, 0)]

@@ -78,15 +78,21 @@ def test_pending_usage_and_running_are_the_result_documents(path: Path) -> None:
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=IDS)
 def test_preemptions_are_counted_by_reason(path: Path) -> None:
+    """Preemptions by why; a stale gang's eviction is an eviction (``PodsReadyTimeout``), no preemption."""
     run, registry, _ = folded(path)
-    preempted = [tr["reason"] for doc in run.result()["workloads"].values() for tr in doc["transitions"]
+    evictions = [tr["reason"] for doc in run.result()["workloads"].values() for tr in doc["transitions"]
                  if tr["phase"] == "Preempted"]
+    stale = [r for r in evictions if r.startswith("stale gang evicted")]   # evicted, preempted by no one
+    preempted = [r for r in evictions if r not in stale]
     reclaimed = sum(r.startswith("reclaimed by") for r in preempted)
     total = sum(s.value for metric in registry.collect() if metric.name == "muster_preempted_workloads"
                 for s in metric.samples if s.name.endswith("_total"))
     in_cohort = sum(s.value for metric in registry.collect() if metric.name == "muster_preempted_workloads"
                     for s in metric.samples if s.name.endswith("_total") and s.labels["reason"] == "InCohortReclamation")
     assert (total, in_cohort) == (len(preempted), reclaimed)
+    timed_out = sum(s.value for metric in registry.collect() if metric.name == "muster_evicted_workloads"
+                    for s in metric.samples if s.name.endswith("_total") and s.labels["reason"] == "PodsReadyTimeout")
+    assert timed_out == len(stale)
 
 
 def test_a_closed_queues_waiting_workloads_are_inadmissible() -> None:

@@ -3,9 +3,9 @@ until placement releases them, and taken before any whole gang by quota preempti
 
 from __future__ import annotations
 
-from shared.kernel.events import ElasticGranted, ElasticReleased, ElasticWaiting, ReclaimRequested
+from shared.kernel.events import ElasticGranted, ElasticReleased, ElasticWaiting, GangPlaced, ReclaimRequested, SlotAssignment
 from shared.kernel.model import WorkloadSpec
-from tests.builders import gang, pod_set, queue_spec, workload
+from tests.builders import gang, pod_group, pod_set, queue_spec, workload
 from tests.builders.queue import (
     QueueDriver, capacity, defined, failed, job, placed, preempted, running, submitted, updated,
 )
@@ -147,3 +147,17 @@ def test_elastic_pods_that_wait_say_why_once_and_again_after_a_grant():
     grant = next(x for x in out if isinstance(x, ElasticGranted))
     refused = d.step(_released(grant, 2, refused=True), 2.0)
     assert _waits(refused) == ["no node; asked again when capacity is released"]
+
+
+def test_a_pod_group_placed_with_other_members_is_charged_what_runs_and_its_first_pods_become_elastic():
+    """Placement ran cheaper members of a pod group in place of its first pods (``as_placed``): the queue
+    charges the members placed and grants the first ones as elastic pods."""
+    d = _cluster(limit="6")
+    group = pod_group(pod_set("pods", 2, cpu="2"), pod_set("pods-2", 0, elastic=2, cpu="1"))
+    spec = workload("ns/g", queue="q", kind="PodGroup", gang_=group)
+    d.step(submitted(spec), 1.0)
+    assert d.core.status()["q"]["usage"]["cpu"] == 4000            # reserved for the first pods
+    slots = tuple(SlotAssignment(pod_set="pods-2", index=i, node="n1") for i in range(2))
+    out = d.step(GangPlaced(key="ns/g", queue="q", kind="PodGroup", gate="pods", slots=slots, reason="placed"), 1.0)
+    assert _grants(out) == [("ns/g", "pods", 2)]                   # 2 x 1 run, the first two are elastic now
+    assert d.core.status()["q"]["usage"]["cpu"] == 6000

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.kernel.events import Dequeued, Enqueued, TimerSet, WorkloadRejected, WorkloadWithdrawn
+from shared.kernel.events import Dequeued, Enqueued, GangEvicted, TimerSet, WorkloadRejected, WorkloadWithdrawn
 from tests.builders import queue_spec, workload
 from tests.builders.queue import (
     QueueDriver, capacity, defined, failed, finished, job, placed, preempted, ray_gang, running, submitted,
@@ -45,6 +45,23 @@ def test_preempted_workload_is_requeued_and_every_later_reason_names_its_preempt
     assert d.core.status()["team-a"]["backoff"] == [{"workload": "default/train-cluster", "requeue_at": 31.0}]
     retry = d.settle(31.0)
     assert [(x.type, x.reason.startswith(PREFIX + ": ")) for x in retry] == [("Dequeued", True)]
+
+
+def test_a_stale_gang_evicted_waits_in_its_queue_again_saying_why_and_its_quota_goes_back():
+    d = QueueDriver()
+    d.step(capacity(cpu="8", memory="32Gi"), 0.0)
+    d.step(defined(queue_spec("team", dialect="kai", limit={"cpu": "2"})))
+    d.step(submitted(job("default/rc", "team", cpu="2", at=1.0)), 1.0)
+    d.step(placed("default/rc", "team"))
+    d.step(running("default/rc"), 3.0)
+    d.step(submitted(job("default/next", "team", cpu="2", at=10.0)), 10.0)      # waits: the limit is rc's
+    why = "stale gang evicted: 0 pods are active, minMember is 1, for 60s (its queue's staleness grace period)"
+    out = d.step(GangEvicted(key="default/rc", kind="RayCluster", gate="pods", pods=(), reason=why), 70.0)
+    assert out[0] == Enqueued(key="default/rc", queue="team", reason=f"{why}; waiting in queue team")
+    first = [x for x in out if isinstance(x, Dequeued)]   # its quota went back; it keeps its place in line
+    assert [x.key for x in first] == ["default/rc"] and first[0].reason.startswith(f"{why}: quota reserved")
+    out = d.step(failed("default/rc", "team"))           # no room for its whole gang: the next one's turn
+    assert [x.key for x in out if isinstance(x, Dequeued)] == ["default/next"]
 
 
 def test_the_prefix_goes_when_readmitted_and_never_stacks():

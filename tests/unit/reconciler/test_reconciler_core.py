@@ -1,8 +1,9 @@
 from shared.kernel.events import (
     WorkloadDeleted,
     WorkloadSubmitted,
-    BackedOff, Enqueued, GangPlaced, GangRunning, GpuAssignment, KubeEffect, ObjectChanged, PodAssigned, PreemptionRequested,
-    QueueRejected, SlotAssignment, TimerFired, TimerSet, WorkloadRejected, WorkloadSubmitted, WorkloadWarned,
+    BackedOff, Enqueued, GangEvicted, GangPlaced, GangRunning, GpuAssignment, KubeEffect, ObjectChanged, PodAssigned,
+    PreemptionRequested, QueueRejected, SlotAssignment, TimerFired, TimerSet, WorkloadRejected, WorkloadSubmitted,
+    WorkloadWarned,
 )
 from services.reconciler.core import ReconcilerCore, gpu_annotations, seconds
 from shared.kernel.policy import Policy
@@ -191,6 +192,20 @@ def test_preemption_of_pod_gated_workload_evicts_each_pod():
     # Redelivered under a new id: the pods are already evicted.
     assert c.handle(envelope(preempted(kind="RayCluster", gate="pods",
                                        pods=("rc-head-abcde", "rc-w-worker-fghjk")), at=8.0)) == []
+
+
+def test_a_stale_gang_is_evicted_as_a_preempted_one_with_kais_event():
+    reason = "stale gang evicted: 2 pods are active, minMember is 3, for 60s (its queue's staleness grace period)"
+    out = core().handle(envelope(GangEvicted(key=KEY, kind="RayCluster", gate="pods", reason=reason,
+                                             pods=("rc-w-worker-fghjk", "rc-w-worker-lmnop")), at=90.0))
+    assert out == [
+        eff("evict", "Pod", "rc-w-worker-fghjk"),
+        eff("evict", "Pod", "rc-w-worker-lmnop"),
+        eff("annotate", "RayCluster", annotations={"muster.dev/status": f"Preempted: {reason}"}),
+        eff("event", "RayCluster", reason="StaleJob", message=reason, event_type="Warning"),
+    ]
+    suspended = core().handle(envelope(GangEvicted(key=KEY, kind="RayJob", gate="suspend", pods=(), reason=reason)))
+    assert [e.op for e in suspended] == ["suspend", "annotate", "event"]
 
 
 def test_preemption_of_suspend_gated_workload_resuspends_and_replacement_unsuspends():

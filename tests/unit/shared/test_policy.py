@@ -13,8 +13,24 @@ def test_defaults_match_the_readme_table():
     assert p.model_dump() == {
         "queueing": "BestEffortFIFO", "placement": "binpack", "backoff_base_seconds": 1.0,
         "backoff_max_seconds": 60.0, "min_runtime_seconds": 0.0, "default_queue": "default",
-        "unknown_queue": "wait", "scheduler_names": ("muster",), "max_gang_pods": 10000, "queues": {},
+        "unknown_queue": "wait", "scheduler_names": ("muster",), "max_gang_pods": 10000,
+        "default_staleness_grace_period": 60.0, "queues": {},
     }
+
+
+@pytest.mark.parametrize("value, seconds", [("60s", 60.0), ("2m", 120.0), (30, 30.0), ("0s", 0.0),
+                                            ("-1s", None), (-1, None)])
+def test_staleness_grace_period_is_written_as_kai_writes_it(value, seconds):
+    """KAI's ``--default-staleness-grace-period``: a duration; a negative one never evicts."""
+    p = Policy.from_mapping({"default_staleness_grace_period": value})
+    assert p.staleness_grace_period_for("any") == seconds
+
+
+def test_a_queue_overrides_the_staleness_grace_period():
+    p = Policy.from_mapping({"default_staleness_grace_period": "2m",
+                             "queues": {"train": {"staleness_grace_period": "-1s"}, "short": {"staleness_grace_period": 5}}})
+    assert (p.staleness_grace_period_for("train"), p.staleness_grace_period_for("short"),
+            p.staleness_grace_period_for("other")) == (None, 5.0, 120.0)
 
 
 def test_policy_is_frozen():
@@ -54,6 +70,8 @@ def test_empty_policy_file_is_the_defaults(tmp_path, text):
     ("queues: {q1: {placment: spread}}\n", ["invalid policy", "queues.q1.placment", "Extra inputs"]),
     ("queues: {q1: {placement: diagonal}}\n", ["invalid policy", "queues.q1.placement"]),
     ("queues: {q1: {min_runtime_seconds: -5}}\n", ["invalid policy", "queues.q1.min_runtime_seconds"]),
+    ("default_staleness_grace_period: soon\n", ["invalid policy", "default_staleness_grace_period", "not a duration"]),
+    ("queues: {q1: {staleness_grace_period: true}}\n", ["invalid policy", "queues.q1.staleness_grace_period"]),
     ("- StrictFIFO\n", ["invalid policy", "a policy is a mapping", "not a list"]),
     ("queueing: [\n", ["cannot read policy", "while parsing"]),
 ])

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from shared.kernel.events import (
-    BackedOff, Dequeued, ElasticGranted, ElasticReleased, Enqueued, GangPlaced, GangRunning, GpuAssignment,
+    BackedOff, Dequeued, ElasticGranted, ElasticReleased, Enqueued, GangEvicted, GangPlaced, GangRunning, GpuAssignment,
     PlacementFailed, PodAssigned,
     PreemptionRequested, QueueDefined, QueueRemoved, ReclaimRequested, SlotAssignment, TimerFired, WorkloadDeleted,
     WorkloadFinished, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated,
@@ -216,6 +216,7 @@ def test_gpu_memory_pods_are_charged_as_the_queue_charges_them():
     lambda: PlacementFailed(key="ns/a", queue="leaf", reason="no fit"),
     lambda: BackedOff(key="ns/a", queue="leaf", requeue_at=9.0, attempts=1, reason="no fit"),
     lambda: PreemptionRequested(key="ns/a", kind="RayCluster", gate="pods", preemptor="x/y", pods=(), reason="p"),
+    lambda: GangEvicted(key="ns/a", kind="RayCluster", gate="pods", pods=(), reason="stale gang evicted"),
     lambda: WorkloadFinished(key="ns/a", outcome="Succeeded", reason="done"),
     lambda: WorkloadDeleted(key="ns/a"),
 ])
