@@ -259,10 +259,23 @@ class PlacementCore(Folds):
         out = self._place_over(rec, victims, why, verb, strategy, now, pods)
         if out is not None:
             return restored + out
+        offered = [w for v in (p.offer.victims if p.offer is not None and not pods else ())
+                   if v.key != p.key and (w := self.slots.admitted(v.key)) is not None]
+        chosen = self.preemption.on_nodes(rec, offered, p.offer, strategy) if p.offer is not None and offered else None
+        if chosen is not None:
+            out = self._place_over(rec, chosen, why, verb, strategy, now)
+            assert out is not None  # on_nodes placed it with exactly these victims gone
+            return restored + out
         stmt, attempt = trial(self.nodes, self.ledger, rec.spec.gang, strategy, victims, pods, explain=True)
         stmt.rollback()
-        return restored + [PlacementFailed(key=rec.key, queue=rec.queue, reason=attempt.reason,
-                                           capacity_short=attempt.capacity_short)]
+        reason = attempt.reason
+        if offered:
+            reason += (f" No set of the {len(offered)} workload(s) the quota rules let it reclaim makes room on"
+                       " the nodes it can use.")
+        # nothing is evicted, and it is not tried again until a release could hold it
+        room_key = self.signals.wait_for_room(rec, strategy) if attempt.capacity_short and offered else ""
+        return restored + [PlacementFailed(key=rec.key, queue=rec.queue, reason=reason,
+                                           capacity_short=attempt.capacity_short, room_key=room_key)]
 
     def _on_WorkloadWithdrawn(self, p: WorkloadWithdrawn, now: float) -> list[Output]:
         return self.lifecycle.withdraw(p.key)

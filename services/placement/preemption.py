@@ -24,9 +24,13 @@ from services.placement.ledger import PodLedger
 from services.placement.nodes import NodeTable
 from services.placement.statement import Statement
 from services.placement.workloads import WorkloadRecord
+from shared.kernel.events import ReclaimOffer
 from shared.kernel.model import Gang
 from shared.kernel import victims as kernel_victims
-from shared.kernel.victims import minimal_victims, parts_then_wholes
+from shared.kernel.victims import minimal_victims, offer_allows, parts_then_wholes
+
+MAX_TRIALS = 256
+"""How many trial placements one reclaim's walk over the nodes may cost before it gives up."""
 
 
 def eligible(victim: WorkloadRecord, preemptor: WorkloadRecord, now: float, min_runtime: float) -> bool:
@@ -125,6 +129,39 @@ class Preemption:
         chosen = parts_then_wholes(elastic.victim_slots(candidates), candidates, owner=lambda v: v[0].key,
                                    key=lambda w: w.key, fits=lambda ss, vs: self.fits_without(rec, strategy, vs, ss))
         return chosen if chosen is not None else ([], None)
+
+    def on_nodes(self, rec: WorkloadRecord, offered: list[WorkloadRecord], offer: ReclaimOffer,
+                 strategy: str) -> list[WorkloadRecord] | None:
+        """The fewest of ``offered`` (the victims a reclaim's quota rules allow, in the queue's order)
+        whose going makes the gang fit on the nodes, keeping those rules (``offer_allows``): freeing the
+        same total on nodes the gang cannot use is no victim set. Node by node, as Volcano's reclaim
+        walks them: the victims on one node first, then the others in order, each added while the
+        rules allow, until the gang fits; then every victim it does not need is dropped. None when
+        no node's walk makes it fit (or the walks cost more than ``MAX_TRIALS`` trials)."""
+        def allowed(victims: list[WorkloadRecord]) -> bool:
+            return offer_allows(offer, [w.key for w in victims])
+
+        def enough(victims: list[WorkloadRecord]) -> bool:
+            return allowed(victims) and self.fits_without(rec, strategy, victims)
+
+        starts = list(dict.fromkeys(s.node for w in offered for s in w.slots))
+        walked: set[tuple[str, ...]] = set()
+        for node in starts:
+            here = [w for w in offered if any(s.node == node for s in w.slots)]
+            ordered = here + [w for w in offered if w not in here]
+            chosen: list[WorkloadRecord] = []
+            for w in ordered:
+                if not allowed([*chosen, w]):
+                    continue
+                chosen.append(w)
+                if tuple(v.key for v in chosen) in walked:
+                    continue  # an earlier node's walk tried this very set
+                walked.add(tuple(v.key for v in chosen))
+                if len(walked) > MAX_TRIALS:
+                    return None
+                if self.fits_without(rec, strategy, chosen):
+                    return minimal_victims(chosen, enough)
+        return None
 
     def why_not(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str, now: float,
                 min_runtime: float, reason: str) -> tuple[float | None, str]:

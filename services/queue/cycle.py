@@ -155,7 +155,8 @@ class AdmissionCycle:
         w.last_reason = w.reason(f"quota reserved in queue {w.queue} ({amounts(w.demand)}); "
                                  f"reclaiming {named} from {_givers(choice)}{within}")
         out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=w.victims,
-                                    elastic_victims=w.elastic_victims, reason=w.last_reason, gpu_memory=w.gpu_memory))
+                                    elastic_victims=w.elastic_victims, reason=w.last_reason, gpu_memory=w.gpu_memory,
+                                    offer=None if pods else choice.offer))
 
     def _reserve(self, w: Tracked, victims: tuple[str, ...], snap: Snapshot,
                  pods: Sequence[elastic.ElasticPod] = ()) -> None:
@@ -197,6 +198,7 @@ class AdmissionCycle:
             return False
         pods, victims = chosen
         keys = tuple(h.key for h in victims)
+        offer = None if pods else core.victims.quota_offer(w, snap, now, victims)  # before w is charged
         w.reclaim_note = ""
         self._reserve(w, keys, snap, pods)
         named = ", ".join([*(f"{h.key} (priority {h.priority})" for h in victims), *([_elastic_text(pods)] if pods else [])])
@@ -204,7 +206,7 @@ class AdmissionCycle:
                                  f"preempting {named} to stay within {failure}")
         out.append(ReclaimRequested(key=w.key, queue=w.queue, workload=w.spec, victims=keys,
                                     elastic_victims=w.elastic_victims, reason=w.last_reason,
-                                    gpu_memory=w.gpu_memory))
+                                    gpu_memory=w.gpu_memory, offer=offer))
         return True
 
 

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Iterable, Mapping, NamedTuple
 
-from services.queue.fairshare import dominant_share
+from services.queue.fairshare import DRF_RESOURCES, dominant_share
 from shared.kernel import quantity as q
+from shared.kernel.events import GivingQueue, LevelNeed, OfferedVictim, ReclaimOffer
 from shared.kernel.model import QueueSpec
 
 Resources = dict[str, int]
@@ -79,6 +80,9 @@ class Choice:
     """Why not, when a queue above its share held work a rule kept from being taken ("" otherwise)."""
     by_guarantee: bool = False
     """Some victim's queue gave while at or below its fair share, being above its guarantee."""
+    offer: ReclaimOffer | None = None
+    """``victims`` and the others the same rules allow, for placement to combine where ``victims`` free
+    room on nodes the gang cannot use."""
 
 
 def within_share(usage: Mapping[str, int], demand: Mapping[str, int], share: Mapping[str, int]) -> bool:
@@ -163,6 +167,16 @@ class _Needs:
                 out[r] = max(out.get(r, 0), v)
         return out
 
+    def wanted_at_first(self, queue: str) -> Resources:
+        """``wanted`` before any victim was taken."""
+        mine = self.scopes.get(queue, frozenset((queue,)))
+        out: Resources = {}
+        for s, amounts in self.original.items():
+            if s == CLUSTER or s in mine:
+                for r, v in amounts.items():
+                    out[r] = max(out.get(r, 0), v)
+        return out
+
     def take(self, victim: Running) -> None:
         for s in self.touched(victim.queue):
             rest = {r: v - victim.demand.get(r, 0) for r, v in self.left[s].items()}
@@ -181,7 +195,8 @@ def choose_victims(needs: Mapping[str, Mapping[str, int]], running: list[Running
                    queues: Mapping[str, QueueSpec | None], usage: Mapping[str, Mapping[str, int]],
                    shares: Mapping[str, Mapping[str, int]], requester: str, now: float, *,
                    scopes: Mapping[str, frozenset[str]] | None = None, starved: bool = False) -> Choice:
-    """Victims whose release covers every need, furthest-above-share queue first; else why not.
+    """Victims whose release covers every need, furthest-above-share queue first; else why not. With
+    them, what placement may take instead where they free room on the wrong nodes (``Choice.offer``).
 
     ``scopes``: per candidate queue, the names of its chain (which level's quota a victim gives back);
     ``starved``: the requester stays within its guarantee, so queues above theirs give too.
@@ -190,38 +205,97 @@ def choose_victims(needs: Mapping[str, Mapping[str, int]], running: list[Running
     pool: dict[str, list[Running]] = {}
     for w in sorted([w for w in running if _eligible(w, requester, queues.get(w.queue), now)], key=_order):
         pool.setdefault(w.queue, []).append(w)  # only the eligible are sorted: the same pools, in the same order
+    offered = {name: list(members) for name, members in pool.items()}
     left = {name: dict(usage.get(name, {})) for name in pool}
     taken: list[Running] = []
     refusal = ""
     by_guarantee = False
     while need.left:
-        best: tuple[tuple[float, int, float, int, str], str, Running] | None = None  # (rank, queue, victim)
-        for name in sorted(pool):
-            wanted = need.wanted(name)
-            if not wanted:
-                continue
-            share = dominant_share(left[name], shares.get(name, {}))
-            spec = queues.get(name)
-            if share <= 1 and not (starved and above_guarantee(left[name], spec, wanted)):
-                continue
-            for w in pool[name]:
-                if not any(w.demand.get(r, 0) > 0 for r in wanted):
-                    continue
-                if _floor_kept(left[name], w.demand, spec, wanted):
-                    rank = (-share, *w.order)
-                    if best is None or rank < best[0]:
-                        best = (rank, name, w)
-                    break
-                refusal = refusal or _below_floor(spec, name, left[name], w, wanted)
+        best, refusal = _next_victim(pool, left, need, queues, shares, starved, refusal)
         if best is None:
             return Choice(None, refusal or _kept_back(running, queues, usage, shares, requester, need, set(pool)))
-        rank, name, victim = best
-        by_guarantee = by_guarantee or -rank[0] <= 1
-        pool[name].remove(victim)
-        left[name] = q.sub(left[name], victim.demand)
-        need.take(victim)
-        taken.append(victim)
-    return Choice(tuple(w.key for w in _without_needless(taken, need)), by_guarantee=by_guarantee)
+        by_guarantee = by_guarantee or dominant_share(left[best.queue], shares.get(best.queue, {})) <= 1
+        _take(best, pool, left, need)
+        taken.append(best)
+    chosen = _without_needless(taken, need)
+    return Choice(tuple(w.key for w in chosen), by_guarantee=by_guarantee,
+                  offer=_offer(need, offered, usage, shares, queues, starved, chosen))
+
+
+MAX_OFFERED = 64
+"""How many victims a reclaim offers placement at most: each may cost it a trial placement when the
+victims chosen by quota free room on nodes the gang cannot use."""
+
+_UNBOUNDED = 1 << 62
+
+
+def _next_victim(pool: dict[str, list[Running]], left: dict[str, Resources], need: _Needs,
+                 queues: Mapping[str, QueueSpec | None], shares: Mapping[str, Mapping[str, int]], starved: bool,
+                 refusal: str) -> tuple[Running | None, str]:
+    """The next victim the rules allow (the queue furthest above its share first, then the victim
+    order), or None; with the first refusal met on the way (a floor that kept a victim)."""
+    best: tuple[tuple[float, int, float, int, str], Running] | None = None  # (rank, victim)
+    for name in sorted(pool):
+        wanted = need.wanted(name)
+        if not wanted:
+            continue
+        share = dominant_share(left[name], shares.get(name, {}))
+        spec = queues.get(name)
+        if share <= 1 and not (starved and above_guarantee(left[name], spec, wanted)):
+            continue
+        for w in pool[name]:
+            if not any(w.demand.get(r, 0) > 0 for r in wanted):
+                continue
+            if _floor_kept(left[name], w.demand, spec, wanted):
+                rank = (-share, *w.order)
+                if best is None or rank < best[0]:
+                    best = (rank, w)
+                break
+            refusal = refusal or _below_floor(spec, name, left[name], w, wanted)
+    return (best[1] if best is not None else None), refusal
+
+
+def _take(victim: Running, pool: dict[str, list[Running]], left: dict[str, Resources], need: _Needs) -> None:
+    pool[victim.queue].remove(victim)
+    left[victim.queue] = q.sub(left[victim.queue], victim.demand)
+    need.take(victim)
+
+
+def _offer(need: _Needs, pool: Mapping[str, list[Running]], usage: Mapping[str, Mapping[str, int]],
+           shares: Mapping[str, Mapping[str, int]], queues: Mapping[str, QueueSpec | None], starved: bool,
+           chosen: list[Running]) -> ReclaimOffer:
+    """The chosen victims and the others the same rules allow, as placement may combine them (the rules
+    above, stated per queue: ``shared.kernel.victims.offer_allows``); the cluster's own shortage is not
+    among the needs: placement judges that on the nodes."""
+    giving: dict[str, GivingQueue] = {}
+    ranked: list[tuple[float, tuple[int, float, int, str], Running]] = []
+    for name in sorted(pool):
+        wanted = set(need.wanted_at_first(name))
+        spec = queues.get(name)
+        used = usage.get(name, {})
+        above = {r: max(shares.get(name, {}).get(r, 0), 0) for r in DRF_RESOURCES}
+        if starved and spec is not None:
+            for r in wanted:
+                entitled = spec.entitled_of(r)
+                if entitled is not None:
+                    above[r] = min(above.get(r, entitled), entitled)
+        if not wanted or not any(used.get(r, 0) > v for r, v in above.items()):
+            continue  # it gives nothing now, so it gives nothing in any set
+        floor: Resources = {}
+        if spec is not None and not spec.reclaim_below_guarantee:
+            floor = {r: _UNBOUNDED if (g := spec.guarantee_of(r)) is None else g for r in sorted(wanted)}
+        giving[name] = GivingQueue(name=name, usage=dict(used), above=above, floor=floor,
+                                   levels=tuple(sorted(need.scopes.get(name, frozenset((name,))))))
+        share = dominant_share(used, shares.get(name, {}))
+        ranked += [(-share, w.order, w) for w in pool[name] if any(w.demand.get(r, 0) > 0 for r in wanted)]
+    keys = {w.key for w in chosen}
+    others = [w for _, _, w in sorted(ranked, key=lambda x: (x[0], x[1])) if w.key not in keys]
+    victims = [*chosen, *others][:max(MAX_OFFERED, len(chosen))]
+    needs = tuple(LevelNeed(level=s, resource=r, amount=v) for s, amounts in sorted(need.original.items())
+                  if s != CLUSTER for r, v in sorted(amounts.items()))
+    return ReclaimOffer(victims=tuple(OfferedVictim(key=w.key, queue=w.queue, demand=dict(w.demand)) for w in victims),
+                        queues=tuple(giving[name] for name in dict.fromkeys(w.queue for w in victims) if name in giving),
+                        needs=needs)
 
 
 def _below_floor(spec: QueueSpec | None, name: str, usage: Mapping[str, int], victim: Running,

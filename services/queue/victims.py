@@ -16,11 +16,12 @@ import math
 from typing import TYPE_CHECKING
 
 from services.queue import elastic, preemption
-from services.queue.reclaim import Choice, Running, above_guarantee, choose_victims, within_guarantee, within_share
+from services.queue.reclaim import MAX_OFFERED, Choice, Running, above_guarantee, choose_victims, within_guarantee, within_share
 from services.queue.snapshot import Snapshot
-from services.queue.tree import quota_failure
+from services.queue.tree import over_limits, quota_failure
 from services.queue.workload import Tracked
 from shared.kernel import quantity as q
+from shared.kernel.events import GivingQueue, LevelNeed, OfferedVictim, ReclaimOffer
 from shared.kernel.victims import minimal_victims, parts_then_wholes
 
 if TYPE_CHECKING:
@@ -182,6 +183,24 @@ class Victims:
         self.core.timers.ripen(ripe, now, out)
         return None, (f"Preempting {', '.join(h.key for h in later)} waits for the minimum runtime of queue "
                       f"{w.queue} (until {ripe:g}s).")
+
+    def quota_offer(self, w: Tracked, snap: Snapshot, now: float, chosen: list[preemption.Holder]) -> ReclaimOffer:
+        """``chosen`` and the other lower priorities of ``w``'s queue that may go for its quota, with what
+        any set of them must give back to each level whose limit blocks it: placement takes others where
+        ``chosen`` free room on nodes the gang cannot use."""
+        ready = [h for h in self._quota_holders(w, snap)
+                 if preemption.eligible(h, w.spec.priority, now, self.min_runtime(w.queue))]
+        keys = {h.key for h in chosen}
+        ordered = [*chosen, *(h for h in preemption.victim_order(ready) if h.key not in keys)]
+        chain = tuple(spec.name for spec in self.core.tree.ancestry(w.queue)) or (w.queue,)
+        needs = over_limits(self.core.tree, w.queue, w.demand, snap.usage)
+        return ReclaimOffer(
+            victims=tuple(OfferedVictim(key=h.key, queue=w.queue, demand=dict(h.demand))
+                          for h in ordered[:max(MAX_OFFERED, len(chosen))]),
+            queues=(GivingQueue(name=w.queue, usage=dict(snap.usage.get(w.queue, {})), above=None, floor={},
+                                levels=tuple(sorted(chain))),),
+            needs=tuple(LevelNeed(level=level, resource=r, amount=v)
+                        for level, amounts in sorted(needs.items()) for r, v in sorted(amounts.items())))
 
     def _fits_quota_without(self, w: Tracked, snap: Snapshot, freed: dict[str, int]) -> bool:
         """Would ``w`` pass the quota check of its queue and every ancestor with ``freed`` given back?"""

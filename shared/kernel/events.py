@@ -213,6 +213,48 @@ class ElasticVictim(Frozen):
     count: int
 
 
+class OfferedVictim(Frozen):
+    """A running workload a reclaim may take, with the quota it holds as the queue charges it."""
+
+    key: str
+    queue: str
+    demand: dict[str, int]
+
+
+class GivingQueue(Frozen):
+    """One queue a reclaim may take from, and the quota rules any set taken from it keeps: it gives a
+    victim only while its usage is above ``above`` on some resource (its fair share, or what it is
+    entitled to for a starved requester), and keeps at least ``floor`` of every resource a victim frees
+    (its guarantee)."""
+
+    name: str
+    usage: dict[str, int]
+    above: dict[str, int] | None
+    """None: it gives whatever its usage (the reclaimer's own queue, preempting for its quota)."""
+    floor: dict[str, int]
+    levels: tuple[str, ...]
+    """Its chain of queues, itself first: the levels whose quota its victims give back."""
+
+
+class LevelNeed(Frozen):
+    """``amount`` of ``resource`` the victims must give back to the quota of level ``level``."""
+
+    level: str
+    resource: str
+    amount: int
+
+
+class ReclaimOffer(Frozen):
+    """What a reclaim may take besides its named victims, in the queue's order, and the quota rules any
+    set of them keeps (``shared.kernel.victims.offer_allows``): where the named ones free room on nodes
+    the gang cannot use, placement takes the fewest offered victims that make it fit (Volcano's reclaim
+    walks node by node; KAI simulates the placement with the victims gone)."""
+
+    victims: tuple[OfferedVictim, ...]
+    queues: tuple[GivingQueue, ...]
+    needs: tuple[LevelNeed, ...] = ()
+
+
 class ReclaimRequested(_WorkloadEvent):
     """Quota reserved by taking back over-share resources from other queues' ``victims``; elastic pods
     of holders (``elastic_victims``) are taken before any whole gang."""
@@ -225,6 +267,8 @@ class ReclaimRequested(_WorkloadEvent):
     elastic_victims: tuple[ElasticVictim, ...] = ()
     gpu_memory: int = 0
     """As ``Dequeued.gpu_memory``."""
+    offer: ReclaimOffer | None = None
+    """Whole workloads placement may take instead, with the rules they keep (None: only ``victims``)."""
 
 
 class ElasticGranted(_WorkloadEvent):

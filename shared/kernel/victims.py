@@ -2,12 +2,14 @@
 
 Pure and generic: the caller names each candidate's priority, start, admission and key (``victim_order``)
 and says when a set suffices (``minimal_victims``; ``parts_then_wholes`` where elastic pods and whole
-workloads may both go).
+workloads may both go); ``offer_allows`` says whether a set a reclaim offered keeps the quota rules.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Hashable, Iterable, Sequence, TypeVar
+from typing import Callable, Collection, Hashable, Iterable, Mapping, Sequence, TypeVar
+
+from shared.kernel.events import GivingQueue, OfferedVictim, ReclaimOffer
 
 V = TypeVar("V")
 P = TypeVar("P")
@@ -70,3 +72,40 @@ def parts_then_wholes(parts: Sequence[P], wholes: Sequence[W], *, owner: Callabl
 
     chosen = minimal_victims(units, lambda c: fits(*split(c)))
     return None if chosen is None else split(chosen)
+
+
+def offer_allows(offer: ReclaimOffer, keys: Collection[str]) -> bool:
+    """Whether taking the offered victims ``keys`` keeps every quota rule of the reclaim that offered
+    them: each queue keeps its floor on what they free, gave the one taken last while still above its
+    threshold with the others gone (the order that allows the most; any earlier one was taken higher
+    still), and every level gets back what it needs. Taking fewer never breaks a rule."""
+    taken = [v for v in offer.victims if v.key in keys]
+    queues = {g.name: g for g in offer.queues}
+    by_queue: dict[str, list[OfferedVictim]] = {}
+    for v in taken:
+        by_queue.setdefault(v.queue, []).append(v)
+    for name, members in by_queue.items():
+        giving = queues.get(name)
+        if giving is None:
+            return False
+        total: dict[str, int] = {}
+        for v in members:
+            for r, n in v.demand.items():
+                total[r] = total.get(r, 0) + n
+        for r, floor in giving.floor.items():
+            if total.get(r, 0) > 0 and giving.usage.get(r, 0) - total[r] < floor:
+                return False
+        if not any(_gives(giving, total, last.demand) for last in members):
+            return False
+    for need in offer.needs:
+        freed = sum(v.demand.get(need.resource, 0) for v in taken if need.level in queues[v.queue].levels)
+        if freed < need.amount:
+            return False
+    return True
+
+
+def _gives(queue: GivingQueue, total: Mapping[str, int], last: Mapping[str, int]) -> bool:
+    """``queue`` is still above its threshold once everything but ``last`` of ``total`` is gone."""
+    if queue.above is None:
+        return True
+    return any(queue.usage.get(r, 0) - total.get(r, 0) + last.get(r, 0) > limit for r, limit in queue.above.items())

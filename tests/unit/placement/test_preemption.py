@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from shared.kernel.events import CapacityChanged, GangPlaced, PlacementFailed, PodAssigned, PreemptionRequested, TimerSet
+from shared.kernel.events import (
+    CapacityChanged, GangPlaced, GivingQueue, OfferedVictim, PlacementFailed, PodAssigned, PreemptionRequested, ReclaimOffer,
+    ReclaimRequested, TimerSet,
+)
 from shared.kernel.model import WorkloadSpec
 from shared.kernel.policy import Policy
 from tests.builders import gang, node, pod_set, workload
@@ -254,3 +257,49 @@ def test_a_workload_that_may_not_preempt_only_waits():
     jumper = ray("default/jumper", 500, **{GPU: "1"}).model_copy(update={"preempts": False, "gate": "suspend"})
     out = d.dequeue(jumper)
     assert [type(p) for p in out] == [PlacementFailed]
+
+
+# ---------------------------------------------------------------------- reclaim on the nodes that fit
+def _racks() -> PlacementDriver:
+    """n1 runs ns/a1 and ns/a2, n2 runs ns/a-old (2 CPU each, queue a); 2 CPU are free, on n2."""
+    d = PlacementDriver(None, node("n1", cpu="4"))
+    running(d, ray("ns/a1", 0, "a", cpu="2"))
+    running(d, ray("ns/a2", 0, "a", cpu="2"))
+    d.add_node("n2", cpu="4")
+    running(d, ray("ns/a-old", 0, "a", cpu="2"))
+    return d
+
+
+def _offer(*keys: str, usage: int = 6000, above: int = 4000) -> ReclaimOffer:
+    return ReclaimOffer(victims=tuple(OfferedVictim(key=k, queue="a", demand={"cpu": 2000}) for k in keys),
+                        queues=(GivingQueue(name="a", usage={"cpu": usage}, above={"cpu": above}, floor={},
+                                            levels=("a",)),))
+
+
+def _reclaim(d: PlacementDriver, offer: ReclaimOffer | None) -> list:
+    b1 = ray("ns/b1", 0, "b", cpu="4")
+    return d.feed(ReclaimRequested(key=b1.key, queue="b", workload=b1, victims=("ns/a2",), reason="test", offer=offer))
+
+
+def test_a_reclaim_takes_the_offered_victim_on_the_node_where_the_gang_then_fits():
+    """The queue chose ns/a2 by quota; it frees 2 CPU on n1, where a 4-CPU pod still does not fit. Queue a
+    may give one of its three: on n2, ns/a-old is that one (Volcano's reclaim walks node by node)."""
+    out = _reclaim(_racks(), _offer("ns/a2", "ns/a1", "ns/a-old"))
+    assert [p.key for p in of_type(out, PreemptionRequested)] == ["ns/a-old"]
+    placed = one(out, GangPlaced)
+    assert [s.node for s in placed.slots] == ["n2"]
+    assert placed.reason.endswith("after reclaiming ns/a-old")
+
+
+def test_a_reclaim_that_no_offered_set_makes_fit_evicts_nothing_and_waits_for_room():
+    """Only ns/a1 and ns/a2 are offered, both on n1, and queue a gives one of them: no node holds the gang."""
+    out = _reclaim(_racks(), _offer("ns/a2", "ns/a1"))
+    assert of_type(out, PreemptionRequested) == []
+    failed = one(out, PlacementFailed)
+    assert failed.room_key  # not tried again until a release could hold it
+    assert "No set of the 2 workload(s) the quota rules let it reclaim makes room" in failed.reason
+
+
+def test_a_reclaim_without_an_offer_tries_only_the_named_victims():
+    out = _reclaim(_racks(), None)
+    assert of_type(out, PreemptionRequested) == [] and not one(out, PlacementFailed).room_key

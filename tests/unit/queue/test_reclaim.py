@@ -294,3 +294,35 @@ def test_reclaim_views_only_queues_that_may_give_and_chooses_as_if_it_viewed_eve
     assert gated == full
     assert gated[0].victims == (("ns/a8", "ns/a7") if a_reclaimable else ("ns/b4", "ns/b3"))
     assert viewed == {"a", "b"} and every == {"a", "b", "c"}
+
+
+# --------------------------------------------------------------------------- the offer placement may combine
+def test_the_offer_names_the_chosen_victims_first_then_what_the_same_rules_allow():
+    """a runs 6 of a fair share of 4; the cluster lacks 2: a's newest (a-new) is chosen, and the offer
+    adds a-mid and a-old, which queue a could give instead (placement judges which suits the nodes)."""
+    gpu = "nvidia.com/gpu"
+    runs = [Running(key=f"ns/a-{n}", queue="a", priority=0, preemptible=True, started_at=t, min_runtime=0.0,
+                    demand={gpu: 2000}) for n, t in (("old", 1.0), ("mid", 2.0), ("new", 3.0))]
+    choice = choose_victims({CLUSTER: {gpu: 2000}}, runs, {"a": queue_spec("a")}, {"a": {gpu: 6000}},
+                            {"a": {gpu: 4000}}, "b", 100.0)
+    assert choice.victims == ("ns/a-new",)
+    assert choice.offer is not None
+    assert [v.key for v in choice.offer.victims] == ["ns/a-new", "ns/a-mid", "ns/a-old"]
+    (giving,) = choice.offer.queues
+    assert (giving.name, giving.usage, giving.above[gpu]) == ("a", {gpu: 6000}, 4000)
+    assert choice.offer.needs == ()  # only the cluster lacked room: the nodes judge it
+
+
+def test_a_queue_at_its_share_offers_nothing_and_a_level_limit_is_a_need_of_the_offer():
+    gpu = "nvidia.com/gpu"
+    a = Running(key="ns/a1", queue="a", priority=0, preemptible=True, started_at=1.0, min_runtime=0.0,
+                demand={gpu: 2000})
+    c = Running(key="ns/c1", queue="c", priority=0, preemptible=True, started_at=1.0, min_runtime=0.0,
+                demand={gpu: 2000})
+    choice = choose_victims({"p": {gpu: 2000}}, [a, c], {"a": queue_spec("a"), "c": queue_spec("c")},
+                            {"a": {gpu: 4000}, "c": {gpu: 2000}}, {"a": {gpu: 2000}, "c": {gpu: 2000}}, "b", 100.0,
+                            scopes={"a": frozenset({"a", "p"}), "c": frozenset({"c", "p"})})
+    assert choice.victims == ("ns/a1",)
+    assert choice.offer is not None
+    assert [v.key for v in choice.offer.victims] == ["ns/a1"]  # c sits at its share: it gives nothing
+    assert [(n.level, n.resource, n.amount) for n in choice.offer.needs] == [("p", gpu, 2000)]

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from services.placement import preemption as placement
 from services.placement.workloads import WorkloadRecord
 from services.queue import preemption as queue
-from shared.kernel.victims import parts_then_wholes
+from shared.kernel.events import GivingQueue, LevelNeed, OfferedVictim, ReclaimOffer
+from shared.kernel.victims import offer_allows, parts_then_wholes
 from tests.builders import workload
 
 
@@ -83,3 +84,38 @@ def test_a_part_of_a_workload_taken_whole_is_not_counted_twice():
 
 def test_none_when_even_everything_does_not_suffice():
     assert _pick(99, ["p1"], ["new", "old"]) is None
+
+
+# ---------------------------------------------------------------------- offer_allows
+def _offer(*, floor: dict | None = None, above: dict | None = None, needs: tuple = ()) -> ReclaimOffer:
+    """Queue a uses 6 CPU (thresholds: ``above``, default its share of 4) and offers a1..a3 of 2 CPU each."""
+    victims = tuple(OfferedVictim(key=f"ns/a{i}", queue="a", demand={"cpu": 2000}) for i in (1, 2, 3))
+    giving = GivingQueue(name="a", usage={"cpu": 6000}, above={"cpu": 4000} if above is None else above,
+                         floor=floor or {}, levels=("a", "p"))
+    return ReclaimOffer(victims=victims, queues=(giving,), needs=needs)
+
+
+def test_a_queue_gives_one_victim_while_above_its_share_and_not_two():
+    offer = _offer()
+    assert offer_allows(offer, ["ns/a1"]) and offer_allows(offer, ["ns/a3"])
+    assert not offer_allows(offer, ["ns/a1", "ns/a2"])  # after one it sits at its share of 4
+    assert offer_allows(offer, [])
+
+
+def test_the_floor_keeps_a_guarantee_and_a_level_needs_what_it_lacks():
+    assert not offer_allows(_offer(floor={"cpu": 5000}), ["ns/a1"])
+    needs = (LevelNeed(level="p", resource="cpu", amount=3000),)
+    assert not offer_allows(_offer(above={"cpu": 0}, needs=needs), ["ns/a1"])
+    assert offer_allows(_offer(above={"cpu": 0}, needs=needs), ["ns/a1", "ns/a2"])
+    assert not offer_allows(_offer(above={"cpu": 0}, needs=(LevelNeed(level="q", resource="cpu", amount=1),)),
+                            ["ns/a1"])
+
+
+def test_the_reclaimers_own_queue_gives_whatever_its_usage():
+    offer = _offer().model_copy(update={"queues": (_offer().queues[0].model_copy(update={"above": None}),)})
+    assert offer_allows(offer, ["ns/a1", "ns/a2", "ns/a3"])
+
+
+def test_a_victim_of_a_queue_the_offer_does_not_name_is_never_allowed():
+    offer = _offer().model_copy(update={"queues": ()})
+    assert not offer_allows(offer, ["ns/a1"])
