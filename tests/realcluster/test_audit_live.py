@@ -134,7 +134,11 @@ def test_explain_at_an_iso_time_mid_history_gives_the_queue_position_and_quota(h
     exported, _, _ = history
     log = list(envelopes(LogFile(exported)))
     admitted = next(e for e in log if e.type == "GangPlaced" and e.subject == f"{NS}/build-1")  # after preempting
-    mid = datetime.fromtimestamp(admitted.occurred_at + 0.5, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    deleted = next(e for e in log if e.type == "WorkloadDeleted" and e.subject == f"{NS}/build-1")
+    # while build-1 holds the queue's GPU: how long that is depends on the machine (its deletion follows it
+    # being seen Running), so the instant is halfway between, not a fixed time after it was placed
+    halfway = (admitted.occurred_at + deleted.occurred_at) / 2
+    mid = datetime.fromtimestamp(halfway, tz=timezone.utc).isoformat().replace("+00:00", "Z")
     result = invoke("explain", f"{NS}/train-2", "--log", exported, "--at", mid)
     clean_exit(result, 0)
     out = flat(result.stdout)
