@@ -1,7 +1,8 @@
 """One pod template (or a plain Pod) → one ``PodSet``: resources, GPU share, node constraints.
 
-Resources are KubeRay's arithmetic (``kube.pod_requests``: Σ regular containers, limits filling a
-missing request). The shape of every field is checked first so a malformed template is a reason,
+Resources are what kube-scheduler counts (``kube.effective_requests``: the regular and sidecar
+containers, at least the largest init container beside the sidecars before it, pod-level requests,
+overhead; limits filling a missing request), which the peers charge to quota as well. The shape of every field is checked first so a malformed template is a reason,
 never an AttributeError.
 """
 
@@ -25,18 +26,22 @@ def pod_resources(spec: Mapping[str, Any], where: str) -> q.Resources:
     containers = opt_list(spec.get("containers"), f"{where}.containers")
     if not containers:
         raise Invalid(f"{where}.containers: missing (a pod needs at least one container)")
-    for i, container in enumerate(containers):
-        if type(container) is not dict and not isinstance(container, Mapping):
-            raise Invalid(f"{where}.containers[{i}]: {show(container)} is not a mapping")
-        name = container.get("name") or str(i)
-        res = opt_mapping(container.get("resources"), f"{where}.containers[{name}].resources")
-        for part in ("requests", "limits"):
-            quantities(res.get(part), f"{where}.containers[{name}].resources.{part}")
+    for field, listed in (("containers", containers), ("initContainers", opt_list(spec.get("initContainers"),
+                                                                                  f"{where}.initContainers"))):
+        for i, container in enumerate(listed):
+            if type(container) is not dict and not isinstance(container, Mapping):
+                raise Invalid(f"{where}.{field}[{i}]: {show(container)} is not a mapping")
+            name = container.get("name") or str(i)
+            res = opt_mapping(container.get("resources"), f"{where}.{field}[{name}].resources")
+            for part in ("requests", "limits"):
+                quantities(res.get(part), f"{where}.{field}[{name}].resources.{part}")
+    quantities(opt_mapping(spec.get("resources"), f"{where}.resources").get("requests"), f"{where}.resources.requests")
+    quantities(spec.get("overhead"), f"{where}.overhead")
     problem = kube.pod_spec_problem(spec, where)
     if problem is not None:
         raise Invalid(f"{problem}: the API server refuses such a pod, so none is made")
     try:
-        return kube.pod_requests(spec, where)
+        return kube.effective_requests(spec, where)
     except q.QuantityError as exc:
         raise Invalid(str(exc)) from None
 

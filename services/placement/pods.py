@@ -70,14 +70,17 @@ _requests_memo: dict[bytes | str, dict[str, int]] = {}
 
 
 def _requests(spec: Mapping[str, Any]) -> dict[str, int]:
-    """``kube.pod_requests`` of a pod spec, {} when unreadable. Remembered by the ``tree_key`` of the
-    containers' ``resources``, all it reads (a container's name only names it in an error, and an
-    error gives {}); ``repr``'s test, not ``==``: ``1``, ``1.0`` and ``true`` are equal but do not parse
+    """``kube.effective_requests`` of a pod spec, {} when unreadable. Remembered by the ``tree_key`` of the
+    containers' ``resources`` (with, where the pod has them, its init containers, pod-level requests
+    and overhead), all it reads (a container's name only names it in an error, and an error gives {}); ``repr``'s test, not ``==``: ``1``, ``1.0`` and ``true`` are equal but do not parse
     alike. Parsing the quantities of every pod event again was a visible part of a replay's time."""
     containers = spec.get("containers")
     if type(containers) is not list or any(type(c) is not dict for c in containers):
         return _parse_requests(spec)  # not the usual shape: no memo
-    key = tree_key([c.get("resources") for c in containers])
+    if any(k in spec for k in _BESIDES):  # init containers, pod-level requests, overhead: rare, read whole
+        key = tree_key([[c.get("resources") for c in containers], [spec.get(k) for k in _BESIDES]])
+    else:
+        key = tree_key([c.get("resources") for c in containers])
     requests = _requests_memo.get(key)
     if requests is None:
         requests = _parse_requests(spec)
@@ -87,9 +90,13 @@ def _requests(spec: Mapping[str, Any]) -> dict[str, int]:
     return requests
 
 
+_BESIDES = ("initContainers", "resources", "overhead")
+"""What else of a pod spec its requests depend on (``kube.effective_requests``)."""
+
+
 def _parse_requests(spec: Mapping[str, Any]) -> dict[str, int]:
     try:
-        return kube.pod_requests(spec)
+        return kube.effective_requests(spec)
     except (AttributeError, TypeError, ValueError, ArithmeticError):  # QuantityError, or .inf/.nan/1e1000000
         return {}
 

@@ -170,6 +170,40 @@ def pod_requests(pod_spec: Mapping[str, Any], where: str = "spec") -> q.Resource
     return {k: v for k, v in total.items() if v}
 
 
+POD_LEVEL = (q.CPU, q.MEMORY)
+"""What pod-level ``spec.resources`` may set (and ``hugepages-*``), which then stands for the containers'."""
+
+
+def effective_requests(pod_spec: Mapping[str, Any], where: str = "spec") -> q.Resources:
+    """What a pod asks of a node, as kube-scheduler counts it (``PodRequests`` of
+    ``k8s.io/component-helpers/resource``): the regular containers and the restartable (sidecar) init
+    containers add up; an ordinary init container runs alone beside the sidecars started before it, so
+    the pod needs at least the largest of those; pod-level requests replace the containers' for cpu,
+    memory and hugepages; ``spec.overhead`` (its RuntimeClass's) comes on top. Raises
+    ``QuantityError`` naming the field."""
+    total = pod_requests(pod_spec, where)
+    sidecars: q.Resources = {}
+    floor: q.Resources = {}
+    for i, container in enumerate(pod_spec.get("initContainers") or []):
+        name = container.get("name") or str(i)
+        asks = container_requests(container, f"{where}.initContainers[{name}]")
+        if container.get("restartPolicy") == "Always":
+            total = q.add(total, asks)
+            sidecars = q.add(sidecars, asks)
+            asks = sidecars
+        else:
+            asks = q.add(asks, sidecars)
+        floor = {r: max(floor.get(r, 0), asks.get(r, 0)) for r in {*floor, *asks}}
+    total = {r: max(total.get(r, 0), floor.get(r, 0)) for r in {*total, *floor}}
+    pod_level = pod_spec.get("resources")
+    if isinstance(pod_level, AbcMapping) and pod_level.get("requests"):
+        asked = q.parse_resources(pod_level.get("requests"), where=f"{where}.resources.requests")
+        total.update({r: v for r, v in asked.items() if r in POD_LEVEL or r.startswith("hugepages-")})
+    if pod_spec.get("overhead"):
+        total = q.add(total, q.parse_resources(pod_spec.get("overhead"), where=f"{where}.overhead"))
+    return {k: v for k, v in sorted(total.items()) if v}
+
+
 def _origin(lab: Mapping[str, Any]) -> tuple[str, str] | None:
     """(kind, name) of the RayJob or RayCluster a KubeRay pod's labels name: ingest's ``OWNER_JOB``, or
     the ``ray.io/originated-from-*`` pair the pods of logs recorded before ingest resolved owners carry."""

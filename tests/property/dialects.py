@@ -80,7 +80,7 @@ class Cluster:
             node = (pod.get("spec") or {}).get("nodeName")
             if node not in self.free:
                 continue
-            req = kube.pod_requests(pod["spec"])
+            req = kube.effective_requests(pod["spec"])
             owner = (kind_of(pod), kube.workload_key_of_pod(pod) or name)
             for r in SHAPE:
                 self.free[node][r] -= req.get(r, 0)

@@ -425,7 +425,7 @@ class InvariantWatcher:
             node = (pod.get("spec") or {}).get("nodeName")
             if not node:
                 continue
-            req = kube.pod_requests(pod["spec"])
+            req = kube.effective_requests(pod["spec"])
             req[q.PODS] = 1000
             used[node] = q.add(used.get(node, {}), req)
             gpu = self.gpu.get(name)

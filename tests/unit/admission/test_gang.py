@@ -184,10 +184,10 @@ def test_requests_default_to_limits_and_containers_sum() -> None:
     assert spec.gang.pod_sets[0].resources == res(cpu="1250m", memory="4352Mi")
 
 
-def test_init_containers_do_not_count() -> None:
+def test_an_init_container_larger_than_the_containers_counts_as_kube_scheduler_counts_it() -> None:
     rc = ray_cluster()
     rc["spec"]["headGroupSpec"]["template"]["spec"]["initContainers"] = [container("init", {"cpu": "8"})]
-    assert AdmissionDriver().submitted(rc).gang.pod_sets[0].resources == res(cpu="1", memory="2Gi")
+    assert AdmissionDriver().submitted(rc).gang.pod_sets[0].resources == res(cpu="8", memory="2Gi")
 
 
 def test_whole_gpus_are_a_resource_not_a_share() -> None:
@@ -259,3 +259,18 @@ def test_a_queue_defined_later_recounts_the_gang_by_its_dialect() -> None:
     out = d.send(kai_queue("k"))
     updated = [x for x in out if x.type == "WorkloadUpdated"]
     assert updated[0].workload.gang.min_member == 2
+
+
+def test_a_pod_set_asks_what_kube_scheduler_counts_init_containers_sidecars_and_overhead_included() -> None:
+    """The head's init container (3 CPU) runs alone, so the head needs 3; a worker's sidecar (1 CPU) runs
+    beside its container (1 CPU) and its overhead (250m) comes on top: 2.25 each."""
+    rc = ray_cluster("rc", head={"cpu": "1", "memory": "1Gi"},
+                     workers=[worker_group("worker", 2, {"cpu": "1", "memory": "1Gi"})])
+    head = rc["spec"]["headGroupSpec"]["template"]["spec"]
+    head["initContainers"] = [container("fetch", {"cpu": "3", "memory": "512Mi"})]
+    worker = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    worker["initContainers"] = [{**container("proxy", {"cpu": "1"}), "restartPolicy": "Always"}]
+    worker["overhead"] = {"cpu": "250m"}
+    spec = AdmissionDriver().submitted(rc, at=1.0)
+    assert {ps.name: format_resources(ps.resources) for ps in spec.gang.pod_sets} == {
+        "head": {"cpu": "3", "memory": "1Gi"}, "worker": {"cpu": "2250m", "memory": "1Gi"}}

@@ -19,7 +19,9 @@ def test_ingest_keeps_what_scheduling_reads_and_drops_every_secret():
     pod = worker["template"]["spec"]
     assert pod["containers"] == [{"name": "worker", "resources": {"requests": {"cpu": "1", "memory": "1Gi"},
                                                                    "limits": {"cpu": "2"}}}]
-    assert set(pod) == {"containers", "nodeSelector", "schedulerName", "priorityClassName", "tolerations", "affinity"}
+    assert set(pod) == {"containers", "initContainers", "nodeSelector", "schedulerName", "priorityClassName",
+                        "tolerations", "affinity"}
+    assert [set(c) for c in pod["initContainers"]] == [{"name", "resources"}]
     assert worker["template"]["metadata"]["annotations"] == {"gpu-fraction": "0.5"}
     assert job["status"] == {"jobDeploymentStatus": "Running"}
 
@@ -231,3 +233,18 @@ def test_observe_builds_the_event_validation_would():
         assert made == validated and made.model_dump() == validated.model_dump()
         assert made.model_fields_set == validated.model_fields_set
         assert to_json(watch_envelope(change, obj, 1.0)) == to_json(watch_envelope(change, obj, 1.0))
+
+
+def test_what_a_pods_requests_depend_on_besides_its_containers_is_kept():
+    """Init containers (their resources and whether they are sidecars), pod-level requests and the overhead
+    are what kube-scheduler adds to the containers' requests (``kube.effective_requests``); their commands
+    and env are not kept."""
+    from tests.builders import pod
+    obj = pod("p", requests={"cpu": "1"})
+    obj["spec"]["initContainers"] = [{"name": "setup", "image": "x", "command": ["sh"], "env": [{"name": "K", "value": "v"}],
+                                      "resources": {"requests": {"cpu": "2"}}, "restartPolicy": "Always"}]
+    obj["spec"]["overhead"] = {"cpu": "250m"}
+    obj["spec"]["resources"] = {"requests": {"memory": "1Gi"}, "claims": [{"name": "c"}]}
+    spec = kept(obj)["spec"]
+    assert spec["initContainers"] == [{"name": "setup", "resources": {"requests": {"cpu": "2"}}, "restartPolicy": "Always"}]
+    assert spec["overhead"] == {"cpu": "250m"} and spec["resources"] == {"requests": {"memory": "1Gi"}}
