@@ -25,6 +25,11 @@ Preemption and reclaim:
   default, ``--default-staleness-grace-period``); Volcano's scheduler never evicts a job for that (its
   vcjob controller only turns the job Pending), kube-queue and coscheduling neither, and Kueue only
   with ``waitForPodsReady`` (off by default), so the others keep the gang's place until it is whole.
+- ``consolidates``: KAI's ``consolidation`` action (run after allocate, before reclaim and preempt) moves
+  running preemptible pods (evicts them and places them again in the same statement) so that a pending
+  job fits, committing only when every moved pod is placed again (``allPodsReallocated``); Volcano,
+  kube-queue and Kueue have no such action (a job waits for room, or preempts), so only KAI queues move
+  fractional pods, and only pods of KAI queues are moved.
 
 What a Ray workload's gang counts and what it charges (``gang``):
 
@@ -85,6 +90,7 @@ class Dialect:
     reclaim_below_guarantee: bool
     suspended_preempt: bool
     evicts_stale_gangs: bool
+    consolidates: bool
     gang: GangRules
 
     def preempts(self, gate: str) -> bool:
@@ -95,23 +101,24 @@ class Dialect:
         """The QueueSpec fields this dialect fills."""
         return {"kind": self.kind, "limit_word": self.limit_word, "guarantee_word": self.guarantee_word,
                 "guarantee_caps_non_preemptible": self.guarantee_caps_non_preemptible,
-                "reclaim_below_guarantee": self.reclaim_below_guarantee, "evicts_stale_gangs": self.evicts_stale_gangs}
+                "reclaim_below_guarantee": self.reclaim_below_guarantee, "evicts_stale_gangs": self.evicts_stale_gangs,
+                "consolidates": self.consolidates}
 
 
 DIALECTS: dict[QueueDialect, Dialect] = {
     "volcano": Dialect(kind="Queue", limit_word="capability", guarantee_word="guarantee", non_preemptible_from=None,
                        guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=True,
-                       evicts_stale_gangs=False, gang=KUBERAY),
+                       evicts_stale_gangs=False, consolidates=False, gang=KUBERAY),
     "kai": Dialect(kind="Queue", limit_word="limit", guarantee_word="quota", non_preemptible_from=100,
                    guarantee_caps_non_preemptible=True, reclaim_below_guarantee=True, suspended_preempt=True,
-                   evicts_stale_gangs=True, gang=GangRules(ray_minimum="min-replicas", charge_submitter=True)),
+                   evicts_stale_gangs=True, consolidates=True, gang=GangRules(ray_minimum="min-replicas", charge_submitter=True)),
     "elasticquotatree": Dialect(kind="ElasticQuotaTree", limit_word="max", guarantee_word="min",
                                 non_preemptible_from=None, guarantee_caps_non_preemptible=False,
                                 reclaim_below_guarantee=False, suspended_preempt=False, evicts_stale_gangs=False,
-                                gang=GangRules(ray_minimum="desired", charge_submitter=False)),
+                                consolidates=False, gang=GangRules(ray_minimum="desired", charge_submitter=False)),
     "builtin": Dialect(kind="Queue", limit_word="limit", guarantee_word="guarantee", non_preemptible_from=None,
                        guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=False,
-                       evicts_stale_gangs=False, gang=KUBERAY),
+                       evicts_stale_gangs=False, consolidates=False, gang=KUBERAY),
 }
 """``builtin`` is the implicit default queue: kube-queue / Kueue, preemptible by priority, no priority cap,
 KubeRay's gang arithmetic."""

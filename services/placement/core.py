@@ -3,8 +3,9 @@
 Where each decision is made:
 - routing an event to its handler; a placement attempt (``_on_Dequeued``, ``_on_ReclaimRequested``) read as
   KAI's ``allocate.Execute``: pick the gang (``_begin``), open a statement and try
-  (``preemption.trial``), commit and admit (``_admit``) or discard, then ask who makes room and
-  place over them (``_place_over``), or explain: this module
+  (``preemption.trial``), commit and admit (``_admit``) or discard, then move pods so that it fits
+  (``_consolidate``, KAI's consolidation action, which runs before its preempt), then ask who makes
+  room and place over them (``_place_over``), or explain: this module
 - what a node offers and uses, static filters, scoring: ``nodes.NodeTable``
 - one gang onto the nodes, all or nothing: ``gang.place_gang`` inside a ``statement.Statement``; a pod
   group's other members standing in for its first pods: ``gang.substitute``
@@ -22,6 +23,9 @@ Where each decision is made:
 - GangRunning, judging disruptions (the ``disruption`` timer), and which disrupted gangs of a queue that
   evicts stale gangs (KAI's) are still below their minimum after its grace (the ``stale`` timer):
   ``disruption.Disruptions``; evicting them: ``lifecycle.Lifecycle.evict_stale``
+- consolidation (KAI's): which running fractional pods may move so that a gang fits, the fewest of them,
+  and the trial placing the gang and every moved pod at once: ``consolidation.Consolidation``; a moved
+  pod's slot going to its new place: ``slots.Slots.move``
 - which GPU device a pod gets, group ids: ``gpu``; failure text: ``reasons``
 - GPU fragmentation against the recent workload mix (the ``fragmentation`` strategy): ``fragmentation``
 - what is emitted (``Output``) and built without validation: ``payloads``
@@ -32,6 +36,7 @@ Pure: no I/O, no clock (``env.occurred_at`` is now), no randomness; dicts keep i
 from __future__ import annotations
 
 from services.placement import elastic
+from services.placement.consolidation import Consolidation
 from services.placement.disruption import DISRUPTION_TIMER, STALE_TIMER, Disruptions
 from services.placement.elasticpods import ElasticPods
 from services.placement.gang import GangAttempt, pod_demand
@@ -46,8 +51,8 @@ from services.placement.signals import CAPACITY_TIMER, RIPEN_TIMER, CapacitySign
 from services.placement.workloads import Slot, WorkloadRecord
 from shared.kernel import kube
 from shared.kernel.events import (
-    Dequeued, ElasticGranted, ElasticReleased, Envelope, ObjectChanged, ObjectsListed, PlacementFailed, QueueDefined,
-    QueueRemoved, ReclaimRequested, TimerFired, WorkloadUpdated, WorkloadWithdrawn,
+    Dequeued, ElasticGranted, ElasticReleased, Envelope, ObjectChanged, ObjectsListed, PlacementFailed, PodsMoved,
+    QueueDefined, QueueRemoved, ReclaimRequested, TimerFired, WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.kernel.fold import Folds
 from shared.kernel.listing import WatchBook
@@ -72,6 +77,8 @@ class PlacementCore(Folds):
         """Who makes room: admitted workloads per queue and priority, minimum runtimes, the fewest victims."""
         self.slots = Slots(policy, self.nodes, self.ledger, self.signals, self.disruptions)
         """Slots of admitted workloads and the pods that fill them; gangs displaced by a node leaving."""
+        self.consolidation = Consolidation(policy, self.nodes, self.ledger, self.preemption)
+        """Which queues consolidate, and which running fractional pods move so that a gang fits."""
         self.lifecycle = Lifecycle(self.nodes, self.ledger, self.slots, self.signals, self.disruptions,
                                    self.preemption, self.elastic)
         """What withdrawing, shrinking or evicting an admitted workload undoes."""
@@ -125,11 +132,13 @@ class PlacementCore(Folds):
     def _on_QueueDefined(self, p: QueueDefined, now: float) -> list[Output]:
         self.preemption.define_queue(p.queue.name, p.queue.min_runtime)
         self.disruptions.define_queue(p.queue.name, p.queue.evicts_stale_gangs)
+        self.consolidation.define_queue(p.queue.name, p.queue.consolidates)
         return []
 
     def _on_QueueRemoved(self, p: QueueRemoved, now: float) -> list[Output]:
         self.preemption.define_queue(p.name, None)
         self.disruptions.define_queue(p.name, False)
+        self.consolidation.define_queue(p.name, False)
         return []
 
     # ------------------------------------------------------------------ nodes and capacity
@@ -213,7 +222,8 @@ class PlacementCore(Folds):
         return restored, rec
 
     def _on_Dequeued(self, p: Dequeued, now: float) -> list[Output]:
-        """Place the whole gang; else preempt lower priorities of its queue; else explain."""
+        """Place the whole gang; else move fractional pods so that it fits; else preempt lower priorities of
+        its queue; else explain."""
         restored, rec = self._begin(p)
         if rec is None:
             return restored
@@ -223,7 +233,10 @@ class PlacementCore(Folds):
             stmt.commit()
             return restored + self._admit(rec, attempt, now, placed_reason(attempt, strategy))
         stmt.rollback()
-        min_runtime = self.preemption.queue_min_runtime.get(rec.queue, self.policy.min_runtime_for(rec.queue))
+        moved = self._consolidate(rec, strategy, now)
+        if moved is not None:
+            return restored + moved
+        min_runtime = self.preemption.min_runtime(rec.queue, self.policy)
         candidates = self.preemption.candidates(rec, now, min_runtime)
         pods, victims = self.preemption.choose(rec, candidates, strategy)
         if victims is None:
@@ -301,6 +314,34 @@ class PlacementCore(Folds):
                                                  for (key, pod_set), n in elastic.counts(pods).items()]
             reason += f" after {verb} {', '.join(named)}"
         return out + self._admit(rec, attempt, now, reason)
+
+    def _consolidate(self, rec: WorkloadRecord, strategy: str, now: float) -> list[Output] | None:
+        """Move the fewest running fractional pods so that the gang fits (``Consolidation.choose``): commit
+        the statement that places the gang and every moved pod again, move their slots, tell the
+        reconciler to evict the pods (``PodsMoved``, one per workload), and admit. None when no move makes
+        room with every moved pod placed again; nothing changed then."""
+        moves = self.consolidation.choose(rec, strategy, self.workloads, now)
+        if moves is None:
+            return None
+        stmt, attempt, placed = self.consolidation.trial(rec, strategy, moves)
+        assert placed is not None  # the choice's last trial placed them with exactly these moves
+        stmt.commit()
+        evicted: dict[str, tuple[WorkloadRecord, list[str]]] = {}
+        assigned: list[Output] = []
+        for (wrec, slot), to in zip(moves, placed):
+            pod, given = self.slots.move(wrec, slot, to)
+            evicted.setdefault(wrec.key, (wrec, []))[1].append(pod)
+            assigned += given
+        out: list[Output] = []
+        for wrec, pods in evicted.values():
+            were = "was" if len(pods) == 1 else "were"
+            out.append(PodsMoved(key=wrec.key, kind=wrec.spec.kind, preemptor=rec.key, pods=tuple(pods),
+                                 reason=f"{'pod' if len(pods) == 1 else 'pods'} {', '.join(pods)} {were} preempted"
+                                        f" and rescheduled due to bin packing (resource consolidation) procedure,"
+                                        f" to make room for {rec.key}"))
+        named = ", ".join(f"{len(pods)} pod(s) of {key}" for key, (_, pods) in evicted.items())
+        reason = f"{placed_reason(attempt, strategy)} after moving {named} (consolidation)"
+        return out + assigned + self._admit(rec, attempt, now, reason)
 
     def _on_ElasticGranted(self, p: ElasticGranted, now: float) -> list[Output]:
         """Granted elastic pods get slots (``ElasticPods.grant``); each placed one may take a waiting pod."""

@@ -682,6 +682,13 @@ class NodeTable:
     def totals(self) -> dict[str, int]:
         return {r: self.total_alloc[c] for c, r in enumerate(self.resources) if self.total_alloc[c] > 0}
 
+    def free_gpu(self) -> int:
+        """Thousandths of a device free over present, schedulable nodes, however spread over devices: what
+        any moving of pods could ever give a gang."""
+        n = self.n
+        mask = self.present[:n] & self.schedulable[:n]
+        return int((self.gpu_count[:n] * gpu.FULL - self.gpu_load[:n])[mask].sum())
+
     def schedulable_count(self) -> int:
         """Present, schedulable nodes (every CapacityChanged says it): counted again only after a change."""
         if self._schedulable is None:

@@ -16,7 +16,7 @@ from services.placement import gpu
 
 from shared.kernel.events import (
     CapacityChanged, ElasticReleased, GangDisrupted, GangEvicted, GangPlaced, GangRunning, GpuAssignment, PlacementFailed,
-    PodAssigned, PreemptionRequested, SlotAssignment, TimerSet,
+    PodAssigned, PodsMoved, PreemptionRequested, SlotAssignment, TimerSet,
 )
 from shared.kernel.fastmodel import built
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from services.placement.workloads import WorkloadRecord
 
 Output = Union[GangPlaced, PlacementFailed, PodAssigned, GangRunning, GangDisrupted, GangEvicted, PreemptionRequested,
-               CapacityChanged, ElasticReleased, TimerSet]
+               PodsMoved, CapacityChanged, ElasticReleased, TimerSet]
 """What placement emits (``shared.kernel.topology`` routes each)."""
 
 _GATES = frozenset(get_args(GangPlaced.model_fields["gate"].annotation))

@@ -26,6 +26,7 @@ from services.placement.statement import Statement
 from services.placement.workloads import WorkloadRecord
 from shared.kernel.events import ReclaimOffer
 from shared.kernel.model import Gang
+from shared.kernel.policy import Policy
 from shared.kernel import victims as kernel_victims
 from shared.kernel.victims import minimal_victims, offer_allows, parts_then_wholes
 
@@ -39,6 +40,12 @@ def eligible(victim: WorkloadRecord, preemptor: WorkloadRecord, now: float, min_
         return False
     if not spec.preemptible or spec.priority >= preemptor.spec.priority:
         return False
+    return ran(victim, now, min_runtime)
+
+
+def ran(victim: WorkloadRecord, now: float, min_runtime: float) -> bool:
+    """Has the workload run its minimum runtime (time since GangRunning)? One admitted but not Running
+    yet has lost no work, so it qualifies only when there is no minimum."""
     if victim.started_at is None:
         return min_runtime <= 0
     return now - victim.started_at >= min_runtime
@@ -89,6 +96,10 @@ class Preemption:
             self.queue_min_runtime.pop(name, None)
         else:
             self.queue_min_runtime[name] = min_runtime
+
+    def min_runtime(self, queue: str, policy: Policy) -> float:
+        """A queue's minimum runtime: its definition's (KAI's preemptMinRuntime), else the policy's."""
+        return self.queue_min_runtime.get(queue, policy.min_runtime_for(queue))
 
     def hold(self, rec: WorkloadRecord) -> None:
         self.held.setdefault(rec.queue, {}).setdefault(rec.spec.priority, {})[rec.key] = rec

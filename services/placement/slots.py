@@ -14,7 +14,7 @@ from typing import Any
 from services.placement import gpu
 from services.placement.disruption import Disruptions
 from services.placement.elasticpods import released
-from services.placement.gang import ordered_pod_sets, place_pods
+from services.placement.gang import Placement, ordered_pod_sets, place_pods
 from services.placement.ledger import PodLedger
 from services.placement.nodes import NodeTable
 from services.placement.payloads import Output, pod_assigned
@@ -270,6 +270,18 @@ class Slots:
             slot.node, slot.devices, slot.lost = placement.node, placement.devices, False
         self.displaced.pop(wrec.key, None)
         return True
+
+    def move(self, wrec: WorkloadRecord, slot: Slot, to: Placement) -> tuple[str, list[Output]]:
+        """A bound pod's slot goes where a statement placed it again (consolidation): the pod counts no more
+        (the statement took its charge off its node) and is to be evicted, the slot reserves its new place
+        for the pod its owner makes again, which is bound there when it comes (``attach``), or at once to a
+        pod of the pod set already waiting. The key of the pod to evict."""
+        assert slot.pod is not None
+        pod = self.ledger.pods[slot.pod]
+        self.ledger.evicted(pod)
+        slot.pod, slot.filled = None, False
+        slot.node, slot.devices = to.node, to.devices
+        return pod.key, self.assign_waiting(wrec, slot.pod_set)
 
     def retry_displaced(self) -> list[Output]:
         """Capacity appeared: gangs whose pods lost their node try again, then hand the waiting pods their slots."""

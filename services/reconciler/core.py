@@ -19,7 +19,7 @@ from typing import Any, Literal, Sequence
 from shared.kernel import gpumemory, kube
 from shared.kernel.events import (
     BackedOff, ElasticReleased, ElasticWaiting, Enqueued, Envelope, GangDisrupted, GangEvicted, GangPlaced, GangRunning,
-    GpuAssignment, KubeEffect, ObjectChanged, PodAssigned, PreemptionRequested, QueueRejected, QueueRemoved, TimerFired,
+    GpuAssignment, KubeEffect, ObjectChanged, PodAssigned, PodsMoved, PreemptionRequested, QueueRejected, QueueRemoved, TimerFired,
     TimerSet, WorkloadDeleted, WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWarned, kube_effect,
 )
 from services.reconciler.status import STATUS_TIMER, StatusBook, effect_object, pod_group_object, queue_object
@@ -216,6 +216,13 @@ class ReconcilerCore(Folds):
         out = self._suspend(wl, True) if p.gate == "suspend" else self._evict_all(wl, p.pods)
         out += self._annotate(wl, {STATUS: _status("Preempted", p.reason)})
         return out + self._event(wl, "Warning", event, p.reason)
+
+    def _on_PodsMoved(self, p: PodsMoved, now: float) -> list[KubeEffect]:
+        """Pods moved so that another workload fits: evict them (their owner makes them again, and placement
+        binds each new pod where the move planned it); the workload runs on, so its status stays, and a
+        Normal ``Evict`` Event says why, as KAI records an eviction by its consolidation action."""
+        wl = self._workload(p.key, p.kind)
+        return self._evict_all(wl, p.pods) + self._event(wl, "Normal", "Evict", p.reason)
 
     def _on_ElasticReleased(self, p: ElasticReleased, now: float) -> list[KubeEffect]:
         """Elastic pods evicted for a workload that needed the room: evict them (the gang keeps running;

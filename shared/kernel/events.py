@@ -13,6 +13,7 @@ Lifecycle of a workload as the events tell it::
     GangRunning                                placement -> queue (every gang pod Running)
     PreemptionRequested                        placement -> queue, reconciler (victim)
     GangDisrupted, GangEvicted                 placement -> reconciler (and queue: evicted when stale)
+    PodsMoved                                  placement -> reconciler (pods evicted to be placed again)
     WorkloadFinished | WorkloadDeleted         admission -> queue
     WorkloadWithdrawn                          queue -> placement (drop reservations)
     KubeEffect*                                reconciler -> Kubernetes (the cluster adapter)
@@ -403,6 +404,19 @@ class GangEvicted(_WorkloadEvent):
     reason: str
 
 
+class PodsMoved(_WorkloadEvent):
+    """Running pods of ``key`` that placement moves so that ``preemptor`` fits (KAI's consolidation): their
+    slots were placed again elsewhere in the statement that placed the preemptor, so the reconciler
+    evicts them (``pods``, as ``namespace/name``), their owner makes them again and each new pod is bound
+    where its slot now is. The workload keeps its quota and its phase; nothing is requeued."""
+
+    type: Literal["PodsMoved"] = "PodsMoved"
+    kind: str
+    preemptor: str
+    pods: tuple[str, ...]
+    reason: str
+
+
 class PreemptionRequested(_WorkloadEvent):
     """``key`` is the victim. The reconciler evicts its pods (or re-suspends it); the queue requeues it."""
 
@@ -555,7 +569,7 @@ Payload = Annotated[
         WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
         ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
         GangDisrupted, GangEvicted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
-        ElasticGranted, ElasticReleased, ElasticWaiting, ObjectsListed, PolicyApplied, WorkloadWarned,
+        ElasticGranted, ElasticReleased, ElasticWaiting, ObjectsListed, PolicyApplied, WorkloadWarned, PodsMoved,
     ],
     Field(discriminator="type"),
 ]
@@ -567,7 +581,7 @@ PAYLOAD_TYPES: dict[str, type[BaseModel]] = {
         WorkloadRejected, WorkloadFinished, WorkloadDeleted, Enqueued, BackedOff, Dequeued,
         ReclaimRequested, WorkloadWithdrawn, GangPlaced, PlacementFailed, PodAssigned, GangRunning,
         GangDisrupted, GangEvicted, PreemptionRequested, CapacityChanged, KubeEffect, TimerSet, TimerFired,
-        ElasticGranted, ElasticReleased, ElasticWaiting, ObjectsListed, PolicyApplied, WorkloadWarned,
+        ElasticGranted, ElasticReleased, ElasticWaiting, ObjectsListed, PolicyApplied, WorkloadWarned, PodsMoved,
     )
 }
 

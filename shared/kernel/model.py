@@ -336,6 +336,10 @@ class QueueSpec(Frozen):
     (``Policy.staleness_grace_period_for``) is evicted, so its quota and nodes go back (KAI's
     ``stalegangeviction`` action). False: it keeps its place until it is whole again (Volcano, kube-queue,
     Kueue without ``waitForPodsReady``)."""
+    consolidates: bool = False
+    """A workload of this queue that waits only because GPU fractions are spread over devices may have
+    running fractional pods of such queues moved (evicted and placed again at once) so that it fits
+    (KAI's ``consolidation`` action). False: it waits for room or preempts."""
 
     def limit_of(self, resource: str) -> int | None:
         value = self.limit.get(resource)

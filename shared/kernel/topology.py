@@ -44,6 +44,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "GangRunning": ("queue", "reconciler"),
     "GangDisrupted": ("reconciler",),
     "GangEvicted": ("queue", "reconciler"),
+    "PodsMoved": ("reconciler",),
     "PreemptionRequested": ("queue", "reconciler"),
     "CapacityChanged": ("queue",),
     "KubeEffect": ("cluster",),

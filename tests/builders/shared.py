@@ -19,7 +19,7 @@ from shared.kernel.dedupe import Tombstones
 from shared.kernel.events import (
     BackedOff, CapacityChanged, Dequeued, ElasticGranted, ElasticReleased, ElasticVictim, ElasticWaiting, Enqueued, Envelope,
     GangPlaced, GangDisrupted, GangEvicted, GangRunning, GpuAssignment, ObjectsListed,
-    KubeEffect, PlacementFailed, PodAssigned, PreemptionRequested, QueueDefined, QueueRejected,
+    KubeEffect, PlacementFailed, PodAssigned, PodsMoved, PreemptionRequested, QueueDefined, QueueRejected,
     QueueRemoved, ReclaimRequested, SlotAssignment, TimerFired, TimerSet, WorkloadDeleted, WorkloadFinished,
     WorkloadRejected, WorkloadSubmitted, WorkloadUpdated, WorkloadWarned, WorkloadWithdrawn, wrap,
 )
@@ -73,6 +73,9 @@ def sample_payloads() -> dict[str, Any]:
         GangDisrupted(key="team-a/rc", reason="2/3 gang pods Running: pod rc-head-x lost its node"),
         GangEvicted(key="team-a/rc", kind="RayCluster", gate="pods", pods=("rc-head-x",),
                     reason="stale gang evicted: 2 pods are active, minMember is 3, for 60s"),
+        PodsMoved(key="team-b/y", kind="RayCluster", preemptor="team-a/rc", pods=("team-b/y-worker-aaaaa",),
+                  reason="pod team-b/y-worker-aaaaa was preempted and rescheduled due to bin packing (resource "
+                         "consolidation) procedure, to make room for team-a/rc"),
         PreemptionRequested(key="team-b/x", kind="RayCluster", gate="suspend", preemptor="team-a/rc",
                             pods=("x-head-aaaaa",), reason="preempted by team-a/rc (priority 100)"),
         CapacityChanged(total={"cpu": 16000}, nodes=1, released=True),

@@ -29,6 +29,7 @@ WORKLOAD_EVENTS = frozenset({
     "WorkloadSubmitted", "WorkloadUpdated", "WorkloadRejected", "WorkloadFinished", "WorkloadDeleted",
     "Enqueued", "BackedOff", "Dequeued", "ReclaimRequested", "WorkloadWithdrawn", "GangPlaced",
     "PlacementFailed", "PodAssigned", "GangRunning", "GangDisrupted", "GangEvicted", "PreemptionRequested",
+    "PodsMoved",
 })
 """Event types whose subject is a workload key (``namespace/name``)."""
 

@@ -260,6 +260,8 @@ class SpanBuilder:
             inc.events.append((t, "disrupted", {"muster.reason": p.reason}))
         elif kind == "GangEvicted":  # a disrupted gang that stayed below its minimum: its incarnation goes on
             inc.events.append((t, "evicted", {"muster.reason": p.reason}))
+        elif kind == "PodsMoved":  # pods moved for another workload (consolidation): it runs on
+            inc.events.append((t, "pods moved", {"muster.reason": p.reason, "muster.moved_for": p.preemptor}))
         elif kind == "Enqueued":
             inc.attributes["muster.queue"] = p.queue
             if inc.queued_at is None:

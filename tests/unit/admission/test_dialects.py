@@ -204,6 +204,7 @@ def test_each_dialect_fills_its_rule_values(dialect: str, words: tuple, caps: bo
     assert (spec.limit_word, spec.guarantee_word) == words
     assert (spec.guarantee_caps_non_preemptible, spec.reclaim_below_guarantee) == (caps, below)
     assert spec.evicts_stale_gangs == stale   # KAI's stalegangeviction; the others keep a short gang's place
+    assert spec.consolidates == stale         # KAI's consolidation action too; the others have none
     assert spec.kind == DIALECTS[dialect].kind
 
 
@@ -211,8 +212,10 @@ def test_the_implicit_default_queue_has_the_builtin_rules() -> None:
     from shared.kernel.model import QueueSpec
     spec = QueueSpec(name="default")
     rules = DIALECTS["builtin"]
-    assert (spec.guarantee_caps_non_preemptible, spec.reclaim_below_guarantee, spec.evicts_stale_gangs) == \
-        (rules.guarantee_caps_non_preemptible, rules.reclaim_below_guarantee, rules.evicts_stale_gangs)
+    assert (spec.guarantee_caps_non_preemptible, spec.reclaim_below_guarantee, spec.evicts_stale_gangs,
+            spec.consolidates) == \
+        (rules.guarantee_caps_non_preemptible, rules.reclaim_below_guarantee, rules.evicts_stale_gangs,
+         rules.consolidates)
     assert (spec.limit_word, spec.guarantee_word) == (rules.limit_word, rules.guarantee_word)
 
 

@@ -342,3 +342,28 @@ def test_an_elastic_pod_that_took_a_gang_place_loses_its_elastic_mark():
                                promoted=("default/rc-w-x",))
     assert c.handle(envelope(promoted, at=2.0)) == [eff("annotate", "Pod", "rc-w-x",
                                                         annotations={"muster.dev/elastic": "false"})]
+
+
+def test_moved_pods_are_evicted_once_and_their_replacements_bound_where_placement_says():
+    """Consolidation: the moved pod is evicted (its owner makes it again), told on the workload with a
+    Normal ``Evict`` as KAI records it; the same event again writes nothing; the new pod is bound to
+    the device the move planned. The workload's status is left as it is: it runs on."""
+    from shared.kernel.events import PodsMoved
+
+    c = core()
+    reason = ("pod default/rc-worker-a was preempted and rescheduled due to bin packing (resource consolidation)"
+              " procedure, to make room for default/big")
+    moved = PodsMoved(key="default/rc", kind="RayCluster", preemptor="default/big", pods=("default/rc-worker-a",),
+                      reason=reason)
+    out = c.handle(envelope(moved, at=20.0))
+    assert out == [
+        eff("evict", "Pod", "rc-worker-a"),
+        KubeEffect(op="event", kind="RayCluster", namespace="default", name="rc", reason="Evict", message=reason,
+                   event_type="Normal"),
+    ]
+    assert c.handle(envelope(moved, at=20.0)) == []
+    gpu = GpuAssignment(devices=(0,), fraction=0.5, group="g")
+    bind = PodAssigned(key="default/rc", pod_namespace="default", pod="rc-worker-b", pod_set="worker", node="n1",
+                       gpu=gpu)
+    assert c.handle(envelope(bind, at=21.0)) == [eff("bind", "Pod", "rc-worker-b", node="n1",
+                                                     annotations=gpu_annotations(gpu))]

@@ -22,7 +22,7 @@ def test_samples_cover_every_payload_type_and_the_union():
     union_members = typing.get_args(typing.get_args(Payload)[0])
     assert {cls.model_fields["type"].default for cls in union_members} == set(PAYLOAD_TYPES)
     assert set(SAMPLES) == set(PAYLOAD_TYPES)
-    assert len(PAYLOAD_TYPES) == 31
+    assert len(PAYLOAD_TYPES) == 32
     assert SCHEMA_VERSION == 1
 
 
