@@ -32,9 +32,12 @@ from services.placement.elastic import Victim
 from services.placement.gang import GangAttempt, Placement, place_gang, place_pods, pod_demand
 from services.placement.ledger import PodLedger
 from services.placement.nodes import NodeTable
+from services.placement.payloads import Output, placed_reason
 from services.placement.preemption import Preemption, ran, victim_order
+from services.placement.slots import Slots
 from services.placement.statement import Statement
 from services.placement.workloads import WorkloadRecord
+from shared.kernel.events import PodsMoved
 from shared.kernel.policy import Policy
 from shared.kernel.victims import minimal_victims
 
@@ -146,3 +149,28 @@ class Consolidation:
                 return stmt, attempt, None
             placed.append(got[0])
         return stmt, attempt, placed
+
+    def commit(self, rec: WorkloadRecord, strategy: str, moves: list[Victim], slots: Slots
+               ) -> tuple[list[Output], GangAttempt, str]:
+        """Commit the statement that places the gang and every moved pod again (``moves``, as ``choose``
+        found them), move their slots, and tell the reconciler to evict the pods (``PodsMoved``, one per
+        workload, KAI's ``GetConsolidateMessage``): what that emits, the gang's attempt to admit, and the
+        reason it is placed with."""
+        stmt, attempt, placed = self.trial(rec, strategy, moves)
+        assert placed is not None  # the choice's last trial placed them with exactly these moves
+        stmt.commit()
+        evicted: dict[str, tuple[WorkloadRecord, list[str]]] = {}
+        assigned: list[Output] = []
+        for (wrec, slot), to in zip(moves, placed):
+            pod, given = slots.move(wrec, slot, to)
+            evicted.setdefault(wrec.key, (wrec, []))[1].append(pod)
+            assigned += given
+        out: list[Output] = []
+        for wrec, pods in evicted.values():
+            were = "was" if len(pods) == 1 else "were"
+            out.append(PodsMoved(key=wrec.key, kind=wrec.spec.kind, preemptor=rec.key, pods=tuple(pods),
+                                 reason=f"{'pod' if len(pods) == 1 else 'pods'} {', '.join(pods)} {were} preempted"
+                                        f" and rescheduled due to bin packing (resource consolidation) procedure,"
+                                        f" to make room for {rec.key}"))
+        named = ", ".join(f"{len(pods)} pod(s) of {key}" for key, (_, pods) in evicted.items())
+        return out + assigned, attempt, f"{placed_reason(attempt, strategy)} after moving {named} (consolidation)"

@@ -46,12 +46,12 @@ from services.placement.slots import Slots
 from services.placement.pods import PodRecord
 from services.placement.ledger import PodLedger
 from services.placement.lifecycle import Lifecycle
-from services.placement.preemption import Preemption, trial
+from services.placement.preemption import Preemption, named_victims, reclaim_words, trial
 from services.placement.signals import CAPACITY_TIMER, RIPEN_TIMER, CapacitySignals
 from services.placement.workloads import Slot, WorkloadRecord
 from shared.kernel import kube
 from shared.kernel.events import (
-    Dequeued, ElasticGranted, ElasticReleased, Envelope, ObjectChanged, ObjectsListed, PlacementFailed, PodsMoved,
+    Dequeued, ElasticGranted, ElasticReleased, Envelope, ObjectChanged, ObjectsListed, PlacementFailed,
     QueueDefined, QueueRemoved, ReclaimRequested, TimerFired, WorkloadUpdated, WorkloadWithdrawn,
 )
 from shared.kernel.fold import Folds
@@ -111,7 +111,7 @@ class PlacementCore(Folds):
         handler = self.folds.get(env.type)
         out: list[Output] = handler(self, env.payload, now) if handler is not None else []
         if self.nodes.compaction_due():  # between two events: no statement is open, no row is in flight
-            self._compact_nodes()
+            self.slots.compact_nodes()
         return out
 
     def _on_ObjectChanged(self, p: ObjectChanged, now: float) -> list[Output]:
@@ -167,22 +167,6 @@ class PlacementCore(Folds):
         released = change.grew or change.constraints or pending
         out: list[Output] = lost + [self.signals.changed(released, everyone=bool(change.grew or change.constraints))]
         return out + self.slots.retry_displaced() if released else out
-
-    def _compact_nodes(self) -> None:
-        """Drop the node table's rows of gone nodes nothing refers to (``NodeTable.compact``) and move
-        every row number placement holds (charged pods, slots) to its row's new place."""
-        slots = {id(s): s for wrec in self.workloads.values() for s in wrec.slots}
-        for rec in self.pods.values():
-            if rec.slot is not None:
-                slots.setdefault(id(rec.slot), rec.slot)
-        referenced = {rec.node for rec in self.pods.values() if rec.node is not None}
-        referenced.update(s.node for s in slots.values())
-        moved = self.nodes.compact(referenced).tolist()
-        for rec in self.pods.values():
-            if rec.node is not None:
-                rec.node = moved[rec.node]
-        for slot in slots.values():
-            slot.node = moved[slot.node]
 
     def _on_TimerFired(self, p: TimerFired, now: float) -> list[Output]:
         """A timer set for ``due`` fired, handled at ``now`` (later, when inputs stamped after ``due``
@@ -256,24 +240,12 @@ class PlacementCore(Folds):
         restored, rec = self._begin(p)
         if rec is None:
             return restored
-        named = dict.fromkeys(k for k in p.victims if k != p.key)
-        victims = [w for k in named if (w := self.slots.admitted(k)) is not None]
-        pods: list[elastic.Victim] = []
-        for unit in p.elastic_victims:
-            owner = self.slots.admitted(unit.key)
-            if owner is not None and owner.key != p.key:
-                pods += elastic.newest(owner, unit.pod_set, unit.count)
+        victims, pods, offered = named_victims(p, self.slots.admitted)
+        why, verb = reclaim_words(rec, victims, pods)
         strategy = self.policy.placement_for(p.queue)
-        queues = [v.queue for v in victims] + [w.queue for w, _ in pods]
-        if queues and all(q_ == rec.queue for q_ in queues):  # the queue's own limit blocked: in-queue
-            why, verb = f"preempted by {rec.key} (priority {rec.spec.priority}) in queue {rec.queue}", "preempting"
-        else:
-            why, verb = f"reclaimed by {rec.key} for queue {rec.queue}", "reclaiming"
         out = self._place_over(rec, victims, why, verb, strategy, now, pods)
         if out is not None:
             return restored + out
-        offered = [w for v in (p.offer.victims if p.offer is not None and not pods else ())
-                   if v.key != p.key and (w := self.slots.admitted(v.key)) is not None]
         chosen = self.preemption.on_nodes(rec, offered, p.offer, strategy) if p.offer is not None and offered else None
         if chosen is not None:
             out = self._place_over(rec, chosen, why, verb, strategy, now)
@@ -316,32 +288,13 @@ class PlacementCore(Folds):
         return out + self._admit(rec, attempt, now, reason)
 
     def _consolidate(self, rec: WorkloadRecord, strategy: str, now: float) -> list[Output] | None:
-        """Move the fewest running fractional pods so that the gang fits (``Consolidation.choose``): commit
-        the statement that places the gang and every moved pod again, move their slots, tell the
-        reconciler to evict the pods (``PodsMoved``, one per workload), and admit. None when no move makes
-        room with every moved pod placed again; nothing changed then."""
+        """Move the fewest running fractional pods so that the gang fits (``Consolidation``), and admit it;
+        None when no move makes room with every moved pod placed again (nothing changed then)."""
         moves = self.consolidation.choose(rec, strategy, self.workloads, now)
         if moves is None:
             return None
-        stmt, attempt, placed = self.consolidation.trial(rec, strategy, moves)
-        assert placed is not None  # the choice's last trial placed them with exactly these moves
-        stmt.commit()
-        evicted: dict[str, tuple[WorkloadRecord, list[str]]] = {}
-        assigned: list[Output] = []
-        for (wrec, slot), to in zip(moves, placed):
-            pod, given = self.slots.move(wrec, slot, to)
-            evicted.setdefault(wrec.key, (wrec, []))[1].append(pod)
-            assigned += given
-        out: list[Output] = []
-        for wrec, pods in evicted.values():
-            were = "was" if len(pods) == 1 else "were"
-            out.append(PodsMoved(key=wrec.key, kind=wrec.spec.kind, preemptor=rec.key, pods=tuple(pods),
-                                 reason=f"{'pod' if len(pods) == 1 else 'pods'} {', '.join(pods)} {were} preempted"
-                                        f" and rescheduled due to bin packing (resource consolidation) procedure,"
-                                        f" to make room for {rec.key}"))
-        named = ", ".join(f"{len(pods)} pod(s) of {key}" for key, (_, pods) in evicted.items())
-        reason = f"{placed_reason(attempt, strategy)} after moving {named} (consolidation)"
-        return out + assigned + self._admit(rec, attempt, now, reason)
+        out, attempt, reason = self.consolidation.commit(rec, strategy, moves, self.slots)
+        return out + self._admit(rec, attempt, now, reason)
 
     def _on_ElasticGranted(self, p: ElasticGranted, now: float) -> list[Output]:
         """Granted elastic pods get slots (``ElasticPods.grant``); each placed one may take a waiting pod."""

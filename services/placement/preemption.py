@@ -15,7 +15,7 @@ i.e. the highest priority / oldest, first). ``fits`` is a trial placement the ca
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from services.placement import elastic
 from services.placement.elastic import Victim
@@ -24,7 +24,7 @@ from services.placement.ledger import PodLedger
 from services.placement.nodes import NodeTable
 from services.placement.statement import Statement
 from services.placement.workloads import WorkloadRecord
-from shared.kernel.events import ReclaimOffer
+from shared.kernel.events import ReclaimOffer, ReclaimRequested
 from shared.kernel.model import Gang
 from shared.kernel.policy import Policy
 from shared.kernel import victims as kernel_victims
@@ -76,6 +76,31 @@ def fits_without(nodes: NodeTable, ledger: PodLedger, gang: Gang, strategy: str,
     stmt, attempt = trial(nodes, ledger, gang, strategy, victims, pods, explain=False)
     stmt.rollback()
     return attempt.ok
+
+
+def named_victims(p: ReclaimRequested, admitted: Callable[[str], WorkloadRecord | None]
+                  ) -> tuple[list[WorkloadRecord], list[Victim], list[WorkloadRecord]]:
+    """What a reclaim names, as placement holds it: the whole victims still admitted, the elastic pods
+    named (the newest of each pod set), and the offered victims (none where elastic pods are named)."""
+    named = dict.fromkeys(k for k in p.victims if k != p.key)
+    victims = [w for k in named if (w := admitted(k)) is not None]
+    pods: list[Victim] = []
+    for unit in p.elastic_victims:
+        owner = admitted(unit.key)
+        if owner is not None and owner.key != p.key:
+            pods += elastic.newest(owner, unit.pod_set, unit.count)
+    offered = [w for v in (p.offer.victims if p.offer is not None and not pods else ())
+               if v.key != p.key and (w := admitted(v.key)) is not None]
+    return victims, pods, offered
+
+
+def reclaim_words(rec: WorkloadRecord, victims: Sequence[WorkloadRecord], pods: Sequence[Victim]) -> tuple[str, str]:
+    """(why the victims go, the verb of the placed reason): victims all of ``rec``'s own queue were named
+    because its own limit blocked it (in-queue preemption for quota); else it is a reclaim."""
+    queues = [v.queue for v in victims] + [w.queue for w, _ in pods]
+    if queues and all(q_ == rec.queue for q_ in queues):
+        return f"preempted by {rec.key} (priority {rec.spec.priority}) in queue {rec.queue}", "preempting"
+    return f"reclaimed by {rec.key} for queue {rec.queue}", "reclaiming"
 
 
 class Preemption:

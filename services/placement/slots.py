@@ -283,6 +283,23 @@ class Slots:
         slot.node, slot.devices = to.node, to.devices
         return pod.key, self.assign_waiting(wrec, slot.pod_set)
 
+    def compact_nodes(self) -> None:
+        """Drop the node table's rows of gone nodes nothing refers to (``NodeTable.compact``) and move
+        every row number placement holds (charged pods, slots) to its row's new place. Only between two
+        events: no statement is open, no row is in flight."""
+        slots = {id(s): s for wrec in self.workloads.values() for s in wrec.slots}
+        for rec in self.ledger.pods.values():
+            if rec.slot is not None:
+                slots.setdefault(id(rec.slot), rec.slot)
+        referenced = {rec.node for rec in self.ledger.pods.values() if rec.node is not None}
+        referenced.update(s.node for s in slots.values())
+        moved = self.nodes.compact(referenced).tolist()
+        for rec in self.ledger.pods.values():
+            if rec.node is not None:
+                rec.node = moved[rec.node]
+        for slot in slots.values():
+            slot.node = moved[slot.node]
+
     def retry_displaced(self) -> list[Output]:
         """Capacity appeared: gangs whose pods lost their node try again, then hand the waiting pods their slots."""
         out: list[Output] = []
