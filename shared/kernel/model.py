@@ -61,7 +61,7 @@ class PodSet(Frozen):
     charged: bool = True
     """Whether these pods count against queue quota (a kube-queue RayJob's submitter does not)."""
     resources: dict[str, int] = {}
-    """Per pod, milli-units (see ``shared.kernel.quantity``), sum over regular containers."""
+    """Per pod, milli-units (see ``shared.kernel.quantity``), as kube-scheduler counts them (``kube.effective_requests``)."""
     gpu_share: int = 0
     """Fraction of one GPU device in thousandths (``gpu-fraction: "0.5"`` is 500); 0 = none."""
     gpu_memory: int = 0
