@@ -23,7 +23,7 @@ from shared.kernel.model import MatchExpression, PodSet, Toleration
 from shared.kernel.treekey import tree_key
 
 FINISHED = ("Succeeded", "Failed")
-GPU_DEVICES = "muster.dev/gpu-devices"
+GPU_DEVICES = kube.GPU_DEVICES
 """Annotation the reconciler writes when it binds a pod (see services/reconciler)."""
 
 

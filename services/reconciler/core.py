@@ -32,7 +32,7 @@ DEQUEUED_AT = "muster.dev/dequeued-at"
 QUEUE = "muster.dev/queue"
 STATUS = "muster.dev/status"
 GPU_GROUP = "muster.dev/gpu-group"
-GPU_DEVICES = "muster.dev/gpu-devices"
+GPU_DEVICES = kube.GPU_DEVICES
 GPU_FRACTION = kube.GPU_FRACTION
 GPU_PORTION = "muster.dev/gpu-portion"
 """On a bound ``gpu-memory`` pod: the share of its device it got, as KAI's binder gives it (``GPU_PORTION``)."""
@@ -62,7 +62,8 @@ def _rejection_object(kind: str, namespace: str, name: str) -> str:
 
 
 def gpu_annotations(gpu: GpuAssignment | None) -> dict[str, str]:
-    """What a bound pod is told about its GPU devices (KAI style ``gpu-fraction`` plus muster's own).
+    """What a bound pod is told about its GPU devices (KAI style ``gpu-fraction`` plus muster's own; a
+    whole-GPU pod only muster's, since KAI refuses a ``gpu-fraction`` of 1 or more).
 
     A ``gpu-memory`` pod is told what KAI's binder tells it (``pkg/binder/binding/binder.go``, the
     ``received-resource-type: Fraction`` annotation; ``pkg/binder/plugins/gpusharing/gpu_sharing.go``,
@@ -75,7 +76,8 @@ def gpu_annotations(gpu: GpuAssignment | None) -> dict[str, str]:
         share = round(gpu.fraction * gpumemory.FULL)
         return {RECEIVED_TYPE: "Fraction", GPU_PORTION: gpumemory.portion(share), GPU_DEVICES: devices,
                 GPU_GROUP: gpu.group}
-    out = {GPU_FRACTION: seconds(gpu.fraction), GPU_DEVICES: devices}
+    out = {GPU_FRACTION: seconds(gpu.fraction), GPU_DEVICES: devices} if gpu.fraction < 1 else {
+        GPU_DEVICES: devices}
     if gpu.group:
         out[GPU_GROUP] = gpu.group
     return out

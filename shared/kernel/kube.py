@@ -36,6 +36,8 @@ VOLCANO_TASK = "volcano.sh/task-spec"
 """Volcano's pod annotation naming its task (role): a PodGroup's ``minTaskMember`` counts per task."""
 
 GPU_FRACTION = "gpu-fraction"
+GPU_DEVICES = "muster.dev/gpu-devices"
+"""The devices muster bound a GPU pod to (its own annotation, written by the reconciler)."""
 
 REFUSED = "muster.dev/ingest-refused"
 """Annotation ingest puts on an object it reduced to its identity (``services.reconciler.ingest``):
@@ -291,7 +293,12 @@ def pod_set_of_pod(pod: Mapping[str, Any]) -> str:
 
 
 def gpu_share(annotations_: Mapping[str, str], where: str) -> int:
-    """``gpu-fraction`` annotation in thousandths of a device; 0 when absent. Raises on bad values."""
+    """``gpu-fraction`` annotation in thousandths of a device; 0 when absent. Raises on bad values.
+
+    KAI takes a fraction strictly between 0 and 1 (``validateGpuFractionAnnotation``,
+    ``pkg/binder/plugins/gpusharing/gpu-request/gpu_request_validator.go``): whole GPUs are asked with
+    ``nvidia.com/gpu``. A ``"1"`` beside muster's own ``GPU_DEVICES`` is the mark an earlier muster
+    wrote on a whole-GPU pod it bound, not a request: it reads as none."""
     raw = annotations_.get(GPU_FRACTION)
     if raw is None:
         return 0
@@ -299,8 +306,11 @@ def gpu_share(annotations_: Mapping[str, str], where: str) -> int:
         value = float(raw)
     except (TypeError, ValueError):
         raise q.QuantityError(f"{where}.annotations.{GPU_FRACTION}: {raw!r} is not a number") from None
-    if not 0 < value <= 1:
-        raise q.QuantityError(f"{where}.annotations.{GPU_FRACTION}: {raw!r} must be in (0, 1]")
+    if value == 1 and GPU_DEVICES in annotations_:
+        return 0
+    if not 0 < value < 1:
+        raise q.QuantityError(f"{where}.annotations.{GPU_FRACTION}: {raw!r} must be a number between 0 and 1 "
+                              f"(whole GPUs are asked with nvidia.com/gpu)")
     share = round(value * 1000)
     if share == 0:
         raise q.QuantityError(f"{where}.annotations.{GPU_FRACTION}: {raw!r} is below the smallest share, 0.001")

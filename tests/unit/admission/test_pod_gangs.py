@@ -191,7 +191,7 @@ def test_all_pods_finished_is_finished_once(phases: tuple[str, str], outcome: st
     (gang_pod("p-0", "g", min_available="1", requests={"cpu": "lots"}), None,
      "pod p-0: spec.containers[main].resources.requests.cpu: 'lots' is not a quantity"),
     (gang_pod("p-0", "g", min_available="1", annotations={"gpu-fraction": "2"}), None,
-     "pod p-0: metadata.annotations.gpu-fraction: '2' must be in (0, 1]"),
+     "pod p-0: metadata.annotations.gpu-fraction: '2' must be a number between 0 and 1 (whole GPUs are asked with nvidia.com/gpu)"),
     (gang_pod("p-0", "g", min_available="1", labels={"priorityClassName": "nope"}), None,
      "metadata.labels.priorityClassName: priority class 'nope' does not exist"),
 ])

@@ -63,7 +63,10 @@ CASES: list[tuple[str, dict, str]] = [
     ("replicas fractional", ray_cluster(workers=[worker_group(replicas=1.5)]), f"{W}.replicas: 1.5 is not an integer"),
     ("numOfHosts 0", ray_cluster(workers=[worker_group(num_of_hosts=0)]), f"{W}.numOfHosts: 0 is less than 1"),
     ("gpu-fraction out of range", ray_cluster(workers=[worker_group(annotations={"gpu-fraction": "1.5"})]),
-     f"{W}.template.metadata.annotations.gpu-fraction: '1.5' must be in (0, 1]"),
+     f"{W}.template.metadata.annotations.gpu-fraction: '1.5' must be a number between 0 and 1 (whole GPUs are asked with nvidia.com/gpu)"),
+    ("gpu-fraction of a whole GPU", ray_cluster(workers=[worker_group(annotations={"gpu-fraction": "1"})]),
+     f"{W}.template.metadata.annotations.gpu-fraction: '1' must be a number between 0 and 1 (whole GPUs are asked "
+     "with nvidia.com/gpu)"),
     ("gpu-fraction not a number", ray_cluster(workers=[worker_group(annotations={"gpu-fraction": "half"})]),
      f"{W}.template.metadata.annotations.gpu-fraction: 'half' is not a number"),
     ("an init container is a string",

@@ -72,8 +72,9 @@ def test_bad_requests_are_a_rejection_naming_the_pod() -> None:
 
 
 def test_what_muster_writes_on_a_pod_it_binds_never_makes_it_another_shape() -> None:
-    """The reconciler binds a whole-GPU pod with ``gpu-fraction: "1"``: read with its GPU request that
-    would be "a fraction or whole GPUs, not both"; a member's shape is read once, when it comes."""
+    """An earlier muster bound a whole-GPU pod with ``gpu-fraction: "1"`` (today it writes only its
+    device list): read with its GPU request that would be "a fraction or whole GPUs, not both"; a
+    member's shape is read once, when it comes, and muster's own mark is no request."""
     d = AdmissionDriver()
     trainer = pod("trainer", requests={"cpu": "1"})
     trainer["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
@@ -82,3 +83,4 @@ def test_what_muster_writes_on_a_pod_it_binds_never_makes_it_another_shape() -> 
                 annotations={"gpu-fraction": "1", "muster.dev/gpu-devices": "0"})
     bound["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
     assert d.send(bound, "Modified") == []
+

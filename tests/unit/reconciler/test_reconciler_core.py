@@ -166,8 +166,8 @@ def test_pod_assigned_without_gpu_binds_plainly_and_only_once():
 
 
 def test_gpu_annotations_whole_gpus():
-    assert gpu_annotations(GpuAssignment(devices=(1, 3), fraction=1.0)) == {
-        "gpu-fraction": "1", "muster.dev/gpu-devices": "1,3"}
+    """No ``gpu-fraction`` on a whole-GPU pod: KAI refuses one of 1 or more (its gpu-request validator)."""
+    assert gpu_annotations(GpuAssignment(devices=(1, 3), fraction=1.0)) == {"muster.dev/gpu-devices": "1,3"}
     assert gpu_annotations(None) == {}
 
 
