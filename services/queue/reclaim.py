@@ -18,7 +18,9 @@ Rules, in the order they are applied:
   "reclaims resources from other quotas whose actual usage exceeds their minimum"; KAI's
   GuaranteeDeservedQuota strategy). Re-evaluated after every victim taken;
 - the queue furthest above its share gives first; queues tied on share, and the victims within a
-  queue, go lowest priority first, then newest (started_at desc, then admitted last), then key;
+  queue, go lowest priority first, then newest (started_at desc, then admitted last), then key. Where
+  the requester's dialect says so (``QueueSpec.victim_queues_by_priority``, Volcano), the queue of the
+  lowest ``priority`` gives before any of a higher one, and share decides only among equals;
 - a victim never takes its queue below its guarantee on a resource being reclaimed (an UNLIMITED
   guarantee protects it fully; Volcano's capacity plugin, ElasticQuotaTree ``min``), unless the
   queue's dialect reclaims below it (``QueueSpec.reclaim_below_guarantee``, KAI: a whole job of a
@@ -180,11 +182,14 @@ class _Needs:
 def choose_victims(needs: Mapping[str, Mapping[str, int]], running: list[Running],
                    queues: Mapping[str, QueueSpec | None], usage: Mapping[str, Mapping[str, int]],
                    shares: Mapping[str, Mapping[str, int]], requester: str, now: float, *,
-                   scopes: Mapping[str, frozenset[str]] | None = None, starved: bool = False) -> Choice:
+                   scopes: Mapping[str, frozenset[str]] | None = None, starved: bool = False,
+                   by_queue_priority: bool = False) -> Choice:
     """Victims whose release covers every need, furthest-above-share queue first; else why not.
 
     ``scopes``: per candidate queue, the names of its chain (which level's quota a victim gives back);
-    ``starved``: the requester stays within its guarantee, so queues above theirs give too.
+    ``starved``: the requester stays within its guarantee, so queues above theirs give too;
+    ``by_queue_priority``: the requester's dialect takes from the lowest-priority queue first
+    (``QueueSpec.victim_queues_by_priority``), share deciding only among queues of one priority.
     """
     need = _Needs(needs, scopes or {})
     pool: dict[str, list[Running]] = {}
@@ -195,20 +200,21 @@ def choose_victims(needs: Mapping[str, Mapping[str, int]], running: list[Running
     refusal = ""
     by_guarantee = False
     while need.left:
-        best: tuple[tuple[float, int, float, int, str], str, Running] | None = None  # (rank, queue, victim)
+        best: tuple[tuple[int, float, int, float, int, str], str, Running] | None = None  # (rank, queue, victim)
         for name in sorted(pool):
             wanted = need.wanted(name)
             if not wanted:
                 continue
             share = dominant_share(left[name], shares.get(name, {}))
             spec = queues.get(name)
+            level = spec.priority if by_queue_priority and spec is not None else 0
             if share <= 1 and not (starved and above_guarantee(left[name], spec, wanted)):
                 continue
             for w in pool[name]:
                 if not any(w.demand.get(r, 0) > 0 for r in wanted):
                     continue
                 if _floor_kept(left[name], w.demand, spec, wanted):
-                    rank = (-share, *w.order)
+                    rank = (level, -share, *w.order)
                     if best is None or rank < best[0]:
                         best = (rank, name, w)
                     break
@@ -216,7 +222,7 @@ def choose_victims(needs: Mapping[str, Mapping[str, int]], running: list[Running
         if best is None:
             return Choice(None, refusal or _kept_back(running, queues, usage, shares, requester, need, set(pool)))
         rank, name, victim = best
-        by_guarantee = by_guarantee or -rank[0] <= 1
+        by_guarantee = by_guarantee or -rank[1] <= 1
         pool[name].remove(victim)
         left[name] = q.sub(left[name], victim.demand)
         need.take(victim)

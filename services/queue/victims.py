@@ -112,8 +112,9 @@ class Victims:
         starved = within_guarantee(usage, w.demand, tree.get(w.queue), contested)
         if candidates is None:
             candidates = self._candidates(snap, self._giving_queues(w.queue, names, snap, contested, starved))
+        mine = tree.get(w.queue)
         return choose_victims(needs, candidates, queues, snap.usage, snap.shares, w.queue, now, scopes=scopes,
-                              starved=starved)
+                              starved=starved, by_queue_priority=mine is not None and mine.victim_queues_by_priority)
 
     def _beyond_share(self, w: Tracked, usage: dict[str, int], share: dict[str, int], names: list[str],
                       snap: Snapshot) -> str:

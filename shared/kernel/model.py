@@ -336,6 +336,11 @@ class QueueSpec(Frozen):
     (``Policy.staleness_grace_period_for``) is evicted, so its quota and nodes go back (KAI's
     ``stalegangeviction`` action). False: it keeps its place until it is whole again (Volcano, kube-queue,
     Kueue without ``waitForPodsReady``)."""
+    victim_queues_by_priority: bool = False
+    """Reclaim for a workload of this queue takes its victims from the queue of the lowest ``priority``
+    first, and only among queues of one priority from the one furthest above its share (Volcano: the
+    victim queue order is the reverse of its queue order, which puts queue priority first). False: the
+    queue furthest above its share gives first, whatever its priority."""
 
     def limit_of(self, resource: str) -> int | None:
         value = self.limit.get(resource)
