@@ -25,6 +25,12 @@ Preemption and reclaim:
   default, ``--default-staleness-grace-period``); Volcano's scheduler never evicts a job for that (its
   vcjob controller only turns the job Pending), kube-queue and coscheduling neither, and Kueue only
   with ``waitForPodsReady`` (off by default), so the others keep the gang's place until it is whole.
+- ``reserves_guarantee``: Volcano's capacity plugin holds a queue's ``guarantee`` for it: each queue
+  may use at most ``realCapability`` = min(capability, its parent's room − Σ its siblings' and its own
+  guarantees + its own) (``capacity.go`` ``buildQueueAttrs`` / ``checkHierarchicalQueue``, read by
+  ``queueAllocatable`` and ``jobEnqueueable``), so no other queue is admitted into it; ``deserved``
+  stays what reclaim restores up to. KAI, kube-queue and the default queue lend an unused guarantee
+  and reclaim it when its owner asks.
 - ``victim_queues_by_priority``: Volcano's reclaim takes victims from the queue of the lowest
   ``spec.priority`` first (``Session.BuildVictimsPriorityQueue`` orders victims of two queues by
   ``VictimQueueOrderFn``, which falls back to the reverse of ``QueueOrderFn``: the proportion and
@@ -90,6 +96,7 @@ class Dialect:
     reclaim_below_guarantee: bool
     suspended_preempt: bool
     evicts_stale_gangs: bool
+    reserves_guarantee: bool
     victim_queues_by_priority: bool
     gang: GangRules
 
@@ -102,24 +109,27 @@ class Dialect:
         return {"kind": self.kind, "limit_word": self.limit_word, "guarantee_word": self.guarantee_word,
                 "guarantee_caps_non_preemptible": self.guarantee_caps_non_preemptible,
                 "reclaim_below_guarantee": self.reclaim_below_guarantee, "evicts_stale_gangs": self.evicts_stale_gangs,
-                "victim_queues_by_priority": self.victim_queues_by_priority}
+                "reserves_guarantee": self.reserves_guarantee, "victim_queues_by_priority": self.victim_queues_by_priority}
 
 
 DIALECTS: dict[QueueDialect, Dialect] = {
     "volcano": Dialect(kind="Queue", limit_word="capability", guarantee_word="guarantee", non_preemptible_from=None,
                        guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=True,
-                       evicts_stale_gangs=False, victim_queues_by_priority=True, gang=KUBERAY),
+                       evicts_stale_gangs=False, reserves_guarantee=True, victim_queues_by_priority=True,
+                       gang=KUBERAY),
     "kai": Dialect(kind="Queue", limit_word="limit", guarantee_word="quota", non_preemptible_from=100,
                    guarantee_caps_non_preemptible=True, reclaim_below_guarantee=True, suspended_preempt=True,
-                   evicts_stale_gangs=True, victim_queues_by_priority=False,
+                   evicts_stale_gangs=True, reserves_guarantee=False, victim_queues_by_priority=False,
                    gang=GangRules(ray_minimum="min-replicas", charge_submitter=True)),
     "elasticquotatree": Dialect(kind="ElasticQuotaTree", limit_word="max", guarantee_word="min",
                                 non_preemptible_from=None, guarantee_caps_non_preemptible=False,
                                 reclaim_below_guarantee=False, suspended_preempt=False, evicts_stale_gangs=False,
-                                victim_queues_by_priority=False, gang=GangRules(ray_minimum="desired", charge_submitter=False)),
+                                reserves_guarantee=False, victim_queues_by_priority=False,
+                                gang=GangRules(ray_minimum="desired", charge_submitter=False)),
     "builtin": Dialect(kind="Queue", limit_word="limit", guarantee_word="guarantee", non_preemptible_from=None,
                        guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=False,
-                       evicts_stale_gangs=False, victim_queues_by_priority=False, gang=KUBERAY),
+                       evicts_stale_gangs=False, reserves_guarantee=False, victim_queues_by_priority=False,
+                       gang=KUBERAY),
 }
 """``builtin`` is the implicit default queue: kube-queue / Kueue, preemptible by priority, no priority cap,
 KubeRay's gang arithmetic."""

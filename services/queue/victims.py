@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from services.queue import elastic, preemption
 from services.queue.reclaim import Choice, Running, above_guarantee, choose_victims, within_guarantee, within_share
 from services.queue.snapshot import Snapshot
-from services.queue.tree import quota_failure
+from services.queue.tree import quota_failure, reserved_block
 from services.queue.workload import Tracked
 from shared.kernel import quantity as q
 from shared.kernel.victims import minimal_victims, parts_then_wholes
@@ -189,7 +189,8 @@ class Victims:
         tree = self.core.tree
         chain = [spec.name for spec in tree.ancestry(w.queue)]
         usage = {name: q.sub(snap.usage.get(name, {}), freed) for name in chain}
-        return quota_failure(tree, w.queue, w.demand, usage, snap.protected, w.spec.preemptible) is None
+        return (quota_failure(tree, w.queue, w.demand, usage, snap.protected, w.spec.preemptible) is None
+                and reserved_block(tree, w.queue, w.demand, usage, snap.capacity) is None)
 
     def _quota_holders(self, w: Tracked, snap: Snapshot) -> list[preemption.Holder]:
         """Admitted and running workloads of ``w``'s leaf queue, as quota preemption sees them."""

@@ -336,6 +336,10 @@ class QueueSpec(Frozen):
     (``Policy.staleness_grace_period_for``) is evicted, so its quota and nodes go back (KAI's
     ``stalegangeviction`` action). False: it keeps its place until it is whole again (Volcano, kube-queue,
     Kueue without ``waitForPodsReady``)."""
+    reserves_guarantee: bool = False
+    """Its guarantee is held for it: no other queue may be admitted into it, so none has to be evicted from
+    it (Volcano's capacity plugin: every queue may use at most its parent's room less the guarantees of its
+    siblings, its own added back). False: the guarantee is lent while unused and taken back by reclaim."""
     victim_queues_by_priority: bool = False
     """Reclaim for a workload of this queue takes its victims from the queue of the lowest ``priority``
     first, and only among queues of one priority from the one furthest above its share (Volcano: the

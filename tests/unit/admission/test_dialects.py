@@ -192,13 +192,13 @@ def test_a_kai_queue_defined_later_pins_the_gang_it_cannot_hold_yet_and_rejects_
 
 
 # --------------------------------------------------------------------------- rule values on the queue
-@pytest.mark.parametrize(("dialect", "words", "caps", "below", "stale", "by_priority"), [
-    ("volcano", ("capability", "guarantee"), False, False, False, True),
-    ("kai", ("limit", "quota"), True, True, True, False),
-    ("elasticquotatree", ("max", "min"), False, False, False, False),
+@pytest.mark.parametrize(("dialect", "words", "caps", "below", "stale", "by_priority", "reserves"), [
+    ("volcano", ("capability", "guarantee"), False, False, False, True, True),
+    ("kai", ("limit", "quota"), True, True, True, False, False),
+    ("elasticquotatree", ("max", "min"), False, False, False, False, False),
 ])
 def test_each_dialect_fills_its_rule_values(dialect: str, words: tuple, caps: bool, below: bool, stale: bool,
-                                            by_priority: bool) -> None:
+                                            by_priority: bool, reserves: bool) -> None:
     d, _ = _driver("builtin")
     out = d.send(QUEUES[dialect][0])
     spec = [e for e in out if isinstance(e, QueueDefined)][-1].queue
@@ -206,6 +206,7 @@ def test_each_dialect_fills_its_rule_values(dialect: str, words: tuple, caps: bo
     assert (spec.guarantee_caps_non_preemptible, spec.reclaim_below_guarantee) == (caps, below)
     assert spec.evicts_stale_gangs == stale   # KAI's stalegangeviction; the others keep a short gang's place
     assert spec.victim_queues_by_priority == by_priority  # Volcano's victim queue order: lowest priority first
+    assert spec.reserves_guarantee == reserves  # Volcano's capacity plugin holds a guarantee for its queue
     assert spec.kind == DIALECTS[dialect].kind
 
 
@@ -214,9 +215,9 @@ def test_the_implicit_default_queue_has_the_builtin_rules() -> None:
     spec = QueueSpec(name="default")
     rules = DIALECTS["builtin"]
     assert (spec.guarantee_caps_non_preemptible, spec.reclaim_below_guarantee, spec.evicts_stale_gangs,
-            spec.victim_queues_by_priority) == \
+            spec.victim_queues_by_priority, spec.reserves_guarantee) == \
         (rules.guarantee_caps_non_preemptible, rules.reclaim_below_guarantee, rules.evicts_stale_gangs,
-         rules.victim_queues_by_priority)
+         rules.victim_queues_by_priority, rules.reserves_guarantee)
     assert (spec.limit_word, spec.guarantee_word) == (rules.limit_word, rules.guarantee_word)
 
 

@@ -56,11 +56,13 @@ def test_reclaim_across_the_tree_takes_a_borrowers_elastic_pods_before_its_gang(
 
 
 def test_elastic_pods_that_do_not_cover_leave_the_gang_to_each_dialects_floor():
-    """a holds 7 of its own and 1 elastic above its guarantee 6; b needs 2 of its guarantee. The one
-    elastic pod is not enough: Volcano keeps a's guarantee and says why, KAI takes the whole job."""
+    """a holds 7 of its own and 1 elastic above its guarantee 6; b, guaranteed 2 only once a holds the
+    root's 8 (before, Volcano would have kept a out of b's guarantee), needs them. The one elastic pod is
+    not enough: Volcano keeps a's guarantee and says why, KAI takes the whole job."""
     for dialect, expected in (("volcano", "BackedOff"), ("kai", "ReclaimRequested")):
-        d = _tree(dialect, root="8", a_min="6", b_min="2")
+        d = _tree(dialect, root="8", a_min="6", b_min="0")
         _admit(d, _elastic("ns/a", "a", 7, 1, 1.0), 1.0)
+        d.step(defined(queue_spec("b", parent="root", dialect=dialect, guarantee={GPU: "2"}, limit={GPU: "8"})))
         out = _decisions(d.step(submitted(_gpu_job("ns/b1", "b", 2, 10.0)), 10.0))
         assert [x[0] for x in out] == [expected], dialect
         if dialect == "kai":
