@@ -25,6 +25,12 @@ Preemption and reclaim:
   default, ``--default-staleness-grace-period``); Volcano's scheduler never evicts a job for that (its
   vcjob controller only turns the job Pending), kube-queue and coscheduling neither, and Kueue only
   with ``waitForPodsReady`` (off by default), so the others keep the gang's place until it is whole.
+- ``preemptable_per_pod``: Volcano reads ``volcano.sh/preemptable`` per pod (``api/pod_info.go``
+  ``GetPodPreemptable`` into ``TaskInfo.Preemptable``; preempt and reclaim skip such a task): a pinned
+  pod set keeps its pods and, since the gang plugin never takes a job below ``minAvailable`` unless the
+  whole job goes (``plugins/gang/gang.go`` ``preemptableFn``), the whole gang, but the elastic pods of
+  the other pod sets stay victims (``WorkloadSpec.pinned_pod_sets``). The other dialects read the
+  annotation as an opt-out of the whole workload, its elastic pods included.
 - ``reserves_guarantee``: Volcano's capacity plugin holds a queue's ``guarantee`` for it: each queue
   may use at most ``realCapability`` = min(capability, its parent's room − Σ its siblings' and its own
   guarantees + its own) (``capacity.go`` ``buildQueueAttrs`` / ``checkHierarchicalQueue``, read by
@@ -96,6 +102,7 @@ class Dialect:
     reclaim_below_guarantee: bool
     suspended_preempt: bool
     evicts_stale_gangs: bool
+    preemptable_per_pod: bool
     reserves_guarantee: bool
     victim_queues_by_priority: bool
     gang: GangRules
@@ -115,21 +122,23 @@ class Dialect:
 DIALECTS: dict[QueueDialect, Dialect] = {
     "volcano": Dialect(kind="Queue", limit_word="capability", guarantee_word="guarantee", non_preemptible_from=None,
                        guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=True,
-                       evicts_stale_gangs=False, reserves_guarantee=True, victim_queues_by_priority=True,
+                       evicts_stale_gangs=False, preemptable_per_pod=True, reserves_guarantee=True,
+                       victim_queues_by_priority=True,
                        gang=KUBERAY),
     "kai": Dialect(kind="Queue", limit_word="limit", guarantee_word="quota", non_preemptible_from=100,
                    guarantee_caps_non_preemptible=True, reclaim_below_guarantee=True, suspended_preempt=True,
-                   evicts_stale_gangs=True, reserves_guarantee=False, victim_queues_by_priority=False,
+                   evicts_stale_gangs=True, preemptable_per_pod=False, reserves_guarantee=False,
+                   victim_queues_by_priority=False,
                    gang=GangRules(ray_minimum="min-replicas", charge_submitter=True)),
     "elasticquotatree": Dialect(kind="ElasticQuotaTree", limit_word="max", guarantee_word="min",
                                 non_preemptible_from=None, guarantee_caps_non_preemptible=False,
                                 reclaim_below_guarantee=False, suspended_preempt=False, evicts_stale_gangs=False,
-                                reserves_guarantee=False, victim_queues_by_priority=False,
+                                preemptable_per_pod=False, reserves_guarantee=False, victim_queues_by_priority=False,
                                 gang=GangRules(ray_minimum="desired", charge_submitter=False)),
     "builtin": Dialect(kind="Queue", limit_word="limit", guarantee_word="guarantee", non_preemptible_from=None,
                        guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=False,
-                       evicts_stale_gangs=False, reserves_guarantee=False, victim_queues_by_priority=False,
-                       gang=KUBERAY),
+                       evicts_stale_gangs=False, preemptable_per_pod=False, reserves_guarantee=False,
+                       victim_queues_by_priority=False, gang=KUBERAY),
 }
 """``builtin`` is the implicit default queue: kube-queue / Kueue, preemptible by priority, no priority cap,
 KubeRay's gang arithmetic."""

@@ -225,7 +225,8 @@ class PlacementCore(Folds):
         stmt.rollback()
         min_runtime = self.preemption.queue_min_runtime.get(rec.queue, self.policy.min_runtime_for(rec.queue))
         candidates = self.preemption.candidates(rec, now, min_runtime)
-        pods, victims = self.preemption.choose(rec, candidates, strategy)
+        pods, victims = self.preemption.choose(rec, candidates, strategy,
+                                               self.preemption.partly_pinned(rec, now, min_runtime))
         if victims is None:
             ripe, reason = self.preemption.why_not(rec, candidates, strategy, now, min_runtime, attempt.reason)
             ripening: list[Output] = [*self.signals.ripen(ripe)] if ripe is not None else []

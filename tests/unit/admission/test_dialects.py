@@ -98,6 +98,43 @@ def test_volcano_preemptable_false_anywhere_on_a_ray_workload_pins_the_whole_gan
     assert d2.submitted(_rc_with(where, "true", kind)).preemptible is True
 
 
+@pytest.mark.parametrize(("where", "parts"), [("head", ("head",)), ("worker", ("gpu",)), ("annotation", ())])
+def test_volcano_reads_the_opt_out_per_pod_set_so_the_other_pod_sets_elastic_pods_stay_preemptible(
+        where: str, parts: tuple) -> None:
+    d, _ = _driver("volcano")
+    spec = d.submitted(_rc_with(where, "false"))
+    assert (spec.preemptible, spec.pinned_pod_sets) == (False, parts)
+    assert spec.elastic_preemptible("cpu") is (where != "annotation")  # the object's own opt-out pins every pod
+    assert spec.elastic_preemptible("gpu") is (where == "head")
+
+
+def test_a_pinned_worker_group_without_pods_yet_still_keeps_the_gang() -> None:
+    """A holder keeps the preemptibility it was admitted with: the pods a scale-up brings must stay."""
+    d, _ = _driver("volcano")
+    obj = _rc_with("worker", "false")
+    obj["spec"]["workerGroupSpecs"][1]["replicas"] = 0
+    spec = d.submitted(obj)
+    assert (spec.preemptible, spec.pinned_pod_sets, spec.elastic_preemptible("gpu")) == (False, ("gpu",), False)
+
+
+@pytest.mark.parametrize("dialect", ["kai", "elasticquotatree", "builtin"])
+def test_elsewhere_one_pinned_pod_template_still_pins_the_whole_workload(dialect: str) -> None:
+    d, labels = _driver(dialect)
+    obj = _rc_with("head", "false")
+    obj["metadata"]["labels"] = dict(labels)
+    spec = d.submitted(obj)
+    assert (spec.preemptible, spec.pinned_pod_sets, spec.elastic_preemptible("gpu")) == (False, (), False)
+
+
+def test_a_volcano_pod_group_whose_pinned_pods_form_a_pod_set_of_their_own_leaves_the_others_preemptible() -> None:
+    d, _ = _driver("volcano")
+    d.send(gang_pod("a", "g", min_available="1", labels={"volcano.sh/queue-name": "v"}, requests={"cpu": "2"}))
+    [out] = d.send(gang_pod("b", "g", min_available="1", labels={"volcano.sh/preemptable": "false"}))
+    spec = out.workload
+    pinned = [ps.name for ps in spec.gang.pod_sets if ps.resources.get("cpu") != 2000]
+    assert (spec.preemptible, spec.pinned_pod_sets) == (False, tuple(pinned))
+
+
 def test_a_rayjob_submitter_template_can_pin_it_too() -> None:
     d, _ = _driver("volcano")
     assert d.submitted(_rc_with("submitter", "0", "RayJob")).preemptible is False
