@@ -25,7 +25,7 @@ from services.admission import fields
 from services.admission.dialects import KUBERAY, GangRules, dialect_of
 from services.admission.fields import Invalid
 from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, ray_owner
-from services.admission.priority import PriorityBook, class_name, preemptible, ray_pod_metas, volcano_pinned
+from services.admission.priority import WHOLE, PriorityBook, class_name, preemptible, ray_pod_metas, volcano_pins
 from services.admission.queues import QueueBook
 from services.admission.resolve import queue_for, queue_key_slips
 from services.admission.workloads import (
@@ -365,13 +365,13 @@ class AdmissionCore(Folds):
         group_class = fields.string(group.get("priorityClassName"), f"{where} spec.priorityClassName") or None
         if group_class:
             template_class, template_field = group_class, f"{where} spec.priorityClassName"
-        metas: list[tuple[str, object]] = list(ray_pod_metas(w.kind, w.obj))
+        metas: list[tuple[str, str, object]] = list(ray_pod_metas(w.kind, w.obj))
         if wid in self.ray_groups:
-            metas.append((f"{where} metadata", self.ray_groups[wid].get("metadata")))
+            metas.append((WHOLE, f"{where} metadata", self.ray_groups[wid].get("metadata")))
         return self._spec(kind=w.kind, namespace=w.namespace, name=w.name, queue=queue, labels=labels,
                           template_class=template_class, template_field=template_field, gang=gang, gate=w.gate,
                           cluster_name=shape.cluster_name, submitted_at=w.first_seen,
-                          pinned=volcano_pinned(metas), keep=keep)
+                          pins=volcano_pins(metas), keep=keep)
 
     def _on_ray_group(self, p: ObjectChanged, namespace: str, owner: tuple[str, str]) -> list[Output]:
         """A PodGroup KubeRay made for a RayCluster or RayJob (Volcano's, or scheduler-plugins' for the
@@ -448,23 +448,25 @@ class AdmissionCore(Folds):
             template_class, template_field = group_class, f"{where}.priorityClassName"
         queue = queue_for(labels, annotations, gang.namespace, self.queues, self.policy.default_queue,
                           group_queue=fields.string(group.get("queue"), f"{where}.queue") or None)
-        metas = [(f"pod {name} metadata", pod.get("metadata")) for name, pod in gang.live()]
+        metas: list[tuple[str, str, object]] = [(gang.pod_set_of(name, pod).name, f"pod {name} metadata",
+                                                 pod.get("metadata")) for name, pod in gang.live()]
         if gang.kind == "PodGroup":
-            metas.append((f"PodGroup {gang.key} metadata", self.pod_gangs.podgroups.get(gang.key, {}).get("metadata")))
+            metas.append((WHOLE, f"PodGroup {gang.key} metadata",
+                          self.pod_gangs.podgroups.get(gang.key, {}).get("metadata")))
         return self._spec(kind=gang.kind, namespace=gang.namespace, name=gang.group, queue=queue, labels=labels,
                           template_class=template_class, template_field=template_field, gang=pod_gang, gate="pods",
-                          cluster_name=gang.group, submitted_at=gang.ready_at, pinned=volcano_pinned(metas), keep=keep,
+                          cluster_name=gang.group, submitted_at=gang.ready_at, pins=volcano_pins(metas), keep=keep,
                           not_ready=gang.not_ready(minimum, tasks) if gang.submitted else "")
 
     # ------------------------------------------------------------------ shared: queue, priority, fit
     def _spec(self, *, kind: WorkloadKind, namespace: str, name: str, queue: tuple[str, str], labels: Mapping[str, str],
               template_class: str | None, template_field: str, gang: Gang, gate: Gate, cluster_name: str,
-              submitted_at: float, pinned: bool = False, keep: WorkloadSpec | None = None,
+              submitted_at: float, pins: set[str] | None = None, keep: WorkloadSpec | None = None,
               not_ready: str = "") -> WorkloadSpec:
         """Queue, priority and preemptibility, common to every workload kind.
 
-        Preemptibility follows the queue's dialect (``dialects.py``) and the user's opt-outs (``pinned``:
-        ``volcano.sh/preemptable: "false"`` somewhere on the workload). A gang larger than its queue's
+        Preemptibility follows the queue's dialect (``dialects.py``) and the user's opt-outs (``pins``: where
+        ``volcano.sh/preemptable: "false"`` is written, ``priority.volcano_pins``; ``_pinned``). A gang larger than its queue's
         limits (or, non-preemptible, than a KAI queue's quota) is no bad input: queues change, so the queue
         core holds it with the numbers (``can never fit in queue Q as it is``), as every peer keeps it pending.
 
@@ -487,7 +489,11 @@ class AdmissionCore(Folds):
                 raise
             priority, priority_class = keep.priority, keep.priority_class
         dialect = dialect_of(self.queues.specs.get(queue_name))
-        can_preempt = preemptible(priority, labels, dialect.non_preemptible_from) and not pinned
+        can_preempt = preemptible(priority, labels, dialect.non_preemptible_from)
+        parts: tuple[str, ...] = ()
+        if can_preempt and pins:
+            whole, parts = _pinned(pins, gang) if dialect.preemptable_per_pod else (True, ())
+            can_preempt = not whole and not parts
         if gang.desired_count > self.policy.max_gang_pods:
             raise Invalid(f"gang of {gang.desired_count} pods is larger than muster accepts "
                           f"(policy max_gang_pods {self.policy.max_gang_pods})")
@@ -497,6 +503,7 @@ class AdmissionCore(Folds):
             raise Invalid(str(exc)) from None
         return WorkloadSpec(key=f"{namespace}/{name}", kind=kind, namespace=namespace, name=name,
                             queue=queue_name, priority=priority, priority_class=priority_class, preemptible=can_preempt,
+                            pinned_pod_sets=parts,
                             gate=gate, preempts=dialect.preempts(gate), gang=gang, submitted_at=submitted_at,
                             cluster_name=cluster_name, not_ready=not_ready)
 
@@ -572,6 +579,18 @@ class AdmissionCore(Folds):
         if self._claims.get(key) == wid:
             del self._claims[key]
 
+
+
+
+def _pinned(pins: set[str], gang: Gang) -> tuple[bool, tuple[str, ...]]:
+    """(the whole workload is pinned, the pod sets pinned alone), where the dialect reads the opt-out per
+    pod: whole when the workload itself is pinned or every pod set is. A pod set without pods yet pins too:
+    a holder keeps the preemptibility it was admitted with, and the pods a scale-up brings must stay."""
+    names = [ps.name for ps in gang.pod_sets]
+    parts = tuple(name for name in names if name in pins)
+    if WHOLE in pins or not parts or len(parts) == len(names):
+        return True, ()
+    return False, parts
 
 
 def _all_pods(gang: Gang) -> dict[str, int]:

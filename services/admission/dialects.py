@@ -30,6 +30,23 @@ Preemption and reclaim:
   job fits, committing only when every moved pod is placed again (``allPodsReallocated``); Volcano,
   kube-queue and Kueue have no such action (a job waits for room, or preempts), so only KAI queues move
   fractional pods, and only pods of KAI queues are moved.
+- ``preemptable_per_pod``: Volcano reads ``volcano.sh/preemptable`` per pod (``api/pod_info.go``
+  ``GetPodPreemptable`` into ``TaskInfo.Preemptable``; preempt and reclaim skip such a task): a pinned
+  pod set keeps its pods and, since the gang plugin never takes a job below ``minAvailable`` unless the
+  whole job goes (``plugins/gang/gang.go`` ``preemptableFn``), the whole gang, but the elastic pods of
+  the other pod sets stay victims (``WorkloadSpec.pinned_pod_sets``). The other dialects read the
+  annotation as an opt-out of the whole workload, its elastic pods included.
+- ``reserves_guarantee``: Volcano's capacity plugin holds a queue's ``guarantee`` for it: each queue
+  may use at most ``realCapability`` = min(capability, its parent's room − Σ its siblings' and its own
+  guarantees + its own) (``capacity.go`` ``buildQueueAttrs`` / ``checkHierarchicalQueue``, read by
+  ``queueAllocatable`` and ``jobEnqueueable``), so no other queue is admitted into it; ``deserved``
+  stays what reclaim restores up to. KAI, kube-queue and the default queue lend an unused guarantee
+  and reclaim it when its owner asks.
+- ``victim_queues_by_priority``: Volcano's reclaim takes victims from the queue of the lowest
+  ``spec.priority`` first (``Session.BuildVictimsPriorityQueue`` orders victims of two queues by
+  ``VictimQueueOrderFn``, which falls back to the reverse of ``QueueOrderFn``: the proportion and
+  capacity plugins order queues by priority, then share). The other dialects keep muster's order: the
+  queue furthest above its share gives first, whatever its priority.
 
 What a Ray workload's gang counts and what it charges (``gang``):
 
@@ -91,6 +108,9 @@ class Dialect:
     suspended_preempt: bool
     evicts_stale_gangs: bool
     consolidates: bool
+    preemptable_per_pod: bool
+    reserves_guarantee: bool
+    victim_queues_by_priority: bool
     gang: GangRules
 
     def preempts(self, gate: str) -> bool:
@@ -102,23 +122,30 @@ class Dialect:
         return {"kind": self.kind, "limit_word": self.limit_word, "guarantee_word": self.guarantee_word,
                 "guarantee_caps_non_preemptible": self.guarantee_caps_non_preemptible,
                 "reclaim_below_guarantee": self.reclaim_below_guarantee, "evicts_stale_gangs": self.evicts_stale_gangs,
+                "reserves_guarantee": self.reserves_guarantee, "victim_queues_by_priority": self.victim_queues_by_priority,
                 "consolidates": self.consolidates}
 
 
 DIALECTS: dict[QueueDialect, Dialect] = {
     "volcano": Dialect(kind="Queue", limit_word="capability", guarantee_word="guarantee", non_preemptible_from=None,
                        guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=True,
-                       evicts_stale_gangs=False, consolidates=False, gang=KUBERAY),
+                       evicts_stale_gangs=False, preemptable_per_pod=True, reserves_guarantee=True,
+                       victim_queues_by_priority=True, consolidates=False,
+                       gang=KUBERAY),
     "kai": Dialect(kind="Queue", limit_word="limit", guarantee_word="quota", non_preemptible_from=100,
                    guarantee_caps_non_preemptible=True, reclaim_below_guarantee=True, suspended_preempt=True,
-                   evicts_stale_gangs=True, consolidates=True, gang=GangRules(ray_minimum="min-replicas", charge_submitter=True)),
+                   evicts_stale_gangs=True, preemptable_per_pod=False, reserves_guarantee=False,
+                   victim_queues_by_priority=False, consolidates=True,
+                   gang=GangRules(ray_minimum="min-replicas", charge_submitter=True)),
     "elasticquotatree": Dialect(kind="ElasticQuotaTree", limit_word="max", guarantee_word="min",
                                 non_preemptible_from=None, guarantee_caps_non_preemptible=False,
                                 reclaim_below_guarantee=False, suspended_preempt=False, evicts_stale_gangs=False,
+                                preemptable_per_pod=False, reserves_guarantee=False, victim_queues_by_priority=False,
                                 consolidates=False, gang=GangRules(ray_minimum="desired", charge_submitter=False)),
     "builtin": Dialect(kind="Queue", limit_word="limit", guarantee_word="guarantee", non_preemptible_from=None,
                        guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=False,
-                       evicts_stale_gangs=False, consolidates=False, gang=KUBERAY),
+                       evicts_stale_gangs=False, preemptable_per_pod=False, reserves_guarantee=False,
+                       victim_queues_by_priority=False, consolidates=False, gang=KUBERAY),
 }
 """``builtin`` is the implicit default queue: kube-queue / Kueue, preemptible by priority, no priority cap,
 KubeRay's gang arithmetic."""

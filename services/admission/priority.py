@@ -7,9 +7,11 @@ A user PriorityClass overrides a built-in of the same name. Workloads that name 
 
 Preemptibility: the queue's dialect may make a priority non-preemptible (KAI: 100 and above); the
 label ``kai.scheduler/preemptibility`` overrides that; ``volcano.sh/preemptable: "false"`` (annotation,
-else label, as Volcano reads it) on the object, any of its pod templates, its PodGroup or one of its
-pods makes the whole gang non-preemptible (Volcano never evicts such a pod, so the gang is not a
-victim at all). Explicit opt-outs hold in every queue: a user who wrote "never evict" is never overruled.
+else label, as Volcano reads it) pins what it is written on (``volcano_pins``): on the object or its
+PodGroup, every pod; on a pod template or a pod, the pods of its pod set, which keeps the whole gang
+from being a victim (the rest of its minimum cannot go without them) and, where the dialect reads it
+per pod (Volcano), leaves the other pod sets' elastic pods preemptible; elsewhere it pins the whole
+workload. Explicit opt-outs hold in every queue: a user who wrote "never evict" is never overruled.
 """
 
 from __future__ import annotations
@@ -60,16 +62,21 @@ def preemptible(priority: int, labels: Mapping[str, str], non_preemptible_from: 
     return PREEMPTIBILITY_VALUES[raw]
 
 
-def volcano_pinned(metas: Iterable[tuple[str, object]]) -> bool:
-    """True when any ``(where, metadata)`` says ``volcano.sh/preemptable: "false"`` (a metadata that is
-    no mapping, as a user's object may have, says nothing).
+WHOLE = ""
+"""In ``volcano_pins``: the metadata of the workload itself (its object, its PodGroup), not of one pod set."""
+
+
+def volcano_pins(metas: Iterable[tuple[str, str, object]]) -> set[str]:
+    """The pod sets (``WHOLE`` for the workload itself) whose ``(pod set, where, metadata)`` says
+    ``volcano.sh/preemptable: "false"`` (a metadata that is no mapping, as a user's object may have, says
+    nothing).
 
     As Volcano's ``GetPodPreemptable``: the annotation wins over the label. Volcano reads a value
     ``strconv.ParseBool`` refuses as false; muster rejects it naming the field instead (a typo must not
     silently pin a gang).
     """
-    pinned = False
-    for where, meta in metas:
+    pinned: set[str] = set()
+    for pod_set, where, meta in metas:
         if not (type(meta) is dict or isinstance(meta, Mapping)):  # dict first: no ABC frame
             continue
         for part in ("annotations", "labels"):
@@ -81,14 +88,16 @@ def volcano_pinned(metas: Iterable[tuple[str, object]]) -> bool:
                 continue
             if not isinstance(raw, str) or raw not in GO_BOOLS:
                 raise Invalid(f"{where}.{part}.{VOLCANO_PREEMPTABLE}: {show(raw)} is not true or false")
-            pinned = pinned or not GO_BOOLS[raw]
+            if not GO_BOOLS[raw]:
+                pinned.add(pod_set)
             break
     return pinned
 
 
-def ray_pod_metas(kind: str, obj: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """The metadata of a RayCluster / RayJob and of each pod template in it (head, workers, submitter)."""
-    out: list[tuple[str, Mapping[str, Any]]] = [("metadata", _meta(obj))]
+def ray_pod_metas(kind: str, obj: Mapping[str, Any]) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """(pod set, where, metadata) of a RayCluster / RayJob (``WHOLE``) and of each pod template in it
+    (head, workers by group name, submitter)."""
+    out: list[tuple[str, str, Mapping[str, Any]]] = [(WHOLE, "metadata", _meta(obj))]
     spec = obj.get("spec")
     if type(spec) is not dict and not isinstance(spec, Mapping):
         return out
@@ -96,17 +105,17 @@ def ray_pod_metas(kind: str, obj: Mapping[str, Any]) -> list[tuple[str, Mapping[
     cluster: object = spec
     if kind == "RayJob":
         prefix, cluster = "spec.rayClusterSpec", spec.get("rayClusterSpec")
-        out.append(("spec.submitterPodTemplate.metadata", _meta(spec.get("submitterPodTemplate"))))
+        out.append(("submitter", "spec.submitterPodTemplate.metadata", _meta(spec.get("submitterPodTemplate"))))
     if type(cluster) is not dict and not isinstance(cluster, Mapping):
         return out
     head = cluster.get("headGroupSpec")
     if type(head) is dict or isinstance(head, Mapping):
-        out.append((f"{prefix}.headGroupSpec.template.metadata", _meta(head.get("template"))))
+        out.append(("head", f"{prefix}.headGroupSpec.template.metadata", _meta(head.get("template"))))
     groups = cluster.get("workerGroupSpecs")
     for i, group in enumerate(groups if isinstance(groups, list) else []):
         if type(group) is dict or isinstance(group, Mapping):
             name = group.get("groupName") or i
-            out.append((f"{prefix}.workerGroupSpecs[{name}].template.metadata", _meta(group.get("template"))))
+            out.append((str(name), f"{prefix}.workerGroupSpecs[{name}].template.metadata", _meta(group.get("template"))))
     return out
 
 

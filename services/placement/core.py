@@ -222,7 +222,8 @@ class PlacementCore(Folds):
             return restored + moved
         min_runtime = self.preemption.min_runtime(rec.queue, self.policy)
         candidates = self.preemption.candidates(rec, now, min_runtime)
-        pods, victims = self.preemption.choose(rec, candidates, strategy)
+        pods, victims = self.preemption.choose(rec, candidates, strategy,
+                                               self.preemption.partly_pinned(rec, now, min_runtime))
         if victims is None:
             ripe, reason = self.preemption.why_not(rec, candidates, strategy, now, min_runtime, attempt.reason)
             ripening: list[Output] = [*self.signals.ripen(ripe)] if ripe is not None else []

@@ -18,11 +18,13 @@ Victim = tuple[WorkloadRecord, Slot]
 
 
 def victim_slots(candidates: Sequence[WorkloadRecord]) -> list[Victim]:
-    """Every elastic slot of the candidates (given in victim order), each workload's newest first."""
+    """Every elastic slot of the candidates (given in victim order) that may be evicted, each workload's
+    newest first; a pod set pinned alone keeps its slots (``WorkloadSpec.elastic_preemptible``)."""
     out: list[Victim] = []
     for wrec in candidates:
         order = {ps.name: i for i, ps in enumerate(wrec.spec.gang.pod_sets)}
-        slots = sorted((s for s in wrec.slots if s.elastic), key=lambda s: (-s.index, -order.get(s.pod_set, 0)))
+        slots = sorted((s for s in wrec.slots if s.elastic and wrec.spec.elastic_preemptible(s.pod_set)),
+                       key=lambda s: (-s.index, -order.get(s.pod_set, 0)))
         out += [(wrec, s) for s in slots]
     return out
 

@@ -2,7 +2,8 @@
 
 Who may be a victim (all must hold): the preemptor may preempt (``WorkloadSpec.preempts``: not a
 suspended workload of a kube-queue or default queue), same queue as the preemptor, lower priority,
-preemptible (``volcano.sh/preemptable: "false"`` and KAI's non-preemptible never are), admitted here,
+preemptible (``volcano.sh/preemptable: "false"`` and KAI's non-preemptible never are; a Volcano workload
+pinned only in some pod sets gives the other pod sets' elastic pods, never its gang), admitted here,
 and ran at least its min runtime (time since GangRunning; with a min runtime of 0
 an admitted workload that is not Running yet qualifies too).
 
@@ -34,11 +35,14 @@ MAX_TRIALS = 256
 """How many trial placements one reclaim's walk over the nodes may cost before it gives up."""
 
 
-def eligible(victim: WorkloadRecord, preemptor: WorkloadRecord, now: float, min_runtime: float) -> bool:
+def eligible(victim: WorkloadRecord, preemptor: WorkloadRecord, now: float, min_runtime: float, *,
+             part: bool = False) -> bool:
+    """``part``: judged for its elastic pods alone, which a workload pinned only in some pod sets
+    (``WorkloadSpec.pinned_pod_sets``) still gives."""
     spec = victim.spec
     if victim is preemptor or not victim.admitted or victim.queue != preemptor.queue or not preemptor.spec.preempts:
         return False
-    if not spec.preemptible or spec.priority >= preemptor.spec.priority:
+    if not (spec.preemptible or (part and spec.pinned_pod_sets)) or spec.priority >= preemptor.spec.priority:
         return False
     return ran(victim, now, min_runtime)
 
@@ -157,12 +161,19 @@ class Preemption:
         """Who may be a victim of ``rec`` now, in victim order."""
         return victim_order([w for w in self.lower(rec) if eligible(w, rec, now, min_runtime)])
 
-    def choose(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str
-               ) -> tuple[list[Victim], list[WorkloadRecord] | None]:
+    def partly_pinned(self, rec: WorkloadRecord, now: float, min_runtime: float) -> list[WorkloadRecord]:
+        """Lower priorities whose gang is pinned by some of its pod sets but whose other elastic pods may
+        go (Volcano's per-pod opt-out): victims of their elastic pods only."""
+        return [w for w in self.lower(rec) if not w.spec.preemptible and w.spec.pinned_pod_sets
+                and eligible(w, rec, now, min_runtime, part=True)]
+
+    def choose(self, rec: WorkloadRecord, candidates: list[WorkloadRecord], strategy: str,
+               partly: Sequence[WorkloadRecord] = ()) -> tuple[list[Victim], list[WorkloadRecord] | None]:
         """The fewest victims that make room, elastic pods before any whole gang, and both together
         where neither alone does (``parts_then_wholes``); None for the workloads when no preemption
-        makes room."""
-        chosen = parts_then_wholes(elastic.victim_slots(candidates), candidates, owner=lambda v: v[0].key,
+        makes room. ``partly``: workloads that give elastic pods only (``partly_pinned``)."""
+        owners = victim_order([*candidates, *partly]) if partly else candidates
+        chosen = parts_then_wholes(elastic.victim_slots(owners), candidates, owner=lambda v: v[0].key,
                                    key=lambda w: w.key, fits=lambda ss, vs: self.fits_without(rec, strategy, vs, ss))
         return chosen if chosen is not None else ([], None)
 

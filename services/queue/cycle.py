@@ -8,7 +8,8 @@
 4. iterate: serve queues by (queue priority desc, dominant share asc, name), one head at
    a time, re-ranking the served queue after each decision;
 5. quota: leaf and every ancestor within limit (and guarantee if non-preemptible where the
-   dialect caps them); else, when an ancestor's limit blocks, queues above their share or
+   dialect caps them), and out of the room siblings' guarantees hold where their dialect reserves
+   them (Volcano: ``tree.reserved_block``, then only in-queue preemption may help); else, when an ancestor's limit blocks, queues above their share or
    guarantee under it give back (reclaim across the tree, ``victims.py``/reclaim.py); else
    lower-priority preemptible holders of the same leaf queue that would make it fit are named in
    ReclaimRequested (in-queue preemption, preemption.py); else BackedOff with the gang line;
@@ -31,7 +32,7 @@ from services.queue.ordering import ORDER, blocks, serve_key
 from services.queue.reclaim import CLUSTER, Choice, shortage
 from services.queue.snapshot import Snapshot
 from services.queue.room import as_it_is
-from services.queue.tree import cap_failure, never_fits, over_limits, quota_block
+from services.queue.tree import cap_failure, never_fits, over_limits, quota_block, reserved_block
 from services.queue.workload import Tracked
 from shared.kernel.events import Dequeued, ReclaimRequested
 from shared.kernel.reasons import amounts, gang_line
@@ -110,6 +111,9 @@ class AdmissionCycle:
                 core.back_off(w, now, w.reason(gang_line(w.spec.gang) + never[1]), out, arm=False)
                 return False
             return self._over_quota(w, block, short, snap, now, out)
+        reserved = reserved_block(core.tree, w.queue, w.demand, snap.usage, snap.capacity)
+        if reserved is not None:  # only its own queue's lower priorities could make room: no reclaim, and no
+            return self._preempt_for_quota(w, reserved[1], snap, now, out)  # parking (nodes joining widen it)
         choice, pods = core.victims.reclaim(w, {CLUSTER: short}, snap, now) if short else (Choice(None), [])
         if short and choice.victims is None:
             w.reclaim_note = (core.victims.ripening_reclaim(w, {CLUSTER: short}, snap, now, out)

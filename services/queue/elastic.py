@@ -18,8 +18,9 @@ asking for more pods of an admitted pod set) are elastic. Rules, in the order th
 - As victims: elastic pods are taken before any whole gang, by reclaim and by in-queue preemption
   alike (Volcano's gang plugin lets only tasks beyond minAvailable be preempted or reclaimed; KAI
   evicts one task of a subgroup above its minimum before a whole job). The eligibility rules of
-  the caller apply to each pod as to its workload; the order is the in-queue victim order of their
-  workloads (``shared.kernel.victims.victim_rank``), each one's later pod sets first.
+  the caller apply to each pod as to its workload, but a pod set pinned alone keeps its pods while
+  the others' go (``WorkloadSpec.elastic_preemptible``, Volcano's per-pod ``volcano.sh/preemptable``);
+  the order is the in-queue victim order of their workloads (``shared.kernel.victims.victim_rank``), each one's later pod sets first.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def elastic_pods(holders: Iterable[Tracked]) -> list[ElasticPod]:
     pods = []
     for w in holders:
         for index, ps in enumerate(w.spec.gang.pod_sets):
-            holder = Holder(key=w.key, priority=w.spec.priority, preemptible=w.spec.preemptible,
+            holder = Holder(key=w.key, priority=w.spec.priority, preemptible=w.spec.elastic_preemptible(ps.name),
                             started_at=w.started_at, admitted_seq=w.reserved_seq, demand=w.pod_demand(ps),
                             promised=bool(w.promised_to))
             for _ in range(w.elastic.get(ps.name, 0)):

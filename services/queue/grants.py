@@ -14,7 +14,7 @@ from services.queue import elastic
 from services.queue.ordering import ORDER
 from services.queue.reclaim import shortage
 from services.queue.snapshot import Snapshot
-from services.queue.tree import quota_failure
+from services.queue.tree import quota_failure, reserved_block
 from services.queue.workload import Tracked
 from shared.kernel.events import ElasticGranted, ElasticWaiting
 from shared.kernel.reasons import amounts
@@ -79,13 +79,23 @@ class ElasticGrants:
         chain's quota, else the cluster's free capacity), told when that changes."""
         for pod_set, missing in elastic.still_wanted(w):
             demand = w.pod_demand(next(p for p in w.spec.gang.pod_sets if p.name == pod_set))
-            why = quota_failure(self.core.tree, w.queue, demand, snap.usage, snap.protected, w.spec.preemptible)
+            why = self._quota_failure(w, demand, snap)
             if why is None:
                 short = shortage(demand, snap.free)
                 why = f"the cluster's free capacity lacks {amounts(short)} for one" if short else None
             if why is not None:
                 self.tell_wait(w, pod_set, missing, f"{missing} elastic pod(s) of {pod_set} wait: {why}", out)
             return
+
+    def _quota_failure(self, w: Tracked, demand: dict[str, int], snap: Snapshot) -> str | None:
+        """What keeps one elastic pod of ``w`` out of its queue chain: a limit, or room a sibling's guarantee
+        holds (each task is judged against Volcano's ``realCapability``, ``queueAllocatable``)."""
+        tree = self.core.tree
+        why = quota_failure(tree, w.queue, demand, snap.usage, snap.protected, w.spec.preemptible)
+        if why is None:
+            reserved = reserved_block(tree, w.queue, demand, snap.usage, snap.capacity)
+            why = reserved[1] if reserved is not None else None
+        return why
 
     def tell_wait(self, w: Tracked, pod_set: str, count: int, reason: str, out: Out) -> None:
         if reason != w.elastic_told:
@@ -99,7 +109,7 @@ class ElasticGrants:
         for pod_set, _ in elastic.still_wanted(w):
             ps = next(p for p in w.spec.gang.pod_sets if p.name == pod_set)
             demand = w.pod_demand(ps)
-            if quota_failure(tree, w.queue, demand, snap.usage, snap.protected, w.spec.preemptible) is not None:
+            if self._quota_failure(w, demand, snap) is not None:
                 continue
             if shortage(demand, snap.free):
                 continue

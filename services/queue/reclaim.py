@@ -18,7 +18,9 @@ Rules, in the order they are applied:
   "reclaims resources from other quotas whose actual usage exceeds their minimum"; KAI's
   GuaranteeDeservedQuota strategy). Re-evaluated after every victim taken;
 - the queue furthest above its share gives first; queues tied on share, and the victims within a
-  queue, go lowest priority first, then newest (started_at desc, then admitted last), then key;
+  queue, go lowest priority first, then newest (started_at desc, then admitted last), then key. Where
+  the requester's dialect says so (``QueueSpec.victim_queues_by_priority``, Volcano), the queue of the
+  lowest ``priority`` gives before any of a higher one, and share decides only among equals;
 - a victim never takes its queue below its guarantee on a resource being reclaimed (an UNLIMITED
   guarantee protects it fully; Volcano's capacity plugin, ElasticQuotaTree ``min``), unless the
   queue's dialect reclaims below it (``QueueSpec.reclaim_below_guarantee``, KAI: a whole job of a
@@ -194,12 +196,15 @@ class _Needs:
 def choose_victims(needs: Mapping[str, Mapping[str, int]], running: list[Running],
                    queues: Mapping[str, QueueSpec | None], usage: Mapping[str, Mapping[str, int]],
                    shares: Mapping[str, Mapping[str, int]], requester: str, now: float, *,
-                   scopes: Mapping[str, frozenset[str]] | None = None, starved: bool = False) -> Choice:
+                   scopes: Mapping[str, frozenset[str]] | None = None, starved: bool = False,
+                   by_queue_priority: bool = False) -> Choice:
     """Victims whose release covers every need, furthest-above-share queue first; else why not. With
     them, what placement may take instead where they free room on the wrong nodes (``Choice.offer``).
 
     ``scopes``: per candidate queue, the names of its chain (which level's quota a victim gives back);
-    ``starved``: the requester stays within its guarantee, so queues above theirs give too.
+    ``starved``: the requester stays within its guarantee, so queues above theirs give too;
+    ``by_queue_priority``: the requester's dialect takes from the lowest-priority queue first
+    (``QueueSpec.victim_queues_by_priority``), share deciding only among queues of one priority.
     """
     need = _Needs(needs, scopes or {})
     pool: dict[str, list[Running]] = {}
@@ -211,7 +216,7 @@ def choose_victims(needs: Mapping[str, Mapping[str, int]], running: list[Running
     refusal = ""
     by_guarantee = False
     while need.left:
-        best, refusal = _next_victim(pool, left, need, queues, shares, starved, refusal)
+        best, refusal = _next_victim(pool, left, need, queues, shares, starved, refusal, by_queue_priority)
         if best is None:
             return Choice(None, refusal or _kept_back(running, queues, usage, shares, requester, need, set(pool)))
         by_guarantee = by_guarantee or dominant_share(left[best.queue], shares.get(best.queue, {})) <= 1
@@ -219,7 +224,7 @@ def choose_victims(needs: Mapping[str, Mapping[str, int]], running: list[Running
         taken.append(best)
     chosen = _without_needless(taken, need)
     return Choice(tuple(w.key for w in chosen), by_guarantee=by_guarantee,
-                  offer=_offer(need, offered, usage, shares, queues, starved, chosen))
+                  offer=_offer(need, offered, usage, shares, queues, starved, chosen, by_queue_priority))
 
 
 MAX_OFFERED = 64
@@ -231,23 +236,25 @@ _UNBOUNDED = 1 << 62
 
 def _next_victim(pool: dict[str, list[Running]], left: dict[str, Resources], need: _Needs,
                  queues: Mapping[str, QueueSpec | None], shares: Mapping[str, Mapping[str, int]], starved: bool,
-                 refusal: str) -> tuple[Running | None, str]:
-    """The next victim the rules allow (the queue furthest above its share first, then the victim
-    order), or None; with the first refusal met on the way (a floor that kept a victim)."""
-    best: tuple[tuple[float, int, float, int, str], Running] | None = None  # (rank, victim)
+                 refusal: str, by_queue_priority: bool = False) -> tuple[Running | None, str]:
+    """The next victim the rules allow (the queue furthest above its share first — the lowest queue
+    priority before that, ``by_queue_priority`` — then the victim order), or None; with the first
+    refusal met on the way (a floor that kept a victim)."""
+    best: tuple[tuple[int, float, int, float, int, str], Running] | None = None  # (rank, victim)
     for name in sorted(pool):
         wanted = need.wanted(name)
         if not wanted:
             continue
         share = dominant_share(left[name], shares.get(name, {}))
         spec = queues.get(name)
+        level = spec.priority if by_queue_priority and spec is not None else 0
         if share <= 1 and not (starved and above_guarantee(left[name], spec, wanted)):
             continue
         for w in pool[name]:
             if not any(w.demand.get(r, 0) > 0 for r in wanted):
                 continue
             if _floor_kept(left[name], w.demand, spec, wanted):
-                rank = (-share, *w.order)
+                rank = (level, -share, *w.order)
                 if best is None or rank < best[0]:
                     best = (rank, w)
                 break
@@ -263,12 +270,12 @@ def _take(victim: Running, pool: dict[str, list[Running]], left: dict[str, Resou
 
 def _offer(need: _Needs, pool: Mapping[str, list[Running]], usage: Mapping[str, Mapping[str, int]],
            shares: Mapping[str, Mapping[str, int]], queues: Mapping[str, QueueSpec | None], starved: bool,
-           chosen: list[Running]) -> ReclaimOffer:
+           chosen: list[Running], by_queue_priority: bool = False) -> ReclaimOffer:
     """The chosen victims and the others the same rules allow, as placement may combine them (the rules
     above, stated per queue: ``shared.kernel.victims.offer_allows``); the cluster's own shortage is not
     among the needs: placement judges that on the nodes."""
     giving: dict[str, GivingQueue] = {}
-    ranked: list[tuple[float, tuple[int, float, int, str], Running]] = []
+    ranked: list[tuple[tuple[int, float], tuple[int, float, int, str], Running]] = []
     for name in sorted(pool):
         wanted = set(need.wanted_at_first(name))
         spec = queues.get(name)
@@ -287,7 +294,8 @@ def _offer(need: _Needs, pool: Mapping[str, list[Running]], usage: Mapping[str, 
         giving[name] = GivingQueue(name=name, usage=dict(used), above=above, floor=floor,
                                    levels=tuple(sorted(need.scopes.get(name, frozenset((name,))))))
         share = dominant_share(used, shares.get(name, {}))
-        ranked += [(-share, w.order, w) for w in pool[name] if any(w.demand.get(r, 0) > 0 for r in wanted)]
+        level = spec.priority if by_queue_priority and spec is not None else 0
+        ranked += [((level, -share), w.order, w) for w in pool[name] if any(w.demand.get(r, 0) > 0 for r in wanted)]
     keys = {w.key for w in chosen}
     others = [w for _, _, w in sorted(ranked, key=lambda x: (x[0], x[1])) if w.key not in keys]
     victims = [*chosen, *others][:max(MAX_OFFERED, len(chosen))]

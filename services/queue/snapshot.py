@@ -32,6 +32,9 @@ class Snapshot:
     """Cluster capacity minus everything any queue holds."""
     shares: dict[str, Resources]
     """Deserved (fair) share per queue."""
+    capacity: Resources = field(default_factory=dict)
+    """The cluster's schedulable totals (``CapacityChanged.total``): the room guarantees are reserved in
+    (``tree.reserved_block``); empty in a quota-only snapshot, which reserves nothing."""
 
     candidates: dict[str, list[Running]] | None = None
     """Per queue, its running workloads as reclaim sees them; each queue's built on first need (only for
@@ -54,6 +57,7 @@ class Snapshot:
             # a queue that takes no workloads asks for no share on behalf of its waiting ones
             wanted[name] = amounts if tree.wait_reason(name) is None else ledger.held.get(name, {})
         snap = cls.quota(tree, ledger, reclaims)
+        snap.capacity = dict(capacity)
         snap.free = q.sub(dict(capacity), ledger.in_use)
         snap.shares = deserved(tree, capacity, wanted)
         for _, freed in snap.reclaims:

@@ -7,7 +7,7 @@ each workload's demand is bounded at the edge, a queue's sum over many is bounde
 history's ``BIGINT`` usage columns never overflow) and, for a non-preemptible workload of a queue
 whose dialect caps them (KAI), within the guarantee. ``over_limits`` says by how much each level is exceeded (what reclaim
 across the tree must free there); ``never_fits`` whether the demand alone breaks a level, which only a change
-of the queue can mend.
+of the queue can mend; ``reserved_block`` whether it grows into room a sibling's guarantee holds (Volcano).
 """
 
 from __future__ import annotations
@@ -185,6 +185,49 @@ def level_failure(spec: QueueSpec, wanted: list[str], demand: Mapping[str, int],
                     f"{q.human(resource, demand[resource])}: together more than muster holds "
                     f"({q.MAX_MILLI // 1000} units, 2**63-1 milli-units)")
     return _guarantee_cap(spec, wanted, demand, protected, preemptible)
+
+
+def reserved_block(tree: QueueTree, queue: str, demand: Mapping[str, int], usage: Mapping[str, Mapping[str, int]],
+                   capacity: Mapping[str, int]) -> tuple[str, str] | None:
+    """(the level, the reason) when ``demand`` would take ``queue`` or an ancestor into room another queue's
+    guarantee holds (``QueueSpec.reserves_guarantee``, Volcano), else None.
+
+    Volcano's capacity plugin gives each queue ``realCapability`` = its parent's (the cluster's at the top)
+    less the guarantees of every child of that parent, its own added back (``ExceededPart(parent,
+    Σ guarantee) + guarantee``, capped by its capability): a queue never grows into a sibling's guarantee,
+    used or not. Only guarantees of queues that reserve them count, and only resources ``capacity`` names
+    (before the cluster is known nothing is reserved). Levels leaf first, resources by name, as
+    ``quota_block``; the limits themselves are ``quota_block``'s to judge.
+    """
+    wanted = sorted(r for r, v in demand.items() if v > 0 and r in capacity)
+    if not wanted:
+        return None
+    room: dict[str, int] = {r: capacity[r] for r in wanted}
+    failure: tuple[str, str] | None = None
+    for spec in reversed(tree.ancestry(queue)):  # top down: each level's room is its parent's less reservations
+        parent = tree.parent_of(spec.name)
+        siblings = [s for s in (tree.get(n) for n in tree.children(parent) if n != spec.name)
+                    if s is not None and s.reserves_guarantee]
+        level: str | None = None
+        for r in wanted:
+            held_for = [(s, s.guarantee_of(r) or 0) for s in siblings]
+            held_for = [(s, g) for s, g in held_for if g > 0]
+            others = sum(g for _, g in held_for)
+            own = (spec.guarantee_of(r) or 0) if spec.reserves_guarantee else 0
+            mine = max(0, room[r] - others - own) + own
+            used = usage.get(spec.name, {}).get(r, 0)
+            if others and level is None and used + demand[r] > mine:
+                where = "the cluster's" if parent is None else f"queue {parent}'s"
+                word = held_for[0][0].guarantee_word
+                owners = (f"queue {held_for[0][0].name}'s {word}" if len(held_for) == 1 else
+                          f"the {word}s of queues {', '.join(s.name for s, _ in held_for)}")
+                level = (f"queue {spec.name} {r}: used {q.human(r, used)}, requested {q.human(r, demand[r])}; "
+                         f"{where} {r} {q.human(r, room[r])} holds {r} {q.human(r, others)} reserved for {owners}")
+            limit = spec.limit_of(r)
+            room[r] = mine if limit is None else min(limit, mine)
+        if level is not None:
+            failure = (spec.name, level)  # a deeper level's reason replaces its ancestor's: leaf first
+    return failure
 
 
 def never_fits(tree: QueueTree, queue: str, demand: Mapping[str, int], preemptible: bool) -> tuple[str, str] | None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from services.queue import elastic, preemption
 from services.queue.reclaim import MAX_OFFERED, Choice, Running, above_guarantee, choose_victims, within_guarantee, within_share
 from services.queue.snapshot import Snapshot
-from services.queue.tree import over_limits, quota_failure
+from services.queue.tree import over_limits, quota_failure, reserved_block
 from services.queue.workload import Tracked
 from shared.kernel import quantity as q
 from shared.kernel.events import GivingQueue, LevelNeed, OfferedVictim, ReclaimOffer
@@ -113,8 +113,9 @@ class Victims:
         starved = within_guarantee(usage, w.demand, tree.get(w.queue), contested)
         if candidates is None:
             candidates = self._candidates(snap, self._giving_queues(w.queue, names, snap, contested, starved))
+        mine = tree.get(w.queue)
         return choose_victims(needs, candidates, queues, snap.usage, snap.shares, w.queue, now, scopes=scopes,
-                              starved=starved)
+                              starved=starved, by_queue_priority=mine is not None and mine.victim_queues_by_priority)
 
     def _beyond_share(self, w: Tracked, usage: dict[str, int], share: dict[str, int], names: list[str],
                       snap: Snapshot) -> str:
@@ -207,7 +208,8 @@ class Victims:
         tree = self.core.tree
         chain = [spec.name for spec in tree.ancestry(w.queue)]
         usage = {name: q.sub(snap.usage.get(name, {}), freed) for name in chain}
-        return quota_failure(tree, w.queue, w.demand, usage, snap.protected, w.spec.preemptible) is None
+        return (quota_failure(tree, w.queue, w.demand, usage, snap.protected, w.spec.preemptible) is None
+                and reserved_block(tree, w.queue, w.demand, usage, snap.capacity) is None)
 
     def _quota_holders(self, w: Tracked, snap: Snapshot) -> list[preemption.Holder]:
         """Admitted and running workloads of ``w``'s leaf queue, as quota preemption sees them."""

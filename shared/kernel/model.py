@@ -265,6 +265,11 @@ class WorkloadSpec(Frozen):
     """May be a victim of preemption or reclaim. Admission decides it by the queue's dialect (KAI: priority
     below 100 unless ``kai.scheduler/preemptibility`` says otherwise) and the opt-outs users write
     (``volcano.sh/preemptable: "false"`` on the object, a pod template, its PodGroup or a pod)."""
+    pinned_pod_sets: tuple[str, ...] = ()
+    """Pod sets whose pods say ``volcano.sh/preemptable: "false"`` where the dialect reads it per pod
+    (Volcano), when nothing else keeps the workload from being a victim: their pods are never evicted, so
+    the gang is no victim as a whole (``preemptible`` is False), but the elastic pods of its other pod sets
+    are (``elastic_preemptible``). Empty when no pod set is pinned alone."""
     gate: Literal["suspend", "pods"] = "pods"
     """``suspend``: held by ``spec.suspend`` (kube-queue/Kueue); ``pods``: pods wait unbound (Volcano/KAI)."""
     preempts: bool = True
@@ -278,6 +283,12 @@ class WorkloadSpec(Frozen):
     not_ready: str = ""
     """Why the workload cannot start now although it was submitted (a pod group with fewer pods than
     its minimum: Volcano's "Not enough valid tasks"); "" when nothing but quota and nodes decide."""
+
+    def elastic_preemptible(self, pod_set: str) -> bool:
+        """Whether an elastic pod of ``pod_set`` may be evicted on its own: a whole gang that may go gives
+        its elastic pods too; one pinned only in some pod sets gives the others' (Volcano never evicts a
+        task whose pod is not preemptable, and evicts any other task above the job's minimum)."""
+        return self.preemptible or (bool(self.pinned_pod_sets) and pod_set not in self.pinned_pod_sets)
 
 
 QueueDialect = Literal["volcano", "kai", "elasticquotatree", "builtin"]
@@ -340,6 +351,15 @@ class QueueSpec(Frozen):
     """A workload of this queue that waits only because GPU fractions are spread over devices may have
     running fractional pods of such queues moved (evicted and placed again at once) so that it fits
     (KAI's ``consolidation`` action). False: it waits for room or preempts."""
+    reserves_guarantee: bool = False
+    """Its guarantee is held for it: no other queue may be admitted into it, so none has to be evicted from
+    it (Volcano's capacity plugin: every queue may use at most its parent's room less the guarantees of its
+    siblings, its own added back). False: the guarantee is lent while unused and taken back by reclaim."""
+    victim_queues_by_priority: bool = False
+    """Reclaim for a workload of this queue takes its victims from the queue of the lowest ``priority``
+    first, and only among queues of one priority from the one furthest above its share (Volcano: the
+    victim queue order is the reverse of its queue order, which puts queue priority first). False: the
+    queue furthest above its share gives first, whatever its priority."""
 
     def limit_of(self, resource: str) -> int | None:
         value = self.limit.get(resource)

@@ -139,11 +139,13 @@ def pod_group(*pod_sets: PodSet, tasks: dict[str, int] | None = None) -> Gang:
 
 
 def workload(key: str = "default/w", *, queue: str = "default", priority: int = 0, preemptible: bool | None = None,
-             kind: str = "RayCluster", gate: str = "pods", submitted_at: float = 0.0, gang_: Gang | None = None) -> WorkloadSpec:
+             kind: str = "RayCluster", gate: str = "pods", submitted_at: float = 0.0, gang_: Gang | None = None,
+             pinned_pod_sets: tuple[str, ...] = ()) -> WorkloadSpec:
     ns, name = key.split("/")
     return WorkloadSpec(key=key, kind=kind, namespace=ns, name=name, queue=queue, priority=priority,
                         preemptible=(priority < 100) if preemptible is None else preemptible, gate=gate,
-                        gang=gang_ or gang(), submitted_at=submitted_at, cluster_name=name)
+                        gang=gang_ or gang(), submitted_at=submitted_at, cluster_name=name,
+                        pinned_pod_sets=pinned_pod_sets)
 
 
 def queue_spec(name: str, *, parent: str | None = None, guarantee: dict | None = None, limit: dict | None = None,

@@ -1,7 +1,9 @@
 """The dialect invariants of issue 11, judged from the event log and the manifests alone.
 
 - ``protected``: a pod no dialect lets anyone evict: ``volcano.sh/preemptable: "false"`` (annotation,
-  else label) on the workload, one of its pod templates or the pod itself; KAI's non-preemptible
+  else label) on the workload, one of its pod templates or the pod itself (in a Volcano queue, for an
+  elastic pod, only the workload, its own pod set's template and itself count: Volcano reads the
+  opt-out per pod); KAI's non-preemptible
   (priority 100 and above in a KAI queue, unless ``kai.scheduler/preemptibility: preemptible``; or that
   label saying ``non-preemptible``).
 - ``starving``: a waiting workload muster could start by evicting one running gang under its queue's
@@ -52,10 +54,28 @@ def _templates(obj: Mapping[str, Any]) -> Iterable[object]:
         yield (group.get("template") or {}).get("metadata")
 
 
+def _template_of(obj: Mapping[str, Any], pod_set: str) -> object:
+    spec = obj.get("spec") or {}
+    if pod_set == "submitter":
+        return (spec.get("submitterPodTemplate") or {}).get("metadata")
+    cluster = spec.get("rayClusterSpec", spec) if obj.get("kind") == "RayJob" else spec
+    if pod_set == "head":
+        return ((cluster.get("headGroupSpec") or {}).get("template") or {}).get("metadata")
+    for group in cluster.get("workerGroupSpecs") or []:
+        if group.get("groupName") == pod_set:
+            return (group.get("template") or {}).get("metadata")
+    return None
+
+
 def protected(view: Any, manifest: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]],
-              queue: QueueSpec | None) -> str | None:
-    """Why no dialect lets anyone evict this workload (None: it may be evicted)."""
-    metas = [manifest.get("metadata")] + list(_templates(manifest)) if manifest else []
+              queue: QueueSpec | None, pod_set: str | None = None) -> str | None:
+    """Why no dialect lets anyone evict this workload (None: it may be evicted); ``pod_set``: only the
+    elastic ``pods`` of that pod set are evicted."""
+    per_pod = pod_set is not None and queue is not None and queue.dialect == "volcano"
+    if per_pod and manifest:
+        metas = [manifest.get("metadata"), _template_of(manifest, pod_set or "")]
+    else:
+        metas = [manifest.get("metadata")] + list(_templates(manifest)) if manifest else []
     metas += [pod.get("metadata") for pod in pods]
     if any(_pinned_meta(meta) for meta in metas):
         return f"{PREEMPTABLE}: \"false\""

@@ -50,7 +50,7 @@ PRIORITIES = st.sampled_from([None, "train", "build", "inference"])
 NS = "p"
 KINDS = st.sampled_from(["RayCluster", "RayCluster", "RayJob", "PodGang", "Pod"])
 PREEMPTABLE = "volcano.sh/preemptable"
-PINS = st.sampled_from([None, None, None, None, "object", "template"])
+PINS = st.sampled_from([None, None, None, None, "object", "template", "head"])
 """Where a workload opts out of preemption (a PodGang pins its first pod, a single Pod itself, for either)."""
 
 
@@ -140,9 +140,10 @@ def _ray_spec(draw: st.DrawFn, replicas: int) -> dict[str, Any]:
 
 
 def _pinned(spec: dict[str, Any], pin: str | None) -> dict[str, Any]:
-    """``volcano.sh/preemptable: "false"`` on the worker template (``pin == "template"``)."""
-    if pin == "template":
-        template = spec["workerGroupSpecs"][0]["template"]
+    """``volcano.sh/preemptable: "false"`` on the worker template (``pin == "template"``) or the head's
+    (``"head"``: in a Volcano queue the workers above the minimum stay preemptible)."""
+    if pin in ("template", "head"):
+        template = spec["workerGroupSpecs"][0]["template"] if pin == "template" else spec["headGroupSpec"]["template"]
         template.setdefault("metadata", {}).setdefault("annotations", {})[PREEMPTABLE] = "false"
     return spec
 
@@ -477,15 +478,21 @@ class InvariantWatcher:
             return [self.pods[key]] if key in self.pods else []
         return [pod for pod in self.pods.values() if kube.workload_key_of_pod(pod) == key and pod_kind(pod) == kind]
 
-    def _protected(self, view: Any) -> str | None:
+    def _protected(self, view: Any, elastic: Any = None) -> str | None:
+        """Why nothing of ``view`` may be evicted; ``elastic``: an ``ElasticReleased`` that evicts pods of one
+        pod set only (Volcano reads the opt-out per pod: only theirs, their template's and the workload's count)."""
         manifest = self.manifests.get((view.kind, view.key)) if view.kind != "PodGroup" else None
-        return protected(view, manifest, self._pods_of(view.kind, view.key), self.history.queues.get(view.queue))
+        queue = self.history.queues.get(view.queue)
+        if elastic is not None and queue is not None and queue.dialect == "volcano":
+            pods = [self.pods[name] for name in elastic.evicted if name in self.pods]
+            return protected(view, manifest, pods, queue, elastic.pod_set)
+        return protected(view, manifest, self._pods_of(view.kind, view.key), queue)
 
     def _check_eviction(self, p: Any, t: float) -> None:
         view = self.history.workloads.get(p.key)
         if view is None or p.key in self.edited:
             return
-        why = self._protected(view)
+        why = self._protected(view, p if getattr(p, "evicted", ()) else None)
         if why is not None:
             self.violations.append(f"t={t}: {p.key} evicted ({p.reason}) though {why}")
 

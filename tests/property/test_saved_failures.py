@@ -38,3 +38,13 @@ def test_same_name_podgang_raycluster_no_gang_partly_bound() -> None:
     violations, _ = run_and_check((FAILURES / "same-name-podgang-raycluster-partly-bound.yaml").read_text(), mask_known_bugs=False)
     partly = [v for v in violations if "partly bound" in v]
     assert not partly, "\n".join(partly)
+
+
+def test_volcano_pinned_worker_group_without_pods_keeps_its_workload_from_being_a_victim() -> None:
+    """Found while reading the opt-out per pod set: a worker group of 0 replicas whose template says
+    ``volcano.sh/preemptable: "false"`` must pin its workload (the pods a scale-up brings would run on
+    the preemptibility it was admitted with), not count as no pin at all."""
+    violations, _ = run_and_check((FAILURES / "volcano-pinned-group-without-pods-evicted.yaml").read_text(),
+                                  mask_known_bugs=False)
+    evicted = [v for v in violations if "evicted" in v]
+    assert not evicted, "\n".join(evicted)

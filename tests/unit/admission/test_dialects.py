@@ -98,6 +98,43 @@ def test_volcano_preemptable_false_anywhere_on_a_ray_workload_pins_the_whole_gan
     assert d2.submitted(_rc_with(where, "true", kind)).preemptible is True
 
 
+@pytest.mark.parametrize(("where", "parts"), [("head", ("head",)), ("worker", ("gpu",)), ("annotation", ())])
+def test_volcano_reads_the_opt_out_per_pod_set_so_the_other_pod_sets_elastic_pods_stay_preemptible(
+        where: str, parts: tuple) -> None:
+    d, _ = _driver("volcano")
+    spec = d.submitted(_rc_with(where, "false"))
+    assert (spec.preemptible, spec.pinned_pod_sets) == (False, parts)
+    assert spec.elastic_preemptible("cpu") is (where != "annotation")  # the object's own opt-out pins every pod
+    assert spec.elastic_preemptible("gpu") is (where == "head")
+
+
+def test_a_pinned_worker_group_without_pods_yet_still_keeps_the_gang() -> None:
+    """A holder keeps the preemptibility it was admitted with: the pods a scale-up brings must stay."""
+    d, _ = _driver("volcano")
+    obj = _rc_with("worker", "false")
+    obj["spec"]["workerGroupSpecs"][1]["replicas"] = 0
+    spec = d.submitted(obj)
+    assert (spec.preemptible, spec.pinned_pod_sets, spec.elastic_preemptible("gpu")) == (False, ("gpu",), False)
+
+
+@pytest.mark.parametrize("dialect", ["kai", "elasticquotatree", "builtin"])
+def test_elsewhere_one_pinned_pod_template_still_pins_the_whole_workload(dialect: str) -> None:
+    d, labels = _driver(dialect)
+    obj = _rc_with("head", "false")
+    obj["metadata"]["labels"] = dict(labels)
+    spec = d.submitted(obj)
+    assert (spec.preemptible, spec.pinned_pod_sets, spec.elastic_preemptible("gpu")) == (False, (), False)
+
+
+def test_a_volcano_pod_group_whose_pinned_pods_form_a_pod_set_of_their_own_leaves_the_others_preemptible() -> None:
+    d, _ = _driver("volcano")
+    d.send(gang_pod("a", "g", min_available="1", labels={"volcano.sh/queue-name": "v"}, requests={"cpu": "2"}))
+    [out] = d.send(gang_pod("b", "g", min_available="1", labels={"volcano.sh/preemptable": "false"}))
+    spec = out.workload
+    pinned = [ps.name for ps in spec.gang.pod_sets if ps.resources.get("cpu") != 2000]
+    assert (spec.preemptible, spec.pinned_pod_sets) == (False, tuple(pinned))
+
+
 def test_a_rayjob_submitter_template_can_pin_it_too() -> None:
     d, _ = _driver("volcano")
     assert d.submitted(_rc_with("submitter", "0", "RayJob")).preemptible is False
@@ -192,12 +229,13 @@ def test_a_kai_queue_defined_later_pins_the_gang_it_cannot_hold_yet_and_rejects_
 
 
 # --------------------------------------------------------------------------- rule values on the queue
-@pytest.mark.parametrize(("dialect", "words", "caps", "below", "stale"), [
-    ("volcano", ("capability", "guarantee"), False, False, False),
-    ("kai", ("limit", "quota"), True, True, True),
-    ("elasticquotatree", ("max", "min"), False, False, False),
+@pytest.mark.parametrize(("dialect", "words", "caps", "below", "stale", "by_priority", "reserves"), [
+    ("volcano", ("capability", "guarantee"), False, False, False, True, True),
+    ("kai", ("limit", "quota"), True, True, True, False, False),
+    ("elasticquotatree", ("max", "min"), False, False, False, False, False),
 ])
-def test_each_dialect_fills_its_rule_values(dialect: str, words: tuple, caps: bool, below: bool, stale: bool) -> None:
+def test_each_dialect_fills_its_rule_values(dialect: str, words: tuple, caps: bool, below: bool, stale: bool,
+                                            by_priority: bool, reserves: bool) -> None:
     d, _ = _driver("builtin")
     out = d.send(QUEUES[dialect][0])
     spec = [e for e in out if isinstance(e, QueueDefined)][-1].queue
@@ -205,6 +243,8 @@ def test_each_dialect_fills_its_rule_values(dialect: str, words: tuple, caps: bo
     assert (spec.guarantee_caps_non_preemptible, spec.reclaim_below_guarantee) == (caps, below)
     assert spec.evicts_stale_gangs == stale   # KAI's stalegangeviction; the others keep a short gang's place
     assert spec.consolidates == stale         # KAI's consolidation action too; the others have none
+    assert spec.victim_queues_by_priority == by_priority  # Volcano's victim queue order: lowest priority first
+    assert spec.reserves_guarantee == reserves  # Volcano's capacity plugin holds a guarantee for its queue
     assert spec.kind == DIALECTS[dialect].kind
 
 
@@ -213,9 +253,9 @@ def test_the_implicit_default_queue_has_the_builtin_rules() -> None:
     spec = QueueSpec(name="default")
     rules = DIALECTS["builtin"]
     assert (spec.guarantee_caps_non_preemptible, spec.reclaim_below_guarantee, spec.evicts_stale_gangs,
-            spec.consolidates) == \
+            spec.consolidates, spec.victim_queues_by_priority, spec.reserves_guarantee) == \
         (rules.guarantee_caps_non_preemptible, rules.reclaim_below_guarantee, rules.evicts_stale_gangs,
-         rules.consolidates)
+         rules.consolidates, rules.victim_queues_by_priority, rules.reserves_guarantee)
     assert (spec.limit_word, spec.guarantee_word) == (rules.limit_word, rules.guarantee_word)
 
 

@@ -87,6 +87,29 @@ def test_a_higher_priority_gang_takes_the_newest_elastic_pods_before_any_whole_g
                                            "2 elastic pod(s) of default/low (worker)")
 
 
+def test_a_workload_pinned_in_its_head_alone_gives_its_elastic_workers_but_never_its_gang():
+    """Volcano's per-pod ``volcano.sh/preemptable``: the head's "false" keeps the gang, not the workers."""
+    d = PlacementDriver(None, node("n1", cpu="6"))
+    low = _elastic("default/low", 4).model_copy(update={"preemptible": False, "pinned_pod_sets": ("head",)})
+    _running(d, low, 4)                                              # 2 + 4 = the whole node
+    high = workload("default/high", queue="q", priority=100, gang_=gang(pod_set("head", 2, cpu="1")))
+    out = d.dequeue(high)
+    assert of_type(out, PreemptionRequested) == []
+    assert (one(out, ElasticReleased).key, one(out, ElasticReleased).count) == ("default/low", 2)
+    # a gang that needs more than the elastic workers gives: the pinned gang stays, and nobody is evicted
+    d = PlacementDriver(None, node("n1", cpu="6"))
+    _running(d, low, 4)
+    bigger = workload("default/high", queue="q", priority=100, gang_=gang(pod_set("head", 5, cpu="1")))
+    out = d.dequeue(bigger)
+    assert of_type(out, PreemptionRequested) == [] and of_type(out, ElasticReleased) == []
+    assert "default/low (priority 0) of queue q would make room but is not preemptible" in one(out, PlacementFailed).reason
+    # pinned in the workers' pod set, their elastic pods stay too
+    d = PlacementDriver(None, node("n1", cpu="6"))
+    _running(d, low.model_copy(update={"pinned_pod_sets": ("worker",)}), 4)
+    out = d.dequeue(high)
+    assert of_type(out, ElasticReleased) == [] and of_type(out, PreemptionRequested) == []
+
+
 def test_the_queues_elastic_victims_are_evicted_newest_first():
     d = PlacementDriver(None, node("n1", cpu="6"))
     big = _elastic("default/big", 4, queue="a")

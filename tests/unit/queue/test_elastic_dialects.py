@@ -56,11 +56,13 @@ def test_reclaim_across_the_tree_takes_a_borrowers_elastic_pods_before_its_gang(
 
 
 def test_elastic_pods_that_do_not_cover_leave_the_gang_to_each_dialects_floor():
-    """a holds 7 of its own and 1 elastic above its guarantee 6; b needs 2 of its guarantee. The one
-    elastic pod is not enough: Volcano keeps a's guarantee and says why, KAI takes the whole job."""
+    """a holds 7 of its own and 1 elastic above its guarantee 6; b, guaranteed 2 only once a holds the
+    root's 8 (before, Volcano would have kept a out of b's guarantee), needs them. The one elastic pod is
+    not enough: Volcano keeps a's guarantee and says why, KAI takes the whole job."""
     for dialect, expected in (("volcano", "BackedOff"), ("kai", "ReclaimRequested")):
-        d = _tree(dialect, root="8", a_min="6", b_min="2")
+        d = _tree(dialect, root="8", a_min="6", b_min="0")
         _admit(d, _elastic("ns/a", "a", 7, 1, 1.0), 1.0)
+        d.step(defined(queue_spec("b", parent="root", dialect=dialect, guarantee={GPU: "2"}, limit={GPU: "8"})))
         out = _decisions(d.step(submitted(_gpu_job("ns/b1", "b", 2, 10.0)), 10.0))
         assert [x[0] for x in out] == [expected], dialect
         if dialect == "kai":
@@ -81,6 +83,24 @@ def test_elastic_pods_of_a_pinned_workload_are_never_victims_and_the_refusal_say
     assert _decisions(out) == [("Dequeued", "ns/b1", (), ())]     # no victim: placement judges the nodes
     assert d.core._workloads["ns/b1"].reclaim_note == (
         "Reclaim refused: queue a is above its share but its work is not preemptible.")
+
+
+def test_a_workload_pinned_in_one_pod_set_gives_the_elastic_pods_of_the_others_to_reclaim():
+    """Volcano reads ``volcano.sh/preemptable`` per pod: a pinned head keeps the gang, not the workers."""
+    d = QueueDriver()
+    d.step(capacity(cpu="8", memory="64Gi", **{GPU: "8"}), 0.0)
+    d.step(defined(queue_spec("a")))
+    d.step(defined(queue_spec("b")))
+    _admit(d, _elastic("ns/big", "a", 2, 6, 1.0, preemptible=False, pinned_pod_sets=("head",)), 1.0)
+    out = d.step(submitted(_gpu_job("ns/b1", "b", 2, 10.0)), 10.0)
+    assert _decisions(out) == [("ReclaimRequested", "ns/b1", (), (("ns/big", "worker", 1),))]
+    d = QueueDriver()
+    d.step(capacity(cpu="8", memory="64Gi", **{GPU: "8"}), 0.0)
+    d.step(defined(queue_spec("a")))
+    d.step(defined(queue_spec("b")))
+    _admit(d, _elastic("ns/big", "a", 2, 6, 1.0, preemptible=False, pinned_pod_sets=("worker",)), 1.0)
+    out = d.step(submitted(_gpu_job("ns/b1", "b", 2, 10.0)), 10.0)
+    assert _decisions(out) == [("Dequeued", "ns/b1", (), ())]
 
 
 def test_a_suspended_workload_of_a_queue_that_only_overtakes_takes_no_elastic_pod_of_its_queue():

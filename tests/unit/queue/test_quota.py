@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from shared.kernel.events import BackedOff, CapacityChanged, Dequeued, Enqueued, QueueRejected
 from shared.kernel.quantity import MAX_MILLI
+from services.queue.tree import QueueTree, reserved_block
 from tests.builders import queue_spec, workload
 from tests.builders.queue import (
     QueueDriver, capacity, cpu_gang, defined, deleted, job, names, placed, ray_gang, removed, submitted, unlimited, updated,
@@ -283,3 +284,61 @@ def test_a_release_of_quota_wakes_the_leafs_head_and_whom_the_freed_quota_holds_
     out = d.step(deleted("a/h3"), 11.0)  # 3 CPU back: b/big fits them all, so b/s2 is not woken to fail
     assert names([x for x in out if isinstance(x, (Dequeued, BackedOff))]) == [("Dequeued", "b/big")]
     assert len(d.of(BackedOff, "b/s2")) == 1
+
+
+# --------------------------------------------------------------------------- Volcano: guarantees are reserved
+def _reserving_tree(dialect: str = "volcano") -> QueueTree:
+    tree = QueueTree("default")
+    tree.define(queue_spec("q1", guarantee={"cpu": "1"}, dialect=dialect))
+    tree.define(queue_spec("q2", dialect=dialect))
+    tree.define(queue_spec("parent", guarantee={"cpu": "4"}, limit={"cpu": "6"}, dialect=dialect))
+    tree.define(queue_spec("a", parent="parent", guarantee={"cpu": "3"}, dialect=dialect))
+    tree.define(queue_spec("b", parent="parent", dialect=dialect))
+    return tree
+
+
+def test_a_queue_never_grows_into_a_siblings_reserved_guarantee_but_its_owner_may():
+    tree = _reserving_tree()
+    cluster = {"cpu": 10000}
+    usage = {"q2": {"cpu": 4000}}
+    # q2 may use 10 - 1 (q1) - 4 (parent) = 5
+    assert reserved_block(tree, "q2", {"cpu": 1000}, usage, cluster) is None
+    assert reserved_block(tree, "q2", {"cpu": 1500}, usage, cluster) == (
+        "q2", "queue q2 cpu: used 4, requested 1500m; the cluster's cpu 10 holds cpu 5 reserved for "
+              "the guarantees of queues parent, q1")
+    # the owner's own guarantee is added back: q1 may use 10 - 4 = 6
+    assert reserved_block(tree, "q1", {"cpu": 6000}, {}, cluster) is None
+    assert reserved_block(tree, "q1", {"cpu": 6500}, {}, cluster) is not None
+    # nothing reserved on resources the cluster does not name yet, nor on what no guarantee holds
+    assert reserved_block(tree, "q2", {"cpu": 9000}, {}, {}) is None
+    assert reserved_block(tree, "q2", {"memory": 10**15}, {}, {"memory": 10**12, "cpu": 10000}) is None
+
+
+def test_the_room_of_a_child_is_its_parents_less_its_siblings_guarantees_leaf_first():
+    tree = _reserving_tree()
+    cluster = {"cpu": 10000}
+    # parent's room: min(limit 6, 10 - 1 - 4 + 4 = 9) = 6; b's: 6 - 3 (a) = 3
+    assert reserved_block(tree, "b", {"cpu": 3000}, {}, cluster) is None
+    level, reason = reserved_block(tree, "b", {"cpu": 3500}, {}, cluster)
+    assert (level, reason) == ("b", "queue b cpu: used 0, requested 3500m; queue parent's cpu 6 holds cpu 3 "
+                                    "reserved for queue a's guarantee")
+    # a guarantee above its parent's room leaves its owner that guarantee (ExceededPart is never negative)
+    assert reserved_block(tree, "a", {"cpu": 6000}, {}, cluster) is None
+
+
+def test_only_a_dialect_that_reserves_guarantees_holds_them():
+    tree = _reserving_tree("kai")
+    assert reserved_block(tree, "q2", {"cpu": 9000}, {}, {"cpu": 10000}) is None
+
+
+def test_a_volcano_workload_waits_out_of_anothers_guarantee_while_the_node_has_room():
+    d = QueueDriver()
+    d.step(capacity(cpu="2", memory="2Gi"), 0.0)
+    d.step(defined(queue_spec("queue1", guarantee={"cpu": "1"})))
+    d.step(defined(queue_spec("queue2")))
+    out = d.step(submitted(job("ns/big", "queue2", cpu="1500m", at=1.0)), 1.0)
+    [wait] = [x for x in out if isinstance(x, BackedOff)]
+    assert wait.reason.endswith("queue queue2 cpu: used 0, requested 1500m; the cluster's cpu 2 holds cpu 1 "
+                                "reserved for queue queue1's guarantee")
+    assert wait.requeue_at > 1.0  # no quota release lifts it, nodes joining may: it backs off, it does not park
+    assert names(d.step(submitted(job("ns/small", "queue2", cpu="1", at=2.0)), 2.0))[-1] == ("Dequeued", "ns/small")

@@ -80,6 +80,37 @@ def test_queues_tied_on_share_give_their_lowest_priority_then_newest_not_by_name
     assert _ask(d, "ns/c1", "c", 1)[0].victims == ("ns/b1",)  # b1's priority is the lowest, though b is older
 
 
+def test_a_volcano_requester_takes_from_the_lowest_priority_queue_before_the_one_furthest_above_its_share():
+    gpu = "nvidia.com/gpu"
+    low = Running(key="ns/low1", queue="low", priority=0, preemptible=True, started_at=10.0, min_runtime=0.0,
+                  demand={gpu: 1000})
+    high = Running(key="ns/high1", queue="high", priority=0, preemptible=True, started_at=10.0, min_runtime=0.0,
+                   demand={gpu: 1000})
+    queues = {"low": queue_spec("low", priority=5), "high": queue_spec("high", priority=10)}
+    usage = {"low": {gpu: 2000}, "high": {gpu: 3000}}
+    shares = {"low": {gpu: 1500}, "high": {gpu: 1000}}  # high is further above its share (3 against 1.33)
+    kw = dict(running=[low, high], queues=queues, usage=usage, shares=shares, requester="r", now=100.0)
+    assert _pick({gpu: 1000}, **kw) == ("ns/high1",)
+    assert _pick({gpu: 1000}, **kw, by_queue_priority=True) == ("ns/low1",)
+    # share still decides between queues of one priority
+    even = {"low": queue_spec("low", priority=10), "high": queue_spec("high", priority=10)}
+    assert _pick({gpu: 1000}, **{**kw, "queues": even}, by_queue_priority=True) == ("ns/high1",)
+
+
+def test_the_volcano_dialect_orders_victim_queues_by_priority_and_the_others_by_share():
+    gpu = "nvidia.com/gpu"
+
+    def ask(dialect: str):
+        d = _cluster(4, queue_spec("a", priority=5, dialect=dialect, deserved={gpu: 1500}),
+                     queue_spec("b", priority=10, dialect=dialect, deserved={gpu: 1500}),
+                     queue_spec("c", priority=1, dialect=dialect, deserved={gpu: 1000}))
+        _run(d, "a", 2)              # a1, a2 started at 1, 2
+        _run(d, "b", 2, start=3.0)   # b1, b2 started at 3, 4: a and b tie at 2 against a share of 1.5
+        return _ask(d, "ns/c1", "c", 1)[0].victims
+    assert ask("volcano") == ("ns/a2",)  # a's priority 5 is below b's 10
+    assert ask("kai") == ("ns/b2",)      # tied on share: the newest
+
+
 def test_never_one_that_would_bring_its_queue_below_guarantee():
     big = Running(key="ns/a-big", queue="a", priority=0, preemptible=True, started_at=20.0, min_runtime=0.0,
                   demand={"nvidia.com/gpu": 2000})
