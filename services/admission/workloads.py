@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from services.admission.dialects import GangRules
-from services.admission.fields import Invalid, boolean, integer, mapping, opt_list, opt_mapping, show, string
+from services.admission.fields import (
+    Invalid, boolean, integer, mapping, opt_list, opt_mapping, quantities, show, string,
+)
 from services.admission.pods import pod_set
 from shared.kernel import kube
 from shared.kernel import quantity as q
@@ -84,8 +86,18 @@ def cluster_pod_sets(spec: Mapping[str, Any], prefix: str, rules: GangRules, *,
                      head_extra: q.Resources | None = None) -> list[PodSet]:
     """Head then worker groups in order, from a RayClusterSpec at path ``prefix`` (``spec`` or ``spec.rayClusterSpec``)."""
     head = mapping(spec.get("headGroupSpec"), f"{prefix}.headGroupSpec")
-    sets = [pod_set("head", 1, head.get("template"), f"{prefix}.headGroupSpec.template", extra=head_extra)]
     autoscaling = boolean(spec.get("enableInTreeAutoscaling"), f"{prefix}.enableInTreeAutoscaling", default=False)
+    autoscaler = kube.autoscaler_container(spec)
+    if autoscaler is not None:  # KubeRay adds it to the head pod: the head asks for it too
+        options = opt_mapping(spec.get("autoscalerOptions"), f"{prefix}.autoscalerOptions")
+        res = opt_mapping(options.get("resources"), f"{prefix}.autoscalerOptions.resources")
+        for part in ("requests", "limits"):
+            quantities(res.get(part), f"{prefix}.autoscalerOptions.resources.{part}")
+        try:
+            head_extra = q.add(head_extra or {}, kube.container_requests(autoscaler, f"{prefix}.autoscalerOptions"))
+        except q.QuantityError as exc:
+            raise Invalid(str(exc)) from None
+    sets = [pod_set("head", 1, head.get("template"), f"{prefix}.headGroupSpec.template", extra=head_extra)]
     names = ["head"]
     for i, raw in enumerate(opt_list(spec.get("workerGroupSpecs"), f"{prefix}.workerGroupSpecs")):
         group = mapping(raw, f"{prefix}.workerGroupSpecs[{i}]")

@@ -86,11 +86,12 @@ def _annotations(value: Any) -> Any:
 
 
 _metadata = _picker(_METADATA + ("labels",), annotations=_annotations, ownerReferences=_each(_picker(_OWNER)))
-_pod_spec = _picker(_POD_SPEC + ("overhead",), containers=_each(_picker(_CONTAINER)),
+_pod_spec = _picker(_POD_SPEC + ("overhead", "runtimeClassName"), containers=_each(_picker(_CONTAINER)),
                     initContainers=_each(_picker(_CONTAINER + ("restartPolicy",))),
                     resources=_picker(("requests",)))
 _template = _picker((), metadata=_picker(("labels",), annotations=_annotations), spec=_pod_spec)
-_ray_cluster_spec = _picker(_RAY_CLUSTER, headGroupSpec=_picker((), template=_template),
+_ray_cluster_spec = _picker(_RAY_CLUSTER, autoscalerOptions=_picker(("resources",)),
+                            headGroupSpec=_picker((), template=_template),
                             workerGroupSpecs=_each(_picker(_WORKER_GROUP, template=_template)))
 _ray_job_spec = _picker(_RAY_JOB, rayClusterSpec=_ray_cluster_spec, submitterPodTemplate=_template)
 

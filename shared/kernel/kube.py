@@ -152,7 +152,12 @@ def requirements_problem(container: Mapping[str, Any], where: str) -> str | None
 
 
 def pod_spec_problem(pod_spec: Mapping[str, Any], where: str = "spec") -> str | None:
-    """``requirements_problem`` of the first container (regular or init) the API server would refuse."""
+    """``requirements_problem`` of the first container (regular or init) the API server would refuse, or
+    an ``overhead`` with no RuntimeClass to define it, which its RuntimeClass admission plugin refuses
+    (``validateOverhead``, plugin/pkg/admission/runtimeclass/admission.go): a pod's overhead is its
+    RuntimeClass's, set by the API server."""
+    if pod_spec.get("overhead") and not pod_spec.get("runtimeClassName"):
+        return f"{where}.overhead: pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead"
     for field in ("initContainers", "containers"):
         containers = pod_spec.get(field)
         for i, container in enumerate(containers if isinstance(containers, list) else []):
@@ -204,6 +209,25 @@ def effective_requests(pod_spec: Mapping[str, Any], where: str = "spec") -> q.Re
     if pod_spec.get("overhead"):
         total = q.add(total, q.parse_resources(pod_spec.get("overhead"), where=f"{where}.overhead"))
     return {k: v for k, v in sorted(total.items()) if v}
+
+
+AUTOSCALER_CONTAINER = "autoscaler"
+AUTOSCALER_RESOURCES: dict[str, dict[str, str]] = {"requests": {"cpu": "500m", "memory": "512Mi"},
+                                                  "limits": {"cpu": "500m", "memory": "512Mi"}}
+"""What KubeRay gives the autoscaler container it adds to a head pod, unless ``autoscalerOptions.resources``
+says otherwise (``BuildAutoscalerContainer``, ray-operator/controllers/ray/common/pod.go)."""
+
+
+def autoscaler_container(cluster_spec: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The container KubeRay adds to the head pod of a RayCluster with in-tree autoscaling, as far as
+    scheduling reads it (its resources), or None: a head pod asks for its own containers and this one.
+    ``autoscalerOptions.resources`` replaces the defaults whole (``mergeAutoscalerOverrides``)."""
+    if cluster_spec.get("enableInTreeAutoscaling") is not True:
+        return None
+    options = cluster_spec.get("autoscalerOptions")
+    resources = options.get("resources") if isinstance(options, AbcMapping) else None
+    return {"name": AUTOSCALER_CONTAINER,
+            "resources": resources if resources is not None else copy.deepcopy(AUTOSCALER_RESOURCES)}
 
 
 def _origin(lab: Mapping[str, Any]) -> tuple[str, str] | None:

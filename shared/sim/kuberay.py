@@ -308,17 +308,22 @@ class KubeRay:
 
     def _ray_pod(self, cluster: Mapping[str, Any], slot: PodSlot, pod_name: str) -> dict[str, Any]:
         """A pod as KubeRay's ``labelPod`` labels it: its RayCluster, node type and group, never the RayJob
-        the cluster was made for (ingest finds that, ``services.reconciler.owners``)."""
+        the cluster was made for (ingest finds that, ``services.reconciler.owners``); a head of a cluster
+        with in-tree autoscaling gets KubeRay's autoscaler container (``kube.autoscaler_container``)."""
         m = kube.meta(cluster)
         template_meta = slot.template.get("metadata")
         template_meta = template_meta if isinstance(template_meta, Mapping) else {}
         labels = {**_strings(template_meta.get("labels")),
                   kube.RAY_CLUSTER: m["name"], kube.RAY_NODE_TYPE: slot.node_type, kube.RAY_GROUP: slot.group}
+        spec = dict(slot.template["spec"])
+        autoscaler = kube.autoscaler_container(cluster.get("spec") or {}) if slot.node_type == "head" else None
+        if autoscaler is not None and isinstance(spec.get("containers"), list):
+            spec["containers"] = [*spec["containers"], {**autoscaler, "image": _head_image(cluster.get("spec"))}]
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": pod_name, "namespace": m["namespace"], "labels": labels,
                             "annotations": _strings(template_meta.get("annotations")),
                             "ownerReferences": [_owner_ref(cluster)]},
-               "spec": dict(slot.template["spec"]), "status": {"phase": "Pending"}}
+               "spec": spec, "status": {"phase": "Pending"}}
         self.batch.decorate(cluster, pod, slot.group)
         return pod
 

@@ -227,7 +227,8 @@ def test_volcano_autoscaling_cluster_gang_is_min_replicas_and_the_rest_elastic()
                      workers=[worker_group("w", 4, {"cpu": "1"}, min_replicas=1, max_replicas=8)])
     gang = d.submitted(rc).gang
     assert gang.min_member == 2 and [(ps.count, ps.elastic) for ps in gang.pod_sets] == [(1, 0), (1, 3)]
-    assert gang.quota_demand["cpu"] == 2000          # the minimum is charged; elastic pods as they bind
+    assert gang.quota_demand["cpu"] == 2500  # the minimum (the head with KubeRay's 500m autoscaler) is charged;
+    # elastic pods as they bind
 
 
 def test_kai_cluster_gang_is_head_plus_min_replicas_with_or_without_autoscaling() -> None:
@@ -248,8 +249,10 @@ def test_kube_queue_rayjob_charges_head_and_replicas_but_not_the_submitter() -> 
     spec = d.submitted(job)
     assert spec.queue == "video" and [(ps.count, ps.elastic) for ps in spec.gang.pod_sets] == [(1, 0), (2, 0), (1, 0)]
     assert spec.gang.pod_sets[-1].charged is False
-    assert spec.gang.quota_demand == {"cpu": 12_000}   # the submitter's 500m CPU, 200Mi are not in it
-    assert spec.gang.resources["cpu"] == 12_500     # placed with the gang all the same: it needs a node
+    # the head's pod has KubeRay's autoscaler container (500m, 512Mi) beside its own: it runs, so it is
+    # charged; the submitter's 500m CPU, 200Mi are not in it
+    assert spec.gang.quota_demand == {"cpu": 12_500, "memory": 512 * 2**20 * 1000}
+    assert spec.gang.resources["cpu"] == 13_000     # placed with the gang all the same: it needs a node
 
 
 def test_a_queue_defined_later_recounts_the_gang_by_its_dialect() -> None:
@@ -270,7 +273,24 @@ def test_a_pod_set_asks_what_kube_scheduler_counts_init_containers_sidecars_and_
     head["initContainers"] = [container("fetch", {"cpu": "3", "memory": "512Mi"})]
     worker = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]
     worker["initContainers"] = [{**container("proxy", {"cpu": "1"}), "restartPolicy": "Always"}]
-    worker["overhead"] = {"cpu": "250m"}
+    worker["overhead"] = {"cpu": "250m"}  # the API server's, from the RuntimeClass the pod names
+    worker["runtimeClassName"] = "kata"
     spec = AdmissionDriver().submitted(rc, at=1.0)
     assert {ps.name: format_resources(ps.resources) for ps in spec.gang.pod_sets} == {
         "head": {"cpu": "3", "memory": "1Gi"}, "worker": {"cpu": "2250m", "memory": "1Gi"}}
+
+
+@pytest.mark.parametrize("options, autoscaler", [
+    (None, {"cpu": "500m", "memory": "512Mi"}),                                     # KubeRay's default
+    ({"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}, {"cpu": "1", "memory": "1Gi"}),
+])
+def test_a_head_with_in_tree_autoscaling_asks_for_kuberays_autoscaler_container_too(options, autoscaler) -> None:
+    """KubeRay adds an autoscaler container to the head pod (``BuildAutoscalerContainer``: 500m CPU and
+    512Mi unless ``autoscalerOptions.resources`` replaces them): the head pod asks for it as well."""
+    rc = ray_cluster("rc", head={"cpu": "1", "memory": "1Gi"}, workers=[worker_group("worker", 1, {"cpu": "1"})])
+    rc["spec"]["enableInTreeAutoscaling"] = True
+    if options is not None:
+        rc["spec"]["autoscalerOptions"] = options
+    head = AdmissionDriver().submitted(rc).gang.pod_sets[0]
+    assert head.resources == parse_resources({"cpu": "1", "memory": "1Gi"}) | {
+        r: v + parse_resources({"cpu": "1", "memory": "1Gi"})[r] for r, v in parse_resources(autoscaler).items()}
