@@ -274,3 +274,30 @@ def test_a_pod_set_asks_what_kube_scheduler_counts_init_containers_sidecars_and_
     spec = AdmissionDriver().submitted(rc, at=1.0)
     assert {ps.name: format_resources(ps.resources) for ps in spec.gang.pod_sets} == {
         "head": {"cpu": "3", "memory": "1Gi"}, "worker": {"cpu": "2250m", "memory": "1Gi"}}
+
+
+def test_pod_affinity_spread_and_labels_are_read_from_the_template():
+    template = pod_template({"cpu": "1"}, affinity={
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "w"}},
+             "namespaceSelector": {}}]},
+        "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 10, "podAffinityTerm": {"topologyKey": "zone", "namespaces": ["data"],
+                                               "labelSelector": {"matchExpressions": [{"key": "db", "operator": "Exists"}]}}}]}},
+        topologySpreadConstraints=[{"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                                    "minDomains": 3, "nodeTaintsPolicy": "Honor", "matchLabelKeys": ["app"],
+                                    "labelSelector": {"matchLabels": {"app": "w"}}}])
+    template["metadata"] = {"labels": {"app": "w"}}
+    out = AdmissionDriver().send(ray_cluster("rc", workers=[{"groupName": "workers", "replicas": 2, "template": template}]))
+    workers = out[0].workload.gang.pod_sets[1]
+    assert workers.labels == {"app": "w"}
+    (anti,) = workers.pod_affinity.required_anti
+    assert (anti.topology_key, anti.all_namespaces, anti.selector.match_labels) == ("kubernetes.io/hostname", True,
+                                                                                    (("app", "w"),))
+    (preferred,) = workers.pod_affinity.preferred
+    assert (preferred.weight, preferred.namespaces, preferred.selector.match_expressions[0].operator) == (
+        10, ("data",), "Exists")
+    (spread,) = workers.spread
+    assert (spread.max_skew, spread.hard, spread.min_domains, spread.node_affinity_policy, spread.node_taints_policy,
+            spread.match_label_keys) == (2, True, 3, "Honor", "Honor", ("app",))
+    assert workers.shape != out[0].workload.gang.pod_sets[0].shape  # inter-pod constraints tell shapes apart
