@@ -1,4 +1,5 @@
-"""One pod template (or a plain Pod) → one ``PodSet``: resources, GPU share, node constraints.
+"""One pod template (or a plain Pod) → one ``PodSet``: resources, GPU share, node constraints, labels,
+inter-pod constraints (pod affinity and anti-affinity, topology spread: ``shared.kernel.podconstraints``).
 
 Resources are what kube-scheduler counts (``kube.effective_requests``: the regular and sidecar
 containers, at least the largest init container beside the sidecars before it, pod-level requests,
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.admission.fields import Invalid, mapping, opt_list, opt_mapping, quantities, show, string, string_map
-from shared.kernel import gpumemory, kube
+from shared.kernel import gpumemory, kube, podconstraints
 from shared.kernel import quantity as q
 from shared.kernel.model import AffinityOperator, MatchExpression, PodSet, Toleration, TolerationOperator
 from shared.kernel.validation import one_of
@@ -132,7 +133,14 @@ def pod_set(name: str, count: int, template: object, where: str, *, in_gang: boo
     if extra:
         resources = q.add(resources, extra)
     share, memory = gpu_request(annotations, resources, f"{at}metadata")
+    labels = string_map(meta.get("labels"), f"{at}metadata.labels")
+    try:
+        pod_affinity = podconstraints.pod_affinity(spec, f"{at}spec")
+        spread = podconstraints.spread(spec, f"{at}spec")
+    except podconstraints.ConstraintError as exc:
+        raise Invalid(str(exc)) from None
     return PodSet(name=name, count=count, in_gang=in_gang, resources=resources, gpu_share=share, gpu_memory=memory,
                   node_selector=string_map(spec.get("nodeSelector"), f"{at}spec.nodeSelector"),
                   tolerations=tolerations(spec, f"{at}spec"),
-                  affinity=required_affinity(spec, f"{at}spec"))
+                  affinity=required_affinity(spec, f"{at}spec"), labels=labels, pod_affinity=pod_affinity,
+                  spread=spread)

@@ -26,6 +26,9 @@ Where each decision is made:
 - consolidation (KAI's): which running fractional pods may move so that a gang fits, the fewest of them,
   and the trial placing the gang and every moved pod at once: ``consolidation.Consolidation``; a moved
   pod's slot going to its new place: ``slots.Slots.move``
+- inter-pod affinity and anti-affinity, topology spread (filters, soft scores, the index of where pods
+  with which labels run, turned on by the first such constraint): ``interpod``, read by
+  ``gang.place_pods`` and ``reasons.fit_error``
 - which GPU device a pod gets, group ids: ``gpu``; failure text: ``reasons``
 - GPU fragmentation against the recent workload mix (the ``fragmentation`` strategy): ``fragmentation``
 - what is emitted (``Output``) and built without validation: ``payloads``
@@ -35,7 +38,7 @@ Pure: no I/O, no clock (``env.occurred_at`` is now), no randomness; dicts keep i
 
 from __future__ import annotations
 
-from services.placement import elastic
+from services.placement import elastic, interpod
 from services.placement.consolidation import Consolidation
 from services.placement.disruption import DISRUPTION_TIMER, STALE_TIMER, Disruptions
 from services.placement.elasticpods import ElasticPods
@@ -192,9 +195,12 @@ class PlacementCore(Folds):
         current = self.workloads.get(p.key)
         if current is not None and current.admitted:
             return [gang_placed_of(current, self.nodes.names)], None
+        if any(ps.inter_pod for ps in p.workload.gang.pod_sets):
+            interpod.activate(self.nodes, self.ledger.pods.values(), self.workloads.values())
         restored = self.slots.retry_displaced()
         self.signals.stop_waiting(p.key)
-        rec = WorkloadRecord(spec=p.workload, queue=p.queue)
+        spec = interpod.marked_spec(p.workload) if self.nodes.marking else p.workload
+        rec = WorkloadRecord(spec=spec, queue=p.queue)
         self.workloads[p.key] = rec
         # Every pod set's demand is made here, mixing or not: it names the table's resource columns in the
         # order gangs arrive, which ``totals()`` (CapacityChanged) keeps; logs made before must verify.

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.placement import reasons
+from services.placement import interpod, reasons
 from services.placement.gpu import GpuCharge
 from services.placement.nodes import FRAGMENTATION, Demand, NodeTable
 from services.placement.statement import Statement
@@ -78,7 +78,9 @@ def ordered_pod_sets(gang: Gang) -> list[PodSet]:
 
 
 def pod_demand(table: NodeTable, pod_set: PodSet) -> Demand:
-    return table.demand({**pod_set.resources, q.PODS: 1000}, pod_set.gpu_share, pod_set.gpu_memory)
+    """What one pod of the set asks of a node, and, once the inter-pod index is on, the mark it shows there."""
+    mark = interpod.pod_set_mark(pod_set) if table.marking else None
+    return table.demand({**pod_set.resources, q.PODS: 1000}, pod_set.gpu_share, pod_set.gpu_memory, mark)
 
 
 def place_pods(table: NodeTable, stmt: Statement, pod_set: PodSet, demand: Demand, count: int,
@@ -88,6 +90,8 @@ def place_pods(table: NodeTable, stmt: Statement, pod_set: PodSet, demand: Deman
     placed: list[Placement] = []
     if count <= 0 or n == 0:
         return placed
+    if interpod.active(table, pod_set):
+        return _place_constrained(table, stmt, pod_set, demand, count, strategy, first_index)
     scores = table.scores(demand, pod_set, strategy)
     static = table.static_mask(pod_set)
     while len(placed) < count:
@@ -103,6 +107,37 @@ def place_pods(table: NodeTable, stmt: Statement, pod_set: PodSet, demand: Deman
         placed.append(Placement(pod_set, first_index + len(placed), node, devices, demand))
         if len(placed) == count:
             break
+        if strategy == FRAGMENTATION:
+            one = slice(node, node + 1)
+            scores[node] = table.score(demand, strategy, one)[0] if table.feasible(demand, static, one)[0] else -np.inf
+        else:
+            scores[node] = table.fit_score(demand, static, strategy, node)
+    return placed
+
+
+def _place_constrained(table: NodeTable, stmt: Statement, pod_set: PodSet, demand: Demand, count: int,
+                       strategy: str, first_index: int) -> list[Placement]:
+    """``place_pods`` for a pod set that other pods' places constrain (``interpod``): every pod is filtered
+    and scored again over all nodes, since one placed pod changes the counts of its whole topology domain.
+    The best soft score (preferred terms, ``ScheduleAnyway``) comes first, the strategy's score breaks ties.
+    Works on a copy of the kept score vector (rows it charges are recomputed when next asked)."""
+    scores = table.scores(demand, pod_set, strategy).copy()
+    static = table.static_mask(pod_set)
+    placed: list[Placement] = []
+    while len(placed) < count:
+        fits = np.isfinite(scores)
+        verdict = interpod.evaluate(table, pod_set, fits)
+        fits &= verdict.ok
+        if not fits.any():
+            break
+        best = verdict.soft[fits].max()
+        node = int(np.where(fits & (verdict.soft == best), scores, -np.inf).argmax())
+        devices = table.devices_for(node, demand, strategy)
+        if devices is None:
+            scores[node] = -np.inf
+            continue
+        stmt.charge(node, demand, devices)
+        placed.append(Placement(pod_set, first_index + len(placed), node, devices, demand))
         if strategy == FRAGMENTATION:
             one = slice(node, node + 1)
             scores[node] = table.score(demand, strategy, one)[0] if table.feasible(demand, static, one)[0] else -np.inf

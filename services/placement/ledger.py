@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from services.placement import gpu
+from services.placement import gpu, interpod
 from services.placement.elastic import Victim
 from services.placement.nodes import NodeTable
 from services.placement.pods import PodRecord
@@ -52,7 +52,11 @@ class PodLedger:
         facts = rec.facts
         if not (facts.live and facts.bound) or rec.evicted or self.nodes.index.get(facts.node_name) != rec.node:
             return False
-        return self.nodes.demand(facts.requests, facts.gpu_share, facts.gpu_memory).same_as(rec.demand)
+        return self.nodes.demand(facts.requests, facts.gpu_share, facts.gpu_memory, self.mark(rec)).same_as(rec.demand)
+
+    def mark(self, rec: PodRecord) -> interpod.Mark | None:
+        """The pod's mark once the inter-pod index is on (``interpod``), else None."""
+        return interpod.object_mark(rec.facts.namespace, rec.obj) if self.nodes.marking else None
 
     def charge(self, rec: PodRecord, foreign: bool) -> None:
         """The pod counts on its node; GPU devices from its slot, its annotation, or a best guess. A
@@ -60,7 +64,7 @@ class PodLedger:
         or less than it asks) is taken to hold a whole device: never less than it may use."""
         facts = rec.facts
         node = self.nodes.ensure(facts.node_name)
-        demand = self.nodes.demand(facts.requests, facts.gpu_share, facts.gpu_memory)
+        demand = self.nodes.demand(facts.requests, facts.gpu_share, facts.gpu_memory, self.mark(rec))
         if rec.slot is not None and rec.slot.node == node:
             devices = rec.slot.devices
         else:

@@ -32,6 +32,7 @@ import numpy as np
 
 from services.placement import filters, fragmentation, gpu
 from services.placement.filters import Taint
+from services.placement.interpod import Mark, PodIndex
 from shared.kernel import gpumemory
 from shared.kernel import quantity as q
 from shared.kernel.model import ConstraintKey, PodSet
@@ -85,6 +86,9 @@ class Demand:
     gpu_share: int
     gpu_memory: int = 0
     """MiB of one device (KAI's ``gpu-memory``): its share depends on the node (``NodeTable.share_on``)."""
+    mark: Mark | None = None
+    """What the pod shows other pods' affinity and spread selectors (``interpod``): counted where it is
+    charged; None while the index is off (``NodeTable.marking``)."""
 
     @property
     def gpu_need(self) -> int:
@@ -99,8 +103,8 @@ class Demand:
         return asks.get(q.CPU, 0), asks.get(q.MEMORY, 0), self.gpu_whole, self.gpu_share
 
     def same_as(self, other: "Demand | None") -> bool:
-        return other is not None and (self.items, self.gpu_whole, self.gpu_share, self.gpu_memory) == (
-            other.items, other.gpu_whole, other.gpu_share, other.gpu_memory)
+        return other is not None and (self.items, self.gpu_whole, self.gpu_share, self.gpu_memory, self.mark) == (
+            other.items, other.gpu_whole, other.gpu_share, other.gpu_memory, other.mark)
 
 
 @dataclass(eq=False)
@@ -211,7 +215,14 @@ class NodeTable:
         """Σ allocatable over present, schedulable nodes (what CapacityChanged reports); Python ints:
         a cluster-wide sum of memory in milli-bytes can exceed int64."""
         self._masks: dict[ConstraintKey, np.ndarray] = {}
-        self._demands: dict[tuple[tuple[tuple[str, int], ...], int, int], Demand] = {}
+        self._demands: dict[tuple[tuple[tuple[str, int], ...], int, int, Mark | None], Demand] = {}
+        self.marking = False
+        """Whether pods are counted by their marks (``interpod``): off until the first inter-pod
+        constraint is met, so a cluster without any pays nothing for them."""
+        self.pods_on = PodIndex()
+        """Marks of the pods charged, per row (``interpod.PodIndex``)."""
+        self._node_cache: dict[Any, Any] = {}
+        """Per node label set: topology domains (``domains``) and other node masks (``node_cache``)."""
         self.mix = fragmentation.Mix()
         self._schedulable: int | None = None
         self.scored = ScoreIndex()
@@ -226,11 +237,15 @@ class NodeTable:
         """A snapshot (``shared.runtime.bus.snapshot``) leaves the demand memo out: it is rebuilt as pods come."""
         state = self.__dict__.copy()
         state.pop("_demands", None)
+        state.pop("_node_cache", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._demands = {}
+        self._node_cache = {}
+        self.__dict__.setdefault("marking", False)
+        self.__dict__.setdefault("pods_on", PodIndex())
 
     # ------------------------------------------------------------------ shape
     @property
@@ -378,6 +393,7 @@ class NodeTable:
         self._nodes_changed()
         self.scored = ScoreIndex()
         self._absent_kept = len(order) - self.live
+        self.pods_on.remap(new_of_old.tolist())
         return new_of_old
 
     def _add_total(self, vector: np.ndarray, sign: int) -> None:
@@ -388,6 +404,29 @@ class NodeTable:
         """A node came, left, or changed what it accepts: static masks and the node count are stale."""
         self._masks.clear()
         self._schedulable = None
+        self._node_cache.clear()
+
+    def node_cache(self, key: Any, compute: Any) -> Any:
+        """``compute()`` remembered under ``key`` until any node comes, leaves or changes its labels, taints
+        or cordon (what a per-node mask of labels or taints depends on)."""
+        value = self._node_cache.get(key)
+        if value is None:
+            value = self._node_cache[key] = compute()
+        return value
+
+    def domains(self, key: str) -> tuple[np.ndarray, list[str]]:
+        """Per row, the id of its value of node label ``key`` (-1: the node lacks it or is not present), and
+        the values by id: the topology domains inter-pod constraints count pods in."""
+        def compute() -> tuple[np.ndarray, list[str]]:
+            values: dict[str, int] = {}
+            ids = np.full(self.n, -1, np.int64)
+            for i in np.flatnonzero(self.present[:self.n]).tolist():
+                value = self.labels[i].get(key)
+                if value is not None:
+                    ids[i] = values.setdefault(value, len(values))
+            return ids, list(values)
+        found: tuple[np.ndarray, list[str]] = self.node_cache(("domains", key), compute)
+        return found
 
     def _set_gpu_count(self, i: int, count: int) -> None:
         if count > self.gpu_used.shape[1]:
@@ -417,22 +456,31 @@ class NodeTable:
         return row
 
     # ------------------------------------------------------------------ usage
-    def demand(self, resources: Mapping[str, int], gpu_share: int = 0, gpu_memory: int = 0) -> Demand:
+    def demand(self, resources: Mapping[str, int], gpu_share: int = 0, gpu_memory: int = 0,
+               mark: Mark | None = None) -> Demand:
         """Resolve a per-pod request (milli-units, ``pods`` included by the caller) to columns.
 
         Remembered per request (``DEMAND_MEMO`` of them, then afresh): every event of a bound pod
         asks again, and a Demand is immutable and its columns never move. Keys that are equal give
         equal demands (``1``, ``1.0`` and ``True`` all resolve to ``int(v) == 1``)."""
-        key = (tuple(resources.items()), gpu_share, gpu_memory)
+        key = (tuple(resources.items()), gpu_share, gpu_memory, mark)
         demand = self._demands.get(key)
         if demand is None:
-            demand = self._resolve(resources, gpu_share, gpu_memory)
+            demand = self._resolve(resources, gpu_share, gpu_memory, mark)
             if len(self._demands) >= DEMAND_MEMO:
                 self._demands.clear()
             self._demands[key] = demand
         return demand
 
-    def _resolve(self, resources: Mapping[str, int], gpu_share: int, gpu_memory: int) -> Demand:
+    def marked(self, demand: Demand, mark: Mark | None) -> Demand:
+        """The same request showing ``mark`` (its columns and amounts are the same: charging one and
+        uncharging the other leaves usage as it was)."""
+        if demand.mark == mark:
+            return demand
+        return self.demand(dict(demand.items), demand.gpu_share, demand.gpu_memory, mark)
+
+    def _resolve(self, resources: Mapping[str, int], gpu_share: int, gpu_memory: int,
+                 mark: Mark | None = None) -> Demand:
         items = tuple(sorted((name, min(int(v), MAX_AMOUNT)) for name, v in resources.items() if v > 0))
         whole = 0
         filter_cols: list[tuple[int, int]] = []
@@ -451,7 +499,7 @@ class NodeTable:
                 score_cols.append((c, amount))
         return Demand(items=items, filter=tuple(filter_cols), score=tuple(score_cols),
                       charge=tuple(charge),
-                      gpu_whole=whole, gpu_share=gpu_share, gpu_memory=gpu_memory)
+                      gpu_whole=whole, gpu_share=gpu_share, gpu_memory=gpu_memory, mark=mark)
 
     def charge(self, i: int, demand: Demand, devices: gpu.GpuCharge) -> None:
         self.touch(i)
@@ -465,6 +513,8 @@ class NodeTable:
             for device, share in devices:
                 self.gpu_used[i, device] += share
             self._refresh_gpu(i)
+        if demand.mark is not None:
+            self.pods_on.add(i, demand.mark, +1)
 
     def uncharge(self, i: int, demand: Demand, devices: gpu.GpuCharge) -> None:
         self.touch(i)
@@ -476,6 +526,8 @@ class NodeTable:
             for device, share in devices:
                 self.gpu_used[i, device] -= share
             self._refresh_gpu(i)
+        if demand.mark is not None:
+            self.pods_on.add(i, demand.mark, -1)
 
     # ------------------------------------------------------------------ filtering and scoring
     def static_mask(self, pod_set: PodSet) -> np.ndarray:

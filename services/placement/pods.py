@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from services.placement.gpu import GpuCharge
 from services.placement.nodes import Demand
 from services.placement.workloads import Slot
-from shared.kernel import gpumemory, kube
+from shared.kernel import gpumemory, kube, podconstraints
 from shared.kernel import quantity as q
 from shared.kernel.listing import Held
 from shared.kernel.model import MatchExpression, PodSet, Toleration
@@ -223,8 +223,9 @@ def pod_set_of(obj: Mapping[str, Any], name: str, facts: PodFacts) -> PodSet | N
         task = kube.annotations(obj).get(kube.VOLCANO_TASK)
         return PodSet(name=name, count=1, resources=resources, gpu_share=facts.gpu_share, gpu_memory=facts.gpu_memory,
                       node_selector=dict(spec.get("nodeSelector") or {}), tolerations=_tolerations(spec),
-                      affinity=_affinity(spec), task=task if isinstance(task, str) else "")
-    except (ValidationError, KeyError, TypeError, AttributeError):
+                      affinity=_affinity(spec), task=task if isinstance(task, str) else "",
+                      pod_affinity=podconstraints.pod_affinity(spec, "spec"), spread=podconstraints.spread(spec, "spec"))
+    except (ValidationError, KeyError, TypeError, AttributeError, podconstraints.ConstraintError):
         return None
 
 

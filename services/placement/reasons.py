@@ -5,15 +5,16 @@
     1 node(s) had untolerated taint {dedicated: gpu}.
 
 The node histogram is kube-scheduler's ``FitError``: per node the first failing filter (cordon,
-taint, selector/affinity), or every resource it is short of; "<count> <reason>" strings sorted
-as strings and joined with ", ".
+taint, selector/affinity), or every resource it is short of, else the first inter-pod rule it fails
+(topology spread, pod affinity, anti-affinity, existing pods' anti-affinity: ``interpod``);
+"<count> <reason>" strings sorted as strings and joined with ", ".
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from services.placement import filters
+from services.placement import filters, interpod
 from services.placement.nodes import Demand, NodeTable
 from shared.kernel import gpumemory
 from shared.kernel import quantity as q
@@ -111,6 +112,11 @@ def fit_error(table: NodeTable, pod_set: PodSet, demand: Demand, static: np.ndar
             counts[INSUFFICIENT_GPU] = counts.get(INSUFFICIENT_GPU, 0) + short
     elif demand.gpu_memory:
         _memory_reasons(table, demand.gpu_memory, static, counts)
+    if interpod.active(table, pod_set):  # nodes that pass every other filter: the first inter-pod rule failed
+        fits = table.feasible(demand, static, slice(0, n))
+        verdict = interpod.evaluate(table, pod_set, fits)
+        for i in np.flatnonzero(fits & ~verdict.ok).tolist():
+            counts[verdict.reason[i]] = counts.get(verdict.reason[i], 0) + 1
     total = int(present.sum())
     if not counts:
         return f"0/{total} nodes are available.", False

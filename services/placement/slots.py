@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.placement import gpu
+from services.placement import gpu, interpod
 from services.placement.disruption import Disruptions
 from services.placement.elasticpods import released
 from services.placement.gang import Placement, ordered_pod_sets, place_pods
@@ -52,6 +52,8 @@ class Slots:
             if held is not None:  # the book keeps a copy: this version may share parts with the record's
                 held.obj = last_state(held.obj)
             return []
+        if not self.nodes.marking and p.change != "Deleted" and interpod.holds_anti(p.object):
+            interpod.activate(self.nodes, self.ledger.pods.values(), self.workloads.values())  # others must respect it
         rec = self.ledger.pods.get(pod_key(p.object, p.name, p.namespace))
         facts = pod_facts(p.change, p.object, p.name, p.namespace, self.policy.answers_to,
                           None if rec is None else (rec.facts, rec.obj))

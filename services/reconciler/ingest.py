@@ -37,8 +37,8 @@ ANNOTATIONS = frozenset({kube.GPU_FRACTION, gpumemory.ANNOTATION})
 _METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
              "deletionTimestamp")
 _OWNER = ("apiVersion", "kind", "name", "uid", "controller")
-_POD_SPEC = ("nodeSelector", "affinity", "tolerations", "schedulerName", "priorityClassName", "priority",
-             "nodeName")
+_POD_SPEC = ("nodeSelector", "affinity", "tolerations", "topologySpreadConstraints", "schedulerName",
+             "priorityClassName", "priority", "nodeName")
 _CONTAINER = ("name", "resources")
 _WORKER_GROUP = ("groupName", "replicas", "minReplicas", "maxReplicas", "numOfHosts", "suspend")
 _RAY_CLUSTER = ("enableInTreeAutoscaling", "suspend")

@@ -40,10 +40,80 @@ class MatchExpression(Frozen):
     values: tuple[str, ...] = ()
 
 
+class LabelSelector(Frozen):
+    """A ``metav1.LabelSelector`` over pod labels: AND of ``matchLabels`` and ``matchExpressions``; an
+    empty one matches every pod (a term or constraint with no selector at all holds ``None``: no pod)."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[MatchExpression, ...] = ()
+
+
+class PodAffinityTerm(Frozen):
+    """One ``PodAffinityTerm``: the pods it reads (selector, namespaces) and the topology they share."""
+
+    selector: LabelSelector | None = None
+    """None: the term has no ``labelSelector`` and matches no pod (``LabelSelectorAsSelector(nil)``)."""
+    namespaces: tuple[str, ...] = ()
+    """Namespaces whose pods it reads; empty, with ``all_namespaces`` False, is the pod's own namespace."""
+    all_namespaces: bool = False
+    """``namespaceSelector: {}``: pods of every namespace."""
+    topology_key: str
+    match_label_keys: tuple[str, ...] = ()
+    """Keys whose value on the pod itself is added to the selector (``key In [value]``)."""
+    mismatch_label_keys: tuple[str, ...] = ()
+    """Keys whose value on the pod itself is excluded (``key NotIn [value]``)."""
+    anti: bool = False
+    """A ``podAntiAffinity`` term (else ``podAffinity``)."""
+    weight: int = 0
+    """A preferred term's weight (1..100); 0: a required term."""
+
+
+class PodAffinity(Frozen):
+    """``spec.affinity.podAffinity`` and ``podAntiAffinity`` of a pod: required terms filter nodes,
+    preferred ones (a weight) score them (kube-scheduler's InterPodAffinity). One tuple of terms, each
+    saying its kind, so that every term type appears once in the event schema."""
+
+    terms: tuple[PodAffinityTerm, ...] = ()
+
+    @property
+    def required(self) -> tuple[PodAffinityTerm, ...]:
+        return tuple(t for t in self.terms if not t.anti and not t.weight)
+
+    @property
+    def required_anti(self) -> tuple[PodAffinityTerm, ...]:
+        return tuple(t for t in self.terms if t.anti and not t.weight)
+
+    @property
+    def preferred(self) -> tuple[PodAffinityTerm, ...]:
+        return tuple(t for t in self.terms if not t.anti and t.weight)
+
+    @property
+    def preferred_anti(self) -> tuple[PodAffinityTerm, ...]:
+        return tuple(t for t in self.terms if t.anti and t.weight)
+
+
+NodeInclusionPolicy = Literal["Honor", "Ignore"]
+
+
+class SpreadConstraint(Frozen):
+    """One ``topologySpreadConstraints`` entry (kube-scheduler's PodTopologySpread)."""
+
+    max_skew: int
+    topology_key: str
+    hard: bool = True
+    """``whenUnsatisfiable: DoNotSchedule`` (a filter); False: ``ScheduleAnyway`` (a score)."""
+    selector: LabelSelector | None = None
+    match_label_keys: tuple[str, ...] = ()
+    min_domains: int = 1
+    node_affinity_policy: NodeInclusionPolicy = "Honor"
+    node_taints_policy: NodeInclusionPolicy = "Ignore"
+
+
 ConstraintKey = tuple[tuple[tuple[str, str], ...], tuple[Toleration, ...], tuple[tuple[MatchExpression, ...], ...]]
 """``PodSet.constraint_key``: node selector (sorted items), tolerations, required affinity terms."""
-Shape = tuple[tuple[tuple[str, int], ...], int, int, ConstraintKey]
-"""``PodSet.shape``: requests (sorted items), GPU share, GPU memory, constraint key."""
+Shape = tuple[tuple[tuple[str, int], ...], int, int, ConstraintKey, PodAffinity | None,
+              tuple[SpreadConstraint, ...]]
+"""``PodSet.shape``: requests (sorted items), GPU share, GPU memory, constraint key, inter-pod constraints."""
 
 
 class PodSet(Frozen):
@@ -73,6 +143,15 @@ class PodSet(Frozen):
     """Required node affinity: OR over terms, AND within a term."""
     task: str = ""
     """The Volcano task its pods name (``volcano.sh/task-spec``): pods of another task never fill its slots."""
+    labels: dict[str, str] = {}
+    """The template's labels (a plain pod's own): what other pods' affinity and spread selectors match.
+    Placement adds what the pod's maker writes beside them (KubeRay's ``ray.io/cluster``, ...)."""
+    namespace: str = ""
+    """The pods' namespace, set by placement where it matches pods (``interpod.marked_spec``)."""
+    pod_affinity: PodAffinity | None = None
+    """Inter-pod affinity and anti-affinity; None when the template has none."""
+    spread: tuple[SpreadConstraint, ...] = ()
+    """Topology spread constraints."""
 
     @property
     def constraint_key(self) -> ConstraintKey:
@@ -81,8 +160,15 @@ class PodSet(Frozen):
 
     @property
     def shape(self) -> Shape:
-        """What makes two pods interchangeable: requests, GPU share or memory, and node constraints."""
-        return (tuple(sorted(self.resources.items())), self.gpu_share, self.gpu_memory, self.constraint_key)
+        """What makes two pods interchangeable: requests, GPU share or memory, node constraints, and the
+        inter-pod ones (affinity, spread), which restrict nodes by where other pods run."""
+        return (tuple(sorted(self.resources.items())), self.gpu_share, self.gpu_memory, self.constraint_key,
+                self.pod_affinity, self.spread)
+
+    @property
+    def inter_pod(self) -> bool:
+        """Whether where other pods run restricts or orders its nodes (affinity or spread of its own)."""
+        return self.pod_affinity is not None or bool(self.spread)
 
     @property
     def desired(self) -> int:

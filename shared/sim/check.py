@@ -101,6 +101,18 @@ def _check_one(history: ResultProjection, e: Expectation, at: float,
         if not shared_ok:
             fail(field_name, f"all bound {'/'.join(pod_sets)} pods on one {'GPU' if by_gpu else 'node'}",
                  [(p.name, p.node, (p.gpu or {}).get("devices")) for p in pods])
+    if e.distinct_nodes is not None:
+        pods = [p for p in history.pods_of(e.workload) if p.pod_set in e.distinct_nodes and p.bound_at(at)]
+        if not pods or len({p.node for p in pods}) != len(pods):
+            fail("distinct_nodes", f"every bound {'/'.join(e.distinct_nodes)} pod on a node of its own",
+                 sorted((p.name, p.node) for p in pods))
+    if e.pods_per_node is not None:
+        per_node: dict[str, int] = {}
+        for p in history.pods_of(e.workload):
+            if p.bound_at(at) and p.node:
+                per_node[p.node] = per_node.get(p.node, 0) + 1
+        if per_node != e.pods_per_node:
+            fail("pods_per_node", e.pods_per_node, dict(sorted(per_node.items())))
     if e.min_member is not None and view.min_member != e.min_member:
         fail("min_member", e.min_member, view.min_member)
     if e.resources is not None:

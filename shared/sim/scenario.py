@@ -215,6 +215,10 @@ class Expectation(_Strict):
     pods_bound: int | None = None
     same_node: list[str] | None = None
     same_gpu: list[str] | None = None
+    distinct_nodes: list[str] | None = None
+    """Pod sets whose bound pods are each on a node of its own (no two share one)."""
+    pods_per_node: dict[str, int] | None = None
+    """How many of its bound pods each node holds (nodes not named hold none)."""
     min_member: int | None = None
     resources: dict[str, str | int | float] | None = None
     annotations_present: list[str] | dict[str, str] | None = None

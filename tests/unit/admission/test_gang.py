@@ -294,3 +294,30 @@ def test_a_head_with_in_tree_autoscaling_asks_for_kuberays_autoscaler_container_
     head = AdmissionDriver().submitted(rc).gang.pod_sets[0]
     assert head.resources == parse_resources({"cpu": "1", "memory": "1Gi"}) | {
         r: v + parse_resources({"cpu": "1", "memory": "1Gi"})[r] for r, v in parse_resources(autoscaler).items()}
+
+
+def test_pod_affinity_spread_and_labels_are_read_from_the_template():
+    template = pod_template({"cpu": "1"}, affinity={
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "w"}},
+             "namespaceSelector": {}}]},
+        "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 10, "podAffinityTerm": {"topologyKey": "zone", "namespaces": ["data"],
+                                               "labelSelector": {"matchExpressions": [{"key": "db", "operator": "Exists"}]}}}]}},
+        topologySpreadConstraints=[{"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                                    "minDomains": 3, "nodeTaintsPolicy": "Honor", "matchLabelKeys": ["app"],
+                                    "labelSelector": {"matchLabels": {"app": "w"}}}])
+    template["metadata"] = {"labels": {"app": "w"}}
+    out = AdmissionDriver().send(ray_cluster("rc", workers=[{"groupName": "workers", "replicas": 2, "template": template}]))
+    workers = out[0].workload.gang.pod_sets[1]
+    assert workers.labels == {"app": "w"}
+    (anti,) = workers.pod_affinity.required_anti
+    assert (anti.topology_key, anti.all_namespaces, anti.selector.match_labels) == ("kubernetes.io/hostname", True,
+                                                                                    (("app", "w"),))
+    (preferred,) = workers.pod_affinity.preferred
+    assert (preferred.weight, preferred.namespaces, preferred.selector.match_expressions[0].operator) == (
+        10, ("data",), "Exists")
+    (spread,) = workers.spread
+    assert (spread.max_skew, spread.hard, spread.min_domains, spread.node_affinity_policy, spread.node_taints_policy,
+            spread.match_label_keys) == (2, True, 3, "Honor", "Honor", ("app",))
+    assert workers.shape != out[0].workload.gang.pod_sets[0].shape  # inter-pod constraints tell shapes apart

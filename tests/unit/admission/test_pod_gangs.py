@@ -22,8 +22,11 @@ def test_sigs_style_min_available_label_submits_at_the_last_needed_pod() -> None
         "default/g", "PodGroup", "pods", "default", 4.0, "g")
     assert spec.gang.min_member == 3
     # p-0 asks 2 CPU, p-1 and p-2 the builder's default 1 CPU: one pod set per shape, first seen first
-    assert spec.gang.pod_sets == (PodSet(name="pods", count=1, resources=parse_resources({"cpu": "2", "memory": "1Gi"})),
-                                  PodSet(name="pods-2", count=2, resources=parse_resources({"cpu": "1", "memory": "1Gi"})))
+    # each pod set shows the labels of its first pod (what other pods' affinity selectors match)
+    labels = {"pod-group.scheduling.sigs.k8s.io/name": "g", "pod-group.scheduling.sigs.k8s.io/min-available": "3"}
+    assert spec.gang.pod_sets == (
+        PodSet(name="pods", count=1, resources=parse_resources({"cpu": "2", "memory": "1Gi"}), labels=labels),
+        PodSet(name="pods-2", count=2, resources=parse_resources({"cpu": "1", "memory": "1Gi"}), labels=labels))
     # a pod beyond the minimum is elastic: it runs alone when quota and nodes allow (Volcano's tasks beyond
     # minAvailable); the gang's minimum and shapes stay as submitted
     out = d.send(gang_pod("p-3", "g", style="sigs", min_available="3"), at=5.0)

@@ -119,6 +119,33 @@ CASES: list[tuple[str, dict, str]] = [
             {"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["3"]}]}]}}})]),
      f"{W}.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
      ".matchExpressions[0].operator: 'Gt' is not supported (one of In, NotIn, Exists, DoesNotExist)"),
+    ("pod anti-affinity without topologyKey", ray_cluster(workers=[worker_group(affinity={"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"a": "b"}}}]}})]),
+     f"{W}.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey: "
+     "missing (the API server requires it)"),
+    ("pod affinity namespaceSelector with labels", ray_cluster(workers=[worker_group(affinity={"podAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "zone", "labelSelector": {},
+                                                             "namespaceSelector": {"matchLabels": {"team": "a"}}}]}})]),
+     f"{W}.template.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector: "
+     "selecting namespaces by their labels is not supported by muster (it does not watch Namespaces); list them in "
+     "namespaces, or use {} for all"),
+    ("preferred weight out of range", ray_cluster(workers=[worker_group(affinity={"podAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 0, "podAffinityTerm": {"topologyKey": "z"}}]}})]),
+     f"{W}.template.spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight: 0 is not in 1..100"),
+    ("spread maxSkew 0", ray_cluster(workers=[worker_group(topologySpreadConstraints=[
+        {"maxSkew": 0, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}])]),
+     f"{W}.template.spec.topologySpreadConstraints[0].maxSkew: 0 must be greater than zero"),
+    ("spread whenUnsatisfiable", ray_cluster(workers=[worker_group(topologySpreadConstraints=[
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "Never"}])]),
+     f"{W}.template.spec.topologySpreadConstraints[0].whenUnsatisfiable: 'Never' is not one of DoNotSchedule, ScheduleAnyway"),
+    ("spread minDomains with ScheduleAnyway", ray_cluster(workers=[worker_group(topologySpreadConstraints=[
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway", "minDomains": 2}])]),
+     f"{W}.template.spec.topologySpreadConstraints[0].minDomains: only allowed with whenUnsatisfiable DoNotSchedule"),
+    ("spread labelSelector operator", ray_cluster(workers=[worker_group(topologySpreadConstraints=[
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+         "labelSelector": {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}}])]),
+     f"{W}.template.spec.topologySpreadConstraints[0].labelSelector.matchExpressions[0].operator: 'Gt' is not one of "
+     "In, NotIn, Exists, DoesNotExist"),
     ("unknown priority class", ray_cluster(labels={"priorityClassName": "urgent"}),
      "metadata.labels.priorityClassName: priority class 'urgent' does not exist"),
     ("unknown head priority class", edited(RC, lambda o: head_spec(o).update(priorityClassName="urgent")),

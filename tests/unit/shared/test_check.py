@@ -81,6 +81,20 @@ def test_pods_bound_excludes_the_submitter(at, count, failures):
     assert _check(at=at, pods_bound=count) == failures
 
 
+def test_distinct_nodes():
+    assert _check(distinct_nodes=["head", "worker"]) == [
+        ("distinct_nodes", "every bound head/worker pod on a node of its own",
+         [("w-head", "n1"), ("w-worker-a", "n2"), ("w-worker-b", "n2")])]
+    assert _check(distinct_nodes=["head", "worker"], at=55.0) == []  # worker-b is between two bindings
+    assert _check(distinct_nodes=["nonexistent"]) == [
+        ("distinct_nodes", "every bound nonexistent pod on a node of its own", [])]
+
+
+def test_pods_per_node():
+    assert _check(pods_per_node={"n1": 2, "n2": 2}) == []
+    assert _check(pods_per_node={"n1": 2, "n2": 1}) == [("pods_per_node", {"n1": 2, "n2": 1}, {"n1": 2, "n2": 2})]
+
+
 def test_same_node():
     assert _check(same_node=["worker"]) == []
     assert _check(same_node=["head", "submitter"]) == []
