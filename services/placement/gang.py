@@ -78,7 +78,7 @@ def ordered_pod_sets(gang: Gang) -> list[PodSet]:
 
 
 def pod_demand(table: NodeTable, pod_set: PodSet) -> Demand:
-    return table.demand({**pod_set.resources, q.PODS: 1000}, pod_set.gpu_share, pod_set.gpu_memory)
+    return table.demand({**pod_set.resources, q.PODS: 1000}, pod_set.gpu_share, pod_set.gpu_memory, pod_set.host_ports)
 
 
 def place_pods(table: NodeTable, stmt: Statement, pod_set: PodSet, demand: Demand, count: int,

@@ -52,7 +52,7 @@ class PodLedger:
         facts = rec.facts
         if not (facts.live and facts.bound) or rec.evicted or self.nodes.index.get(facts.node_name) != rec.node:
             return False
-        return self.nodes.demand(facts.requests, facts.gpu_share, facts.gpu_memory).same_as(rec.demand)
+        return self.nodes.demand(facts.requests, facts.gpu_share, facts.gpu_memory, facts.host_ports).same_as(rec.demand)
 
     def charge(self, rec: PodRecord, foreign: bool) -> None:
         """The pod counts on its node; GPU devices from its slot, its annotation, or a best guess. A
@@ -60,7 +60,7 @@ class PodLedger:
         or less than it asks) is taken to hold a whole device: never less than it may use."""
         facts = rec.facts
         node = self.nodes.ensure(facts.node_name)
-        demand = self.nodes.demand(facts.requests, facts.gpu_share, facts.gpu_memory)
+        demand = self.nodes.demand(facts.requests, facts.gpu_share, facts.gpu_memory, facts.host_ports)
         if rec.slot is not None and rec.slot.node == node:
             devices = rec.slot.devices
         else:

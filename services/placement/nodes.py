@@ -13,6 +13,8 @@ is one contiguous vector over all nodes.
   fits one device, never where the memory is unknown.
 - ``static_mask`` answers cordon/taint/selector/affinity once per ``PodSet.constraint_key``; the
   cache is dropped whenever any node's labels, taints, cordon or presence change.
+- ``ports``: the host ports charged on each node (pods bound there, slots reserved), per row that has
+  any: a pod asking one of them fits no such node (``port_conflicts``, kube-scheduler's NodePorts).
 - ``feasible`` and ``score`` are the vectorised filter and scorer; they take a slice (``score`` also
   an index array) so the gang placer can recompute one node with exactly the same arithmetic
   (identical floats, stable ties).
@@ -34,7 +36,7 @@ from services.placement import filters, fragmentation, gpu
 from services.placement.filters import Taint
 from shared.kernel import gpumemory
 from shared.kernel import quantity as q
-from shared.kernel.model import ConstraintKey, PodSet
+from shared.kernel.model import ConstraintKey, HostPort, PodSet
 
 DEFAULT_MAX_PODS = 110_000
 """kubelet's default ``maxPods`` (110), for Node objects that do not state ``pods``."""
@@ -85,6 +87,8 @@ class Demand:
     gpu_share: int
     gpu_memory: int = 0
     """MiB of one device (KAI's ``gpu-memory``): its share depends on the node (``NodeTable.share_on``)."""
+    ports: tuple[HostPort, ...] = ()
+    """Host ports the pod binds: held on its node like a resource, but as names, not amounts."""
 
     @property
     def gpu_need(self) -> int:
@@ -99,8 +103,8 @@ class Demand:
         return asks.get(q.CPU, 0), asks.get(q.MEMORY, 0), self.gpu_whole, self.gpu_share
 
     def same_as(self, other: "Demand | None") -> bool:
-        return other is not None and (self.items, self.gpu_whole, self.gpu_share, self.gpu_memory) == (
-            other.items, other.gpu_whole, other.gpu_share, other.gpu_memory)
+        return other is not None and (self.items, self.gpu_whole, self.gpu_share, self.gpu_memory, self.ports) == (
+            other.items, other.gpu_whole, other.gpu_share, other.gpu_memory, other.ports)
 
 
 @dataclass(eq=False)
@@ -120,8 +124,9 @@ class ScoreIndex:
 
     changed: list[int] = field(default_factory=list)
     """Rows whose usage changed, in order (charges and their undoing): what ``scores`` recomputes."""
-    kept: dict[tuple[tuple[tuple[str, int], ...], int, int, str, ConstraintKey], _Scored] = field(default_factory=dict)
-    """(demand items, GPU share, GPU memory, strategy, constraint key) -> the vector kept for it."""
+    kept: dict[tuple[tuple[tuple[str, int], ...], int, int, str, ConstraintKey, tuple[HostPort, ...]], _Scored] = \
+        field(default_factory=dict)
+    """(demand items, GPU share, GPU memory, strategy, constraint key, host ports) -> the vector kept for it."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +180,20 @@ _ROW_ARRAYS: tuple[tuple[str, Any, int], ...] = (
 and compacting go over this one list, so no array is left out of line with the others."""
 
 
+ANY_ADDRESS = "0.0.0.0"
+
+
+def port_taken(used: Mapping[HostPort, int], wanted: tuple[HostPort, ...]) -> bool:
+    """``HostPortInfo.CheckConflict`` (kube-scheduler ``framework/types.go``): a wanted port conflicts with a
+    used one of the same protocol and number when either binds every address (0.0.0.0) or both bind the same."""
+    for want in wanted:
+        for have in used:
+            if have.port == want.port and have.protocol == want.protocol and \
+                    (want.ip == ANY_ADDRESS or have.ip == ANY_ADDRESS or have.ip == want.ip):
+                return True
+    return False
+
+
 def _padded(a: np.ndarray, extra: int, fill: Any, axis: int) -> np.ndarray:
     """``a`` with ``extra`` rows of ``fill`` added along ``axis``."""
     pad = [(0, 0)] * a.ndim
@@ -211,7 +230,9 @@ class NodeTable:
         """Σ allocatable over present, schedulable nodes (what CapacityChanged reports); Python ints:
         a cluster-wide sum of memory in milli-bytes can exceed int64."""
         self._masks: dict[ConstraintKey, np.ndarray] = {}
-        self._demands: dict[tuple[tuple[tuple[str, int], ...], int, int], Demand] = {}
+        self._demands: dict[tuple[tuple[tuple[str, int], ...], int, int, tuple[HostPort, ...]], Demand] = {}
+        self.ports: dict[int, dict[HostPort, int]] = {}
+        """Row -> host ports held there (how many holders of each), only rows holding any."""
         self.mix = fragmentation.Mix()
         self._schedulable: int | None = None
         self.scored = ScoreIndex()
@@ -370,6 +391,7 @@ class NodeTable:
         self.index = {name: j for j, name in enumerate(self.names)}
         self.labels = [self.labels[i] for i in order]
         self.taints = [self.taints[i] for i in order]
+        self.ports = {int(new_of_old[i]): held for i, held in self.ports.items() if new_of_old[i] >= 0}
         cap = 64
         while cap < len(order):
             cap *= 2
@@ -417,22 +439,24 @@ class NodeTable:
         return row
 
     # ------------------------------------------------------------------ usage
-    def demand(self, resources: Mapping[str, int], gpu_share: int = 0, gpu_memory: int = 0) -> Demand:
+    def demand(self, resources: Mapping[str, int], gpu_share: int = 0, gpu_memory: int = 0,
+               ports: tuple[HostPort, ...] = ()) -> Demand:
         """Resolve a per-pod request (milli-units, ``pods`` included by the caller) to columns.
 
         Remembered per request (``DEMAND_MEMO`` of them, then afresh): every event of a bound pod
         asks again, and a Demand is immutable and its columns never move. Keys that are equal give
         equal demands (``1``, ``1.0`` and ``True`` all resolve to ``int(v) == 1``)."""
-        key = (tuple(resources.items()), gpu_share, gpu_memory)
+        key = (tuple(resources.items()), gpu_share, gpu_memory, ports)
         demand = self._demands.get(key)
         if demand is None:
-            demand = self._resolve(resources, gpu_share, gpu_memory)
+            demand = self._resolve(resources, gpu_share, gpu_memory, ports)
             if len(self._demands) >= DEMAND_MEMO:
                 self._demands.clear()
             self._demands[key] = demand
         return demand
 
-    def _resolve(self, resources: Mapping[str, int], gpu_share: int, gpu_memory: int) -> Demand:
+    def _resolve(self, resources: Mapping[str, int], gpu_share: int, gpu_memory: int,
+                 ports: tuple[HostPort, ...] = ()) -> Demand:
         items = tuple(sorted((name, min(int(v), MAX_AMOUNT)) for name, v in resources.items() if v > 0))
         whole = 0
         filter_cols: list[tuple[int, int]] = []
@@ -451,7 +475,7 @@ class NodeTable:
                 score_cols.append((c, amount))
         return Demand(items=items, filter=tuple(filter_cols), score=tuple(score_cols),
                       charge=tuple(charge),
-                      gpu_whole=whole, gpu_share=gpu_share, gpu_memory=gpu_memory)
+                      gpu_whole=whole, gpu_share=gpu_share, gpu_memory=gpu_memory, ports=ports)
 
     def charge(self, i: int, demand: Demand, devices: gpu.GpuCharge) -> None:
         self.touch(i)
@@ -465,6 +489,10 @@ class NodeTable:
             for device, share in devices:
                 self.gpu_used[i, device] += share
             self._refresh_gpu(i)
+        if demand.ports:
+            held = self.ports.setdefault(i, {})
+            for port in demand.ports:
+                held[port] = held.get(port, 0) + 1
 
     def uncharge(self, i: int, demand: Demand, devices: gpu.GpuCharge) -> None:
         self.touch(i)
@@ -476,6 +504,21 @@ class NodeTable:
             for device, share in devices:
                 self.gpu_used[i, device] -= share
             self._refresh_gpu(i)
+        if demand.ports:
+            held = self.ports[i]
+            for port in demand.ports:
+                held[port] -= 1
+                if not held[port]:
+                    del held[port]
+            if not held:
+                del self.ports[i]
+
+    def port_conflicts(self, ports: tuple[HostPort, ...]) -> np.ndarray:
+        """Rows where a pod binding ``ports`` would meet a host port already held (NodePorts' filter)."""
+        out = np.zeros(self.n, bool)
+        for i, held in self.ports.items():
+            out[i] = port_taken(held, ports)
+        return out
 
     # ------------------------------------------------------------------ filtering and scoring
     def static_mask(self, pod_set: PodSet) -> np.ndarray:
@@ -497,6 +540,8 @@ class NodeTable:
 
     def feasible(self, demand: Demand, static: np.ndarray, sl: slice | np.ndarray) -> np.ndarray:
         ok = static[sl].copy()
+        if demand.ports and self.ports:
+            ok &= ~self.port_conflicts(demand.ports)[sl]
         for c, amount in demand.filter:
             ok &= self.free[c, sl] >= amount
         if demand.gpu_share:
@@ -547,7 +592,7 @@ class NodeTable:
         static = self.static_mask(pod_set)
         if strategy == FRAGMENTATION:
             return self._fresh(demand, static, strategy, slice(0, self.n))
-        key = (demand.items, demand.gpu_share, demand.gpu_memory, strategy, pod_set.constraint_key)
+        key = (demand.items, demand.gpu_share, demand.gpu_memory, strategy, pod_set.constraint_key, demand.ports)
         index = self.scored
         kept = index.kept.get(key)
         changed = index.changed
@@ -575,6 +620,8 @@ class NodeTable:
         arithmetic on the same dtypes in the same order (int64 sum, float64 quotient, float64 sums),
         so the very float ``_fresh`` gives, far more cheaply than numpy calls on a one-row slice."""
         if not static[i]:
+            return -np.inf
+        if demand.ports and i in self.ports and port_taken(self.ports[i], demand.ports):
             return -np.inf
         free = self.free
         for c, amount in demand.filter:

@@ -5,8 +5,8 @@
     1 node(s) had untolerated taint {dedicated: gpu}.
 
 The node histogram is kube-scheduler's ``FitError``: per node the first failing filter (cordon,
-taint, selector/affinity), or every resource it is short of; "<count> <reason>" strings sorted
-as strings and joined with ", ".
+taint, selector/affinity, host ports), or every resource it is short of; "<count> <reason>" strings
+sorted as strings and joined with ", ".
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from shared.kernel.reasons import gang_line
 INSUFFICIENT_GPU = f"Insufficient {q.GPU}"
 INSUFFICIENT_GPU_MEMORY = "Insufficient GPU memory"
 NO_GPU_MEMORY = f"node(s) were not GPU nodes or had no {gpumemory.LABEL} label"
+PORTS = "node(s) didn't have free ports for the requested pod ports"
+"""kube-scheduler's NodePorts ``ErrReason``; that filter runs before NodeResourcesFit, so such a node is
+not also counted short of a resource."""
 
 
 def gang_failure(gang: Gang, failed: int, total: int, fit_error: str, never: str = "") -> str:
@@ -100,17 +103,23 @@ def fit_error(table: NodeTable, pod_set: PodSet, demand: Demand, static: np.ndar
         reason = filters.static_failure(table.labels[i], table.taints[i], not table.schedulable[i], pod_set)
         reason = reason or filters.UNSCHEDULABLE
         counts[reason] = counts.get(reason, 0) + 1
+    fit = static[:n]
+    if demand.ports and table.ports:
+        taken = fit & table.port_conflicts(demand.ports)
+        if taken.any():
+            counts[PORTS] = int(taken.sum())
+            fit = fit & ~taken
     for c, amount in demand.filter:
-        short = int((static & (table.free[c, :n] < amount)).sum())
+        short = int((fit & (table.free[c, :n] < amount)).sum())
         if short:
             reason = resource_reason(table.resources[c])
             counts[reason] = counts.get(reason, 0) + short
     if demand.gpu_share:
-        short = int((static & (table.gpu_room[:n] < demand.gpu_share)).sum())
+        short = int((fit & (table.gpu_room[:n] < demand.gpu_share)).sum())
         if short:
             counts[INSUFFICIENT_GPU] = counts.get(INSUFFICIENT_GPU, 0) + short
     elif demand.gpu_memory:
-        _memory_reasons(table, demand.gpu_memory, static, counts)
+        _memory_reasons(table, demand.gpu_memory, fit, counts)
     total = int(present.sum())
     if not counts:
         return f"0/{total} nodes are available.", False
