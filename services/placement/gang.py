@@ -90,6 +90,7 @@ def place_pods(table: NodeTable, stmt: Statement, pod_set: PodSet, demand: Deman
         return placed
     scores = table.scores(demand, pod_set, strategy)
     static = table.static_mask(pod_set)
+    prefer = table.preference(pod_set)
     while len(placed) < count:
         node = int(scores.argmax())
         if scores[node] == -np.inf:
@@ -105,9 +106,10 @@ def place_pods(table: NodeTable, stmt: Statement, pod_set: PodSet, demand: Deman
             break
         if strategy == FRAGMENTATION:
             one = slice(node, node + 1)
-            scores[node] = table.score(demand, strategy, one)[0] if table.feasible(demand, static, one)[0] else -np.inf
+            scores[node] = table.score(demand, strategy, one, prefer)[0] if table.feasible(demand, static, one)[0] \
+                else -np.inf
         else:
-            scores[node] = table.fit_score(demand, static, strategy, node)
+            scores[node] = table.fit_score(demand, static, strategy, node, prefer)
     return placed
 
 

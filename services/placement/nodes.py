@@ -13,6 +13,8 @@ is one contiguous vector over all nodes.
   fits one device, never where the memory is unknown.
 - ``static_mask`` answers cordon/taint/selector/affinity once per ``PodSet.constraint_key``; the
   cache is dropped whenever any node's labels, taints, cordon or presence change.
+- ``preference``: a pod set's preferred node affinity per row, normalised as kube-scheduler's
+  NodeAffinity score is, cached like the static masks; ``score`` adds it to the strategy's score.
 - ``ports``: the host ports charged on each node (pods bound there, slots reserved), per row that has
   any: a pod asking one of them fits no such node (``port_conflicts``, kube-scheduler's NodePorts).
 - ``feasible`` and ``score`` are the vectorised filter and scorer; they take a slice (``score`` also
@@ -33,10 +35,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from services.placement import filters, fragmentation, gpu
-from services.placement.filters import Taint
+from services.placement.filters import Taint, expression_matches
 from shared.kernel import gpumemory
 from shared.kernel import quantity as q
-from shared.kernel.model import ConstraintKey, HostPort, PodSet
+from shared.kernel.model import ConstraintKey, HostPort, PodSet, PreferredTerm
 
 DEFAULT_MAX_PODS = 110_000
 """kubelet's default ``maxPods`` (110), for Node objects that do not state ``pods``."""
@@ -52,8 +54,12 @@ _BASE_RESOURCES = (q.CPU, q.MEMORY, q.PODS, q.GPU)
 FRAGMENTATION = "fragmentation"
 TIE_BREAK = 64.0
 """Fragmentation scores ``utilisation - TIE_BREAK * rise``: rises are whole numbers and a utilisation
-sum stays below 64 (one per resource, each at most 1 on a node that fits), so a smaller rise always
-wins and binpack only breaks ties."""
+sum stays below 64 (one per resource, each at most 1 on a node that fits; with a preference at most
+three per resource), so a smaller rise always wins and binpack only breaks ties."""
+PREFERENCE_WEIGHT = 2.0
+"""How much a node preferred by every weight counts against the strategy's score over its whole range:
+kube-scheduler's default weights, NodeAffinity 2 and NodeResourcesFit 1
+(``pkg/scheduler/apis/config/v1/default_plugins.go``)."""
 
 
 DEMAND_MEMO = 4096
@@ -115,6 +121,8 @@ class _Scored:
     static: np.ndarray
     vector: np.ndarray
     seen: int
+    prefer: np.ndarray | None = None
+    """The preference vector it was scored with (``NodeTable.preference``); a new one is computed afresh."""
 
 
 @dataclass(eq=False)
@@ -231,6 +239,7 @@ class NodeTable:
         a cluster-wide sum of memory in milli-bytes can exceed int64."""
         self._masks: dict[ConstraintKey, np.ndarray] = {}
         self._demands: dict[tuple[tuple[tuple[str, int], ...], int, int, tuple[HostPort, ...]], Demand] = {}
+        self._preferences: dict[tuple[ConstraintKey, tuple[PreferredTerm, ...]], np.ndarray] = {}
         self.ports: dict[int, dict[HostPort, int]] = {}
         """Row -> host ports held there (how many holders of each), only rows holding any."""
         self.mix = fragmentation.Mix()
@@ -407,8 +416,9 @@ class NodeTable:
             self.total_alloc[c] += sign * amount
 
     def _nodes_changed(self) -> None:
-        """A node came, left, or changed what it accepts: static masks and the node count are stale."""
+        """A node came, left, or changed what it accepts: static masks, preferences and the node count are stale."""
         self._masks.clear()
+        self._preferences.clear()
         self._schedulable = None
 
     def _set_gpu_count(self, i: int, count: int) -> None:
@@ -538,6 +548,36 @@ class NodeTable:
             self._masks[key] = mask
         return mask
 
+    def preference(self, pod_set: PodSet) -> np.ndarray | None:
+        """Per row, how much ``pod_set``'s preferred node affinity favours the node, in [0, 1]; None when it
+        has none. kube-scheduler's ``NodeAffinity.Score`` sums the weights of the terms a node matches, and
+        ``NormalizeScore`` (``helper.DefaultNormalizeScore``) scales them to 0-100 by the highest, in integers;
+        the highest is taken over the nodes the static filters leave, so the value is one node's own (the
+        node index keeps working) and only changes when the nodes do. Cached like the static masks."""
+        if not pod_set.preferred:
+            return None
+        key = (pod_set.constraint_key, pod_set.preferred)
+        cached = self._preferences.get(key)
+        if cached is None:
+            n = self.n
+            static = self.static_mask(pod_set)[:n]
+            weights = np.zeros(n, np.int64)
+            for i in np.flatnonzero(self.present[:n]).tolist():
+                labels = self.labels[i]
+                weights[i] = sum(term.weight for term in pod_set.preferred
+                                 if all(expression_matches(labels, e) for e in term.expressions))
+            top = int(weights[static].max()) if static.any() else 0
+            cached = ((100 * weights) // top if top else np.zeros(n, np.int64)) / 100.0
+            self._preferences[key] = cached
+        return cached
+
+    @staticmethod
+    def preference_scale(demand: Demand) -> float:
+        """What a fully preferred node adds for one pod of ``demand``: ``PREFERENCE_WEIGHT`` times the range of the
+        strategy's score, one per resource it sums (kube-scheduler's NodeResourcesFit averages them to 0-100)."""
+        parts = len(demand.score) + (1 if demand.gpu_need or demand.gpu_memory else 0)
+        return PREFERENCE_WEIGHT * max(parts, 1)
+
     def feasible(self, demand: Demand, static: np.ndarray, sl: slice | np.ndarray) -> np.ndarray:
         ok = static[sl].copy()
         if demand.ports and self.ports:
@@ -590,32 +630,35 @@ class NodeTable:
         The caller may write into the vector (it is the kept one) only at rows it then charges, or
         names to ``touch``, so that the next call computes them again."""
         static = self.static_mask(pod_set)
+        prefer = self.preference(pod_set)
         if strategy == FRAGMENTATION:
-            return self._fresh(demand, static, strategy, slice(0, self.n))
-        key = (demand.items, demand.gpu_share, demand.gpu_memory, strategy, pod_set.constraint_key, demand.ports)
+            return self._fresh(demand, static, strategy, slice(0, self.n), prefer)
+        key = (demand.items, demand.gpu_share, demand.gpu_memory, strategy, pod_set.constraint_key, demand.ports,
+               pod_set.preferred)
         index = self.scored
         kept = index.kept.get(key)
         changed = index.changed
-        if kept is None or kept.static is not static:
+        if kept is None or kept.static is not static or (prefer is not None and kept.prefer is not prefer):
             if len(index.kept) >= SCORED_SHAPES:
                 index.kept.clear()
-            kept = index.kept[key] = _Scored(static, self._fresh(demand, static, strategy, slice(0, self.n)),
-                                               len(changed))
+            kept = index.kept[key] = _Scored(static, self._fresh(demand, static, strategy, slice(0, self.n), prefer),
+                                               len(changed), prefer)
         elif kept.seen < len(changed):
             rows = set(changed[kept.seen:])
             if len(rows) <= ONE_BY_ONE:
                 vector = kept.vector
                 for i in rows:
-                    vector[i] = self.fit_score(demand, static, strategy, i)
+                    vector[i] = self.fit_score(demand, static, strategy, i, prefer)
             elif len(rows) * 4 < self.n:
                 at = np.fromiter(rows, np.intp, len(rows))
-                kept.vector[at] = self._fresh(demand, static, strategy, at)
+                kept.vector[at] = self._fresh(demand, static, strategy, at, prefer)
             else:
-                kept.vector = self._fresh(demand, static, strategy, slice(0, self.n))
+                kept.vector = self._fresh(demand, static, strategy, slice(0, self.n), prefer)
             kept.seen = len(changed)
         return kept.vector
 
-    def fit_score(self, demand: Demand, static: np.ndarray, strategy: str, i: int) -> float:
+    def fit_score(self, demand: Demand, static: np.ndarray, strategy: str, i: int,
+                  prefer: np.ndarray | None = None) -> float:
         """``_fresh`` for one row under binpack or spread, element by element: numpy's own scalar
         arithmetic on the same dtypes in the same order (int64 sum, float64 quotient, float64 sums),
         so the very float ``_fresh`` gives, far more cheaply than numpy calls on a one-row slice."""
@@ -644,6 +687,8 @@ class NodeTable:
             total = part if total is None else total + part
         if total is None:
             total = np.float64(0.0)
+        if prefer is not None:
+            return float((-total if strategy == "spread" else total) + self.preference_scale(demand) * prefer[i])
         return float(-total if strategy == "spread" else total)
 
     def touch(self, i: int) -> None:
@@ -654,26 +699,34 @@ class NodeTable:
             index.changed.clear()
             index.kept.clear()
 
-    def _fresh(self, demand: Demand, static: np.ndarray, strategy: str, rows: slice | np.ndarray) -> np.ndarray:
+    def _fresh(self, demand: Demand, static: np.ndarray, strategy: str, rows: slice | np.ndarray,
+               prefer: np.ndarray | None = None) -> np.ndarray:
         """Fit and score of ``rows`` (a slice from 0, or row numbers), ``-inf`` where the pod does not fit."""
         ok = self.feasible(demand, static, rows)
         if strategy != FRAGMENTATION:  # elementwise: scoring every row gives the fitting ones the same floats
-            return np.where(ok, self.score(demand, strategy, rows), -np.inf)
+            return np.where(ok, self.score(demand, strategy, rows, prefer), -np.inf)
         picked = np.flatnonzero(ok)
         out = np.full(len(ok), -np.inf)
-        out[picked] = self.score(demand, strategy, picked if isinstance(rows, slice) else rows[picked])
+        out[picked] = self.score(demand, strategy, picked if isinstance(rows, slice) else rows[picked], prefer)
         return out
 
-    def score(self, demand: Demand, strategy: str, sl: slice | np.ndarray) -> np.ndarray:
+    def score(self, demand: Demand, strategy: str, sl: slice | np.ndarray,
+              prefer: np.ndarray | None = None) -> np.ndarray:
         """Higher is better. binpack: Σ over requested resources of utilisation after placing; spread:
-        its negative; fragmentation: least rise of GPU fragmentation first, then binpack's score."""
+        its negative; fragmentation: least rise of GPU fragmentation first, then binpack's score. A
+        preference (``preference``) adds ``preference_scale`` times its value to binpack's or spread's
+        score (under fragmentation, to the binpack part, below the rise)."""
         utilisation = self._utilisation(demand, sl)
         if strategy == "spread":
-            return -utilisation
-        if strategy == FRAGMENTATION:
+            out = -utilisation
+        elif strategy == FRAGMENTATION:
             rise, _ = self._fragmentation_rise(demand, sl)
-            return utilisation - TIE_BREAK * rise
-        return utilisation
+            out = utilisation - TIE_BREAK * rise
+        else:
+            out = utilisation
+        if prefer is not None:
+            return out + self.preference_scale(demand) * prefer[sl]
+        return out
 
     def _utilisation(self, demand: Demand, sl: slice | np.ndarray) -> np.ndarray:
         total: np.ndarray | None = None
