@@ -11,8 +11,9 @@ is one contiguous vector over all nodes.
   KAI reads it (``shared.kernel.gpumemory.device``; 0: unknown). A ``gpu-memory`` pod's share of a
   device is worked out per node from it (``share_on``, ``memory_need``): it fits where that share
   fits one device, never where the memory is unknown.
-- ``static_mask`` answers cordon/taint/selector/affinity once per ``PodSet.constraint_key``; the
-  cache is dropped whenever any node's labels, taints, cordon or presence change.
+- ``static_mask`` answers cordon/taint/selector/affinity, and what a pod set's claims allow
+  (``volumes``, the ``VolumeBook``), once per ``PodSet.constraint_key``; the cache is dropped whenever
+  any node's labels, taints, cordon or presence change, or a claim, volume or class does.
 - ``preference``: a pod set's preferred node affinity per row, normalised as kube-scheduler's
   NodeAffinity score is, cached like the static masks; ``score`` adds it to the strategy's score.
 - ``ports``: the host ports charged on each node (pods bound there, slots reserved), per row that has
@@ -35,6 +36,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from services.placement import filters, fragmentation, gpu
+from services.placement.volumes import VolumeBook
 from services.placement.filters import Taint, expression_matches
 from shared.kernel import gpumemory
 from shared.kernel import quantity as q
@@ -132,9 +134,10 @@ class ScoreIndex:
 
     changed: list[int] = field(default_factory=list)
     """Rows whose usage changed, in order (charges and their undoing): what ``scores`` recomputes."""
-    kept: dict[tuple[tuple[tuple[str, int], ...], int, int, str, ConstraintKey, tuple[HostPort, ...]], _Scored] = \
-        field(default_factory=dict)
-    """(demand items, GPU share, GPU memory, strategy, constraint key, host ports) -> the vector kept for it."""
+    kept: dict[tuple[tuple[tuple[str, int], ...], int, int, str, ConstraintKey, tuple[HostPort, ...],
+                     tuple[PreferredTerm, ...]], _Scored] = field(default_factory=dict)
+    """(demand items, GPU share, GPU memory, strategy, constraint key, host ports, preferences) -> the vector
+    kept for it."""
 
 
 @dataclass(frozen=True)
@@ -239,6 +242,8 @@ class NodeTable:
         a cluster-wide sum of memory in milli-bytes can exceed int64."""
         self._masks: dict[ConstraintKey, np.ndarray] = {}
         self._demands: dict[tuple[tuple[tuple[str, int], ...], int, int, tuple[HostPort, ...]], Demand] = {}
+        self.volumes = VolumeBook()
+        """Claims, volumes and storage classes, which a pod set's claims are judged against (``static_mask``)."""
         self._preferences: dict[tuple[ConstraintKey, tuple[PreferredTerm, ...]], np.ndarray] = {}
         self.ports: dict[int, dict[HostPort, int]] = {}
         """Row -> host ports held there (how many holders of each), only rows holding any."""
@@ -532,21 +537,31 @@ class NodeTable:
 
     # ------------------------------------------------------------------ filtering and scoring
     def static_mask(self, pod_set: PodSet) -> np.ndarray:
-        """Nodes this pod shape may ever use (present, cordon, taints, selector, affinity); cached."""
+        """Nodes this pod shape may use whatever runs there (present, cordon, taints, selector, affinity, what
+        its claims allow); cached."""
         key = pod_set.constraint_key
         mask = self._masks.get(key)
         if mask is None:
             n = self.n
             mask = self.present[:n] & self.schedulable[:n] & ~self.hard_tainted[:n]
-            if pod_set.node_selector or pod_set.affinity:
+            verdict = self.volumes.verdict(pod_set.volumes) if pod_set.volumes else None
+            if verdict is not None and verdict.wait:
+                mask[:] = False
+                candidates = np.flatnonzero(mask)
+            elif pod_set.node_selector or pod_set.affinity or verdict is not None and verdict.needs:
                 candidates = np.flatnonzero(self.present[:n])
             else:
                 candidates = np.flatnonzero(self.present[:n] & ~mask)
             for i in candidates.tolist():
                 mask[i] = filters.static_failure(self.labels[i], self.taints[i], not self.schedulable[i],
-                                                 pod_set) is None
+                                                 pod_set) is None and (verdict is None or verdict.allows(self.labels[i]))
             self._masks[key] = mask
         return mask
+
+    def volumes_changed(self) -> None:
+        """A claim, volume or storage class changed: what pod sets' claims allow is judged again."""
+        self._masks.clear()
+        self._preferences.clear()
 
     def preference(self, pod_set: PodSet) -> np.ndarray | None:
         """Per row, how much ``pod_set``'s preferred node affinity favours the node, in [0, 1]; None when it

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from services.placement import filters
-from services.placement.nodes import Demand, NodeTable
+from services.placement.nodes import Demand, NodeTable, port_taken
 from shared.kernel import gpumemory
 from shared.kernel import quantity as q
 from shared.kernel.model import Gang, PodSet
@@ -91,6 +91,15 @@ def _memory_reasons(table: NodeTable, memory: int, static: np.ndarray, counts: d
             counts[reason] = counts.get(reason, 0) + short
 
 
+def _volume_node_reasons(table: NodeTable, demand: Demand, volume: list[str], i: int) -> list[str]:
+    """Why a node only the pod's claims rule out is reported: kube-scheduler's NodePorts and NodeResourcesFit
+    run before VolumeBinding, so a node they reject is counted under their reasons instead."""
+    if demand.ports and i in table.ports and port_taken(table.ports[i], demand.ports):
+        return [PORTS]
+    short = [resource_reason(table.resources[c]) for c, amount in demand.filter if table.free[c, i] < amount]
+    return short or volume or [filters.UNSCHEDULABLE]
+
+
 def fit_error(table: NodeTable, pod_set: PodSet, demand: Demand, static: np.ndarray) -> tuple[str, bool]:
     """The histogram for one pod that fits nowhere, and whether capacity (not constraints) is short.
 
@@ -98,9 +107,17 @@ def fit_error(table: NodeTable, pod_set: PodSet, demand: Demand, static: np.ndar
     """
     n = table.n
     present = table.present[:n]
+    total = int(present.sum())
+    verdict = table.volumes.verdict(pod_set.volumes) if pod_set.volumes else None
+    if verdict is not None and verdict.wait:  # VolumeBinding's PreFilter: one reason for the pod, not per node
+        return f"0/{total} nodes are available: {verdict.wait}.", False
     counts: dict[str, int] = {}
     for i in np.flatnonzero(present & ~static).tolist():
         reason = filters.static_failure(table.labels[i], table.taints[i], not table.schedulable[i], pod_set)
+        if reason is None and verdict is not None:
+            for why in _volume_node_reasons(table, demand, verdict.reasons(table.labels[i]), i):
+                counts[why] = counts.get(why, 0) + 1
+            continue
         reason = reason or filters.UNSCHEDULABLE
         counts[reason] = counts.get(reason, 0) + 1
     fit = static[:n]
@@ -120,7 +137,6 @@ def fit_error(table: NodeTable, pod_set: PodSet, demand: Demand, static: np.ndar
             counts[INSUFFICIENT_GPU] = counts.get(INSUFFICIENT_GPU, 0) + short
     elif demand.gpu_memory:
         _memory_reasons(table, demand.gpu_memory, fit, counts)
-    total = int(present.sum())
     if not counts:
         return f"0/{total} nodes are available.", False
     histogram = sorted(f"{count} {reason}" for reason, count in counts.items())

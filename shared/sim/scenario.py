@@ -215,6 +215,8 @@ class Expectation(_Strict):
     pods_bound: int | None = None
     same_node: list[str] | None = None
     same_gpu: list[str] | None = None
+    on_node: dict[str, str] | None = None
+    """Pod set -> the node every bound pod of it is on at ``at``."""
     min_member: int | None = None
     resources: dict[str, str | int | float] | None = None
     annotations_present: list[str] | dict[str, str] | None = None
