@@ -110,7 +110,7 @@ class PodGang:
 
     def _register(self, pod_name: str, pod: Mapping[str, Any]) -> PodSet:
         try:
-            mine = pod_set("pods", 1, pod, "")
+            mine = pod_set("pods", 1, pod, "", namespace=self.namespace)
         except Invalid as exc:
             raise Invalid(f"pod {pod_name}: {exc.reason}") from None
         task = task_of(pod)

@@ -1,5 +1,6 @@
 """One pod template (or a plain Pod) → one ``PodSet``: resources, GPU share, node constraints, labels,
-inter-pod constraints (pod affinity and anti-affinity, topology spread: ``shared.kernel.podconstraints``).
+inter-pod constraints (pod affinity and anti-affinity, topology spread: ``shared.kernel.podconstraints``),
+host ports, node preferences and the claims its volumes mount.
 
 Resources are what kube-scheduler counts (``kube.effective_requests``: the regular and sidecar
 containers, at least the largest init container beside the sidecars before it, pod-level requests,
@@ -15,11 +16,15 @@ from typing import Any
 from services.admission.fields import Invalid, mapping, opt_list, opt_mapping, quantities, show, string, string_map
 from shared.kernel import gpumemory, kube, podconstraints
 from shared.kernel import quantity as q
-from shared.kernel.model import AffinityOperator, MatchExpression, PodSet, Toleration, TolerationOperator
+from shared.kernel.model import (
+    AffinityOperator, HostPort, MatchExpression, PodSet, PreferredTerm, Toleration, TolerationOperator, Volumes,
+)
 from shared.kernel.validation import one_of
 
 _TOLERATION_OPERATORS: tuple[TolerationOperator, ...] = ("Equal", "Exists")
 _AFFINITY_OPERATORS: tuple[AffinityOperator, ...] = ("In", "NotIn", "Exists", "DoesNotExist")
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+"""``ContainerPort.protocol`` as the API server takes it (``validateContainerPorts``)."""
 
 
 def pod_resources(spec: Mapping[str, Any], where: str) -> q.Resources:
@@ -61,37 +66,117 @@ def tolerations(spec: Mapping[str, Any], where: str) -> tuple[Toleration, ...]:
     return tuple(out)
 
 
-def required_affinity(spec: Mapping[str, Any], where: str) -> tuple[tuple[MatchExpression, ...], ...]:
-    """``nodeSelectorTerms``: OR over terms, AND within one. Terms without expressions are skipped."""
+def _expressions(term: Mapping[str, Any], term_at: str) -> tuple[MatchExpression, ...]:
+    """A node selector term's ``matchExpressions`` (``matchFields`` is refused: muster reads node labels only)."""
+    if term.get("matchFields"):
+        raise Invalid(f"{term_at}.matchFields: not supported by muster (use matchExpressions on node labels)")
+    exprs: list[MatchExpression] = []
+    for j, raw in enumerate(opt_list(term.get("matchExpressions"), f"{term_at}.matchExpressions")):
+        e_at = f"{term_at}.matchExpressions[{j}]"
+        e = mapping(raw, e_at)
+        op = string(e.get("operator"), f"{e_at}.operator")
+        if not one_of(op, _AFFINITY_OPERATORS):
+            raise Invalid(f"{e_at}.operator: {show(op)} is not supported (one of {', '.join(_AFFINITY_OPERATORS)})")
+        values = opt_list(e.get("values"), f"{e_at}.values")
+        for k, v in enumerate(values):
+            if not isinstance(v, str):
+                raise Invalid(f"{e_at}.values[{k}]: {show(v)} is not a string")
+        key = string(e.get("key"), f"{e_at}.key")
+        if not key:
+            raise Invalid(f"{e_at}.key: missing")
+        exprs.append(MatchExpression(key=key, operator=op, values=tuple(values)))
+    return tuple(exprs)
+
+
+def _node_affinity(spec: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any], str]:
     at = f"{where}.affinity"
     affinity = opt_mapping(spec.get("affinity"), at)
-    node_affinity = opt_mapping(affinity.get("nodeAffinity"), f"{at}.nodeAffinity")
-    at = f"{at}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    return opt_mapping(affinity.get("nodeAffinity"), f"{at}.nodeAffinity"), f"{at}.nodeAffinity"
+
+
+def required_affinity(spec: Mapping[str, Any], where: str) -> tuple[tuple[MatchExpression, ...], ...]:
+    """``nodeSelectorTerms``: OR over terms, AND within one. Terms without expressions are skipped."""
+    node_affinity, at = _node_affinity(spec, where)
+    at = f"{at}.requiredDuringSchedulingIgnoredDuringExecution"
     required = opt_mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), at)
     terms: list[tuple[MatchExpression, ...]] = []
     for i, raw_term in enumerate(opt_list(required.get("nodeSelectorTerms"), f"{at}.nodeSelectorTerms")):
         term_at = f"{at}.nodeSelectorTerms[{i}]"
-        term = mapping(raw_term, term_at)
-        if term.get("matchFields"):
-            raise Invalid(f"{term_at}.matchFields: not supported by muster (use matchExpressions on node labels)")
-        exprs: list[MatchExpression] = []
-        for j, raw in enumerate(opt_list(term.get("matchExpressions"), f"{term_at}.matchExpressions")):
-            e_at = f"{term_at}.matchExpressions[{j}]"
-            e = mapping(raw, e_at)
-            op = string(e.get("operator"), f"{e_at}.operator")
-            if not one_of(op, _AFFINITY_OPERATORS):
-                raise Invalid(f"{e_at}.operator: {show(op)} is not supported (one of {', '.join(_AFFINITY_OPERATORS)})")
-            values = opt_list(e.get("values"), f"{e_at}.values")
-            for k, v in enumerate(values):
-                if not isinstance(v, str):
-                    raise Invalid(f"{e_at}.values[{k}]: {show(v)} is not a string")
-            key = string(e.get("key"), f"{e_at}.key")
-            if not key:
-                raise Invalid(f"{e_at}.key: missing")
-            exprs.append(MatchExpression(key=key, operator=op, values=tuple(values)))
+        exprs = _expressions(mapping(raw_term, term_at), term_at)
         if exprs:
-            terms.append(tuple(exprs))
+            terms.append(exprs)
     return tuple(terms)
+
+
+def preferred_affinity(spec: Mapping[str, Any], where: str) -> tuple[PreferredTerm, ...]:
+    """``preferredDuringSchedulingIgnoredDuringExecution``: each term's weight (1-100, as the API server
+    validates it) and expressions; an empty preference matches every node (``NodeAffinity.Score``)."""
+    node_affinity, at = _node_affinity(spec, where)
+    at = f"{at}.preferredDuringSchedulingIgnoredDuringExecution"
+    out: list[PreferredTerm] = []
+    for i, raw in enumerate(opt_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), at)):
+        term_at = f"{at}[{i}]"
+        term = mapping(raw, term_at)
+        weight = term.get("weight")
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+            raise Invalid(f"{term_at}.weight: {show(weight)} is not a whole number from 1 to 100")
+        preference = mapping(term.get("preference"), f"{term_at}.preference")
+        out.append(PreferredTerm(weight=weight, expressions=_expressions(preference, f"{term_at}.preference")))
+    return tuple(out)
+
+
+def host_ports(spec: Mapping[str, Any], where: str) -> tuple[HostPort, ...]:
+    """Every ``hostPort`` its containers bind, and its restartable init containers' (they run as long as the
+    pod: ``GetHostPorts`` in kube-scheduler's ``framework/plugins/helper``); an entry without one binds no
+    host port. Each (protocol, host IP, port) once."""
+    out: dict[HostPort, None] = {}
+    for field in ("initContainers", "containers"):
+        for i, container in enumerate(opt_list(spec.get(field), f"{where}.{field}")):
+            container = mapping(container, f"{where}.{field}[{i}]")
+            if field == "initContainers" and container.get("restartPolicy") != "Always":
+                continue
+            name = container.get("name") or str(i)
+            for j, raw in enumerate(opt_list(container.get("ports"), f"{where}.{field}[{name}].ports")):
+                at = f"{where}.{field}[{name}].ports[{j}]"
+                port = mapping(raw, at)
+                number = port.get("hostPort")
+                if number is None or number == 0 and not isinstance(number, bool):
+                    continue
+                if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 65535:
+                    raise Invalid(f"{at}.hostPort: {show(number)} is not a port number (1-65535)")
+                protocol = string(port.get("protocol"), f"{at}.protocol") or "TCP"
+                if protocol not in PROTOCOLS:
+                    raise Invalid(f"{at}.protocol: {show(protocol)} is not one of {', '.join(PROTOCOLS)}")
+                ip = string(port.get("hostIP"), f"{at}.hostIP") or "0.0.0.0"
+                out[HostPort(port=number, protocol=protocol, ip=ip)] = None
+    return tuple(out)
+
+
+def volumes(spec: Mapping[str, Any], where: str, namespace: str) -> Volumes:
+    """The claims ``spec.volumes`` mounts in ``namespace``: each ``persistentVolumeClaim.claimName``, and each
+    generic ephemeral volume's claim template's storage class (its claim, ``<pod>-<volume>``, is made with
+    the pod)."""
+    claims: dict[str, None] = {}
+    ephemeral: list[str] = []
+    for i, raw in enumerate(opt_list(spec.get("volumes"), f"{where}.volumes")):
+        volume = mapping(raw, f"{where}.volumes[{i}]")
+        at = f"{where}.volumes[{volume.get('name') if isinstance(volume.get('name'), str) else i}]"
+        if volume.get("persistentVolumeClaim") is not None:
+            claim = mapping(volume["persistentVolumeClaim"], f"{at}.persistentVolumeClaim")
+            name = claim.get("claimName")
+            if not isinstance(name, str) or not name:
+                raise Invalid(f"{at}.persistentVolumeClaim.claimName: {show(name)} is not a claim name")
+            claims[f"{namespace}/{name}"] = None
+        elif volume.get("ephemeral") is not None:
+            template = opt_mapping(mapping(volume["ephemeral"], f"{at}.ephemeral").get("volumeClaimTemplate"),
+                                   f"{at}.ephemeral.volumeClaimTemplate")
+            claim_spec = opt_mapping(template.get("spec"), f"{at}.ephemeral.volumeClaimTemplate.spec")
+            ephemeral.append(string(claim_spec.get("storageClassName"),
+                                    f"{at}.ephemeral.volumeClaimTemplate.spec.storageClassName"))
+    return Volumes(claims=tuple(claims), ephemeral=tuple(ephemeral)) if claims or ephemeral else NO_VOLUMES
+
+
+NO_VOLUMES = Volumes()
 
 
 def gpu_request(annotations: Mapping[str, str], resources: q.Resources, where: str) -> tuple[int, int]:
@@ -119,10 +204,11 @@ def gpu_request(annotations: Mapping[str, str], resources: q.Resources, where: s
 
 
 def pod_set(name: str, count: int, template: object, where: str, *, in_gang: bool = True,
-            extra: q.Resources | None = None) -> PodSet:
+            extra: q.Resources | None = None, namespace: str = "default") -> PodSet:
     """A pod set from a template (``metadata`` + ``spec``) at path ``where`` ("" for a Pod itself).
 
-    ``extra`` adds per-pod resources (a SidecarMode RayJob's submitter container in the head).
+    ``extra`` adds per-pod resources (a SidecarMode RayJob's submitter container in the head);
+    ``namespace`` is where its claims are looked up.
     """
     at = f"{where}." if where else ""
     tpl = mapping(template, where or "pod")
@@ -143,4 +229,5 @@ def pod_set(name: str, count: int, template: object, where: str, *, in_gang: boo
                   node_selector=string_map(spec.get("nodeSelector"), f"{at}spec.nodeSelector"),
                   tolerations=tolerations(spec, f"{at}spec"),
                   affinity=required_affinity(spec, f"{at}spec"), labels=labels, pod_affinity=pod_affinity,
-                  spread=spread)
+                  spread=spread, preferred=preferred_affinity(spec, f"{at}spec"),
+                  host_ports=host_ports(spec, f"{at}spec"), volumes=volumes(spec, f"{at}spec", namespace))

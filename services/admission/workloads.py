@@ -83,7 +83,7 @@ def worker_counts(group: Mapping[str, Any], where: str, autoscaling: bool, rules
 
 
 def cluster_pod_sets(spec: Mapping[str, Any], prefix: str, rules: GangRules, *,
-                     head_extra: q.Resources | None = None) -> list[PodSet]:
+                     head_extra: q.Resources | None = None, namespace: str = "default") -> list[PodSet]:
     """Head then worker groups in order, from a RayClusterSpec at path ``prefix`` (``spec`` or ``spec.rayClusterSpec``)."""
     head = mapping(spec.get("headGroupSpec"), f"{prefix}.headGroupSpec")
     autoscaling = boolean(spec.get("enableInTreeAutoscaling"), f"{prefix}.enableInTreeAutoscaling", default=False)
@@ -97,7 +97,8 @@ def cluster_pod_sets(spec: Mapping[str, Any], prefix: str, rules: GangRules, *,
             head_extra = q.add(head_extra or {}, kube.container_requests(autoscaler, f"{prefix}.autoscalerOptions"))
         except q.QuantityError as exc:
             raise Invalid(str(exc)) from None
-    sets = [pod_set("head", 1, head.get("template"), f"{prefix}.headGroupSpec.template", extra=head_extra)]
+    sets = [pod_set("head", 1, head.get("template"), f"{prefix}.headGroupSpec.template", extra=head_extra,
+                    namespace=namespace)]
     names = ["head"]
     for i, raw in enumerate(opt_list(spec.get("workerGroupSpecs"), f"{prefix}.workerGroupSpecs")):
         group = mapping(raw, f"{prefix}.workerGroupSpecs[{i}]")
@@ -109,7 +110,7 @@ def cluster_pod_sets(spec: Mapping[str, Any], prefix: str, rules: GangRules, *,
         names.append(name)
         where = f"{prefix}.workerGroupSpecs[{name}]"
         minimum, desired = worker_counts(group, where, autoscaling, rules)
-        sets.append(pod_set(name, minimum, group.get("template"), f"{where}.template").model_copy(
+        sets.append(pod_set(name, minimum, group.get("template"), f"{where}.template", namespace=namespace).model_copy(
             update={"elastic": desired - minimum}))
     return sets
 
@@ -150,7 +151,7 @@ def _head_priority(spec: Mapping[str, Any], prefix: str) -> tuple[str | None, st
 
 def parse_ray_cluster(name: str, obj: Mapping[str, Any], rules: GangRules) -> RayShape:
     spec = mapping(obj.get("spec"), "spec")
-    sets = cluster_pod_sets(spec, "spec", rules)
+    sets = cluster_pod_sets(spec, "spec", rules, namespace=namespace_of(obj))
     cls, field = _head_priority(spec, "spec")
     return RayShape(gang=gang_of(sets), cluster_name=ray_cluster_name("RayCluster", name), head_priority_class=cls,
                     head_priority_field=field)
@@ -173,9 +174,9 @@ def parse_ray_job(name: str, obj: Mapping[str, Any], rules: GangRules) -> RaySha
         raise Invalid(f"spec.submissionMode: {show(mode)} is not one of {', '.join(SUBMISSION_MODES)}")
     cluster = mapping(spec.get("rayClusterSpec"), "spec.rayClusterSpec")
     sets = cluster_pod_sets(cluster, "spec.rayClusterSpec", rules,
-                            head_extra=SUBMITTER_DEFAULT if mode == "SidecarMode" else None)
+                            head_extra=SUBMITTER_DEFAULT if mode == "SidecarMode" else None, namespace=namespace_of(obj))
     if mode == "K8sJobMode":
-        sets.append(submitter_pod_set(spec).model_copy(update={"charged": rules.charge_submitter}))
+        sets.append(submitter_pod_set(spec, namespace_of(obj)).model_copy(update={"charged": rules.charge_submitter}))
     cls, field = _head_priority(cluster, "spec.rayClusterSpec")
     return RayShape(gang=gang_of(sets), cluster_name=ray_cluster_name("RayJob", name),
                     head_priority_class=cls, head_priority_field=field)
@@ -187,12 +188,18 @@ def ray_cluster_name(kind: str, name: str) -> str:
     return name if kind == "RayCluster" else kube.rayjob_cluster_name(name)
 
 
-def submitter_pod_set(spec: Mapping[str, Any]) -> PodSet:
+def submitter_pod_set(spec: Mapping[str, Any], namespace: str = "default") -> PodSet:
     """The K8sJobMode submitter: placed with the gang, not counted in minMember."""
     template = spec.get("submitterPodTemplate")
     if template is None:
         return PodSet(name="submitter", count=1, in_gang=False, resources=dict(SUBMITTER_DEFAULT))
-    return pod_set("submitter", 1, template, "spec.submitterPodTemplate", in_gang=False)
+    return pod_set("submitter", 1, template, "spec.submitterPodTemplate", in_gang=False, namespace=namespace)
+
+
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    """Where the workload's claims live: its own namespace (``default`` when unset, as kubectl applies it)."""
+    namespace = kube.meta(obj).get("namespace")
+    return namespace if isinstance(namespace, str) and namespace else "default"
 
 
 def rayjob_outcome(obj: Mapping[str, Any]) -> tuple[Literal["Succeeded", "Failed"], str] | None:

@@ -29,6 +29,8 @@ Where each decision is made:
 - inter-pod affinity and anti-affinity, topology spread (filters, soft scores, the index of where pods
   with which labels run, turned on by the first such constraint): ``interpod``, read by
   ``gang.place_pods`` and ``reasons.fit_error``
+- which nodes a pod set's claims let it use (claims, volumes, storage classes watched): ``volumes``, folded
+  into ``nodes.NodeTable.static_mask``; host ports held per node and preferred node affinity: ``nodes``
 - which GPU device a pod gets, group ids: ``gpu``; failure text: ``reasons``
 - GPU fragmentation against the recent workload mix (the ``fragmentation`` strategy): ``fragmentation``
 - what is emitted (``Output``) and built without validation: ``payloads``
@@ -60,6 +62,7 @@ from shared.kernel.events import (
 from shared.kernel.fold import Folds
 from shared.kernel.listing import WatchBook
 from shared.kernel.policy import Policy
+from shared.kernel.topology import VOLUME_KINDS
 
 class PlacementCore(Folds):
     service = "placement"
@@ -123,14 +126,32 @@ class PlacementCore(Folds):
             return self._node_changed(p)
         if p.kind == "Pod":
             return self.slots.on_pod(p, now, held)
+        if p.kind in VOLUME_KINDS:
+            return self._storage_changed(p)
         return []
 
     def _on_ObjectsListed(self, p: ObjectsListed, now: float) -> list[Output]:
-        """Nodes and pods deleted while no watch was open."""
+        """Nodes, pods and storage deleted while no watch was open."""
         out: list[Output] = []
         for gone in self.book.listed(p):
-            out += self._node_changed(gone) if gone.kind == "Node" else self.slots.on_pod(gone, now)
+            if gone.kind == "Node":
+                out += self._node_changed(gone)
+            elif gone.kind in VOLUME_KINDS:
+                out += self._storage_changed(gone)
+            else:
+                out += self.slots.on_pod(gone, now)
         return out
+
+    def _storage_changed(self, p: ObjectChanged) -> list[Output]:
+        """A claim, volume or storage class came, changed or left (``volumes.VolumeBook``): pod sets' claims are
+        judged again, and if a gang with claims waits, every waiting gang may try (a claim created or bound,
+        as kube-scheduler's VolumeBinding requeues its pods on those events)."""
+        if not self.nodes.volumes.observe(p):
+            return []
+        self.nodes.volumes_changed()
+        waiting = any(not w.admitted and any(ps.volumes for ps in w.spec.gang.pod_sets)
+                      for w in self.workloads.values())
+        return [self.signals.changed(released=True, everyone=True)] if waiting else []
 
     def _on_QueueDefined(self, p: QueueDefined, now: float) -> list[Output]:
         self.preemption.define_queue(p.queue.name, p.queue.min_runtime)

@@ -80,7 +80,8 @@ def ordered_pod_sets(gang: Gang) -> list[PodSet]:
 def pod_demand(table: NodeTable, pod_set: PodSet) -> Demand:
     """What one pod of the set asks of a node, and, once the inter-pod index is on, the mark it shows there."""
     mark = interpod.pod_set_mark(pod_set) if table.marking else None
-    return table.demand({**pod_set.resources, q.PODS: 1000}, pod_set.gpu_share, pod_set.gpu_memory, mark)
+    return table.demand({**pod_set.resources, q.PODS: 1000}, pod_set.gpu_share, pod_set.gpu_memory, mark,
+                        pod_set.host_ports)
 
 
 def place_pods(table: NodeTable, stmt: Statement, pod_set: PodSet, demand: Demand, count: int,
@@ -94,6 +95,7 @@ def place_pods(table: NodeTable, stmt: Statement, pod_set: PodSet, demand: Deman
         return _place_constrained(table, stmt, pod_set, demand, count, strategy, first_index)
     scores = table.scores(demand, pod_set, strategy)
     static = table.static_mask(pod_set)
+    prefer = table.preference(pod_set)
     while len(placed) < count:
         node = int(scores.argmax())
         if scores[node] == -np.inf:
@@ -109,9 +111,10 @@ def place_pods(table: NodeTable, stmt: Statement, pod_set: PodSet, demand: Deman
             break
         if strategy == FRAGMENTATION:
             one = slice(node, node + 1)
-            scores[node] = table.score(demand, strategy, one)[0] if table.feasible(demand, static, one)[0] else -np.inf
+            scores[node] = table.score(demand, strategy, one, prefer)[0] if table.feasible(demand, static, one)[0] \
+                else -np.inf
         else:
-            scores[node] = table.fit_score(demand, static, strategy, node)
+            scores[node] = table.fit_score(demand, static, strategy, node, prefer)
     return placed
 
 

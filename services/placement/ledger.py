@@ -52,7 +52,8 @@ class PodLedger:
         facts = rec.facts
         if not (facts.live and facts.bound) or rec.evicted or self.nodes.index.get(facts.node_name) != rec.node:
             return False
-        return self.nodes.demand(facts.requests, facts.gpu_share, facts.gpu_memory, self.mark(rec)).same_as(rec.demand)
+        return self.nodes.demand(facts.requests, facts.gpu_share, facts.gpu_memory, self.mark(rec),
+                                 facts.host_ports).same_as(rec.demand)
 
     def mark(self, rec: PodRecord) -> interpod.Mark | None:
         """The pod's mark once the inter-pod index is on (``interpod``), else None."""
@@ -64,7 +65,7 @@ class PodLedger:
         or less than it asks) is taken to hold a whole device: never less than it may use."""
         facts = rec.facts
         node = self.nodes.ensure(facts.node_name)
-        demand = self.nodes.demand(facts.requests, facts.gpu_share, facts.gpu_memory, self.mark(rec))
+        demand = self.nodes.demand(facts.requests, facts.gpu_share, facts.gpu_memory, self.mark(rec), facts.host_ports)
         if rec.slot is not None and rec.slot.node == node:
             devices = rec.slot.devices
         else:

@@ -11,8 +11,13 @@ is one contiguous vector over all nodes.
   KAI reads it (``shared.kernel.gpumemory.device``; 0: unknown). A ``gpu-memory`` pod's share of a
   device is worked out per node from it (``share_on``, ``memory_need``): it fits where that share
   fits one device, never where the memory is unknown.
-- ``static_mask`` answers cordon/taint/selector/affinity once per ``PodSet.constraint_key``; the
-  cache is dropped whenever any node's labels, taints, cordon or presence change.
+- ``static_mask`` answers cordon/taint/selector/affinity, and what a pod set's claims allow
+  (``volumes``, the ``VolumeBook``), once per ``PodSet.constraint_key``; the cache is dropped whenever
+  any node's labels, taints, cordon or presence change, or a claim, volume or class does.
+- ``preference``: a pod set's preferred node affinity per row, normalised as kube-scheduler's
+  NodeAffinity score is, cached like the static masks; ``score`` adds it to the strategy's score.
+- ``ports``: the host ports charged on each node (pods bound there, slots reserved), per row that has
+  any: a pod asking one of them fits no such node (``port_conflicts``, kube-scheduler's NodePorts).
 - ``feasible`` and ``score`` are the vectorised filter and scorer; they take a slice (``score`` also
   an index array) so the gang placer can recompute one node with exactly the same arithmetic
   (identical floats, stable ties).
@@ -31,11 +36,12 @@ from typing import Any, Mapping
 import numpy as np
 
 from services.placement import filters, fragmentation, gpu
-from services.placement.filters import Taint
+from services.placement.filters import Taint, expression_matches
 from services.placement.interpod import Mark, PodIndex
+from services.placement.volumes import VolumeBook
 from shared.kernel import gpumemory
 from shared.kernel import quantity as q
-from shared.kernel.model import ConstraintKey, PodSet
+from shared.kernel.model import ConstraintKey, HostPort, PodSet, PreferredTerm
 
 DEFAULT_MAX_PODS = 110_000
 """kubelet's default ``maxPods`` (110), for Node objects that do not state ``pods``."""
@@ -51,8 +57,12 @@ _BASE_RESOURCES = (q.CPU, q.MEMORY, q.PODS, q.GPU)
 FRAGMENTATION = "fragmentation"
 TIE_BREAK = 64.0
 """Fragmentation scores ``utilisation - TIE_BREAK * rise``: rises are whole numbers and a utilisation
-sum stays below 64 (one per resource, each at most 1 on a node that fits), so a smaller rise always
-wins and binpack only breaks ties."""
+sum stays below 64 (one per resource, each at most 1 on a node that fits; with a preference at most
+three per resource), so a smaller rise always wins and binpack only breaks ties."""
+PREFERENCE_WEIGHT = 2.0
+"""How much a node preferred by every weight counts against the strategy's score over its whole range:
+kube-scheduler's default weights, NodeAffinity 2 and NodeResourcesFit 1
+(``pkg/scheduler/apis/config/v1/default_plugins.go``)."""
 
 
 DEMAND_MEMO = 4096
@@ -89,6 +99,8 @@ class Demand:
     mark: Mark | None = None
     """What the pod shows other pods' affinity and spread selectors (``interpod``): counted where it is
     charged; None while the index is off (``NodeTable.marking``)."""
+    ports: tuple[HostPort, ...] = ()
+    """Host ports the pod binds: held on its node like a resource, but as names, not amounts."""
 
     @property
     def gpu_need(self) -> int:
@@ -103,8 +115,9 @@ class Demand:
         return asks.get(q.CPU, 0), asks.get(q.MEMORY, 0), self.gpu_whole, self.gpu_share
 
     def same_as(self, other: "Demand | None") -> bool:
-        return other is not None and (self.items, self.gpu_whole, self.gpu_share, self.gpu_memory, self.mark) == (
-            other.items, other.gpu_whole, other.gpu_share, other.gpu_memory, other.mark)
+        return other is not None and (self.items, self.gpu_whole, self.gpu_share, self.gpu_memory, self.mark,
+                                      self.ports) == (other.items, other.gpu_whole, other.gpu_share,
+                                                      other.gpu_memory, other.mark, other.ports)
 
 
 @dataclass(eq=False)
@@ -115,6 +128,8 @@ class _Scored:
     static: np.ndarray
     vector: np.ndarray
     seen: int
+    prefer: np.ndarray | None = None
+    """The preference vector it was scored with (``NodeTable.preference``); a new one is computed afresh."""
 
 
 @dataclass(eq=False)
@@ -124,8 +139,10 @@ class ScoreIndex:
 
     changed: list[int] = field(default_factory=list)
     """Rows whose usage changed, in order (charges and their undoing): what ``scores`` recomputes."""
-    kept: dict[tuple[tuple[tuple[str, int], ...], int, int, str, ConstraintKey], _Scored] = field(default_factory=dict)
-    """(demand items, GPU share, GPU memory, strategy, constraint key) -> the vector kept for it."""
+    kept: dict[tuple[tuple[tuple[str, int], ...], int, int, str, ConstraintKey, tuple[HostPort, ...],
+                     tuple[PreferredTerm, ...]], _Scored] = field(default_factory=dict)
+    """(demand items, GPU share, GPU memory, strategy, constraint key, host ports, preferences) -> the vector
+    kept for it."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +196,20 @@ _ROW_ARRAYS: tuple[tuple[str, Any, int], ...] = (
 and compacting go over this one list, so no array is left out of line with the others."""
 
 
+ANY_ADDRESS = "0.0.0.0"
+
+
+def port_taken(used: Mapping[HostPort, int], wanted: tuple[HostPort, ...]) -> bool:
+    """``HostPortInfo.CheckConflict`` (kube-scheduler ``framework/types.go``): a wanted port conflicts with a
+    used one of the same protocol and number when either binds every address (0.0.0.0) or both bind the same."""
+    for want in wanted:
+        for have in used:
+            if have.port == want.port and have.protocol == want.protocol and \
+                    (want.ip == ANY_ADDRESS or have.ip == ANY_ADDRESS or have.ip == want.ip):
+                return True
+    return False
+
+
 def _padded(a: np.ndarray, extra: int, fill: Any, axis: int) -> np.ndarray:
     """``a`` with ``extra`` rows of ``fill`` added along ``axis``."""
     pad = [(0, 0)] * a.ndim
@@ -215,7 +246,8 @@ class NodeTable:
         """Σ allocatable over present, schedulable nodes (what CapacityChanged reports); Python ints:
         a cluster-wide sum of memory in milli-bytes can exceed int64."""
         self._masks: dict[ConstraintKey, np.ndarray] = {}
-        self._demands: dict[tuple[tuple[tuple[str, int], ...], int, int, Mark | None], Demand] = {}
+        self._demands: dict[tuple[tuple[tuple[str, int], ...], int, int, Mark | None, tuple[HostPort, ...]],
+                            Demand] = {}
         self.marking = False
         """Whether pods are counted by their marks (``interpod``): off until the first inter-pod
         constraint is met, so a cluster without any pays nothing for them."""
@@ -223,6 +255,11 @@ class NodeTable:
         """Marks of the pods charged, per row (``interpod.PodIndex``)."""
         self._node_cache: dict[Any, Any] = {}
         """Per node label set: topology domains (``domains``) and other node masks (``node_cache``)."""
+        self.volumes = VolumeBook()
+        """Claims, volumes and storage classes, which a pod set's claims are judged against (``static_mask``)."""
+        self._preferences: dict[tuple[ConstraintKey, tuple[PreferredTerm, ...]], np.ndarray] = {}
+        self.ports: dict[int, dict[HostPort, int]] = {}
+        """Row -> host ports held there (how many holders of each), only rows holding any."""
         self.mix = fragmentation.Mix()
         self._schedulable: int | None = None
         self.scored = ScoreIndex()
@@ -385,6 +422,7 @@ class NodeTable:
         self.index = {name: j for j, name in enumerate(self.names)}
         self.labels = [self.labels[i] for i in order]
         self.taints = [self.taints[i] for i in order]
+        self.ports = {int(new_of_old[i]): held for i, held in self.ports.items() if new_of_old[i] >= 0}
         cap = 64
         while cap < len(order):
             cap *= 2
@@ -401,8 +439,9 @@ class NodeTable:
             self.total_alloc[c] += sign * amount
 
     def _nodes_changed(self) -> None:
-        """A node came, left, or changed what it accepts: static masks and the node count are stale."""
+        """A node came, left, or changed what it accepts: static masks, preferences and the node count are stale."""
         self._masks.clear()
+        self._preferences.clear()
         self._schedulable = None
         self._node_cache.clear()
 
@@ -457,16 +496,16 @@ class NodeTable:
 
     # ------------------------------------------------------------------ usage
     def demand(self, resources: Mapping[str, int], gpu_share: int = 0, gpu_memory: int = 0,
-               mark: Mark | None = None) -> Demand:
+               mark: Mark | None = None, ports: tuple[HostPort, ...] = ()) -> Demand:
         """Resolve a per-pod request (milli-units, ``pods`` included by the caller) to columns.
 
         Remembered per request (``DEMAND_MEMO`` of them, then afresh): every event of a bound pod
         asks again, and a Demand is immutable and its columns never move. Keys that are equal give
         equal demands (``1``, ``1.0`` and ``True`` all resolve to ``int(v) == 1``)."""
-        key = (tuple(resources.items()), gpu_share, gpu_memory, mark)
+        key = (tuple(resources.items()), gpu_share, gpu_memory, mark, ports)
         demand = self._demands.get(key)
         if demand is None:
-            demand = self._resolve(resources, gpu_share, gpu_memory, mark)
+            demand = self._resolve(resources, gpu_share, gpu_memory, mark, ports)
             if len(self._demands) >= DEMAND_MEMO:
                 self._demands.clear()
             self._demands[key] = demand
@@ -477,10 +516,10 @@ class NodeTable:
         uncharging the other leaves usage as it was)."""
         if demand.mark == mark:
             return demand
-        return self.demand(dict(demand.items), demand.gpu_share, demand.gpu_memory, mark)
+        return self.demand(dict(demand.items), demand.gpu_share, demand.gpu_memory, mark, demand.ports)
 
     def _resolve(self, resources: Mapping[str, int], gpu_share: int, gpu_memory: int,
-                 mark: Mark | None = None) -> Demand:
+                 mark: Mark | None = None, ports: tuple[HostPort, ...] = ()) -> Demand:
         items = tuple(sorted((name, min(int(v), MAX_AMOUNT)) for name, v in resources.items() if v > 0))
         whole = 0
         filter_cols: list[tuple[int, int]] = []
@@ -499,7 +538,7 @@ class NodeTable:
                 score_cols.append((c, amount))
         return Demand(items=items, filter=tuple(filter_cols), score=tuple(score_cols),
                       charge=tuple(charge),
-                      gpu_whole=whole, gpu_share=gpu_share, gpu_memory=gpu_memory, mark=mark)
+                      gpu_whole=whole, gpu_share=gpu_share, gpu_memory=gpu_memory, mark=mark, ports=ports)
 
     def charge(self, i: int, demand: Demand, devices: gpu.GpuCharge) -> None:
         self.touch(i)
@@ -515,6 +554,10 @@ class NodeTable:
             self._refresh_gpu(i)
         if demand.mark is not None:
             self.pods_on.add(i, demand.mark, +1)
+        if demand.ports:
+            held = self.ports.setdefault(i, {})
+            for port in demand.ports:
+                held[port] = held.get(port, 0) + 1
 
     def uncharge(self, i: int, demand: Demand, devices: gpu.GpuCharge) -> None:
         self.touch(i)
@@ -528,27 +571,84 @@ class NodeTable:
             self._refresh_gpu(i)
         if demand.mark is not None:
             self.pods_on.add(i, demand.mark, -1)
+        if demand.ports:
+            held = self.ports[i]
+            for port in demand.ports:
+                held[port] -= 1
+                if not held[port]:
+                    del held[port]
+            if not held:
+                del self.ports[i]
+
+    def port_conflicts(self, ports: tuple[HostPort, ...]) -> np.ndarray:
+        """Rows where a pod binding ``ports`` would meet a host port already held (NodePorts' filter)."""
+        out = np.zeros(self.n, bool)
+        for i, held in self.ports.items():
+            out[i] = port_taken(held, ports)
+        return out
 
     # ------------------------------------------------------------------ filtering and scoring
     def static_mask(self, pod_set: PodSet) -> np.ndarray:
-        """Nodes this pod shape may ever use (present, cordon, taints, selector, affinity); cached."""
+        """Nodes this pod shape may use whatever runs there (present, cordon, taints, selector, affinity, what
+        its claims allow); cached."""
         key = pod_set.constraint_key
         mask = self._masks.get(key)
         if mask is None:
             n = self.n
             mask = self.present[:n] & self.schedulable[:n] & ~self.hard_tainted[:n]
-            if pod_set.node_selector or pod_set.affinity:
+            verdict = self.volumes.verdict(pod_set.volumes) if pod_set.volumes else None
+            if verdict is not None and verdict.wait:
+                mask[:] = False
+                candidates = np.flatnonzero(mask)
+            elif pod_set.node_selector or pod_set.affinity or verdict is not None and verdict.needs:
                 candidates = np.flatnonzero(self.present[:n])
             else:
                 candidates = np.flatnonzero(self.present[:n] & ~mask)
             for i in candidates.tolist():
                 mask[i] = filters.static_failure(self.labels[i], self.taints[i], not self.schedulable[i],
-                                                 pod_set) is None
+                                                 pod_set) is None and (verdict is None or verdict.allows(self.labels[i]))
             self._masks[key] = mask
         return mask
 
+    def volumes_changed(self) -> None:
+        """A claim, volume or storage class changed: what pod sets' claims allow is judged again."""
+        self._masks.clear()
+        self._preferences.clear()
+
+    def preference(self, pod_set: PodSet) -> np.ndarray | None:
+        """Per row, how much ``pod_set``'s preferred node affinity favours the node, in [0, 1]; None when it
+        has none. kube-scheduler's ``NodeAffinity.Score`` sums the weights of the terms a node matches, and
+        ``NormalizeScore`` (``helper.DefaultNormalizeScore``) scales them to 0-100 by the highest, in integers;
+        the highest is taken over the nodes the static filters leave, so the value is one node's own (the
+        node index keeps working) and only changes when the nodes do. Cached like the static masks."""
+        if not pod_set.preferred:
+            return None
+        key = (pod_set.constraint_key, pod_set.preferred)
+        cached = self._preferences.get(key)
+        if cached is None:
+            n = self.n
+            static = self.static_mask(pod_set)[:n]
+            weights = np.zeros(n, np.int64)
+            for i in np.flatnonzero(self.present[:n]).tolist():
+                labels = self.labels[i]
+                weights[i] = sum(term.weight for term in pod_set.preferred
+                                 if all(expression_matches(labels, e) for e in term.expressions))
+            top = int(weights[static].max()) if static.any() else 0
+            cached = ((100 * weights) // top if top else np.zeros(n, np.int64)) / 100.0
+            self._preferences[key] = cached
+        return cached
+
+    @staticmethod
+    def preference_scale(demand: Demand) -> float:
+        """What a fully preferred node adds for one pod of ``demand``: ``PREFERENCE_WEIGHT`` times the range of the
+        strategy's score, one per resource it sums (kube-scheduler's NodeResourcesFit averages them to 0-100)."""
+        parts = len(demand.score) + (1 if demand.gpu_need or demand.gpu_memory else 0)
+        return PREFERENCE_WEIGHT * max(parts, 1)
+
     def feasible(self, demand: Demand, static: np.ndarray, sl: slice | np.ndarray) -> np.ndarray:
         ok = static[sl].copy()
+        if demand.ports and self.ports:
+            ok &= ~self.port_conflicts(demand.ports)[sl]
         for c, amount in demand.filter:
             ok &= self.free[c, sl] >= amount
         if demand.gpu_share:
@@ -597,36 +697,41 @@ class NodeTable:
         The caller may write into the vector (it is the kept one) only at rows it then charges, or
         names to ``touch``, so that the next call computes them again."""
         static = self.static_mask(pod_set)
+        prefer = self.preference(pod_set)
         if strategy == FRAGMENTATION:
-            return self._fresh(demand, static, strategy, slice(0, self.n))
-        key = (demand.items, demand.gpu_share, demand.gpu_memory, strategy, pod_set.constraint_key)
+            return self._fresh(demand, static, strategy, slice(0, self.n), prefer)
+        key = (demand.items, demand.gpu_share, demand.gpu_memory, strategy, pod_set.constraint_key, demand.ports,
+               pod_set.preferred)
         index = self.scored
         kept = index.kept.get(key)
         changed = index.changed
-        if kept is None or kept.static is not static:
+        if kept is None or kept.static is not static or (prefer is not None and kept.prefer is not prefer):
             if len(index.kept) >= SCORED_SHAPES:
                 index.kept.clear()
-            kept = index.kept[key] = _Scored(static, self._fresh(demand, static, strategy, slice(0, self.n)),
-                                               len(changed))
+            kept = index.kept[key] = _Scored(static, self._fresh(demand, static, strategy, slice(0, self.n), prefer),
+                                               len(changed), prefer)
         elif kept.seen < len(changed):
             rows = set(changed[kept.seen:])
             if len(rows) <= ONE_BY_ONE:
                 vector = kept.vector
                 for i in rows:
-                    vector[i] = self.fit_score(demand, static, strategy, i)
+                    vector[i] = self.fit_score(demand, static, strategy, i, prefer)
             elif len(rows) * 4 < self.n:
                 at = np.fromiter(rows, np.intp, len(rows))
-                kept.vector[at] = self._fresh(demand, static, strategy, at)
+                kept.vector[at] = self._fresh(demand, static, strategy, at, prefer)
             else:
-                kept.vector = self._fresh(demand, static, strategy, slice(0, self.n))
+                kept.vector = self._fresh(demand, static, strategy, slice(0, self.n), prefer)
             kept.seen = len(changed)
         return kept.vector
 
-    def fit_score(self, demand: Demand, static: np.ndarray, strategy: str, i: int) -> float:
+    def fit_score(self, demand: Demand, static: np.ndarray, strategy: str, i: int,
+                  prefer: np.ndarray | None = None) -> float:
         """``_fresh`` for one row under binpack or spread, element by element: numpy's own scalar
         arithmetic on the same dtypes in the same order (int64 sum, float64 quotient, float64 sums),
         so the very float ``_fresh`` gives, far more cheaply than numpy calls on a one-row slice."""
         if not static[i]:
+            return -np.inf
+        if demand.ports and i in self.ports and port_taken(self.ports[i], demand.ports):
             return -np.inf
         free = self.free
         for c, amount in demand.filter:
@@ -649,6 +754,8 @@ class NodeTable:
             total = part if total is None else total + part
         if total is None:
             total = np.float64(0.0)
+        if prefer is not None:
+            return float((-total if strategy == "spread" else total) + self.preference_scale(demand) * prefer[i])
         return float(-total if strategy == "spread" else total)
 
     def touch(self, i: int) -> None:
@@ -659,26 +766,34 @@ class NodeTable:
             index.changed.clear()
             index.kept.clear()
 
-    def _fresh(self, demand: Demand, static: np.ndarray, strategy: str, rows: slice | np.ndarray) -> np.ndarray:
+    def _fresh(self, demand: Demand, static: np.ndarray, strategy: str, rows: slice | np.ndarray,
+               prefer: np.ndarray | None = None) -> np.ndarray:
         """Fit and score of ``rows`` (a slice from 0, or row numbers), ``-inf`` where the pod does not fit."""
         ok = self.feasible(demand, static, rows)
         if strategy != FRAGMENTATION:  # elementwise: scoring every row gives the fitting ones the same floats
-            return np.where(ok, self.score(demand, strategy, rows), -np.inf)
+            return np.where(ok, self.score(demand, strategy, rows, prefer), -np.inf)
         picked = np.flatnonzero(ok)
         out = np.full(len(ok), -np.inf)
-        out[picked] = self.score(demand, strategy, picked if isinstance(rows, slice) else rows[picked])
+        out[picked] = self.score(demand, strategy, picked if isinstance(rows, slice) else rows[picked], prefer)
         return out
 
-    def score(self, demand: Demand, strategy: str, sl: slice | np.ndarray) -> np.ndarray:
+    def score(self, demand: Demand, strategy: str, sl: slice | np.ndarray,
+              prefer: np.ndarray | None = None) -> np.ndarray:
         """Higher is better. binpack: Σ over requested resources of utilisation after placing; spread:
-        its negative; fragmentation: least rise of GPU fragmentation first, then binpack's score."""
+        its negative; fragmentation: least rise of GPU fragmentation first, then binpack's score. A
+        preference (``preference``) adds ``preference_scale`` times its value to binpack's or spread's
+        score (under fragmentation, to the binpack part, below the rise)."""
         utilisation = self._utilisation(demand, sl)
         if strategy == "spread":
-            return -utilisation
-        if strategy == FRAGMENTATION:
+            out = -utilisation
+        elif strategy == FRAGMENTATION:
             rise, _ = self._fragmentation_rise(demand, sl)
-            return utilisation - TIE_BREAK * rise
-        return utilisation
+            out = utilisation - TIE_BREAK * rise
+        else:
+            out = utilisation
+        if prefer is not None:
+            return out + self.preference_scale(demand) * prefer[sl]
+        return out
 
     def _utilisation(self, demand: Demand, sl: slice | np.ndarray) -> np.ndarray:
         total: np.ndarray | None = None

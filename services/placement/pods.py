@@ -19,7 +19,7 @@ from services.placement.workloads import Slot
 from shared.kernel import gpumemory, kube, podconstraints
 from shared.kernel import quantity as q
 from shared.kernel.listing import Held
-from shared.kernel.model import MatchExpression, PodSet, Toleration
+from shared.kernel.model import HostPort, MatchExpression, PodSet, PreferredTerm, Toleration, Volumes
 from shared.kernel.treekey import tree_key
 
 FINISHED = ("Succeeded", "Failed")
@@ -55,6 +55,8 @@ class PodFacts:
     text_only: bool = False
     """What these facts were read from (labels, annotations, containers, scheduler, namespace) is text alone, so a
     later version equal to it (``==``) gives the same facts but for node, phase and liveness."""
+    host_ports: tuple[HostPort, ...] = ()
+    """Host ports it binds (``host_ports``): held on its node while it counts there."""
 
     @property
     def bound(self) -> bool:
@@ -148,7 +150,7 @@ def pod_facts(change: str, obj: Mapping[str, Any], name: str, namespace: str,
             return PodFacts(facts.key, namespace, name, node_name if type(node_name) is str else str(node_name or ""),
                             phase, change != "Deleted" and phase not in FINISHED, facts.workload, facts.kind,
                             facts.pod_set, facts.requests, facts.gpu_share, facts.gpu_devices, facts.gpu_memory,
-                            facts.scheduler_name, True)
+                            facts.scheduler_name, True, facts.host_ports)
     requests = _requests(spec)
     text_only = all(map(_text_only, (labels, annotations, containers, scheduler, own_namespace)))
     annotations = _mapping(annotations)
@@ -178,7 +180,31 @@ def pod_facts(change: str, obj: Mapping[str, Any], name: str, namespace: str,
     return PodFacts(f"{namespace}/{name}", namespace, name, str(spec.get("nodeName") or ""), phase,
                     change != "Deleted" and phase not in FINISHED, workload, kind, pod_set,
                     {**requests, q.PODS: 1000}, share, devices, memory,
-                    scheduler if isinstance(scheduler, str) else None, text_only)
+                    scheduler if isinstance(scheduler, str) else None, text_only, host_ports(spec))
+
+
+def host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
+    """The host ports a pod binds, as admission reads them (``services.admission.pods.host_ports``), entries
+    it cannot read left out: a pod muster binds was checked there, another scheduler's counts as it can.
+    Ingest keeps a container's ``ports`` only where they bind one, so most pods are done at the first test."""
+    found: dict[HostPort, None] = {}
+    for field in ("initContainers", "containers"):
+        listed = spec.get(field)
+        if type(listed) is not list:
+            continue
+        for container in listed:
+            if type(container) is not dict or "ports" not in container:
+                continue
+            if field == "initContainers" and container.get("restartPolicy") != "Always":
+                continue
+            for port in container["ports"] if type(container["ports"]) is list else ():
+                number = port.get("hostPort") if type(port) is dict else None
+                if type(number) is not int or not 1 <= number <= 65535:
+                    continue
+                protocol, ip = port.get("protocol") or "TCP", port.get("hostIP") or "0.0.0.0"
+                if type(protocol) is str and type(ip) is str:
+                    found[HostPort(port=number, protocol=protocol, ip=ip)] = None
+    return tuple(found)
 
 
 def _text_only(value: Any) -> bool:
@@ -214,6 +240,30 @@ def _affinity(spec: Mapping[str, Any]) -> tuple[tuple[MatchExpression, ...], ...
         for term in required.get("nodeSelectorTerms") or [])
 
 
+def _preferred(spec: Mapping[str, Any]) -> tuple[PreferredTerm, ...]:
+    node_affinity = _mapping(_mapping(spec.get("affinity")).get("nodeAffinity"))
+    return tuple(
+        PreferredTerm(weight=term["weight"], expressions=tuple(
+            MatchExpression(key=e["key"], operator=e["operator"], values=tuple(e.get("values") or ()))
+            for e in _mapping(term.get("preference")).get("matchExpressions") or []))
+        for term in node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or [])
+
+
+def _volumes(spec: Mapping[str, Any], namespace: str) -> Volumes:
+    claims: dict[str, None] = {}
+    ephemeral: list[str] = []
+    for volume in spec.get("volumes") or []:
+        if volume.get("persistentVolumeClaim") is not None:
+            claims[f"{namespace}/{volume['persistentVolumeClaim']['claimName']}"] = None
+        elif volume.get("ephemeral") is not None:
+            template = _mapping(_mapping(volume["ephemeral"]).get("volumeClaimTemplate"))
+            ephemeral.append(_mapping(template.get("spec")).get("storageClassName") or "")
+    return Volumes(claims=tuple(claims), ephemeral=tuple(ephemeral)) if claims or ephemeral else _NO_VOLUMES
+
+
+_NO_VOLUMES = Volumes()
+
+
 def pod_set_of(obj: Mapping[str, Any], name: str, facts: PodFacts) -> PodSet | None:
     """A one-pod PodSet from the pod's own spec and task (to match a pod gang's pod to its pod set by
     task and shape); None if unreadable."""
@@ -224,7 +274,9 @@ def pod_set_of(obj: Mapping[str, Any], name: str, facts: PodFacts) -> PodSet | N
         return PodSet(name=name, count=1, resources=resources, gpu_share=facts.gpu_share, gpu_memory=facts.gpu_memory,
                       node_selector=dict(spec.get("nodeSelector") or {}), tolerations=_tolerations(spec),
                       affinity=_affinity(spec), task=task if isinstance(task, str) else "",
-                      pod_affinity=podconstraints.pod_affinity(spec, "spec"), spread=podconstraints.spread(spec, "spec"))
+                      pod_affinity=podconstraints.pod_affinity(spec, "spec"), spread=podconstraints.spread(spec, "spec"),
+                      host_ports=facts.host_ports, preferred=_preferred(spec),
+                      volumes=_volumes(spec, facts.namespace))
     except (ValidationError, KeyError, TypeError, AttributeError, podconstraints.ConstraintError):
         return None
 

@@ -5,8 +5,8 @@
     1 node(s) had untolerated taint {dedicated: gpu}.
 
 The node histogram is kube-scheduler's ``FitError``: per node the first failing filter (cordon,
-taint, selector/affinity), or every resource it is short of, else the first inter-pod rule it fails
-(topology spread, pod affinity, anti-affinity, existing pods' anti-affinity: ``interpod``);
+taint, selector/affinity, host ports), or every resource it is short of, else the first inter-pod rule it
+fails (topology spread, pod affinity, anti-affinity, existing pods' anti-affinity: ``interpod``);
 "<count> <reason>" strings sorted as strings and joined with ", ".
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from services.placement import filters, interpod
-from services.placement.nodes import Demand, NodeTable
+from services.placement.nodes import Demand, NodeTable, port_taken
 from shared.kernel import gpumemory
 from shared.kernel import quantity as q
 from shared.kernel.model import Gang, PodSet
@@ -24,6 +24,9 @@ from shared.kernel.reasons import gang_line
 INSUFFICIENT_GPU = f"Insufficient {q.GPU}"
 INSUFFICIENT_GPU_MEMORY = "Insufficient GPU memory"
 NO_GPU_MEMORY = f"node(s) were not GPU nodes or had no {gpumemory.LABEL} label"
+PORTS = "node(s) didn't have free ports for the requested pod ports"
+"""kube-scheduler's NodePorts ``ErrReason``; that filter runs before NodeResourcesFit, so such a node is
+not also counted short of a resource."""
 
 
 def gang_failure(gang: Gang, failed: int, total: int, fit_error: str, never: str = "") -> str:
@@ -89,6 +92,15 @@ def _memory_reasons(table: NodeTable, memory: int, static: np.ndarray, counts: d
             counts[reason] = counts.get(reason, 0) + short
 
 
+def _volume_node_reasons(table: NodeTable, demand: Demand, volume: list[str], i: int) -> list[str]:
+    """Why a node only the pod's claims rule out is reported: kube-scheduler's NodePorts and NodeResourcesFit
+    run before VolumeBinding, so a node they reject is counted under their reasons instead."""
+    if demand.ports and i in table.ports and port_taken(table.ports[i], demand.ports):
+        return [PORTS]
+    short = [resource_reason(table.resources[c]) for c, amount in demand.filter if table.free[c, i] < amount]
+    return short or volume or [filters.UNSCHEDULABLE]
+
+
 def fit_error(table: NodeTable, pod_set: PodSet, demand: Demand, static: np.ndarray) -> tuple[str, bool]:
     """The histogram for one pod that fits nowhere, and whether capacity (not constraints) is short.
 
@@ -96,28 +108,41 @@ def fit_error(table: NodeTable, pod_set: PodSet, demand: Demand, static: np.ndar
     """
     n = table.n
     present = table.present[:n]
+    total = int(present.sum())
+    verdict = table.volumes.verdict(pod_set.volumes) if pod_set.volumes else None
+    if verdict is not None and verdict.wait:  # VolumeBinding's PreFilter: one reason for the pod, not per node
+        return f"0/{total} nodes are available: {verdict.wait}.", False
     counts: dict[str, int] = {}
     for i in np.flatnonzero(present & ~static).tolist():
         reason = filters.static_failure(table.labels[i], table.taints[i], not table.schedulable[i], pod_set)
+        if reason is None and verdict is not None:
+            for why in _volume_node_reasons(table, demand, verdict.reasons(table.labels[i]), i):
+                counts[why] = counts.get(why, 0) + 1
+            continue
         reason = reason or filters.UNSCHEDULABLE
         counts[reason] = counts.get(reason, 0) + 1
+    fit = static[:n]
+    if demand.ports and table.ports:
+        taken = fit & table.port_conflicts(demand.ports)
+        if taken.any():
+            counts[PORTS] = int(taken.sum())
+            fit = fit & ~taken
     for c, amount in demand.filter:
-        short = int((static & (table.free[c, :n] < amount)).sum())
+        short = int((fit & (table.free[c, :n] < amount)).sum())
         if short:
             reason = resource_reason(table.resources[c])
             counts[reason] = counts.get(reason, 0) + short
     if demand.gpu_share:
-        short = int((static & (table.gpu_room[:n] < demand.gpu_share)).sum())
+        short = int((fit & (table.gpu_room[:n] < demand.gpu_share)).sum())
         if short:
             counts[INSUFFICIENT_GPU] = counts.get(INSUFFICIENT_GPU, 0) + short
     elif demand.gpu_memory:
-        _memory_reasons(table, demand.gpu_memory, static, counts)
+        _memory_reasons(table, demand.gpu_memory, fit, counts)
     if interpod.active(table, pod_set):  # nodes that pass every other filter: the first inter-pod rule failed
-        fits = table.feasible(demand, static, slice(0, n))
-        verdict = interpod.evaluate(table, pod_set, fits)
-        for i in np.flatnonzero(fits & ~verdict.ok).tolist():
-            counts[verdict.reason[i]] = counts.get(verdict.reason[i], 0) + 1
-    total = int(present.sum())
+        fits = table.feasible(demand, static, slice(0, n)) & fit
+        rules = interpod.evaluate(table, pod_set, fits)
+        for i in np.flatnonzero(fits & ~rules.ok).tolist():
+            counts[rules.reason[i]] = counts.get(rules.reason[i], 0) + 1
     if not counts:
         return f"0/{total} nodes are available.", False
     histogram = sorted(f"{count} {reason}" for reason, count in counts.items())

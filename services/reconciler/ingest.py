@@ -2,7 +2,12 @@
 
 Ingest is where an object from the cluster enters muster, and it keeps only what scheduling reads
 (``kept``): identity, labels, the annotations of the schedulers muster speaks for, the scheduling
-fields of pod templates, node capacity and taints, pod phase and node. Everything else a manifest
+fields of pod templates (a container's ``ports`` only where they bind a ``hostPort``, a volume only
+where it mounts a claim: its ``persistentVolumeClaim.claimName`` or its ephemeral claim template's
+``storageClassName``), node capacity and taints, pod phase and node; of a PersistentVolumeClaim its
+``volumeName``, ``storageClassName`` and phase, of a PersistentVolume its ``nodeAffinity`` and
+``claimRef`` (namespace, name, uid), of a StorageClass its ``volumeBindingMode`` and
+``allowedTopologies`` (placement's volume filter, ``services.placement.volumes``). Everything else a manifest
 carries (container env values and commands, a RayJob's entrypoint and ``runtimeEnvYAML``,
 ``last-applied-configuration``, other annotations, managed fields) is dropped here, before anything
 reaches Kafka, the history store or an export. An object muster cannot hold (a name the API server
@@ -44,7 +49,7 @@ _WORKER_GROUP = ("groupName", "replicas", "minReplicas", "maxReplicas", "numOfHo
 _RAY_CLUSTER = ("enableInTreeAutoscaling", "suspend")
 _RAY_JOB = ("suspend", "submissionMode", "shutdownAfterJobFinishes", "ttlSecondsAfterFinished", "clusterSelector")
 _STATUS: dict[str, tuple[str, ...]] = {
-    "Pod": ("phase",), "Node": ("capacity", "allocatable"), "RayCluster": ("state",),
+    "Pod": ("phase",), "Node": ("capacity", "allocatable"), "RayCluster": ("state",), "PersistentVolumeClaim": ("phase",),
     "RayJob": ("jobStatus", "jobDeploymentStatus", "message", "reason"),
 }
 CONFIG_KINDS = frozenset({"Queue", "ElasticQuotaTree", "PriorityClass", "PodGroup"})
@@ -54,6 +59,10 @@ CONFIG_KINDS = frozenset({"Queue", "ElasticQuotaTree", "PriorityClass", "PodGrou
 def _text(value: object) -> str:
     """Manifests are validated downstream (admission rejects with a reason); ingest must not fail."""
     return value if isinstance(value, str) else ""
+
+
+_DROP = object()
+"""What a nested reduction returns for a field that keeps nothing (a container's ports without a host port)."""
 
 
 def _picker(names: tuple[str, ...], **nested: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -68,8 +77,23 @@ def _picker(names: tuple[str, ...], **nested: Callable[[Any], Any]) -> Callable[
         out = {k: value[k] for k in names if k in value}
         for k, reduce in inner:
             if k in value:
-                out[k] = reduce(value[k])
+                reduced = reduce(value[k])
+                if reduced is not _DROP:
+                    out[k] = reduced
         return out
+
+    return pick
+
+
+def _those(keep: Callable[[Mapping[str, Any]], bool], reduce: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A list reduced to the mappings ``keep`` takes, each reduced (anything not a mapping kept as written,
+    for admission to refuse); the field is dropped when nothing is kept."""
+    def pick(items: Any) -> Any:
+        if not isinstance(items, list):
+            return items
+        out = [reduce(item) if isinstance(item, Mapping) else item for item in items
+               if not isinstance(item, Mapping) or keep(item)]
+        return out if out else _DROP
 
     return pick
 
@@ -86,9 +110,13 @@ def _annotations(value: Any) -> Any:
 
 
 _metadata = _picker(_METADATA + ("labels",), annotations=_annotations, ownerReferences=_each(_picker(_OWNER)))
-_pod_spec = _picker(_POD_SPEC + ("overhead", "runtimeClassName"), containers=_each(_picker(_CONTAINER)),
-                    initContainers=_each(_picker(_CONTAINER + ("restartPolicy",))),
-                    resources=_picker(("requests",)))
+_host_ports = _those(lambda port: port.get("hostPort") is not None, _picker(("hostPort", "hostIP", "protocol")))
+_claims = _those(lambda volume: volume.get("persistentVolumeClaim") is not None or volume.get("ephemeral") is not None,
+                 _picker(("name",), persistentVolumeClaim=_picker(("claimName",)),
+                         ephemeral=_picker((), volumeClaimTemplate=_picker((), spec=_picker(("storageClassName",))))))
+_pod_spec = _picker(_POD_SPEC + ("overhead", "runtimeClassName"), containers=_each(_picker(_CONTAINER, ports=_host_ports)),
+                    initContainers=_each(_picker(_CONTAINER + ("restartPolicy",), ports=_host_ports)),
+                    resources=_picker(("requests",)), volumes=_claims)
 _template = _picker((), metadata=_picker(("labels",), annotations=_annotations), spec=_pod_spec)
 _ray_cluster_spec = _picker(_RAY_CLUSTER, autoscalerOptions=_picker(("resources",)),
                             headGroupSpec=_picker((), template=_template),
@@ -98,7 +126,11 @@ _ray_job_spec = _picker(_RAY_JOB, rayClusterSpec=_ray_cluster_spec, submitterPod
 _SPEC: dict[str, Callable[[Any], Any]] = {
     "Pod": _pod_spec, "RayCluster": _ray_cluster_spec, "RayJob": _ray_job_spec,
     "Node": _picker(("taints", "unschedulable")),
+    "PersistentVolumeClaim": _picker(("volumeName", "storageClassName")),
+    "PersistentVolume": _picker(("nodeAffinity",), claimRef=_picker(("namespace", "name", "uid"))),
 }
+_TOP: dict[str, tuple[str, ...]] = {"StorageClass": ("volumeBindingMode", "allowedTopologies")}
+"""Kinds whose scheduling fields are not under ``spec`` (a StorageClass has none)."""
 _STATUS_KEPT: dict[str, Callable[[Any], Any]] = {kind: _picker(names) for kind, names in _STATUS.items()}
 
 
@@ -115,6 +147,9 @@ def kept(obj: Mapping[str, Any]) -> dict[str, Any]:
         return out
     if "spec" in obj and kind in _SPEC:
         out["spec"] = _SPEC[kind](obj["spec"])
+    for name in _TOP.get(kind or "", ()):
+        if name in obj:
+            out[name] = obj[name]
     if "status" in obj and kind in _STATUS:
         out["status"] = _STATUS_KEPT[kind](obj["status"])
     return out

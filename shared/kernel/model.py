@@ -109,11 +109,44 @@ class SpreadConstraint(Frozen):
     node_taints_policy: NodeInclusionPolicy = "Ignore"
 
 
-ConstraintKey = tuple[tuple[tuple[str, str], ...], tuple[Toleration, ...], tuple[tuple[MatchExpression, ...], ...]]
-"""``PodSet.constraint_key``: node selector (sorted items), tolerations, required affinity terms."""
+class HostPort(Frozen):
+    """One ``containers[].ports[]`` entry with a ``hostPort``, defaulted as the API server and
+    kube-scheduler's ``HostPortInfo.sanitize`` default it: protocol TCP, host IP 0.0.0.0 (every address)."""
+
+    port: int
+    protocol: str = "TCP"
+    ip: str = "0.0.0.0"
+
+
+class PreferredTerm(Frozen):
+    """One ``preferredDuringSchedulingIgnoredDuringExecution`` entry: a node matching every expression
+    (an empty term matches every node, as in Kubernetes) adds ``weight`` (1-100) to its preference."""
+
+    weight: int
+    expressions: tuple[MatchExpression, ...] = ()
+
+
+class Volumes(Frozen):
+    """The PersistentVolumeClaims a pod mounts, as placement resolves them against the claims, volumes
+    and storage classes it watches (``services.placement.volumes``)."""
+
+    claims: tuple[str, ...] = ()
+    """``namespace/name`` of each claim named by ``volumes[].persistentVolumeClaim.claimName``, in volume order."""
+    ephemeral: tuple[str, ...] = ()
+    """The storage class of each generic ephemeral volume's claim template (``""`` when it names none):
+    its claim is made with the pod, named after it, so only its class is known before."""
+
+    def __bool__(self) -> bool:
+        return bool(self.claims or self.ephemeral)
+
+
+ConstraintKey = tuple[tuple[tuple[str, str], ...], tuple[Toleration, ...], tuple[tuple[MatchExpression, ...], ...],
+                      Volumes]
+"""``PodSet.constraint_key``: node selector (sorted items), tolerations, required affinity terms, volumes."""
 Shape = tuple[tuple[tuple[str, int], ...], int, int, ConstraintKey, PodAffinity | None,
-              tuple[SpreadConstraint, ...]]
-"""``PodSet.shape``: requests (sorted items), GPU share, GPU memory, constraint key, inter-pod constraints."""
+              tuple[SpreadConstraint, ...], tuple[HostPort, ...], tuple[PreferredTerm, ...]]
+"""``PodSet.shape``: requests (sorted items), GPU share, GPU memory, constraint key, inter-pod constraints,
+host ports, node preferences."""
 
 
 class PodSet(Frozen):
@@ -152,18 +185,26 @@ class PodSet(Frozen):
     """Inter-pod affinity and anti-affinity; None when the template has none."""
     spread: tuple[SpreadConstraint, ...] = ()
     """Topology spread constraints."""
+    host_ports: tuple[HostPort, ...] = ()
+    """Host ports its containers (and restartable init containers) bind: no two pods holding one of them
+    share a node (kube-scheduler's NodePorts)."""
+    preferred: tuple[PreferredTerm, ...] = ()
+    """Preferred node affinity: scores nodes, never rules one out (kube-scheduler's NodeAffinity score)."""
+    volumes: Volumes = Volumes()
+    """Claims its pods mount: nodes their volumes cannot reach are ruled out (kube-scheduler's VolumeBinding)."""
 
     @property
     def constraint_key(self) -> ConstraintKey:
-        """Everything that restricts which nodes may host this pod set (used to cache filters)."""
-        return (tuple(sorted(self.node_selector.items())), self.tolerations, self.affinity)
+        """Everything that restricts which nodes may host this pod set whatever they run (used to cache filters)."""
+        return (tuple(sorted(self.node_selector.items())), self.tolerations, self.affinity, self.volumes)
 
     @property
     def shape(self) -> Shape:
-        """What makes two pods interchangeable: requests, GPU share or memory, node constraints, and the
-        inter-pod ones (affinity, spread), which restrict nodes by where other pods run."""
+        """What makes two pods interchangeable: requests, GPU share or memory, node constraints, the
+        inter-pod ones (affinity, spread), which restrict nodes by where other pods run, host ports and
+        node preferences."""
         return (tuple(sorted(self.resources.items())), self.gpu_share, self.gpu_memory, self.constraint_key,
-                self.pod_affinity, self.spread)
+                self.pod_affinity, self.spread, self.host_ports, self.preferred)
 
     @property
     def inter_pod(self) -> bool:

@@ -16,7 +16,9 @@ SERVICES = ("admission", "queue", "placement", "reconciler")
 ADMISSION_KINDS = frozenset({
     "RayCluster", "RayJob", "PodGroup", "Queue", "ElasticQuotaTree", "PriorityClass",
 })
-PLACEMENT_KINDS = frozenset({"Node", "Pod"})
+VOLUME_KINDS = frozenset({"PersistentVolumeClaim", "PersistentVolume", "StorageClass"})
+"""What placement's volume filter reads (``services.placement.volumes``): to placement alone."""
+PLACEMENT_KINDS = frozenset({"Node", "Pod"}) | VOLUME_KINDS
 WATCHED_KINDS = ADMISSION_KINDS | PLACEMENT_KINDS
 """Every kind the cluster link watches (``shared.kubernetes.resources.WATCHED``)."""
 
@@ -85,7 +87,7 @@ def destinations(env: Envelope) -> tuple[str, ...]:
         return targets
     p = env.payload
     if isinstance(p, ObjectChanged):  # its type is "ObjectChanged": the envelope agrees with its payload
-        if p.kind == "Node":
+        if p.kind == "Node" or p.kind in VOLUME_KINDS:
             return _PLACEMENT
         if p.kind != "Pod":
             return _ADMISSION
@@ -93,7 +95,7 @@ def destinations(env: Envelope) -> tuple[str, ...]:
             return _POD_GONE
         return _BOTH if admission_reads_pod(p.object, p.change) else _PLACEMENT
     if isinstance(p, ObjectsListed):  # a listing: to every core holding that kind (``shared.kernel.listing``)
-        return _PLACEMENT if p.kind == "Node" else _BOTH if p.kind == "Pod" else _ADMISSION
+        return _PLACEMENT if p.kind == "Node" or p.kind in VOLUME_KINDS else _BOTH if p.kind == "Pod" else _ADMISSION
     if kind == "TimerFired":
         return ()
     raise KeyError(kind)

@@ -547,6 +547,12 @@ class Watcher:
             return await core.list_node(**kwargs)
         if resource.kind == "PriorityClass":
             return await client.SchedulingV1Api(self.api).list_priority_class(**kwargs)
+        if resource.kind == "PersistentVolumeClaim":
+            return await core.list_persistent_volume_claim_for_all_namespaces(**kwargs)
+        if resource.kind == "PersistentVolume":
+            return await core.list_persistent_volume(**kwargs)
+        if resource.kind == "StorageClass":
+            return await client.StorageV1Api(self.api).list_storage_class(**kwargs)
         return await client.CustomObjectsApi(self.api).list_cluster_custom_object(
             resource.group, resource.version, resource.plural, **kwargs)
 

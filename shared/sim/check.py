@@ -113,6 +113,10 @@ def _check_one(history: ResultProjection, e: Expectation, at: float,
                 per_node[p.node] = per_node.get(p.node, 0) + 1
         if per_node != e.pods_per_node:
             fail("pods_per_node", e.pods_per_node, dict(sorted(per_node.items())))
+    for pod_set, node in (e.on_node or {}).items():
+        pods = [p for p in history.pods_of(e.workload) if p.pod_set == pod_set and p.bound_at(at)]
+        if not pods or any(p.node != node for p in pods):
+            fail("on_node", f"every bound {pod_set} pod on {node}", [(p.name, p.node) for p in pods])
     if e.min_member is not None and view.min_member != e.min_member:
         fail("min_member", e.min_member, view.min_member)
     if e.resources is not None:

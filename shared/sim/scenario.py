@@ -219,6 +219,8 @@ class Expectation(_Strict):
     """Pod sets whose bound pods are each on a node of its own (no two share one)."""
     pods_per_node: dict[str, int] | None = None
     """How many of its bound pods each node holds (nodes not named hold none)."""
+    on_node: dict[str, str] | None = None
+    """Pod set -> the node every bound pod of it is on at ``at``."""
     min_member: int | None = None
     resources: dict[str, str | int | float] | None = None
     annotations_present: list[str] | dict[str, str] | None = None

@@ -248,3 +248,46 @@ def test_what_a_pods_requests_depend_on_besides_its_containers_is_kept():
     spec = kept(obj)["spec"]
     assert spec["initContainers"] == [{"name": "setup", "resources": {"requests": {"cpu": "2"}}, "restartPolicy": "Always"}]
     assert spec["overhead"] == {"cpu": "250m"} and spec["resources"] == {"requests": {"memory": "1Gi"}}
+
+
+def test_host_ports_and_claims_are_kept_and_other_ports_and_volumes_are_not():
+    from tests.builders import pod
+    obj = pod("p")
+    obj["spec"]["containers"][0]["ports"] = [{"name": "dash", "containerPort": 8265},
+                                             {"name": "gcs", "containerPort": 80, "hostPort": 8080, "protocol": "TCP"}]
+    obj["spec"]["volumes"] = [
+        {"name": "conf", "configMap": {"name": "secret-config"}},
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data", "readOnly": True}},
+        {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {"metadata": {"labels": {"a": "b"}}, "spec": {
+            "storageClassName": "local", "accessModes": ["ReadWriteOnce"]}}}}]
+    spec = kept(obj)["spec"]
+    assert spec["containers"][0]["ports"] == [{"hostPort": 8080, "protocol": "TCP"}]
+    assert spec["volumes"] == [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                               {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {"spec": {"storageClassName": "local"}}}}]
+    plain = pod("q")
+    plain["spec"]["containers"][0]["ports"] = [{"containerPort": 8265}]
+    plain["spec"]["volumes"] = [{"name": "conf", "emptyDir": {}}]
+    assert "ports" not in kept(plain)["spec"]["containers"][0] and "volumes" not in kept(plain)["spec"]
+
+
+def test_storage_objects_keep_what_the_volume_filter_reads():
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "d", "namespace": "n"},
+             "spec": {"volumeName": "pv-1", "storageClassName": "zonal", "accessModes": ["ReadWriteOnce"],
+                      "resources": {"requests": {"storage": "1Gi"}}},
+             "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}}
+    assert kept(claim)["spec"] == {"volumeName": "pv-1", "storageClassName": "zonal"}
+    assert kept(claim)["status"] == {"phase": "Bound"}
+    affinity = {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]}]}}
+    volume = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-1"},
+              "spec": {"nodeAffinity": affinity, "csi": {"driver": "x", "volumeHandle": "secret-handle"},
+                       "claimRef": {"kind": "PersistentVolumeClaim", "namespace": "n", "name": "d", "uid": "u",
+                                    "resourceVersion": "7"}}}
+    assert kept(volume)["spec"] == {"nodeAffinity": affinity, "claimRef": {"namespace": "n", "name": "d", "uid": "u"}}
+    topologies = [{"matchLabelExpressions": [{"key": "topology.kubernetes.io/zone", "values": ["a"]}]}]
+    storage_class = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "zonal"},
+                     "provisioner": "x", "parameters": {"secret": "s"}, "volumeBindingMode": "WaitForFirstConsumer",
+                     "allowedTopologies": topologies}
+    assert kept(storage_class) == {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                                   "metadata": {"name": "zonal"}, "volumeBindingMode": "WaitForFirstConsumer",
+                                   "allowedTopologies": topologies}

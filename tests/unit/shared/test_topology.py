@@ -48,6 +48,13 @@ def test_node_routes_to_placement_only():
     assert destinations(_watch(node("n1"), "Deleted")) == ("placement",)
 
 
+@pytest.mark.parametrize("kind", ["PersistentVolumeClaim", "PersistentVolume", "StorageClass"])
+def test_storage_routes_to_placement_only(kind):
+    obj = {"apiVersion": "v1", "kind": kind, "metadata": {"name": "x", "namespace": "default"}}
+    assert destinations(_watch(obj)) == ("placement",)
+    assert destinations(_watch(obj, "Deleted")) == ("placement",)
+
+
 @pytest.mark.parametrize("kind", sorted(ADMISSION_KINDS) + ["ConfigMap", "Namespace", "Deployment", ""])
 def test_every_other_kind_routes_to_admission(kind):
     obj = ray_cluster("x")
@@ -57,7 +64,8 @@ def test_every_other_kind_routes_to_admission(kind):
 
 @pytest.mark.parametrize("kind, expected", [
     ("Pod", ("admission", "placement")), ("Node", ("placement",)), ("RayCluster", ("admission",)),
-    ("Queue", ("admission",)), ("PriorityClass", ("admission",)),
+    ("Queue", ("admission",)), ("PriorityClass", ("admission",)), ("PersistentVolumeClaim", ("placement",)),
+    ("PersistentVolume", ("placement",)), ("StorageClass", ("placement",)),
 ])
 def test_a_listing_goes_to_every_core_that_reads_that_kind(kind, expected):
     listing = ObjectsListed(kind=kind, api_version="v1", resource_version="9", part=0, keys=(), last=True)
@@ -65,7 +73,7 @@ def test_a_listing_goes_to_every_core_that_reads_that_kind(kind, expected):
 
 
 def test_kind_sets():
-    assert PLACEMENT_KINDS == {"Node", "Pod"}
+    assert PLACEMENT_KINDS == {"Node", "Pod", "PersistentVolumeClaim", "PersistentVolume", "StorageClass"}
     assert ADMISSION_KINDS == {"RayCluster", "RayJob", "PodGroup", "Queue", "ElasticQuotaTree", "PriorityClass"}
     assert SERVICES == ("admission", "queue", "placement", "reconciler")
 

@@ -1,0 +1,216 @@
+"""Which nodes a pod's PersistentVolumeClaims let it use: kube-scheduler's VolumeBinding filter.
+
+Placement watches claims, volumes and storage classes (only what ingest keeps of them) in a
+``VolumeBook`` and judges a pod set's claims (``PodSet.volumes``, read once at admission) against it,
+as ``pkg/scheduler/framework/plugins/volumebinding`` does, in its order:
+
+1. PreFilter (``podHasPVCs``, then ``GetPodVolumeClaims``), for the pod as a whole: a claim that does not
+   exist, that lost its volume or that is being deleted, then any claim unbound whose binding is not
+   delayed (no class, a class not found, ``Immediate``, or pre-bound to a volume not bound yet), make it
+   wait with kube-scheduler's words (``Verdict.wait``), on every node alike.
+2. Filter (``FindPodVolumes``), node by node: a bound claim's volume must exist and its
+   ``nodeAffinity`` match the node (``checkBoundClaims``); an unbound claim of a
+   ``WaitForFirstConsumer`` class can only be provisioned where the class's ``allowedTopologies`` match
+   (``checkVolumeProvisions``). Each is a requirement with the reason a node failing it gets
+   (``Verdict.needs``); the node table folds them into the pod set's static mask.
+
+A generic ephemeral volume's claim is named ``<pod>-<volume>`` and made by the ephemeral volume controller
+when the pod is; muster places a gang before its pods exist (KubeRay names them then), so it cannot look
+that claim up. It judges it as the claim it will be: unbound, of its template's class; a
+``WaitForFirstConsumer`` class's ``allowedTopologies`` hold, any other class restricts nothing here.
+
+Everything here can change (a claim created, a volume bound, a class added), so nothing is a rejection:
+a pod set whose claims do not let it anywhere waits, and any change of a claim, volume or class wakes
+the gangs that wait with claims (``PlacementCore``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from services.placement.filters import affinity_matches
+from shared.kernel import kube
+from shared.kernel.events import ObjectChanged
+from shared.kernel.model import AffinityOperator, MatchExpression, Volumes
+from shared.kernel.validation import one_of
+
+Terms = tuple[tuple[MatchExpression, ...], ...]
+"""Node selector terms: OR over terms, AND within one; ``()`` matches every node, an empty term none."""
+NEVER: Terms = ((),)
+"""Terms no node matches (an empty term selects nothing, as in Kubernetes)."""
+
+NODE_CONFLICT = "node(s) had volume node affinity conflict"
+BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
+VOLUME_MISSING = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+"""``ErrReasonNodeConflict``, ``ErrReasonBindConflict``, ``ErrReasonPVNotExist`` of ``volumebinding/binder.go``."""
+UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
+"""``VolumeBinding.PreFilter``'s reason when a claim that should be bound already is not."""
+DELAYED = "WaitForFirstConsumer"
+_OPERATORS: tuple[AffinityOperator, ...] = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What the filter reads of a PersistentVolumeClaim."""
+
+    volume: str
+    """``spec.volumeName``: the volume it is bound (or pre-bound) to, "" when none."""
+    storage_class: str
+    phase: str
+    deleting: bool
+
+    @property
+    def bound(self) -> bool:
+        """Bound to its volume (the PV controller sets phase Bound once ``bind-completed`` is written)."""
+        return self.phase == "Bound" and bool(self.volume)
+
+
+@dataclass(frozen=True)
+class StorageClass:
+    delayed: bool
+    """``volumeBindingMode: WaitForFirstConsumer``: bound (provisioned) where its first pod goes."""
+    topologies: Terms
+    """``allowedTopologies`` as node selector terms (``()`` when it has none: everywhere)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A pod set's claims judged against the book: why it waits whatever the node, else what a node must match."""
+
+    wait: str = ""
+    needs: tuple[tuple[Terms, str, bool], ...] = ()
+    """(terms, the reason of a node that fails them, whether they come from a bound claim): bound claims'
+    first, in volume order (a node gets the first one it fails, as ``checkBoundClaims`` returns at it),
+    then the delayed claims' (one reason, as ``checkVolumeProvisions`` returns at the first)."""
+
+    def allows(self, labels: Mapping[str, str]) -> bool:
+        """Whether a node with ``labels`` can reach every volume (and nothing makes the pod wait everywhere)."""
+        return not self.wait and all(affinity_matches(labels, terms) for terms, _, _ in self.needs)
+
+    def reasons(self, labels: Mapping[str, str]) -> list[str]:
+        """Why a node with ``labels`` is ruled out (``FindPodVolumes``'s reasons for it), [] when it is not."""
+        out = [next((reason for terms, reason, bound in self.needs
+                     if bound and not affinity_matches(labels, terms)), "")]
+        if any(not bound and not affinity_matches(labels, terms) for terms, _, bound in self.needs):
+            out.append(BIND_CONFLICT)
+        return [reason for reason in out if reason]
+
+
+@dataclass
+class VolumeBook:
+    """The claims (``namespace/name``), volumes and storage classes placement was told of."""
+
+    claims: dict[str, Claim] = field(default_factory=dict)
+    volumes: dict[str, Terms | None] = field(default_factory=dict)
+    """Volume name -> its ``nodeAffinity.required`` terms (None: it restricts nothing)."""
+    classes: dict[str, StorageClass] = field(default_factory=dict)
+
+    def observe(self, p: ObjectChanged) -> bool:
+        """Take one watch event of a claim, volume or class; True when what the filter reads changed."""
+        obj = p.object
+        gone = p.change == "Deleted"
+        if p.kind == "PersistentVolumeClaim":
+            return _put(self.claims, f"{p.namespace or 'default'}/{p.name}", _GONE if gone else _claim(obj))
+        if p.kind == "PersistentVolume":
+            return _put(self.volumes, p.name, _GONE if gone else _volume_terms(obj))
+        if p.kind == "StorageClass":
+            return _put(self.classes, p.name, _GONE if gone else _storage_class(obj))
+        return False
+
+    def verdict(self, volumes: Volumes) -> Verdict:
+        """``volumes`` judged now (see the module)."""
+        claims: list[Claim] = []
+        for key in volumes.claims:
+            claim, name = self.claims.get(key), key.partition("/")[2]
+            if claim is None:
+                return Verdict(wait=f'persistentvolumeclaim "{name}" not found')
+            if claim.phase == "Lost":
+                return Verdict(wait=f'persistentvolumeclaim "{name}" bound to non-existent persistentvolume '
+                                    f'"{claim.volume}"')
+            if claim.deleting:
+                return Verdict(wait=f'persistentvolumeclaim "{name}" is being deleted')
+            claims.append(claim)
+        bound: list[tuple[Terms, str, bool]] = []
+        delayed: list[tuple[Terms, str, bool]] = []
+        for claim in claims:
+            if claim.bound:
+                if claim.volume not in self.volumes:
+                    bound.append((NEVER, VOLUME_MISSING, True))
+                    continue
+                terms = self.volumes[claim.volume]
+                if terms is not None:
+                    bound.append((terms, NODE_CONFLICT, True))
+                continue
+            storage_class = self.classes.get(claim.storage_class) if claim.storage_class else None
+            if storage_class is None or not storage_class.delayed or claim.volume:
+                return Verdict(wait=UNBOUND_IMMEDIATE)
+            if storage_class.topologies:
+                delayed.append((storage_class.topologies, BIND_CONFLICT, False))
+        for name in volumes.ephemeral:
+            storage_class = self.classes.get(name) if name else None
+            if storage_class is not None and storage_class.delayed and storage_class.topologies:
+                delayed.append((storage_class.topologies, BIND_CONFLICT, False))
+        return Verdict(needs=(*bound, *delayed))
+
+
+_GONE = object()
+"""``_put``'s value for an object deleted (a volume's own value may be None: it restricts nothing)."""
+
+
+def _put(table: dict[str, Any], key: str, value: Any) -> bool:
+    """Set ``table[key]`` (remove it for ``_GONE``); True when that changed what the table holds."""
+    if value is _GONE:
+        return table.pop(key, _GONE) is not _GONE
+    if key in table and table[key] == value:
+        return False
+    table[key] = value
+    return True
+
+
+def _claim(obj: Mapping[str, Any]) -> Claim:
+    spec, status = kube.mapping(obj.get("spec")), kube.mapping(obj.get("status"))
+    volume, storage_class, phase = spec.get("volumeName"), spec.get("storageClassName"), status.get("phase")
+    return Claim(volume=volume if isinstance(volume, str) else "",
+                 storage_class=storage_class if isinstance(storage_class, str) else "",
+                 phase=phase if isinstance(phase, str) else "Pending",
+                 deleting=kube.meta(obj).get("deletionTimestamp") is not None)
+
+
+def _volume_terms(obj: Mapping[str, Any]) -> Terms | None:
+    """``spec.nodeAffinity.required.nodeSelectorTerms`` (``volume.CheckNodeAffinity``): None without any. A term
+    with ``matchFields`` or an operator muster does not read (``Gt``, ``Lt``) matches no node here: the
+    volume is never taken to be reachable where it may not be."""
+    affinity = kube.mapping(kube.mapping(obj.get("spec")).get("nodeAffinity"))
+    required = affinity.get("required")
+    if not isinstance(required, Mapping):
+        return None
+    raw_terms = required.get("nodeSelectorTerms")
+    terms: list[tuple[MatchExpression, ...]] = []
+    for raw in raw_terms if isinstance(raw_terms, list) else []:
+        term = kube.mapping(raw)
+        terms.append(() if term.get("matchFields") else _expressions(term.get("matchExpressions"), operator=None))
+    return tuple(terms) or NEVER
+
+
+def _storage_class(obj: Mapping[str, Any]) -> StorageClass:
+    raw = obj.get("allowedTopologies")
+    terms = tuple(_expressions(kube.mapping(term).get("matchLabelExpressions"), operator="In")
+                  for term in (raw if isinstance(raw, list) else []))
+    return StorageClass(delayed=obj.get("volumeBindingMode") == DELAYED, topologies=terms)
+
+
+def _expressions(raw: Any, operator: str | None) -> tuple[MatchExpression, ...]:
+    """Expressions of one term (``operator`` fixed for a topology term's ``matchLabelExpressions``); () when
+    any cannot be read, so the term selects nothing."""
+    out: list[MatchExpression] = []
+    for item in raw if isinstance(raw, list) else []:
+        e = kube.mapping(item)
+        op, key, values = operator or e.get("operator"), e.get("key"), e.get("values") or []
+        if not isinstance(key, str) or not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            return ()
+        if one_of(op, _OPERATORS):
+            out.append(MatchExpression(key=key, operator=op, values=tuple(values)))
+        else:
+            return ()
+    return tuple(out)
