@@ -18,7 +18,7 @@ from shared.kernel.model import AffinityOperator, MatchExpression, PodSet, Toler
 from shared.kernel.validation import one_of
 
 _TOLERATION_OPERATORS: tuple[TolerationOperator, ...] = ("Equal", "Exists")
-_AFFINITY_OPERATORS: tuple[AffinityOperator, ...] = ("In", "NotIn", "Exists", "DoesNotExist")
+_AFFINITY_OPERATORS: tuple[AffinityOperator, ...] = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 
 
 def pod_resources(spec: Mapping[str, Any], where: str) -> q.Resources:
@@ -61,7 +61,9 @@ def tolerations(spec: Mapping[str, Any], where: str) -> tuple[Toleration, ...]:
 
 
 def required_affinity(spec: Mapping[str, Any], where: str) -> tuple[tuple[MatchExpression, ...], ...]:
-    """``nodeSelectorTerms``: OR over terms, AND within one. Terms without expressions are skipped."""
+    """``nodeSelectorTerms``: OR over terms, AND within one. A term without expressions is kept, empty: it
+    matches no node (``filters.affinity_matches``), as kube-scheduler's does; skipping it made a pod whose
+    only term is empty fit every node."""
     at = f"{where}.affinity"
     affinity = opt_mapping(spec.get("affinity"), at)
     node_affinity = opt_mapping(affinity.get("nodeAffinity"), f"{at}.nodeAffinity")
@@ -84,12 +86,14 @@ def required_affinity(spec: Mapping[str, Any], where: str) -> tuple[tuple[MatchE
             for k, v in enumerate(values):
                 if not isinstance(v, str):
                     raise Invalid(f"{e_at}.values[{k}]: {show(v)} is not a string")
+            if op in ("Gt", "Lt") and len(values) != 1:
+                raise Invalid(f"{e_at}.values: Required value: must be specified single value when `operator` is "
+                              f"'Lt' or 'Gt': the API server refuses such a pod, so none is made")
             key = string(e.get("key"), f"{e_at}.key")
             if not key:
                 raise Invalid(f"{e_at}.key: missing")
             exprs.append(MatchExpression(key=key, operator=op, values=tuple(values)))
-        if exprs:
-            terms.append(tuple(exprs))
+        terms.append(tuple(exprs))
     return tuple(terms)
 
 
