@@ -22,7 +22,7 @@ from shared.kernel.model import (
 from shared.kernel.validation import one_of
 
 _TOLERATION_OPERATORS: tuple[TolerationOperator, ...] = ("Equal", "Exists")
-_AFFINITY_OPERATORS: tuple[AffinityOperator, ...] = ("In", "NotIn", "Exists", "DoesNotExist")
+_AFFINITY_OPERATORS: tuple[AffinityOperator, ...] = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 """``ContainerPort.protocol`` as the API server takes it (``validateContainerPorts``)."""
 
@@ -81,6 +81,9 @@ def _expressions(term: Mapping[str, Any], term_at: str) -> tuple[MatchExpression
         for k, v in enumerate(values):
             if not isinstance(v, str):
                 raise Invalid(f"{e_at}.values[{k}]: {show(v)} is not a string")
+        if op in ("Gt", "Lt") and len(values) != 1:
+            raise Invalid(f"{e_at}.values: Required value: must be specified single value when `operator` is "
+                          f"'Lt' or 'Gt': the API server refuses such a pod, so none is made")
         key = string(e.get("key"), f"{e_at}.key")
         if not key:
             raise Invalid(f"{e_at}.key: missing")
@@ -95,16 +98,16 @@ def _node_affinity(spec: Mapping[str, Any], where: str) -> tuple[Mapping[str, An
 
 
 def required_affinity(spec: Mapping[str, Any], where: str) -> tuple[tuple[MatchExpression, ...], ...]:
-    """``nodeSelectorTerms``: OR over terms, AND within one. Terms without expressions are skipped."""
+    """``nodeSelectorTerms``: OR over terms, AND within one. A term without expressions is kept, empty: it
+    matches no node (``filters.affinity_matches``), as kube-scheduler's does; skipping it made a pod whose
+    only term is empty fit every node."""
     node_affinity, at = _node_affinity(spec, where)
     at = f"{at}.requiredDuringSchedulingIgnoredDuringExecution"
     required = opt_mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), at)
     terms: list[tuple[MatchExpression, ...]] = []
     for i, raw_term in enumerate(opt_list(required.get("nodeSelectorTerms"), f"{at}.nodeSelectorTerms")):
         term_at = f"{at}.nodeSelectorTerms[{i}]"
-        exprs = _expressions(mapping(raw_term, term_at), term_at)
-        if exprs:
-            terms.append(exprs)
+        terms.append(_expressions(mapping(raw_term, term_at), term_at))
     return tuple(terms)
 
 

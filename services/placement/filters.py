@@ -8,6 +8,7 @@ outcome per ``PodSet.constraint_key`` (see ``nodes.NodeTable.static_mask``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -18,6 +19,9 @@ HARD_EFFECTS = ("NoSchedule", "NoExecute")
 
 UNSCHEDULABLE = "node(s) were unschedulable"
 AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+TAINTED = "node(s) had untolerated taint(s)"
+"""kube-scheduler's words since it stopped naming the taint (v1.34's TaintToleration plugin logs it at -v=4):
+one count for every node a taint keeps off, whichever taint."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,29 @@ def selector_matches(labels: Mapping[str, str], selector: Mapping[str, str]) -> 
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+_INT64 = re.compile(r"[+-]?[0-9]+")
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def int64(text: str | None) -> int | None:
+    """``text`` read as Go's ``strconv.ParseInt(text, 10, 64)`` reads it, None where that fails: ASCII digits
+    after an optional sign, nothing else (no ``_``, no spaces, which Python's ``int`` takes), within int64."""
+    if text is None or not _INT64.fullmatch(text):
+        return None
+    value = int(text)
+    return value if INT64[0] <= value <= INT64[1] else None
+
+
 def expression_matches(labels: Mapping[str, str], expr: MatchExpression) -> bool:
+    """One requirement of a node selector term, as ``labels.Requirement.Matches`` (k8s.io/apimachinery)
+    decides it. ``Gt``/``Lt``: the label and the one value both int64 (a label that is not, or a
+    requirement with a value that is not, matches no node: kube-scheduler's term fails to parse)."""
+    if expr.operator in ("Gt", "Lt"):
+        label = int64(labels.get(expr.key))
+        bound = int64(expr.values[0]) if len(expr.values) == 1 else None
+        if label is None or bound is None:
+            return False
+        return label > bound if expr.operator == "Gt" else label < bound
     if expr.operator == "Exists":
         return expr.key in labels
     if expr.operator == "DoesNotExist":
@@ -76,14 +102,11 @@ def expression_matches(labels: Mapping[str, str], expr: MatchExpression) -> bool
 
 
 def affinity_matches(labels: Mapping[str, str], terms: tuple[tuple[MatchExpression, ...], ...]) -> bool:
-    """OR over terms, AND within a term; an empty term matches nothing (as in Kubernetes)."""
+    """OR over terms, AND within a term; an empty term matches nothing (as in Kubernetes), so terms that
+    are all empty match no node; no terms at all (no required affinity) match every node."""
     if not terms:
         return True
     return any(term and all(expression_matches(labels, e) for e in term) for term in terms)
-
-
-def taint_reason(taint: Taint) -> str:
-    return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
 
 
 def static_failure(labels: Mapping[str, str], taints: tuple[Taint, ...], unschedulable: bool,
@@ -91,9 +114,8 @@ def static_failure(labels: Mapping[str, str], taints: tuple[Taint, ...], unsched
     """Why this node can never host this pod set whatever its usage, or None when it can."""
     if unschedulable and not any(tolerates(t, UNSCHEDULABLE_TAINT) for t in pod_set.tolerations):
         return UNSCHEDULABLE
-    taint = untolerated(taints, pod_set.tolerations)
-    if taint is not None:
-        return taint_reason(taint)
+    if untolerated(taints, pod_set.tolerations) is not None:
+        return TAINTED
     if not selector_matches(labels, pod_set.node_selector) or not affinity_matches(labels, pod_set.affinity):
         return AFFINITY
     return None

@@ -2,7 +2,7 @@
 
     3/3 tasks in gang unschedulable: pod group is not ready, 3 Pending, 3 minAvailable;
     1/3 tasks could not be placed: 0/2 nodes are available: 1 Insufficient cpu,
-    1 node(s) had untolerated taint {dedicated: gpu}.
+    1 node(s) had untolerated taint(s).
 
 The node histogram is kube-scheduler's ``FitError``: per node the first failing filter (cordon,
 taint, selector/affinity, host ports), or every resource it is short of, else the first inter-pod rule it

@@ -23,7 +23,7 @@ class Frozen(BaseModel):
 
 
 TolerationOperator = Literal["Equal", "Exists"]
-AffinityOperator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
+AffinityOperator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
 QueueState = Literal["Open", "Closed", "Closing"]
 
 

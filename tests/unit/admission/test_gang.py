@@ -219,6 +219,21 @@ def test_node_selector_tolerations_and_required_affinity_come_from_the_template(
     )
 
 
+def test_gt_lt_and_empty_terms_are_read_as_kube_scheduler_reads_them() -> None:
+    """Gt/Lt are node affinity operators like the others; an empty term is kept (it matches no node), not
+    dropped, which made a pod whose only term is empty fit everywhere (found by the differential test)."""
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["3"]},
+                              {"key": "gen", "operator": "Lt", "values": ["7"]}]},
+        {},
+    ]}}}
+    rc = ray_cluster(workers=[worker_group("w", 1, affinity=affinity)])
+    assert AdmissionDriver().submitted(rc).gang.pod_sets[1].affinity == (
+        (MatchExpression(key="gen", operator="Gt", values=("3",)), MatchExpression(key="gen", operator="Lt", values=("7",))),
+        (),
+    )
+
+
 # --------------------------------------------------------------------------- what each dialect counts and charges
 def test_volcano_autoscaling_cluster_gang_is_min_replicas_and_the_rest_elastic() -> None:
     d = AdmissionDriver()

@@ -65,8 +65,9 @@ def test_preferred_node_affinity_is_read_term_by_term() -> None:
     ({"weight": 0, "preference": {}}, "[0].weight: 0 is not a whole number from 1 to 100"),
     ({"weight": "5", "preference": {}}, "[0].weight: '5' is not a whole number from 1 to 100"),
     ({"weight": 5}, "[0].preference: missing"),
-    ({"weight": 5, "preference": {"matchExpressions": [{"key": "z", "operator": "Gt", "values": ["1"]}]}},
-     "[0].preference.matchExpressions[0].operator: 'Gt' is not supported (one of In, NotIn, Exists, DoesNotExist)"),
+    ({"weight": 5, "preference": {"matchExpressions": [{"key": "z", "operator": "Above", "values": ["1"]}]}},
+     "[0].preference.matchExpressions[0].operator: 'Above' is not supported (one of In, NotIn, Exists, DoesNotExist, "
+     "Gt, Lt)"),
 ])
 def test_a_malformed_preference_is_one_line(term: dict, reason: str) -> None:
     affinity = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}

@@ -114,11 +114,17 @@ CASES: list[tuple[str, dict, str]] = [
      "metadata.labels.kai.scheduler/queue: 7 is not a string"),
     ("toleration operator", ray_cluster(workers=[worker_group(tolerations=[{"key": "a", "operator": "Maybe"}])]),
      f"{W}.template.spec.tolerations[0].operator: 'Maybe' is not one of Equal, Exists"),
-    ("affinity Gt", ray_cluster(workers=[worker_group(affinity={"nodeAffinity": {
+    ("affinity operator", ray_cluster(workers=[worker_group(affinity={"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["3"]}]}]}}})]),
+            {"matchExpressions": [{"key": "gen", "operator": "Above", "values": ["3"]}]}]}}})]),
      f"{W}.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
-     ".matchExpressions[0].operator: 'Gt' is not supported (one of In, NotIn, Exists, DoesNotExist)"),
+     ".matchExpressions[0].operator: 'Above' is not supported (one of In, NotIn, Exists, DoesNotExist, Gt, Lt)"),
+    ("affinity Gt of two values", ray_cluster(workers=[worker_group(affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["3", "4"]}]}]}}})]),
+     f"{W}.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+     ".matchExpressions[0].values: Required value: must be specified single value when `operator` is 'Lt' or 'Gt': "
+     "the API server refuses such a pod, so none is made"),
     ("pod anti-affinity without topologyKey", ray_cluster(workers=[worker_group(affinity={"podAntiAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"a": "b"}}}]}})]),
      f"{W}.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey: "

@@ -62,6 +62,35 @@ def test_required_node_affinity_operators(term, expected):
     assert place_one(constrained(HEAD, affinity=[term]), *nodes) == expected
 
 
+@pytest.mark.parametrize("generation, operator, value, matches", [
+    ("4", "Gt", "3", True),
+    ("3", "Gt", "3", False),
+    ("3", "Lt", "4", True),
+    ("4", "Lt", "4", False),
+    ("007", "Gt", "6", True),            # ParseInt reads leading zeros
+    ("-2", "Lt", "-1", True),
+    ("3", "Gt", "+2", True),             # and a sign
+    ("3_0", "Gt", "3", False),           # a label value Python's int reads as 30, ParseInt refuses
+    ("v2", "Lt", "9", False),
+    ("99999999999999999999", "Gt", "3", False),  # beyond int64: refused, not large
+    (None, "Lt", "9", False),             # no label: no match, for Lt as for Gt
+    ("3", "Gt", "three", False),          # a value that is no integer: the term matches no node
+])
+def test_gt_and_lt_compare_labels_as_kube_scheduler_parses_them(generation, operator, value, matches):
+    """kube-scheduler reads both sides with strconv.ParseInt(v, 10, 64) and fails the term when either does
+    not parse (k8s.io/apimachinery labels.Requirement.Matches); muster refused such pods before the
+    differential test (tests/realcluster/test_kube_scheduler_differential.py) found them bound."""
+    labels = {"gen": generation} if generation is not None else {}
+    nodes = (node("n", labels=labels),)
+    assert (place_one(constrained(HEAD, affinity=[[expr("gen", operator, value)]]), *nodes) == "n") is matches
+
+
+def test_an_empty_term_matches_no_node_but_others_still_may():
+    nodes = (node("n1", labels={"zone": "z1"}), node("n2", labels={"zone": "z2"}))
+    assert place_one(constrained(HEAD, affinity=[[]]), *nodes) is None
+    assert place_one(constrained(HEAD, affinity=[[], [expr("zone", "In", "z2")]]), *nodes) == "n2"
+
+
 def test_affinity_terms_are_ored():
     nodes = (node("n1", labels={"zone": "z1"}), node("n2", labels={"zone": "z2"}))
     ps = constrained(HEAD, affinity=[[expr("zone", "In", "z9")], [expr("zone", "In", "z2")]])

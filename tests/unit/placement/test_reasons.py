@@ -39,7 +39,7 @@ def test_histogram_counts_each_node_once_per_filter_sorted_as_strings():
     assert failed.reason == (
         "1/1 tasks in gang unschedulable: pod group is not ready, 1 Pending, 1 minAvailable; "
         "1/1 tasks could not be placed: 0/6 nodes are available: 1 Insufficient memory, 1 node(s) were "
-        "unschedulable, 2 node(s) had untolerated taint {team: a}, 3 Insufficient cpu. It can never fit in the "
+        "unschedulable, 2 node(s) had untolerated taint(s), 3 Insufficient cpu. It can never fit in the "
         "cluster as it is: a head pod needs cpu 2, the largest node it may use has cpu 1 (it waits for nodes to "
         "join or change).")
 
