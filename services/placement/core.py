@@ -143,15 +143,17 @@ class PlacementCore(Folds):
         return out
 
     def _storage_changed(self, p: ObjectChanged) -> list[Output]:
-        """A claim, volume or storage class came, changed or left (``volumes.VolumeBook``): pod sets' claims are
+        """A claim, volume or storage class came, changed or left (``volumes.VolumeBook``): pods kept back by
+        their claims are told where to go if they now may be (``Slots.tell_unclaimed``), pod sets' claims are
         judged again, and if a gang with claims waits, every waiting gang may try (a claim created or bound,
         as kube-scheduler's VolumeBinding requeues its pods on those events)."""
         if not self.nodes.volumes.observe(p):
             return []
         self.nodes.volumes_changed()
+        out: list[Output] = self.slots.tell_unclaimed() if self.slots.unclaimed else []
         waiting = any(not w.admitted and any(ps.volumes for ps in w.spec.gang.pod_sets)
                       for w in self.workloads.values())
-        return [self.signals.changed(released=True, everyone=True)] if waiting else []
+        return [*out, self.signals.changed(released=True, everyone=True)] if waiting else out
 
     def _on_QueueDefined(self, p: QueueDefined, now: float) -> list[Output]:
         self.preemption.define_queue(p.queue.name, p.queue.min_runtime)

@@ -600,13 +600,13 @@ class NodeTable:
             if verdict is not None and verdict.wait:
                 mask[:] = False
                 candidates = np.flatnonzero(mask)
-            elif pod_set.node_selector or pod_set.affinity or verdict is not None and verdict.needs:
+            elif pod_set.node_selector or pod_set.affinity or verdict is not None and verdict.restricts:
                 candidates = np.flatnonzero(self.present[:n])
             else:
                 candidates = np.flatnonzero(self.present[:n] & ~mask)
             for i in candidates.tolist():
                 mask[i] = filters.static_failure(self.labels[i], self.taints[i], not self.schedulable[i],
-                                                 pod_set) is None and (verdict is None or verdict.allows(self.labels[i]))
+                                                 pod_set) is None and (verdict is None or verdict.allows(self.labels[i], self.names[i]))
             self._masks[key] = mask
         return mask
 

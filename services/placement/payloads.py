@@ -54,14 +54,16 @@ def gang_placed(key: str, queue: str, kind: str, gate: str, slots: tuple[SlotAss
 
 
 def pod_assigned(key: str, pod_namespace: str, pod: str, pod_set: str, node: str, gpu: GpuAssignment | None,
-                 elastic: bool) -> PodAssigned:
+                 elastic: bool, claims: tuple[str, ...] = ()) -> PodAssigned:
     """``PodAssigned(...)`` of these fields."""
     if (type(key) is str and type(pod_namespace) is str and type(pod) is str and type(pod_set) is str
-            and type(node) is str and _gpu_ok(gpu) and type(elastic) is bool):
+            and type(node) is str and _gpu_ok(gpu) and type(elastic) is bool and type(claims) is tuple
+            and all(type(c) is str for c in claims)):
         return built(PodAssigned, {"key": key, "type": "PodAssigned", "pod_namespace": pod_namespace, "pod": pod,
-                                   "pod_set": pod_set, "node": node, "gpu": gpu, "elastic": elastic})
+                                   "pod_set": pod_set, "node": node, "gpu": gpu, "elastic": elastic,
+                                   "claims": claims})
     return PodAssigned(key=key, pod_namespace=pod_namespace, pod=pod, pod_set=pod_set, node=node, gpu=gpu,
-                       elastic=elastic)
+                       elastic=elastic, claims=claims)
 
 
 def gang_placed_of(rec: WorkloadRecord, names: Sequence[str]) -> GangPlaced:

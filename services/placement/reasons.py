@@ -116,7 +116,7 @@ def fit_error(table: NodeTable, pod_set: PodSet, demand: Demand, static: np.ndar
     for i in np.flatnonzero(present & ~static).tolist():
         reason = filters.static_failure(table.labels[i], table.taints[i], not table.schedulable[i], pod_set)
         if reason is None and verdict is not None:
-            for why in _volume_node_reasons(table, demand, verdict.reasons(table.labels[i]), i):
+            for why in _volume_node_reasons(table, demand, verdict.reasons(table.labels[i], table.names[i]), i):
                 counts[why] = counts.get(why, 0) + 1
             continue
         reason = reason or filters.UNSCHEDULABLE

@@ -42,6 +42,9 @@ class Slots:
         """Admitted workloads with free slots whose node left, waiting to be re-placed together."""
         self.now = 0.0
         """The time of the event being handled."""
+        self.unclaimed: dict[str, str] = {}
+        """Pods (key -> their workload's key) that hold their slot but are not told to bind yet: a claim
+        of theirs does not let them be bound now (``VolumeBook.prebind``), so they wait for a claim event."""
 
     def on_pod(self, p: ObjectChanged, now: float, held: Held | None = None) -> list[Output]:
         """Count bound live pods, fill or free slots, assign new pods of admitted workloads. A version
@@ -181,7 +184,31 @@ class Slots:
         if slot is None:  # beyond its slots (an elastic pod not granted yet): it waits unbound, no quota
             return []
         slot.pod, rec.slot = facts.key, slot
-        return [self.pod_assigned(wrec, rec, slot)]
+        return self.tell(wrec, rec, slot)
+
+    def tell(self, wrec: WorkloadRecord, rec: PodRecord, slot: Slot) -> list[Output]:
+        """Tell a pod that holds ``slot`` where to go, unless its claims keep it back for now: kube-scheduler
+        binds a pod only once its ephemeral claims exist (PreFilter) and writes the node on its delayed
+        claims first (PreBind); a pod kept back keeps its slot and is told when a claim changes."""
+        prebind = self.nodes.volumes.prebind(rec.obj, self.nodes.names[slot.node]) \
+            if "volumes" in kube.mapping(rec.obj.get("spec")) else None
+        if prebind is not None and prebind.wait:
+            self.unclaimed[rec.key] = wrec.key
+            return []
+        self.unclaimed.pop(rec.key, None)
+        return [self.pod_assigned(wrec, rec, slot, prebind.claims if prebind is not None else ())]
+
+    def tell_unclaimed(self) -> list[Output]:
+        """A claim changed: pods kept back by their claims are told where to go if they now may be."""
+        out: list[Output] = []
+        for key, workload in list(self.unclaimed.items()):
+            rec, wrec = self.ledger.pods.get(key), self.admitted(workload)
+            if rec is None or wrec is None or rec.slot is None or rec.slot.pod != key or rec.facts.bound \
+                    or not rec.facts.live or rec.evicted:
+                del self.unclaimed[key]  # gone, bound, or no longer in that slot: nothing to tell
+                continue
+            out += self.tell(wrec, rec, rec.slot)
+        return out
 
     def assemble(self, wrec: WorkloadRecord) -> list[Output]:
         """A pod-gated gang binds nothing until a pod waits for every one of its gang slots: then all
@@ -334,10 +361,11 @@ class Slots:
                 return self.attach(wrec, rec)
         return []
 
-    def pod_assigned(self, wrec: WorkloadRecord, rec: PodRecord, slot: Slot) -> PodAssigned:
+    def pod_assigned(self, wrec: WorkloadRecord, rec: PodRecord, slot: Slot, claims: tuple[str, ...] = ()) -> PodAssigned:
         node = self.nodes.names[slot.node]
         return pod_assigned(wrec.key, rec.facts.namespace, rec.facts.name, slot.pod_set, node,
-                            gpu.assignment(wrec.key, node, slot.devices, slot.demand.gpu_memory), slot.elastic)
+                            gpu.assignment(wrec.key, node, slot.devices, slot.demand.gpu_memory), slot.elastic,
+                            claims)
     def hand_out(self, rec: WorkloadRecord, now: float) -> list[Output]:
         """A gang was just admitted: hand its existing pods their slots in observed order."""
         out: list[Output] = []

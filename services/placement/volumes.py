@@ -14,10 +14,19 @@ as ``pkg/scheduler/framework/plugins/volumebinding`` does, in its order:
    (``checkVolumeProvisions``). Each is a requirement with the reason a node failing it gets
    (``Verdict.needs``); the node table folds them into the pod set's static mask.
 
+A delayed claim already annotated ``volume.kubernetes.io/selected-node`` (``AnnSelectedNode``) can only
+be provisioned on that node: ``FindPodVolumes`` fails every other node with ``ErrReasonBindConflict``.
+
 A generic ephemeral volume's claim is named ``<pod>-<volume>`` and made by the ephemeral volume controller
 when the pod is; muster places a gang before its pods exist (KubeRay names them then), so it cannot look
 that claim up. It judges it as the claim it will be: unbound, of its template's class; a
 ``WaitForFirstConsumer`` class's ``allowedTopologies`` hold, any other class restricts nothing here.
+
+Before a pod is bound (``prebind``), once it exists and has its node: its ephemeral claims must exist and
+be its own (VolumeBinding's PreFilter, ``podHasPVCs``: until then the pod waits), no claim may have been
+given to another node, and each unbound delayed claim is to be annotated with the node first, as
+VolumeBinding's PreBind does (``AssumePodVolumes`` sets ``AnnSelectedNode``, ``bindAPIUpdate`` writes it),
+so that the provisioner makes the volume where the pod goes.
 
 Everything here can change (a claim created, a volume bound, a class added), so nothing is a rejection:
 a pod set whose claims do not let it anywhere waits, and any change of a claim, volume or class wakes
@@ -40,6 +49,8 @@ Terms = tuple[tuple[MatchExpression, ...], ...]
 NEVER: Terms = ((),)
 """Terms no node matches (an empty term selects nothing, as in Kubernetes)."""
 
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+"""``AnnSelectedNode`` (``k8s.io/component-helpers/storage/volume``): the node a delayed claim is provisioned for."""
 NODE_CONFLICT = "node(s) had volume node affinity conflict"
 BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
 VOLUME_MISSING = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
@@ -59,6 +70,10 @@ class Claim:
     storage_class: str
     phase: str
     deleting: bool
+    selected_node: str = ""
+    """``volume.kubernetes.io/selected-node``: the node it is to be provisioned for, "" when none."""
+    owner: str = ""
+    """The uid of its controller (``ownerReferences`` with ``controller: true``), "" when none."""
 
     @property
     def bound(self) -> bool:
@@ -83,18 +98,37 @@ class Verdict:
     """(terms, the reason of a node that fails them, whether they come from a bound claim): bound claims'
     first, in volume order (a node gets the first one it fails, as ``checkBoundClaims`` returns at it),
     then the delayed claims' (one reason, as ``checkVolumeProvisions`` returns at the first)."""
+    pinned: frozenset[str] = frozenset()
+    """The nodes delayed claims were already given (``selected-node``): a node must be each of them."""
 
-    def allows(self, labels: Mapping[str, str]) -> bool:
-        """Whether a node with ``labels`` can reach every volume (and nothing makes the pod wait everywhere)."""
-        return not self.wait and all(affinity_matches(labels, terms) for terms, _, _ in self.needs)
+    def allows(self, labels: Mapping[str, str], node: str) -> bool:
+        """Whether node ``node`` with ``labels`` can reach every volume (and nothing makes the pod wait everywhere)."""
+        return not self.wait and all(affinity_matches(labels, terms) for terms, _, _ in self.needs) \
+            and all(pin == node for pin in self.pinned)
 
-    def reasons(self, labels: Mapping[str, str]) -> list[str]:
-        """Why a node with ``labels`` is ruled out (``FindPodVolumes``'s reasons for it), [] when it is not."""
+    def reasons(self, labels: Mapping[str, str], node: str) -> list[str]:
+        """Why node ``node`` with ``labels`` is ruled out (``FindPodVolumes``'s reasons for it), [] when it is not."""
         out = [next((reason for terms, reason, bound in self.needs
                      if bound and not affinity_matches(labels, terms)), "")]
-        if any(not bound and not affinity_matches(labels, terms) for terms, _, bound in self.needs):
+        if any(pin != node for pin in self.pinned) or any(
+                not bound and not affinity_matches(labels, terms) for terms, _, bound in self.needs):
             out.append(BIND_CONFLICT)
         return [reason for reason in out if reason]
+
+    @property
+    def restricts(self) -> bool:
+        """Whether some node may be ruled out by the claims."""
+        return bool(self.needs or self.pinned)
+
+
+@dataclass(frozen=True)
+class Prebind:
+    """What must happen before one pod is bound to its node (``VolumeBook.prebind``)."""
+
+    wait: str = ""
+    """Why it may not be bound yet (kube-scheduler's words), "" when it may."""
+    claims: tuple[str, ...] = ()
+    """Names (in the pod's namespace) of the unbound delayed claims to annotate with the node first."""
 
 
 @dataclass
@@ -133,6 +167,7 @@ class VolumeBook:
             claims.append(claim)
         bound: list[tuple[Terms, str, bool]] = []
         delayed: list[tuple[Terms, str, bool]] = []
+        pinned: set[str] = set()
         for claim in claims:
             if claim.bound:
                 if claim.volume not in self.volumes:
@@ -145,13 +180,58 @@ class VolumeBook:
             storage_class = self.classes.get(claim.storage_class) if claim.storage_class else None
             if storage_class is None or not storage_class.delayed or claim.volume:
                 return Verdict(wait=UNBOUND_IMMEDIATE)
+            if claim.selected_node:
+                pinned.add(claim.selected_node)
             if storage_class.topologies:
                 delayed.append((storage_class.topologies, BIND_CONFLICT, False))
         for name in volumes.ephemeral:
             storage_class = self.classes.get(name) if name else None
             if storage_class is not None and storage_class.delayed and storage_class.topologies:
                 delayed.append((storage_class.topologies, BIND_CONFLICT, False))
-        return Verdict(needs=(*bound, *delayed))
+        return Verdict(needs=(*bound, *delayed), pinned=frozenset(pinned))
+
+    def prebind(self, pod: Mapping[str, Any], node: str) -> Prebind:
+        """What binding ``pod`` (as the watch holds it) to ``node`` needs first, or why it must wait.
+
+        Its claims in volume order: an ephemeral volume's claim ``<pod>-<volume>`` must exist (else
+        "waiting for ephemeral volume controller to create the persistentvolumeclaim") and be controlled by
+        the pod (``ephemeral.VolumeIsForPod``); a claim given to another node makes it wait (the pod set's
+        placement already kept away from claims known to be so; one annotated since must not be bound
+        there either); each unbound claim of a ``WaitForFirstConsumer`` class not yet given ``node`` is
+        to be annotated with it (VolumeBinding's PreBind). The rest was judged when the gang was placed."""
+        meta, spec = kube.meta(pod), kube.mapping(pod.get("spec"))
+        namespace, name = meta.get("namespace") or "default", meta.get("name") or ""
+        raw = spec.get("volumes")
+        claims: list[str] = []
+        for item in raw if isinstance(raw, list) else []:
+            volume = kube.mapping(item)
+            source = kube.mapping(volume.get("persistentVolumeClaim"))
+            if isinstance(source.get("claimName"), str):
+                claim_name, ephemeral = source["claimName"], False
+            elif volume.get("ephemeral") is not None and isinstance(volume.get("name"), str):
+                claim_name, ephemeral = f"{name}-{volume['name']}", True
+            else:
+                continue
+            claim = self.claims.get(f"{namespace}/{claim_name}")
+            if claim is None:
+                if ephemeral:
+                    return Prebind(wait='waiting for ephemeral volume controller to create the '
+                                        f'persistentvolumeclaim "{claim_name}"')
+                return Prebind(wait=f'persistentvolumeclaim "{claim_name}" not found')
+            if ephemeral and (not claim.owner or claim.owner != meta.get("uid")):
+                return Prebind(wait=f"PVC {namespace}/{claim_name} was not created for pod {namespace}/{name} "
+                                    "(pod is not owner)")
+            if claim.bound or claim.volume:
+                continue
+            storage_class = self.classes.get(claim.storage_class) if claim.storage_class else None
+            if storage_class is None or not storage_class.delayed:
+                continue  # an immediate claim unbound made the pod set wait (``verdict``)
+            if claim.selected_node and claim.selected_node != node:
+                return Prebind(wait=f'persistentvolumeclaim "{claim_name}" is to be provisioned on node '
+                                    f'"{claim.selected_node}", not "{node}"')
+            if claim.selected_node != node and claim_name not in claims:
+                claims.append(claim_name)
+        return Prebind(claims=tuple(claims))
 
 
 _GONE = object()
@@ -171,10 +251,15 @@ def _put(table: dict[str, Any], key: str, value: Any) -> bool:
 def _claim(obj: Mapping[str, Any]) -> Claim:
     spec, status = kube.mapping(obj.get("spec")), kube.mapping(obj.get("status"))
     volume, storage_class, phase = spec.get("volumeName"), spec.get("storageClassName"), status.get("phase")
+    selected = kube.annotations(obj).get(SELECTED_NODE)
+    refs = kube.meta(obj).get("ownerReferences")
+    owner = next((ref.get("uid") for ref in refs if isinstance(ref, Mapping) and ref.get("controller") is True
+                  and isinstance(ref.get("uid"), str)), "") if isinstance(refs, list) else ""
     return Claim(volume=volume if isinstance(volume, str) else "",
                  storage_class=storage_class if isinstance(storage_class, str) else "",
                  phase=phase if isinstance(phase, str) else "Pending",
-                 deleting=kube.meta(obj).get("deletionTimestamp") is not None)
+                 deleting=kube.meta(obj).get("deletionTimestamp") is not None,
+                 selected_node=selected if isinstance(selected, str) else "", owner=owner or "")
 
 
 def _volume_terms(obj: Mapping[str, Any]) -> Terms | None:

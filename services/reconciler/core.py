@@ -187,15 +187,17 @@ class ReconcilerCore(Folds):
         return out + self._event(wl, "Normal", "Scheduled", message)
 
     def _on_PodAssigned(self, p: PodAssigned, now: float) -> list[KubeEffect]:
+        """Bind the pod; its delayed claims ride on the one effect, so the link writes the node on them before
+        the binding and never binds without them (kube-scheduler's PreBind runs before its Bind)."""
         wl = self._workload(p.key)
         pod_id = self._pod_id(wl, p.pod_namespace, p.pod)
         annotations = gpu_annotations(p.gpu)
         if p.elastic:
             annotations[ELASTIC] = "true"
-        if not self._remember(pod_id, "placement", ("bind", p.node, tuple(sorted(annotations.items())))):
+        if not self._remember(pod_id, "placement", ("bind", p.node, tuple(sorted(annotations.items())), p.claims)):
             return []
         return [kube_effect(op="bind", kind="Pod", namespace=p.pod_namespace or wl.namespace, name=p.pod,
-                           node=p.node, annotations=annotations)]
+                           node=p.node, annotations=annotations, claims=p.claims)]
 
     def _on_GangRunning(self, p: GangRunning, now: float) -> list[KubeEffect]:
         return self._annotate(self._workload(p.key), {STATUS: _status("Running", p.reason)})

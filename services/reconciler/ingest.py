@@ -7,7 +7,8 @@ where it mounts a claim: its ``persistentVolumeClaim.claimName`` or its ephemera
 ``storageClassName``), node capacity and taints, pod phase and node; of a PersistentVolumeClaim its
 ``volumeName``, ``storageClassName`` and phase, of a PersistentVolume its ``nodeAffinity`` and
 ``claimRef`` (namespace, name, uid), of a StorageClass its ``volumeBindingMode`` and
-``allowedTopologies`` (placement's volume filter, ``services.placement.volumes``). Everything else a manifest
+``allowedTopologies`` (placement's volume filter, ``services.placement.volumes``), and the
+``volume.kubernetes.io/selected-node`` annotation and controller of a claim. Everything else a manifest
 carries (container env values and commands, a RayJob's entrypoint and ``runtimeEnvYAML``,
 ``last-applied-configuration``, other annotations, managed fields) is dropped here, before anything
 reaches Kafka, the history store or an export. An object muster cannot hold (a name the API server
@@ -37,7 +38,9 @@ ANNOTATION_PREFIXES = (
 requests, ``gpu-fraction`` and ``gpu-memory``); any other annotation
 (``kubectl.kubernetes.io/last-applied-configuration`` above all, which repeats the whole manifest, env
 values included) is not kept."""
-ANNOTATIONS = frozenset({kube.GPU_FRACTION, gpumemory.ANNOTATION})
+ANNOTATIONS = frozenset({kube.GPU_FRACTION, gpumemory.ANNOTATION, "volume.kubernetes.io/selected-node"})
+"""Annotations kept besides the prefixes': KAI's GPU sharing requests, and a claim's selected node
+(kube-scheduler's ``AnnSelectedNode``: a delayed claim already given a node can only be provisioned there)."""
 
 _METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
              "deletionTimestamp")

@@ -9,8 +9,8 @@ What users did is told apart from what the cluster did by who owns an object and
   stamps on it: uid, resourceVersion, creationTimestamp, generation, managedFields);
 - a later change is a user's edit when it changes what a user writes: anything but the status of
   a RayJob, RayCluster or Pod (KubeRay's and the kubelet's), ``spec.suspend`` of a RayJob/RayCluster
-  (muster's gate), a pod's ``spec.nodeName`` (muster binds), and the annotations and status fields
-  muster's effects wrote (``KubeEffect`` in the log names each; a status field counts as muster's
+  (muster's gate), a pod's ``spec.nodeName`` (muster binds), the ``selected-node`` a bind wrote on a
+  claim, and the annotations and status fields muster's effects wrote (``KubeEffect`` in the log names each; a status field counts as muster's
   while it holds the value muster wrote); the step applies the object as the edit left it;
 - a deletion is the user's unless muster evicted the pod (an ``evict`` effect) or the node it was
   bound to went away at that instant (the pod garbage collector);
@@ -37,6 +37,7 @@ from shared.kernel import kube
 from shared.kernel.events import Envelope
 from shared.kernel.topology import SERVICES
 from shared.sim.batchscheduler import PLUGINS
+from shared.sim.ephemeral import SELECTED_NODE
 from shared.sim.kuberay import DURATION, OUTCOME
 
 _STAMPED = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "deletionTimestamp")
@@ -149,6 +150,8 @@ class Deriver:
         if effect.annotations:
             for kind in ((effect.kind,) if effect.kind else _GATED):
                 self._muster_keys.setdefault((kind, key[1], key[2]), set()).update(effect.annotations)
+        for claim in effect.claims:  # a bind wrote the node on the pod's delayed claims first
+            self._muster_keys.setdefault(("PersistentVolumeClaim", key[1], claim), set()).add(SELECTED_NODE)
         if effect.op == "evict":
             self._evicted.add((effect.namespace, effect.name))
         if effect.op == "status":

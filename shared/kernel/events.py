@@ -377,6 +377,9 @@ class PodAssigned(_WorkloadEvent):
     gpu: GpuAssignment | None = None
     elastic: bool = False
     """An elastic pod (beyond the gang's minimum): the first to go when others need the room."""
+    claims: tuple[str, ...] = ()
+    """Claims of the pod (names in its namespace) to mark with the node before it is bound: its unbound
+    ``WaitForFirstConsumer`` claims, so that their volumes are provisioned there (VolumeBinding's PreBind)."""
 
 
 class GangRunning(_WorkloadEvent):
@@ -471,6 +474,10 @@ class KubeEffect(Frozen):
     reason: str = ""
     message: str = ""
     event_type: Literal["Normal", "Warning"] = "Normal"
+    claims: tuple[str, ...] = ()
+    """``bind``: claims (names in the pod's namespace) annotated ``volume.kubernetes.io/selected-node: <node>``
+    first, each before the pod's binding, as kube-scheduler's VolumeBinding PreBind does; the pod is not
+    bound when one is gone or was given another node."""
 
     @property
     def subject(self) -> str:
@@ -483,7 +490,7 @@ _EVENT_TYPES = frozenset(get_args(KubeEffect.model_fields["event_type"].annotati
 
 def kube_effect(op: str, kind: str, namespace: str, name: str, *, api_version: str = "", node: str = "",
                 annotations: dict[str, str] | None = None, status: dict[str, Any] | None = None, reason: str = "",
-                message: str = "", event_type: str = "Normal") -> KubeEffect:
+                message: str = "", event_type: str = "Normal", claims: tuple[str, ...] = ()) -> KubeEffect:
     """``KubeEffect(...)`` of these fields, built as validation would leave them, without running it:
     the reconciler makes one for most envelopes it reads, and validating one was a large part of its cost.
 
@@ -496,17 +503,18 @@ def kube_effect(op: str, kind: str, namespace: str, name: str, *, api_version: s
     if (type(op) is str and op in _EFFECT_OPS and type(event_type) is str and event_type in _EVENT_TYPES and type(annotations) is dict and type(status) is dict
             and type(kind) is str and type(namespace) is str and type(name) is str and type(api_version) is str
             and type(node) is str and type(reason) is str and type(message) is str
+            and type(claims) is tuple and all(type(c) is str for c in claims)
             and (not annotations or all(type(k) is str and type(v) is str for k, v in annotations.items()))
             and (not status or all(type(k) is str for k in status))):
         return built(KubeEffect, {
             "type": "KubeEffect", "op": op, "kind": kind, "namespace": namespace, "name": name,
             "api_version": api_version, "node": node, "annotations": dict(annotations), "status": dict(status),
-            "reason": reason, "message": message, "event_type": event_type,
+            "reason": reason, "message": message, "event_type": event_type, "claims": claims,
         })
     # Anything else is validated: an op or event type outside its Literal is refused here (why they are str).
     return KubeEffect(op=op, kind=kind, namespace=namespace, name=name, api_version=api_version,  # type: ignore[arg-type]
                       node=node, annotations=annotations, status=status, reason=reason, message=message,
-                      event_type=event_type)  # type: ignore[arg-type]
+                      event_type=event_type, claims=claims)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- clock

@@ -16,6 +16,10 @@ annotate       merge-patch ``metadata.annotations``              the same values
 bind           POST ``pods/NAME/binding`` (target node, the      409 with the pod on that node is
                GPU annotations on the Binding, which the API     ``unchanged``; on another node it is
                server copies onto the pod)                       a ``conflict`` (logged, not retried)
+               first, each of the effect's ``claims`` not       a claim given that node already is
+               given the node yet: merge-patch its               left as it is; a claim gone, or
+               ``volume.kubernetes.io/selected-node`` under      given another node, is a
+               its ``resourceVersion`` (a 409 reads it again)    ``conflict``: the pod is not bound
 evict          POST ``pods/NAME/eviction`` (respects PDBs); a    404: the pod is gone already
                later bind to its node waits until the watch
                has seen it go (at most ``victim_wait``)
@@ -61,6 +65,10 @@ log = logging.getLogger("muster.cluster")
 Outcome = Literal["applied", "unchanged", "absent", "conflict"]
 MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "muster"
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+"""``AnnSelectedNode``: the node a ``WaitForFirstConsumer`` claim is provisioned for (written before a bind)."""
+_CLAIM_TRIES = 5
+"""Reads of a claim that changed under a write of its node before the bind is retried as an outage."""
 
 
 class Transient(Exception):
@@ -320,6 +328,11 @@ class KubeApplier:
             # validation errors as an aggregate, not a Status), which is retried as an outage for ever
             raise Refused(f"bind Pod {effect.namespace}/{effect.name}: no node to bind it to")
         await self._victims_gone(effect.node)
+        for claim in effect.claims:
+            if not await self._select_node(effect.namespace, claim, effect.node):
+                log.warning("pod %s/%s not bound to %s: its claim %s is gone or was given another node",
+                            effect.namespace, effect.name, effect.node, claim)
+                return "conflict"
         metadata: dict[str, Any] = {"name": effect.name, "namespace": effect.namespace}
         if effect.annotations:
             metadata["annotations"] = dict(effect.annotations)
@@ -408,6 +421,37 @@ class KubeApplier:
             if exc.status == 404:
                 return "absent"
             raise _failure(exc, f"event on {effect.subject}") from None
+
+    async def _select_node(self, namespace: str, name: str, node: str) -> bool:
+        """Write ``node`` as the claim's ``volume.kubernetes.io/selected-node`` (VolumeBinding's PreBind,
+        ``bindAPIUpdate``), unless it has it; False when the claim is gone or names another node (then the
+        pod must not be bound there). The patch carries the version read, so a writer in between (another
+        scheduler, the provisioner dropping a failed selection) is seen and the claim read again."""
+        for _ in range(_CLAIM_TRIES):
+            try:
+                claim = await checked(self.core.read_namespaced_persistent_volume_claim(
+                    name, namespace, _preload_content=False))
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                raise _failure(exc, f"read PersistentVolumeClaim {namespace}/{name}") from None
+            meta = claim.get("metadata") or {}
+            selected = (meta.get("annotations") or {}).get(SELECTED_NODE)
+            if selected == node or (claim.get("spec") or {}).get("volumeName"):
+                return True  # given this node already, or bound meanwhile: nothing to provision
+            if selected:
+                return False
+            body = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": {SELECTED_NODE: node}}}
+            try:
+                await checked(self.core.patch_namespaced_persistent_volume_claim(
+                    name, namespace, body, _content_type=MERGE_PATCH, _preload_content=False))
+                return True
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                if exc.status != 409:
+                    raise _failure(exc, f"annotate PersistentVolumeClaim {namespace}/{name}") from None
+        raise Transient(f"PersistentVolumeClaim {namespace}/{name} kept changing while its node was written")
 
     async def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

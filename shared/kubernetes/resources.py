@@ -108,6 +108,8 @@ def access() -> tuple[Access, ...]:
             Access(POD, ("get",), "KubeApplier: read a pod before evicting it, and after a 409 on its binding"),
             Access(POD, ("create",), "KubeApplier: bind (POST pods/NAME/binding)", "binding"),
             Access(POD, ("create",), "KubeApplier: evict (POST pods/NAME/eviction)", "eviction"),
+            Access(PERSISTENT_VOLUME_CLAIM, ("get", "patch"), "KubeApplier: before a bind, read the pod's "
+                   "WaitForFirstConsumer claims and write volume.kubernetes.io/selected-node on them"),
             *(Access(r, ("get",), "Watcher: a pod's RayCluster or RayJob the watch has not shown yet "
                                   "(services/reconciler/owners.py)") for r in (RAY_CLUSTER, RAY_JOB)),
             Access(RAY_JOB, ("patch",), "KubeApplier: spec.suspend and muster.dev/* annotations"),

@@ -2,7 +2,7 @@
 
 etcd; kube-apiserver (TLS, client certificates, the RBAC authorizer, service-account tokens);
 kube-controller-manager (garbage collection, namespaces, service accounts and their tokens, jobs,
-node lifecycle) and kube-scheduler, each with its own client certificate; KWOK, which makes nodes
+node lifecycle, the ephemeral volume controller that makes a pod's ``<pod>-<volume>`` claims) and kube-scheduler, each with its own client certificate; KWOK, which makes nodes
 exist and bound pods run without kubelets (``kwok.STAGES``); the KubeRay operator with a chosen
 ``--batch-scheduler``; the CRDs of KubeRay and of the peers muster reads. Every program listens on
 127.0.0.1 only.
@@ -220,7 +220,7 @@ class DevCluster:
             "--service-account-private-key-file", str(sa_key), "--root-ca-file", str(pki.ca_file),
             "--use-service-account-credentials=true", "--leader-elect=false",
             "--controllers", "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,"
-                             "-attachdetach,-persistentvolume-expander,-ephemeral-volume,-bootstrapsigner,"
+                             "-attachdetach,-persistentvolume-expander,-bootstrapsigner,"
                              "-tokencleaner",
             "--v=1",
         ])

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 from shared.kernel import kube
 from shared.kernel.events import KubeEffect
-from shared.sim import kubelet
+from shared.sim import ephemeral, kubelet
 from shared.sim.batchscheduler import Setting, plugin
 from shared.sim.kuberay import KubeRay, sim_duration, sim_outcome, timestamp
 
@@ -273,6 +273,8 @@ class SimCluster:
         """Controllers to run (an ordered set): (kind, namespace, name) of RayClusters and RayJobs."""
         self._syncing: tuple[str, str, str | None] | None = None
         """The controller running now (``_settle``)."""
+        self._ephemeral: dict[tuple[str, str], None] = {}
+        """Pods created with generic ephemeral volumes whose claims the ephemeral volume controller is to make."""
 
     # ------------------------------------------------------------------ scenario steps
     def apply(self, obj: dict, now: float) -> None:
@@ -320,7 +322,7 @@ class SimCluster:
             value = effect.op == "suspend"
             self.api.patch(*target, lambda o: _set_suspend(o, value))
         elif effect.op == "bind":
-            if kind == "Pod" and kubelet.bind(self.api, target[1], effect.name, effect.node, effect.annotations,
+            if kind == "Pod" and ephemeral.select_node(self.api, target[1], effect.claims, effect.node) and kubelet.bind(self.api, target[1], effect.name, effect.node, effect.annotations,
                                                now, self.pod_startup):
                 self._record_annotations(target, now)
         elif effect.op == "annotate":
@@ -438,6 +440,8 @@ class SimCluster:
         kind, namespace, name = key_of(obj)
         if change == "Deleted":
             self._forget(kind, namespace, name, str(kube.meta(obj).get("uid") or ""))
+        if kind == "Pod" and change == "Added" and ephemeral.has_ephemeral(obj):
+            self._ephemeral[(namespace, name)] = None
         if kind == "Pod" and self._unseen_by_controllers(change, obj, previous):
             return
         labels = kube.labels(obj)
@@ -470,8 +474,13 @@ class SimCluster:
             and kube.labels(pod) == kube.labels(previous) and pod.get("status") == previous.get("status")
 
     def _settle(self, now: float) -> None:
-        """Run controllers until nothing changes (each sync writes only real changes, so this ends)."""
+        """Run controllers until nothing changes (each sync writes only real changes, so this ends): the
+        ephemeral volume controller first, then KubeRay."""
         for _ in range(_SETTLE_LIMIT):
+            while self._ephemeral:  # the ephemeral volume controller: claims for the pods just made
+                namespace, name = next(iter(self._ephemeral))
+                del self._ephemeral[(namespace, name)]
+                ephemeral.make_claims(self.api, namespace, name, now)
             if not self._pending:
                 return
             kind, namespace, name = self._syncing = next(iter(self._pending))

@@ -12,14 +12,17 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import subprocess
+import time
 from typing import Any, Iterator
 
 import pytest
 from shared.kernel.events import kube_effect
 from shared.kubernetes.cluster import ClusterBridge, KubeTarget
 from shared.kubernetes.cluster_watch import WatchProcess
-from shared.kubernetes.kubeapi import KubeApplier, Refused, Watcher, connect
+from shared.kubernetes.kubeapi import SELECTED_NODE, KubeApplier, Refused, Watcher, connect
 from shared.kubernetes.resources import NODE, POD, VOLCANO_POD_GROUP, VOLCANO_QUEUE, Resource
+from shared.parts import catalog
 from shared.parts.devcluster import DevCluster
 from shared.runtime.bus.config import BusConfig
 from shared.runtime.bus.topics import Topics
@@ -167,6 +170,69 @@ def test_a_binding_sets_the_node_and_annotations_once_and_a_second_is_unchanged_
     assert link.apply("bind", "Pod", "p", node="n1") == "unchanged"   # the server's 409, then a read
     assert link.apply("bind", "Pod", "p", node="n2") == "conflict"
     assert get(link.cluster, "pods", "p", link.ns)["spec"]["nodeName"] == "n1"
+
+
+def _watch(link: Link, resource: str) -> subprocess.Popen[str]:
+    """``kubectl get --watch`` of a resource in the test's namespace, every version as one JSON line."""
+    return subprocess.Popen([catalog.binary("kubernetes", "kubectl"), "--kubeconfig", str(link.cluster.kubeconfig),
+                             "get", resource, "-n", link.ns, "--watch", "--output-watch-events", "-o", "json"],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def _versions(watch: subprocess.Popen[str]) -> list[dict[str, Any]]:
+    watch.terminate()
+    out, _ = watch.communicate(timeout=10)
+    return [event["object"] for event in map(json.loads, _json_documents(out))]
+
+
+def _json_documents(text: str) -> list[str]:
+    """``kubectl -o json --watch`` writes pretty-printed documents one after another."""
+    decoder, at, docs = json.JSONDecoder(), 0, []
+    while (at := text.find("{", at)) != -1:
+        obj, end = decoder.raw_decode(text, at)
+        docs.append(text[at:end])
+        at = end
+    return docs
+
+
+def test_a_pods_delayed_claims_are_given_its_node_before_it_is_bound(link: Link) -> None:
+    """VolumeBinding's PreBind on the real API server: the named claim and the one kube-controller-manager's
+    ephemeral volume controller makes for the pod get ``volume.kubernetes.io/selected-node`` before the
+    binding (etcd's revisions order the versions both watches saw); a claim given another node stops the bind."""
+    wffc = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": f"wffc-{link.ns}"},
+            "provisioner": "example.com/none", "volumeBindingMode": "WaitForFirstConsumer"}
+    def claim(name: str, **annotations: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": name, "namespace": link.ns, "annotations": annotations},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                         "storageClassName": wffc["metadata"]["name"]}}
+    pod = link.pod("p")
+    pod["spec"]["volumes"] = [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+        {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": claim("x")["spec"]}}}]
+    create(link.cluster, wffc, claim("data"), pod)
+    try:
+        made = eventually(lambda: get(link.cluster, "pvc", "p-scratch", link.ns), "the ephemeral volume controller's claim")
+        assert made["metadata"]["ownerReferences"][0]["name"] == "p"
+        claims, pods = _watch(link, "persistentvolumeclaims"), _watch(link, "pods")
+        time.sleep(1.0)  # both watches open
+        assert link.apply("bind", "Pod", "p", node="n1", claims=("data", "p-scratch")) == "applied"
+        eventually(lambda: get(link.cluster, "pods", "p", link.ns)["spec"].get("nodeName") == "n1", "the binding")
+        time.sleep(1.0)
+        claim_versions, pod_versions = _versions(claims), _versions(pods)
+        bound_at = min(int(p["metadata"]["resourceVersion"]) for p in pod_versions if p["spec"].get("nodeName"))
+        for name in ("data", "p-scratch"):
+            given = [int(c["metadata"]["resourceVersion"]) for c in claim_versions if c["metadata"]["name"] == name
+                     and (c["metadata"].get("annotations") or {}).get(SELECTED_NODE) == "n1"]
+            assert given and min(given) < bound_at, name
+        # the same effect again changes nothing; a claim given another node stops a bind there
+        assert link.apply("bind", "Pod", "p", node="n1", claims=("data", "p-scratch")) == "unchanged"
+        create(link.cluster, claim("elsewhere", **{SELECTED_NODE: "n2"}), link.pod("q"))
+        assert link.apply("bind", "Pod", "q", node="n1", claims=("elsewhere",)) == "conflict"
+        assert link.apply("bind", "Pod", "q", node="n1", claims=("missing",)) == "conflict"
+        assert not get(link.cluster, "pods", "q", link.ns)["spec"].get("nodeName")
+    finally:
+        link.cluster.kubectl("delete", "storageclass", wffc["metadata"]["name"], "--wait=false")
 
 
 def test_a_bind_without_a_node_is_refused_before_it_is_sent(link: Link) -> None:

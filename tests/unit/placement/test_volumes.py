@@ -10,23 +10,27 @@ from typing import Any
 import pytest
 
 from services.placement import volumes as v
-from shared.kernel.events import CapacityChanged, GangPlaced, ObjectChanged, ObjectsListed, PlacementFailed
+from shared.kernel.events import CapacityChanged, GangPlaced, ObjectChanged, ObjectsListed, PlacementFailed, PodAssigned
 from shared.kernel.model import Volumes
 from shared.runtime.statecodec import decode, encode
 from tests.builders import gang, node, pod_set, workload
-from tests.builders.placement import PlacementDriver, one
+from tests.builders.placement import PlacementDriver, of_type, one, pod_changed, ray_pod
 
 ZONE = "topology.kubernetes.io/zone"
 
 
 def claim(name: str, *, volume: str = "", storage_class: str | None = None, phase: str = "Pending",
-          deleting: bool = False, namespace: str = "ns") -> ObjectChanged:
+          deleting: bool = False, namespace: str = "ns", selected: str = "", owner: str = "") -> ObjectChanged:
     spec: dict[str, Any] = {"volumeName": volume} if volume else {}
     if storage_class is not None:
         spec["storageClassName"] = storage_class
     meta: dict[str, Any] = {"name": name, "namespace": namespace}
     if deleting:
         meta["deletionTimestamp"] = "2024-01-01T00:00:00Z"
+    if selected:
+        meta["annotations"] = {v.SELECTED_NODE: selected}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": owner, "controller": True}]
     return ObjectChanged(change="Added", kind="PersistentVolumeClaim", api_version="v1", namespace=namespace, name=name,
                          object={"kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec,
                                  "status": {"phase": phase}})
@@ -86,32 +90,32 @@ def test_the_first_claim_in_volume_order_names_the_wait() -> None:
 def test_a_bound_claim_follows_its_volumes_node_affinity() -> None:
     book = _book(claim("a", volume="pv", phase="Bound"), volume("pv", "a"))
     verdict = book.verdict(Volumes(claims=("ns/a",)))
-    assert (verdict.allows({ZONE: "a"}), verdict.allows({ZONE: "b"})) == (True, False)
-    assert verdict.reasons({ZONE: "b"}) == [v.NODE_CONFLICT]
+    assert (verdict.allows({ZONE: "a"}, "n"), verdict.allows({ZONE: "b"}, "n")) == (True, False)
+    assert verdict.reasons({ZONE: "b"}, "n") == [v.NODE_CONFLICT]
     free = _book(claim("a", volume="pv", phase="Bound"), volume("pv")).verdict(Volumes(claims=("ns/a",)))
-    assert free.needs == () and free.allows({})
+    assert free.needs == () and free.allows({}, "n")
 
 
 def test_a_bound_claims_missing_volume_rules_out_every_node() -> None:
     verdict = _book(claim("a", volume="pv", phase="Bound")).verdict(Volumes(claims=("ns/a",)))
-    assert not verdict.wait and not verdict.allows({ZONE: "a"})
-    assert verdict.reasons({ZONE: "a"}) == [v.VOLUME_MISSING]
+    assert not verdict.wait and not verdict.allows({ZONE: "a"}, "n")
+    assert verdict.reasons({ZONE: "a"}, "n") == [v.VOLUME_MISSING]
 
 
 def test_a_delayed_claim_follows_its_classes_allowed_topologies_and_both_reasons_can_count() -> None:
     book = _book(claim("a", volume="pv", phase="Bound"), volume("pv", "a"), claim("b", storage_class="wffc"),
                  storage_class("wffc", "b"))
     verdict = book.verdict(Volumes(claims=("ns/a", "ns/b")))
-    assert verdict.reasons({ZONE: "a"}) == [v.BIND_CONFLICT]
-    assert verdict.reasons({ZONE: "b"}) == [v.NODE_CONFLICT]
-    assert verdict.reasons({ZONE: "c"}) == [v.NODE_CONFLICT, v.BIND_CONFLICT]
+    assert verdict.reasons({ZONE: "a"}, "n") == [v.BIND_CONFLICT]
+    assert verdict.reasons({ZONE: "b"}, "n") == [v.NODE_CONFLICT]
+    assert verdict.reasons({ZONE: "c"}, "n") == [v.NODE_CONFLICT, v.BIND_CONFLICT]
     anywhere = _book(claim("b", storage_class="wffc"), storage_class("wffc")).verdict(Volumes(claims=("ns/b",)))
-    assert anywhere.needs == () and anywhere.allows({})
+    assert anywhere.needs == () and anywhere.allows({}, "n")
 
 
 def test_ephemeral_volumes_are_judged_by_their_class_alone() -> None:
     book = _book(storage_class("wffc", "b"), storage_class("fast", "b", mode="Immediate"))
-    assert book.verdict(Volumes(ephemeral=("wffc",))).reasons({ZONE: "a"}) == [v.BIND_CONFLICT]
+    assert book.verdict(Volumes(ephemeral=("wffc",))).reasons({ZONE: "a"}, "n") == [v.BIND_CONFLICT]
     for name in ("fast", "", "unknown"):
         assert book.verdict(Volumes(ephemeral=(name,))) == v.Verdict()
 
@@ -122,8 +126,8 @@ def test_volume_terms_muster_cannot_read_match_no_node() -> None:
                {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["a"]}]}]
     book = _book(claim("a", volume="f", phase="Bound"), volume("f", terms=fields),
                  claim("b", volume="g", phase="Bound"), volume("g", terms=greater))
-    assert not book.verdict(Volumes(claims=("ns/a",))).allows({ZONE: "a"})
-    assert book.verdict(Volumes(claims=("ns/b",))).allows({ZONE: "a", "rank": "5"})  # the other term still holds
+    assert not book.verdict(Volumes(claims=("ns/a",))).allows({ZONE: "a"}, "n")
+    assert book.verdict(Volumes(claims=("ns/b",))).allows({ZONE: "a", "rank": "5"}, "n")  # the other term still holds
 
 
 def test_a_gang_member_goes_only_where_its_volume_is_and_the_histogram_reads_as_kube_schedulers() -> None:
@@ -178,3 +182,68 @@ def test_the_volume_book_survives_a_snapshot_round_trip() -> None:
     restored = decode(encode(d.core))
     assert restored.nodes.volumes == d.core.nodes.volumes
     assert restored.nodes.static_mask(mounting("data")).tolist() == [False, True]
+
+
+# --------------------------------------------------------------------------- PreBind: selected-node
+def _pod(*volumes: dict, uid: str = "pod-uid") -> dict:
+    return {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": uid}, "spec": {"volumes": list(volumes)}}
+
+
+NAMED = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+SCRATCH = {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {"storageClassName": "wffc"}}}}
+
+
+def test_a_claim_given_a_node_can_only_be_provisioned_there() -> None:
+    """``FindPodVolumes``: a delayed claim whose ``AnnSelectedNode`` names another node fails that node with
+    ``ErrReasonBindConflict`` at once, and is provisioned on the node it names."""
+    book = _book(claim("a", storage_class="wffc", selected="n2"), storage_class("wffc"))
+    verdict = book.verdict(Volumes(claims=("ns/a",)))
+    assert (verdict.allows({}, "n1"), verdict.allows({}, "n2")) == (False, True)
+    assert verdict.reasons({}, "n1") == [v.BIND_CONFLICT] and verdict.reasons({}, "n2") == []
+    two = _book(claim("a", storage_class="wffc", selected="n2"), claim("b", storage_class="wffc", selected="n3"),
+                storage_class("wffc")).verdict(Volumes(claims=("ns/a", "ns/b")))
+    assert not two.allows({}, "n2") and not two.allows({}, "n3")
+
+
+def test_a_pods_unbound_delayed_claims_are_given_its_node_before_it_is_bound() -> None:
+    """PreBind (``AssumePodVolumes``, ``bindAPIUpdate``): each unbound ``WaitForFirstConsumer`` claim gets
+    ``selected-node``; a bound claim, an immediate class's and one already given this node need nothing."""
+    book = _book(claim("data", storage_class="wffc"), claim("p-scratch", storage_class="wffc", owner="pod-uid"),
+                 claim("done", storage_class="wffc", volume="pv", phase="Bound"),
+                 claim("mine", storage_class="wffc", selected="n1"), storage_class("wffc"))
+    done = {"name": "d", "persistentVolumeClaim": {"claimName": "done"}}
+    mine = {"name": "m", "persistentVolumeClaim": {"claimName": "mine"}}
+    assert book.prebind(_pod(NAMED, SCRATCH, done, mine, NAMED), "n1") == v.Prebind(claims=("data", "p-scratch"))
+    assert book.prebind(_pod({"name": "e", "emptyDir": {}}), "n1") == v.Prebind()
+
+
+def test_a_claim_given_another_node_keeps_the_pod_back() -> None:
+    book = _book(claim("data", storage_class="wffc", selected="n2"), storage_class("wffc"))
+    assert book.prebind(_pod(NAMED), "n1").wait == 'persistentvolumeclaim "data" is to be provisioned on node "n2", not "n1"'
+    assert book.prebind(_pod(NAMED), "n2") == v.Prebind()
+
+
+def test_a_pod_waits_for_its_ephemeral_claim_as_kube_scheduler_does() -> None:
+    """``podHasPVCs``: an ephemeral volume's claim missing is the ephemeral volume controller's to make, and
+    one the pod does not control is not its own (``ephemeral.VolumeIsForPod``)."""
+    book = _book(storage_class("wffc"))
+    assert book.prebind(_pod(SCRATCH), "n1").wait == \
+        'waiting for ephemeral volume controller to create the persistentvolumeclaim "p-scratch"'
+    book.observe(claim("p-scratch", storage_class="wffc", owner="someone-else"))
+    assert book.prebind(_pod(SCRATCH), "n1").wait == "PVC ns/p-scratch was not created for pod ns/p (pod is not owner)"
+    book.observe(claim("p-scratch", storage_class="wffc", owner="pod-uid"))
+    assert book.prebind(_pod(SCRATCH), "n1") == v.Prebind(claims=("p-scratch",))
+
+
+def test_a_pod_is_told_where_to_go_once_its_ephemeral_claim_exists_with_the_claims_to_mark() -> None:
+    d = PlacementDriver(None, node("n1"))
+    d.feed(storage_class("wffc"))
+    spec = workload("ns/w", gang_=gang(pod_set("head", 1).model_copy(update={"volumes": Volumes(ephemeral=("wffc",))})))
+    one(d.dequeue(spec), GangPlaced)
+    obj = ray_pod("w", namespace="ns", name="p")
+    obj["metadata"]["uid"] = "pod-uid"
+    obj["spec"]["volumes"] = [SCRATCH]
+    assert of_type(d.feed(pod_changed(obj)), PodAssigned) == []  # its claim is not made yet
+    told = one(d.feed(claim("p-scratch", storage_class="wffc", owner="pod-uid")), PodAssigned)
+    assert (told.pod, told.node, told.claims) == ("p", "n1", ("p-scratch",))
+    assert of_type(d.feed(claim("p-scratch", storage_class="wffc", owner="pod-uid", selected="n1")), PodAssigned) == []

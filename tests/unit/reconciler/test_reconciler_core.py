@@ -165,6 +165,16 @@ def test_pod_assigned_without_gpu_binds_plainly_and_only_once():
     assert c.handle(envelope(payload)) == []
 
 
+def test_a_pods_delayed_claims_ride_on_its_bind_so_they_are_written_first():
+    """VolumeBinding's PreBind comes before its Bind: the claims travel on the bind effect itself, so the
+    link can never bind the pod before the node is written on them, and a repeat writes nothing again."""
+    c = core()
+    payload = PodAssigned(key=KEY, pod_namespace="team", pod="p", pod_set="head", node="n2", claims=("p-scratch", "data"))
+    assert c.handle(envelope(payload)) == [KubeEffect(op="bind", kind="Pod", namespace="team", name="p", node="n2",
+                                                      claims=("p-scratch", "data"))]
+    assert c.handle(envelope(payload)) == []
+
+
 def test_gpu_annotations_whole_gpus():
     """No ``gpu-fraction`` on a whole-GPU pod: KAI refuses one of 1 or more (its gpu-request validator)."""
     assert gpu_annotations(GpuAssignment(devices=(1, 3), fraction=1.0)) == {"muster.dev/gpu-devices": "1,3"}
