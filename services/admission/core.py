@@ -24,6 +24,7 @@ from typing import Any, Callable, Literal, Union
 from services.admission import fields
 from services.admission.dialects import KUBERAY, GangRules, dialect_of
 from services.admission.fields import Invalid
+from services.admission.pods import RuntimeClassRefusal
 from services.admission.podgangs import PodGang, PodGangBook, is_plain_podgroup, ray_owner
 from services.admission.priority import WHOLE, PriorityBook, class_name, preemptible, ray_pod_metas, volcano_pins
 from services.admission.queues import QueueBook
@@ -95,7 +96,7 @@ class RayWorkload:
     """The last ``WorkloadWarned`` reason told of it (a warning is told once, and again when it changes)."""
     finished: bool = False
     deleted: bool = False
-    shapes: dict[GangRules, tuple[bytes | str, RayShape]] = field(default_factory=dict)
+    shapes: dict[GangRules, tuple[tuple[bytes | str, bytes | str], RayShape]] = field(default_factory=dict)
     """The last shape read per dialect's rules, with ``tree_key`` of the ``spec`` it was read from: most
     watch events of a Ray object change only its status, and reading the spec again (every pod
     template's quantities) was most of admission's time in a replay."""
@@ -128,7 +129,11 @@ class AdmissionCore(Folds):
         self._gone: Tombstones[str, str] = Tombstones(self.TOMBSTONE_SECONDS)
         """Tombstones: workload id -> the uid of the object deleted, oldest first (``TOMBSTONE_SECONDS``)."""
         self._definitions = 0
-        """Counts events that may have changed a queue or PriorityClass (part of ``_ray_inputs``)."""
+        """Counts events that may have changed a queue, PriorityClass or RuntimeClass (part of ``_ray_inputs``)."""
+        self.runtime_classes: dict[str, Mapping[str, Any]] = {}
+        """RuntimeClass objects by name: the overhead and scheduling the API server gives a template's pods."""
+        self._runtime_key: bytes | str = NO_RUNTIME_KEY
+        """``tree_key`` of ``runtime_classes``: part of what a shape is remembered by (``_shape``)."""
         self.refused_pods: dict[str, dict[str, str]] = {}
         """``Kind:namespace/name`` of a RayCluster / RayJob -> its pods ingest refused (name -> why): the
         workload is rejected naming one until that pod is deleted (``topology.admission_reads_pod``)."""
@@ -178,6 +183,8 @@ class AdmissionCore(Folds):
             changed = self.priorities.delete(p.name) if p.change == "Deleted" else self.priorities.apply(p.name, p.object)
             classes = {p.name, before, self.priorities.default()[1]}  # None: workloads with no class at all
             return self._reevaluate(now, lambda spec: spec.priority_class in classes) if changed else []
+        if p.kind == "RuntimeClass":
+            return self._on_runtime_class(p, now)
         sid = QueueBook.source_id(p.kind, api_version, namespace, p.name)
         if sid is None:
             return []
@@ -193,6 +200,22 @@ class AdmissionCore(Folds):
             spaces = {ns for e in queue_out if isinstance(e, QueueDefined) for ns in e.queue.namespaces}
             queue_out += self._reevaluate(now, lambda spec: spec.queue in names or spec.namespace in spaces)
         return queue_out
+
+    def _on_runtime_class(self, p: ObjectChanged, now: float) -> list[Output]:
+        """A RuntimeClass defined, changed or removed: the Ray workloads are read again, since their pods'
+        overhead and node constraints come from it (the API server's RuntimeClass admission). Plain pods are
+        not: the API server admitted them already, and a pod keeps what it was given."""
+        if p.change == "Deleted":
+            if self.runtime_classes.pop(p.name, None) is None:
+                return []
+        else:
+            read: dict[str, Any] = {k: p.object[k] for k in ("overhead", "scheduling") if k in p.object}
+            if self.runtime_classes.get(p.name) == read:
+                return []
+            self.runtime_classes[p.name] = read
+        self._definitions += 1
+        self._runtime_key = tree_key(sorted(self.runtime_classes.items()))
+        return self._reevaluate(now, lambda spec: True, gangs=False)
 
     # ------------------------------------------------------------------ RayCluster / RayJob lifecycle
     def _on_ray(self, p: ObjectChanged, kind: RayKind, namespace: str, now: float) -> list[Output]:
@@ -278,10 +301,16 @@ class AdmissionCore(Folds):
 
 
     def _evaluate(self, w: RayWorkload, again: bool = False) -> list[Output]:
-        """``again``: re-evaluation after queues or PriorityClasses changed (see ``_reevaluate``)."""
+        """``again``: re-evaluation after queues, PriorityClasses or RuntimeClasses changed (see ``_reevaluate``).
+        A submitted workload whose RuntimeClass the API server would now refuse (deleted, changed to
+        conflict) keeps the spec it has, as its pods keep what the API server gave them."""
         try:
             spec = self._settled(lambda keep: self._ray_spec(w, keep=keep), w.spec if w.rejected is None else None,
                                  again)
+        except RuntimeClassRefusal as exc:
+            if again and w.spec is not None and w.rejected is None:
+                return []
+            return self._reject(w, w.kind, exc.reason) + self._warn(w, w.kind, w.obj)
         except Invalid as exc:
             return self._reject(w, w.kind, exc.reason) + self._warn(w, w.kind, w.obj)
         return (self._accept(w, spec) if spec is not None else []) + self._warn(w, w.kind, w.obj)
@@ -349,7 +378,7 @@ class AdmissionCore(Folds):
         if refused:
             pod, reason = min(refused.items())
             raise Invalid(f"pod {pod} refused at ingest: {reason}")
-        shape = _shape(w, KUBERAY)  # the spec is checked before anything is read from it
+        shape = _shape(w, KUBERAY, self.runtime_classes, self._runtime_key)  # the spec is checked before anything is read
         labels, annotations = fields.labels(w.obj), fields.annotations(w.obj)
         group = _group_spec(self.ray_groups.get(wid))
         where = _where_group(self.ray_groups.get(wid), w.namespace)
@@ -357,7 +386,7 @@ class AdmissionCore(Folds):
                           group_queue=(fields.string(group.get("queue"), f"{where} spec.queue") or None))
         rules = dialect_of(self.queues.specs.get(queue[0])).gang
         if rules != KUBERAY:
-            shape = _shape(w, rules)
+            shape = _shape(w, rules, self.runtime_classes, self._runtime_key)
         gang, template_class, template_field = shape.gang, shape.head_priority_class, shape.head_priority_field
         if group.get("minMember") is not None:
             gang = with_minimum(gang, fields.integer(group.get("minMember"), f"{where} spec.minMember",
@@ -546,7 +575,7 @@ class AdmissionCore(Folds):
         entity.warned = reason
         return [WorkloadWarned(key=entity.key, kind=kind, cause="QueueLabelIgnored", reason=reason)]
 
-    def _reevaluate(self, now: float, touches: Callable[[WorkloadSpec], bool]) -> list[Output]:
+    def _reevaluate(self, now: float, touches: Callable[[WorkloadSpec], bool], gangs: bool = True) -> list[Output]:
         """Queues or PriorityClasses changed: every live workload they may touch is evaluated again, in
         arrival order (a change costs what it can affect, not a pass over every workload).
         ``touches`` picks the submitted ones: those in a changed queue or a namespace a changed queue
@@ -557,13 +586,14 @@ class AdmissionCore(Folds):
         again and gets WorkloadUpdated when its queue, priority or preemptibility changed (an
         ElasticQuotaTree leaf listing its namespace, a ``globalDefault`` class that came after it).
         So the order of documents in one ``apply`` does not matter. The queue core applies such an
-        update while the workload waits; a quota holder keeps what it was admitted with.
+        update while the workload waits; a quota holder keeps what it was admitted with. ``gangs``: False
+        when the change cannot touch plain pod gangs (a RuntimeClass: their pods are admitted already).
         """
         out: list[Output] = []
         for w in list(self.workloads.values()):
             if (w.rejected is not None or (w.spec is not None and touches(w.spec))) and not w.deleted and not w.finished:
                 out += self._evaluate(w, again=True)
-        for gang in list(self.pod_gangs.gangs.values()):
+        for gang in list(self.pod_gangs.gangs.values()) if gangs else ():
             if (gang.rejected is not None or (gang.spec is not None and touches(gang.spec))) and not gang.finished:
                 out += self._evaluate_gang(gang, now, again=True)
         return out
@@ -646,10 +676,15 @@ SHAPES_MEMO = 1024
 """How many distinct (kind, rules, spec) shapes ``_shape`` remembers across workloads (then it starts
 afresh): a cluster's Ray workloads come from a few templates, and parsing each new one's pod
 templates, quantities and pod sets was most of a RayJob's first event in a replay."""
-_shapes_memo: dict[tuple[str, GangRules, bytes | str], RayShape] = {}
+_shapes_memo: dict[tuple[str, GangRules, bytes | str, bytes | str], RayShape] = {}
 
 
-def _shape(w: RayWorkload, rules: GangRules) -> RayShape:
+NO_RUNTIME_KEY = tree_key([])
+"""``tree_key`` of no RuntimeClasses (the sorted items of an empty book)."""
+
+
+def _shape(w: RayWorkload, rules: GangRules, runtime_classes: Mapping[str, Mapping[str, Any]] | None = None,
+           runtime_key: bytes | str = NO_RUNTIME_KEY) -> RayShape:
     """``parse_ray_cluster`` / ``parse_ray_job`` of ``w``'s object, read again only when its ``spec``
     (all they read, with the name, which a workload keeps) changed. ``tree_key`` is the key, not ``==``:
     it tells ``true`` from ``1`` and ``1.0`` as ``repr`` does, which the parsers read differently (``==`` does not).
@@ -657,15 +692,17 @@ def _shape(w: RayWorkload, rules: GangRules) -> RayShape:
     A spec read before, by any workload of the kind, under the same rules gives the shape read then
     (``_shapes_memo``), with this workload's own cluster name (``ray_cluster_name``, the one part a
     parser takes from the name). Only shapes read without error are remembered: a spec that is
-    refused is parsed again, as before, so its reason is the parser's."""
+    refused is parsed again, as before, so its reason is the parser's. The RuntimeClasses are part of
+    the key (``runtime_key``, their ``tree_key``): a template's pods count their class's overhead."""
     text = tree_key(w.obj.get("spec"))
     last = w.shapes.get(rules)
-    if last is not None and last[0] == text:
+    if last is not None and last[0] == (text, runtime_key):
         return last[1]
-    memo_key = (w.kind, rules, text)
+    memo_key = (w.kind, rules, text, runtime_key)
     shape = _shapes_memo.get(memo_key)
     if shape is None:
-        shape = (parse_ray_cluster if w.kind == "RayCluster" else parse_ray_job)(w.name, w.obj, rules)
+        shape = (parse_ray_cluster if w.kind == "RayCluster" else parse_ray_job)(w.name, w.obj, rules,
+                                                                                    runtime_classes or {})
         if len(_shapes_memo) >= SHAPES_MEMO:
             _shapes_memo.clear()
         _shapes_memo[memo_key] = shape
@@ -673,7 +710,7 @@ def _shape(w: RayWorkload, rules: GangRules) -> RayShape:
         cluster_name = ray_cluster_name(w.kind, w.name)
         if shape.cluster_name != cluster_name:
             shape = replace(shape, cluster_name=cluster_name)
-    w.shapes[rules] = (text, shape)
+    w.shapes[rules] = ((text, runtime_key), shape)
     return shape
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.admission.fields import Invalid, mapping, opt_list, opt_mapping, quantities, show, string, string_map
-from shared.kernel import gpumemory, kube, podconstraints
+from shared.kernel import gpumemory, kube, podconstraints, runtimeclass
 from shared.kernel import quantity as q
 from shared.kernel.model import (
     AffinityOperator, HostPort, MatchExpression, PodSet, PreferredTerm, Toleration, TolerationOperator, Volumes,
@@ -206,18 +206,45 @@ def gpu_request(annotations: Mapping[str, str], resources: q.Resources, where: s
     return share, memory
 
 
+class RuntimeClassRefusal(Invalid):
+    """The API server's RuntimeClass admission refuses the template's pods (``shared.kernel.runtimeclass``):
+    a class that is missing or changed may be created or fixed later, so a submitted workload re-read
+    after a class changed keeps what it was admitted with (``AdmissionCore._evaluate``)."""
+
+
+def admitted_spec(spec: Mapping[str, Any], where: str,
+                  runtime_classes: Mapping[str, Mapping[str, Any]] | None) -> Mapping[str, Any]:
+    """The spec the pods of a template get from the API server: its RuntimeClass's overhead and scheduling
+    merged in (None: ``spec`` is a pod's own, which the API server already admitted)."""
+    if runtime_classes is None:
+        return spec
+    try:
+        return runtimeclass.admit(spec, runtime_classes)
+    except runtimeclass.Missing as exc:
+        raise RuntimeClassRefusal(f"{where}.runtimeClassName: {exc}: the API server refuses its pods until "
+                                  f"the RuntimeClass is created") from None
+    except runtimeclass.Refused as exc:
+        raise RuntimeClassRefusal(f"{where}.runtimeClassName: {exc}: the API server refuses such a pod, "
+                                  f"so none is made") from None
+
+
 def pod_set(name: str, count: int, template: object, where: str, *, in_gang: bool = True,
-            extra: q.Resources | None = None, namespace: str = "default") -> PodSet:
+            extra: q.Resources | None = None, namespace: str = "default",
+            runtime_classes: Mapping[str, Mapping[str, Any]] | None = None) -> PodSet:
     """A pod set from a template (``metadata`` + ``spec``) at path ``where`` ("" for a Pod itself).
 
     ``extra`` adds per-pod resources (a SidecarMode RayJob's submitter container in the head);
-    ``namespace`` is where its claims are looked up.
+    ``namespace`` is where its claims are looked up; ``runtime_classes`` (a template's, not a pod's) are
+    the RuntimeClasses by name whose overhead and scheduling the API server will give its pods.
     """
     at = f"{where}." if where else ""
     tpl = mapping(template, where or "pod")
     meta = opt_mapping(tpl.get("metadata"), f"{at}metadata")
     annotations = string_map(meta.get("annotations"), f"{at}metadata.annotations")
     spec = mapping(tpl.get("spec"), f"{at}spec")
+    if runtime_classes is not None:
+        quantities(spec.get("overhead"), f"{at}spec.overhead")
+        spec = admitted_spec(spec, f"{at}spec", runtime_classes)
     resources = pod_resources(spec, f"{at}spec")
     if extra:
         resources = q.add(resources, extra)

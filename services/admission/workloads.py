@@ -34,6 +34,9 @@ SUBMISSION_MODES = ("K8sJobMode", "HTTPMode", "SidecarMode", "InteractiveMode")
 
 TERMINAL_JOB_STATUS = ("SUCCEEDED", "FAILED")
 TERMINAL_DEPLOYMENT_STATUS = ("Complete", "Failed")
+RuntimeClasses = Mapping[str, Mapping[str, Any]]
+"""RuntimeClass objects by name, as ingest keeps them (``overhead``, ``scheduling``)."""
+NO_RUNTIME_CLASSES: RuntimeClasses = {}
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,8 @@ def worker_counts(group: Mapping[str, Any], where: str, autoscaling: bool, rules
 
 
 def cluster_pod_sets(spec: Mapping[str, Any], prefix: str, rules: GangRules, *,
-                     head_extra: q.Resources | None = None, namespace: str = "default") -> list[PodSet]:
+                     head_extra: q.Resources | None = None, namespace: str = "default",
+                     runtime_classes: RuntimeClasses = NO_RUNTIME_CLASSES) -> list[PodSet]:
     """Head then worker groups in order, from a RayClusterSpec at path ``prefix`` (``spec`` or ``spec.rayClusterSpec``)."""
     head = mapping(spec.get("headGroupSpec"), f"{prefix}.headGroupSpec")
     autoscaling = boolean(spec.get("enableInTreeAutoscaling"), f"{prefix}.enableInTreeAutoscaling", default=False)
@@ -98,7 +102,7 @@ def cluster_pod_sets(spec: Mapping[str, Any], prefix: str, rules: GangRules, *,
         except q.QuantityError as exc:
             raise Invalid(str(exc)) from None
     sets = [pod_set("head", 1, head.get("template"), f"{prefix}.headGroupSpec.template", extra=head_extra,
-                    namespace=namespace)]
+                    namespace=namespace, runtime_classes=runtime_classes)]
     names = ["head"]
     for i, raw in enumerate(opt_list(spec.get("workerGroupSpecs"), f"{prefix}.workerGroupSpecs")):
         group = mapping(raw, f"{prefix}.workerGroupSpecs[{i}]")
@@ -110,7 +114,8 @@ def cluster_pod_sets(spec: Mapping[str, Any], prefix: str, rules: GangRules, *,
         names.append(name)
         where = f"{prefix}.workerGroupSpecs[{name}]"
         minimum, desired = worker_counts(group, where, autoscaling, rules)
-        sets.append(pod_set(name, minimum, group.get("template"), f"{where}.template", namespace=namespace).model_copy(
+        sets.append(pod_set(name, minimum, group.get("template"), f"{where}.template", namespace=namespace,
+                            runtime_classes=runtime_classes).model_copy(
             update={"elastic": desired - minimum}))
     return sets
 
@@ -149,15 +154,19 @@ def _head_priority(spec: Mapping[str, Any], prefix: str) -> tuple[str | None, st
     return (string(raw, where) or None), where
 
 
-def parse_ray_cluster(name: str, obj: Mapping[str, Any], rules: GangRules) -> RayShape:
+def parse_ray_cluster(name: str, obj: Mapping[str, Any], rules: GangRules,
+                      runtime_classes: RuntimeClasses = NO_RUNTIME_CLASSES) -> RayShape:
+    """The gang of a RayCluster, its pods counted as the API server will admit them (``runtime_classes``)."""
     spec = mapping(obj.get("spec"), "spec")
-    sets = cluster_pod_sets(spec, "spec", rules, namespace=namespace_of(obj))
+    sets = cluster_pod_sets(spec, "spec", rules, namespace=namespace_of(obj), runtime_classes=runtime_classes)
     cls, field = _head_priority(spec, "spec")
     return RayShape(gang=gang_of(sets), cluster_name=ray_cluster_name("RayCluster", name), head_priority_class=cls,
                     head_priority_field=field)
 
 
-def parse_ray_job(name: str, obj: Mapping[str, Any], rules: GangRules) -> RayShape:
+def parse_ray_job(name: str, obj: Mapping[str, Any], rules: GangRules,
+                  runtime_classes: RuntimeClasses = NO_RUNTIME_CLASSES) -> RayShape:
+    """The gang of a RayJob, its pods counted as the API server will admit them (``runtime_classes``)."""
     spec = mapping(obj.get("spec"), "spec")
     selector = opt_mapping(spec.get("clusterSelector"), "spec.clusterSelector")
     if selector:
@@ -174,9 +183,10 @@ def parse_ray_job(name: str, obj: Mapping[str, Any], rules: GangRules) -> RaySha
         raise Invalid(f"spec.submissionMode: {show(mode)} is not one of {', '.join(SUBMISSION_MODES)}")
     cluster = mapping(spec.get("rayClusterSpec"), "spec.rayClusterSpec")
     sets = cluster_pod_sets(cluster, "spec.rayClusterSpec", rules,
-                            head_extra=SUBMITTER_DEFAULT if mode == "SidecarMode" else None, namespace=namespace_of(obj))
+                            head_extra=SUBMITTER_DEFAULT if mode == "SidecarMode" else None, namespace=namespace_of(obj),
+                            runtime_classes=runtime_classes)
     if mode == "K8sJobMode":
-        sets.append(submitter_pod_set(spec, namespace_of(obj)).model_copy(update={"charged": rules.charge_submitter}))
+        sets.append(submitter_pod_set(spec, namespace_of(obj), runtime_classes).model_copy(update={"charged": rules.charge_submitter}))
     cls, field = _head_priority(cluster, "spec.rayClusterSpec")
     return RayShape(gang=gang_of(sets), cluster_name=ray_cluster_name("RayJob", name),
                     head_priority_class=cls, head_priority_field=field)
@@ -188,12 +198,14 @@ def ray_cluster_name(kind: str, name: str) -> str:
     return name if kind == "RayCluster" else kube.rayjob_cluster_name(name)
 
 
-def submitter_pod_set(spec: Mapping[str, Any], namespace: str = "default") -> PodSet:
+def submitter_pod_set(spec: Mapping[str, Any], namespace: str = "default",
+                      runtime_classes: RuntimeClasses = NO_RUNTIME_CLASSES) -> PodSet:
     """The K8sJobMode submitter: placed with the gang, not counted in minMember."""
     template = spec.get("submitterPodTemplate")
     if template is None:
         return PodSet(name="submitter", count=1, in_gang=False, resources=dict(SUBMITTER_DEFAULT))
-    return pod_set("submitter", 1, template, "spec.submitterPodTemplate", in_gang=False, namespace=namespace)
+    return pod_set("submitter", 1, template, "spec.submitterPodTemplate", in_gang=False, namespace=namespace,
+                   runtime_classes=runtime_classes)
 
 
 def namespace_of(obj: Mapping[str, Any]) -> str:

@@ -132,8 +132,10 @@ _SPEC: dict[str, Callable[[Any], Any]] = {
     "PersistentVolumeClaim": _picker(("volumeName", "storageClassName")),
     "PersistentVolume": _picker(("nodeAffinity",), claimRef=_picker(("namespace", "name", "uid"))),
 }
-_TOP: dict[str, tuple[str, ...]] = {"StorageClass": ("volumeBindingMode", "allowedTopologies")}
-"""Kinds whose scheduling fields are not under ``spec`` (a StorageClass has none)."""
+_TOP: dict[str, tuple[str, ...]] = {"StorageClass": ("volumeBindingMode", "allowedTopologies"),
+                                    "RuntimeClass": ("overhead", "scheduling")}
+"""Kinds whose scheduling fields are not under ``spec`` (a StorageClass and a RuntimeClass have none; of a
+RuntimeClass admission reads what the API server gives the pods naming it, not its ``handler``)."""
 _STATUS_KEPT: dict[str, Callable[[Any], Any]] = {kind: _picker(names) for kind, names in _STATUS.items()}
 
 

@@ -14,7 +14,7 @@ from shared.kernel.kube import REFUSED, ray_labelled
 SERVICES = ("admission", "queue", "placement", "reconciler")
 
 ADMISSION_KINDS = frozenset({
-    "RayCluster", "RayJob", "PodGroup", "Queue", "ElasticQuotaTree", "PriorityClass",
+    "RayCluster", "RayJob", "PodGroup", "Queue", "ElasticQuotaTree", "PriorityClass", "RuntimeClass",
 })
 VOLUME_KINDS = frozenset({"PersistentVolumeClaim", "PersistentVolume", "StorageClass"})
 """What placement's volume filter reads (``services.placement.volumes``): to placement alone."""

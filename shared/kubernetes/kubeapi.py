@@ -591,6 +591,8 @@ class Watcher:
             return await core.list_node(**kwargs)
         if resource.kind == "PriorityClass":
             return await client.SchedulingV1Api(self.api).list_priority_class(**kwargs)
+        if resource.kind == "RuntimeClass":
+            return await client.NodeV1Api(self.api).list_runtime_class(**kwargs)
         if resource.kind == "PersistentVolumeClaim":
             return await core.list_persistent_volume_claim_for_all_namespaces(**kwargs)
         if resource.kind == "PersistentVolume":

@@ -41,6 +41,7 @@ PERSISTENT_VOLUME_CLAIM = Resource("PersistentVolumeClaim", "", "v1", "persisten
 PERSISTENT_VOLUME = Resource("PersistentVolume", "", "v1", "persistentvolumes", namespaced=False)
 STORAGE_CLASS = Resource("StorageClass", "storage.k8s.io", "v1", "storageclasses", namespaced=False)
 PRIORITY_CLASS = Resource("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
+RUNTIME_CLASS = Resource("RuntimeClass", "node.k8s.io", "v1", "runtimeclasses", namespaced=False)
 RAY_JOB = Resource("RayJob", "ray.io", "v1", "rayjobs", namespaced=True)
 RAY_CLUSTER = Resource("RayCluster", "ray.io", "v1", "rayclusters", namespaced=True)
 VOLCANO_QUEUE = Resource("Queue", "scheduling.volcano.sh", "v1beta1", "queues", namespaced=False)
@@ -56,12 +57,12 @@ LEASE = Resource("Lease", "coordination.k8s.io", "v1", "leases", namespaced=True
 EVENT = Resource("Event", "", "v1", "events", namespaced=True)
 
 WATCHED: tuple[Resource, ...] = (
-    NODE, STORAGE_CLASS, PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, PRIORITY_CLASS, VOLCANO_QUEUE, KAI_QUEUE,
+    NODE, STORAGE_CLASS, PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, PRIORITY_CLASS, RUNTIME_CLASS, VOLCANO_QUEUE, KAI_QUEUE,
     ELASTIC_QUOTA_TREE, RAY_CLUSTER, RAY_JOB, POD_GROUP, POD_GROUP_LEGACY, VOLCANO_POD_GROUP, POD,
 )
 """Everything admission and placement read (``shared.kernel.topology``: ADMISSION_KINDS, PLACEMENT_KINDS).
-Queues and priorities come first so a restarted watcher tells admission about queues before the
-workloads that name them, and storage before the workloads whose pods mount it (order across
+Queues, priorities and RuntimeClasses come first so a restarted watcher tells admission about them
+before the workloads that name them, and storage before the workloads whose pods mount it (order across
 resources is otherwise not guaranteed)."""
 
 WORKLOAD_KINDS = (RAY_JOB, RAY_CLUSTER)

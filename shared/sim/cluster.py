@@ -18,7 +18,7 @@ import hashlib
 import uuid
 from typing import Any, Callable, Mapping
 
-from shared.kernel import kube
+from shared.kernel import kube, runtimeclass
 from shared.kernel.events import KubeEffect
 from shared.sim import ephemeral, kubelet
 from shared.sim.batchscheduler import Setting, plugin
@@ -84,6 +84,19 @@ class ApiServer:
     def owned_by(self, uid: str) -> list[dict]:
         """Objects whose ownerReferences name ``uid``, in creation order."""
         return [self._objects[k] for k in self._by_owner.get(uid, {})]
+
+    def admit_pod(self, pod: dict) -> str | None:
+        """The API server's RuntimeClass admission of a pod about to be created (``shared.kernel.runtimeclass``):
+        its spec gets the class's overhead and scheduling; the refusal's words when it refuses the pod."""
+        spec = pod.get("spec")
+        if not isinstance(spec, dict) or not spec.get("runtimeClassName"):
+            return None
+        classes = {kube.meta(rc)["name"]: rc for rc in self.objects("RuntimeClass")}
+        try:
+            pod["spec"] = dict(runtimeclass.admit(spec, classes))
+        except runtimeclass.Refused as exc:
+            return str(exc)
+        return None
 
     # ------------------------------------------------------------------ writes
     def create(self, obj: dict, now: float) -> dict:
@@ -291,6 +304,9 @@ class SimCluster:
         suspend = spec.get("suspend") if isinstance(spec, dict) else None
         if live is None:
             if manifest["kind"] == "Pod":
+                refused = self.api.admit_pod(manifest)
+                if refused is not None:
+                    raise ScenarioError(f"{describe(*key)}: {refused}")
                 status = manifest.get("status")
                 manifest["status"] = {"phase": "Pending", **(status if isinstance(status, dict) else {})}
             self.api.create(manifest, now)
@@ -447,6 +463,11 @@ class SimCluster:
         labels = kube.labels(obj)
         if kind in ("RayCluster", "RayJob"):
             self._pending[(kind, namespace, name)] = None
+        if kind == "RuntimeClass":  # a pod create it refused may pass now: KubeRay retries its failed creates
+            for owner in ("RayCluster", "RayJob"):
+                for o in self.api.objects(owner):
+                    m = kube.meta(o)
+                    self._pending[(owner, m.get("namespace", ""), m["name"])] = None
         if kind == "Pod" and labels.get(kube.RAY_CLUSTER):
             self._pending[("RayCluster", namespace, labels[kube.RAY_CLUSTER])] = None
         if kind == "RayCluster" and labels.get(kube.RAY_ORIGIN_KIND) == "RayJob" and labels.get(kube.RAY_ORIGIN_NAME):

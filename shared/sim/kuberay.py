@@ -300,7 +300,7 @@ class KubeRay:
             if self.api.obj("Pod", namespace, pod_name) is None:
                 break
         pod = self._ray_pod(cluster, slot, pod_name)
-        if kube.pod_spec_problem(pod["spec"]) is not None:
+        if kube.pod_spec_problem(pod["spec"]) is not None or self.api.admit_pod(pod) is not None:
             return pod_name  # the API server refuses it: KubeRay's create fails, and it tries again next sync
         self.api.create(pod, now)
         self._slot_pods.setdefault((namespace, name), {})[(slot.group, slot.index)] = pod_name
@@ -482,8 +482,11 @@ class KubeRay:
             pod_name = f"{name}-{kube.short_hash(name, SUBMITTER, generation)}"
             if self.api.obj("Pod", namespace, pod_name) is None:
                 break
+        pod = self._submitter_pod(job, submitter, pod_name)
+        if self.api.admit_pod(pod) is not None:
+            return None  # the API server refuses it: the Job controller tries again next sync
         self._submitters[(namespace, name)] = pod_name
-        return self.api.create(self._submitter_pod(job, submitter, pod_name), now)
+        return self.api.create(pod, now)
 
     def _submitter_job(self, job: Mapping[str, Any]) -> dict[str, Any]:
         m = kube.meta(job)

@@ -288,9 +288,11 @@ def test_a_pod_set_asks_what_kube_scheduler_counts_init_containers_sidecars_and_
     head["initContainers"] = [container("fetch", {"cpu": "3", "memory": "512Mi"})]
     worker = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]
     worker["initContainers"] = [{**container("proxy", {"cpu": "1"}), "restartPolicy": "Always"}]
-    worker["overhead"] = {"cpu": "250m"}  # the API server's, from the RuntimeClass the pod names
-    worker["runtimeClassName"] = "kata"
-    spec = AdmissionDriver().submitted(rc, at=1.0)
+    worker["runtimeClassName"] = "kata"  # the API server gives its pods the class's overhead
+    d = AdmissionDriver()
+    d.send({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "kata"}, "handler": "kata",
+            "overhead": {"podFixed": {"cpu": "250m"}}})
+    spec = d.submitted(rc, at=1.0)
     assert {ps.name: format_resources(ps.resources) for ps in spec.gang.pod_sets} == {
         "head": {"cpu": "3", "memory": "1Gi"}, "worker": {"cpu": "2250m", "memory": "1Gi"}}
 

@@ -64,7 +64,8 @@ def test_every_other_kind_routes_to_admission(kind):
 
 @pytest.mark.parametrize("kind, expected", [
     ("Pod", ("admission", "placement")), ("Node", ("placement",)), ("RayCluster", ("admission",)),
-    ("Queue", ("admission",)), ("PriorityClass", ("admission",)), ("PersistentVolumeClaim", ("placement",)),
+    ("Queue", ("admission",)), ("PriorityClass", ("admission",)), ("RuntimeClass", ("admission",)),
+    ("PersistentVolumeClaim", ("placement",)),
     ("PersistentVolume", ("placement",)), ("StorageClass", ("placement",)),
 ])
 def test_a_listing_goes_to_every_core_that_reads_that_kind(kind, expected):
@@ -74,7 +75,8 @@ def test_a_listing_goes_to_every_core_that_reads_that_kind(kind, expected):
 
 def test_kind_sets():
     assert PLACEMENT_KINDS == {"Node", "Pod", "PersistentVolumeClaim", "PersistentVolume", "StorageClass"}
-    assert ADMISSION_KINDS == {"RayCluster", "RayJob", "PodGroup", "Queue", "ElasticQuotaTree", "PriorityClass"}
+    assert ADMISSION_KINDS == {"RayCluster", "RayJob", "PodGroup", "Queue", "ElasticQuotaTree", "PriorityClass",
+                               "RuntimeClass"}
     assert SERVICES == ("admission", "queue", "placement", "reconciler")
 
 
