@@ -73,6 +73,17 @@ class Muster:
         return name
 
 
+async def _bind_with_claim(m: Muster) -> None:
+    """Bind a fresh pod with a delayed claim of its own: the applier reads the claim and writes the node on
+    it first (VolumeBinding's PreBind)."""
+    claim = f"c{next(m.pods)}"
+    create(m.cluster, {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                       "metadata": {"name": claim, "namespace": "team-a"},
+                       "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "wffc",
+                                "resources": {"requests": {"storage": "1Gi"}}}})
+    await _effect("bind", "Pod", "", node="n1", claims=(claim,))(m)
+
+
 def _list(resource: r.Resource) -> Callable[[Muster], Awaitable[Any]]:
     async def op(m: Muster) -> None:
         async def sink(change: Any, obj: Any) -> None:
@@ -139,6 +150,10 @@ def _operation(group: str, resource: str, verb: str) -> tuple[str, Callable[[Mus
         ("", "pods", "get"): ("KubeApplier reads a pod (before an eviction)", _read_pod),
         ("", "pods/binding", "create"): ("KubeApplier binds a pod", _effect("bind", "Pod", "", node="n1")),
         ("", "pods/eviction", "create"): ("KubeApplier evicts a pod", _effect("evict", "Pod", "")),
+        ("", "persistentvolumeclaims", "get"): ("KubeApplier reads a pod's delayed claim before binding it",
+                                                _bind_with_claim),
+        ("", "persistentvolumeclaims", "patch"): ("KubeApplier writes the node on a pod's delayed claim",
+                                                  _bind_with_claim),
         ("ray.io", "rayclusters", "get"): ("Watcher reads a pod's RayCluster it has not seen", _get(r.RAY_CLUSTER, "rc")),
         ("ray.io", "rayjobs", "get"): ("Watcher reads a submitter pod's RayJob it has not seen", _get(r.RAY_JOB, "rj")),
         ("ray.io", "rayclusters", "patch"): ("KubeApplier suspends a RayCluster", _effect("suspend", "RayCluster", "rc")),
