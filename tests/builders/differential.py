@@ -50,6 +50,10 @@ SEED = 31
 """The seed the test runs unless ``MUSTER_DIFFERENTIAL_SEED`` names another."""
 CASES = 500
 """Cases the test runs unless ``MUSTER_DIFFERENTIAL_CASES`` says how many."""
+FOCUSED = 160
+"""Cases of one inter-pod, spread, host port or volume trait each on a small pod that tolerates every taint
+(``focused``), made besides ``CASES``: stacked on a drawn pod, such a constraint seldom decides (the pod
+fits few nodes already), so a rule read wrongly there (``minDomains``, say) showed in no case."""
 NAMESPACE = "default"
 LABEL = "muster.dev/differential"
 """On every node and pod the world makes (``node``, ``resident``, ``case``): what the test deletes afterwards."""
@@ -562,8 +566,9 @@ def pod_affinity(rng: random.Random, world: Draft, spec: dict[str, Any]) -> str:
 
 def spread(rng: random.Random, world: Draft, spec: dict[str, Any]) -> str:
     """Topology spread constraints counting the residents its selector matches (and the case, when its own
-    labels match): ``DoNotSchedule`` with ``maxSkew`` 1 or 2, sometimes ``minDomains`` (above the zones
-    there are, too), ``nodeAffinityPolicy`` and ``nodeTaintsPolicy`` either way; now and then a
+    labels match; often every pod, so that every domain holds some and the global minimum is above 0):
+    ``DoNotSchedule`` with ``maxSkew`` 1 or 2, sometimes ``minDomains`` (above the domains there are, too,
+    which makes that minimum 0), ``nodeAffinityPolicy`` and ``nodeTaintsPolicy`` either way; now and then a
     ``ScheduleAnyway`` one (a score only: it must not change the verdict)."""
     out: list[dict[str, Any]] = []
     used: list[str] = []
@@ -571,11 +576,13 @@ def spread(rng: random.Random, world: Draft, spec: dict[str, Any]) -> str:
         hard = rng.random() < 0.85
         c: dict[str, Any] = {"maxSkew": rng.choice((1, 1, 2)), "topologyKey": key,
                              "whenUnsatisfiable": "DoNotSchedule" if hard else "ScheduleAnyway",
-                             "labelSelector": _pod_selector(rng, world)}
+                             "labelSelector": {} if rng.random() < 0.3 else _pod_selector(rng, world)}
         name = key.rsplit("/", 1)[-1] + ("" if hard else "-soft")
-        if hard and rng.random() < 0.3:
+        if hard and rng.random() < 0.4:
             c["minDomains"] = rng.choice((2, 3, 4, 25))
             name += "-min"
+            if rng.random() < 0.5:  # every resident: each domain holds some, so the minimum is above 0 unless minDomains
+                c["labelSelector"] = {"matchExpressions": [{"key": "app", "operator": "Exists"}]}
         for policy in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
             if rng.random() < 0.35:
                 c[policy] = rng.choice(("Honor", "Ignore"))
@@ -636,6 +643,8 @@ POD_TRAITS: tuple[tuple[float, Trait], ...] = (
 )
 """(probability, trait), applied in this order to each case (the order matters where one reads another's
 work: pod-level requests last of the requests, which they must cover)."""
+FOCUS: tuple[Trait, ...] = (pod_affinity, spread, host_ports, volumes)
+"""The traits a ``focused`` case carries alone, in turn."""
 
 
 def runtime_class(name: str, overhead_: dict[str, str]) -> dict[str, Any]:
@@ -716,7 +725,7 @@ def volume_objects(rng: random.Random, world: Draft) -> list[dict[str, Any]]:
     return out + claims
 
 
-def world(seed: int, *, cases: int = CASES, nodes: int = 20, residents: int = 8) -> World:
+def world(seed: int, *, cases: int = CASES, focused: int = FOCUSED, nodes: int = 20, residents: int = 8) -> World:
     """The world of ``seed``: see the module docstring."""
     rng = random.Random(seed)
     draft = Draft(nodes=[node(rng, i) for i in range(nodes)])
@@ -733,6 +742,14 @@ def world(seed: int, *, cases: int = CASES, nodes: int = 20, residents: int = 8)
                 if name:
                     traits.append(name)
         made.append(Case(f"case-{i:03d}", pod(f"case-{i:03d}", spec, {LABEL: "case", **draft.case_labels}),
+                         tuple(traits)))
+    for i in range(focused):
+        spec = {"containers": [container("c0", {"cpu": "100m", "memory": "64Mi"})], "tolerations": [{"operator": "Exists"}]}
+        draft.case_labels = {}
+        traits = ["focused"]
+        for trait in ((own_labels,) if rng.random() < 0.5 else ()) + (FOCUS[i % len(FOCUS)],):
+            traits.append(trait(rng, draft, spec))
+        made.append(Case(f"focus-{i:03d}", pod(f"focus-{i:03d}", spec, {LABEL: "case", **draft.case_labels}),
                          tuple(traits)))
     return World(seed=seed, nodes=tuple(draft.nodes), objects=tuple(draft.objects), residents=tuple(draft.residents),
                  cases=tuple(made))

@@ -199,10 +199,10 @@ once a second and fails when the pod is gone."""
 
 def release(api: Kube, name: str, claims: list[str]) -> None:
     """Delete a pod kube-scheduler holds in PreBind, take its node off the claims, and wait until its wait
-    failed (the pod is gone) and it counts the pod no more. Deleting first matters: a binding failed
-    while the pod still exists sends it back to the queue, whence it is assumed again at once (an idle
-    queue pops backoff early), and that assumed pod, deleted then, held its node until the 10-minute
-    bind timeout, seen by later cases (found so: a spread counted it)."""
+    failed (``checkBindings`` fails once the pod is gone) and it counts the pod no more. Deleting first
+    matters: a binding failed while the pod still exists sends it back to the queue, whence it may be
+    assumed again at once (an idle queue pops backoff early), and a pod deleted while assumed holds its
+    node until the 10-minute bind timeout, where later cases would meet it."""
     deleted = time.monotonic()
     delete(api, name, bound=False)
     for claim in claims:
@@ -373,13 +373,16 @@ def run(cluster: DevCluster, world: World) -> tuple[list[Row], dict[str, float],
 
 
 def remove(api: Kube) -> None:
-    """Delete everything the world made. Claims and volumes lose their protection finalizers first: the
-    volume's is taken off only by the PV controller's release of it, which the dev cluster does not run."""
+    """Delete everything the world made, and the namespace's Events. Claims and volumes lose their protection
+    finalizers first: the volume's is taken off only by the PV controller's release of it, which the dev
+    cluster does not run."""
     for kind in ("PersistentVolumeClaim", "PersistentVolume"):
         for obj in api.items(COLLECTIONS[kind], kind):
             api.call("PATCH", f"{COLLECTIONS[kind]}/{obj['metadata']['name']}", {"metadata": {"finalizers": None}})
     for path in (PODS, "/api/v1/nodes", *COLLECTIONS.values()):
         api.call("DELETE", f"{path}?labelSelector={differential.LABEL}", {"gracePeriodSeconds": 0})
+    # one Event or more per case: in one request, or the next test's reset (kubectl, one request per Event) takes minutes
+    api.call("DELETE", f"/api/v1/namespaces/{differential.NAMESPACE}/events")
 
 
 def test_muster_places_single_pods_as_kube_scheduler_does(clean_cluster: DevCluster) -> None:
