@@ -13,14 +13,18 @@ would change the very pods compared.)
 
 muster's answer comes from the same objects as the API server stored them, through its own path:
 ingest's ``observe`` (what muster keeps), admission's ``pods.pod_set`` (a single pod is a gang of one),
-and a trial ``gang.place_gang`` on the ``NodeTable`` of a ``PlacementCore`` fed the nodes and the bound
-residents as watch events. Three comparisons per case:
+and a trial ``gang.place_gang`` on the ``NodeTable`` of a ``PlacementCore`` fed the StorageClasses,
+volumes and claims, the nodes and the bound residents as watch events. Three comparisons per case:
 
 - verdict: kube-scheduler bound it ⇔ muster places it (muster's ``rejected``, refusing the pod at
   admission, never agrees: kube-scheduler never refuses a pod the API server took);
 - node: the node kube-scheduler chose is among those muster finds feasible (scores differ by design);
 - reason: where neither places it, kube-scheduler's ``0/N nodes are available: ...`` histogram equals
   muster's (``reasons.fit_error``), which says per node why.
+
+The dev cluster runs no PV controller and no provisioner: a bound claim is written as the PV controller
+leaves it (``set_up``), and a pod whose ``WaitForFirstConsumer`` claim would be provisioned answers with
+the node kube-scheduler names on the claim (``schedule``, ``release``).
 
 A disagreement is run once more on kube-scheduler's side, alone, after a pause (its cache learns a
 deletion on another informer handler than its queue learns a creation, so a case right after a bound
@@ -39,7 +43,7 @@ import ssl
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 from urllib.parse import urlparse
 
 import numpy as np
@@ -266,7 +270,7 @@ class Muster:
     """muster's placement over the nodes and residents, as watch events through its own path."""
 
     def __init__(self, nodes: list[dict[str, Any]], residents: list[dict[str, Any]],
-                 volumes: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
+                 volumes: Sequence[dict[str, Any]] = ()) -> None:
         self.core = PlacementCore(Policy())
         for obj in [*volumes, *nodes, *residents]:
             self.core.handle(watch_envelope("Added", obj, 0.0))
