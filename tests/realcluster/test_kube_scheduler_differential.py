@@ -408,6 +408,5 @@ def test_muster_places_single_pods_as_kube_scheduler_does(clean_cluster: DevClus
     stale = [a for a in ALLOWED if any(a.trait in row.case.traits for row in rows)
              and not any(a in row.allowed for row in rows)]
     assert not stale, f"allowed differences that no case shows any more (take them out, and from the docs): {stale}"
-    # inter-pod constraints, spread and volumes keep more pods off every node: a tenth bound is still dozens
-    assert min(verdicts.count("bound"), verdicts.count("unschedulable")) >= len(rows) // 10, \
+    assert min(verdicts.count("bound"), verdicts.count("unschedulable")) >= len(rows) // 5, \
         f"the cases no longer test both verdicts: {verdicts.count('bound')} bound of {len(rows)}"
