@@ -240,7 +240,7 @@ def _spread_filter(table: "NodeTable", ps: PodSet, own: dict[str, str], n: int) 
         ids, values = table.domains(c.topology_key)
         missing = present & (ids < 0)
         sel = with_own_labels(c.selector, own, c.match_label_keys)
-        counts = table.pods_on.counts(table.pods_on.matching(sel, frozenset((ps.namespace,))), n)
+        counts = _spread_counts(table, sel, ps.namespace, n)
         eligible = keyed & _inclusion(table, ps, c, n)
         dc = _domain_counts(ids, counts, eligible, len(values))
         domains = np.bincount(ids[eligible & (ids >= 0)], minlength=len(values)) > 0
@@ -251,6 +251,15 @@ def _spread_filter(table: "NodeTable", ps: PodSet, own: dict[str, str], n: int) 
         skew_fail |= skew & ~decided
         decided |= missing | skew
     return [(SPREAD_LABEL, label_fail), (SPREAD, skew_fail)]
+
+
+def _spread_counts(table: "NodeTable", sel: LabelSelector | None, namespace: str, n: int) -> np.ndarray:
+    """Pods a spread constraint counts on each row: those of ``namespace`` its selector matches, and none at
+    all for an empty selector (``{}``), though it matches every pod (``countPodsMatchSelector`` returns 0
+    when ``selector.Empty()``; the pod itself still counts as matching: found by the differential test)."""
+    if sel is not None and not sel.match_labels and not sel.match_expressions:
+        return np.zeros(n, np.int64)
+    return table.pods_on.counts(table.pods_on.matching(sel, frozenset((namespace,))), n)
 
 
 def _inclusion(table: "NodeTable", ps: PodSet, c: SpreadConstraint, n: int) -> np.ndarray:
@@ -378,7 +387,7 @@ def _spread_score(table: "NodeTable", ps: PodSet, own: dict[str, str], n: int, s
     for c in soft:
         ids, values = table.domains(c.topology_key)
         sel = with_own_labels(c.selector, own, c.match_label_keys)
-        counts = table.pods_on.counts(table.pods_on.matching(sel, frozenset((ps.namespace,))), n)
+        counts = _spread_counts(table, sel, ps.namespace, n)
         eligible = present & (ids >= 0) & _inclusion(table, ps, c, n)
         dc = _domain_counts(ids, counts, eligible, len(values))
         size = int(keyed.sum()) if c.topology_key == HOSTNAME else len(set(ids[keyed].tolist()))

@@ -6,8 +6,9 @@ as ``pkg/scheduler/framework/plugins/volumebinding`` does, in its order:
 
 1. PreFilter (``podHasPVCs``, then ``GetPodVolumeClaims``), for the pod as a whole: a claim that does not
    exist, that lost its volume or that is being deleted, then any claim unbound whose binding is not
-   delayed (no class, a class not found, ``Immediate``, or pre-bound to a volume not bound yet), make it
-   wait with kube-scheduler's words (``Verdict.wait``), on every node alike.
+   delayed (no class, a class not found, ``Immediate``, or pre-bound to a volume not bound yet), then
+   (VolumeZone's PreFilter, ``getPVbyPod``) a bound claim whose volume does not exist, make it wait with
+   kube-scheduler's words (``Verdict.wait``), on every node alike.
 2. Filter (``FindPodVolumes``), node by node: a bound claim's volume must exist and its
    ``nodeAffinity`` match the node (``checkBoundClaims``); an unbound claim of a
    ``WaitForFirstConsumer`` class can only be provisioned where the class's ``allowedTopologies`` match
@@ -51,10 +52,11 @@ NEVER: Terms = ((),)
 
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
 """``AnnSelectedNode`` (``k8s.io/component-helpers/storage/volume``): the node a delayed claim is provisioned for."""
-NODE_CONFLICT = "node(s) had volume node affinity conflict"
+NODE_CONFLICT = "node(s) didn't match PersistentVolume's node affinity"
 BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
-VOLUME_MISSING = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
-"""``ErrReasonNodeConflict``, ``ErrReasonBindConflict``, ``ErrReasonPVNotExist`` of ``volumebinding/binder.go``."""
+"""``ErrReasonNodeConflict`` (v1.34's words, as the differential test read them), ``ErrReasonBindConflict`` of
+``volumebinding/binder.go``. (Its ``ErrReasonPVNotExist``
+never shows: VolumeZone's PreFilter, which runs first, makes the pod wait on a bound claim's missing volume.)"""
 UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
 """``VolumeBinding.PreFilter``'s reason when a claim that should be bound already is not."""
 DELAYED = "WaitForFirstConsumer"
@@ -169,25 +171,26 @@ class VolumeBook:
         delayed: list[tuple[Terms, str, bool]] = []
         pinned: set[str] = set()
         for claim in claims:
+            if not claim.bound and not self._delayed(claim):
+                return Verdict(wait=UNBOUND_IMMEDIATE)
+        for claim in claims:  # VolumeZone's PreFilter, after VolumeBinding's, looks each bound claim's volume up
+            if claim.bound and claim.volume not in self.volumes:
+                return Verdict(wait=f'persistentvolume "{claim.volume}" not found')
+        for claim in claims:
             if claim.bound:
-                if claim.volume not in self.volumes:
-                    bound.append((NEVER, VOLUME_MISSING, True))
-                    continue
                 terms = self.volumes[claim.volume]
                 if terms is not None:
                     bound.append((terms, NODE_CONFLICT, True))
                 continue
-            storage_class = self.classes.get(claim.storage_class) if claim.storage_class else None
-            if storage_class is None or not storage_class.delayed or claim.volume:
-                return Verdict(wait=UNBOUND_IMMEDIATE)
+            topologies = self.classes[claim.storage_class].topologies
             if claim.selected_node:
                 pinned.add(claim.selected_node)
-            if storage_class.topologies:
-                delayed.append((storage_class.topologies, BIND_CONFLICT, False))
+            if topologies:
+                delayed.append((topologies, BIND_CONFLICT, False))
         for name in volumes.ephemeral:
-            storage_class = self.classes.get(name) if name else None
-            if storage_class is not None and storage_class.delayed and storage_class.topologies:
-                delayed.append((storage_class.topologies, BIND_CONFLICT, False))
+            ephemeral_class = self.classes.get(name) if name else None
+            if ephemeral_class is not None and ephemeral_class.delayed and ephemeral_class.topologies:
+                delayed.append((ephemeral_class.topologies, BIND_CONFLICT, False))
         return Verdict(needs=(*bound, *delayed), pinned=frozenset(pinned))
 
     def prebind(self, pod: Mapping[str, Any], node: str) -> Prebind:
@@ -232,6 +235,12 @@ class VolumeBook:
             if claim.selected_node != node and claim_name not in claims:
                 claims.append(claim_name)
         return Prebind(claims=tuple(claims))
+
+    def _delayed(self, claim: Claim) -> bool:
+        """An unbound claim whose binding waits for its pod: a ``WaitForFirstConsumer`` class it has, and no
+        volume named yet (a pre-bound claim should be bound already: ``GetPodVolumeClaims``)."""
+        storage_class = self.classes.get(claim.storage_class) if claim.storage_class else None
+        return storage_class is not None and storage_class.delayed and not claim.volume
 
 
 _GONE = object()

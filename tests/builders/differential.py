@@ -9,27 +9,29 @@ between equally scored nodes at random, and the test's table says where they wen
   ``muster.dev/generation`` for ``Gt``/``Lt``, sometimes not a number a label may still hold: ``3_0``,
   ``v2``, beyond int64), taints of every effect, some cordoned (``spec.unschedulable``); the first
   ``len(GUARANTEED)`` nodes carry one feature each, so every seed has them all;
-- ``objects``: the cluster-scoped objects the pods need before they are created (RuntimeClasses with
+- ``objects``: the objects the pods need before they are created, in order (RuntimeClasses with
   ``overhead.podFixed``: the API server sets a pod's ``spec.overhead`` from its RuntimeClass and refuses
-  one that sets it itself);
-- ``residents``: a few plain pods kube-scheduler binds first and that stay for the whole run, so that
-  every case meets used nodes as well as empty ones (and muster counts pods of another scheduler);
+  one that sets it itself; StorageClasses, PersistentVolumes with node affinity and the claims pods
+  mount: ``volume_objects``). An object with a ``status`` gets it written through the status
+  subresource after it is created: the dev cluster runs no PV controller, so a bound pair is written
+  as that controller leaves it (``spec.volumeName``, ``claimRef``, ``pv.kubernetes.io/bind-completed``,
+  phase Bound);
+- ``residents``: a few pods kube-scheduler binds first and that stay for the whole run, so that every
+  case meets used nodes as well as empty ones (and muster counts pods of another scheduler); they carry
+  the labels inter-pod affinity and spread select (``app``, ``tier``), some hold host ports, one holds
+  required anti-affinity against pods labelled ``role: shy`` (a case may carry that label:
+  ``own_labels``);
 - ``cases``: single pods, each made of a base (containers sized against a node's allocatable: well
   below, exactly, just above, far above) and the traits drawn for it, each trait a function of
   ``POD_TRAITS`` applied with its probability. A case names its traits (``Case.traits``), which the test's
   table shows and its allow-list matches.
 
-Adding a constraint (inter-pod affinity, topology spread, host ports, volumes) is adding a function
-``def trait(rng: random.Random, world: Draft, spec: dict) -> str`` that edits a case's pod ``spec`` and
-returns the trait's name ("" when it added nothing), and a row ``(probability, trait)`` to
-``POD_TRAITS``. What a trait needs of the world is added to ``Draft`` and made in ``world``:
-
-- labels on the residents (``resident``) are what inter-pod affinity and anti-affinity select, and the
-  residents spread over zones are what a topology spread constraint counts; a trait picks a resident's
-  labels from ``Draft.residents``;
-- host ports: give some residents a ``hostPort`` in ``resident``, and let the trait ask for the same port;
-- volumes: the StorageClasses, PersistentVolumes and claims go to ``Draft.objects`` (created before
-  the residents and the cases, in order; namespaced ones in ``NAMESPACE``), the trait mounts a claim.
+A trait is a function ``def trait(rng: random.Random, world: Draft, spec: dict) -> str`` that edits a
+case's pod ``spec`` (and may add to ``Draft.case_labels``) and returns the trait's name ("" when it added
+nothing), with a row ``(probability, trait)`` in ``POD_TRAITS``. What a trait needs of the world is in
+``Draft`` and made in ``world``: the residents' labels and host ports (``resident``) for inter-pod
+affinity, spread and host ports (``own_labels``, ``pod_affinity``, ``spread``, ``host_ports``); the
+StorageClasses, volumes and claims (``volume_objects``) that ``volumes`` mounts.
 
 The test then needs nothing new: it compares every case's verdict whatever made it. A new trait whose
 rule muster does not follow yet shows as disagreements, which is the point.
@@ -48,11 +50,16 @@ SEED = 31
 """The seed the test runs unless ``MUSTER_DIFFERENTIAL_SEED`` names another."""
 CASES = 500
 """Cases the test runs unless ``MUSTER_DIFFERENTIAL_CASES`` says how many."""
+FOCUSED = 160
+"""Cases of one inter-pod, spread, host port or volume trait each on a small pod that tolerates every taint
+(``focused``), made besides ``CASES``: stacked on a drawn pod, such a constraint seldom decides (the pod
+fits few nodes already), so a rule read wrongly there (``minDomains``, say) showed in no case."""
 NAMESPACE = "default"
 LABEL = "muster.dev/differential"
 """On every node and pod the world makes (``node``, ``resident``, ``case``): what the test deletes afterwards."""
 GENERATION = "muster.dev/generation"
 ZONE = "topology.kubernetes.io/zone"
+HOSTNAME = "kubernetes.io/hostname"
 ARCH = "kubernetes.io/arch"
 GPU = "nvidia.com/gpu"
 FPGA = "example.com/fpga"
@@ -108,6 +115,13 @@ class Draft:
     nodes: list[dict[str, Any]]
     residents: list[dict[str, Any]] = field(default_factory=list)
     objects: list[dict[str, Any]] = field(default_factory=list)
+    case_labels: dict[str, str] = field(default_factory=dict)
+    """The labels of the case being made (beside ``LABEL``): a trait may add some, which others' selectors
+    then see (a spread constraint counts the pod itself when it matches)."""
+
+    def claims(self) -> list[str]:
+        """Names of the claims the world made, in order."""
+        return [o["metadata"]["name"] for o in self.objects if o["kind"] == "PersistentVolumeClaim"]
 
     def labels(self) -> dict[str, list[str]]:
         """Every node label key (but the per-node hostname) with its values, in node order."""
@@ -241,16 +255,49 @@ def pod(name: str, spec: dict[str, Any], labels: dict[str, str]) -> dict[str, An
                      "terminationGracePeriodSeconds": 0, **spec}}
 
 
+HOST_PORTS = (8080, 9090, 7000)
+"""The host ports residents hold and cases ask for."""
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+HOST_IPS = ("", "0.0.0.0", "127.0.0.1", "10.0.0.1")
+"""``hostIP`` values ("" is the API server's 0.0.0.0 default: any address, which conflicts with every one)."""
+SHY = {"role": "shy"}
+"""The labels one resident's required anti-affinity keeps off its node (``resident``)."""
+
+
+def _port(rng: random.Random, number: int, used: set[tuple[str, str, int]]) -> dict[str, Any] | None:
+    """A ``ports`` entry binding host port ``number`` (protocol and host IP drawn), None when the pod holds
+    that key already (the API server refuses a duplicate protocol/hostIP/port)."""
+    protocol, ip = rng.choice(PROTOCOLS[:2] if rng.random() < 0.8 else PROTOCOLS), rng.choice(HOST_IPS)
+    key = (protocol, ip or "0.0.0.0", number)
+    if key in used:
+        return None
+    used.add(key)
+    entry: dict[str, Any] = {"containerPort": 10000 + len(used), "hostPort": number, "protocol": protocol}
+    if ip:
+        entry["hostIP"] = ip
+    return entry
+
+
 def resident(rng: random.Random, index: int, world: Draft) -> dict[str, Any]:
-    """A pod bound before the cases and left running: cpu and memory a node's fraction, no constraints
-    but tolerating every taint (so some land on tainted and cordoned-later nodes too)."""
+    """A pod bound before the cases and left running: cpu and memory a node's fraction, tolerating every
+    taint half the time (so some land on tainted and cordoned-later nodes too); labels others select
+    (``app``, ``tier``), sometimes host ports; the second holds required anti-affinity against ``SHY`` pods
+    (by hostname, or zone), which kube-scheduler checks for every pod (existing pods' anti-affinity)."""
     size = rng.choice(world.nodes)
     requests = {"cpu": cpu(max(100, int(world.alloc(size, "cpu") * rng.choice((0.25, 0.5))))),
                 "memory": memory(world.alloc(size, "memory") // rng.choice((4, 2)), rng)}
-    spec: dict[str, Any] = {"containers": [container("main", requests)]}
+    main = container("main", requests)
+    if rng.random() < 0.4:
+        used: set[tuple[str, str, int]] = set()
+        main["ports"] = [p for p in (_port(rng, n, used) for n in rng.sample(HOST_PORTS, rng.choice((1, 2)))) if p]
+    spec: dict[str, Any] = {"containers": [main]}
     if rng.random() < 0.5:
         spec["tolerations"] = [{"operator": "Exists"}]
-    return pod(f"resident-{index}", spec, {LABEL: "resident", "app": f"resident-{index % 3}"})
+    if index == 1:
+        spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": dict(SHY)}, "topologyKey": rng.choice((HOSTNAME, ZONE))}]}}
+    return pod(f"resident-{index}", spec, {LABEL: "resident", "app": f"resident-{index % 3}",
+                                           "tier": rng.choice(("a", "b"))})
 
 
 def base(rng: random.Random, world: Draft) -> tuple[dict[str, Any], list[str]]:
@@ -458,6 +505,118 @@ def match_fields(rng: random.Random, world: Draft, spec: dict[str, Any]) -> str:
     return "affinity:matchFields"
 
 
+def own_labels(rng: random.Random, world: Draft, spec: dict[str, Any]) -> str:
+    """Labels of the case itself: a resident's ``app`` (a spread constraint selecting it counts the case
+    too; an affinity term selecting it lets the first of a group go anywhere), or ``SHY`` (the one
+    resident's anti-affinity keeps it off that resident's node or zone)."""
+    if rng.random() < 0.4:
+        world.case_labels.update(SHY)
+        return "labels:shy"
+    world.case_labels["app"] = f"resident-{rng.randint(0, 2)}"
+    return "labels:app"
+
+
+def _pod_selector(rng: random.Random, world: Draft) -> dict[str, Any]:
+    """A label selector over the residents' labels: one resident's (one label or two), a set of ``app``
+    values, ``tier NotIn``, ``role Exists``, a value none has, or (rarely) ``{}``, which selects every pod."""
+    labels = rng.choice(world.residents)["metadata"]["labels"] if world.residents else {"app": "resident-0"}
+    kind = rng.choice(("one", "one", "two", "in", "notin", "exists", "none", "all"))
+    if kind == "one":
+        return {"matchLabels": {"app": labels["app"]}}
+    if kind == "two":
+        return {"matchLabels": {k: labels[k] for k in ("app", "tier") if k in labels}}
+    if kind == "in":
+        return {"matchExpressions": [{"key": "app", "operator": "In",
+                                      "values": sorted({labels["app"], f"resident-{rng.randint(0, 2)}"})}]}
+    if kind == "notin":
+        return {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": [rng.choice("ab")]}]}
+    if kind == "exists":
+        return {"matchExpressions": [{"key": "role", "operator": "Exists"}]}
+    if kind == "none":
+        return {"matchLabels": {"app": "nobody"}}
+    return {}
+
+
+TOPOLOGY_KEYS = (HOSTNAME, HOSTNAME, ZONE, ZONE, "team")
+"""What inter-pod terms and spread constraints group nodes by (``team`` is on some nodes only)."""
+
+
+def pod_affinity(rng: random.Random, world: Draft, spec: dict[str, Any]) -> str:
+    """Required pod affinity and anti-affinity: one or two terms, each over the residents' labels by
+    hostname, zone or a key some nodes lack; the term's namespaces its own (unset), listed (``default``,
+    or one no pod is in), or every one (``namespaceSelector: {}``)."""
+    affinity = spec.setdefault("affinity", {})
+    used: list[str] = []
+    for _ in range(rng.choice((1, 1, 2))):
+        anti = rng.random() < 0.5
+        key = rng.choice(TOPOLOGY_KEYS)
+        term: dict[str, Any] = {"labelSelector": _pod_selector(rng, world), "topologyKey": key}
+        scope = rng.choice(("own", "own", "listed", "elsewhere", "all"))
+        if scope == "listed":
+            term["namespaces"] = [NAMESPACE]
+        elif scope == "elsewhere":
+            term["namespaces"] = ["muster-elsewhere"]
+        elif scope == "all":
+            term["namespaceSelector"] = {}
+        block = affinity.setdefault("podAntiAffinity" if anti else "podAffinity", {})
+        block.setdefault("requiredDuringSchedulingIgnoredDuringExecution", []).append(term)
+        used.append(f"{'anti' if anti else 'aff'}-{key.rsplit('/', 1)[-1]}-{scope}")
+    return "pod-affinity:" + "+".join(sorted(set(used)))
+
+
+def spread(rng: random.Random, world: Draft, spec: dict[str, Any]) -> str:
+    """Topology spread constraints counting the residents its selector matches (and the case, when its own
+    labels match; often every pod, so that every domain holds some and the global minimum is above 0):
+    ``DoNotSchedule`` with ``maxSkew`` 1 or 2, sometimes ``minDomains`` (above the domains there are, too,
+    which makes that minimum 0), ``nodeAffinityPolicy`` and ``nodeTaintsPolicy`` either way; now and then a
+    ``ScheduleAnyway`` one (a score only: it must not change the verdict)."""
+    out: list[dict[str, Any]] = []
+    used: list[str] = []
+    for key in dict.fromkeys(rng.sample(TOPOLOGY_KEYS[1:], rng.choice((1, 1, 2)))):  # one constraint per key
+        hard = rng.random() < 0.85
+        c: dict[str, Any] = {"maxSkew": rng.choice((1, 1, 2)), "topologyKey": key,
+                             "whenUnsatisfiable": "DoNotSchedule" if hard else "ScheduleAnyway",
+                             "labelSelector": {} if rng.random() < 0.3 else _pod_selector(rng, world)}
+        name = key.rsplit("/", 1)[-1] + ("" if hard else "-soft")
+        if hard and rng.random() < 0.4:
+            c["minDomains"] = rng.choice((2, 3, 4, 25))
+            name += "-min"
+            if rng.random() < 0.5:  # every resident: each domain holds some, so the minimum is above 0 unless minDomains
+                c["labelSelector"] = {"matchExpressions": [{"key": "app", "operator": "Exists"}]}
+        for policy in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
+            if rng.random() < 0.35:
+                c[policy] = rng.choice(("Honor", "Ignore"))
+                name += f"-{policy[4:-6].lower()}{c[policy][0]}"
+        out.append(c)
+        used.append(name)
+    spec["topologySpreadConstraints"] = out
+    return "spread:" + "+".join(used)
+
+
+def host_ports(rng: random.Random, world: Draft, spec: dict[str, Any]) -> str:
+    """One or two host ports, the residents' mostly (protocol and host IP drawn: another protocol, or two
+    distinct specific addresses, do not conflict), on the first container or a sidecar (which holds its
+    ports as long as the pod runs)."""
+    used: set[tuple[str, str, int]] = set()
+    holders = [c for c in spec.get("initContainers", []) if c.get("restartPolicy") == "Always"]
+    holder = rng.choice(holders) if holders and rng.random() < 0.4 else spec["containers"][0]
+    for _ in range(rng.choice((1, 1, 2))):
+        entry = _port(rng, rng.choice(HOST_PORTS) if rng.random() < 0.85 else 6000, used)
+        if entry:
+            holder.setdefault("ports", []).append(entry)
+    return "host-ports" + (":sidecar" if holder is not spec["containers"][0] else "")
+
+
+def volumes(rng: random.Random, world: Draft, spec: dict[str, Any]) -> str:
+    """One or two claims mounted: bound to a volume with node affinity, unbound of a ``WaitForFirstConsumer``
+    class (with ``allowedTopologies`` or without), unbound and immediate, of no class, pre-bound to a
+    volume not bound yet, bound to a volume that does not exist, or one no claim is named (``volume_objects``)."""
+    claims = world.claims() + ["absent"]
+    chosen = rng.sample(claims, rng.choice((1, 1, 2)))
+    spec["volumes"] = [{"name": f"v{i}", "persistentVolumeClaim": {"claimName": name}} for i, name in enumerate(chosen)]
+    return "volume:" + "+".join(sorted(name.rstrip("0123456789-") for name in chosen))
+
+
 Trait = Callable[[random.Random, Draft, dict[str, Any]], str]
 
 POD_TRAITS: tuple[tuple[float, Trait], ...] = (
@@ -476,9 +635,16 @@ POD_TRAITS: tuple[tuple[float, Trait], ...] = (
     (0.35, node_affinity),
     (0.03, empty_term),
     (0.03, match_fields),
+    (0.3, own_labels),
+    (0.25, pod_affinity),
+    (0.25, spread),
+    (0.15, host_ports),
+    (0.15, volumes),
 )
 """(probability, trait), applied in this order to each case (the order matters where one reads another's
 work: pod-level requests last of the requests, which they must cover)."""
+FOCUS: tuple[Trait, ...] = (pod_affinity, spread, host_ports, volumes)
+"""The traits a ``focused`` case carries alone, in turn."""
 
 
 def runtime_class(name: str, overhead_: dict[str, str]) -> dict[str, Any]:
@@ -486,20 +652,104 @@ def runtime_class(name: str, overhead_: dict[str, str]) -> dict[str, Any]:
             "handler": "runc", "overhead": {"podFixed": dict(overhead_)}}
 
 
-def world(seed: int, *, cases: int = CASES, nodes: int = 20, residents: int = 8) -> World:
+BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
+"""What the PV controller writes on a claim it bound: kube-scheduler takes a claim as bound only with it."""
+
+
+def _meta(kind: str, name: str, namespaced: bool = False) -> dict[str, Any]:
+    api = {"StorageClass": "storage.k8s.io/v1"}.get(kind, "v1")
+    meta: dict[str, Any] = {"name": name, "labels": {LABEL: "volume"}}
+    if namespaced:
+        meta["namespace"] = NAMESPACE
+    return {"apiVersion": api, "kind": kind, "metadata": meta}
+
+
+def _claim(name: str, storage_class: str, volume: str = "", bound: bool = False) -> dict[str, Any]:
+    obj = _meta("PersistentVolumeClaim", name, namespaced=True)
+    obj["spec"] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                   "storageClassName": storage_class}
+    if volume:
+        obj["spec"]["volumeName"] = volume
+    if bound:
+        obj["metadata"]["annotations"] = {BIND_COMPLETED: "yes"}
+        obj["status"] = {"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}}
+    return obj
+
+
+def volume_objects(rng: random.Random, world: Draft) -> list[dict[str, Any]]:
+    """StorageClasses, PersistentVolumes and claims (in the order they must be created): ``bound-<i>``
+    bound to a volume whose node affinity is drawn over the nodes' labels (a zone, a node, a pool it is
+    not, a team label it has, two terms); ``wffc``, ``wffc-zone`` (``allowedTopologies``: two zones),
+    ``wffc-pool`` (two terms) unbound of ``WaitForFirstConsumer`` classes; ``immediate`` unbound of an
+    Immediate class; ``no-class``; ``prebound`` naming an Available volume the claim is not bound to yet;
+    ``gone`` bound to a volume that does not exist."""
+    zones = world.labels()[ZONE]
+    out: list[dict[str, Any]] = []
+    for name, mode, topologies in (
+            ("diff-wffc", "WaitForFirstConsumer", []),
+            ("diff-wffc-zone", "WaitForFirstConsumer", [[{"key": ZONE, "values": sorted(rng.sample(zones, min(2, len(zones))))}]]),
+            ("diff-wffc-pool", "WaitForFirstConsumer", [[{"key": "pool", "values": ["gpu"]}],
+                                                        [{"key": "team", "values": ["ml"]}, {"key": ARCH, "values": ["amd64"]}]]),
+            ("diff-immediate", "Immediate", [])):
+        sc = _meta("StorageClass", name)
+        sc.update({"provisioner": "example.com/disk", "volumeBindingMode": mode, "reclaimPolicy": "Delete"})
+        if topologies:
+            sc["allowedTopologies"] = [{"matchLabelExpressions": term} for term in topologies]
+        out.append(sc)
+    affinities = [
+        [{"matchExpressions": [{"key": ZONE, "operator": "In", "values": [rng.choice(zones)]}]}],
+        [{"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": [rng.choice(world.nodes)["metadata"]["name"]]}]}],
+        [{"matchExpressions": [{"key": "pool", "operator": "NotIn", "values": ["gpu"]}]}],
+        [{"matchExpressions": [{"key": "team", "operator": "Exists"}, {"key": ZONE, "operator": "In", "values": [rng.choice(zones)]}]}],
+        [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["mem"]}]},
+         {"matchExpressions": [{"key": ARCH, "operator": "In", "values": ["arm64"]}]}],
+    ]
+    claims: list[dict[str, Any]] = []
+    for i, terms in enumerate(affinities):
+        pv = _meta("PersistentVolume", f"diff-pv-{i}")
+        pv["spec"] = {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                      "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": f"/tmp/diff-pv-{i}"},
+                      "nodeAffinity": {"required": {"nodeSelectorTerms": terms}},
+                      "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": NAMESPACE,
+                                   "name": f"bound-{i}"}}
+        pv["status"] = {"phase": "Bound"}
+        out.append(pv)
+        claims.append(_claim(f"bound-{i}", "", f"diff-pv-{i}", bound=True))
+    free = _meta("PersistentVolume", "diff-pv-free")
+    free["spec"] = {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                    "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/tmp/diff-pv-free"}}
+    out.append(free)
+    claims += [_claim("wffc", "diff-wffc"), _claim("wffc-zone", "diff-wffc-zone"), _claim("wffc-pool", "diff-wffc-pool"),
+               _claim("immediate", "diff-immediate"), _claim("no-class", ""), _claim("prebound", "", "diff-pv-free"),
+               _claim("gone", "", "diff-pv-gone", bound=True)]
+    return out + claims
+
+
+def world(seed: int, *, cases: int = CASES, focused: int = FOCUSED, nodes: int = 20, residents: int = 8) -> World:
     """The world of ``seed``: see the module docstring."""
     rng = random.Random(seed)
     draft = Draft(nodes=[node(rng, i) for i in range(nodes)])
     draft.objects = [runtime_class(name, o) for name, o in sorted(RUNTIME_CLASSES.items())]
     draft.residents = [resident(rng, i, draft) for i in range(residents)]
+    draft.objects += volume_objects(rng, draft)
     made: list[Case] = []
     for i in range(cases):
         spec, traits = base(rng, draft)
+        draft.case_labels = {}
         for probability, trait in POD_TRAITS:
             if rng.random() < probability:
                 name = trait(rng, draft, spec)
                 if name:
                     traits.append(name)
-        made.append(Case(f"case-{i:03d}", pod(f"case-{i:03d}", spec, {LABEL: "case"}), tuple(traits)))
+        made.append(Case(f"case-{i:03d}", pod(f"case-{i:03d}", spec, {LABEL: "case", **draft.case_labels}),
+                         tuple(traits)))
+    for i in range(focused):
+        spec = {"containers": [container("c0", {"cpu": "100m", "memory": "64Mi"})], "tolerations": [{"operator": "Exists"}]}
+        draft.case_labels = {}
+        traits = ["focused"]
+        for trait in ((own_labels,) if rng.random() < 0.5 else ()) + (FOCUS[i % len(FOCUS)],):
+            traits.append(trait(rng, draft, spec))
+        made.append(Case(f"focus-{i:03d}", pod(f"focus-{i:03d}", spec, {LABEL: "case", **draft.case_labels}),
+                         tuple(traits)))
     return World(seed=seed, nodes=tuple(draft.nodes), objects=tuple(draft.objects), residents=tuple(draft.residents),
                  cases=tuple(made))

@@ -13,14 +13,18 @@ would change the very pods compared.)
 
 muster's answer comes from the same objects as the API server stored them, through its own path:
 ingest's ``observe`` (what muster keeps), admission's ``pods.pod_set`` (a single pod is a gang of one),
-and a trial ``gang.place_gang`` on the ``NodeTable`` of a ``PlacementCore`` fed the nodes and the bound
-residents as watch events. Three comparisons per case:
+and a trial ``gang.place_gang`` on the ``NodeTable`` of a ``PlacementCore`` fed the StorageClasses,
+volumes and claims, the nodes and the bound residents as watch events. Three comparisons per case:
 
 - verdict: kube-scheduler bound it ⇔ muster places it (muster's ``rejected``, refusing the pod at
   admission, never agrees: kube-scheduler never refuses a pod the API server took);
 - node: the node kube-scheduler chose is among those muster finds feasible (scores differ by design);
 - reason: where neither places it, kube-scheduler's ``0/N nodes are available: ...`` histogram equals
   muster's (``reasons.fit_error``), which says per node why.
+
+The dev cluster runs no PV controller and no provisioner: a bound claim is written as the PV controller
+leaves it (``set_up``), and a pod whose ``WaitForFirstConsumer`` claim would be provisioned answers with
+the node kube-scheduler names on the claim (``schedule``, ``release``).
 
 A disagreement is run once more on kube-scheduler's side, alone, after a pause (its cache learns a
 deletion on another informer handler than its queue learns a creation, so a case right after a bound
@@ -39,7 +43,7 @@ import ssl
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 from urllib.parse import urlparse
 
 import numpy as np
@@ -47,7 +51,7 @@ import yaml
 
 from services.admission.fields import Invalid
 from services.admission.pods import pod_set
-from services.placement import PlacementCore
+from services.placement import PlacementCore, interpod
 from services.placement.gang import place_gang, pod_demand
 from services.placement.statement import Statement
 from services.reconciler.ingest import observe, watch_envelope
@@ -59,6 +63,14 @@ from tests.builders import differential
 from tests.builders.differential import Case, World
 
 PODS = f"/api/v1/namespaces/{differential.NAMESPACE}/pods"
+COLLECTIONS: dict[str, str] = {
+    "RuntimeClass": "/apis/node.k8s.io/v1/runtimeclasses",
+    "StorageClass": "/apis/storage.k8s.io/v1/storageclasses",
+    "PersistentVolume": "/api/v1/persistentvolumes",
+    "PersistentVolumeClaim": f"/api/v1/namespaces/{differential.NAMESPACE}/persistentvolumeclaims",
+}
+"""Where the world's objects of each kind are created (and deleted, by ``LABEL``)."""
+VOLUME_KINDS = ("StorageClass", "PersistentVolume", "PersistentVolumeClaim")
 
 
 @dataclass(frozen=True)
@@ -93,8 +105,8 @@ class Kube:
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
-        self.connection.request(method, path, body=data,
-                                headers={"Content-Type": "application/json", "Accept": "application/json"})
+        kind = "application/merge-patch+json" if method == "PATCH" else "application/json"
+        self.connection.request(method, path, body=data, headers={"Content-Type": kind, "Accept": "application/json"})
         answer = self.connection.getresponse()
         raw = answer.read()
         return answer.status, json.loads(raw) if raw else None
@@ -104,12 +116,12 @@ class Kube:
         assert status in (200, 201), f"POST {path} {obj['metadata']['name']}: {status} {body and body.get('message')}"
         return dict(body)
 
-    def items(self, path: str, kind: str) -> list[dict[str, Any]]:
+    def items(self, path: str, kind: str, api_version: str = "v1") -> list[dict[str, Any]]:
         """The world's objects of a list, each with the ``kind`` and ``apiVersion`` a list leaves out (a watch
         event has them)."""
         status, body = self.call("GET", f"{path}?labelSelector={differential.LABEL}")
         assert status == 200, f"GET {path}: {status} {body}"
-        return [{"kind": kind, "apiVersion": "v1", **item} for item in body["items"]]
+        return [{"kind": kind, "apiVersion": api_version, **item} for item in body["items"]]
 
     def close(self) -> None:
         self.connection.close()
@@ -141,23 +153,66 @@ def decided(pod: dict[str, Any]) -> Answer | None:
     return None
 
 
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+"""Where kube-scheduler's VolumeBinding PreBind writes the node it chose for a claim it leaves to a provisioner."""
+
+
 def schedule(api: Kube, pod: dict[str, Any], *, keep: bool = False, timeout: float = 20.0
              ) -> tuple[dict[str, Any], Answer]:
     """Create ``pod``, wait for kube-scheduler's answer, delete it (unless ``keep``): the pod as stored
-    (what the API server's admission made of it, as muster would read it) and the answer."""
+    (what the API server's admission made of it, as muster would read it) and the answer.
+
+    A pod whose unbound ``WaitForFirstConsumer`` claim must be provisioned is never bound here (no
+    provisioner runs): kube-scheduler names its node on the claim and waits in PreBind for the volume,
+    counting the pod on that node meanwhile. That node is its answer (``release``)."""
     stored = api.create(PODS, pod)
     name = pod["metadata"]["name"]
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"].get("volumes", [])
+              if "persistentVolumeClaim" in v]
     deadline = time.monotonic() + timeout
     while True:
         status, now = api.call("GET", f"{PODS}/{name}")
         answer = decided(now) if status == 200 else None
         if answer is not None:
             break
-        assert time.monotonic() < deadline, f"kube-scheduler did not answer for {name} in {timeout:.0f} s: {now}"
+        node = selected(api, claims)
+        if node:
+            release(api, name, claims)
+            return stored, Answer("bound", node=node)
+        assert time.monotonic() < deadline, f"kube-scheduler did not answer for {name} in {timeout:.0f} s: {now.get('status')}"
         time.sleep(0.005)
     if not keep:
         delete(api, name, bound=answer.verdict == "bound")
     return stored, answer
+
+
+def selected(api: Kube, claims: list[str]) -> str:
+    """The node kube-scheduler chose for the pod's claims to be provisioned on ("" when none yet)."""
+    for claim in claims:
+        status, obj = api.call("GET", f"{COLLECTIONS['PersistentVolumeClaim']}/{claim}")
+        node = (obj.get("metadata", {}).get("annotations") or {}).get(SELECTED_NODE, "") if status == 200 else ""
+        if node:
+            return str(node)
+    return ""
+
+
+RELEASED = 1.2
+"""Seconds kube-scheduler takes at most to give up a deleted pod waiting in PreBind: ``checkBindings`` polls
+once a second and fails when the pod is gone."""
+
+
+def release(api: Kube, name: str, claims: list[str]) -> None:
+    """Delete a pod kube-scheduler holds in PreBind, take its node off the claims, and wait until its wait
+    failed (``checkBindings`` fails once the pod is gone) and it counts the pod no more. Deleting first
+    matters: a binding failed while the pod still exists sends it back to the queue, whence it may be
+    assumed again at once (an idle queue pops backoff early), and a pod deleted while assumed holds its
+    node until the 10-minute bind timeout, where later cases would meet it."""
+    deleted = time.monotonic()
+    delete(api, name, bound=False)
+    for claim in claims:
+        api.call("PATCH", f"{COLLECTIONS['PersistentVolumeClaim']}/{claim}",
+                 {"metadata": {"annotations": {SELECTED_NODE: None}}})
+    time.sleep(max(0.0, deleted + RELEASED - time.monotonic()))
 
 
 def delete(api: Kube, name: str, *, bound: bool) -> None:
@@ -172,8 +227,13 @@ def set_up(api: Kube, world: World, timeout: float = 60.0) -> tuple[list[dict[st
     """Create the world's objects and nodes, wait until every node is Ready with exactly its taints (and the
     cordon's, which the node lifecycle controller adds), bind the residents (one that fits nowhere is
     dropped): the nodes and bound residents as the API server holds them."""
+    remove(api)  # what a run cut short left (a volume's finalizer keeps it past its deletion)
     for obj in world.objects:
-        api.create("/apis/node.k8s.io/v1/runtimeclasses", obj)
+        made = api.create(COLLECTIONS[obj["kind"]], {k: v for k, v in obj.items() if k != "status"})
+        if "status" in obj:  # what the PV controller (not run on the dev cluster) would have written
+            path = f"{COLLECTIONS[obj['kind']]}/{obj['metadata']['name']}/status"
+            status, body = api.call("PUT", path, {**made, "status": obj["status"]})
+            assert status == 200, f"PUT {path}: {status} {body and body.get('message')}"
     for obj in world.nodes:
         api.create("/api/v1/nodes", obj)
 
@@ -209,9 +269,10 @@ def set_up(api: Kube, world: World, timeout: float = 60.0) -> tuple[list[dict[st
 class Muster:
     """muster's placement over the nodes and residents, as watch events through its own path."""
 
-    def __init__(self, nodes: list[dict[str, Any]], residents: list[dict[str, Any]]) -> None:
+    def __init__(self, nodes: list[dict[str, Any]], residents: list[dict[str, Any]],
+                 volumes: Sequence[dict[str, Any]] = ()) -> None:
         self.core = PlacementCore(Policy())
-        for obj in [*nodes, *residents]:
+        for obj in [*volumes, *nodes, *residents]:
             self.core.handle(watch_envelope("Added", obj, 0.0))
 
     def answer(self, stored: dict[str, Any]) -> Answer:
@@ -221,11 +282,15 @@ class Muster:
         refused = kube.refused(obj)
         if refused is not None:
             return Answer("rejected", reason=refused)
+        namespace = kube.meta(obj).get("namespace") or differential.NAMESPACE
         try:
-            ps = pod_set("pods", 1, obj, "")
+            ps = pod_set("pods", 1, obj, "", namespace=namespace)
         except Invalid as exc:
             return Answer("rejected", reason=exc.reason)
+        ps = ps.model_copy(update={"namespace": namespace})  # as the core's ``interpod.marked_spec`` gives it
         table = self.core.nodes
+        if ps.inter_pod:  # as the core does for a gang with inter-pod constraints (``PlacementCore._begin``)
+            interpod.activate(table, self.core.ledger.pods.values(), self.core.workloads.values())
         feasible = table.feasible(pod_demand(table, ps), table.static_mask(ps), slice(0, table.n))
         names = frozenset(table.names[i] for i in np.flatnonzero(feasible).tolist())
         stmt = Statement(table)
@@ -294,7 +359,9 @@ def run(cluster: DevCluster, world: World) -> tuple[list[Row], dict[str, float],
         times["set-up"] = time.monotonic() - started
         answers = [schedule(api, case.pod) for case in world.cases]
         times["kube-scheduler"] = time.monotonic() - started - times["set-up"]
-        muster = Muster(nodes, residents)
+        volumes = [obj for kind in VOLUME_KINDS
+                   for obj in api.items(COLLECTIONS[kind], kind, "storage.k8s.io/v1" if kind == "StorageClass" else "v1")]
+        muster = Muster(nodes, residents, volumes)
         rows = [compare(case, theirs, muster.answer(stored)) for case, (stored, theirs) in zip(world.cases, answers)]
         times["muster"] = time.monotonic() - started - times["set-up"] - times["kube-scheduler"]
         for i, row in enumerate(rows):
@@ -305,9 +372,21 @@ def run(cluster: DevCluster, world: World) -> tuple[list[Row], dict[str, float],
         times["confirming"] = time.monotonic() - started - sum(times.values())
         return rows, times, {pod["metadata"]["name"]: pod["spec"]["nodeName"] for pod in residents}
     finally:
-        for path in (PODS, "/api/v1/nodes", "/apis/node.k8s.io/v1/runtimeclasses"):
-            api.call("DELETE", f"{path}?labelSelector={differential.LABEL}", {"gracePeriodSeconds": 0})
+        remove(api)
         api.close()
+
+
+def remove(api: Kube) -> None:
+    """Delete everything the world made, and the namespace's Events. Claims and volumes lose their protection
+    finalizers first: the volume's is taken off only by the PV controller's release of it, which the dev
+    cluster does not run."""
+    for kind in ("PersistentVolumeClaim", "PersistentVolume"):
+        for obj in api.items(COLLECTIONS[kind], kind):
+            api.call("PATCH", f"{COLLECTIONS[kind]}/{obj['metadata']['name']}", {"metadata": {"finalizers": None}})
+    for path in (PODS, "/api/v1/nodes", *COLLECTIONS.values()):
+        api.call("DELETE", f"{path}?labelSelector={differential.LABEL}", {"gracePeriodSeconds": 0})
+    # one Event or more per case: in one request, or the next test's reset (kubectl, one request per Event) takes minutes
+    api.call("DELETE", f"/api/v1/namespaces/{differential.NAMESPACE}/events")
 
 
 def test_muster_places_single_pods_as_kube_scheduler_does(clean_cluster: DevCluster) -> None:

@@ -39,3 +39,20 @@ def test_the_default_world_exercises_every_trait_and_node_feature() -> None:
     generations = {n["metadata"]["labels"].get(differential.GENERATION) for n in world.nodes}
     assert set(differential.ODD_GENERATIONS) <= generations
     assert any(n["status"]["allocatable"]["pods"] == "1" for n in world.nodes)
+
+
+def test_the_default_world_draws_each_constraints_variants() -> None:
+    """Inter-pod affinity both ways by hostname, zone and a key some nodes lack; spread with minDomains and both
+    inclusion policies; host ports on a sidecar; every kind of claim: a variant no case draws is not compared."""
+    world = differential.world(differential.SEED, cases=differential.CASES)
+    traits = [t for case in world.cases for t in case.traits]
+    pod_affinity = {v for t in traits if t.startswith("pod-affinity:") for v in t.split(":")[1].split("+")}
+    assert {f"{kind}-{key}" for kind in ("aff", "anti") for key in ("hostname", "zone", "team")} <= {
+        v.rsplit("-", 1)[0] for v in pod_affinity}
+    assert {"own", "listed", "elsewhere", "all"} <= {v.rsplit("-", 1)[1] for v in pod_affinity}
+    spread = " ".join(t for t in traits if t.startswith("spread:"))
+    assert all(part in spread for part in ("-min", "affinityH", "affinityI", "taintsH", "taintsI", "-soft", "team"))
+    assert "host-ports:sidecar" in traits and "labels:shy" in traits
+    claims = {v for t in traits if t.startswith("volume:") for v in t.split(":")[1].split("+")}
+    assert claims == {"bound", "wffc", "wffc-zone", "wffc-pool", "immediate", "no-class", "prebound", "gone", "absent"}
+    assert any(p.get("hostPort") for r in world.residents for c in r["spec"]["containers"] for p in c.get("ports", []))

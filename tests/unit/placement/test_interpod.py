@@ -125,6 +125,23 @@ def test_spread_counts_running_pods_and_missing_labels_have_their_own_reason():
                            "1 node(s) didn't match pod topology spread constraints (missing required label).")
 
 
+def test_an_empty_spread_selector_counts_no_pod_though_the_pod_itself_matches():
+    """kube-scheduler's ``countPodsMatchSelector`` returns 0 for ``labelSelector: {}``: running pods and the
+    gang's own count nothing, the pod counts itself, so any zone takes it (found by the differential test:
+    kube-scheduler bound such pods where muster, counting every pod, refused)."""
+    zones = {"a1": "z1", "b1": "z2"}
+    d = PlacementDriver(None, *hosts("a1", "b1", zone=zones))
+    for i in range(3):
+        d.pod(bound(pod(f"web-{i}", "ns", labels=WEB, scheduler="other"), "a1", "Running"))
+    everything = {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
+                                                 "labelSelector": {}, "nodeAffinityPolicy": "Ignore"}]}
+    workers = with_spec(pod_set("worker", 3, node_selector={HOST: "a1"}), everything, WEB)  # z2 counts too: Ignore
+    assert nodes_of(d.dequeue(workload("ns/w", gang_=gang(workers)))) == ["a1", "a1", "a1"]
+    counted = with_spec(pod_set("worker", 1, node_selector={HOST: "a1"}), spread(ZONE, nodeAffinityPolicy="Ignore"), WEB)
+    assert "didn't match pod topology spread constraints" in one(
+        d.dequeue(workload("ns/x", gang_=gang(counted))), PlacementFailed).reason
+
+
 def test_node_inclusion_policies_decide_which_nodes_count():
     """nodeAffinityPolicy Honor (the default) counts only nodes the pod's node selector admits."""
     zones = {"a": "z1", "b": "z2", "c": "z3"}

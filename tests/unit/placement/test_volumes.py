@@ -96,10 +96,16 @@ def test_a_bound_claim_follows_its_volumes_node_affinity() -> None:
     assert free.needs == () and free.allows({}, "n")
 
 
-def test_a_bound_claims_missing_volume_rules_out_every_node() -> None:
-    verdict = _book(claim("a", volume="pv", phase="Bound")).verdict(Volumes(claims=("ns/a",)))
-    assert not verdict.wait and not verdict.allows({ZONE: "a"}, "n")
-    assert verdict.reasons({ZONE: "a"}, "n") == [v.VOLUME_MISSING]
+def test_a_bound_claims_missing_volume_makes_the_pod_wait_as_volume_zone_says() -> None:
+    """kube-scheduler's VolumeZone PreFilter looks the volume up (``persistentvolume "pv" not found``) before
+    any node is filtered: found by the differential test against kube-scheduler v1.34, where VolumeBinding's
+    per-node ``ErrReasonPVNotExist`` never shows. VolumeBinding's own waits come first."""
+    verdict = _book(claim("a", volume="pv", phase="Bound"), volume("b-pv", "a"), claim("b", volume="b-pv", phase="Bound")
+                    ).verdict(Volumes(claims=("ns/b", "ns/a")))
+    assert verdict.wait == 'persistentvolume "pv" not found' and not verdict.allows({ZONE: "a"}, "n")
+    immediate = _book(claim("a", volume="pv", phase="Bound"), claim("c", storage_class="")
+                      ).verdict(Volumes(claims=("ns/a", "ns/c")))
+    assert immediate.wait == v.UNBOUND_IMMEDIATE
 
 
 def test_a_delayed_claim_follows_its_classes_allowed_topologies_and_both_reasons_can_count() -> None:
@@ -138,7 +144,7 @@ def test_a_gang_member_goes_only_where_its_volume_is_and_the_histogram_reads_as_
     assert [s.node for s in placed.slots if s.pod_set == "worker"] == ["a1"]
     failed = one(d.dequeue(workload("ns/x", gang_=gang(mounting("data", cpu="2")))), PlacementFailed)
     # a1 is short of cpu, and NodeResourcesFit runs before VolumeBinding
-    assert "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had volume node affinity conflict." in failed.reason
+    assert "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match PersistentVolume's node affinity." in failed.reason
     assert failed.capacity_short
 
 
@@ -150,7 +156,7 @@ def test_a_missing_claim_waits_and_its_creation_wakes_the_queue() -> None:
     woken = one(d.feed(claim("later", volume="pv", phase="Bound")), CapacityChanged)
     assert woken.released and woken.room is None
     failed = one(d.dequeue(workload("ns/w", gang_=gang(mounting("later")))), PlacementFailed)
-    assert "1 node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)." in failed.reason
+    assert '0/1 nodes are available: persistentvolume "pv" not found.' in failed.reason
     one(d.feed(volume("pv")), CapacityChanged)
     one(d.dequeue(workload("ns/w", gang_=gang(mounting("later")))), GangPlaced)
 
