@@ -1,7 +1,8 @@
 """The admission cycle: one per instant, after every inbox is drained (Kueue's scheduler cycle).
 
 1. hold: pending workloads of queues that take none (missing, Closed/Closing, not a
-   leaf) are told why and skip the cycle; those whose queue takes them again are told so;
+   leaf), and workloads admission says cannot start yet (``WorkloadSpec.not_ready``: a pod group with
+   fewer valid pods than its minimum), are told why and skip the cycle; those taken again are told so;
 2. heads: per leaf queue, its pending workloads in order (priority desc, submitted_at,
    key); backing-off ones are skipped (BestEffortFIFO) or stop the queue (StrictFIFO);
 3. snapshot: usage rolled up the tree, non-preemptible usage, cluster free, fair shares;
@@ -76,11 +77,12 @@ class AdmissionCycle:
         for name in sorted(ledger.pending):
             members = ledger.pending[name].values()
             why = core.tree.wait_reason(name)
-            for w in sorted((w for w in members if why is not None or w.held or not w.last_reason), key=ORDER):
-                core.tell_where(w, why, out)
+            for w in sorted((w for w in members if why is not None or w.held or not w.last_reason
+                             or w.spec.not_ready), key=ORDER):
+                core.tell_where(w, why if why is not None else (w.spec.not_ready or None), out)
             if why is not None:
                 continue
-            ready = [w for w in members if not _resting(w, now)]
+            ready = [w for w in members if not _resting(w, now) and not w.spec.not_ready]
             if blocks(core.policy.queueing_for(name)):
                 resting = [w.order for w in members if _resting(w, now)]
                 resting += [w.order for w in ledger.parked.get(name, {}).values()]

@@ -195,3 +195,18 @@ def test_a_rejected_claim_of_another_kind_leaves_the_waiting_workload_alone():
     clash = WorkloadRejected(key="ns/x", kind="RayJob", reason="default/x is already taken by RayCluster ns/x")
     assert [e for e in d.step(clash, 2.0) if isinstance(e, WorkloadWithdrawn)] == []
     assert [p["workload"] for p in d.core.status()["q"]["pending"] + d.core.status()["q"]["backoff"]] == ["ns/x"]
+
+
+def test_a_pod_group_short_of_its_pods_waits_with_volcanos_words_until_they_come():
+    """Admission says a submitted pod group cannot start (``WorkloadSpec.not_ready``: fewer valid pods than
+    its minimum, Volcano's "Not enough valid tasks"): the queue holds it with that reason, reserving
+    nothing, and admits it once an update says its pods are back."""
+    d = QueueDriver()
+    d.step(capacity(cpu="8", memory="32Gi"), 0.0)
+    d.step(defined(queue_spec("q")))
+    short = "Not enough valid tasks for gang-scheduling, valid: 1, min: 2 (pod group g waits for its pods)"
+    out = d.step(submitted(job("ns/g", "q", cpu="1", at=1.0).model_copy(update={"not_ready": short})), 1.0)
+    assert [x.type for x in out] == ["Enqueued", "Enqueued"] and out[-1].reason == short  # in line, then held
+    assert d.core.status()["q"]["usage"] == {}
+    out = d.step(updated(job("ns/g", "q", cpu="1", at=1.0)), 2.0)
+    assert [x.type for x in out] == ["Enqueued", "Dequeued"] and out[0].reason == "waiting in queue q"
