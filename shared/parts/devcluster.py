@@ -348,7 +348,12 @@ class DevCluster:
         mine = [n.split("/", 1)[1] for n in listed if n.split("/", 1)[1] not in SYSTEM_NAMESPACES]
         if mine:
             self.kubectl("delete", "namespaces", *mine, "--wait=true", "--timeout=120s", check=False)
-        self.kubectl("delete", "events", "--all", "--all-namespaces", check=False)
+        # one DELETE of each namespace's collection (deletecollection): `kubectl delete events --all` sends one
+        # request per Event, which after a test that made thousands outran kubectl's timeout
+        listed = self.kubectl("get", "events", "--all-namespaces", "-o",
+                              "jsonpath={range .items[*]}{.metadata.namespace}{'\\n'}{end}", check=False).stdout
+        for namespace in sorted(set(listed.split())):
+            self.kubectl("delete", "--raw", f"/api/v1/namespaces/{namespace}/events", check=False)
 
     # ------------------------------------------------------------------ state
     def _save(self) -> None:
