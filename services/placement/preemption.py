@@ -194,16 +194,19 @@ class Preemption:
         starts = list(dict.fromkeys(s.node for w in offered for s in w.slots))
         walked: set[tuple[str, ...]] = set()
         for node in starts:
-            here = [w for w in offered if any(s.node == node for s in w.slots)]
-            ordered = here + [w for w in offered if w not in here]
+            here: list[WorkloadRecord] = []
+            elsewhere: list[WorkloadRecord] = []
+            for w in offered:
+                (here if any(s.node == node for s in w.slots) else elsewhere).append(w)
             chosen: list[WorkloadRecord] = []
-            for w in ordered:
+            for w in here + elsewhere:
                 if not allowed([*chosen, w]):
                     continue
                 chosen.append(w)
-                if tuple(v.key for v in chosen) in walked:
+                tried = tuple(v.key for v in chosen)
+                if tried in walked:
                     continue  # an earlier node's walk tried this very set
-                walked.add(tuple(v.key for v in chosen))
+                walked.add(tried)
                 if len(walked) > MAX_TRIALS:
                     return None
                 if self.fits_without(rec, strategy, chosen):

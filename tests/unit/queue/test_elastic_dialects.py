@@ -87,20 +87,15 @@ def test_elastic_pods_of_a_pinned_workload_are_never_victims_and_the_refusal_say
 
 def test_a_workload_pinned_in_one_pod_set_gives_the_elastic_pods_of_the_others_to_reclaim():
     """Volcano reads ``volcano.sh/preemptable`` per pod: a pinned head keeps the gang, not the workers."""
-    d = QueueDriver()
-    d.step(capacity(cpu="8", memory="64Gi", **{GPU: "8"}), 0.0)
-    d.step(defined(queue_spec("a")))
-    d.step(defined(queue_spec("b")))
-    _admit(d, _elastic("ns/big", "a", 2, 6, 1.0, preemptible=False, pinned_pod_sets=("head",)), 1.0)
-    out = d.step(submitted(_gpu_job("ns/b1", "b", 2, 10.0)), 10.0)
-    assert _decisions(out) == [("ReclaimRequested", "ns/b1", (), (("ns/big", "worker", 1),))]
-    d = QueueDriver()
-    d.step(capacity(cpu="8", memory="64Gi", **{GPU: "8"}), 0.0)
-    d.step(defined(queue_spec("a")))
-    d.step(defined(queue_spec("b")))
-    _admit(d, _elastic("ns/big", "a", 2, 6, 1.0, preemptible=False, pinned_pod_sets=("worker",)), 1.0)
-    out = d.step(submitted(_gpu_job("ns/b1", "b", 2, 10.0)), 10.0)
-    assert _decisions(out) == [("Dequeued", "ns/b1", (), ())]
+    for pinned, decision in ((("head",), ("ReclaimRequested", "ns/b1", (), (("ns/big", "worker", 1),))),
+                             (("worker",), ("Dequeued", "ns/b1", (), ()))):
+        d = QueueDriver()
+        d.step(capacity(cpu="8", memory="64Gi", **{GPU: "8"}), 0.0)
+        d.step(defined(queue_spec("a")))
+        d.step(defined(queue_spec("b")))
+        _admit(d, _elastic("ns/big", "a", 2, 6, 1.0, preemptible=False, pinned_pod_sets=pinned), 1.0)
+        out = d.step(submitted(_gpu_job("ns/b1", "b", 2, 10.0)), 10.0)
+        assert _decisions(out) == [decision], pinned
 
 
 def test_a_suspended_workload_of_a_queue_that_only_overtakes_takes_no_elastic_pod_of_its_queue():
