@@ -12,6 +12,8 @@ directory of its own under the cache (``shared.parts.catalog``):
   KubeRay's CRDs are copied from its module;
 - crds: the peers' CRD files copied from their modules (``go mod download``);
 - kafka: ``mvn dependency:copy-dependencies`` of ``org.apache.kafka:kafka_2.13``;
+- kai: KAI Scheduler's scheduler, binder, pod grouper, queue controller, PodGroup controller and admission
+  webhook (``cmd/*`` of ``github.com/NVIDIA/KAI-scheduler``), ``go build`` as the others;
 - jaeger: Jaeger v2 (``cmd/jaeger`` of ``github.com/jaegertracing/jaeger``, an OpenTelemetry
   Collector build with in-memory trace storage and the query API), ``go build`` as the others;
 - postgresql, prometheus: Debian's packages (``apt-get``), when no usable one is there.
@@ -130,9 +132,24 @@ def build_kuberay(dest: Path, work: Path) -> dict[str, object]:
     return {**made, "crds": names}
 
 
-RECIPES = {"kuberay": 2}
+KAI_COMMANDS = ("scheduler", "binder", "podgrouper", "queuecontroller", "podgroupcontroller", "admission")
+"""KAI Scheduler's programs its operator deploys by default (``shared.parts.kai`` runs them); the node scale
+adjuster (cluster autoscaling, off by default) and the operator itself are left out."""
+
+
+def build_kai(dest: Path, work: Path) -> dict[str, object]:
+    """KAI's module pins every ``k8s.io/*`` staging module itself (no replace block), so a plain wrapper
+    resolves; its go.mod asks for Go 1.24.4, which this machine's Go satisfies."""
+    pin = catalog.pins()["kai"]
+    packages = {f"kai-{name}": f"{pin['module']}/cmd/{name}" for name in KAI_COMMANDS}
+    wrapper(work, {pin["module"]: pin["version"]}, {}, list(packages.values()))
+    go_build(work, dest, packages)
+    return {"bin": list(packages)}
+
+
+RECIPES = {"kuberay": 2, "crds": 2}
 """What a part's build makes, numbered: a cached part made by an older recipe is built again (kuberay 2:
-the RayService CRD as well)."""
+the RayService CRD as well; crds 2: KAI's BindRequest and Topology, which its scheduler and binder watch)."""
 
 
 CRD_FILES = {
@@ -141,7 +158,9 @@ CRD_FILES = {
     "scheduler_plugins": ["config/crd/bases/scheduling.x-k8s.io_podgroups.yaml",
                           "config/crd/bases/scheduling.x-k8s.io_elasticquotas.yaml"],
     "kai": ["deployments/kai-scheduler/crds/scheduling.run.ai_queues.yaml",
-            "deployments/kai-scheduler/crds/scheduling.run.ai_podgroups.yaml"],
+            "deployments/kai-scheduler/crds/scheduling.run.ai_podgroups.yaml",
+            "deployments/kai-scheduler/crds/scheduling.run.ai_bindrequests.yaml",
+            "deployments/kai-scheduler/crds/kai.scheduler_topologies.yaml"],
 }
 
 
@@ -208,6 +227,7 @@ BUILDERS: dict[str, Callable[[Path, Path], dict[str, object]]] = {
                            stamp="github.com/jaegertracing/jaeger/internal/version"),
     "crds": build_crds,
     "kafka": build_kafka,
+    "kai": build_kai,
 }
 
 
