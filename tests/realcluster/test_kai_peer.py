@@ -5,6 +5,7 @@ operator runs them (``shared.parts.kai``), scheduling KWOK nodes' pods that real
   gives its pods KAI's scheduler name and queue label, KAI's pod grouper makes its PodGroup, KAI's
   scheduler and binder bind every pod; a second RayCluster one CPU too big for what is left gets no
   pod bound at all, until the first goes, and then all of them;
+- preemption: a priority-125 pod takes the CPUs of one priority-50 pod of its queue, which KAI evicts;
 - GPU fractions: two ``gpu-fraction: "0.5"`` pods are mutated by KAI's admission webhook, share one
   GPU of a GPU node (one reservation pod, one GPU group: binpack), and a pod asking a fraction and a
   whole GPU at once is refused by its validating webhook.
@@ -111,6 +112,47 @@ def _unschedulable_event(cluster: DevCluster, owner: str) -> str | None:
         if involved.get("kind") == "PodGroup" and owner in involved.get("name", "") and event.get("reason") == "Unschedulable":
             return str(event.get("message"))
     return None
+
+
+def queue(name: str, cpu_millis: int, parent: str | None = None) -> dict[str, Any]:
+    """A KAI queue; its CPU quota is in millicores (KAI's unit), GPU quota none, memory unlimited."""
+    spec: dict[str, Any] = {"resources": {"cpu": {"quota": cpu_millis, "limit": -1, "overQuotaWeight": 1},
+                                          "gpu": {"quota": 0, "limit": -1, "overQuotaWeight": 1},
+                                          "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1}}}
+    if parent:
+        spec["parentQueue"] = parent
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+
+def test_an_inference_pod_preempts_a_train_pod_of_its_queue(kai_cluster: DevCluster) -> None:
+    """KAI's preempt action on KWOK: priority 125 (inference, not preemptible, so within its queue's quota
+    and its parent's) takes the CPU of one priority-50 (train) pod of the same queue, which KAI evicts."""
+    create(kai_cluster, kwok.node("kai-cpu-1", {"cpu": "16", "memory": "64Gi"}),
+           queue("dept", 16000), queue("team-b", 16000, parent="dept"))
+    low = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "low", "namespace": "default"},
+           "spec": {"parallelism": 4, "completions": 4, "template": {
+               "metadata": {"labels": {kai.QUEUE_LABEL: "team-b"}},
+               "spec": {"schedulerName": kai.SCHEDULER_NAME, "priorityClassName": "train", "restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "2"}}}]}}}}
+    create(kai_cluster, low)
+    eventually(lambda: len(bound(kai_cluster, "job-name=low")) == 4, "low: its 4 train pods bound (8 of 16 CPUs)")
+    first = {p["metadata"]["name"] for p in pods(kai_cluster, "job-name=low")}
+    create(kai_cluster, {"apiVersion": "v1", "kind": "Pod",
+                         "metadata": {"name": "urgent", "namespace": "default",
+                                      "labels": {kai.QUEUE_LABEL: "team-b", "app": "urgent"}},
+                         "spec": {"schedulerName": kai.SCHEDULER_NAME, "priorityClassName": "inference",
+                                  "containers": [{"name": "c", "image": "busybox",
+                                                  "resources": {"requests": {"cpu": "10"}}}]}})
+    eventually(lambda: bound(kai_cluster, "app=urgent") == ["kai-cpu-1"], "urgent bound, 10 CPUs")
+
+    def evicted() -> set[str]:
+        left = {p["metadata"]["name"] for p in pods(kai_cluster, "job-name=low")
+                if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")}
+        return first - left if left < first else set()
+    gone = eventually(evicted, "one train pod evicted")
+    assert len(gone) == 1, gone  # 3 x 2 + 10 = 16 CPUs
+    eventually(lambda: len(bound(kai_cluster, "job-name=low")) == 3 and len(pods(kai_cluster, "job-name=low")) == 4,
+               "the Job's new pod made, and waiting: no room")
 
 
 def fraction_pod(name: str, fraction: str, *, whole: bool = False) -> dict[str, Any]:
