@@ -55,6 +55,10 @@ from shared.parts import catalog
 from shared.parts.pki import Authority
 from shared.parts.process import Part, PartFailed, free_port, tail
 
+CRDS = ("queues.scheduling.run.ai", "podgroups.scheduling.run.ai", "bindrequests.scheduling.run.ai",
+        "topologies.kai.scheduler")
+"""The CRDs KAI's programs watch (the dev cluster applies them from the ``crds`` part)."""
+
 if TYPE_CHECKING:
     from shared.parts.devcluster import DevCluster
 
@@ -98,8 +102,8 @@ def default_objects() -> list[dict[str, Any]]:
     objects += [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
                  "value": value}
                 for name, value in (("train", 50), ("build-preemptible", 75), ("build", 100), ("inference", 125))]
-    unlimited = {"quota": 0, "limit": -1, "overQuotaWeight": 1}
-    resources = {"cpu": unlimited, "gpu": unlimited, "memory": unlimited}
+    share = {"quota": 0, "limit": -1, "overQuotaWeight": 1}  # the chart's: no quota, no limit, weight 1
+    resources = {"cpu": share, "gpu": share, "memory": share}
     objects.append({"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "default-parent-queue"},
                     "spec": {"resources": resources}})
     objects.append({"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "default-queue"},
@@ -178,6 +182,10 @@ def start(cluster: "DevCluster", *, gpu_sharing: bool = True, defaults: bool = T
 
     ``defaults``: apply the chart's PriorityClasses, queues and the ``nvidia`` RuntimeClass first
     (``install_defaults``). On failure what was started is stopped and ``PartFailed`` names the program."""
+    found = cluster.kubectl("get", "crd", *CRDS, check=False)
+    if found.returncode != 0:
+        raise PartFailed(f"KAI needs the CRDs {', '.join(CRDS)}: {found.stderr.strip()} (a crds part older than "
+                         f"KAI's: `make tools` again, then a new cluster)")
     kai = Kai(cluster)
     try:
         apply(cluster, default_objects() if defaults else namespaces())
@@ -256,5 +264,3 @@ def _register_webhooks(kai: Kai) -> None:
     ca = Path(Authority(kai.cluster.root / "pki").ca_file).read_bytes()
     apply(kai.cluster, webhook_configurations(kai.ports["admission_webhook"], ca))
 
-
-__all__ = ["Kai", "PartFailed", "start", "install_defaults", "scheduler_config", "SCHEDULER_NAME", "QUEUE_LABEL"]
