@@ -127,9 +127,14 @@ def replay_cmd(
     trace: bool = typer.Option(False, "--trace", help="Send the log's traces (a trace per workload incarnation, at "
                                "the recorded times) to the OTLP endpoint OTEL_EXPORTER_OTLP_ENDPOINT names."),
     local: bool = typer.Option(False, "--local", help="With --what-if: " + LOCAL_HELP),
+    public_keys: list[Path] = typer.Option([], "--public-key", help="With --verify: the signer's public key (PEM, as "
+                                           "`muster log key` prints it); every checkpoint must be signed by it or by a "
+                                           "key it endorsed. Repeat for several."),
+    witness: Optional[Path] = typer.Option(None, "--witness", help="With --verify: checkpoints stored elsewhere "
+                                           "(`muster log checkpoints` output); the log must agree with each."),
 ) -> None:
-    """Replay an event log through the cores: --verify re-derives every decision; --what-if tries another policy;
-    --trace sends the history's traces to Tempo."""
+    """Replay an event log through the cores: --verify checks the log's hash chain and signed checkpoints, then
+    re-derives every decision; --what-if tries another policy; --trace sends the history's traces to Tempo."""
     from shared.audit.logfile import open_log
 
     console = Console(highlight=False, width=max(Console().width, 120), soft_wrap=True)
@@ -156,8 +161,10 @@ def replay_cmd(
         if verify:
             from shared.audit import verify as verifying
 
-            code = verifying.run(source, source.header.policy_or_none(), console, progress=not quiet,
-                                 override=override)
+            code = _integrity(source, public_keys, witness, console)
+            if code == 0:
+                code = verifying.run(source, source.header.policy_or_none(), console, progress=not quiet,
+                                     override=override)
         if what_if is not None and code == 0:
             from shared.audit.replay import policy_changes, starting_policy
 
@@ -178,6 +185,47 @@ def replay_cmd(
     except _audit_errors() as exc:
         raise _audit_failed(exc) from None
     raise typer.Exit(code)
+
+
+def _integrity(source: Any, public_keys: list[Path], witness: Optional[Path], console: Console) -> int:
+    """``--verify``'s first step: the log's chain and signed records (``shared.audit.integrity``); 0 when
+    they hold (or the log has none, said so), else ``TAMPERED`` with the first line that shows it."""
+    import tempfile
+
+    from shared.audit.export import export
+    from shared.audit.integrity import TAMPERED, Tampered, check, read_witness, summary, trusted_keys
+    from shared.audit.logfile import LogFile, StoreLog
+    from shared.history.integrity import BadKey
+
+    try:
+        keys = trusted_keys(public_keys)
+    except BadKey as exc:
+        raise _audit_failed(ValueError(str(exc))) from None
+    witnessed = read_witness(witness) if witness is not None else []
+    try:
+        if isinstance(source, StoreLog) and source.chained():
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "store.jsonl"
+                export(source, path)
+                verdict = check(LogFile(path), keys, witnessed)
+        elif isinstance(source, LogFile) and source.header.chained:
+            verdict = check(source, keys, witnessed)
+        else:
+            if keys or witnessed:
+                console.print(f"[bold red]NOT CHAINED[/]: {escape(source.name)} carries no hash chain (a Kafka log, "
+                              "or a store or file made before the chain existed): its authenticity cannot be checked; "
+                              "export the projector's store instead")
+                return TAMPERED
+            console.print("[yellow]note:[/] the log carries no hash chain (a Kafka log, or made before the chain "
+                          "existed): its decisions are checked below, not that it is the log that was written")
+            return 0
+    except Tampered as exc:
+        console.print(f"[bold red]TAMPERED[/]: {escape(str(exc))}")
+        return TAMPERED
+    console.print(f"[green]chain OK[/]: {escape(summary(verdict))}")
+    for note in verdict.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    return 0
 
 
 def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[Path], html_out: Optional[Path],

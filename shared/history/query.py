@@ -11,7 +11,7 @@ from typing import Any, Iterator
 from sqlalchemy import Engine, and_, func, select
 
 from shared.history.engine import errors_explained, opened
-from shared.history.models import EventLog, Placement, Queue, QueueUsage, Workload, WorkloadTransition
+from shared.history.models import EventLog, LogSigned, Placement, Queue, QueueUsage, Workload, WorkloadTransition
 from shared.kernel import quantity as q
 from shared.kernel.events import Envelope
 from shared.kernel.model import UNLIMITED
@@ -121,6 +121,41 @@ def queue_report(url: str | Engine, at: float | None = None) -> dict[str, dict[s
             entry["waiting"] = [m.key for m in members if m.queue == name and m.phase == "Queued"]
         report[name] = entry
     return report
+
+
+def chained(url: str | Engine) -> bool:
+    """Whether every stored envelope has its link in the chain (none written before migration 0003)."""
+    e = EventLog.__table__
+    with errors_explained(url), opened(url, existing=True) as engine, engine.connect() as conn:
+        return conn.execute(select(e.c.seq).where(e.c.chain.is_(None)).limit(1)).first() is None
+
+
+def read_chain(url: str | Engine) -> Iterator[tuple[Envelope, int, int, str]]:
+    """Every stored envelope in the order written, with its partition, offset and link in the chain."""
+    e = EventLog.__table__
+    with errors_explained(url), opened(url, existing=True) as engine, engine.connect() as conn:
+        for row in conn.execution_options(yield_per=5_000).execute(select(e).order_by(e.c.seq)).mappings():
+            yield (_envelope(row), row["partition"] or 0, row["chain_offset"], row["chain"])
+
+
+def read_signed(url: str | Engine, kinds: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """The signed records (``shared.history.integrity``) in the order they were written."""
+    import json
+
+    s = LogSigned.__table__
+    stmt = select(s.c.record).order_by(s.c.seq)
+    if kinds is not None:
+        stmt = stmt.where(s.c.kind.in_(kinds))
+    with errors_explained(url), opened(url, existing=True) as engine, engine.connect() as conn:
+        return [json.loads(text) for text in conn.execute(stmt).scalars()]
+
+
+def _envelope(row: Any) -> Envelope:
+    return Envelope.model_validate({
+        "id": row["event_id"], "type": row["type"], "subject": row["subject"], "source": row["source"],
+        "occurred_at": row["occurred_at"], "causation_id": row["causation_id"],
+        "correlation_id": row["correlation_id"], "schema_version": row["schema_version"],
+        "trace": row["trace"], "payload": row["payload"]})
 
 
 def read_log(url: str | Engine, workload: str | None = None) -> Iterator[Envelope]:

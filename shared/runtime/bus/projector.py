@@ -185,7 +185,7 @@ class LogProjector:
                 error = str(exc) if isinstance(exc, BadRecord) else f"cannot decode: {type(exc).__name__}: {exc}"
                 out.reject(self.topics, r, error)
                 continue
-            out.items.append(rows.Located(env, r.topic, r.partition, r.offset, text))
+            out.items.append(rows.Located(env, r.topic, r.partition, r.offset, text, r.value))
         return out
 
     def put_carefully(self, batch: Decoded, records: Sequence[Any]) -> tuple[Record, Decoded] | None:
