@@ -256,8 +256,10 @@ def _checkpoint(record: dict[str, Any], where: str, links: dict[tuple[int, int],
         raise Tampered(f"{where}: a checkpoint of partition {p} offset {o}, which the log no longer reaches: the log "
                        "was cut short (or lines deleted)")
     if held != chain:
+        since = last.get(p, -1) + 1
         raise Tampered(f"{where}: the log's link at offset {o} (line {lines_of[(p, o)]}) is not the one this checkpoint "
-                       "signed: the log before it was rewritten and re-chained")
+                       f"signed: the log between line {lines_of.get((p, since), '?')} and line {lines_of[(p, o)]} "
+                       f"(offsets {since} to {o}, after the checkpoint before) was rewritten and re-chained")
 
 
 def _header(log: LogFile, line: bytes, signed: dict[str, Any] | None, verdict: Verdict) -> None:
