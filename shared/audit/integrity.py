@@ -11,8 +11,8 @@ and end line, two kinds of line::
 must be SHA-256 of the link before it (its partition's previous offset) and its own bytes, its place
 the next of its partition, and every signed record must verify, name a key that is introduced (and,
 with ``--public-key``, trusted) and agree with the log: a checkpoint's link is the log's at its
-offset, the header is the one signed, no checkpoint is missing from the run of them (each names the
-offset of the one before), a simulated run ends with its final checkpoint. The first problem is
+offset, the header is the one signed, no checkpoint is missing from the run of them (each is numbered,
+per partition), a simulated run ends with its final checkpoint. The first problem is
 named by its line, in words an auditor can act on: edited, inserted, deleted, duplicated, reordered,
 re-chained, cut. The formats are strict, byte for byte (a link in capitals, padding bits of base64,
 a space in a signed line: all refused), so that no edit of the file leaves it verifying.
@@ -168,9 +168,12 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
     verdict = Verdict(authentic=bool(keys.given))
     expected: dict[int, int] = {}
     last_checkpoint: dict[int, int] = {}
+    counts: dict[int, int] = {}
     final: dict[int, bool] = {}
     headers: set[str | None] = {None}
     signed_header: dict[str, Any] | None = None
+    place: tuple[int, int] | None = None
+    """The last envelope line's: a checkpoint line follows the envelope it signs; keys and headers come first."""
     for number, line in log.raw_lines():
         where = f"{name}: line {number}"
         if line.startswith(END_KEY):
@@ -178,17 +181,32 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
         if line.startswith(SIGNED_KEY):
             record = parse_signed(line, where)
             kind = record.get("kind")
+            if kind in ("key", "header") and place is not None:
+                raise Tampered(f"{where}: a {kind} record after the log's first envelope (the exporter writes them "
+                               "first): the line was moved or inserted")
             if kind == "key":
-                verdict.keys.append(keys.introduce(record, where))
+                kid = keys.introduce(record, where)
+                if kid in verdict.keys:
+                    raise Tampered(f"{where}: key {kid} introduced again: a line was duplicated")
+                verdict.keys.append(kid)
                 continue
             keys.check(record, where)
             if kind == "header":
                 signed_header = record.get("header")
-                headers.add(hashlib.sha256(canonical(record)).hexdigest())
+                digest = hashlib.sha256(canonical(record)).hexdigest()
+                if digest in headers:
+                    raise Tampered(f"{where}: the same signed header again: a line was duplicated")
+                headers.add(digest)
             elif kind == "checkpoint":
-                _checkpoint(record, where, links, lines_of, last_checkpoint, headers)
+                signs = (record.get("partition"), record.get("offset"))
+                if signs != place and signs in links:  # one past the log's end is said so below
+                    raise Tampered(f"{where}: a checkpoint of partition {record.get('partition')} offset "
+                                   f"{record.get('offset')} away from that envelope's line (the exporter writes it "
+                                   "right after): the line was moved or inserted")
+                _checkpoint(record, where, links, lines_of, last_checkpoint, counts, headers)
                 p, o = record["partition"], record["offset"]
                 last_checkpoint[p] = o
+                counts[p] = counts.get(p, 0) + 1
                 final[p] = bool(record.get("final"))
                 verdict.checkpoints += 1
             else:
@@ -209,6 +227,7 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
             raise Tampered(f"{where}: offset {o} of partition {p} where offset {expected.get(p, 0)} belongs: lines were "
                            "reordered (or this one moved)")
         expected[p] = o + 1
+        place = (p, o)
         verdict.envelopes += 1
 
     _header(log, header_line, signed_header, verdict)
@@ -241,13 +260,14 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
 
 
 def _checkpoint(record: dict[str, Any], where: str, links: dict[tuple[int, int], str],
-                lines_of: dict[tuple[int, int], int], last: dict[int, int], headers: set[str | None]) -> None:
+                lines_of: dict[tuple[int, int], int], last: dict[int, int], counts: dict[int, int],
+                headers: set[str | None]) -> None:
     p, o, chain = record.get("partition"), record.get("offset"), record.get("chain")
     if type(p) is not int or type(o) is not int or not isinstance(chain, str):
         raise Tampered(f"{where}: a checkpoint without partition, offset and chain: the line was edited")
-    if record.get("previous") != last.get(p, -1):
-        raise Tampered(f"{where}: the checkpoint before this one (offset {record.get('previous')}) is not in the log "
-                       f"(the last one is at offset {last.get(p, -1)}): a checkpoint line was deleted or moved")
+    if record.get("number") != counts.get(p, 0):
+        raise Tampered(f"{where}: checkpoint number {record.get('number')} of partition {p} where number "
+                       f"{counts.get(p, 0)} belongs: a checkpoint line was deleted, repeated or moved")
     if record.get("header") not in headers:
         raise Tampered(f"{where}: this checkpoint was signed after a header the log does not hold: the signed header "
                        "was removed or replaced")

@@ -184,14 +184,14 @@ class Signer:
     def header_record(self, header: Mapping[str, Any]) -> dict[str, Any]:
         return self.sign({"kind": "header", "header": dict(header), "time": iso(self.clock())})
 
-    def checkpoint(self, partition: int, offset: int, chain: bytes, *, version: str, previous: int = -1,
+    def checkpoint(self, partition: int, offset: int, chain: bytes, *, version: str, number: int = 0,
                    header: str | None = None, final: bool = False) -> dict[str, Any]:
-        """A checkpoint: ``chain`` is the link at ``offset``; ``previous`` the offset of the partition's
-        checkpoint before (-1: none), so a deleted one is missed; ``header`` the digest of the header
-        record in force (``digest``), so a removed or replaced header is."""
+        """A checkpoint: ``chain`` is the link at ``offset``; ``number`` counts the partition's checkpoints
+        before it, so a deleted or repeated one is missed; ``header`` the digest of the header record in
+        force (``digest``), so a removed or replaced header is."""
         record: dict[str, Any] = {"kind": "checkpoint", "partition": partition, "offset": offset,
                                   "chain": chain.hex(), "time": iso(self.clock()), "muster_version": version,
-                                  "previous": previous, "header": header}
+                                  "number": number, "header": header}
         if final:
             record["final"] = True
         return self.sign(record)
@@ -219,6 +219,8 @@ class Head:
     signed: int = 0
     """Envelopes up to (not including) this offset are covered by a checkpoint."""
     signed_at: float = 0.0
+    checkpoints: int = 0
+    """How many checkpoints of the partition there are (the next one's ``number``)."""
 
 
 @dataclass
@@ -238,10 +240,10 @@ class Chainer:
     header: str | None = None
     """The digest of the signed header in force: every checkpoint names it."""
 
-    def start(self, partition: int, offset: int, last: bytes, signed: int) -> None:
+    def start(self, partition: int, offset: int, last: bytes, signed: int, checkpoints: int) -> None:
         """Go on from a stored chain (the writer's store, read when it starts cold)."""
         clock = self.signer.clock() if self.signer else 0.0
-        self.heads[partition] = Head(offset, last, signed, clock)
+        self.heads[partition] = Head(offset, last, signed, clock, checkpoints)
 
     def add(self, partition: int, raw: bytes) -> tuple[int, bytes]:
         """Chain the next envelope of ``partition``: its offset and link."""
@@ -279,8 +281,9 @@ class Chainer:
         if head.offset == 0:
             return
         self.pending.append(self.signer.checkpoint(partition, head.offset - 1, head.link, version=self.version,
-                                                   previous=head.signed - 1, header=self.header, final=final))
+                                                   number=head.checkpoints, header=self.header, final=final))
         head.signed, head.signed_at = head.offset, self.signer.clock()
+        head.checkpoints += 1
 
 
 def record_line(record: Mapping[str, Any]) -> bytes:

@@ -252,10 +252,11 @@ class ProjectionWriter:
             e.c.chain_offset.is_not(None)).group_by(part).subquery()
         heads = conn.execute(select(last.c.p, last.c.o, e.c.chain).join(
             e, (func.coalesce(e.c.partition, 0) == last.c.p) & (e.c.chain_offset == last.c.o))).all()
-        signed = dict(conn.execute(select(s.c.partition, func.max(s.c.offset)).where(
-            s.c.kind == "checkpoint").group_by(s.c.partition)).all())
+        signed = {p: (o, n) for p, o, n in conn.execute(select(s.c.partition, func.max(s.c.offset), func.count()).where(
+            s.c.kind == "checkpoint").group_by(s.c.partition)).all()}
         for p, offset, chain in heads:
-            self.chainer.start(p, offset + 1, bytes.fromhex(chain), signed.get(p, -1) + 1)
+            last, count = signed.get(p, (-1, 0))
+            self.chainer.start(p, offset + 1, bytes.fromhex(chain), last + 1, count)
         if self.signer is not None:
             import json
 
