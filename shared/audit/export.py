@@ -94,8 +94,9 @@ def export(source: LogSource, out: Path, *, since: float | None = None, until: f
 
 def _chained_lines(source: LogSource, tick: Callable[[], None] | None) -> Iterator[bytes] | None:
     """The lines of a chained export of ``source`` (its links and signed records kept), or None when
-    it holds no chain: a Kafka log (the chain is the projector's, in the store), a store written
-    before the chain existed, an unchained file."""
+    it holds no chain or nothing signed it: a Kafka log (the chain is the projector's, in the store), a
+    store written before the chain existed or by a projector without a signing key, an unchained file
+    imported (exported again as it was)."""
     from shared.audit.integrity import chain_lines
     from shared.audit.logfile import StoreLog
 
@@ -109,12 +110,15 @@ def _chained_lines(source: LogSource, tick: Callable[[], None] | None) -> Iterat
                     tick()
         return copied()
     if isinstance(source, StoreLog) and source.chained():
+        signed = source.signed()
+        if not signed:  # links nothing vouches for (an unchained log imported, a projector without a key)
+            return None
         def rows() -> Iterator[tuple[bytes, int, int, str]]:
             for n, row in enumerate(source.chain(), 1):
                 yield row
                 if tick is not None and n % 4096 == 0:
                     tick()
-        return chain_lines(rows(), source.signed())
+        return chain_lines(rows(), signed)
     return None
 
 
@@ -160,7 +164,7 @@ def import_log(source: LogFile, url: str, *, batch_size: int = 5_000,
             with errors_explained(writer.engine), writer.engine.connect() as conn:
                 held = conn.execute(select(func.count()).select_from(EventLog.__table__)).scalar_one()
                 if held:
-                    found = sum(len(writer.stored_ids(conn, [e.id for e in batch])) for batch in batches())
+                    found = sum(len(writer.stored_ids(conn, [e.envelope.id for e in batch])) for batch in batches())
                     if found != held:
                         raise OtherRun(f"the store at {display(url)} already holds another history ({held} events, "
                                        f"{found} of them in this log): import into a store of its own")

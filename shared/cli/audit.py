@@ -203,7 +203,7 @@ def _integrity(source: Any, public_keys: list[Path], witness: Optional[Path], co
         raise _audit_failed(ValueError(str(exc))) from None
     witnessed = read_witness(witness) if witness is not None else []
     try:
-        if isinstance(source, StoreLog) and source.chained():
+        if isinstance(source, StoreLog) and source.chained() and source.signed():
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "store.jsonl"
                 export(source, path)

@@ -112,7 +112,8 @@ class ProjectionWriter:
 
     def __init__(self, url: str | Engine, *, consumer: str = "projector", retries: int = 3,
                  max_workloads: int = 50_000, signer: Signer | None = None, rotated_from: Signer | None = None,
-                 checkpoint_every: int | None = None, checkpoint_seconds: float | None = None) -> None:
+                 checkpoint_every: int | None = None, checkpoint_seconds: float | None = None,
+                 chained: bool = True) -> None:
         owned = not isinstance(url, Engine)
         self.engine = connect(url)
         self.consumer = consumer
@@ -127,7 +128,9 @@ class ProjectionWriter:
         did not expect fails the commit on the unique event id and is written again, checked."""
         self._postgres = self.engine.dialect.name == "postgresql"
         self._chunk = 10_000 if self._postgres else 900
-        self.signer = signer
+        self.chained = chained
+        """False only to measure what the chain costs (``bench/projector_bench.py``): no link is written."""
+        self.signer = signer if chained else None
         self.rotated_from = rotated_from
         self._chain_options = {k: v for k, v in (("every", checkpoint_every), ("seconds", checkpoint_seconds))
                                if v is not None}
@@ -197,14 +200,40 @@ class ProjectionWriter:
         self.signed.extend(records)
         return records
 
+    def sign_due(self) -> list[dict[str, Any]]:
+        """Store the checkpoints that have come due with no batch to carry them (an idle log whose last
+        envelopes wait ``checkpoint_seconds`` for one); what was signed."""
+        if self.signer is None or not self._chain_loaded:
+            return []
+        records = self.chainer.due()
+        if not records:
+            return []
+        try:
+            with errors_explained(self.engine), self.engine.begin() as conn:
+                if self._take_lock(conn) != self._high_water:
+                    raise StoreError("another writer wrote the store meanwhile")
+                self._insert(conn, "signed", _signed_rows(records))
+        except BaseException:
+            self._go_cold()
+            raise
+        self.signed.extend(records)
+        return records
+
     def sign_header(self, header: dict[str, Any]) -> None:
         """Store the header the log was made under, signed (with the key's record first if the store
-        has none of it yet). Nothing without a signer."""
+        has none of it yet), unless the last signed header says the same. Nothing without a signer."""
         if self.signer is None:
             return
+        import json
+
         with errors_explained(self.engine), self.engine.begin() as conn:
             self._sync(conn, self._take_lock(conn))
             self._load_chain(conn)
+            s = LogSigned.__table__
+            last = conn.execute(select(s.c.record).where(s.c.kind == "header").order_by(s.c.seq.desc())
+                                .limit(1)).scalar()
+            if last is not None and json.loads(last).get("header") == dict(header) and not self.chainer.pending:
+                return
             signed = self.signer.header_record(header)
             records = [*self.chainer.pending, signed]
             self.chainer.pending = []
@@ -317,7 +346,8 @@ class ProjectionWriter:
             self.projector.seed(self._load(conn, need))
         with gc_paused():
             ops = self.projector.convert(prepared, consumer=self.consumer)
-        self._chain(conn, prepared.items, ops)
+        if self.chained:
+            self._chain(conn, prepared.items, ops)
         return ops
 
     def _commit(self, ops: rows.RowOps) -> WriteCounts:

@@ -260,3 +260,45 @@ def test_an_unchained_log_with_a_public_key_cannot_be_called_authentic(tmp_path:
     result = invoke("replay", plain, "--verify", "-q")
     clean_exit(result, 0)
     assert "carries no hash chain" in flat(result.stdout)
+
+
+def test_import_keeps_the_chain_and_export_gives_the_same_file(log: Path, tmp_path: Path, public: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    clean_exit(invoke("log", "import", log, "--store", url), 0)
+    again = tmp_path / "again.jsonl"
+    clean_exit(invoke("log", "export", "--store", url, "--out", again), 0)
+    assert again.read_bytes() == log.read_bytes()
+    result = invoke("replay", url, "--verify", "-q", "--public-key", public)
+    clean_exit(result, 0)
+    assert "checked against the given public key" in flat(result.stdout)
+
+
+def test_import_refuses_a_broken_chain_naming_the_line(log: Path, tmp_path: Path) -> None:
+    lines = _lines(log)
+    i = next(i for i, line in enumerate(lines) if _is_envelope(line) and b'"reason":"' in line)
+    lines[i] = lines[i].replace(b'"reason":"', b'"reason":"forged ', 1)
+    result = invoke("log", "import", _write(lines, tmp_path / "bad.jsonl"), "--store", f"sqlite:///{tmp_path / 'h.db'}")
+    clean_exit(result, TAMPERED)
+    assert f"line {i + 1}:" in flat(result.stderr)
+
+
+def test_a_simulated_run_is_signed_with_a_key_of_its_own(tmp_path: Path) -> None:
+    """The README's walk-through: simulate into a store, print the run's key, verify the export with it."""
+    url = f"sqlite:///{tmp_path / 'run.db'}"
+    scenario = Path(__file__).parents[2] / "examples" / "volcano-gang-queue.yaml"
+    clean_exit(invoke("simulate", scenario, "-q", "--store", url), 0)
+    key = invoke("log", "key", "--store", url)
+    clean_exit(key, 0)
+    assert key.stdout.startswith("-----BEGIN PUBLIC KEY-----")
+    pub = tmp_path / "run.pub"
+    pub.write_text(key.stdout)
+    out = tmp_path / "run.jsonl.gz"
+    clean_exit(invoke("log", "export", "--store", url, "--out", out), 0)
+    result = invoke("replay", out, "--verify", "-q", "--public-key", pub)
+    clean_exit(result, 0)
+    assert "chain OK" in flat(result.stdout) and "checked against the given public key" in flat(result.stdout)
+    witness = invoke("log", "checkpoints", "--store", url, "--since", "2000-01-01T00:00:00Z")
+    clean_exit(witness, 0)
+    assert any('"kind":"checkpoint"' in line for line in witness.stdout.splitlines())
+    later = invoke("log", "checkpoints", "--store", url, "--since", "2999-01-01T00:00:00Z")
+    assert '"kind":"checkpoint"' not in later.stdout
