@@ -118,7 +118,7 @@ def _chained_lines(source: LogSource, tick: Callable[[], None] | None) -> Iterat
                 yield row
                 if tick is not None and n % 4096 == 0:
                     tick()
-        return chain_lines(rows(), signed)
+        return chain_lines(rows(), signed, source.starts())
     return None
 
 

@@ -31,7 +31,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -66,6 +66,9 @@ class Verdict:
     """Envelopes after the last checkpoint of their partition (a live log's latest, not yet signed)."""
     witnessed: int = 0
     notes: list[str] = field(default_factory=list)
+    ends: dict[int, tuple[int, str, str]] = field(default_factory=dict)
+    """Each partition's last offset, its link and the signature of the checkpoint there ('' for none):
+    where a log archived before this one's start goes on (``check(after=...)``)."""
 
 
 def _strict_b64(text: Any, size: int) -> bytes | None:
@@ -136,10 +139,13 @@ class _Keys:
 
 
 def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: Iterable[dict[str, Any]] = (),
-          *, sealed: bool | None = None) -> Verdict:
+          *, sealed: bool | None = None, after: Mapping[int, tuple[int, str, str]] | None = None) -> Verdict:
     """Check ``log``'s chain and signed records (see the module docstring); ``Tampered`` naming the
     first line that shows an edit. ``sealed``: the log must end with a final checkpoint (a simulated
-    run's; by default when its header says origin ``simulate``)."""
+    run's; by default when its header says origin ``simulate``). ``after``: where the log's archive
+    ends, per partition (offset, link; ``Verdict.ends`` of its check): a log whose records before
+    were archived and pruned (``muster log archive --prune``) goes on from there, one chain; without
+    it such a log is refused, as the start of a log cut off."""
     name = log.name
     header_line = log.header_line
     links: dict[tuple[int, int], str] = {}
@@ -160,9 +166,28 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
         lines_of[place] = number
         starts[place[0]] = min(starts.get(place[0], place[1]), place[1])
     for p, first in starts.items():
-        if first != 0:
-            raise Tampered(f"{name}: partition {p} starts at offset {first}, line {lines_of[(p, first)]}: lines "
-                           "before it were deleted")
+        if first == 0:
+            continue
+        anchor = (after or {}).get(p)
+        if anchor is None:
+            raise Tampered(f"{name}: partition {p} starts at offset {first}, line {lines_of[(p, first)]}: lines before "
+                           "it were deleted, or archived (`muster log archive`): pass the archive with --archive FILE")
+        if anchor[0] != first - 1:
+            raise Tampered(f"{name}: partition {p} starts at offset {first} but its archive ends at offset "
+                           f"{anchor[0]}: the two are not one chain (lines missing between them)")
+        links[(p, first - 1)] = anchor[1]
+        linked = False
+        for number, line in log.raw_lines():  # the checkpoint that links them must be in this log too
+            if line.startswith(SIGNED_KEY) and b'"kind":"checkpoint"' in line:
+                record = parse_signed(line, f"{name}: line {number}")
+                if (record.get("partition"), record.get("offset")) == (p, first - 1):
+                    linked = True
+                    break
+            elif line.startswith(CHAIN_KEY):
+                break
+        if not linked:
+            raise Tampered(f"{name}: partition {p} starts at offset {first} without the checkpoint at offset "
+                           f"{first - 1} that links it to its archive: a line was deleted")
 
     keys = _Keys({key_id(k): k for k in public_keys})
     verdict = Verdict(authentic=bool(keys.given))
@@ -199,12 +224,24 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
                 headers.add(digest)
             elif kind == "checkpoint":
                 signs = (record.get("partition"), record.get("offset"))
-                if signs != place and signs in links:  # one past the log's end is said so below
+                archived = type(signs[1]) is int and signs[0] in starts and signs[1] < starts[signs[0]]  # type: ignore[operator]
+                if archived and place is not None:
+                    raise Tampered(f"{where}: a checkpoint of the archived part (offset {signs[1]}) after the log's "
+                                   "first envelope (the exporter writes them first): the line was moved or inserted")
+                if archived and (signs[0], signs[1]) not in links:
+                    _archived(record, where, counts)
+                elif signs != place and signs in links and not archived:  # one past the log's end is said so below
                     raise Tampered(f"{where}: a checkpoint of partition {record.get('partition')} offset "
                                    f"{record.get('offset')} away from that envelope's line (the exporter writes it "
                                    "right after): the line was moved or inserted")
-                _checkpoint(record, where, links, lines_of, last_checkpoint, counts, headers)
+                else:
+                    _checkpoint(record, where, links, lines_of, last_checkpoint, counts, headers)
                 p, o = record["partition"], record["offset"]
+                if archived and (after or {}).get(p, (None,))[0] == o and after[p][2] != record.get("signature"):  # type: ignore[index]
+                    raise Tampered(f"{where}: the checkpoint linking the archive to this log is not the archive's "
+                                   "own (another signature): the archive is of another log, or re-signed")
+                if (p, o) == place:
+                    verdict.ends[p] = (o, links[(p, o)], str(record.get("signature")))
                 last_checkpoint[p] = o
                 counts[p] = counts.get(p, 0) + 1
                 final[p] = bool(record.get("final"))
@@ -223,11 +260,12 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
         if link(prev, raw).hex() != links[(p, o)]:
             raise Tampered(f"{where}: its bytes and link do not follow from the line before it in the chain (offset "
                            f"{o - 1}): this line was edited or inserted")
-        if o != expected.get(p, 0):
-            raise Tampered(f"{where}: offset {o} of partition {p} where offset {expected.get(p, 0)} belongs: lines were "
-                           "reordered (or this one moved)")
+        if o != expected.get(p, starts[p]):
+            raise Tampered(f"{where}: offset {o} of partition {p} where offset {expected.get(p, starts[p])} belongs: "
+                           "lines were reordered (or this one moved)")
         expected[p] = o + 1
         place = (p, o)
+        verdict.ends[p] = (o, links[(p, o)], "")
         verdict.envelopes += 1
 
     _header(log, header_line, signed_header, verdict)
@@ -257,6 +295,15 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
         verdict.notes.append("authenticity not checked: no --public-key given (the signatures were checked against "
                              "the key the log itself names; `muster log key` prints the signer's)")
     return verdict
+
+
+def _archived(record: dict[str, Any], where: str, counts: dict[int, int]) -> None:
+    """A checkpoint of records archived before the log's start: its place in the run of checkpoints
+    only (its link is the archive's to check)."""
+    p = record.get("partition")
+    if record.get("number") != counts.get(p, 0):  # type: ignore[arg-type]
+        raise Tampered(f"{where}: checkpoint number {record.get('number')} of partition {p} where number "
+                       f"{counts.get(p, 0)} belongs: a checkpoint line was deleted, repeated or moved")  # type: ignore[arg-type]
 
 
 def _checkpoint(record: dict[str, Any], where: str, links: dict[tuple[int, int], str],
@@ -346,17 +393,25 @@ def trusted_keys(paths: Iterable[Path]) -> list[Ed25519PublicKey]:
     return [load_public(p) for p in paths]
 
 
-def chain_lines(raws: Iterator[tuple[bytes, int, int, str]], signed: list[dict[str, Any]]) -> Iterator[bytes]:
-    """An exported chained log's lines (no newline): the keys and the header record first, then each
+def chain_lines(raws: Iterator[tuple[bytes, int, int, str]], signed: list[dict[str, Any]],
+                starts: Mapping[int, int] | None = None) -> Iterator[bytes]:
+    """An exported chained log's lines (no newline): the keys and the header record first, then the
+    checkpoints of what was archived before each partition's ``starts`` (a pruned store), then each
     envelope followed by the checkpoints of its place. ``raws``: (bytes, partition, offset, link)."""
     from shared.history.integrity import envelope_line, record_line
 
     at: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    archived = []
     for record in signed:
         if record.get("kind") == "checkpoint":
-            at.setdefault((record["partition"], record["offset"]), []).append(record)
+            if record["offset"] < (starts or {}).get(record["partition"], 0):
+                archived.append(record)
+            else:
+                at.setdefault((record["partition"], record["offset"]), []).append(record)
         else:
             yield record_line(record)[:-1]
+    for record in archived:
+        yield record_line(record)[:-1]
     for raw, p, o, chain in raws:
         yield envelope_line(p, o, chain, raw)[:-1]
         for record in at.pop((p, o), ()):

@@ -385,6 +385,16 @@ class StoreLog:
         except StoreError as exc:
             raise SourceError(str(exc)) from None
 
+    def starts(self) -> dict[int, int]:
+        """Each partition's first stored offset in the chain (above 0 after ``muster log archive --prune``)."""
+        from shared.history import StoreError
+        from shared.history.query import chain_starts
+
+        try:
+            return chain_starts(self.url)
+        except StoreError as exc:
+            raise SourceError(str(exc)) from None
+
     def signed(self) -> list[dict[str, Any]]:
         from shared.history import StoreError
         from shared.history.query import read_signed
@@ -405,6 +415,31 @@ class StoreLog:
                 yield Record(f"event {self._read}", to_json(env))
         except StoreError as exc:
             raise SourceError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------- an archive and what follows it
+class Joined:
+    """An archive (``muster log archive``) and the log that goes on from it, read as one log: the
+    archive's envelopes (named ``archive line N``), then the log's. The header is the log's."""
+
+    def __init__(self, archive: LogFile, rest: LogSource) -> None:
+        self.archive, self.rest = archive, rest
+        self.header = rest.header
+        self.name = f"{archive.name} + {rest.name}"
+
+    def records(self) -> Iterator[Record]:
+        for record in self.archive.records():
+            yield Record(f"archive {record.where}", record.raw)
+        yield from self.rest.records()
+
+    def size(self) -> tuple[int, str] | None:
+        return None
+
+    def progress(self) -> int:
+        return 0
+
+    def hint(self) -> str:
+        return self.rest.hint()
 
 
 # --------------------------------------------------------------------------- choosing

@@ -138,6 +138,32 @@ def read_chain(url: str | Engine) -> Iterator[tuple[Envelope, int, int, str]]:
             yield (_envelope(row), row["partition"] or 0, row["chain_offset"], row["chain"])
 
 
+def chain_starts(url: str | Engine) -> dict[int, int]:
+    """Each partition's first stored offset in the chain: above 0 once records were archived and pruned."""
+    e = EventLog.__table__
+    part = func.coalesce(e.c.partition, 0)
+    with errors_explained(url), opened(url, existing=True) as engine, engine.connect() as conn:
+        return {p: o for p, o in conn.execute(select(part, func.min(e.c.chain_offset)).group_by(part)).all()
+                if o is not None}
+
+
+def prune(url: str | Engine, through: dict[int, int]) -> int:
+    """Delete the stored envelopes up to and including offset ``through[p]`` of each partition's chain
+    (what ``muster log archive --prune`` archived); the number deleted. The views (workloads,
+    transitions, placements, queues, decisions) keep their rows: they are the history's state, not its log."""
+    from shared.history.writer import LOCK_ID
+
+    e = EventLog.__table__
+    part = func.coalesce(e.c.partition, 0)
+    deleted = 0
+    with errors_explained(url), opened(url, existing=True) as engine, engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({LOCK_ID})")
+        for p, offset in through.items():
+            deleted += conn.execute(e.delete().where(part == p, e.c.chain_offset <= offset)).rowcount or 0
+    return deleted
+
+
 def read_signed(url: str | Engine, kinds: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """The signed records (``shared.history.integrity``) in the order they were written."""
     import json

@@ -286,6 +286,13 @@ class ProjectionWriter:
         for p, offset, chain in heads:
             last, count = signed.get(p, (-1, 0))
             self.chainer.start(p, offset + 1, bytes.fromhex(chain), last + 1, count)
+        import json as _json
+
+        for p, (last, count) in signed.items():
+            if p not in self.chainer.heads:  # every stored envelope archived and pruned: go on from the last checkpoint
+                record = _json.loads(conn.execute(select(s.c.record).where(
+                    s.c.kind == "checkpoint", s.c.partition == p, s.c.offset == last).limit(1)).scalar_one())
+                self.chainer.start(p, last + 1, bytes.fromhex(record["chain"]), last + 1, count)
         if self.signer is not None:
             import json
 

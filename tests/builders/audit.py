@@ -71,22 +71,28 @@ def chained(run: Run, path: Path, *, signer: "Signer | None" = None, every: int 
 
     from shared.audit.export import export
     from shared.audit.logfile import StoreLog
+
+    with tempfile.TemporaryDirectory() as tmp:
+        url = chained_store(run, f"sqlite:///{tmp}/store.db", signer=signer, every=every)
+        export(StoreLog(url), path)
+    return path
+
+
+def chained_store(run: Run, url: str, *, signer: "Signer | None" = None, every: int | None = None) -> str:
+    """A store holding ``run``'s log as ``muster simulate --store`` writes it (see ``chained``)."""
     from shared.history import schema
     from shared.history.header import write_header
     from shared.history.integrity import Signer
     from shared.history.writer import ProjectionWriter, write_log as store_log
 
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite:///{tmp}/store.db"
-        schema.ensure(url)
-        header = header_of(run).for_store()
-        with ProjectionWriter(url, signer=signer or Signer.generate(), checkpoint_every=every) as writer:
-            writer.sign_header(header)
-            store_log(writer, run.runtime.log, batch_size=50)
-            writer.seal()
-        write_header(url, header)
-        export(StoreLog(url), path)
-    return path
+    schema.ensure(url)
+    header = header_of(run).for_store()
+    with ProjectionWriter(url, signer=signer or Signer.generate(), checkpoint_every=every) as writer:
+        writer.sign_header(header)
+        store_log(writer, run.runtime.log, batch_size=50)
+        writer.seal()
+    write_header(url, header)
+    return url
 
 
 if TYPE_CHECKING:
