@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from shared.audit.errors import AuditError
 from shared.audit.logfile import END_KEY, LogFile
-from shared.history.integrity import GENESIS, canonical, key_id, link, public_from_b64, signature_ok
+from shared.history.integrity import GENESIS, canonical, key_id, link, signature_ok
 
 TAMPERED = 7
 """``replay --verify``'s exit code for a log whose chain or signatures do not hold (shared/audit/errors.py)."""
@@ -421,5 +421,4 @@ def chain_lines(raws: Iterator[tuple[bytes, int, int, str]], signed: list[dict[s
             yield record_line(record)[:-1]
 
 
-__all__ = ["TAMPERED", "Tampered", "Verdict", "check", "chain_lines", "read_witness", "summary", "trusted_keys",
-           "public_from_b64"]
+__all__ = ["TAMPERED", "Tampered", "Verdict", "check", "chain_lines", "read_witness", "summary", "trusted_keys"]

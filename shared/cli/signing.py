@@ -54,9 +54,9 @@ def log_key(
     log: Optional[Path] = typer.Option(None, "--log", help="Instead: the keys a chained log file names."),
 ) -> None:
     """Print the public key that signs the event log (PEM), to publish where an auditor trusts it."""
-    from shared.history.integrity import BadKey, Signer, public_from_b64, public_pem
+    from shared.history.integrity import KEY_ENV, BadKey, Signer, public_from_b64, public_pem
 
-    path = key_file or (Path(os.environ["MUSTER_SIGNING_KEY"]) if os.environ.get("MUSTER_SIGNING_KEY") else None)
+    path = key_file or (Path(os.environ[KEY_ENV]) if os.environ.get(KEY_ENV) else None)
     if path is not None and store is None and log is None:
         try:
             signer = Signer.from_file(path)

@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -295,7 +295,3 @@ def envelope_line(partition: int, offset: int, chain: bytes | str, raw: bytes) -
     """An envelope as a chained log's line holds it: its link, place and bytes (unchanged)."""
     text = chain if isinstance(chain, str) else chain.hex()
     return b'{"chain":"%s","at":[%d,%d],"envelope":%s}\n' % (text.encode(), partition, offset, raw)
-
-
-def records_of(lines: Iterable[bytes]) -> list[dict[str, Any]]:
-    return [json.loads(line)["muster_signed"] for line in lines]

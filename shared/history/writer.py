@@ -26,6 +26,7 @@ writer has been there or when a transaction failed.
 from __future__ import annotations
 
 import gc
+import json
 import threading
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -224,8 +225,6 @@ class ProjectionWriter:
         has none of it yet), unless the last signed header says the same. Nothing without a signer."""
         if self.signer is None:
             return
-        import json
-
         with errors_explained(self.engine), self.engine.begin() as conn:
             self._sync(conn, self._take_lock(conn))
             self._load_chain(conn)
@@ -286,16 +285,12 @@ class ProjectionWriter:
         for p, offset, chain in heads:
             last, count = signed.get(p, (-1, 0))
             self.chainer.start(p, offset + 1, bytes.fromhex(chain), last + 1, count)
-        import json as _json
-
         for p, (last, count) in signed.items():
             if p not in self.chainer.heads:  # every stored envelope archived and pruned: go on from the last checkpoint
-                record = _json.loads(conn.execute(select(s.c.record).where(
+                record = json.loads(conn.execute(select(s.c.record).where(
                     s.c.kind == "checkpoint", s.c.partition == p, s.c.offset == last).limit(1)).scalar_one())
                 self.chainer.start(p, last + 1, bytes.fromhex(record["chain"]), last + 1, count)
         if self.signer is not None:
-            import json
-
             header = conn.execute(select(s.c.record).where(s.c.kind == "header").order_by(s.c.seq.desc())
                                   .limit(1)).scalar()
             self.chainer.header = None if header is None else digest(json.loads(header))
@@ -368,8 +363,6 @@ class ProjectionWriter:
 
     def _committed(self, ops: rows.RowOps) -> None:
         if ops.signed:
-            import json
-
             self.signed.extend(json.loads(r["record"]) for r in ops.signed)
 
     def _store(self, conn: Connection, ops: rows.RowOps) -> WriteCounts:
@@ -550,8 +543,6 @@ class Pipeline:
 
 
 def _signed_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    import json
-
     return [{"kind": r["kind"], "partition": r.get("partition"), "offset": r.get("offset"),
              "record": json.dumps(r, separators=(",", ":"), ensure_ascii=False)} for r in records]
 
