@@ -1,6 +1,6 @@
-"""For random chained logs (and an archive of one with its pruned rest) and a random single edit of a file — one byte changed, a line deleted,
-duplicated, moved, two lines swapped, a line inserted — ``muster replay --verify``'s chain check never
-passes the edited log (``shared.audit.integrity``; the decisions are checked after it and are not
+"""For random chained logs (and an archive of one with its pruned rest) and a random single edit of a
+file — one byte changed, a line deleted, duplicated, moved, two lines swapped, a line inserted —
+``muster replay --verify``'s chain check never passes the edited log (``shared.audit.integrity``; the decisions are checked after it and are not
 needed here: the logs hold arbitrary bytes for envelopes)."""
 
 from __future__ import annotations
