@@ -85,6 +85,38 @@ def log_export(
     typer.echo(f"wrote {count} events to {out}")
 
 
+def log_archive(
+    until_arg: TimeArg = typer.Option(..., "--until", parser=time_arg, metavar="TIME",
+                                      help="Archive what came before this time: " + TIME_HELP + "."),
+    out: Path = typer.Option(..., "--out", help="The archive to write (a chained log file; gzip when it ends .gz)."),
+    store: Optional[str] = typer.Option(None, "--store", envvar="MUSTER_STORE", help=STORE_HELP),
+    prune: bool = typer.Option(False, "--prune", help="Then delete the archived envelopes from the store."),
+    local: bool = typer.Option(False, "--local", help=LOCAL_HELP),
+) -> None:
+    """Write the log before --until as a verified, chained, signed archive (cut at the last checkpoint before it);
+    with --prune, remove those records from the store. `muster replay LOG --verify --archive FILE` checks both as
+    one chain."""
+    from shared.audit.archive import archive
+    from shared.audit.export import first_time
+    from shared.audit.logfile import StoreLog
+    from shared.history import StoreError
+    from shared.history.engine import resolve_url
+
+    try:
+        source = StoreLog(resolve_url(store))
+        clock = TimeFormat.of(source.header.origin, first_time(source), local=local)
+        until = resolved(clock, until_arg, "--until")
+        assert until is not None
+        done = archive(source, until, out, prune=prune)
+    except StoreError as exc:
+        raise failed(exc) from None
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    through = ", ".join(f"partition {p} through offset {o}" for p, o in sorted(done.through.items()))
+    typer.echo(f"archived {done.envelopes} events ({through}) to {out}, verified"
+               + (f"; {done.pruned} pruned from the store" if prune else ""))
+
+
 def log_import(
     file: Path = typer.Argument(..., help="An exported log (.jsonl or .jsonl.gz)."),
     store: Optional[str] = typer.Option(None, "--store", envvar="MUSTER_STORE", help=STORE_HELP),
@@ -127,9 +159,17 @@ def replay_cmd(
     trace: bool = typer.Option(False, "--trace", help="Send the log's traces (a trace per workload incarnation, at "
                                "the recorded times) to the OTLP endpoint OTEL_EXPORTER_OTLP_ENDPOINT names."),
     local: bool = typer.Option(False, "--local", help="With --what-if: " + LOCAL_HELP),
+    public_keys: list[Path] = typer.Option([], "--public-key", help="With --verify: the signer's public key (PEM, as "
+                                           "`muster log key` prints it); every checkpoint must be signed by it or by a "
+                                           "key it endorsed. Repeat for several."),
+    witness: Optional[Path] = typer.Option(None, "--witness", help="With --verify: checkpoints stored elsewhere "
+                                           "(`muster log checkpoints` output); the log must agree with each."),
+    archive_file: Optional[Path] = typer.Option(None, "--archive", help="With --verify: the archive of what came "
+                                                "before this log (`muster log archive --prune`): both are checked as "
+                                                "one chain and their decisions re-derived as one log."),
 ) -> None:
-    """Replay an event log through the cores: --verify re-derives every decision; --what-if tries another policy;
-    --trace sends the history's traces to Tempo."""
+    """Replay an event log through the cores: --verify checks the log's hash chain and signed checkpoints, then
+    re-derives every decision; --what-if tries another policy; --trace sends the history's traces to Tempo."""
     from shared.audit.logfile import open_log
 
     console = Console(highlight=False, width=max(Console().width, 120), soft_wrap=True)
@@ -156,8 +196,14 @@ def replay_cmd(
         if verify:
             from shared.audit import verify as verifying
 
-            code = verifying.run(source, source.header.policy_or_none(), console, progress=not quiet,
-                                 override=override)
+            code = _integrity(source, public_keys, witness, console, archive_file)
+            if code == 0 and archive_file is not None:
+                from shared.audit.logfile import Joined, LogFile
+
+                source = Joined(LogFile(archive_file), source)
+            if code == 0:
+                code = verifying.run(source, source.header.policy_or_none(), console, progress=not quiet,
+                                     override=override)
         if what_if is not None and code == 0:
             from shared.audit.replay import policy_changes, starting_policy
 
@@ -178,6 +224,57 @@ def replay_cmd(
     except _audit_errors() as exc:
         raise _audit_failed(exc) from None
     raise typer.Exit(code)
+
+
+def _integrity(source: Any, public_keys: list[Path], witness: Optional[Path], console: Console,
+               archive_file: Optional[Path] = None) -> int:
+    """``--verify``'s first step: the log's chain and signed records (``shared.audit.integrity``); 0 when
+    they hold (or the log has none, said so), else ``TAMPERED`` with the first line that shows it."""
+    import tempfile
+
+    from shared.audit.export import export
+    from shared.audit.integrity import TAMPERED, Tampered, check, read_witness, summary, trusted_keys
+    from shared.audit.logfile import LogFile, StoreLog
+    from shared.history.integrity import BadKey
+
+    try:
+        keys = trusted_keys(public_keys)
+    except BadKey as exc:
+        raise _audit_failed(ValueError(str(exc))) from None
+    witnessed = read_witness(witness) if witness is not None else []
+    after = None
+    try:
+        if archive_file is not None:
+            archived = check(LogFile(archive_file), keys, sealed=False)
+            after = archived.ends
+            reach = [w for w in witnessed if w.get("offset", -1) <= after.get(w.get("partition"), (-1,))[0]]
+            if reach:
+                check(LogFile(archive_file), keys, reach, sealed=False)
+            witnessed = [w for w in witnessed if w not in reach]
+            console.print(f"[green]archive OK[/]: {escape(archive_file.name)}: {escape(summary(archived))}")
+        if isinstance(source, StoreLog) and source.chained() and source.signed():
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "store.jsonl"
+                export(source, path)
+                verdict = check(LogFile(path), keys, witnessed, after=after)
+        elif isinstance(source, LogFile) and source.header.chained:
+            verdict = check(source, keys, witnessed, after=after)
+        else:
+            if keys or witnessed:
+                console.print(f"[bold red]NOT CHAINED[/]: {escape(source.name)} carries no hash chain (a Kafka log, "
+                              "or a store or file made before the chain existed): its authenticity cannot be checked; "
+                              "export the projector's store instead")
+                return TAMPERED
+            console.print("[yellow]note:[/] the log carries no hash chain (a Kafka log, or made before the chain "
+                          "existed): its decisions are checked below, not that it is the log that was written")
+            return 0
+    except Tampered as exc:
+        console.print(f"[bold red]TAMPERED[/]: {escape(str(exc))}")
+        return TAMPERED
+    console.print(f"[green]chain OK[/]: {escape(summary(verdict))}")
+    for note in verdict.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    return 0
 
 
 def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[Path], html_out: Optional[Path],
