@@ -25,7 +25,8 @@ from shared.kernel import gpumemory, kube
 from shared.kernel.events import SCHEMA_VERSION, Envelope, ObjectChanged, ObjectsListed, derive_id
 from shared.kernel.fastmodel import built
 from shared.kernel.kube import REFUSED, meta
-from shared.kernel.validation import MAX_BYTES, dns1123_subdomain, label_value, object_problem, tree_problem
+from shared.kernel.validation import (MAX_BYTES, dns1123_subdomain, label_value, object_problem, pod_text_problem,
+                                     tree_problem)
 
 Change = Literal["Added", "Modified", "Deleted"]
 
@@ -210,7 +211,7 @@ def observe(change: Change, obj: Mapping[str, Any]) -> ObjectChanged:
     keep = kept(obj)
     problem = tree_problem(keep, max_bytes=MAX_BYTES)
     if problem is None and change != "Deleted":  # a deletion of anything is taken: it ends what was known
-        problem = object_problem(keep)
+        problem = object_problem(keep) or pod_text_problem(keep)
     if problem is not None:
         keep = _identity(obj, problem)
     fields = {"type": "ObjectChanged", "change": change, "kind": _safe(_text(obj.get("kind"))),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, TypeGuard, TypeVar
@@ -148,18 +149,27 @@ def tree_problem(value: Any, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX
     nodes = 1
     while stack:
         item, depth = stack.pop()
-        children: Any = item.values() if isinstance(item, dict) else item
+        kind_of_item = dict if isinstance(item, dict) else list
+        children: Any = item.values() if kind_of_item is dict else item
         if depth > max_depth:
             return f"nested deeper than {max_depth} levels"
         nodes += len(children)
         if nodes > max_nodes:
             return f"more than {max_nodes} values (YAML aliases count each time they are used)"
         below = depth + 1
+        if kind_of_item is dict:
+            for key in item:
+                if type(key) is not str:
+                    return (f"a key is {'null' if key is None else type(key).__name__}, not a string "
+                            "(JSON and the API server take text keys only)")
         for child in children:
             kind = type(child)  # most values are text: two comparisons, no ``isinstance``
             if kind is dict or kind is list or (kind is not str and isinstance(child, (dict, list))):
                 stack.append((child, below))
-    text = _json_text(value)
+    try:
+        text = _json_text(value)
+    except ValueError:  # ``int`` refuses to write more than 4,300 digits (``sys.get_int_max_str_digits``)
+        return f"an integer of more than {sys.get_int_max_str_digits():,} digits"
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
@@ -208,6 +218,23 @@ def object_problem(obj: Mapping[str, Any], *, require_name: bool = True) -> str 
             problem = label_value(value) if field == "labels" else None
             if problem:
                 return f"metadata.labels.{key}: {problem}"
+    return None
+
+
+POD_TEXT_FIELDS = ("nodeName", "schedulerName", "priorityClassName", "runtimeClassName")
+"""Pod spec fields muster reads as names (keys of its books, the node a pod is bound to)."""
+
+
+def pod_text_problem(obj: Mapping[str, Any]) -> str | None:
+    """Why the API server's schema would refuse a Pod's ``POD_TEXT_FIELDS`` (a list for ``nodeName``), in
+    its words; None for any other kind or a pod whose fields are text."""
+    spec = obj.get("spec") if obj.get("kind") == "Pod" else None
+    if type(spec) is not dict:
+        return None
+    for field in POD_TEXT_FIELDS:
+        value = spec.get(field)
+        if value is not None and type(value) is not str:
+            return f"spec.{field}: Invalid value: {type(value).__name__!r}: spec.{field} in body must be of type string"
     return None
 
 
