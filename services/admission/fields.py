@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from shared.kernel import kube, quantity as q
-from shared.kernel.validation import shown
+from shared.kernel.validation import quoted
 
 _MISSING: Any = object()
 
@@ -26,12 +26,8 @@ class Invalid(ValueError):
         """For queue objects: which queue (tree node) the reason is about, when it is one node."""
 
 
-SHOWN_CHARS = 253
-"""Most characters of a text a reason quotes (an object name's bound): longer text is cut with ``...``."""
-
-
 def show(value: object) -> str:
-    """A value as a reason quotes it: strings quoted and cut short (``validation.shown``), numbers of
+    """A value as a reason quotes it: strings quoted and cut short (``validation.quoted``), numbers of
     more than 64 bits by their size, containers by kind (never a dump of a spec). A reason is copied
     into annotations, Events and the log: the value a user wrote must not make it long."""
     if isinstance(value, bool):
@@ -39,9 +35,9 @@ def show(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, str):
-        return repr(value) if len(value) <= SHOWN_CHARS else shown(value, SHOWN_CHARS)
+        return quoted(value)
     if isinstance(value, int):
-        return str(value) if value.bit_length() <= 64 else f"a {value.bit_length()}-bit number"
+        return str(value) if value.bit_length() <= 64 else quoted(value)
     if isinstance(value, (float, Decimal)):
         return str(value)
     if isinstance(value, Mapping):
@@ -126,7 +122,7 @@ def number(value: object, where: str) -> float | int:
             raise Invalid(f"{where}: {show(value)} is too large for a number (at most about 1.8e308)")
         return value
     if not math.isfinite(value):
-        raise Invalid(f"{where}: {show(value)} is not a finite number")
+        raise Invalid(f"{where}: {show(value)} is not a number")
     return value
 
 

@@ -57,6 +57,31 @@ MAX_BYTES = 512 * 1024
 """Most text (strings and keys, in UTF-8 bytes) one object may carry once ingest kept what muster
 reads: well under Kafka's default 1 MB record, above the API server's 256 KiB annotation budget."""
 
+TEXT_CHARS = 4096
+"""Most characters of one text muster writes to Kubernetes (an annotation value, an Event's message):
+a reason is built from bounded parts (a quoted value is at most 253 characters), and this bound holds
+whatever a reason lists, well inside the API server's 256 KiB annotation budget."""
+
+
+QUOTED_CHARS = 253
+"""Most characters of a value a reason quotes (an object name's bound): longer text is cut with ``...``."""
+
+
+def quoted(value: object) -> str:
+    """``repr(value)`` for a reason, at most ``QUOTED_CHARS`` of a text (``shown`` beyond), an integer of
+    more than 64 bits by its size: what a user wrote must not make a reason long."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= QUOTED_CHARS else shown(value, QUOTED_CHARS)
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a {value.bit_length()}-bit number"
+    return repr(value)
+
+
+def bounded(text: str, most: int = TEXT_CHARS) -> str:
+    """``text`` cut to ``most`` characters, ``...`` saying it was cut."""
+    return text if len(text) <= most else text[:most - 3] + "..."
+
+
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII)
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", re.ASCII)
