@@ -215,7 +215,7 @@ def observe(change: Change, obj: Mapping[str, Any]) -> ObjectChanged:
     metadata = obj.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
     keep = kept(obj)
-    problem = tree_problem(keep, max_bytes=MAX_BYTES)
+    problem = tree_problem(keep, max_bytes=MAX_BYTES, finite=True)
     if problem is None and change != "Deleted":  # a deletion of anything is taken: it ends what was known
         problem = object_problem(keep) or pod_text_problem(keep)
     if problem is not None:

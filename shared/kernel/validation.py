@@ -8,6 +8,7 @@ and name ``<unicode string>``; a user needs the file and the line.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from functools import lru_cache
@@ -163,9 +164,10 @@ def _json_text(value: Any) -> str:
 
 
 def tree_problem(value: Any, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES,
-                 max_bytes: int | None = None) -> str | None:
-    """Why a decoded JSON/YAML value is too deep, too large or holds text no encoder takes (lone
-    surrogates), None if it is fine. Iterative, and a shared (aliased) branch counts every time it is
+                 max_bytes: int | None = None, finite: bool = False) -> str | None:
+    """Why a decoded JSON/YAML value is too deep, too large, holds a key that is no text, text no encoder
+    takes (lone surrogates), an integer ``int`` will not write or, with ``finite``, a NaN or infinity (which
+    JSON stores as null: what is stored would not be what was decided on), None if it is fine. Iterative, and a shared (aliased) branch counts every time it is
     reached, so the walk stops after ``max_nodes`` however far aliases would expand.
 
     It runs on every watch event, so the Python walk visits maps and lists only; the text is checked
@@ -201,7 +203,23 @@ def tree_problem(value: Any, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX
         return f"text {shown(text[max(exc.start - 20, 0):exc.end + 20])} is not valid Unicode (a lone surrogate)"
     if max_bytes is not None and size > max_bytes:
         return f"larger than {max_bytes // 1024} KiB of text"
+    if finite and ("NaN" in text or "Infinity" in text) and _non_finite(value):  # the encoder's words for them
+        return "a number is not finite (NaN or infinity), which JSON and the API server cannot hold"
     return None
+
+
+def _non_finite(value: Any) -> bool:
+    """Whether a float NaN or infinity is anywhere in ``value`` (walked only when its JSON text suggests one)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def object_problem(obj: Mapping[str, Any], *, require_name: bool = True) -> str | None:
