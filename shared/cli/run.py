@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from shared.cli.errors import failed
 from shared.cli.options import SCHEDULER_NAMES_HELP, STORE_HELP
 from shared.kernel.policy import Policy, PolicyError
+from shared.kernel.display import plain
 
 if TYPE_CHECKING:
     from shared.runtime.bus.config import BusConfig
@@ -225,7 +225,7 @@ def _take_lease(target: Any, who: str, lease: Optional[str], worker: _Worker, *,
         standby = lambda: metrics.serve(worker.sock.dup(), worker.exposition.registry, waiting)  # noqa: E731
     try:
         err = Console(stderr=True, highlight=False, soft_wrap=True)
-        asyncio.run(take_lease(target, elector, say=lambda line: err.print(escape(line)), meanwhile=standby))
+        asyncio.run(take_lease(target, elector, say=lambda line: err.print(plain(line)), meanwhile=standby))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     except Exception as exc:  # noqa: BLE001 - forbidden, unreachable: one line, exit 2

@@ -203,23 +203,25 @@ def tree_problem(value: Any, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX
         return f"text {shown(text[max(exc.start - 20, 0):exc.end + 20])} is not valid Unicode (a lone surrogate)"
     if max_bytes is not None and size > max_bytes:
         return f"larger than {max_bytes // 1024} KiB of text"
-    if finite and ("NaN" in text or "Infinity" in text) and _non_finite(value):  # the encoder's words for them
-        return "a number is not finite (NaN or infinity), which JSON and the API server cannot hold"
+    if finite and ("NaN" in text or "Infinity" in text):  # the encoder's words for them
+        where = _non_finite(value)
+        if where is not None:
+            return f"{where} is not a finite number (JSON and the API server hold no NaN or infinity)"
     return None
 
 
-def _non_finite(value: Any) -> bool:
-    """Whether a float NaN or infinity is anywhere in ``value`` (walked only when its JSON text suggests one)."""
-    stack = [value]
+def _non_finite(value: Any) -> str | None:
+    """Where a float NaN or infinity is in ``value`` and which (walked only when its JSON text suggests one)."""
+    stack: list[tuple[str, Any]] = [("", value)]
     while stack:
-        item = stack.pop()
+        where, item = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
-            return True
+            return f"{where.lstrip('.')}: {item}" if where else str(item)
         if isinstance(item, dict):
-            stack.extend(item.values())
+            stack.extend((f"{where}.{k}", v) for k, v in reversed(item.items()))
         elif isinstance(item, list):
-            stack.extend(item)
-    return False
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item))))
+    return None
 
 
 def object_problem(obj: Mapping[str, Any], *, require_name: bool = True) -> str | None:

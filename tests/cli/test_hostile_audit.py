@@ -38,4 +38,4 @@ def test_a_non_finite_number_is_refused_at_ingest_and_its_log_verifies(tmp_path:
     clean_exit(result, 0)
     assert "0 different" in flat(result.stdout)
     shown = invoke("simulate", scenario)
-    assert "refused at ingest: a number is not finite (NaN or infinity)" in flat(shown.stdout)
+    assert "refused at ingest: spec.headGroupSpec.template.spec.containers[0].resources.requests.cpu: inf is not a finite number" in flat(shown.stdout)
