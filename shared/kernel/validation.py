@@ -35,8 +35,8 @@ def first_errors(exc: ValidationError, most: int = 3, *, values: bool = False) -
         loc = ".".join(str(p) for p in err["loc"])
         text = f"{loc}: {err['msg']}" if loc else err["msg"]
         value = err.get("input")
-        if values and isinstance(value, (str, int, float)) and len(repr(value)) <= 80:
-            text += f" (got {value!r})"
+        if values and isinstance(value, (str, int, float)) and len(quoted(value)) <= 80:
+            text += f" (got {quoted(value)})"
         parts.append(text)
     return "; ".join(parts)
 

@@ -119,3 +119,12 @@ def test_effect_text_is_bounded_where_effects_are_made():
     effect = kube_effect("annotate", "RayJob", "default", "j", annotations={"muster.dev/status": "y" * 100_000},
                          message="z" * 100_000)
     assert len(effect.annotations["muster.dev/status"]) == TEXT_CHARS and effect.message.endswith("...")
+
+
+def test_a_policy_file_with_an_integer_beyond_the_int_string_limit_is_one_line(tmp_path):
+    from shared.kernel.policy import Policy, PolicyError
+
+    path = tmp_path / "policy.yaml"
+    path.write_text("backoff_base_seconds: 0x" + "f" * 4400 + "\n")
+    with pytest.raises(PolicyError, match=r"^invalid policy .*backoff_base_seconds: .*\(got a 17600-bit number\)$"):
+        Policy.from_yaml(path)
