@@ -78,6 +78,19 @@ def quoted(value: object) -> str:
     return repr(value)
 
 
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""C0 controls but tab and newline, DEL, C1 controls (ESC starts ANSI and OSC 8 sequences, CSI is C1's
+0x9b), and the bidirectional marks and overrides."""
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character shown as its escape (``\\x1b``), so it prints as itself."""
+    if text.isascii() and text.isprintable():  # the common case: names and reasons are plain ASCII
+        return text
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                            else f"\\u{ord(m.group()):04x}", text)
+
+
 def bounded(text: str, most: int = TEXT_CHARS) -> str:
     """``text`` cut to ``most`` characters, ``...`` saying it was cut."""
     return text if len(text) <= most else text[:most - 3] + "..."
