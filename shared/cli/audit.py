@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from shared.cli.errors import failed
 from shared.cli.options import LOCAL_HELP, STORE_HELP, TIME_HELP, resolved, time_arg, tracing_ready, writable
 from shared.kernel.eventtime import TimeArg, TimeFormat
 from shared.kernel.policy import Policy, PolicyError
 from shared.sim.scenario import ScenarioError
+from shared.kernel.display import plain
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -33,7 +33,7 @@ def _audit_failed(exc: Exception) -> typer.Exit:
 
     text = " ".join(line.strip() for line in str(exc).splitlines()
                     if line.strip() and not line.strip().startswith("For further information"))
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/] {escape(text)}")
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/] {plain(text)}")
     return typer.Exit(exc.exit_code if isinstance(exc, AuditError) else 2)
 
 
@@ -191,7 +191,7 @@ def replay_cmd(
             source.header.whole("--verify" if verify else "--what-if")  # a Kafka log is read here
         if override is not None:  # once the log reads: a log that does not is one error line, nothing else
             Console(stderr=True, highlight=False, soft_wrap=True).print(
-                f"[yellow]note:[/] --policy {escape(str(policy_file))} overrides the policy the log records: every "
+                f"[yellow]note:[/] --policy {plain(str(policy_file))} overrides the policy the log records: every "
                 "decision is re-derived under it, and a divergence may be that policy's, not an altered log")
         if verify:
             from shared.audit import verify as verifying
@@ -309,25 +309,25 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
     doc = whatif.comparison(outcome, policy)
     title = f"muster what-if: {doc['scenario']} under {change_file.name}" + (
         f" + {', '.join(p.name for p in extra_files)}" if extra_files else "")
-    console.print(f"[bold]{escape(title)}[/]")
+    console.print(f"[bold]{plain(title)}[/]")
     for line in whatif.verdict(doc):
-        console.print(escape(line), style=None if outcome.faithful else "yellow")
+        console.print(plain(line), style=None if outcome.faithful else "yellow")
     table = Table(title=f"per queue, recorded -> new (to {clock.at(outcome.end)})", title_justify="left")
     table.add_column("queue")
     for _, label in whatif.COLUMNS:
         table.add_column(label)
     for name, cells in whatif.table_rows(doc):
-        table.add_row(escape(name), *cells)
+        table.add_row(plain(name), *cells)
     console.print(table)
     if whatif.has_lower_bounds(doc):
-        console.print(escape(whatif.AT_LEAST))
+        console.print(plain(whatif.AT_LEAST))
     console.print(f"{len(doc['changed'])} of {len(doc['workloads'])} workloads changed")
     for key in doc["changed"]:
-        console.print(escape(f"  {key}: {'; '.join(doc['workloads'][key]['change'])}"))
+        console.print(plain(f"  {key}: {'; '.join(doc['workloads'][key]['change'])}"))
     if outcome.unmodeled:
         console.print("not modeled (the cluster's answer to a changed admission is not in the recording):")
         for gap in outcome.unmodeled:
-            console.print(escape(f"  {gap.words(clock.at)}"))
+            console.print(plain(f"  {gap.words(clock.at)}"))
     if json_out:
         json_out.write_text(json.dumps(doc, indent=2) + "\n")
     if html_out:
@@ -394,10 +394,10 @@ def explain_cmd(
         doc: Any = queue_lines(moment, queue) if queue is not None else explain(moment, workload or "", clock)
     except UnknownWorkload as exc:
         Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"[red]error:[/] no {'queue' if isinstance(exc, UnknownQueue) else 'workload'} {escape(exc.key)} in the log"
+            f"[red]error:[/] no {'queue' if isinstance(exc, UnknownQueue) else 'workload'} {plain(exc.key)} in the log"
             + (f" up to {clock.at(exc.at)}" if at is not None and exc.at is not None else "")
             + (f" (the log is a window from {clock.at(source.header.since)})" if source.header.since is not None else "")
-            + (f"; did you mean {escape(', '.join(exc.similar))}?" if exc.similar else ""))
+            + (f"; did you mean {plain(', '.join(exc.similar))}?" if exc.similar else ""))
         raise typer.Exit(1)
     except _audit_errors() as exc:
         raise _audit_failed(exc) from None
@@ -416,16 +416,16 @@ def explain_cmd(
     if queue is not None:
         note = source.header.window_note(clock)
         if note:
-            console.print(escape(note))
-        console.print(f"queue {escape(queue)} at {escape(clock.at(moment.at))}: {len(doc)} waiting")
+            console.print(plain(note))
+        console.print(f"queue {plain(queue)} at {plain(clock.at(moment.at))}: {len(doc)} waiting")
         for line in doc:
             waited = f", waiting {clock.duration(line['waiting_seconds'])}" if line["waiting_seconds"] is not None else ""
             backoff = f", backing off until {clock.at(line['backoff_until'])}" if line["backoff_until"] else ""
-            console.print(escape(f"  {line['position']}. {line['workload']} priority {line['priority']}{waited}"
+            console.print(plain(f"  {line['position']}. {line['workload']} priority {line['priority']}{waited}"
                                  f"{backoff}: {line['reason']}"))
         return
     for text in doc["lines"]:
-        console.print(escape(text))
+        console.print(plain(text))
 
 
 def _first_of(items: Iterator[Envelope]) -> tuple[Optional[float], Iterator[Envelope]]:

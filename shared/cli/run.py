@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from shared.cli.errors import failed
 from shared.cli.options import SCHEDULER_NAMES_HELP, STORE_HELP
 from shared.kernel.policy import Policy, PolicyError
+from shared.kernel.display import plain
 
 if TYPE_CHECKING:
     from shared.runtime.bus.config import BusConfig
@@ -72,6 +72,9 @@ def run_cmd(
                                        help="Cluster only: seconds between lease renewals and tries."),
     metrics_port: int = typer.Option(9464, "--metrics-port", envvar="MUSTER_METRICS_PORT",
                                      help="Serve /metrics, /healthz and /readyz on this port (0: none)."),
+    metrics_address: Optional[str] = typer.Option(None, "--metrics-address", envvar="MUSTER_METRICS_ADDRESS",
+                                                  help="The address they listen on (default: 0.0.0.0 in a pod, "
+                                                  "i.e. with KUBERNETES_SERVICE_HOST set, else 127.0.0.1)."),
     replication: Optional[int] = typer.Option(None, "--topic-replication", help="Replication factor of the "
                                               "topics created when missing (default: $MUSTER_TOPIC_REPLICATION, "
                                               "else 1)."),
@@ -99,7 +102,7 @@ def run_cmd(
 
     def claim_port() -> Any:
         """The metrics socket, once the service's own inputs checked out and before Kafka is asked."""
-        return _metrics_socket(metrics_port) if metrics_port else None
+        return _metrics_socket(metrics_port, metrics_address) if metrics_port else None
 
     if service == "projector":
         worker = _projector(config, policy, policy_file, store, sink, claim_port,
@@ -258,7 +261,7 @@ def _take_lease(target: Any, who: str, lease: Optional[str], worker: _Worker, *,
         standby = lambda: metrics.serve(worker.sock.dup(), worker.exposition.registry, waiting)  # noqa: E731
     try:
         err = Console(stderr=True, highlight=False, soft_wrap=True)
-        asyncio.run(take_lease(target, elector, say=lambda line: err.print(escape(line)), meanwhile=standby))
+        asyncio.run(take_lease(target, elector, say=lambda line: err.print(plain(line)), meanwhile=standby))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     except Exception as exc:  # noqa: BLE001 - forbidden, unreachable: one line, exit 2
@@ -284,12 +287,13 @@ def _run(worker: _Worker, loglevel: str, sink: Any) -> None:
             sink.close()  # sends what is left
 
 
-def _metrics_socket(port: int) -> Any:
-    """The metrics port, bound; a busy one is one line and exit code 2."""
-    from shared.observability.metrics.server import MetricsPortError, bind
+def _metrics_socket(port: int, address: Optional[str]) -> Any:
+    """The metrics port, bound on ``address`` (``default_address`` when not given); a busy one is one line
+    and exit code 2."""
+    from shared.observability.metrics.server import MetricsPortError, bind, default_address
 
     try:
-        return bind(port)
+        return bind(port, address or default_address(os.environ))
     except MetricsPortError as exc:
         raise failed(exc) from None
 
