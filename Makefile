@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test unit integration e2e tools devcluster devcluster-down bench lint clean lock
+.PHONY: demo test unit integration e2e tools devcluster devcluster-down compare bench lint clean lock
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,13 +34,20 @@ devcluster: $(STAMP) tools
 devcluster-down: $(STAMP)
 	$(BIN)/muster devcluster down
 
+# muster beside a real peer scheduler (shared/peers/compare.py): every scenario file of the peer's dialect on a
+# fresh dev cluster, scheduled once by the peer and once by muster; writes docs/peers.md and fails on a
+# difference docs/design/peers.md does not mark deliberate. PEER=volcano; FILES=stem... for a few.
+PEER ?= volcano
+compare: $(STAMP) tools
+	$(BIN)/python -m shared.peers.compare $(PEER) "" $(FILES)
+
 # The test tiers (docs/parts.md, "Tests"); every folder of test files is in exactly one of them
 # (tests/unit/test_tiers.py checks it). unit: no real part; integration: real Kafka, PostgreSQL,
 # Prometheus and Jaeger; e2e: a real cluster (kube-apiserver, KWOK, KubeRay). `make test` runs the
 # import contracts and mypy (`make lint`), then all three in one pytest run (the session's Kafka and PostgreSQL started once).
 UNIT_TESTS := tests/unit tests/property tests/replay tests/scenarios tests/cli
 INTEGRATION_TESTS := tests/integration tests/deploy
-E2E_TESTS := tests/realcluster
+E2E_TESTS := tests/realcluster tests/peers
 
 lint: $(STAMP)
 	$(BIN)/lint-imports
