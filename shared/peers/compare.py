@@ -222,6 +222,8 @@ def outcomes(snaps: Snapshots) -> dict[tuple[float, str], str]:
             existed.add(key)
             bound, total = len(now.bound), len(now.bound) + now.waiting
             text = f"running {bound}/{total}" if bound else f"waiting 0/{total}"
+            if bound and len(now.sets) > 1 and bound < total:  # which of a Ray cluster's pods run, when not all do
+                text += " (" + ", ".join(f"{name} {b}/{n}" for name, b, n in now.sets) + ")"
             if before is not None and before.exists and before.bound - now.bound:
                 text += f", {len(before.bound - now.bound)} evicted"
             out[(t, key)] = text

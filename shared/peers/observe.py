@@ -29,6 +29,8 @@ class Workload:
     waiting: int = 0
     """Its pods not bound (and not being deleted)."""
     queue: str = ""
+    sets: tuple[tuple[str, int, int], ...] = ()
+    """Per pod set of a Ray workload (``head``, each worker group): its pods bound, its pods; () for others."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ def snapshot(items: Iterable[Mapping[str, Any]], keys: list[str], peer: Peer) ->
         return peer.default_queue
 
     bound: dict[str, set[str]] = {k: set() for k in keys}
+    sets: dict[str, dict[str, list[int]]] = {k: {} for k in keys}
     waiting = dict.fromkeys(keys, 0)
     first_pod: dict[str, Mapping[str, Any]] = {}
     usage: dict[str, Resources] = {}
@@ -112,7 +115,13 @@ def snapshot(items: Iterable[Mapping[str, Any]], keys: list[str], peer: Peer) ->
         if key is None or meta.get("deletionTimestamp"):
             continue
         first_pod.setdefault(key, pod)
-        if (pod.get("spec") or {}).get("nodeName"):
+        placed = bool((pod.get("spec") or {}).get("nodeName"))
+        pod_set = pod_set_of(pod)
+        if pod_set:
+            counts = sets[key].setdefault(pod_set, [0, 0])
+            counts[0] += placed
+            counts[1] += 1
+        if placed:
             bound[key].add(str(meta.get("uid")))
             queue = queue_of(key, pod)
             usage[queue] = add(usage.get(queue, {}), requests(pod))
@@ -122,8 +131,17 @@ def snapshot(items: Iterable[Mapping[str, Any]], keys: list[str], peer: Peer) ->
     for key in keys:
         namespace, name = key.split("/", 1)
         exists = any((kind, namespace, name) in objects for kind in WORKLOAD_KINDS)
-        workloads[key] = Workload(exists, frozenset(bound[key]), waiting[key], queue_of(key, first_pod.get(key)))
+        workloads[key] = Workload(exists, frozenset(bound[key]), waiting[key], queue_of(key, first_pod.get(key)),
+                                  tuple((name, b, n) for name, (b, n) in sorted(sets[key].items(), key=lambda kv: (kv[0] != "head", kv[0]))))
     return Snapshot(workloads, {q: dict(r) for q, r in usage.items() if any(r.values())})
+
+
+def pod_set_of(pod: Mapping[str, Any]) -> str:
+    """``head`` or the worker group's name for a pod KubeRay made (its labels), "" for any other."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if labels.get("ray.io/node-type") == "head":
+        return "head"
+    return str(labels.get("ray.io/group") or "") if labels.get("ray.io/node-type") == "worker" else ""
 
 
 def requests(pod: Mapping[str, Any]) -> Resources:

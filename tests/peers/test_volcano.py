@@ -31,6 +31,16 @@ def test_the_subset_is_of_the_dialect_and_every_marked_file_exists() -> None:
     assert set(deliberate("volcano")) <= names
 
 
+@pytest.mark.parametrize("path", sorted((Path(__file__).parent / "scenarios").glob("*.yaml")), ids=lambda p: p.stem)
+def test_our_scenarios_from_volcanos_e2e_suite_hold_in_muster(path: Path) -> None:
+    """The files written from Volcano's e2e cases say what Volcano's suite asserts; muster's embedded run keeps it."""
+    from shared.runtime.simulate import simulate
+    from shared.sim.scenario import load_scenario
+
+    failures = simulate(load_scenario(path)).check()
+    assert not failures, "\n".join(str(f) for f in failures)
+
+
 def test_the_e2e_configuration_adds_reclaim_and_preempt_to_the_installers() -> None:
     installer = 'actions: "enqueue, allocate, backfill"\ntiers:\n- plugins:\n  - name: priority\n'
     assert volcano_conf(installer, "installer") == installer
