@@ -78,9 +78,10 @@ def volcano_conf(installer: str, configuration: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def start_volcano(cluster: "DevCluster", configuration: str = "e2e") -> list[str]:
+def start_volcano(cluster: "DevCluster", configuration: str = "e2e", verbosity: int = 2) -> list[str]:
     """vc-controller-manager and vc-scheduler against ``cluster``, each as a user of its own (an admin:
-    Volcano's ClusterRoles are the installer's, not applied here); returns once the scheduler is healthy."""
+    Volcano's ClusterRoles are the installer's, not applied here); returns once the scheduler is healthy.
+    ``verbosity``: vc-scheduler's ``-v`` (4 logs each plugin's verdict on each job, to read why it acted)."""
     built = catalog.built("volcano")
     # the CRDs its informers list beside the Queue and PodGroup ones (``crds``): without them a cache never syncs
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(built.file("bus.volcano.sh_commands.yaml")),
@@ -101,7 +102,7 @@ def start_volcano(cluster: "DevCluster", configuration: str = "e2e") -> list[str
         str(built.file("bin/vc-scheduler")), "--kubeconfig", str(cluster.client("vc-scheduler")),
         "--scheduler-conf", str(conf), "--scheduler-name", "volcano", "--leader-elect=false",
         "--listen-address", f"127.0.0.1:{free_port()}", "--enable-healthz=true",
-        "--healthz-address", f"127.0.0.1:{healthz}", "--cache-dumper=false", "-v", "2",
+        "--healthz-address", f"127.0.0.1:{healthz}", "--cache-dumper=false", "-v", str(verbosity),
     ], env={"KUBECONFIG": str(scheduler)})  # a device plugin's init reads it (else ~/.kube/config)
     part.wait_until(lambda: urllib.request.urlopen(f"http://127.0.0.1:{healthz}/healthz", timeout=2).status == 200,
                     60, f"healthy at 127.0.0.1:{healthz}")

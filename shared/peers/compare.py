@@ -285,8 +285,12 @@ def table(comparison: Comparison, marked: dict[str, str], versions: str) -> str:
              f"{sum(1 for r in comparison.rows if r.same)} of {len(comparison.rows)} rows the same; "
              f"files that differ: {', '.join(f'`{n}`' for n in sorted(differing)) or 'none'} "
              "(each marked deliberate in [design/peers.md](design/peers.md), with the reason).", "",
-             f"| scenario | at | workload or queue | {comparison.peer} | muster | |",
-             "|---|---|---|---|---|---|"]
+             "| scenario | checkpoints | rows | different | |", "|---|---|---|---|---|"]
+    for name in dict.fromkeys(r.scenario for r in comparison.rows):
+        rows = [r for r in comparison.rows if r.scenario == name]
+        lines.append(f"| `{name}` | {len({r.at for r in rows})} | {len(rows)} | {sum(not r.same for r in rows)} | "
+                     f"{'same' if name not in differing else 'marked deliberate' if name in marked else '**not marked**'} |")
+    lines += ["", f"| scenario | at | workload or queue | {comparison.peer} | muster | |", "|---|---|---|---|---|---|"]
     for row in comparison.rows:
         at = "—" if row.at < 0 else f"{row.at:g}s"
         lines.append(f"| `{row.scenario}` | {at} | {row.subject} | {row.peer} | {row.muster} | "
@@ -323,6 +327,8 @@ def main(argv: list[str]) -> int:
 
     name = argv[0] if argv else "volcano"
     peer = find_peer(name)
+    if argv[1:] == ["--render"]:
+        return render(peer)
     configuration = argv[1] if len(argv) > 1 and argv[1] else peer.configurations[0]
     only = set(argv[2:])
     every = scenario_files(peer)
@@ -354,12 +360,23 @@ def main(argv: list[str]) -> int:
     finally:
         cluster.stop()
         down(root)
-    order = {p.stem: i for i, p in enumerate(every)}
-    comparison.rows = sorted((r for r in comparison.rows if r.scenario in order), key=lambda r: order[r.scenario])
-    marked = deliberate(name)
+    return render(peer)
+
+
+def render(peer: Peer) -> int:
+    """docs/peers.md from the saved rows (``results_file``) and the marks of docs/design/peers.md; prints what
+    is not marked (1) or nothing (0). ``make compare`` ends with it; ``--render`` alone redoes it."""
+    import json
+    import sys
+
+    saved = json.loads(results_file(peer.name).read_text())
+    order = {p.stem: i for i, p in enumerate(scenario_files(peer))}
+    rows = sorted((Row(**r) for r in saved["rows"] if r["scenario"] in order), key=lambda r: order[r.scenario])
+    comparison = Comparison(peer.name, saved["configuration"], rows, saved.get("seconds", {}))
+    marked = deliberate(peer.name)
     versions = f"{catalog.pins()[peer.part]['module']} {catalog.version(peer.part)}"
     PEERS_DOC.write_text(HEADER + "\n" + table(comparison, marked, versions))
-    problems = unmarked(comparison, marked, sorted({r.scenario for r in comparison.rows}))
+    problems = unmarked(comparison, marked, sorted({r.scenario for r in rows}))
     for problem in problems:
         print(problem, file=sys.stderr)
     return 1 if problems else 0
