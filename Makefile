@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test unit integration e2e tools devcluster devcluster-down bench lint clean lock
+.PHONY: demo test unit integration e2e tools devcluster devcluster-down compare bench lint clean lock
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,12 +28,21 @@ tools:
 
 # A real cluster left running on this machine: KUBECONFIG=build/devcluster/kubeconfig.
 # BATCH_SCHEDULER=none|volcano|kai-scheduler|scheduler-plugins (KubeRay's), NODES=FILE (KWOK nodes),
-# PEER=kai (the real KAI Scheduler beside it, shared/parts/kai.py; KubeRay then with kai-scheduler).
+# PEER=volcano|kai (the real peer scheduler beside it, shared/parts/peers.py; KubeRay then with its setting).
 devcluster: $(STAMP) tools
 	$(BIN)/muster devcluster up
 
 devcluster-down: $(STAMP)
 	$(BIN)/muster devcluster down
+
+# muster beside a real peer scheduler (shared/peers/compare.py): every scenario file of the peer's dialect on a
+# fresh dev cluster, scheduled once by the peer and once by muster; writes docs/peers.md and fails on a
+# difference docs/design/peers.md does not mark deliberate (about 22 minutes for Volcano's 23 files). PEER=volcano;
+# FILES="stem ..." reruns a few and keeps the other rows; `.venv/bin/python -m shared.peers.compare PEER --render`
+# redoes docs/peers.md from the saved rows (build/peers-PEER.json) after a change to docs/design/peers.md.
+PEER ?= volcano
+compare: $(STAMP) tools
+	$(BIN)/python -m shared.peers.compare $(PEER) "" $(FILES)
 
 # The test tiers (docs/parts.md, "Tests"); every folder of test files is in exactly one of them
 # (tests/unit/test_tiers.py checks it). unit: no real part; integration: real Kafka, PostgreSQL,
@@ -41,7 +50,7 @@ devcluster-down: $(STAMP)
 # import contracts and mypy (`make lint`), then all three in one pytest run (the session's Kafka and PostgreSQL started once).
 UNIT_TESTS := tests/unit tests/property tests/replay tests/scenarios tests/cli
 INTEGRATION_TESTS := tests/integration tests/deploy
-E2E_TESTS := tests/realcluster
+E2E_TESTS := tests/realcluster tests/peers
 
 lint: $(STAMP)
 	$(BIN)/lint-imports

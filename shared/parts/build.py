@@ -11,6 +11,10 @@ directory of its own under the cache (``shared.parts.catalog``):
 - etcd, kwok, kuberay: a wrapper module that requires the module, ``go build`` of its main package;
   KubeRay's CRDs are copied from its module;
 - crds: the peers' CRD files copied from their modules (``go mod download``);
+- volcano: the peer scheduler itself, ``vc-scheduler`` and ``vc-controller-manager`` of
+  ``volcano.sh/volcano``, through a wrapper module carrying the replace block of Volcano's own go.mod
+  (every ``k8s.io/*`` module at v0.30.2), with the installer's scheduler configuration and the two CRDs
+  its informers need beside them (``shared.parts.peers`` runs it);
 - kafka: ``mvn dependency:copy-dependencies`` of ``org.apache.kafka:kafka_2.13``;
 - kai: KAI Scheduler's scheduler, binder, pod grouper, queue controller, PodGroup controller and admission
   webhook (``cmd/*`` of ``github.com/NVIDIA/KAI-scheduler``), ``go build`` as the others;
@@ -189,10 +193,63 @@ def build_kai(dest: Path, work: Path) -> dict[str, object]:
     return {"bin": list(packages)}
 
 
-RECIPES = {"kuberay": 2, "crds": 2, "kai": 2}
+def replace_block(gomod: Path) -> dict[str, str]:
+    """The ``replace`` directives of a go.mod (module -> version; only ``m => m v`` form, the one peers use)."""
+    found: dict[str, str] = {}
+    inside = False
+    for raw in gomod.read_text().splitlines():
+        line = raw.split("//", 1)[0].strip()
+        if line.startswith("replace ("):
+            inside = True
+            continue
+        if inside and line == ")":
+            inside = False
+            continue
+        if line.startswith("replace "):
+            line = line[len("replace "):]
+        elif not inside:
+            continue
+        if "=>" in line:
+            source, target = (side.split() for side in line.split("=>", 1))
+            if len(target) == 2 and target[0] == source[0]:
+                found[source[0]] = target[1]
+    return found
+
+
+VOLCANO_FILES = [
+    "installer/helm/chart/volcano/config/volcano-scheduler.conf",      # the installer's default configuration
+    "installer/helm/chart/volcano/config/volcano-scheduler-ci.conf",   # the one Volcano's own e2e suite runs
+    "config/crd/volcano/bases/bus.volcano.sh_commands.yaml",            # the queue controller's informers need
+    "config/crd/volcano/bases/nodeinfo.volcano.sh_numatopologies.yaml",  # these two, the scheduler's cache this
+]
+"""Files of the module the peer runs with, copied beside its programs (read, not built)."""
+VOLCANO_PROGRAMS = {"vc-scheduler": "cmd/scheduler", "vc-controller-manager": "cmd/controller-manager"}
+
+
+def build_volcano(dest: Path, work: Path) -> dict[str, object]:
+    """vc-scheduler and vc-controller-manager (queue status, PodGroup phase), no webhook manager: the wrapper
+    carries Volcano's own replace block (k8s.io/* pinned to v0.30.2), version stamped as Volcano's Makefile.def does."""
+    pin = catalog.pins()["volcano"]
+    module, ver = pin["module"], pin["version"]
+    info = json.loads(run(["go", "mod", "download", "-json", f"{module}@{ver}"], work))
+    if info.get("Error"):
+        raise BuildFailed(info["Error"].splitlines()[0], unreachable=any(m in info["Error"] for m in UNREACHABLE_MARKS))
+    replaces = replace_block(Path(info["GoMod"]))
+    packages = {name: f"{module}/{cmd}" for name, cmd in VOLCANO_PROGRAMS.items()}
+    wrapper(work, {module: ver}, replaces, list(packages.values()))
+    go_build(work, dest, packages, f"-s -w -X {module}/pkg/version.Version={ver}")
+    source = module_dir(f"{module}@{ver}", work)
+    copied = []
+    for rel in VOLCANO_FILES:
+        shutil.copyfile(source / rel, dest / Path(rel).name)
+        copied.append(Path(rel).name)
+    return {"bin": list(packages), "replaces": len(replaces), "files": copied}
+
+
+RECIPES = {"kuberay": 2, "crds": 2, "kai": 2, "volcano": 2}
 """What a part's build makes, numbered: a cached part made by an older recipe is built again (kuberay 2:
 the RayService CRD as well; crds 2: KAI's BindRequest and Topology, which its scheduler and binder watch;
-kai 2: podgroupcontroller's metrics address)."""
+kai 2: podgroupcontroller's metrics address; volcano 2: the NUMA topology CRD its scheduler's cache waits for)."""
 
 
 CRD_FILES = {
@@ -269,6 +326,7 @@ BUILDERS: dict[str, Callable[[Path, Path], dict[str, object]]] = {
     "jaeger": build_simple("jaeger", {"jaeger": "github.com/jaegertracing/jaeger/cmd/jaeger"},
                            stamp="github.com/jaegertracing/jaeger/internal/version"),
     "crds": build_crds,
+    "volcano": build_volcano,
     "kafka": build_kafka,
     "kai": build_kai,
 }

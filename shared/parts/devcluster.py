@@ -126,6 +126,23 @@ class DevCluster:
         self.parts[name] = part
         return part
 
+    def start_part(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Part:
+        """Start one more program beside the cluster (a peer scheduler's, ``shared.parts.peers``), its log in
+        ``logs/NAME.log``; ``down`` stops it with the rest."""
+        part = self._start(name, argv, env)
+        self._save()
+        return part
+
+    def stop_part(self, name: str) -> None:
+        """Stop a program ``start_part`` (or an earlier command's) started; nothing if it is not running."""
+        part = self.parts.pop(name, None)
+        if part is not None:
+            part.stop()
+        elif name in self.attached:
+            stop_group(self.attached.pop(name))
+        if (self.root / "state.json").exists():
+            self._save()
+
     def _etcd(self, timeout: float) -> None:
         client = f"http://127.0.0.1:{self.ports['etcd']}"
         part = self._start("etcd", [

@@ -143,6 +143,13 @@ def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
              "metadata": {"name": WEBHOOK}, "webhooks": [hook("/validate--v1-pod", ["CREATE", "UPDATE"])]}]
 
 
+def remove_webhooks(cluster: "DevCluster") -> None:
+    """Take KAI's admission webhooks away: they fail closed, so once admission is gone no pod that names
+    KAI's scheduler could be created."""
+    cluster.kubectl("delete", f"mutatingwebhookconfiguration/{WEBHOOK}", f"validatingwebhookconfiguration/{WEBHOOK}",
+                    "--ignore-not-found", check=False)
+
+
 class Kai:
     """KAI's programs running beside a dev cluster; ``stop()`` stops them."""
 
@@ -164,8 +171,7 @@ class Kai:
         """Take the webhooks away (pods could not be created once admission is gone: they fail closed),
         then stop the programs."""
         if "kai-admission" in self.parts:
-            self.cluster.kubectl("delete", f"mutatingwebhookconfiguration/{WEBHOOK}",
-                                 f"validatingwebhookconfiguration/{WEBHOOK}", "--ignore-not-found", check=False)
+            remove_webhooks(self.cluster)
         for name in reversed(list(self.parts)):
             self.parts[name].stop()
         self.parts.clear()

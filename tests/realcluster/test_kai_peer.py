@@ -198,7 +198,7 @@ def test_devcluster_up_with_peer_kai_leaves_kai_running_and_down_stops_it(tmp_pa
     pids: dict[str, int] = {}
     try:
         assert up.returncode == 0, up.stderr
-        assert "--batch-scheduler=kai-scheduler, peer kai running" in up.stdout
+        assert "--batch-scheduler=kai-scheduler" in up.stdout and "peer kai (default): kai-" in up.stdout
         state = json.loads((root / "state.json").read_text())
         pids = state["pids"]
         assert {f"kai-{program}" for program in kai.PROGRAMS} <= set(pids)

@@ -50,3 +50,8 @@ def test_make_test_runs_every_tier() -> None:
     assert "lint" in recipe[0].splitlines()[0], "make test runs the import contracts first"
     for name in TIERS:
         assert f"$({name})" in recipe[1], f"make test leaves out $({name})"
+
+
+def test_the_real_cluster_folders_are_in_the_e2e_tier() -> None:
+    """The parity tier and the comparison with the real peers need the dev cluster (``make tools``)."""
+    assert {"tests/realcluster", "tests/peers"} <= set(tiers()["E2E_TESTS"])

@@ -47,3 +47,13 @@ def test_no_prometheus_and_no_apt_get_is_out_of_reach(tmp_path: Path, monkeypatc
     with pytest.raises(catalog.MissingPart, match="apt-get") as missing:
         catalog.built("prometheus")
     assert missing.value.unreachable
+
+
+def test_a_peers_replace_block_is_read_from_its_go_mod(tmp_path: Path) -> None:
+    """Volcano's go.mod pins every k8s.io module in a replace block; the wrapper module carries it over."""
+    gomod = tmp_path / "go.mod"
+    gomod.write_text("module volcano.sh/volcano\n\nrequire k8s.io/api v0.30.2\n\nreplace (\n"
+                     "\tk8s.io/api => k8s.io/api v0.30.2 // pinned\n\tgoogle.golang.org/grpc => google.golang.org/grpc v1.57.0\n"
+                     "\texample.com/fork => example.com/other v1.0.0\n)\n\nreplace k8s.io/kubectl => k8s.io/kubectl v0.30.2\n")
+    assert build.replace_block(gomod) == {"k8s.io/api": "v0.30.2", "google.golang.org/grpc": "v1.57.0",
+                                          "k8s.io/kubectl": "v0.30.2"}

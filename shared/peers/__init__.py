@@ -1,0 +1,1 @@
+"""muster beside the real peer schedulers: the same scenario files on the same dev cluster, compared (issue 32)."""
