@@ -251,7 +251,7 @@ def _integrity(source: Any, public_keys: list[Path], witness: Optional[Path], co
             if reach:
                 check(LogFile(archive_file), keys, reach, sealed=False)
             witnessed = [w for w in witnessed if w not in reach]
-            console.print(f"[green]archive OK[/]: {escape(archive_file.name)}: {escape(summary(archived))}")
+            console.print(f"[green]archive OK[/]: {plain(archive_file.name)}: {plain(summary(archived))}")
         if isinstance(source, StoreLog) and source.chained() and source.signed():
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "store.jsonl"
@@ -261,7 +261,7 @@ def _integrity(source: Any, public_keys: list[Path], witness: Optional[Path], co
             verdict = check(source, keys, witnessed, after=after)
         else:
             if keys or witnessed:
-                console.print(f"[bold red]NOT CHAINED[/]: {escape(source.name)} carries no hash chain (a Kafka log, "
+                console.print(f"[bold red]NOT CHAINED[/]: {plain(source.name)} carries no hash chain (a Kafka log, "
                               "or a store or file made before the chain existed): its authenticity cannot be checked; "
                               "export the projector's store instead")
                 return TAMPERED
@@ -269,11 +269,11 @@ def _integrity(source: Any, public_keys: list[Path], witness: Optional[Path], co
                           "existed): its decisions are checked below, not that it is the log that was written")
             return 0
     except Tampered as exc:
-        console.print(f"[bold red]TAMPERED[/]: {escape(str(exc))}")
+        console.print(f"[bold red]TAMPERED[/]: {plain(str(exc))}")
         return TAMPERED
-    console.print(f"[green]chain OK[/]: {escape(summary(verdict))}")
+    console.print(f"[green]chain OK[/]: {plain(summary(verdict))}")
     for note in verdict.notes:
-        console.print(f"[yellow]note:[/] {escape(note)}")
+        console.print(f"[yellow]note:[/] {plain(note)}")
     return 0
 
 
