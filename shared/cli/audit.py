@@ -252,7 +252,14 @@ def _integrity(source: Any, public_keys: list[Path], witness: Optional[Path], co
                 check(LogFile(archive_file), keys, reach, sealed=False)
             witnessed = [w for w in witnessed if w not in reach]
             console.print(f"[green]archive OK[/]: {plain(archive_file.name)}: {plain(summary(archived))}")
-        if isinstance(source, StoreLog) and source.chained() and source.signed():
+        from shared.audit.kafka import KafkaLog
+
+        if isinstance(source, KafkaLog) and source.signed:  # checked as its export would hold it
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "kafka.jsonl"
+                export(source, path)
+                verdict = check(LogFile(path), keys, witnessed, after=after)
+        elif isinstance(source, StoreLog) and source.chained() and source.signed():
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "store.jsonl"
                 export(source, path)
@@ -261,12 +268,14 @@ def _integrity(source: Any, public_keys: list[Path], witness: Optional[Path], co
             verdict = check(source, keys, witnessed, after=after)
         else:
             if keys or witnessed:
-                console.print(f"[bold red]NOT CHAINED[/]: {plain(source.name)} carries no hash chain (a Kafka log, "
-                              "or a store or file made before the chain existed): its authenticity cannot be checked; "
+                console.print(f"[bold red]NOT CHAINED[/]: {plain(source.name)} carries no hash chain (a Kafka log "
+                              "whose projector had no signing key, or a store or file made before the chain "
+                              "existed): its authenticity cannot be checked; "
                               "export the projector's store instead")
                 return TAMPERED
-            console.print("[yellow]note:[/] the log carries no hash chain (a Kafka log, or made before the chain "
-                          "existed): its decisions are checked below, not that it is the log that was written")
+            console.print("[yellow]note:[/] the log carries no hash chain (a Kafka log whose projector had no "
+                          "signing key, or made before the chain existed): its decisions are checked below, not "
+                          "that it is the log that was written")
             return 0
     except Tampered as exc:
         console.print(f"[bold red]TAMPERED[/]: {plain(str(exc))}")
