@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from shared.audit.errors import DIVERGED
-from shared.audit.integrity import TAMPERED
+from shared.audit.errors import CANNOT_REPRODUCE, DIVERGED
+from shared.audit.integrity import TAMPERED, check
 from shared.audit.kafka import read_topic
 from shared.audit.logfile import LogFile
 from shared.history import schema
 from shared.history.integrity import Signer, link, public_pem
 from shared.runtime.bus.config import BusConfig
 from shared.runtime.bus.projector import projector_app
-from tests.builders.cli import clean_exit, flat, invoke
+from tests.builders.cli import clean_exit, flat, invoke, one_line_error
 from tests.conftest import signed_to_its_end
 from tests.integration.test_bus_service import running
 from tests.integration.test_projector import caught_up
@@ -166,3 +166,82 @@ def test_two_swapped_lines_are_named(signed_export: Any) -> None:
     clean_exit(result, DIVERGED)
     said = flat(result.stdout)
     assert "chain OK" in said and _envelope(lines[effect])["id"] in said
+
+
+def test_muster_run_projector_sends_its_key_and_signed_header_to_the_checkpoints_topic(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    """The key and header records are what a Kafka export verifies the checkpoints by: the projector
+    ``muster run`` makes (``--signing-key``, ``--policy``) signs them with the app's own writer, which
+    publishes them."""
+    from shared.cli.run import _projector
+    from shared.kernel.policy import Policy
+    from shared.runtime.bus.app import ensure_topics
+    from tests.integration.test_bus_service import read_until
+
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    asyncio.run(ensure_topics(config))
+    signer = Signer.generate()
+    key = tmp_path / "audit.key"
+    key.write_bytes(signer.pem())
+    policy = tmp_path / "policy.json"
+    policy.write_text(Policy().model_dump_json())
+    worker = _projector(config, Policy(), policy, f"sqlite:///{tmp_path / 'h.db'}", None, lambda: None,
+                        signing=(key, None, 10, 0.2))
+    with running(config, lambda: worker.app):
+        records = read_until(config, config.topics.checkpoints, lambda rs: len(rs) >= 2)
+    signed = [json.loads(r.value) for r in records]
+    assert [r["kind"] for r in signed] == ["key", "header"] and signed[0]["key_id"] == signer.id
+    assert signed[1]["header"]["policy"] == Policy().model_dump(mode="json")
+
+
+def test_an_export_whose_inbox_order_is_not_the_topics_is_checked_in_the_order_of_its_places(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    """Two producers' envelopes stand in the log topic the other way round from how a service read them
+    (its inbox topic): the export lays them out in the inbox's order, so the file's order is not the
+    chain's, and the file verifies with the key all the same, chain and decisions; imported into a store,
+    its links are the signed ones (written in the order of the places)."""
+    from shared.kernel.topology import SERVICES, destinations
+    from tests.builders.audit import scenario_run
+    from tests.integration.test_audit import _written
+
+    log = scenario_run(NAME).runtime.log
+    def both(i: int) -> list[str]:
+        """The services that read log[i] and log[i + 1]."""
+        return sorted(set(destinations(log[i])) & set(destinations(log[i + 1])) & set(SERVICES))
+
+    i = next(i for i in range(1, len(log) - 1) if log[i].source != log[i + 1].source
+             and log[i + 1].causation_id != log[i].id and both(i))
+    a, b = log[i], log[i + 1]
+    service = both(i)[0]
+    topic = [*log[:i], b, a, *log[i + 2:]]
+    config = _written(kafka_bootstrap, topic_prefix, [(f"{topic_prefix}events", env) for env in topic]
+                      + [(f"{topic_prefix}{service}", a), (f"{topic_prefix}{service}", b)])
+    store = f"sqlite:///{tmp_path / 'history.db'}"
+    schema.ensure(store)
+    signer = Signer.generate()
+    with running(config, lambda: projector_app(config, store, within=0.05, signer=signer, checkpoint_every=25,
+                                               checkpoint_seconds=0.2)):
+        caught_up(config, store, len(topic))
+        for _ in range(60):
+            if signed_to_its_end(kafka_bootstrap, topic_prefix):
+                break
+            asyncio.run(asyncio.sleep(1))
+    public = tmp_path / "public.pem"
+    public.write_text(public_pem(signer.public))
+    out = tmp_path / "kafka.jsonl"
+    clean_exit(invoke("log", "export", "--from", f"kafka://{kafka_bootstrap}", "--topic-prefix", topic_prefix,
+                      "--out", out), 0)
+    lines = _lines(out)
+    places = [json.loads(lines[j])["at"][1] for j in _envelopes(lines)]
+    assert places[i:i + 2] == [i + 1, i], "the inbox's order, not the topic's"
+    result = _verify(out, public)
+    clean_exit(result, 0)
+    assert "checked against the given public key" in flat(result.stdout) and ", 0 different" in flat(result.stdout)
+    # imported, the store holds the chain's order (the topic's): its export's chain and signatures hold,
+    # and its decisions are said to need the inbox order, as of the projector's own store
+    imported = f"sqlite:///{tmp_path / 'imported.db'}"
+    clean_exit(invoke("log", "import", out, "--store", imported), 0)
+    again = tmp_path / "store.jsonl"
+    clean_exit(invoke("log", "export", "--store", imported, "--out", again), 0)
+    assert check(LogFile(again), [signer.public]).envelopes == len(topic)
+    one_line_error(invoke("replay", imported, "--verify", "-q"), CANNOT_REPRODUCE, "each service's inbox order")
