@@ -61,7 +61,8 @@ def log_export(
                                                "header (a Kafka log does not record it)."),
     prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
 ) -> None:
-    """Write the event log to a file: a header line (muster and schema version, the policy), one envelope a line."""
+    """Write the event log to a file: a header line (muster and schema version, the policy), one envelope a line;
+    chained and signed when the log is (a store, or Kafka whose projector has a signing key)."""
     from shared.audit.export import export, first_time
     from shared.audit.logfile import open_log
     from shared.audit.progress import progress_of
