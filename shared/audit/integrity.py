@@ -247,7 +247,7 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
                                    "first envelope (the exporter writes them first): the line was moved or inserted")
                 if archived and (signs[0], signs[1]) not in links:
                     _archived(record, where, counts)
-                elif signs != place and signs in links and not archived and not ordered:  # one past the log's end is said so below
+                elif signs != place and signs in links and not archived and not ordered:  # past the end: below
                     raise Tampered(f"{where}: a checkpoint of partition {record.get('partition')} offset "
                                    f"{record.get('offset')} away from that envelope's line (the exporter writes it "
                                    "right after): the line was moved or inserted")

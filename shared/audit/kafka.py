@@ -136,8 +136,8 @@ class KafkaLog:
                 continue
             held = links.get(record.get("offset"))  # type: ignore[arg-type]
             if held is None:
-                return (f"checkpoint {record.get('number')} signs offset {record.get('offset')} of the chain, which the "
-                        f"log topic no longer reaches ({len(links)} envelopes)")
+                return (f"checkpoint {record.get('number')} signs offset {record.get('offset')} of the chain, "
+                        f"which the log topic no longer reaches ({len(links)} envelopes)")
             if held != record.get("chain"):
                 return (f"the log topic's link at offset {record.get('offset')} of the chain is not the one checkpoint "
                         f"{record.get('number')} signed: the topic holds other records than the projector chained "
