@@ -265,3 +265,15 @@ def tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     monkeypatch.undo()
     time.tzset()
+
+
+def signed_to_its_end(bootstrap: str, prefix: str) -> bool:
+    """Whether the projector of a live stack has signed a checkpoint of the Kafka log's last envelope and
+    sent it to the checkpoints topic: what a test waits for before it exports the log to verify it with
+    the projector's public key (a tail after the last checkpoint is chained, not signed)."""
+    from shared.audit.kafka import KafkaLog
+
+    log = KafkaLog(f"kafka://{bootstrap}", prefix=prefix)
+    offsets = [r.get("offset") for r in log.signed if r.get("kind") == "checkpoint"]
+    size = log.size()
+    return bool(offsets) and size is not None and max(offsets) == size[0] - 1  # type: ignore[type-var]

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 from shared.audit.errors import OtherRun, SourceError
 from shared.audit.header import LogHeader
 from shared.audit.header import CHAINED
-from shared.audit.logfile import END_KEY, LogFile, LogSource, decode, write_log
+from shared.audit.logfile import END_KEY, LogFile, LogSource, Record, decode, write_log
 from shared.kernel.events import Envelope
 
 _AT_KEY = b',"occurred_at":'
@@ -87,7 +87,7 @@ def export(source: LogSource, out: Path, *, since: float | None = None, until: f
     if since is None and until is None:
         chained = _chained_lines(source, tick)
         if chained is not None:
-            return write_log(out, header.model_copy(update={"muster_log": CHAINED}), chained)
+            return write_log(out, _chained_header(source, header), chained)
         return write_log(out, header, records())
     return write_log(out, windowed, records(), keep)
 
@@ -98,6 +98,7 @@ def _chained_lines(source: LogSource, tick: Callable[[], None] | None) -> Iterat
     store written before the chain existed or by a projector without a signing key, an unchained file
     imported (exported again as it was)."""
     from shared.audit.integrity import chain_lines
+    from shared.audit.kafka import KafkaLog
     from shared.audit.logfile import StoreLog
 
     if isinstance(source, LogFile) and source.header.chained:
@@ -109,6 +110,14 @@ def _chained_lines(source: LogSource, tick: Callable[[], None] | None) -> Iterat
                 if tick is not None and n % 4096 == 0:
                     tick()
         return copied()
+    if isinstance(source, KafkaLog):
+        if not source.signed:  # a projector without a signing key: nothing vouches for a chain
+            return None
+        problem = source.mismatch()
+        if problem:
+            raise SourceError(f"{source.name}: {problem}; export the store instead (`--from` its URL), whose chain is "
+                              "the projector's own")
+        return _replay_ordered(source, tick)
     if isinstance(source, StoreLog) and source.chained():
         signed = source.signed()
         if not signed:  # links nothing vouches for (an unchained log imported, a projector without a key)
@@ -120,6 +129,34 @@ def _chained_lines(source: LogSource, tick: Callable[[], None] | None) -> Iterat
                     tick()
         return chain_lines(rows(), signed, source.starts())
     return None
+
+
+def _chained_header(source: LogSource, header: LogHeader) -> LogHeader:
+    """The header of a chained export: layout 2; read off Kafka, in replay order and with the fields of
+    the header the projector signed (the last), which verify holds the file's header to."""
+    from shared.audit.kafka import KafkaLog
+
+    update: dict[str, Any] = {"muster_log": CHAINED}
+    if isinstance(source, KafkaLog):
+        update["replay_order"] = True
+        signed = [r["header"] for r in source.signed if r.get("kind") == "header" and isinstance(r.get("header"), dict)]
+        if signed:
+            update.update({k: v for k, v in signed[-1].items() if k in LogHeader.model_fields})
+    return header.model_copy(update=update)
+
+
+def _replay_ordered(source: Any, tick: Callable[[], None] | None) -> Iterator[bytes]:
+    """A chained export read off Kafka (``KafkaLog``): the signed records first, in the order the
+    projector signed them, then every envelope in replay order with its place and link in the chain
+    (docs/design/audit.md, "A chained log in replay order")."""
+    from shared.history.integrity import envelope_line, record_line
+
+    for record in source.signed:
+        yield record_line(record)[:-1]
+    for n, (raw, p, o, chain) in enumerate(source.chain(), 1):
+        yield envelope_line(p, o, chain, raw)[:-1]
+        if tick is not None and n % 4096 == 0:
+            tick()
 
 
 def import_log(source: LogFile, url: str, *, batch_size: int = 5_000,
@@ -146,9 +183,26 @@ def import_log(source: LogFile, url: str, *, batch_size: int = 5_000,
         check(source)
         signed = [parse_signed(line, "") for _, line in source.raw_lines() if line.startswith(SIGNED_KEY)]
 
+    def in_chain_order() -> Iterator[Record]:
+        """The envelopes in the order the writer chains them: a log in replay order (read off Kafka) by
+        their places, so the store's links are the ones its checkpoints signed."""
+        if not source.header.replay_order:
+            yield from source.records()
+            return
+        from shared.audit.integrity import ENVELOPE_LINE
+
+        placed = []
+        for number, line in source.raw_lines():
+            m = ENVELOPE_LINE.match(line)
+            if m is not None:
+                placed.append((int(m[2]), int(m[3]), Record(f"line {number}", line[m.end():-2])))
+        placed.sort(key=lambda t: (t[0], t[1]))
+        for _, _, record in placed:
+            yield record
+
     def batches() -> Iterator[list[Located]]:
         batch: list[Located] = []
-        for n, record in enumerate(source.records(), 1):
+        for n, record in enumerate(in_chain_order(), 1):
             batch.append(Located(decode(record), raw=record.raw))  # chained over the bytes the file holds
             if len(batch) >= batch_size:
                 yield batch

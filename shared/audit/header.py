@@ -57,6 +57,11 @@ class LogHeader(BaseModel):
     """False for the history a projector wrote from Kafka (and a file exported from it): the log
     topic's order, in which two services' outputs of one moment may stand the other way round from
     how a third service read them, so its decisions cannot be derived again (``whole``)."""
+    replay_order: bool = False
+    """True for a chained log read off Kafka (``muster log export --from kafka://``): its envelope lines
+    stand in replay order (every inbox's own), not in chain order; each line's place ``at`` gives the
+    chain's, in which ``shared.audit.integrity`` checks it. Left out of the header line when False, so
+    every other log's header reads as it always did."""
 
     @classmethod
     def made_now(cls, policy: Policy | None, *, origin: str, scenario: str | None = None,
@@ -95,7 +100,7 @@ class LogHeader(BaseModel):
         return header
 
     def line(self) -> bytes:
-        return self.model_dump_json().encode() + b"\n"
+        return self.model_dump_json(exclude=None if self.replay_order else {"replay_order"}).encode() + b"\n"
 
     @property
     def chained(self) -> bool:

@@ -17,6 +17,14 @@ named by its line, in words an auditor can act on: edited, inserted, deleted, du
 re-chained, cut. The formats are strict, byte for byte (a link in capitals, padding bits of base64,
 a space in a signed line: all refused), so that no edit of the file leaves it verifying.
 
+A log read off Kafka (``muster log export --from kafka://``, header ``replay_order``) stands in replay
+order, every inbox's own, which is not the chain's: there the signed records all come first, each
+line's link is checked against the line at its place's previous offset wherever that line stands,
+every place from a partition's start to its end must be held once, and each producer's envelopes
+(a service's, ingest's) must stand in the order of their places, as the exporter writes them. What
+that order leaves free, how two producers' envelopes interleave, is the replay's to check
+(docs/design/audit.md, "A chained log in replay order").
+
 A witness file (``muster log checkpoints`` as some other party stored it) adds checkpoints the log
 must agree with: a history rewritten and re-signed with a stolen key still disagrees with what was
 witnessed before.
@@ -38,13 +46,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from shared.audit.errors import AuditError
 from shared.audit.logfile import END_KEY, LogFile
 from shared.history.integrity import GENESIS, canonical, key_id, link, signature_ok
+from shared.kernel.topology import SERVICES
 
 TAMPERED = 7
 """``replay --verify``'s exit code for a log whose chain or signatures do not hold (shared/audit/errors.py)."""
 
 CHAIN_KEY = b'{"chain":"'
 SIGNED_KEY = b'{"muster_signed":'
-_ENVELOPE_LINE = re.compile(rb'\{"chain":"([0-9a-f]{64})","at":\[(0|[1-9][0-9]*),(0|[1-9][0-9]*)\],"envelope":')
+ENVELOPE_LINE = re.compile(rb'\{"chain":"([0-9a-f]{64})","at":\[(0|[1-9][0-9]*),(0|[1-9][0-9]*)\],"envelope":')
 
 
 class Tampered(AuditError):
@@ -148,13 +157,15 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
     it such a log is refused, as the start of a log cut off."""
     name = log.name
     header_line = log.header_line
+    ordered = log.header.replay_order
+    """Lines in replay order, places in the chain's (the module docstring)."""
     links: dict[tuple[int, int], str] = {}
     lines_of: dict[tuple[int, int], int] = {}
     starts: dict[int, int] = {}
     for number, line in log.raw_lines():
         if line.startswith(SIGNED_KEY) or line.startswith(END_KEY):
             continue
-        m = _ENVELOPE_LINE.match(line)
+        m = ENVELOPE_LINE.match(line)
         if m is None or not line.endswith(b"}\n"):
             raise Tampered(f"{name}: line {number}: not a chained envelope line ({{\"chain\":...,\"at\":[P,O],"
                            "\"envelope\":...}): the line was edited or inserted")
@@ -197,6 +208,9 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
     final: dict[int, bool] = {}
     headers: set[str | None] = {None}
     signed_header: dict[str, Any] | None = None
+    signatures: dict[tuple[int, int], str] = {}
+    producers: dict[tuple[int, str], tuple[int, int]] = {}
+    """In replay order: each producer's last place and line, per partition."""
     place: tuple[int, int] | None = None
     """The last envelope line's: a checkpoint line follows the envelope it signs; keys and headers come first."""
     for number, line in log.raw_lines():
@@ -206,6 +220,9 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
         if line.startswith(SIGNED_KEY):
             record = parse_signed(line, where)
             kind = record.get("kind")
+            if ordered and place is not None:
+                raise Tampered(f"{where}: a signed record after the log's first envelope (a log in replay order holds "
+                               "them all first): the line was moved or inserted")
             if kind in ("key", "header") and place is not None:
                 raise Tampered(f"{where}: a {kind} record after the log's first envelope (the exporter writes them "
                                "first): the line was moved or inserted")
@@ -230,7 +247,7 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
                                    "first envelope (the exporter writes them first): the line was moved or inserted")
                 if archived and (signs[0], signs[1]) not in links:
                     _archived(record, where, counts)
-                elif signs != place and signs in links and not archived:  # one past the log's end is said so below
+                elif signs != place and signs in links and not archived and not ordered:  # past the end: below
                     raise Tampered(f"{where}: a checkpoint of partition {record.get('partition')} offset "
                                    f"{record.get('offset')} away from that envelope's line (the exporter writes it "
                                    "right after): the line was moved or inserted")
@@ -242,6 +259,7 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
                                    "own (another signature): the archive is of another log, or re-signed")
                 if (p, o) == place:
                     verdict.ends[p] = (o, links[(p, o)], str(record.get("signature")))
+                signatures[(p, o)] = str(record.get("signature"))
                 last_checkpoint[p] = o
                 counts[p] = counts.get(p, 0) + 1
                 final[p] = bool(record.get("final"))
@@ -249,7 +267,7 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
             else:
                 raise Tampered(f"{where}: a signed record of unknown kind {kind!r}: the line was edited")
             continue
-        m = _ENVELOPE_LINE.match(line)
+        m = ENVELOPE_LINE.match(line)
         assert m is not None
         p, o = int(m[2]), int(m[3])
         raw = line[m.end():-2]
@@ -260,13 +278,20 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
         if link(prev, raw).hex() != links[(p, o)]:
             raise Tampered(f"{where}: its bytes and link do not follow from the line before it in the chain (offset "
                            f"{o - 1}): this line was edited or inserted")
-        if o != expected.get(p, starts[p]):
+        if ordered:
+            _in_producer_order(raw, p, o, number, where, producers)
+            expected[p] = max(expected.get(p, 0), o + 1)
+        elif o != expected.get(p, starts[p]):
             raise Tampered(f"{where}: offset {o} of partition {p} where offset {expected.get(p, starts[p])} belongs: "
                            "lines were reordered (or this one moved)")
-        expected[p] = o + 1
+        else:
+            expected[p] = o + 1
+            verdict.ends[p] = (o, links[(p, o)], "")
         place = (p, o)
-        verdict.ends[p] = (o, links[(p, o)], "")
         verdict.envelopes += 1
+    if ordered:  # every place from each partition's start up to its end is held (a gap named its line above)
+        for p, end in expected.items():
+            verdict.ends[p] = (end - 1, links[(p, end - 1)], signatures.get((p, end - 1), ""))
 
     _header(log, header_line, signed_header, verdict)
     for p, end in expected.items():
@@ -295,6 +320,24 @@ def check(log: LogFile, public_keys: Iterable[Ed25519PublicKey] = (), witness: I
         verdict.notes.append("authenticity not checked: no --public-key given (the signatures were checked against "
                              "the key the log itself names; `muster log key` prints the signer's)")
     return verdict
+
+
+def _in_producer_order(raw: bytes, p: int, o: int, number: int, where: str,
+                       producers: dict[tuple[int, str], tuple[int, int]]) -> None:
+    """A log in replay order keeps each producer's envelopes in the order it wrote them, which is the
+    order of their places (``shared.audit.kafka.replay_order``): one standing before an earlier one of
+    the same producer was moved."""
+    try:
+        source = json.loads(raw).get("source")
+    except (ValueError, AttributeError):
+        return  # not an envelope: the replay names it
+    if source not in SERVICES and source != "ingest":
+        return
+    last = producers.get((p, source))
+    if last is not None and last[0] > o:
+        raise Tampered(f"{where}: {source}'s envelope at offset {o} of partition {p} stands after its envelope at "
+                       f"offset {last[0]} (line {last[1]}), which it wrote later: lines were reordered")
+    producers[(p, source)] = (o, number)
 
 
 def _archived(record: dict[str, Any], where: str, counts: dict[int, int]) -> None:

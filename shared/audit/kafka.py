@@ -17,6 +17,15 @@ it can). In that order the log *is* each inbox, filtered by ``shared.kernel.topo
 envelopes both were sent in opposite orders; then no one order keeps both inboxes, and the log
 cannot be written as one file (``Unordered``, naming the envelopes).
 
+**The chain.** The projector chains each envelope it writes (``shared.history.integrity``): the log
+topic's records in offset order, per partition, the ones that are envelopes and the first of each id.
+Reading the topic in the same order, ``KafkaLog`` computes the same links over the same bytes, so each
+envelope keeps its place ``at`` in the chain whatever line of the replay order it stands on; the
+projector's signed records (key, header, checkpoints) are read off the checkpoints topic, *before*
+the log, so that every checkpoint read signs envelopes the log read after it holds. ``muster log
+export`` writes them as a chained log in replay order (``LogHeader.replay_order``), checked against
+the checkpoints first (``mismatch``).
+
 A service's ``PolicyApplied`` (written on a start with a policy its log may not show) goes where the
 service took it in its inbox's order: after the last input it had handled before (its ``after``) and
 before the next, so a replay switches that service's policy exactly where the live one did. The header
@@ -34,6 +43,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from shared.audit.errors import SourceError, Unordered
 from shared.audit.header import LogHeader
 from shared.audit.logfile import Record
+from shared.history.integrity import GENESIS, link
 from shared.kernel.events import Envelope
 from shared.kernel.policy import Policy
 from shared.kernel.topology import SERVICES
@@ -61,7 +71,9 @@ class KafkaLog:
         self._given = policy is not None
         self.skipped = 0
         """Records of the log topic that are not envelopes (the projector dead-lettered them)."""
-        self._ordered: list[tuple[int, bytes]] | None = None
+        self._ordered: list[tuple[int, bytes, int, bytes]] | None = None
+        """(topic offset, bytes, offset in the chain, link) of each envelope, in replay order."""
+        self._signed: list[dict[str, Any]] = []
         self._read = 0
 
     @property
@@ -71,11 +83,18 @@ class KafkaLog:
         if self._ordered is None:
             self._ordered = asyncio.run(self._load())
             if not self._given:
-                first = next((raw for _, raw in self._ordered if b'"type":"PolicyApplied"' in raw), None)
+                first = next((raw for _, raw, _, _ in self._ordered if b'"type":"PolicyApplied"' in raw), None)
                 env = codec.decode(first, None) if first is not None else None
                 if isinstance(env, Envelope) and env.type == "PolicyApplied":
                     self._header = self._header.model_copy(update={"policy": env.payload.policy})
         return self._header
+
+    @property
+    def signed(self) -> list[dict[str, Any]]:
+        """The projector's signed records, as the checkpoints topic holds them (none: a projector without
+        a signing key, or a deployment from before the chain); reading them reads the topics."""
+        self.header
+        return self._signed
 
     def size(self) -> tuple[int, str] | None:
         return (len(self._ordered), "events") if self._ordered is not None else None
@@ -91,36 +110,88 @@ class KafkaLog:
         self.header  # reads the topics once
         assert self._ordered is not None
         self._read = 0
-        for offset, raw in self._ordered:
+        for offset, raw, _, _ in self._ordered:
             self._read += 1
             yield Record(f"offset {offset}", raw)
 
-    async def _load(self) -> list[tuple[int, bytes]]:
+    def chain(self) -> Iterator[tuple[bytes, int, int, str]]:
+        """Each envelope in replay order with its place in the projector's chain: (bytes, partition,
+        offset, link), as ``shared.audit.integrity.chain_lines`` takes them."""
+        self.header
+        assert self._ordered is not None
+        self._read = 0
+        for _, raw, at, value in self._ordered:
+            self._read += 1
+            yield raw, 0, at, value.hex()
+
+    def mismatch(self) -> str | None:
+        """Where the chain computed here differs from one the projector signed (None: it agrees with every
+        checkpoint): an envelope the store refused (dead-lettered by the projector, so no place in its
+        chain) or a log topic rewritten since it was signed. A file exported anyway would not verify."""
+        self.header
+        assert self._ordered is not None
+        links = {at: value.hex() for _, _, at, value in self._ordered}
+        for record in self._signed:
+            if record.get("kind") != "checkpoint" or record.get("partition") != 0:
+                continue
+            held = links.get(record.get("offset"))  # type: ignore[arg-type]
+            if held is None:
+                return (f"checkpoint {record.get('number')} signs offset {record.get('offset')} of the chain, "
+                        f"which the log topic no longer reaches ({len(links)} envelopes)")
+            if held != record.get("chain"):
+                return (f"the log topic's link at offset {record.get('offset')} of the chain is not the one checkpoint "
+                        f"{record.get('number')} signed: the topic holds other records than the projector chained "
+                        "there (one the store refused and dead-lettered, or the topic was rewritten)")
+        return None
+
+    async def _load(self) -> list[tuple[int, bytes, int, bytes]]:
         topics = self.config.topics
         try:
+            signed = await read_topic(self.config, topics.checkpoints, missing_ok=True)  # first: see the docstring
             log = await read_topic(self.config, topics.log)
             inboxes = {s: await read_topic(self.config, topics.inbox(s)) for s in SERVICES}
         except SourceError:
             raise
         except Exception as exc:  # noqa: BLE001 - a broker that fails mid-read: one line
             raise SourceError(f"reading {topics.log} from {self.config.bootstrap}: {type(exc).__name__}: {exc}") from None
-        entries: list[tuple[int, bytes, Envelope]] = []
+        self._signed = signed_records(signed)
+        entries: list[tuple[int, bytes, Envelope, bytes]] = []
         seen: set[str] = set()
+        chain = GENESIS
         for offset, value, headers in log:
             try:
                 env = codec.decode(value, headers)
             except BadRecord:
                 self.skipped += 1
                 continue
-            if isinstance(env, Envelope) and env.id not in seen:
+            if isinstance(env, Envelope) and env.id not in seen:  # what the projector chains (module docstring)
                 seen.add(env.id)
-                entries.append((offset, value or b"", env))
+                chain = link(chain, value or b"")
+                entries.append((offset, value or b"", env, chain))
         handled = {s: handling_order(records, s) for s, records in inboxes.items()}
-        return [(entries[i][0], entries[i][1]) for i in replay_order([e[2] for e in entries], handled)]
+        return [(entries[i][0], entries[i][1], i, entries[i][3])
+                for i in replay_order([e[2] for e in entries], handled)]
 
 
-async def read_topic(config: BusConfig, topic: str) -> list[tuple[int, bytes | None, Any]]:
-    """Every record of partition 0 of ``topic`` up to its end when asked: (offset, value, headers)."""
+def signed_records(records: list[tuple[int, bytes | None, Any]]) -> list[dict[str, Any]]:
+    """The signed records of the checkpoints topic, in the order the projector signed them; a record
+    that is not one is left out (verify names what a missing one breaks)."""
+    import json
+
+    out = []
+    for _, value, _ in records:
+        try:
+            record = json.loads(value or b"")
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("kind") in ("key", "header", "checkpoint"):
+            out.append(record)
+    return out
+
+
+async def read_topic(config: BusConfig, topic: str, *, missing_ok: bool = False) -> list[tuple[int, bytes | None, Any]]:
+    """Every record of partition 0 of ``topic`` up to its end when asked: (offset, value, headers);
+    none for a topic that does not exist when ``missing_ok``."""
     from shared.runtime.bus.app import InOrder
 
     tp = TopicPartition(topic, 0)
@@ -129,6 +200,8 @@ async def read_topic(config: BusConfig, topic: str) -> list[tuple[int, bytes | N
     await consumer.start()
     try:
         if topic not in await consumer.topics():
+            if missing_ok:
+                return []
             raise SourceError(f"there is no topic {topic} on {config.bootstrap} (is the topic prefix right? "
                               "--topic-prefix / MUSTER_TOPIC_PREFIX)")
         consumer.assign([tp])

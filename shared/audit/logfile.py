@@ -333,7 +333,7 @@ class StoreLog:
             stored = {"muster_version": muster_version(), "origin": "store"}
         header = LogHeader.model_validate({k: v for k, v in stored.items() if v is not None or k == "policy"})
         update: dict[str, Any] = {} if policy is None else {"policy": policy.model_dump(mode="json")}
-        if self._from_kafka():
+        if self._from_kafka() or (header.origin == "kafka" and self._total > 0 and self.signed()):
             update["inbox_order"] = False
         self.header = header.model_copy(update=update) if update else header
 
@@ -342,7 +342,9 @@ class StoreLog:
 
     def _from_kafka(self) -> bool:
         """Whether the projector wrote this store from the Kafka log topic (its rows say where each
-        envelope was read): then it holds that topic's order, not every inbox's (``LogHeader.inbox_order``)."""
+        envelope was read): then it holds that topic's order, not every inbox's (``LogHeader.inbox_order``).
+        A store a chained log of a Kafka history was imported into (signed records, origin ``kafka``) holds
+        the chain's order, which is the topic's, so ``__init__`` says the same of it."""
         from sqlalchemy import select
 
         from shared.history import StoreError

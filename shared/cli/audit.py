@@ -61,7 +61,8 @@ def log_export(
                                                "header (a Kafka log does not record it)."),
     prefix: Optional[str] = typer.Option(None, "--topic-prefix", envvar="MUSTER_TOPIC_PREFIX", help=PREFIX_HELP),
 ) -> None:
-    """Write the event log to a file: a header line (muster and schema version, the policy), one envelope a line."""
+    """Write the event log to a file: a header line (muster and schema version, the policy), one envelope a line;
+    chained and signed when the log is (a store, or Kafka whose projector has a signing key)."""
     from shared.audit.export import export, first_time
     from shared.audit.logfile import open_log
     from shared.audit.progress import progress_of
@@ -251,8 +252,15 @@ def _integrity(source: Any, public_keys: list[Path], witness: Optional[Path], co
             if reach:
                 check(LogFile(archive_file), keys, reach, sealed=False)
             witnessed = [w for w in witnessed if w not in reach]
-            console.print(f"[green]archive OK[/]: {escape(archive_file.name)}: {escape(summary(archived))}")
-        if isinstance(source, StoreLog) and source.chained() and source.signed():
+            console.print(f"[green]archive OK[/]: {plain(archive_file.name)}: {plain(summary(archived))}")
+        from shared.audit.kafka import KafkaLog
+
+        if isinstance(source, KafkaLog) and source.signed:  # checked as its export would hold it
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "kafka.jsonl"
+                export(source, path)
+                verdict = check(LogFile(path), keys, witnessed, after=after)
+        elif isinstance(source, StoreLog) and source.chained() and source.signed():
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "store.jsonl"
                 export(source, path)
@@ -261,19 +269,21 @@ def _integrity(source: Any, public_keys: list[Path], witness: Optional[Path], co
             verdict = check(source, keys, witnessed, after=after)
         else:
             if keys or witnessed:
-                console.print(f"[bold red]NOT CHAINED[/]: {escape(source.name)} carries no hash chain (a Kafka log, "
-                              "or a store or file made before the chain existed): its authenticity cannot be checked; "
+                console.print(f"[bold red]NOT CHAINED[/]: {plain(source.name)} carries no hash chain (a Kafka log "
+                              "whose projector had no signing key, or a store or file made before the chain "
+                              "existed): its authenticity cannot be checked; "
                               "export the projector's store instead")
                 return TAMPERED
-            console.print("[yellow]note:[/] the log carries no hash chain (a Kafka log, or made before the chain "
-                          "existed): its decisions are checked below, not that it is the log that was written")
+            console.print("[yellow]note:[/] the log carries no hash chain (a Kafka log whose projector had no "
+                          "signing key, or made before the chain existed): its decisions are checked below, not "
+                          "that it is the log that was written")
             return 0
     except Tampered as exc:
-        console.print(f"[bold red]TAMPERED[/]: {escape(str(exc))}")
+        console.print(f"[bold red]TAMPERED[/]: {plain(str(exc))}")
         return TAMPERED
-    console.print(f"[green]chain OK[/]: {escape(summary(verdict))}")
+    console.print(f"[green]chain OK[/]: {plain(summary(verdict))}")
     for note in verdict.notes:
-        console.print(f"[yellow]note:[/] {escape(note)}")
+        console.print(f"[yellow]note:[/] {plain(note)}")
     return 0
 
 

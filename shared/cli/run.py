@@ -185,25 +185,27 @@ def _projector(config: BusConfig, policy: Policy, policy_file: Optional[Path], s
         logging.getLogger("muster.projector").warning(
             "projector: no --signing-key ($MUSTER_SIGNING_KEY): the log is hash-chained but its checkpoints are "
             "not signed, so an auditor cannot tell it from a rewritten one (docs/operations.md, signing key)")
+    header = None
     try:
         url = resolve_url(store)
         schema.ensure(url)
         if policy_file:  # the services' policy: what `muster replay --verify` needs to rebuild them
             from shared.audit.header import LogHeader
             from shared.history.header import write_header
-            from shared.history.writer import ProjectionWriter
 
             header = LogHeader.made_now(policy, origin="kafka").for_store()
             write_header(url, header)
-            if signer is not None:
-                with ProjectionWriter(url, signer=signer, rotated_from=previous) as writer:
-                    writer.sign_header(header)
     except StoreError as exc:
         raise failed(exc) from None
     sock = claim_port()
     _topics_or_exit(config, "the projector", config.topics.log, resume=_stored_offset(url, config.topics.log))
     app_ = projector_app(config, url, sink=sink, signer=signer, rotated_from=previous, checkpoint_every=every,
                          checkpoint_seconds=seconds)
+    if header is not None and signer is not None:  # by the app's writer: its key and header records go to the
+        try:                                        # checkpoints topic too, which a Kafka export reads them from
+            app_.muster_writer.sign_header(header)  # type: ignore[attr-defined]
+        except StoreError as exc:
+            raise failed(exc) from None
     return _Worker(app_, metrics.projector_exposition(app_), sock)
 
 

@@ -118,3 +118,71 @@ def test_a_rotated_key_is_followed_from_the_old_one(tmp_path: Path) -> None:
     out.write_bytes(b"".join(lines))
     with pytest.raises(Tampered):
         check(LogFile(out), [old.public])
+
+
+def _replay_ordered(tmp_path: Path, signer: Signer) -> list[bytes]:
+    """A chained log laid out as a Kafka export lays it out (``LogHeader.replay_order``): the header
+    marked, every signed record first, the envelope lines after (here still in chain order)."""
+    from shared.audit.header import LogHeader
+    from tests.builders.audit import chained
+
+    lines = chained(scenario_run("kai-priority-preemption"), tmp_path / "chain.jsonl", signer=signer, every=40) \
+        .read_bytes().splitlines(keepends=True)
+    header = LogHeader.parse(lines[0], "line 1").model_copy(update={"replay_order": True}).line()
+    signed = [line for line in lines[1:-1] if line.startswith(b'{"muster_signed"')]
+    envelopes = [line for line in lines[1:-1] if line.startswith(b'{"chain"')]
+    return [header, *signed, *envelopes, lines[-1]]
+
+
+def _source(line: bytes) -> str:
+    return str(json.loads(line)["envelope"]["source"])
+
+
+def _file(lines: list[bytes], path: Path) -> LogFile:
+    path.write_bytes(b"".join(lines))
+    return LogFile(path)
+
+
+def test_a_log_in_replay_order_is_checked_in_the_order_of_its_places(tmp_path: Path) -> None:
+    signer = Signer.generate()
+    lines = _replay_ordered(tmp_path, signer)
+    verdict = check(_file(lines, tmp_path / "ordered.jsonl"), [signer.public])
+    assert verdict.authentic and verdict.envelopes == sum(1 for line in lines if line.startswith(b'{"chain"'))
+    first = next(i for i, line in enumerate(lines) if line.startswith(b'{"chain"'))
+    # two producers' envelopes the other way round: the chain holds (how they interleave is the replay's to check)
+    i = next(i for i in range(first, len(lines) - 2) if _source(lines[i]) != _source(lines[i + 1]))
+    swapped = [*lines[:i], lines[i + 1], lines[i], *lines[i + 2:]]
+    assert check(_file(swapped, tmp_path / "interleaved.jsonl"), [signer.public]).envelopes == verdict.envelopes
+    # one producer's two envelopes the other way round: named
+    j = next(j for j in range(first, len(lines) - 2) if _source(lines[j]) == _source(lines[j + 1]) == "queue")
+    swapped = [*lines[:j], lines[j + 1], lines[j], *lines[j + 2:]]
+    with pytest.raises(Tampered, match=f"line {j + 2}: queue's envelope at offset .* lines were reordered"):
+        check(_file(swapped, tmp_path / "reordered.jsonl"), [signer.public])
+    # a signed record among the envelopes: named
+    moved = [*lines[:first - 1], *lines[first:first + 3], lines[first - 1], *lines[first + 3:]]
+    with pytest.raises(Tampered, match=f"line {first + 3}: a signed record after the log's first envelope"):
+        check(_file(moved, tmp_path / "moved.jsonl"), [signer.public])
+    # an envelope dropped, the end line made again: the line after it in the chain is named
+    k = first + 10
+    place = json.loads(lines[k])["at"]
+    dropped = [*lines[:k], *lines[k + 1:-1], b'{"muster_log_end":{"events":%d}}\n' % (verdict.envelopes - 1)]
+    with pytest.raises(Tampered, match=f"offset {place[1]} of partition 0, the one before this line's, is not in the "
+                                       "log: a line was deleted"):
+        check(_file(dropped, tmp_path / "dropped.jsonl"), [signer.public])
+
+
+def test_a_log_in_replay_order_imports_in_chain_order(tmp_path: Path) -> None:
+    """The writer chains what it imports in the order of the places, so the store's links are the ones
+    signed, whatever order the file's lines stand in."""
+    from shared.audit.export import import_log
+
+    signer = Signer.generate()
+    lines = _replay_ordered(tmp_path, signer)
+    first = next(i for i, line in enumerate(lines) if line.startswith(b'{"chain"'))
+    i = next(i for i in range(first, len(lines) - 2) if _source(lines[i]) != _source(lines[i + 1]))
+    lines = [*lines[:i], lines[i + 1], lines[i], *lines[i + 2:]]
+    url = f"sqlite:///{tmp_path / 'imported.db'}"
+    import_log(_file(lines, tmp_path / "ordered.jsonl"), url)
+    out = tmp_path / "store.jsonl"
+    export(StoreLog(url), out)
+    assert check(LogFile(out), [signer.public]).authentic
