@@ -50,11 +50,15 @@ def simulate_cmd(
         writable(json_out, "the result document")
     if trace:
         tracing_ready(err)
+    stream = None  # the embedded run's log, written to --store as it is made (not kept whole in memory)
     if store is not None:
         from shared.history import StoreError, schema
+        from shared.history.stream import LogStream
 
         try:
             schema.ensure(store)  # a bad URL or an unreachable store fails before the run, not after
+            if cluster is None and bus is None:
+                stream = LogStream(store)
         except StoreError as exc:
             raise failed(exc) from None
     try:
@@ -71,8 +75,10 @@ def simulate_cmd(
         elif bus is not None:
             run = _simulate_on_bus(loaded, policy, bus, services, store, keep_topics, err, trace)
         else:
-            run = simulate(loaded, policy, traced=trace, keep_log=trace or store is not None)  # its only readers
+            run = simulate(loaded, policy, traced=trace, keep_log=trace, listener=stream)  # the log's only readers
     except (ScenarioError, PolicyError) as exc:
+        if stream is not None:
+            stream.close()
         raise failed(exc) from None
     result = run.result()
     not_sent = None  # said last: the run, its document and its history are kept all the same
@@ -92,7 +98,9 @@ def simulate_cmd(
 
         header = LogHeader.made_now(run.policy, origin="simulate", scenario=loaded.name, until=loaded.until)
         try:
-            if bus is None:
+            if stream is not None:
+                written = stream.finish(header.for_store())
+            elif bus is None:
                 written = record(store, run.runtime.log, header=header.for_store())
             else:
                 write_header(store, header.for_store())
