@@ -764,14 +764,22 @@ class Snapshots:
         self._resume_at = max(self._resume_at, self.reader._replay_end or 0)
 
     async def keep(self) -> None:
-        """Every commit interval: a checkpoint, and a snapshot when one is due."""
+        """Every commit interval: a checkpoint, and a snapshot when one is due. Cancelled, it stops
+        its producer; closed without its loop (the loop went away before the task was done, and the
+        collector closes the coroutine: ``GeneratorExit`` at its ``sleep``) it awaits nothing, since
+        an await there is ``RuntimeError: coroutine ignored GeneratorExit``, reported unraisable."""
+        closed = False
         try:
             await self.reader.ready.wait()
             while True:
                 await self.write_once()
                 await asyncio.sleep(self.reader.commit_interval)
+        except GeneratorExit:
+            closed = True
+            raise
         finally:
-            await self.keeper.close()
+            if not closed:
+                await self.keeper.close()
 
     async def write_once(self, *, force: bool = False) -> None:
         """A checkpoint, and a snapshot if one is due (``force``: if anything was handled since).

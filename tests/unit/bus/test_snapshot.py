@@ -553,3 +553,55 @@ def test_a_child_past_its_time_is_killed_and_reaped(monkeypatch):
     with pytest.raises(CaptureLost, match="took more than"):
         asyncio.run(child.result(timeout=0.2))
     assert _gone(child.pid) and os.WIFSIGNALED(child.status)
+
+
+def test_the_latest_snapshots_inbox_offset_is_a_metric():
+    """What an operator reads before deleting inbox records (docs/operations.md, Retention)."""
+    from shared.observability.metrics.stack import ServiceCollector
+
+    snapshots = _snapshots(None, 0)
+    reader = snapshots.reader
+    reader.snapshots = snapshots
+
+    def offset() -> float:
+        collected = {f.name: f for f in ServiceCollector("admission", reader.worker, reader).collect()}
+        return collected["muster_snapshot_inbox_offset"].samples[0].value
+
+    assert offset() == -1
+    snapshots.keeper.snapshot_offset = 120
+    assert offset() == 120
+
+
+@pytest.mark.parametrize("ready", [False, True], ids=["before ready", "sleeping"])
+def test_a_keeper_closed_without_its_loop_awaits_nothing(ready):
+    """A loop closed under a running keeper (a service stop that timed out) leaves the collector to
+    close its coroutine: an await in its ``finally`` was "coroutine ignored GeneratorExit", reported
+    as a PytestUnraisableExceptionWarning in the bus parity test."""
+    snapshots = _writing(_folded("queue"), fork=False, interval=3600.0)
+    stopped: list[str] = []
+
+    async def close() -> None:  # as a producer's stop: it suspends
+        await asyncio.sleep(0)
+        stopped.append("stopped")
+
+    snapshots.keeper.close = close  # type: ignore[method-assign]
+
+    async def go() -> None:
+        if ready:
+            snapshots.reader.ready.set()
+        coro = snapshots.keep()
+        coro.send(None)  # up to its first suspension: waiting for ready, or sleeping after a write
+        coro.close()  # what the collector does once the loop has gone away
+
+    asyncio.run(go())
+    assert stopped == []
+
+    async def cancelled() -> None:  # cancelled on a running loop, it does stop its producer
+        snapshots.reader.ready.set()
+        task = asyncio.ensure_future(snapshots.keep())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(cancelled())
+    assert stopped == ["stopped"]
