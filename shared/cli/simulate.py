@@ -50,17 +50,14 @@ def simulate_cmd(
         writable(json_out, "the result document")
     if trace:
         tracing_ready(err)
-    stream = None  # the embedded run's log, written to --store as it is made (not kept whole in memory)
     if store is not None:
         from shared.history import StoreError, schema
-        from shared.history.stream import LogStream
 
         try:
             schema.ensure(store)  # a bad URL or an unreachable store fails before the run, not after
-            if cluster is None and bus is None:
-                stream = LogStream(store)
         except StoreError as exc:
             raise failed(exc) from None
+    stream = None  # the embedded run's log, written to --store as it is made (not kept whole in memory)
     try:
         policy = Policy.from_yaml(policy_file) if policy_file else None
         if scheduler_names is not None:
@@ -75,6 +72,8 @@ def simulate_cmd(
         elif bus is not None:
             run = _simulate_on_bus(loaded, policy, bus, services, store, keep_topics, err, trace)
         else:
+            if store is not None:
+                stream = _stream(store, loaded, policy)
             run = simulate(loaded, policy, traced=trace, keep_log=trace, listener=stream)  # the log's only readers
     except (ScenarioError, PolicyError) as exc:
         if stream is not None:
@@ -99,7 +98,7 @@ def simulate_cmd(
         header = LogHeader.made_now(run.policy, origin="simulate", scenario=loaded.name, until=loaded.until)
         try:
             if stream is not None:
-                written = stream.finish(header.for_store())
+                written = stream.finish()
             elif bus is None:
                 written = record(store, run.runtime.log, header=header.for_store())
             else:
@@ -130,6 +129,21 @@ def simulate_cmd(
         raise failed(f"--trace: {not_sent}")
     if failures:
         raise typer.Exit(1)
+
+
+def _stream(store: str, scenario: Any, policy: Optional[Policy]) -> Any:
+    """The writer of the embedded run's log to ``store`` as it is made, with the header the run is
+    made under (its policy, the scenario), known before the run."""
+    from shared.audit.header import LogHeader
+    from shared.history import StoreError
+    from shared.history.stream import LogStream
+
+    header = LogHeader.made_now(scenario.effective_policy(policy), origin="simulate", scenario=scenario.name,
+                                until=scenario.until)
+    try:
+        return LogStream(store, header=header.for_store())
+    except StoreError as exc:
+        raise failed(exc) from None
 
 
 def _simulate_live(scenario: Any, policy: Optional[Policy], kubeconfig: Path, *, trace: bool, keep_log: bool) -> Any:

@@ -27,7 +27,7 @@ BATCH = 5_000
 class LogStream:
     """Call it with each envelope of the run in order (``EmbeddedRuntime.subscribe``), then ``finish``."""
 
-    def __init__(self, url: str, *, batch_size: int = BATCH) -> None:
+    def __init__(self, url: str, *, header: dict[str, Any] | None = None, batch_size: int = BATCH) -> None:
         from sqlalchemy import func, select
 
         from shared.history import schema
@@ -36,6 +36,8 @@ class LogStream:
 
         schema.ensure(url)
         self.url, self.batch_size = url, batch_size
+        self.header = header
+        """The ``log_header`` row the run is made under (``shared.history.header``), written by ``finish``."""
         self.writer = ProjectionWriter(url)
         try:
             with errors_explained(self.writer.engine), self.writer.engine.connect() as conn:
@@ -91,9 +93,9 @@ class LogStream:
         self.pipeline.close()
         self.writer.close()
 
-    def finish(self, header: dict[str, Any] | None = None) -> WriteCounts:
-        """Write what is left and the run's ``header`` (``shared.history.header``); what was written.
-        Raises the ``StoreError`` that stopped the writing, if one did."""
+    def finish(self) -> WriteCounts:
+        """Write what is left and the run's header; what was written. Raises the ``StoreError`` that
+        stopped the writing, if one did."""
         from shared.history.header import write_header
 
         try:
@@ -109,6 +111,6 @@ class LogStream:
             raise self.error
         if self.held and self.held != self.seen:
             raise self._other()
-        if header is not None:
-            write_header(self.url, header)
+        if self.header is not None:
+            write_header(self.url, self.header)
         return self.counts

@@ -8,9 +8,12 @@ from typing import Any
 
 import pytest
 
+from shared.audit.header import LogHeader
 from shared.history import OtherHistory, record
+from shared.history.header import read_header
 from shared.history.query import event_count, read_log
 from shared.history.stream import LogStream
+from shared.kernel.policy import Policy
 from shared.runtime.simulate import simulate
 from shared.sim.scenario import load_scenario
 from tests.builders.shared import VOLCANO, minimal_scenario, write_scenario
@@ -21,7 +24,8 @@ BATCH = 20
 def _streamed(url: str) -> tuple[Any, LogStream, list[int]]:
     """The Volcano example simulated with its log streamed to ``url``: the run, the stream, and how many
     events the store held each time another ``BATCH`` envelopes had been published."""
-    stream = LogStream(url, batch_size=BATCH)
+    header = LogHeader.made_now(Policy(), origin="simulate", scenario="volcano").for_store()
+    stream = LogStream(url, header=header, batch_size=BATCH)
     stored: list[int] = []
 
     def count(env: Any) -> None:
@@ -41,6 +45,7 @@ def test_the_log_is_written_while_the_run_goes_and_ends_as_record_writes_it(stor
     assert counts.events == stream.seen == run.runtime.published
     expected = simulate(load_scenario(VOLCANO)).runtime.log
     assert [env.id for env in read_log(url)] == [env.id for env in expected]
+    assert read_header(url) == stream.header  # the run's header, written once the log is
 
 
 def test_a_store_holding_the_run_is_left_as_it_is_and_another_run_is_refused(sqlite_store: str, tmp_path) -> None:
