@@ -241,6 +241,8 @@ def test_a_service_whose_inbox_lost_its_first_records_starts_from_its_snapshot(
     config = BusConfig(kafka_bootstrap, prefix=topic_prefix, snapshot_key_file=str(key))
     inputs = _history(config)  # a snapshot at FIRST, a checkpoint at FIRST + LATER
     inbox, group = config.topics.inbox("admission"), f"{topic_prefix}admission"
+    _, manifest = _latest_manifest(config)
+    assert manifest["offset"] == FIRST
     _delete_records(config, inbox, FIRST)
 
     # without a snapshot to start from (as `muster run` without a key file), the gap is refused
@@ -255,8 +257,8 @@ def test_a_service_whose_inbox_lost_its_first_records_starts_from_its_snapshot(
     assert reader.worker.replayed == reader.snapshots.tail == LATER
     assert [(e.id, e.payload) for e in outputs] == [(e.id, e.payload) for e in _expected(inputs, then)]
 
-    # the latest manifest forged (unsigned): no usable snapshot covers the gap, said in one line
-    at, manifest = _latest_manifest(config)
+    # the latest manifest forged (that of the snapshot at FIRST, unsigned: the restart may have written
+    # a later one since): no usable snapshot covers the gap, said in one line
     asyncio.run(_append(config, json.dumps(manifest).encode(), "manifest"))
     cli = ("run", "admission", "--kafka", kafka_bootstrap, "--topic-prefix", topic_prefix, "--metrics-port", "0")
     result = invoke(*cli, env={"MUSTER_SNAPSHOT_KEY_FILE": str(key)})
@@ -265,8 +267,8 @@ def test_a_service_whose_inbox_lost_its_first_records_starts_from_its_snapshot(
                               "delete-records) and no usable snapshot covers them (snapshot manifest at offset")
     assert "is not signed" in result.stderr
 
-    # records deleted past the snapshot: the tail it needs is gone
-    asyncio.run(_append(config, json.dumps(manifest).encode(), "manifest", key=_keeper(config).key))  # signed again
+    # records deleted past the snapshot at FIRST, the latest again (signed): the tail it needs is gone
+    asyncio.run(_append(config, json.dumps(manifest).encode(), "manifest", key=_keeper(config).key))
     _delete_records(config, inbox, FIRST + 2)
     result = invoke(*cli, env={"MUSTER_SNAPSHOT_KEY_FILE": str(key)})
     one_line_error(result, 2, f"not starting: {inbox} starts at offset {FIRST + 2} but the admission service needs "
