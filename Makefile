@@ -22,12 +22,13 @@ demo: $(STAMP)
 	@echo "report of examples/fair-share-two-teams.yaml (open it in a browser): $(CURDIR)/$(DEMO)/report.html"
 
 # The real parts the tests run against (kube-apiserver, etcd, KWOK, KubeRay, Kafka, PostgreSQL, Jaeger,
-# Prometheus), built once per machine into ~/.cache/muster; versions pinned in shared/parts/versions.toml.
+# Prometheus, KAI Scheduler), built once per machine into ~/.cache/muster; versions pinned in shared/parts/versions.toml.
 tools:
 	$(PY) -m shared.parts.build
 
 # A real cluster left running on this machine: KUBECONFIG=build/devcluster/kubeconfig.
-# BATCH_SCHEDULER=none|volcano|kai-scheduler|scheduler-plugins (KubeRay's), NODES=FILE (KWOK nodes).
+# BATCH_SCHEDULER=none|volcano|kai-scheduler|scheduler-plugins (KubeRay's), NODES=FILE (KWOK nodes),
+# PEER=kai (the real KAI Scheduler beside it, shared/parts/kai.py; KubeRay then with kai-scheduler).
 devcluster: $(STAMP) tools
 	$(BIN)/muster devcluster up
 

@@ -165,6 +165,63 @@ def _from_records(log: Sequence[Envelope], batch: int = 6_000) -> dict[str, Any]
             "projector_from_records_events_per_second": round(len(log) / seconds)}
 
 
+def _chain_cost(log: Sequence[Envelope], batch: int = 6_000, rounds: int = 3) -> dict[str, Any]:
+    """What the hash chain and its signed checkpoints cost the Kafka projector: ``_from_records`` with
+    and without them, in the same run, alternating (``rounds`` each), as a ratio of the best of each
+    (and each round's own ratio: on a shared machine the load moves more than the chain costs).
+    Chained, every envelope's record bytes are hashed (SHA-256) and a checkpoint signed (Ed25519) every
+    ``CHECKPOINT_EVERY`` envelopes, its key record and checkpoints written in the batches' transactions."""
+    from collections import namedtuple
+
+    from shared.history.integrity import CHECKPOINT_EVERY, Signer
+    from shared.history.writer import gc_paused
+    from shared.runtime.bus import codec
+    from shared.runtime.bus.projector import LogProjector
+    from shared.runtime.bus.topics import Topics
+
+    topics = Topics()
+    read = namedtuple("read", "topic partition offset value headers")
+    records = [read(topics.log, 0, i, codec.encode(env), codec.envelope_headers(env)) for i, env in enumerate(log)]
+    best: dict[bool, float] = {}
+    ratios: list[float] = []
+    plain_round = 0.0
+    try:
+        for _ in range(rounds):
+            for chained in (False, True):
+                with postgres_database() as url:
+                    schema.upgrade(url)
+                    signer = Signer.generate() if chained else None
+                    with ProjectionWriter(url, chained=chained, signer=signer) as writer, gc_paused():
+                        projector = LogProjector(topics, writer)
+                        started = time.perf_counter()
+                        for i in range(0, len(records), batch):
+                            projector.put(projector.decode(records[i:i + batch]))
+                        projector.close()
+                        seconds = time.perf_counter() - started
+                best[chained] = min(seconds, best.get(chained, seconds))
+                if chained:
+                    ratios.append(round(seconds / plain_round, 3))
+                else:
+                    plain_round = seconds
+    except NoPostgres as exc:
+        return {"projector_chain_skipped": str(exc)}
+    plain, chained_s = best[False], best[True]
+    from shared.history.integrity import GENESIS, link
+
+    started = time.perf_counter()  # the chain's own work, alone: what the load cannot blur
+    value = GENESIS
+    for r in records:
+        value = link(value, r.value)
+    hashing = time.perf_counter() - started
+    return {
+            "projector_chain_hash_seconds": round(hashing, 3),
+            "projector_chain_hash_share": round(hashing / plain, 3),"projector_unchained_events_per_second": round(len(log) / plain),
+            "projector_chained_events_per_second": round(len(log) / chained_s),
+            "projector_chain_checkpoint_every": CHECKPOINT_EVERY,
+            "projector_chain_cost_ratio": round(chained_s / plain, 3),
+            "projector_chain_cost_ratio_per_round": ratios}
+
+
 def _sqlite(log: Sequence[Envelope]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
         url = f"sqlite:///{Path(folder) / 'history.db'}"
@@ -186,11 +243,25 @@ def run(events: int = EVENTS) -> dict[str, Any]:
                                    "projector_generate_seconds": round(generated, 1)}
         figures.update(_postgres(log))
         figures.update(_from_records(log))
+        figures.update(_chain_cost(log))
         figures.update(_sqlite(log))
     finally:
         gc.unfreeze()
     return figures
 
 
+def chain_only(events: int = EVENTS) -> dict[str, Any]:
+    """Only the chain's cost (``python -m bench.projector_bench chain``)."""
+    log = event_log(events)
+    gc.collect()
+    gc.freeze()
+    try:
+        return {"projector_events": len(log), **_chain_cost(log)}
+    finally:
+        gc.unfreeze()
+
+
 if __name__ == "__main__":
-    print(run())
+    import sys
+
+    print(chain_only() if sys.argv[1:] == ["chain"] else run())

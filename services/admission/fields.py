@@ -4,11 +4,14 @@ Admission never raises on user input; parsers raise ``Invalid`` and the core tur
 Rejected event. Keeping the type checks here lets the dialect parsers read like the manifests.
 """
 
+import math
+import sys
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
 from shared.kernel import kube, quantity as q
+from shared.kernel.validation import quoted
 
 _MISSING: Any = object()
 
@@ -24,14 +27,18 @@ class Invalid(ValueError):
 
 
 def show(value: object) -> str:
-    """A value as a reason quotes it: strings quoted, containers by kind (never a dump of a spec)."""
+    """A value as a reason quotes it: strings quoted and cut short (``validation.quoted``), numbers of
+    more than 64 bits by their size, containers by kind (never a dump of a spec). A reason is copied
+    into annotations, Events and the log: the value a user wrote must not make it long."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
         return "null"
     if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, (int, float, Decimal)):
+        return quoted(value)
+    if isinstance(value, int):
+        return str(value) if value.bit_length() <= 64 else quoted(value)
+    if isinstance(value, (float, Decimal)):
         return str(value)
     if isinstance(value, Mapping):
         return "a mapping"
@@ -103,6 +110,23 @@ def quantities(value: object, where: str) -> dict[str, int]:
         except (ArithmeticError, ValueError):
             raise Invalid(f"{where}.{name}: {show(raw)} is not a quantity") from None
     return out
+
+
+def number(value: object, where: str) -> float | int:
+    """A finite number a float64 field holds (KAI's quotas and weights are ``float64`` in its CRD):
+    a boolean, text, NaN, infinity or an integer beyond a float's range is ``Invalid`` saying which."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Invalid(f"{where}: {show(value)} is not a number")
+    if isinstance(value, int):
+        if abs(value) > _FLOAT_MAX:
+            raise Invalid(f"{where}: {show(value)} is too large for a number (at most about 1.8e308)")
+        return value
+    if not math.isfinite(value):
+        raise Invalid(f"{where}: {show(value)} is not a number")
+    return value
+
+
+_FLOAT_MAX = int(sys.float_info.max)
 
 
 def boolean(value: object, where: str, *, default: bool) -> bool:

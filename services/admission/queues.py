@@ -8,14 +8,13 @@ QueueRejected. An invalid change keeps the previous definition (like a refusing 
 from __future__ import annotations
 
 from collections.abc import Mapping
-import math
 import re
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Any, Literal
 
 from services.admission.dialects import queue_fields
-from services.admission.fields import (Invalid, boolean, integer, mapping, not_refused, opt_list, opt_mapping,
+from services.admission.fields import (Invalid, boolean, integer, number, mapping, not_refused, opt_list, opt_mapping,
                                       quantities, show, string)
 from shared.kernel import kube
 from shared.kernel import quantity as q
@@ -56,9 +55,10 @@ def go_duration(value: object, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise Invalid(f"{where}: {show(value)} is not a duration")
     if isinstance(value, (int, float)):
-        if not math.isfinite(value):
-            raise Invalid(f"{where}: {show(value)} is not a duration (e.g. 30s, 5m, 1h30m)")
-        seconds = float(value)
+        try:
+            seconds = float(number(value, where))
+        except Invalid:
+            raise Invalid(f"{where}: {show(value)} is not a duration (e.g. 30s, 5m, 1h30m)") from None
     else:
         text, pos, seconds = value.strip(), 0, 0.0
         for match in _DURATION_PART.finditer(text):
@@ -131,8 +131,7 @@ def _known_parent(name: str, parent: str | None, where: str, defined: Mapping[st
 # --------------------------------------------------------------------------- KAI
 def kai_amount(value: object, where: str, factor: Decimal) -> int:
     """A KAI number in its unit → milli-units; ``-1`` is ``UNLIMITED``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise Invalid(f"{where}: {show(value)} is not a number")
+    value = number(value, where)
     if value == -1:
         return UNLIMITED
     if value < 0:
@@ -142,8 +141,7 @@ def kai_amount(value: object, where: str, factor: Decimal) -> int:
 
 def kai_weight(value: object, where: str) -> int:
     """``overQuotaWeight`` (fractions allowed) in thousandths, rounded half up: 0.4 → 400, 1.6 → 1600."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise Invalid(f"{where}: {show(value)} is not a number")
+    value = number(value, where)
     if value < 0:
         raise Invalid(f"{where}: {show(value)} is negative")
     return int((Decimal(repr(value)) * WEIGHT_UNIT).to_integral_value(rounding=ROUND_HALF_UP))

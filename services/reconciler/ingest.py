@@ -25,7 +25,8 @@ from shared.kernel import gpumemory, kube
 from shared.kernel.events import SCHEMA_VERSION, Envelope, ObjectChanged, ObjectsListed, derive_id
 from shared.kernel.fastmodel import built
 from shared.kernel.kube import REFUSED, meta
-from shared.kernel.validation import MAX_BYTES, dns1123_subdomain, label_value, object_problem, tree_problem
+from shared.kernel.validation import (MAX_BYTES, dns1123_subdomain, label_value, object_problem, pod_text_problem,
+                                     tree_problem)
 
 Change = Literal["Added", "Modified", "Deleted"]
 
@@ -56,7 +57,10 @@ _STATUS: dict[str, tuple[str, ...]] = {
     "RayJob": ("jobStatus", "jobDeploymentStatus", "message", "reason"),
 }
 CONFIG_KINDS = frozenset({"Queue", "ElasticQuotaTree", "PriorityClass", "PodGroup"})
-"""Scheduling configuration, kept whole but for metadata: every field of these is a scheduling field."""
+"""Scheduling configuration, kept whole but for metadata and status: every field of these is a scheduling
+field. Of the status only Volcano's queue ``state`` is read (``_config_status``); the rest is what muster
+writes there (``services.reconciler.status``), and keeping it would feed each write back as an input:
+a status that grows past a bound would refuse the queue, which changes the status, and so on."""
 
 
 def _text(value: object) -> str:
@@ -125,6 +129,7 @@ _ray_cluster_spec = _picker(_RAY_CLUSTER, autoscalerOptions=_picker(("resources"
                             headGroupSpec=_picker((), template=_template),
                             workerGroupSpecs=_each(_picker(_WORKER_GROUP, template=_template)))
 _ray_job_spec = _picker(_RAY_JOB, rayClusterSpec=_ray_cluster_spec, submitterPodTemplate=_template)
+_config_status = _picker(("state",))
 
 _SPEC: dict[str, Callable[[Any], Any]] = {
     "Pod": _pod_spec, "RayCluster": _ray_cluster_spec, "RayJob": _ray_job_spec,
@@ -148,7 +153,9 @@ def kept(obj: Mapping[str, Any]) -> dict[str, Any]:
     if "metadata" in obj:
         out["metadata"] = _metadata(obj["metadata"])
     if kind in CONFIG_KINDS:
-        out.update({k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")})
+        out.update({k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")})
+        if "status" in obj:
+            out["status"] = _config_status(obj["status"])
         return out
     if "spec" in obj and kind in _SPEC:
         out["spec"] = _SPEC[kind](obj["spec"])
@@ -208,9 +215,9 @@ def observe(change: Change, obj: Mapping[str, Any]) -> ObjectChanged:
     metadata = obj.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
     keep = kept(obj)
-    problem = tree_problem(keep, max_bytes=MAX_BYTES)
+    problem = tree_problem(keep, max_bytes=MAX_BYTES, finite=True)
     if problem is None and change != "Deleted":  # a deletion of anything is taken: it ends what was known
-        problem = object_problem(keep)
+        problem = object_problem(keep) or pod_text_problem(keep)
     if problem is not None:
         keep = _identity(obj, problem)
     fields = {"type": "ObjectChanged", "change": change, "kind": _safe(_text(obj.get("kind"))),

@@ -14,6 +14,8 @@ log that was cut short from one that was tampered with from one this muster cann
     4  a line that is not an envelope (or not a muster log at all), named by its line number
     5  the store holds another run's history (a store holds one)
     6  a Kafka log whose services' inboxes cannot be put in one order (export cannot write it)
+    7  ``replay --verify``: the log is not the one its signer wrote: its hash chain breaks, a signature
+       or checkpoint does not hold, it disagrees with a witness (``shared.audit.integrity``)
 """
 
 from __future__ import annotations

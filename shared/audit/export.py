@@ -11,11 +11,12 @@ projector's writer (the same rows ``muster run projector`` writes) and records t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from shared.audit.errors import OtherRun, SourceError
 from shared.audit.header import LogHeader
-from shared.audit.logfile import LogFile, LogSource, decode, write_log
+from shared.audit.header import CHAINED
+from shared.audit.logfile import END_KEY, LogFile, LogSource, decode, write_log
 from shared.kernel.events import Envelope
 
 _AT_KEY = b',"occurred_at":'
@@ -84,8 +85,41 @@ def export(source: LogSource, out: Path, *, since: float | None = None, until: f
                 tick()
 
     if since is None and until is None:
+        chained = _chained_lines(source, tick)
+        if chained is not None:
+            return write_log(out, header.model_copy(update={"muster_log": CHAINED}), chained)
         return write_log(out, header, records())
     return write_log(out, windowed, records(), keep)
+
+
+def _chained_lines(source: LogSource, tick: Callable[[], None] | None) -> Iterator[bytes] | None:
+    """The lines of a chained export of ``source`` (its links and signed records kept), or None when
+    it holds no chain or nothing signed it: a Kafka log (the chain is the projector's, in the store), a
+    store written before the chain existed or by a projector without a signing key, an unchained file
+    imported (exported again as it was)."""
+    from shared.audit.integrity import chain_lines
+    from shared.audit.logfile import StoreLog
+
+    if isinstance(source, LogFile) and source.header.chained:
+        def copied() -> Iterator[bytes]:
+            for n, line in source.raw_lines():
+                if line.startswith(END_KEY):
+                    return
+                yield line[:-1]
+                if tick is not None and n % 4096 == 0:
+                    tick()
+        return copied()
+    if isinstance(source, StoreLog) and source.chained():
+        signed = source.signed()
+        if not signed:  # links nothing vouches for (an unchained log imported, a projector without a key)
+            return None
+        def rows() -> Iterator[tuple[bytes, int, int, str]]:
+            for n, row in enumerate(source.chain(), 1):
+                yield row
+                if tick is not None and n % 4096 == 0:
+                    tick()
+        return chain_lines(rows(), signed, source.starts())
+    return None
 
 
 def import_log(source: LogFile, url: str, *, batch_size: int = 5_000,
@@ -100,14 +134,22 @@ def import_log(source: LogFile, url: str, *, batch_size: int = 5_000,
     from shared.history.engine import display, errors_explained
     from shared.history.header import write_header
     from shared.history.models import EventLog
+    from shared.history.rows import Located
     from shared.history.writer import ProjectionWriter
 
     source.header.whole("import into a store")
+    signed: list[dict[str, Any]] = []
+    if source.header.chained:  # a broken chain is refused before anything is written, the line named
+        from shared.audit.integrity import check, parse_signed
+        from shared.audit.logfile import SIGNED_KEY
 
-    def batches() -> Iterator[list[Envelope]]:
-        batch: list[Envelope] = []
+        check(source)
+        signed = [parse_signed(line, "") for _, line in source.raw_lines() if line.startswith(SIGNED_KEY)]
+
+    def batches() -> Iterator[list[Located]]:
+        batch: list[Located] = []
         for n, record in enumerate(source.records(), 1):
-            batch.append(decode(record))
+            batch.append(Located(decode(record), raw=record.raw))  # chained over the bytes the file holds
             if len(batch) >= batch_size:
                 yield batch
                 batch = []
@@ -122,11 +164,12 @@ def import_log(source: LogFile, url: str, *, batch_size: int = 5_000,
             with errors_explained(writer.engine), writer.engine.connect() as conn:
                 held = conn.execute(select(func.count()).select_from(EventLog.__table__)).scalar_one()
                 if held:
-                    found = sum(len(writer.stored_ids(conn, [e.id for e in batch])) for batch in batches())
+                    found = sum(len(writer.stored_ids(conn, [e.envelope.id for e in batch])) for batch in batches())
                     if found != held:
                         raise OtherRun(f"the store at {display(url)} already holds another history ({held} events, "
                                        f"{found} of them in this log): import into a store of its own")
             counts = writer.write_many(batches())
+            writer.keep_signed(signed)
         write_header(url, source.header.for_store())
     except StoreError as exc:
         raise SourceError(str(exc)) from None

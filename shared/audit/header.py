@@ -31,6 +31,10 @@ from shared.runtime.build import muster_version
 
 FORMAT = 1
 """Version of the file layout (header, envelope lines, end line)."""
+CHAINED = 2
+"""The layout of a chained log: each envelope line wraps the envelope with its link and place in the
+hash chain, and signed records have lines of their own (``shared.audit.integrity``)."""
+LAYOUTS = (FORMAT, CHAINED)
 
 Origin = Literal["simulate", "kafka", "store", "import"]
 
@@ -75,9 +79,9 @@ class LogHeader(BaseModel):
             raise NotAnEnvelope(f"{where}: not a muster log: the first line must be its header "
                                 '({"muster_log": 1, ...}), as `muster log export` writes it')
         layout = raw["muster_log"]
-        if type(layout) is int and layout != FORMAT:  # before validation: a newer layout may hold other keys
-            raise CannotReproduce(f"{where}: log layout {layout} is " + (f"newer than this muster's ({FORMAT})" if
-                                  layout > FORMAT else f"unknown (this muster reads {FORMAT})"))
+        if type(layout) is int and layout not in LAYOUTS:  # before validation: a newer layout may hold other keys
+            raise CannotReproduce(f"{where}: log layout {layout} is " + (f"newer than this muster's ({CHAINED})" if
+                                  layout > CHAINED else f"unknown (this muster reads {FORMAT} and {CHAINED})"))
         try:
             header = cls.model_validate(raw)
         except ValidationError as exc:
@@ -92,6 +96,10 @@ class LogHeader(BaseModel):
 
     def line(self) -> bytes:
         return self.model_dump_json().encode() + b"\n"
+
+    @property
+    def chained(self) -> bool:
+        return self.muster_log == CHAINED
 
     @property
     def windowed(self) -> bool:

@@ -25,7 +25,7 @@ import shutil
 import tempfile
 import zlib
 from pathlib import Path
-from typing import IO, Callable, Iterable, Iterator, Protocol
+from typing import IO, Any, Callable, Iterable, Iterator, Protocol
 
 from shared.audit.errors import CannotReproduce, NotAnEnvelope, SourceError, TruncatedLog
 from shared.audit.header import LogHeader
@@ -34,6 +34,9 @@ from shared.kernel.policy import Policy
 from shared.runtime.bus.codec import BadRecord, decode as decode_record
 
 END_KEY = b'{"muster_log_end"'
+CHAIN_KEY = b'{"chain":"'
+SIGNED_KEY = b'{"muster_signed":'
+_ENVELOPE_AT = b',"envelope":'
 
 
 class Record(tuple):
@@ -123,7 +126,8 @@ class LogFile:
         self.name = str(path)
         self._raw: IO[bytes] | None = None
         with self._lines() as lines:
-            self.header = LogHeader.parse(self._first(lines), f"{path}: line 1")
+            self.header_line = self._first(lines)
+            self.header = LogHeader.parse(self.header_line, f"{path}: line 1")
 
     def _first(self, lines: IO[bytes]) -> bytes:
         try:
@@ -181,7 +185,26 @@ class LogFile:
         except (OSError, ValueError):
             return 0
 
+    def raw_lines(self) -> Iterator[tuple[int, bytes]]:
+        """Every line after the header as it is, newline included, with its number (the chain check
+        reads these: ``shared.audit.integrity``); the file's shape is checked as ``records`` does."""
+        path = self.path
+        with self._lines() as lines:
+            self._first(lines)
+            number = 1
+            try:
+                for line in lines:
+                    number += 1
+                    if not line.endswith(b"\n"):
+                        raise TruncatedLog(f"{path}: line {number} ends without a newline: the file was cut short")
+                    yield number, line
+            except (OSError, EOFError, zlib.error) as exc:
+                raise self._broken(exc, number + 1) from None
+
     def records(self) -> Iterator[Record]:
+        if self.header.chained:
+            yield from self._chained_records()
+            return
         path = self.path
         with self._lines() as lines:
             self._first(lines)
@@ -199,6 +222,26 @@ class LogFile:
             except (OSError, EOFError, zlib.error) as exc:
                 raise self._broken(exc, number + 1) from None
         raise TruncatedLog(f"{path}: no end line after line {number} (an exported log ends with "
+                           '{"muster_log_end": ...}): the file was cut short')
+
+    def _chained_records(self) -> Iterator[Record]:
+        """A chained log's envelopes, unwrapped (their bytes as the bus carried them); signed lines skipped.
+        Whether the chain holds is ``shared.audit.integrity``'s to say, before a replay reads these."""
+        path = self.path
+        count = 0
+        lines = self.raw_lines()
+        for number, line in lines:
+            if line.startswith(SIGNED_KEY):
+                continue
+            if line.startswith(END_KEY):
+                self._end(line, number, count, (rest for _, rest in lines))
+                return
+            at = line.find(_ENVELOPE_AT, 80) if line.startswith(CHAIN_KEY) else -1
+            if at < 0 or not line.endswith(b"}\n"):
+                raise NotAnEnvelope(f"{path}: line {number}: not a chained envelope line of a chained log")
+            count += 1
+            yield _record(Record, (f"line {number}", line[at + len(_ENVELOPE_AT):-2]))
+        raise TruncatedLog(f"{path}: no end line (an exported log ends with "
                            '{"muster_log_end": ...}): the file was cut short')
 
     def _end(self, line: bytes, number: int, count: int, rest: Iterable[bytes]) -> None:
@@ -223,6 +266,15 @@ def write_log(path: Path, header: LogHeader | Callable[[], LogHeader], records: 
     marked only if ``keep`` left an envelope out): the lines are kept in a temporary file till then.
     Written to a temporary name and renamed, so a failed export never leaves half a file that looks whole."""
     tmp = path.with_name(path.name + ".partial")
+    signed = [0]
+
+    def counted(raws: Iterable[bytes]) -> Iterator[bytes]:
+        for raw in raws:
+            if raw.startswith(SIGNED_KEY):
+                signed[0] += 1
+            yield raw
+
+    records = counted(records)
 
     def lines(out: IO[bytes]) -> int:
         count = 0
@@ -232,7 +284,7 @@ def write_log(path: Path, header: LogHeader | Callable[[], LogHeader], records: 
             out.write(raw)
             out.write(b"\n")
             count += 1
-        return count
+        return count - signed[0]
 
     try:
         opener = gzip.open if is_compressed(path) else open
@@ -310,6 +362,48 @@ class StoreLog:
     def progress(self) -> int:
         return self._read
 
+    def chained(self) -> bool:
+        """Whether every stored envelope carries its link (a store written since the chain exists)."""
+        from shared.history import StoreError
+        from shared.history.query import chained
+
+        try:
+            return self._total > 0 and chained(self.url)
+        except StoreError as exc:
+            raise SourceError(str(exc)) from None
+
+    def chain(self) -> Iterator[tuple[bytes, int, int, str]]:
+        """Every envelope's bytes with its partition, offset and link in the chain, in store order."""
+        from shared.history import StoreError
+        from shared.history.query import read_chain
+
+        self._read = 0
+        try:
+            for env, partition, offset, link in read_chain(self.url):
+                self._read += 1
+                yield to_json(env), partition, offset, link
+        except StoreError as exc:
+            raise SourceError(str(exc)) from None
+
+    def starts(self) -> dict[int, int]:
+        """Each partition's first stored offset in the chain (above 0 after ``muster log archive --prune``)."""
+        from shared.history import StoreError
+        from shared.history.query import chain_starts
+
+        try:
+            return chain_starts(self.url)
+        except StoreError as exc:
+            raise SourceError(str(exc)) from None
+
+    def signed(self) -> list[dict[str, Any]]:
+        from shared.history import StoreError
+        from shared.history.query import read_signed
+
+        try:
+            return read_signed(self.url)
+        except StoreError as exc:
+            raise SourceError(str(exc)) from None
+
     def records(self) -> Iterator[Record]:
         from shared.history import StoreError
         from shared.history.query import read_log
@@ -321,6 +415,31 @@ class StoreLog:
                 yield Record(f"event {self._read}", to_json(env))
         except StoreError as exc:
             raise SourceError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------- an archive and what follows it
+class Joined:
+    """An archive (``muster log archive``) and the log that goes on from it, read as one log: the
+    archive's envelopes (named ``archive line N``), then the log's. The header is the log's."""
+
+    def __init__(self, archive: LogFile, rest: LogSource) -> None:
+        self.archive, self.rest = archive, rest
+        self.header = rest.header
+        self.name = f"{archive.name} + {rest.name}"
+
+    def records(self) -> Iterator[Record]:
+        for record in self.archive.records():
+            yield Record(f"archive {record.where}", record.raw)
+        yield from self.rest.records()
+
+    def size(self) -> tuple[int, str] | None:
+        return None
+
+    def progress(self) -> int:
+        return 0
+
+    def hint(self) -> str:
+        return self.rest.hint()
 
 
 # --------------------------------------------------------------------------- choosing

@@ -13,7 +13,6 @@ that opens the page in a headless browser looks for.
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from shared.audit.fold import AuditFold
 from shared.audit.metrics import AT_LEAST, cell, per_queue, workload_figures
 from shared.kernel import quantity as q
 from shared.kernel.eventtime import SCENARIO, TimeFormat
+from shared.kernel.display import html_text
 
 COLOURS = {"Queued": "#f2b134", "Admitted": "#4ea1d3", "Running": "#3cb371", "Preempted": "#c2185b"}
 DRAWN = tuple(COLOURS)
@@ -69,29 +69,29 @@ def figures(history: AuditFold, end: float, clock: TimeFormat = SCENARIO) -> dic
         if not segments:
             continue
         if clock.wall:  # a date axis: a bar starts at a date and is as long as its milliseconds
-            gantt.add_trace(go.Bar(name=phase, orientation="h", y=[s[0] for s in segments],
+            gantt.add_trace(go.Bar(name=phase, orientation="h", y=[html_text(s[0]) for s in segments],
                                    base=[clock.plot_time(s[1]) for s in segments], x=[s[2] * 1000 for s in segments],
                                    customdata=[[clock.at(s[1]), clock.duration(s[2])] for s in segments],
                                    marker_color=COLOURS[phase],
                                    hovertemplate="%{y}<br>" + phase + " from %{customdata[0]} for %{customdata[1]}"
                                                  "<extra></extra>"))
         else:
-            gantt.add_trace(go.Bar(name=phase, orientation="h", y=[s[0] for s in segments],
+            gantt.add_trace(go.Bar(name=phase, orientation="h", y=[html_text(s[0]) for s in segments],
                                    base=[s[1] for s in segments], x=[s[2] for s in segments],
                                    marker_color=COLOURS[phase],
                                    hovertemplate="%{y}<br>" + phase + " from %{base:g}s for %{x:g}s<extra></extra>"))
     shown = {v.key for v in rows}
     hits = [p for p in history.preemptions if p.victim in shown]
     if hits:  # a preemption is an instant: marked where it struck
-        gantt.add_trace(go.Scatter(name="preempted", mode="markers", y=[p.victim for p in hits],
+        gantt.add_trace(go.Scatter(name="preempted", mode="markers", y=[html_text(p.victim) for p in hits],
                                    x=[clock.plot_time(p.t) for p in hits],
                                    marker={"symbol": "x", "size": 11, "color": COLOURS["Preempted"]},
-                                   text=[f"by {p.preemptor} ({'reclaim' if p.reclaim else 'priority'})" for p in hits],
+                                   text=[html_text(f"by {p.preemptor} ({'reclaim' if p.reclaim else 'priority'})") for p in hits],
                                    customdata=[clock.at(p.t) for p in hits],
                                    hovertemplate="%{y}<br>preempted at %{customdata} %{text}<extra></extra>"
                                    if clock.wall else "%{y}<br>preempted at %{x:g}s %{text}<extra></extra>"))
     gantt.update_layout(barmode="overlay", title="Workloads by phase over time", xaxis=_time_axis(clock),
-                        yaxis={"categoryorder": "array", "categoryarray": [v.key for v in rows][::-1]},
+                        yaxis={"categoryorder": "array", "categoryarray": [html_text(v.key) for v in rows][::-1]},
                         height=max(300, 22 * len(rows) + 120), legend_title="phase")
     out["chart-workloads"] = gantt
 
@@ -106,13 +106,13 @@ def figures(history: AuditFold, end: float, clock: TimeFormat = SCENARIO) -> dic
         for name in sorted({n for sample in series.usage for n in sample} | set(history.queues)) if series else []:
             values = [sample.get(name, {}).get(resource, 0) / scale for sample in series.usage]
             values += values[-1:] * (len(times) - len(values))  # held until the end
-            fig.add_trace(go.Scatter(name=f"{name} usage", x=[clock.plot_time(t) for t in times], y=values,
+            fig.add_trace(go.Scatter(name=html_text(f"{name} usage"), x=[clock.plot_time(t) for t in times], y=values,
                                      mode="lines", line_shape="hv"))
             spec = history.queues.get(name)
             for label, amount, dash in (("guarantee", spec.guarantee_of(resource) if spec else None, "dot"),
                                         ("limit", spec.limit_of(resource) if spec else None, "dash")):
                 if amount:
-                    fig.add_trace(go.Scatter(name=f"{name} {label}",
+                    fig.add_trace(go.Scatter(name=html_text(f"{name} {label}"),
                                              x=[clock.plot_time(series.times[0]), clock.plot_time(end)],
                                              y=[amount / scale] * 2, mode="lines", line={"dash": dash}))
         fig.update_layout(title=f"Queue usage of {resource} against guarantee and limit", xaxis=_time_axis(clock),
@@ -125,7 +125,7 @@ def figures(history: AuditFold, end: float, clock: TimeFormat = SCENARIO) -> dic
     for f in per_workload.values():
         by_queue.setdefault(f.queue or "(none)", []).extend(f.waits)
     for name, values in sorted(by_queue.items()):
-        waits.add_trace(go.Box(name=name, y=values, boxpoints="all", jitter=0.3))
+        waits.add_trace(go.Box(name=html_text(name), y=values, boxpoints="all", jitter=0.3))
     waits.update_layout(title="Admission wait per queue (Queued to Admitted)", yaxis_title="seconds", height=380,
                         showlegend=False)
     out["chart-waits"] = waits
@@ -138,14 +138,14 @@ def _slug(text: str) -> str:
 
 def _table(history: AuditFold, clock: TimeFormat = SCENARIO) -> str:
     """Every preemption, when as ``clock`` shows it."""
-    when = "t (s)" if not clock.wall else html.escape(f"time ({clock.zone()})")
+    when = "t (s)" if not clock.wall else html_text(f"time ({clock.zone()})")
     head = (f"<tr><th>{when}</th><th>victim</th><th>queue</th><th>preemptor</th><th>priority</th><th>rule</th>"
             "<th>reason</th><th>decision</th></tr>")
     rows = "".join(
-        f"<tr><td>{f'{p.t:g}' if not clock.wall else html.escape(clock.at(p.t))}</td>"
-        f"<td>{html.escape(p.victim)}</td><td>{html.escape(p.victim_queue or '')}</td>"
-        f"<td>{html.escape(p.preemptor)}</td><td>{p.preemptor_priority}</td>"
-        f"<td>{'reclaim' if p.reclaim else 'priority preemption'}</td><td>{html.escape(p.reason)}</td>"
+        f"<tr><td>{f'{p.t:g}' if not clock.wall else html_text(clock.at(p.t))}</td>"
+        f"<td>{html_text(p.victim)}</td><td>{html_text(p.victim_queue or '')}</td>"
+        f"<td>{html_text(p.preemptor)}</td><td>{p.preemptor_priority}</td>"
+        f"<td>{'reclaim' if p.reclaim else 'priority preemption'}</td><td>{html_text(p.reason)}</td>"
         f"<td><code>{p.event_id}</code></td></tr>" for p in history.preemptions)
     if not rows:
         rows = '<tr><td colspan="8">no preemptions</td></tr>'
@@ -158,12 +158,12 @@ def _summary_table(history: AuditFold, end: float) -> str:
             "<th>wait max (s)</th><th>preemptions</th><th>GPU-hours</th><th>finished</th><th>still waiting</th></tr>")
 
     rows = "".join(
-        f"<tr><td>{html.escape(name)}</td>" + "".join(
+        f"<tr><td>{html_text(name)}</td>" + "".join(
             f"<td>{cell(s[k], k in s['wait_lower_bounds'])}</td>" for k in (
                 "workloads", "admissions", "wait_p50", "wait_p95", "wait_max", "preemptions", "gpu_hours", "finished",
                 "still_waiting")) + "</tr>" for name, s in stats.items())
     bounds = any(s["wait_lower_bounds"] for s in stats.values())
-    return f'<table id="queues">{head}{rows}</table>' + (f'<p class="note">{html.escape(AT_LEAST)}</p>' if bounds else "")
+    return f'<table id="queues">{head}{rows}</table>' + (f'<p class="note">{html_text(AT_LEAST)}</p>' if bounds else "")
 
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0 24px}
@@ -182,10 +182,10 @@ def page(title: str, body: str) -> str:
     from plotly.offline import get_plotlyjs
 
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{html_text(title)}</title>
 <style>{STYLE}</style>
 <script type="text/javascript">{get_plotlyjs()}</script></head>
-<body><h1>{html.escape(title)}</h1>
+<body><h1>{html_text(title)}</h1>
 {body}
 </body></html>
 """
@@ -198,9 +198,9 @@ def render(history: AuditFold, end: float, *, title: str, window: str | None = N
     parts = [chart(div_id, fig) for div_id, fig in figures(history, end, clock).items()]
     note = (f'<p class="note">The chart shows the first {MAX_ROWS} of {len(history.workloads)} workloads.</p>'
             if len(history.workloads) > MAX_ROWS else "")
-    said = f'<p class="note" id="window"><strong>{html.escape(window)}</strong></p>\n' if window else ""
+    said = f'<p class="note" id="window"><strong>{html_text(window)}</strong></p>\n' if window else ""
     return page(title, f"""{said}<p class="note">{len(history.workloads)} workloads, {history.events} events, event time
-{html.escape(clock.at(history.first_at or 0))} to {html.escape(clock.at(end))}. Generated by muster report from the event log.</p>
+{html_text(clock.at(history.first_at or 0))} to {html_text(clock.at(end))}. Generated by muster report from the event log.</p>
 <h2>Queues</h2>{_summary_table(history, end)}
 <h2>Workloads</h2>{note}{parts[0]}
 <h2>Queue usage</h2>{''.join(parts[1:-1]) or '<p class="note">no quota was used</p>'}

@@ -18,7 +18,6 @@ Compared per queue and overall: admission wait p50/p95/max, preemptions, GPU-hou
 
 from __future__ import annotations
 
-import html
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
@@ -41,6 +40,7 @@ from shared.kernel.validation import first_errors
 from shared.runtime.simulate import Run, simulate
 from shared.sim.cluster import describe, namespace_of
 from shared.sim.scenario import Scenario, ScenarioError, document_problem, parse_scenario
+from shared.kernel.display import html_text
 
 
 @dataclass(frozen=True)
@@ -368,23 +368,23 @@ def render_html(doc: dict[str, Any], title: str, clock: TimeFormat = SCENARIO) -
     waits = go.Figure()
     for side, data, colour in (("recorded", rec, "#7f8c8d"), ("new", new, "#2e86de")):
         for stat, pattern in (("wait_p50", ""), ("wait_p95", "/"), ("wait_max", "x")):
-            waits.add_trace(go.Bar(name=f"{side} {stat[5:]}", x=names, y=[data.get(n, {}).get(stat) or 0 for n in names],
+            waits.add_trace(go.Bar(name=f"{side} {stat[5:]}", x=[html_text(n) for n in names], y=[data.get(n, {}).get(stat) or 0 for n in names],
                                    marker_color=colour, marker_pattern_shape=pattern, offsetgroup=f"{side}{stat}"))
     waits.update_layout(title="Admission wait per queue: recorded against new", yaxis_title="seconds", height=420)
     totals = go.Figure()
     for side, data, colour in (("recorded", rec, "#7f8c8d"), ("new", new, "#2e86de")):
-        totals.add_trace(go.Bar(name=side, x=[f"{n} {k}" for n in names for k in ("preemptions", "finished")],
+        totals.add_trace(go.Bar(name=side, x=[html_text(f"{n} {k}") for n in names for k in ("preemptions", "finished")],
                                 y=[data.get(n, {}).get(k) or 0 for n in names for k in ("preemptions", "finished")],
                                 marker_color=colour))
     totals.update_layout(title="Preemptions and finished jobs per queue", barmode="group", height=380)
-    head = "<tr><th>queue</th>" + "".join(f"<th>{html.escape(label)}</th>" for _, label in COLUMNS) + "</tr>"
-    body = "".join(f"<tr><td>{html.escape(n)}</td>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
+    head = "<tr><th>queue</th>" + "".join(f"<th>{html_text(label)}</th>" for _, label in COLUMNS) + "</tr>"
+    body = "".join(f"<tr><td>{html_text(n)}</td>" + "".join(f"<td>{html_text(c)}</td>" for c in cells) + "</tr>"
                    for n, cells in table_rows(doc))
-    changes = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape('; '.join(doc['workloads'][k]['change']))}</td></tr>"
+    changes = "".join(f"<tr><td>{html_text(k)}</td><td>{html_text('; '.join(doc['workloads'][k]['change']))}</td></tr>"
                       for k in doc["changed"]) or '<tr><td colspan="2">no workload changed</td></tr>'
-    notes = "".join(f'<p class="note">{html.escape(line)}</p>' for line in verdict(doc))
-    return page(title, f"""{notes}<p class="note">both runs to {html.escape(clock.at(doc['until']))}.</p>
+    notes = "".join(f'<p class="note">{html_text(line)}</p>' for line in verdict(doc))
+    return page(title, f"""{notes}<p class="note">both runs to {html_text(clock.at(doc['until']))}.</p>
 <h2>Per queue (recorded -> new)</h2><table id="queues">{head}{body}</table>
-{f'<p class="note">{html.escape(AT_LEAST)}</p>' if has_lower_bounds(doc) else ""}
+{f'<p class="note">{html_text(AT_LEAST)}</p>' if has_lower_bounds(doc) else ""}
 {chart("chart-whatif-waits", waits)}{chart("chart-whatif-totals", totals)}
 <h2>Workloads that changed</h2><table id="changes"><tr><th>workload</th><th>change</th></tr>{changes}</table>""")

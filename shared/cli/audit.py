@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from shared.cli.errors import failed
 from shared.cli.options import LOCAL_HELP, STORE_HELP, TIME_HELP, resolved, time_arg, tracing_ready, writable
 from shared.kernel.eventtime import TimeArg, TimeFormat
 from shared.kernel.policy import Policy, PolicyError
 from shared.sim.scenario import ScenarioError
+from shared.kernel.display import plain
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -33,7 +33,7 @@ def _audit_failed(exc: Exception) -> typer.Exit:
 
     text = " ".join(line.strip() for line in str(exc).splitlines()
                     if line.strip() and not line.strip().startswith("For further information"))
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/] {escape(text)}")
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/] {plain(text)}")
     return typer.Exit(exc.exit_code if isinstance(exc, AuditError) else 2)
 
 
@@ -85,6 +85,38 @@ def log_export(
     typer.echo(f"wrote {count} events to {out}")
 
 
+def log_archive(
+    until_arg: TimeArg = typer.Option(..., "--until", parser=time_arg, metavar="TIME",
+                                      help="Archive what came before this time: " + TIME_HELP + "."),
+    out: Path = typer.Option(..., "--out", help="The archive to write (a chained log file; gzip when it ends .gz)."),
+    store: Optional[str] = typer.Option(None, "--store", envvar="MUSTER_STORE", help=STORE_HELP),
+    prune: bool = typer.Option(False, "--prune", help="Then delete the archived envelopes from the store."),
+    local: bool = typer.Option(False, "--local", help=LOCAL_HELP),
+) -> None:
+    """Write the log before --until as a verified, chained, signed archive (cut at the last checkpoint before it);
+    with --prune, remove those records from the store. `muster replay LOG --verify --archive FILE` checks both as
+    one chain."""
+    from shared.audit.archive import archive
+    from shared.audit.export import first_time
+    from shared.audit.logfile import StoreLog
+    from shared.history import StoreError
+    from shared.history.engine import resolve_url
+
+    try:
+        source = StoreLog(resolve_url(store))
+        clock = TimeFormat.of(source.header.origin, first_time(source), local=local)
+        until = resolved(clock, until_arg, "--until")
+        assert until is not None
+        done = archive(source, until, out, prune=prune)
+    except StoreError as exc:
+        raise failed(exc) from None
+    except _audit_errors() as exc:
+        raise _audit_failed(exc) from None
+    through = ", ".join(f"partition {p} through offset {o}" for p, o in sorted(done.through.items()))
+    typer.echo(f"archived {done.envelopes} events ({through}) to {out}, verified"
+               + (f"; {done.pruned} pruned from the store" if prune else ""))
+
+
 def log_import(
     file: Path = typer.Argument(..., help="An exported log (.jsonl or .jsonl.gz)."),
     store: Optional[str] = typer.Option(None, "--store", envvar="MUSTER_STORE", help=STORE_HELP),
@@ -127,9 +159,17 @@ def replay_cmd(
     trace: bool = typer.Option(False, "--trace", help="Send the log's traces (a trace per workload incarnation, at "
                                "the recorded times) to the OTLP endpoint OTEL_EXPORTER_OTLP_ENDPOINT names."),
     local: bool = typer.Option(False, "--local", help="With --what-if: " + LOCAL_HELP),
+    public_keys: list[Path] = typer.Option([], "--public-key", help="With --verify: the signer's public key (PEM, as "
+                                           "`muster log key` prints it); every checkpoint must be signed by it or by a "
+                                           "key it endorsed. Repeat for several."),
+    witness: Optional[Path] = typer.Option(None, "--witness", help="With --verify: checkpoints stored elsewhere "
+                                           "(`muster log checkpoints` output); the log must agree with each."),
+    archive_file: Optional[Path] = typer.Option(None, "--archive", help="With --verify: the archive of what came "
+                                                "before this log (`muster log archive --prune`): both are checked as "
+                                                "one chain and their decisions re-derived as one log."),
 ) -> None:
-    """Replay an event log through the cores: --verify re-derives every decision; --what-if tries another policy;
-    --trace sends the history's traces to Tempo."""
+    """Replay an event log through the cores: --verify checks the log's hash chain and signed checkpoints, then
+    re-derives every decision; --what-if tries another policy; --trace sends the history's traces to Tempo."""
     from shared.audit.logfile import open_log
 
     console = Console(highlight=False, width=max(Console().width, 120), soft_wrap=True)
@@ -151,13 +191,19 @@ def replay_cmd(
             source.header.whole("--verify" if verify else "--what-if")  # a Kafka log is read here
         if override is not None:  # once the log reads: a log that does not is one error line, nothing else
             Console(stderr=True, highlight=False, soft_wrap=True).print(
-                f"[yellow]note:[/] --policy {escape(str(policy_file))} overrides the policy the log records: every "
+                f"[yellow]note:[/] --policy {plain(str(policy_file))} overrides the policy the log records: every "
                 "decision is re-derived under it, and a divergence may be that policy's, not an altered log")
         if verify:
             from shared.audit import verify as verifying
 
-            code = verifying.run(source, source.header.policy_or_none(), console, progress=not quiet,
-                                 override=override)
+            code = _integrity(source, public_keys, witness, console, archive_file)
+            if code == 0 and archive_file is not None:
+                from shared.audit.logfile import Joined, LogFile
+
+                source = Joined(LogFile(archive_file), source)
+            if code == 0:
+                code = verifying.run(source, source.header.policy_or_none(), console, progress=not quiet,
+                                     override=override)
         if what_if is not None and code == 0:
             from shared.audit.replay import policy_changes, starting_policy
 
@@ -178,6 +224,57 @@ def replay_cmd(
     except _audit_errors() as exc:
         raise _audit_failed(exc) from None
     raise typer.Exit(code)
+
+
+def _integrity(source: Any, public_keys: list[Path], witness: Optional[Path], console: Console,
+               archive_file: Optional[Path] = None) -> int:
+    """``--verify``'s first step: the log's chain and signed records (``shared.audit.integrity``); 0 when
+    they hold (or the log has none, said so), else ``TAMPERED`` with the first line that shows it."""
+    import tempfile
+
+    from shared.audit.export import export
+    from shared.audit.integrity import TAMPERED, Tampered, check, read_witness, summary, trusted_keys
+    from shared.audit.logfile import LogFile, StoreLog
+    from shared.history.integrity import BadKey
+
+    try:
+        keys = trusted_keys(public_keys)
+    except BadKey as exc:
+        raise _audit_failed(ValueError(str(exc))) from None
+    witnessed = read_witness(witness) if witness is not None else []
+    after = None
+    try:
+        if archive_file is not None:
+            archived = check(LogFile(archive_file), keys, sealed=False)
+            after = archived.ends
+            reach = [w for w in witnessed if w.get("offset", -1) <= after.get(w.get("partition"), (-1,))[0]]
+            if reach:
+                check(LogFile(archive_file), keys, reach, sealed=False)
+            witnessed = [w for w in witnessed if w not in reach]
+            console.print(f"[green]archive OK[/]: {escape(archive_file.name)}: {escape(summary(archived))}")
+        if isinstance(source, StoreLog) and source.chained() and source.signed():
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "store.jsonl"
+                export(source, path)
+                verdict = check(LogFile(path), keys, witnessed, after=after)
+        elif isinstance(source, LogFile) and source.header.chained:
+            verdict = check(source, keys, witnessed, after=after)
+        else:
+            if keys or witnessed:
+                console.print(f"[bold red]NOT CHAINED[/]: {escape(source.name)} carries no hash chain (a Kafka log, "
+                              "or a store or file made before the chain existed): its authenticity cannot be checked; "
+                              "export the projector's store instead")
+                return TAMPERED
+            console.print("[yellow]note:[/] the log carries no hash chain (a Kafka log, or made before the chain "
+                          "existed): its decisions are checked below, not that it is the log that was written")
+            return 0
+    except Tampered as exc:
+        console.print(f"[bold red]TAMPERED[/]: {escape(str(exc))}")
+        return TAMPERED
+    console.print(f"[green]chain OK[/]: {escape(summary(verdict))}")
+    for note in verdict.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    return 0
 
 
 def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[Path], html_out: Optional[Path],
@@ -212,25 +309,25 @@ def _what_if(source: Any, policy: Policy, change_file: Path, extra_files: list[P
     doc = whatif.comparison(outcome, policy)
     title = f"muster what-if: {doc['scenario']} under {change_file.name}" + (
         f" + {', '.join(p.name for p in extra_files)}" if extra_files else "")
-    console.print(f"[bold]{escape(title)}[/]")
+    console.print(f"[bold]{plain(title)}[/]")
     for line in whatif.verdict(doc):
-        console.print(escape(line), style=None if outcome.faithful else "yellow")
+        console.print(plain(line), style=None if outcome.faithful else "yellow")
     table = Table(title=f"per queue, recorded -> new (to {clock.at(outcome.end)})", title_justify="left")
     table.add_column("queue")
     for _, label in whatif.COLUMNS:
         table.add_column(label)
     for name, cells in whatif.table_rows(doc):
-        table.add_row(escape(name), *cells)
+        table.add_row(plain(name), *cells)
     console.print(table)
     if whatif.has_lower_bounds(doc):
-        console.print(escape(whatif.AT_LEAST))
+        console.print(plain(whatif.AT_LEAST))
     console.print(f"{len(doc['changed'])} of {len(doc['workloads'])} workloads changed")
     for key in doc["changed"]:
-        console.print(escape(f"  {key}: {'; '.join(doc['workloads'][key]['change'])}"))
+        console.print(plain(f"  {key}: {'; '.join(doc['workloads'][key]['change'])}"))
     if outcome.unmodeled:
         console.print("not modeled (the cluster's answer to a changed admission is not in the recording):")
         for gap in outcome.unmodeled:
-            console.print(escape(f"  {gap.words(clock.at)}"))
+            console.print(plain(f"  {gap.words(clock.at)}"))
     if json_out:
         json_out.write_text(json.dumps(doc, indent=2) + "\n")
     if html_out:
@@ -297,10 +394,10 @@ def explain_cmd(
         doc: Any = queue_lines(moment, queue) if queue is not None else explain(moment, workload or "", clock)
     except UnknownWorkload as exc:
         Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"[red]error:[/] no {'queue' if isinstance(exc, UnknownQueue) else 'workload'} {escape(exc.key)} in the log"
+            f"[red]error:[/] no {'queue' if isinstance(exc, UnknownQueue) else 'workload'} {plain(exc.key)} in the log"
             + (f" up to {clock.at(exc.at)}" if at is not None and exc.at is not None else "")
             + (f" (the log is a window from {clock.at(source.header.since)})" if source.header.since is not None else "")
-            + (f"; did you mean {escape(', '.join(exc.similar))}?" if exc.similar else ""))
+            + (f"; did you mean {plain(', '.join(exc.similar))}?" if exc.similar else ""))
         raise typer.Exit(1)
     except _audit_errors() as exc:
         raise _audit_failed(exc) from None
@@ -319,16 +416,16 @@ def explain_cmd(
     if queue is not None:
         note = source.header.window_note(clock)
         if note:
-            console.print(escape(note))
-        console.print(f"queue {escape(queue)} at {escape(clock.at(moment.at))}: {len(doc)} waiting")
+            console.print(plain(note))
+        console.print(f"queue {plain(queue)} at {plain(clock.at(moment.at))}: {len(doc)} waiting")
         for line in doc:
             waited = f", waiting {clock.duration(line['waiting_seconds'])}" if line["waiting_seconds"] is not None else ""
             backoff = f", backing off until {clock.at(line['backoff_until'])}" if line["backoff_until"] else ""
-            console.print(escape(f"  {line['position']}. {line['workload']} priority {line['priority']}{waited}"
+            console.print(plain(f"  {line['position']}. {line['workload']} priority {line['priority']}{waited}"
                                  f"{backoff}: {line['reason']}"))
         return
     for text in doc["lines"]:
-        console.print(escape(text))
+        console.print(plain(text))
 
 
 def _first_of(items: Iterator[Envelope]) -> tuple[Optional[float], Iterator[Envelope]]:

@@ -12,6 +12,7 @@ devcluster_app = typer.Typer(no_args_is_help=True, help="A real Kubernetes clust
                              "kube-apiserver, controller manager, scheduler, KWOK nodes, KubeRay), from `make tools`.")
 
 DIR_HELP = "Folder of the cluster's files, logs and kubeconfig."
+PEERS = ("none", "kai")
 
 
 @devcluster_app.command("up")
@@ -20,12 +21,20 @@ def up(directory: Path = typer.Option(Path("build/devcluster"), "--dir", help=DI
                                            help="KubeRay's --batch-scheduler: none, volcano, kai-scheduler or "
                                                 "scheduler-plugins."),
        nodes: Path = typer.Option(Path("deploy/devcluster/nodes.yaml"), "--nodes", envvar="NODES",
-                                  help="Node manifests for KWOK (annotated kwok.x-k8s.io/node: fake).")) -> None:
+                                  help="Node manifests for KWOK (annotated kwok.x-k8s.io/node: fake)."),
+       peer: str = typer.Option("none", "--peer", envvar="PEER",
+                                help="A peer scheduler to run beside it: none, or kai (KAI Scheduler's programs "
+                                     "from `make tools`; KubeRay then defaults to --batch-scheduler=kai-scheduler)."
+                                )) -> None:
     """Start the cluster and leave it running; prints where its kubeconfig is."""
     from shared.parts.catalog import MissingPart
     from shared.parts.devcluster import BATCH_SCHEDULERS, DevCluster, down as stop
     from shared.parts.process import PartFailed
 
+    if peer not in PEERS:
+        raise failed(f"--peer {peer}: one of {', '.join(PEERS)}")
+    if peer == "kai" and batch_scheduler == "none":
+        batch_scheduler = "kai-scheduler"
     if batch_scheduler not in BATCH_SCHEDULERS:
         raise failed(f"--batch-scheduler {batch_scheduler}: one of {', '.join(BATCH_SCHEDULERS)}")
     if not nodes.is_file():
@@ -35,12 +44,17 @@ def up(directory: Path = typer.Option(Path("build/devcluster"), "--dir", help=DI
     cluster = DevCluster(directory, batch_scheduler=batch_scheduler, nodes=nodes)
     try:
         cluster.up()
+        if peer == "kai":
+            from shared.parts import kai
+
+            cluster.adopt(kai.start(cluster).parts)
     except (MissingPart, PartFailed, OSError) as exc:
         cluster.stop()
         stop(directory)
         raise failed(exc) from None
     typer.echo(f"dev cluster up in {cluster.ready_seconds:.0f} s: {cluster.server}, KubeRay "
-               f"--batch-scheduler={batch_scheduler}; logs in {directory / 'logs'}")
+               f"--batch-scheduler={batch_scheduler}{'' if peer == 'none' else f', peer {peer} running'}; "
+               f"logs in {directory / 'logs'}")
     typer.echo(f"export KUBECONFIG={cluster.kubeconfig}")
 
 

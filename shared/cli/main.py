@@ -10,7 +10,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from shared.cli import audit, broker, run, schema, simulate, store
+from shared.cli import audit, broker, run, schema, signing, simulate, store
 from shared.cli.devcluster import devcluster_app
 from shared.cli.errors import failed
 
@@ -70,6 +70,10 @@ db_app.command("upgrade")(store.db_upgrade)
 db_app.command("downgrade")(store.db_downgrade)
 log_app.command("export")(audit.log_export)
 log_app.command("import")(audit.log_import)
+log_app.command("archive")(audit.log_archive)
+log_app.command("key")(signing.log_key)
+log_app.command("keygen")(signing.log_keygen)
+log_app.command("checkpoints")(signing.log_checkpoints)
 app.command("replay")(audit.replay_cmd)
 app.command("explain")(audit.explain_cmd)
 app.command("report")(audit.report_cmd)

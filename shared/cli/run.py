@@ -3,6 +3,8 @@ a decision service (``_service``), the projector (``_projector``), the cluster l
 
 from __future__ import annotations
 
+import logging
+
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,11 +12,11 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from shared.cli.errors import failed
 from shared.cli.options import SCHEDULER_NAMES_HELP, STORE_HELP
 from shared.kernel.policy import Policy, PolicyError
+from shared.kernel.display import plain
 
 if TYPE_CHECKING:
     from shared.runtime.bus.config import BusConfig
@@ -70,11 +72,26 @@ def run_cmd(
                                        help="Cluster only: seconds between lease renewals and tries."),
     metrics_port: int = typer.Option(9464, "--metrics-port", envvar="MUSTER_METRICS_PORT",
                                      help="Serve /metrics, /healthz and /readyz on this port (0: none)."),
+    metrics_address: Optional[str] = typer.Option(None, "--metrics-address", envvar="MUSTER_METRICS_ADDRESS",
+                                                  help="The address they listen on (default: 0.0.0.0 in a pod, "
+                                                  "i.e. with KUBERNETES_SERVICE_HOST set, else 127.0.0.1)."),
     replication: Optional[int] = typer.Option(None, "--topic-replication", help="Replication factor of the "
                                               "topics created when missing (default: $MUSTER_TOPIC_REPLICATION, "
                                               "else 1)."),
     min_insync: Optional[int] = typer.Option(None, "--topic-min-insync", help="Their min.insync.replicas "
                                              "(default: $MUSTER_TOPIC_MIN_INSYNC, else 1)."),
+    signing_key: Optional[Path] = typer.Option(None, "--signing-key", envvar="MUSTER_SIGNING_KEY",
+                                               help="Projector only: the Ed25519 key (PEM file; a mounted Kubernetes "
+                                               "Secret) that signs checkpoints of the log's hash chain. Without one "
+                                               "the log is chained but not signed."),
+    rotated_from: Optional[Path] = typer.Option(None, "--rotated-from", envvar="MUSTER_SIGNING_KEY_PREVIOUS",
+                                                help="Projector only: the key --signing-key replaces; it signs the "
+                                                "new key's record (a rotation the verifier can follow)."),
+    checkpoint_every: int = typer.Option(10_000, "--checkpoint-every", envvar="MUSTER_CHECKPOINT_EVERY", min=1,
+                                         help="Projector only: sign a checkpoint every this many envelopes."),
+    checkpoint_seconds: float = typer.Option(60.0, "--checkpoint-seconds", envvar="MUSTER_CHECKPOINT_SECONDS",
+                                             min=0.0, help="Projector only: and at least this often while "
+                                             "envelopes come."),
 ) -> None:
     """Run one service as a Faust worker on Kafka: it consumes its inbox and writes to the next ones.
 
@@ -85,10 +102,11 @@ def run_cmd(
 
     def claim_port() -> Any:
         """The metrics socket, once the service's own inputs checked out and before Kafka is asked."""
-        return _metrics_socket(metrics_port) if metrics_port else None
+        return _metrics_socket(metrics_port, metrics_address) if metrics_port else None
 
     if service == "projector":
-        worker = _projector(config, policy, policy_file, store, sink, claim_port)
+        worker = _projector(config, policy, policy_file, store, sink, claim_port,
+                            signing=(signing_key, rotated_from, checkpoint_every, checkpoint_seconds))
     elif service == "cluster":
         worker = _cluster(config, sink, claim_port, loglevel=loglevel, kube_url=kube_url, kubeconfig=kubeconfig,
                           context=context, identity=identity, lease=lease, lease_duration=lease_duration,
@@ -154,27 +172,45 @@ def _service(service: str, config: BusConfig, policy: Policy, ordering: str, sin
 
 
 def _projector(config: BusConfig, policy: Policy, policy_file: Optional[Path], store: Optional[str], sink: Any,
-               claim_port: Callable[[], Any]) -> _Worker:
-    """The projector: its store's tables made (and the services' policy recorded there), the log topic
-    checked from where the store says it read to, its app."""
+               claim_port: Callable[[], Any], *,
+               signing: tuple[Optional[Path], Optional[Path], int, float] = (None, None, 10_000, 60.0)) -> _Worker:
+    """The projector: its store's tables made (and the services' policy recorded there, signed when it
+    has a signing key), the log topic checked from where the store says it read to, its app."""
     from shared.history import StoreError, schema
     from shared.history.engine import resolve_url
+    from shared.history.integrity import BadKey, Signer
     from shared.observability.metrics import server as metrics
     from shared.runtime.bus.projector import projector_app
 
+    key_file, previous_file, every, seconds = signing
+    try:
+        signer = Signer.from_file(key_file) if key_file else None
+        previous = Signer.from_file(previous_file) if previous_file else None
+    except BadKey as exc:
+        raise failed(str(exc)) from None
+    if signer is None:
+        logging.getLogger("muster.projector").warning(
+            "projector: no --signing-key ($MUSTER_SIGNING_KEY): the log is hash-chained but its checkpoints are "
+            "not signed, so an auditor cannot tell it from a rewritten one (docs/operations.md, signing key)")
     try:
         url = resolve_url(store)
         schema.ensure(url)
         if policy_file:  # the services' policy: what `muster replay --verify` needs to rebuild them
             from shared.audit.header import LogHeader
             from shared.history.header import write_header
+            from shared.history.writer import ProjectionWriter
 
-            write_header(url, LogHeader.made_now(policy, origin="kafka").for_store())
+            header = LogHeader.made_now(policy, origin="kafka").for_store()
+            write_header(url, header)
+            if signer is not None:
+                with ProjectionWriter(url, signer=signer, rotated_from=previous) as writer:
+                    writer.sign_header(header)
     except StoreError as exc:
         raise failed(exc) from None
     sock = claim_port()
     _topics_or_exit(config, "the projector", config.topics.log, resume=_stored_offset(url, config.topics.log))
-    app_ = projector_app(config, url, sink=sink)
+    app_ = projector_app(config, url, sink=sink, signer=signer, rotated_from=previous, checkpoint_every=every,
+                         checkpoint_seconds=seconds)
     return _Worker(app_, metrics.projector_exposition(app_), sock)
 
 
@@ -232,7 +268,7 @@ def _take_lease(target: Any, who: str, lease: Optional[str], worker: _Worker, *,
         standby = lambda: metrics.serve(worker.sock.dup(), worker.exposition.registry, waiting)  # noqa: E731
     try:
         err = Console(stderr=True, highlight=False, soft_wrap=True)
-        asyncio.run(take_lease(target, elector, say=lambda line: err.print(escape(line)), meanwhile=standby))
+        asyncio.run(take_lease(target, elector, say=lambda line: err.print(plain(line)), meanwhile=standby))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     except Exception as exc:  # noqa: BLE001 - forbidden, unreachable: one line, exit 2
@@ -258,12 +294,13 @@ def _run(worker: _Worker, loglevel: str, sink: Any) -> None:
             sink.close()  # sends what is left
 
 
-def _metrics_socket(port: int) -> Any:
-    """The metrics port, bound; a busy one is one line and exit code 2."""
-    from shared.observability.metrics.server import MetricsPortError, bind
+def _metrics_socket(port: int, address: Optional[str]) -> Any:
+    """The metrics port, bound on ``address`` (``default_address`` when not given); a busy one is one line
+    and exit code 2."""
+    from shared.observability.metrics.server import MetricsPortError, bind, default_address
 
     try:
-        return bind(port)
+        return bind(port, address or default_address(os.environ))
     except MetricsPortError as exc:
         raise failed(exc) from None
 

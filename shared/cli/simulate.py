@@ -8,12 +8,12 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from shared.cli.errors import failed
 from shared.cli.options import SCHEDULER_NAMES_HELP, tracing_ready, writable, write
 from shared.kernel.policy import Policy, PolicyError
 from shared.sim.scenario import ScenarioError, load_scenario
+from shared.kernel.display import plain
 
 
 def simulate_cmd(
@@ -64,7 +64,7 @@ def simulate_cmd(
             policy = (policy or Policy()).with_scheduler_names(scheduler_names)
         loaded = load_scenario(scenario)
         for note in loaded.notes():
-            err.print(f"[yellow]note:[/] {escape(note)}")
+            err.print(f"[yellow]note:[/] {plain(note)}")
         if cluster is not None and bus is not None:
             raise failed("--cluster and --bus: choose one")
         if cluster is not None:
@@ -110,7 +110,7 @@ def simulate_cmd(
     failures = run.check() if check else []
     if quiet:
         for f in failures:
-            err.print(f"[red]✗[/] {escape(str(f))}")
+            err.print(f"[red]✗[/] {plain(str(f))}")
     else:
         from shared.sim.timeline import render
 
@@ -119,12 +119,12 @@ def simulate_cmd(
         if written is not None:
             from shared.history.engine import display
 
-            console.print(f"[dim]history: {written.events} events written to {escape(display(store))}"
+            console.print(f"[dim]history: {written.events} events written to {plain(display(store))}"
                           + (f" ({written.skipped} were there already)" if written.skipped else "") + "[/]")
         elif store is not None:
             from shared.history.engine import display
 
-            console.print(f"[dim]history: the projector wrote the event log to {escape(display(store))}[/]")
+            console.print(f"[dim]history: the projector wrote the event log to {plain(display(store))}[/]")
     if not_sent is not None:
         raise failed(f"--trace: {not_sent}")
     if failures:
@@ -199,5 +199,5 @@ def _simulate_on_bus(scenario: Any, policy: Optional[Policy], bus: str, services
         if not keep_topics:  # the run's own (prefix of its own); the history, if asked for, is in --store
             delete_topics(config)
         else:  # the prefix has a random part: without it nobody finds them again
-            err.print(f"topics kept: {escape(config.prefix)}* (e.g. muster log export --from {escape(bus)} "
-                      f"--topic-prefix {escape(config.prefix)} --out log.jsonl)", soft_wrap=True)
+            err.print(f"topics kept: {plain(config.prefix)}* (e.g. muster log export --from {plain(bus)} "
+                      f"--topic-prefix {plain(config.prefix)} --out log.jsonl)", soft_wrap=True)

@@ -7,11 +7,11 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from shared.cli.errors import failed
 from shared.cli.options import LOCAL_HELP, STORE_HELP, TIME_HELP, resolved, time_arg
 from shared.kernel.eventtime import TimeArg
+from shared.kernel.display import plain
 
 
 def history_cmd(
@@ -39,8 +39,8 @@ def history_cmd(
         raise failed(exc) from None
     if doc is None:
         err = Console(stderr=True, highlight=False, soft_wrap=True)
-        err.print(f"[red]error:[/] no workload {escape(workload)} in the history at {escape(display(url))}"
-                  + (f"; did you mean {escape(', '.join(similar))}?" if similar else ""))
+        err.print(f"[red]error:[/] no workload {plain(workload)} in the history at {plain(display(url))}"
+                  + (f"; did you mean {plain(', '.join(similar))}?" if similar else ""))
         raise typer.Exit(1)
     if as_json:
         typer.echo(json.dumps(doc, indent=2))

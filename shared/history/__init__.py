@@ -5,6 +5,7 @@
     writer.py   ProjectionWriter: a batch per transaction, with the consumed offsets
     query.py    reading it back: a workload's timeline, queue usage, the event log
     header.py   the ``log_header`` row: muster and schema version, the policy the log was made under
+    integrity.py  the hash chain over the event log and the Ed25519-signed records anchoring it
     schema.py   Alembic upgrade/downgrade, creating an empty store
     engine.py   URLs, engines, errors a person can act on
     stream.py   LogStream: a run's log written while it is made (``muster simulate --store URL``)
@@ -19,6 +20,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from shared.history.engine import ENV, OtherHistory, StoreError, display
+from shared.history.integrity import Signer
 from shared.history.writer import ProjectionWriter, WriteCounts, write_log
 from shared.kernel.events import Envelope
 
@@ -26,9 +28,13 @@ __all__ = ["ENV", "OtherHistory", "ProjectionWriter", "StoreError", "WriteCounts
 
 
 def record(url: str, log: Sequence[Envelope], *, batch_size: int = 5_000, header: dict[str, Any] | None = None,
-           progress: Callable[[int], None] | None = None) -> WriteCounts:
+           progress: Callable[[int], None] | None = None, signer: Signer | None = None) -> WriteCounts:
     """Write one run's event log into the store at ``url`` (tables created if it is empty), with
     the ``header`` it was made under (``shared.history.header``) when given.
+
+    The log is chained and signed as a deployment's projector signs it: by ``signer``, or by a key
+    made for this run (its public half is in the store: ``muster log key``); the header is signed
+    first and a final checkpoint seals the run.
 
     A store holds one history: recording the same run again changes nothing, but a store that
     already holds a different run is refused (``OtherHistory``: two runs would mix workloads of
@@ -42,7 +48,7 @@ def record(url: str, log: Sequence[Envelope], *, batch_size: int = 5_000, header
     from shared.history.models import EventLog
 
     schema.ensure(url)
-    with ProjectionWriter(url) as writer:
+    with ProjectionWriter(url, signer=signer or Signer.generate()) as writer:
         with errors_explained(writer.engine), writer.engine.connect() as conn:
             held = conn.execute(select(func.count()).select_from(EventLog.__table__)).scalar_one()
             if held:
@@ -52,7 +58,10 @@ def record(url: str, log: Sequence[Envelope], *, batch_size: int = 5_000, header
                     raise OtherHistory(f"the store at {display(url)} already holds another history ({held} events); "
                                        "give each run a store of its own (e.g. a new sqlite:/// file)")
                 return WriteCounts(skipped=len(log))
+        if header is not None:
+            writer.sign_header(header)
         counts = write_log(writer, log, batch_size=batch_size, progress=progress)
+        writer.seal()
     if header is not None:
         write_header(url, header)
     return counts

@@ -19,6 +19,10 @@ from sqlalchemy.exc import ArgumentError, DataError, DBAPIError, IntegrityError,
 from shared.history.rows import JsonText
 
 ENV = "MUSTER_STORE"
+SSLMODE_ENV = "MUSTER_STORE_SSLMODE"
+SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+"""libpq's ``sslmode`` values. Production: ``verify-full`` (TLS, the server's certificate checked against
+``sslrootcert`` and its name against the host), docs/operations.md, Exposure."""
 EXAMPLES = "sqlite:///history.db or postgresql+psycopg://postgres@127.0.0.1:5432/muster"
 
 
@@ -62,7 +66,23 @@ def parse_url(url: str) -> URL:
                          f"or SQLite, not {backend!r} (e.g. {EXAMPLES})")
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
+    if backend == "postgresql":
+        parsed = _with_sslmode(parsed, os.environ.get(SSLMODE_ENV))
     return parsed
+
+
+def _with_sslmode(url: URL, default: str | None) -> URL:
+    """``url`` with ``sslmode`` from ``$MUSTER_STORE_SSLMODE`` when the URL names none (the URL's own
+    ``?sslmode=`` wins); a value libpq does not know is a ``StoreError`` here, not at the first connection."""
+    mode = url.query.get("sslmode")
+    if mode is None and default:
+        url = url.update_query_dict({"sslmode": default})
+        mode = default
+    if mode is not None and mode not in SSLMODES:
+        source = "sslmode in the URL" if default is None or url.query.get("sslmode") != default else SSLMODE_ENV
+        raise StoreError(f"{url.render_as_string(hide_password=True)}: {source} {mode!r} is not one of "
+                         f"{', '.join(SSLMODES)}")
+    return url
 
 
 def display(url: str | URL | Engine) -> str:

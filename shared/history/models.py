@@ -17,6 +17,7 @@ integration tests compare the migrated schema with this metadata, so the two can
     decisions             every service output, with its service, input event and reason
     consumed_offsets      how far the projector has read each topic partition
     log_header            what the log was made under: muster and schema version, the policy
+    log_signed            the signed records anchoring the event log's hash chain: keys, header, checkpoints
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ class EventLog(Base):
     partition: Mapped[int | None] = mapped_column(Integer)
     offset: Mapped[int | None] = mapped_column(BigInteger)
     """Where the projector read it (Kafka topic, partition, offset); NULL in the embedded runtime."""
+    chain_offset: Mapped[int | None] = mapped_column(BigInteger)
+    chain: Mapped[str | None] = mapped_column(String(64))
+    """The envelope's place in its partition's hash chain and its link there, in hex
+    (``shared.history.integrity``); NULL in a store written before the chain existed (migration 0003)."""
 
     __table_args__ = (
         Index("ix_event_log_workload_key_seq", "workload_key", "seq"),
@@ -259,6 +264,20 @@ class LogHeader(Base):
     scenario: Mapped[str | None]
     until: Mapped[float | None]
     """The scenario time the run went to (a simulated run), else NULL."""
+
+
+class LogSigned(Base):
+    """A record the log's signer signed (``shared.history.integrity``): a key (the first self-signed,
+    a rotation signed by the old key), the header, or a checkpoint of the chain. ``record`` is its JSON
+    as signed; ``kind``, ``partition`` and ``offset`` repeat what it says, for reading it in order."""
+
+    __tablename__ = "log_signed"
+
+    seq: Mapped[int] = mapped_column(Seq, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    partition: Mapped[int | None] = mapped_column(Integer)
+    offset: Mapped[int | None] = mapped_column(BigInteger)
+    record: Mapped[str] = mapped_column(Text)
 
 
 TABLES = tuple(Base.metadata.sorted_tables)

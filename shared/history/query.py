@@ -11,7 +11,7 @@ from typing import Any, Iterator
 from sqlalchemy import Engine, and_, func, select
 
 from shared.history.engine import errors_explained, opened
-from shared.history.models import EventLog, Placement, Queue, QueueUsage, Workload, WorkloadTransition
+from shared.history.models import EventLog, LogSigned, Placement, Queue, QueueUsage, Workload, WorkloadTransition
 from shared.kernel import quantity as q
 from shared.kernel.events import Envelope
 from shared.kernel.model import UNLIMITED
@@ -121,6 +121,67 @@ def queue_report(url: str | Engine, at: float | None = None) -> dict[str, dict[s
             entry["waiting"] = [m.key for m in members if m.queue == name and m.phase == "Queued"]
         report[name] = entry
     return report
+
+
+def chained(url: str | Engine) -> bool:
+    """Whether every stored envelope has its link in the chain (none written before migration 0003)."""
+    e = EventLog.__table__
+    with errors_explained(url), opened(url, existing=True) as engine, engine.connect() as conn:
+        return conn.execute(select(e.c.seq).where(e.c.chain.is_(None)).limit(1)).first() is None
+
+
+def read_chain(url: str | Engine) -> Iterator[tuple[Envelope, int, int, str]]:
+    """Every stored envelope in the order written, with its partition, offset and link in the chain."""
+    e = EventLog.__table__
+    with errors_explained(url), opened(url, existing=True) as engine, engine.connect() as conn:
+        for row in conn.execution_options(yield_per=5_000).execute(select(e).order_by(e.c.seq)).mappings():
+            yield (_envelope(row), row["partition"] or 0, row["chain_offset"], row["chain"])
+
+
+def chain_starts(url: str | Engine) -> dict[int, int]:
+    """Each partition's first stored offset in the chain: above 0 once records were archived and pruned."""
+    e = EventLog.__table__
+    part = func.coalesce(e.c.partition, 0)
+    with errors_explained(url), opened(url, existing=True) as engine, engine.connect() as conn:
+        return {p: o for p, o in conn.execute(select(part, func.min(e.c.chain_offset)).group_by(part)).all()
+                if o is not None}
+
+
+def prune(url: str | Engine, through: dict[int, int]) -> int:
+    """Delete the stored envelopes up to and including offset ``through[p]`` of each partition's chain
+    (what ``muster log archive --prune`` archived); the number deleted. The views (workloads,
+    transitions, placements, queues, decisions) keep their rows: they are the history's state, not its log."""
+    from shared.history.writer import LOCK_ID
+
+    e = EventLog.__table__
+    part = func.coalesce(e.c.partition, 0)
+    deleted = 0
+    with errors_explained(url), opened(url, existing=True) as engine, engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({LOCK_ID})")
+        for p, offset in through.items():
+            deleted += conn.execute(e.delete().where(part == p, e.c.chain_offset <= offset)).rowcount or 0
+    return deleted
+
+
+def read_signed(url: str | Engine, kinds: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """The signed records (``shared.history.integrity``) in the order they were written."""
+    import json
+
+    s = LogSigned.__table__
+    stmt = select(s.c.record).order_by(s.c.seq)
+    if kinds is not None:
+        stmt = stmt.where(s.c.kind.in_(kinds))
+    with errors_explained(url), opened(url, existing=True) as engine, engine.connect() as conn:
+        return [json.loads(text) for text in conn.execute(stmt).scalars()]
+
+
+def _envelope(row: Any) -> Envelope:
+    return Envelope.model_validate({
+        "id": row["event_id"], "type": row["type"], "subject": row["subject"], "source": row["source"],
+        "occurred_at": row["occurred_at"], "causation_id": row["causation_id"],
+        "correlation_id": row["correlation_id"], "schema_version": row["schema_version"],
+        "trace": row["trace"], "payload": row["payload"]})
 
 
 def read_log(url: str | Engine, workload: str | None = None) -> Iterator[Envelope]:

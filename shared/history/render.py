@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from shared.kernel.eventtime import SCENARIO, TimeFormat
 from shared.sim.timeline import render_workload
+from shared.kernel.display import plain
 
 
 def _at(clock: TimeFormat, t: float | None) -> str:
@@ -33,8 +33,8 @@ def render_history(doc: dict[str, Any], console: Console, clock: TimeFormat = SC
         gpu = pod["gpu"]
         gpu_text = f"{gpu['devices']} x{gpu['fraction']:g}" if gpu else "-"
         bound = ", ".join(f"{_at(clock, a)}-{_at(clock, b)}" for a, b in pod["bound"]) or "never bound"
-        pods.add_row(escape(pod["name"]), escape(pod["pod_set"]), escape(pod["node"] or "-"), escape(gpu_text),
-                     escape(bound))
+        pods.add_row(plain(pod["name"]), plain(pod["pod_set"]), plain(pod["node"] or "-"), plain(gpu_text),
+                     plain(bound))
     console.print(pods)
 
 
@@ -49,10 +49,10 @@ def render_queues(report: dict[str, dict[str, Any]], console: Console, at: float
         table.add_column("workloads")
     for name, entry in report.items():
         resources = sorted(set(entry["usage"]) | set(entry["guarantee"]) | set(entry["limit"])) or ["-"]
-        label = escape(name) + ("" if entry["defined"] else " [dim](implicit)[/]" if not entry.get("rejected")
+        label = plain(name) + ("" if entry["defined"] else " [dim](implicit)[/]" if not entry.get("rejected")
                                 else " [red](rejected)[/]")
         for i, resource in enumerate(resources):
-            row = [label if i == 0 else "", escape(entry["parent"] or "-") if i == 0 else "", escape(resource),
+            row = [label if i == 0 else "", plain(entry["parent"] or "-") if i == 0 else "", plain(resource),
                    entry["usage"].get(resource, "0" if resource != "-" else "-"),
                    entry["guarantee"].get(resource, "-"), entry["limit"].get(resource, "-")]
             if at is None:
@@ -61,4 +61,4 @@ def render_queues(report: dict[str, dict[str, Any]], console: Console, at: float
     console.print(table)
     for name, entry in report.items():
         if entry.get("rejected"):
-            console.print(f"[red]{escape(name)}[/]: {escape(entry['rejected'])}")
+            console.print(f"[red]{plain(name)}[/]: {plain(entry['rejected'])}")

@@ -77,6 +77,8 @@ class Located(NamedTuple):
     offset: int | None = None
     payload: str | None = None
     """The payload's JSON text as read (``codec.payload_text``), stored as it is; None: serialise it."""
+    raw: bytes | None = None
+    """The envelope's bytes as the bus carried them (what the hash chain covers); None: serialise it."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,8 @@ class RowOps:
     offsets: list[dict[str, Any]] = field(default_factory=list)
     skipped: int = 0
     """Envelopes of the batch the store already held (or that came twice in it)."""
+    signed: list[dict[str, Any]] = field(default_factory=list)
+    """``log_signed`` rows: the records the writer's signer made with the batch (``shared.history.integrity``)."""
 
     def counts(self) -> dict[str, int]:
         return {name: len(getattr(self, name)) for name in self.TABLES}
@@ -197,7 +201,7 @@ def prepare(batch: Sequence[Located], stored_ids: Container[str] = frozenset(),
     for topic, partition, offset in consumed:
         offsets[(topic, partition)] = max(offsets.get((topic, partition), 0), offset + 1)
     for item in batch:
-        env, topic, partition, offset, _ = item
+        env, topic, partition, offset, _, _ = item
         if topic is not None and partition is not None and offset is not None:
             where = (topic, partition)
             if offset >= offsets.get(where, 0):

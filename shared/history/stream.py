@@ -6,6 +6,10 @@ watch object it published, kept until the end: 1.2 GB for 5,000 RayClusters agai
 is published and writes a batch of them every ``batch_size``, so what the run holds for the store is
 one batch (docs/benchmarks.md, "simulate --store").
 
+It chains and signs as ``record`` does: by a ``signer``, or by a key made for this run (its public
+half is in the store); the header is signed before the first envelope, and ``finish`` seals the run
+with a final checkpoint.
+
 The store's rule is ``record``'s: a store holds one history. An empty store gets the run; a store
 holding this very run already (the same scenario recorded again) gets nothing and counts it skipped;
 a store holding another history is refused (``OtherHistory``) — found at the first batch that is not
@@ -17,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.history.engine import OtherHistory, StoreError, display
+from shared.history.integrity import Signer
 from shared.history.writer import Pipeline, ProjectionWriter, WriteCounts
 from shared.kernel.events import Envelope
 
@@ -27,7 +32,8 @@ BATCH = 5_000
 class LogStream:
     """Call it with each envelope of the run in order (``EmbeddedRuntime.subscribe``), then ``finish``."""
 
-    def __init__(self, url: str, *, header: dict[str, Any] | None = None, batch_size: int = BATCH) -> None:
+    def __init__(self, url: str, *, header: dict[str, Any] | None = None, batch_size: int = BATCH,
+                 signer: Signer | None = None) -> None:
         from sqlalchemy import func, select
 
         from shared.history import schema
@@ -38,14 +44,16 @@ class LogStream:
         self.url, self.batch_size = url, batch_size
         self.header = header
         """The ``log_header`` row the run is made under (``shared.history.header``), written by ``finish``."""
-        self.writer = ProjectionWriter(url)
+        self.writer = ProjectionWriter(url, signer=signer or Signer.generate())
         try:
             with errors_explained(self.writer.engine), self.writer.engine.connect() as conn:
+                # events the store held before the run: none, or this run's (else ``OtherHistory``)
                 self.held = conn.execute(select(func.count()).select_from(EventLog.__table__)).scalar_one()
+            if not self.held and header is not None:
+                self.writer.sign_header(header)  # first, as ``record`` signs it
         except BaseException:
             self.writer.close()
             raise
-        """Events the store held before the run: 0, or this run's (else ``OtherHistory``)."""
         self.pipeline = Pipeline(self.writer)
         self.batch: list[Envelope] = []
         self.seen = 0
@@ -103,6 +111,8 @@ class LogStream:
             if self.error is None:
                 try:
                     self.counts = self.counts + self.pipeline.flush()
+                    if not self.held:
+                        self.writer.seal()  # the run has ended: a final checkpoint signs all of it
                 except StoreError as exc:
                     self.error = exc
         finally:

@@ -26,6 +26,7 @@ writer has been there or when a transaction failed.
 from __future__ import annotations
 
 import gc
+import json
 import threading
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -46,9 +47,10 @@ from sqlalchemy.exc import IntegrityError
 
 from shared.history import rows
 from shared.history.engine import StoreError, connect, dump_json, errors_explained
-from shared.kernel.events import Envelope
+from shared.history.integrity import Chainer, Signer, digest, package_version
+from shared.kernel.events import Envelope, to_json
 from shared.history.models import (
-    ConsumedOffset, Decision, EventLog, Placement, Queue, QueueUsage, Workload, WorkloadTransition,
+    ConsumedOffset, Decision, EventLog, LogSigned, Placement, Queue, QueueUsage, Workload, WorkloadTransition,
 )
 
 LOCK_ID = zlib.crc32(b"muster.projector")
@@ -78,7 +80,8 @@ class WriteCounts:
 
 _TABLES: dict[str, Table] = {name: model.__table__ for name, model in (  # type: ignore[misc]
     ("event_log", EventLog), ("decisions", Decision), ("workloads", Workload), ("transitions", WorkloadTransition),
-    ("placements", Placement), ("queues", Queue), ("queue_usage", QueueUsage), ("offsets", ConsumedOffset))}
+    ("placements", Placement), ("queues", Queue), ("queue_usage", QueueUsage), ("offsets", ConsumedOffset),
+    ("signed", LogSigned))}
 
 
 class _Incoherent(Exception):
@@ -99,10 +102,19 @@ class ProjectionWriter:
 
     The tables must exist (``muster db upgrade``, or ``shared.history.schema.ensure``).
     ``max_workloads`` bounds how many workloads the projector keeps in memory between batches.
+
+    Every envelope written is chained (``shared.history.integrity``: its link and place in
+    ``event_log``), so the store is the log of record for the projector and the embedded runtime
+    alike. With a ``signer`` the writer also signs checkpoints (every ``checkpoint_every`` envelopes,
+    every ``checkpoint_seconds``) into ``log_signed``, in the same transaction as the envelopes
+    they cover, and introduces its key there first (signed by ``rotated_from``, the old key, when
+    one is given: a rotation).
     """
 
     def __init__(self, url: str | Engine, *, consumer: str = "projector", retries: int = 3,
-                 max_workloads: int = 50_000) -> None:
+                 max_workloads: int = 50_000, signer: Signer | None = None, rotated_from: Signer | None = None,
+                 checkpoint_every: int | None = None, checkpoint_seconds: float | None = None,
+                 chained: bool = True) -> None:
         owned = not isinstance(url, Engine)
         self.engine = connect(url)
         self.consumer = consumer
@@ -117,6 +129,17 @@ class ProjectionWriter:
         did not expect fails the commit on the unique event id and is written again, checked."""
         self._postgres = self.engine.dialect.name == "postgresql"
         self._chunk = 10_000 if self._postgres else 900
+        self.chained = chained
+        """False only to measure what the chain costs (``bench/projector_bench.py``): no link is written."""
+        self.signer = signer if chained else None
+        self.rotated_from = rotated_from
+        self._chain_options = {k: v for k, v in (("every", checkpoint_every), ("seconds", checkpoint_seconds))
+                               if v is not None}
+        self._version = package_version()
+        self.chainer = self._new_chainer()
+        self._chain_loaded = False
+        self.signed: list[dict[str, Any]] = []
+        """The records signed with the batches committed so far (the projector publishes them)."""
         if owned and not self._postgres:
             _begin_immediate(self.engine)
 
@@ -134,7 +157,10 @@ class ProjectionWriter:
                 try:
                     with self.engine.begin() as conn:
                         self._sync(conn, self._take_lock(conn))
-                        return self._store(conn, self._convert(conn, items, consumed=consumed))
+                        ops = self._convert(conn, items, consumed=consumed)
+                        counts = self._store(conn, ops)
+                    self._committed(ops)
+                    return counts
                 except _RACED:   # another writer stored some of these first: fold again on its state
                     self._go_cold()
                     if attempt == self.retries:
@@ -162,6 +188,68 @@ class ProjectionWriter:
             return dict(conn.execute(select(t.c.partition, t.c.offset)  # type: ignore[arg-type]
                                      .where(t.c.consumer == self.consumer, t.c.topic == topic)).all())
 
+    def seal(self) -> list[dict[str, Any]]:
+        """Sign a final checkpoint of every partition (a run that has ended) and store it; what was signed.
+        Nothing without a signer, or when nothing was written."""
+        if self.signer is None:
+            return []
+        with errors_explained(self.engine), self.engine.begin() as conn:
+            self._sync(conn, self._take_lock(conn))
+            self._load_chain(conn)
+            records = self.chainer.seal()
+            self._insert(conn, "signed", _signed_rows(records))
+        self.signed.extend(records)
+        return records
+
+    def sign_due(self) -> list[dict[str, Any]]:
+        """Store the checkpoints that have come due with no batch to carry them (an idle log whose last
+        envelopes wait ``checkpoint_seconds`` for one); what was signed."""
+        if self.signer is None or not self._chain_loaded:
+            return []
+        records = self.chainer.due()
+        if not records:
+            return []
+        try:
+            with errors_explained(self.engine), self.engine.begin() as conn:
+                if self._take_lock(conn) != self._high_water:
+                    raise StoreError("another writer wrote the store meanwhile")
+                self._insert(conn, "signed", _signed_rows(records))
+        except BaseException:
+            self._go_cold()
+            raise
+        self.signed.extend(records)
+        return records
+
+    def sign_header(self, header: dict[str, Any]) -> None:
+        """Store the header the log was made under, signed (with the key's record first if the store
+        has none of it yet), unless the last signed header says the same. Nothing without a signer."""
+        if self.signer is None:
+            return
+        with errors_explained(self.engine), self.engine.begin() as conn:
+            self._sync(conn, self._take_lock(conn))
+            self._load_chain(conn)
+            s = LogSigned.__table__
+            last = conn.execute(select(s.c.record).where(s.c.kind == "header").order_by(s.c.seq.desc())
+                                .limit(1)).scalar()
+            if last is not None and json.loads(last).get("header") == dict(header) and not self.chainer.pending:
+                return
+            signed = self.signer.header_record(header)
+            records = [*self.chainer.pending, signed]
+            self.chainer.pending = []
+            self.chainer.header = digest(signed)
+            self._insert(conn, "signed", _signed_rows(records))
+        self.signed.extend(records)
+
+    def keep_signed(self, records: Sequence[dict[str, Any]]) -> None:
+        """Store signed records as another signer made them (``muster log import`` of a chained log),
+        unless the store holds signed records already (an import done before)."""
+        if not records:
+            return
+        with errors_explained(self.engine), self.engine.begin() as conn:
+            self._take_lock(conn)
+            if conn.execute(select(LogSigned.__table__.c.seq).limit(1)).first() is None:
+                self._insert(conn, "signed", _signed_rows(records))
+
     def close(self) -> None:
         self.engine.dispose()
 
@@ -175,6 +263,54 @@ class ProjectionWriter:
     def _go_cold(self) -> None:
         self.projector = rows.Projector(max_workloads=self.max_workloads)
         self._high_water = None
+        self.chainer = self._new_chainer()
+        self._chain_loaded = False
+
+    def _new_chainer(self) -> Chainer:
+        return Chainer(self.signer, self._version, **self._chain_options)  # type: ignore[arg-type]
+
+    def _load_chain(self, conn: Connection) -> None:
+        """Where each partition's chain is in the store, and the last checkpoint of it (the writer
+        goes on from there); the signer's key record queued when the store has none of it yet."""
+        if self._chain_loaded:
+            return
+        e, s = EventLog.__table__, LogSigned.__table__
+        part = func.coalesce(e.c.partition, 0)
+        last = select(part.label("p"), func.max(e.c.chain_offset).label("o")).where(
+            e.c.chain_offset.is_not(None)).group_by(part).subquery()
+        heads = conn.execute(select(last.c.p, last.c.o, e.c.chain).join(
+            e, (func.coalesce(e.c.partition, 0) == last.c.p) & (e.c.chain_offset == last.c.o))).all()
+        signed = {p: (o, n) for p, o, n in conn.execute(select(s.c.partition, func.max(s.c.offset), func.count()).where(
+            s.c.kind == "checkpoint").group_by(s.c.partition)).all()}
+        for p, offset, chain in heads:
+            last, count = signed.get(p, (-1, 0))
+            self.chainer.start(p, offset + 1, bytes.fromhex(chain), last + 1, count)
+        for p, (last, count) in signed.items():
+            if p not in self.chainer.heads:  # every stored envelope archived and pruned: go on from the last checkpoint
+                record = json.loads(conn.execute(select(s.c.record).where(
+                    s.c.kind == "checkpoint", s.c.partition == p, s.c.offset == last).limit(1)).scalar_one())
+                self.chainer.start(p, last + 1, bytes.fromhex(record["chain"]), last + 1, count)
+        if self.signer is not None:
+            header = conn.execute(select(s.c.record).where(s.c.kind == "header").order_by(s.c.seq.desc())
+                                  .limit(1)).scalar()
+            self.chainer.header = None if header is None else digest(json.loads(header))
+            keys = [json.loads(r) for r in conn.execute(select(s.c.record).where(s.c.kind == "key")).scalars()]
+            if all(k.get("key_id") != self.signer.id for k in keys):
+                self.chainer.pending.append(self.signer.key_record(self.rotated_from))
+        self._chain_loaded = True
+
+    def _chain(self, conn: Connection, items: Sequence[rows.Located], ops: rows.RowOps) -> None:
+        """Give each new ``event_log`` row its place and link in its partition's chain (``items`` are
+        the batch's envelopes the store does not hold yet, in the order of those rows), and the
+        checkpoints that come due to ``ops.signed``."""
+        self._load_chain(conn)
+        add = self.chainer.add
+        for row, item in zip(ops.event_log, items):
+            raw = item.raw if item.raw is not None else to_json(item.envelope)
+            offset, value = add(item.partition or 0, raw)
+            row["chain_offset"] = offset
+            row["chain"] = value.hex()
+        ops.signed = _signed_rows(self.chainer.due())
 
     def _take_lock(self, conn: Connection) -> int:
         """Lock out other writers for the transaction; the highest ``event_log.seq`` then.
@@ -211,18 +347,28 @@ class ProjectionWriter:
         if need:
             self.projector.seed(self._load(conn, need))
         with gc_paused():
-            return self.projector.convert(prepared, consumer=self.consumer)
+            ops = self.projector.convert(prepared, consumer=self.consumer)
+        if self.chained:
+            self._chain(conn, prepared.items, ops)
+        return ops
 
     def _commit(self, ops: rows.RowOps) -> WriteCounts:
         """A pipelined batch's own transaction (runs on the writer thread)."""
         with self.engine.begin() as conn:
             if self._take_lock(conn) != self._high_water:
                 raise _Incoherent()
-            return self._store(conn, ops)
+            counts = self._store(conn, ops)
+        self._committed(ops)
+        return counts
+
+    def _committed(self, ops: rows.RowOps) -> None:
+        if ops.signed:
+            self.signed.extend(json.loads(r["record"]) for r in ops.signed)
 
     def _store(self, conn: Connection, ops: rows.RowOps) -> WriteCounts:
         self._insert(conn, "event_log", ops.event_log)
         self._insert(conn, "decisions", ops.decisions)
+        self._insert(conn, "signed", ops.signed)
         rest = [_Part("workloads", ops.workloads), _Part("transitions", ops.transitions, upsert=False),
                 _Part("placements", ops.placements), _Part("queues", ops.queues),
                 _Part("queue_usage", ops.queue_usage), _Part("offsets", ops.offsets, keep_larger="offset")]
@@ -394,6 +540,11 @@ class Pipeline:
             cold = cold or flight.commit.exception() is not None
         if cold:
             self.writer._go_cold()
+
+
+def _signed_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"kind": r["kind"], "partition": r.get("partition"), "offset": r.get("offset"),
+             "record": json.dumps(r, separators=(",", ":"), ensure_ascii=False)} for r in records]
 
 
 def _driver(conn: Connection) -> Any:

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from shared.kernel.fastmodel import built, writer
 from shared.kernel.model import Frozen, QueueSpec, WorkloadSpec, gpu_memory_held
+from shared.kernel.validation import TEXT_CHARS, bounded
 
 SCHEMA_VERSION = 1
 FIRST_SCHEMA_VERSION = 1
@@ -500,6 +501,11 @@ def kube_effect(op: str, kind: str, namespace: str, name: str, *, api_version: s
     is refused (or coerced) exactly as before."""
     annotations = {} if annotations is None else annotations
     status = {} if status is None else status
+    if (type(message) is str and len(message) > TEXT_CHARS) or (type(reason) is str and len(reason) > TEXT_CHARS) \
+            or any(type(v) is str and len(v) > TEXT_CHARS for v in annotations.values()):  # written text is bounded
+        message = bounded(message) if type(message) is str else message
+        reason = bounded(reason) if type(reason) is str else reason
+        annotations = {k: bounded(v) if type(v) is str else v for k, v in annotations.items()}
     if (type(op) is str and op in _EFFECT_OPS and type(event_type) is str and event_type in _EVENT_TYPES and type(annotations) is dict and type(status) is dict
             and type(kind) is str and type(namespace) is str and type(name) is str and type(api_version) is str
             and type(node) is str and type(reason) is str and type(message) is str

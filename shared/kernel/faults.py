@@ -29,6 +29,7 @@ from shared.kernel.events import (
     WorkloadUpdated,
 )
 from shared.kernel.kube import watched_namespace
+from shared.kernel.validation import printable
 
 WORKLOAD_KINDS = ("RayCluster", "RayJob", "PodGroup")
 QUEUE_KINDS = ("Queue", "ElasticQuotaTree")
@@ -50,7 +51,7 @@ class Fault:
 def describe(service: str, env: Envelope, exc: BaseException) -> str:
     """One line, the same on every runtime: the service, the event and the exception."""
     text = str(exc).strip().splitlines()
-    message = text[0][:ERROR_CHARS] if text else ""
+    message = printable(text[0][:ERROR_CHARS]) if text else ""  # logged as it is: no control characters
     return f"{service} failed on {env.type} {env.subject}: {type(exc).__name__}" + (f": {message}" if message else "")
 
 

@@ -29,6 +29,7 @@ import re
 from typing import Mapping
 
 from shared.kernel import quantity as q
+from shared.kernel.validation import quoted
 
 ANNOTATION = "gpu-memory"
 """KAI's pod annotation: MiB of one GPU device (``pkg/common/constants/constants.go`` ``GpuMemory``)."""
@@ -57,10 +58,10 @@ def request(annotations: Mapping[str, str], where: str) -> int:
         return 0
     field = f"{where}.annotations.{ANNOTATION}"
     if not isinstance(raw, str) or _UNSIGNED.fullmatch(raw) is None or int(raw) == 0:
-        raise q.QuantityError(f"{field}: {raw!r} is not a whole number of MiB above 0")
+        raise q.QuantityError(f"{field}: {quoted(raw)} is not a whole number of MiB above 0")
     memory = int(raw)
     if memory > LARGEST:
-        raise q.QuantityError(f"{field}: {raw!r} MiB can never fit: no node can state that much memory "
+        raise q.QuantityError(f"{field}: {quoted(raw)} MiB can never fit: no node can state that much memory "
                               f"per GPU (at most {LARGEST} MiB)")
     return memory
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping as AbcMapping
 from typing import Any, Mapping
 
 from shared.kernel import quantity as q
+from shared.kernel.validation import quoted
 
 # Labels KubeRay writes on the pods it creates.
 RAY_CLUSTER = "ray.io/cluster"
@@ -329,15 +330,15 @@ def gpu_share(annotations_: Mapping[str, str], where: str) -> int:
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        raise q.QuantityError(f"{where}.annotations.{GPU_FRACTION}: {raw!r} is not a number") from None
+        raise q.QuantityError(f"{where}.annotations.{GPU_FRACTION}: {quoted(raw)} is not a number") from None
     if value == 1 and GPU_DEVICES in annotations_:
         return 0
     if not 0 < value < 1:
-        raise q.QuantityError(f"{where}.annotations.{GPU_FRACTION}: {raw!r} must be a number between 0 and 1 "
+        raise q.QuantityError(f"{where}.annotations.{GPU_FRACTION}: {quoted(raw)} must be a number between 0 and 1 "
                               f"(whole GPUs are asked with nvidia.com/gpu)")
     share = round(value * 1000)
     if share == 0:
-        raise q.QuantityError(f"{where}.annotations.{GPU_FRACTION}: {raw!r} is below the smallest share, 0.001")
+        raise q.QuantityError(f"{where}.annotations.{GPU_FRACTION}: {quoted(raw)} is below the smallest share, 0.001")
     return share
 
 

@@ -11,6 +11,8 @@ import re
 from decimal import Decimal
 from typing import Mapping
 
+from shared.kernel.validation import quoted
+
 Resources = dict[str, int]
 
 _BINARY = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6}
@@ -71,14 +73,14 @@ def parse_quantity(value: object, *, allow_negative: bool = False) -> int:
 
 def _parse_quantity(value: object, *, allow_negative: bool) -> int:
     if isinstance(value, bool):
-        raise QuantityError(f"{value!r} is not a quantity")
+        raise QuantityError(f"{quoted(value)} is not a quantity")
     if isinstance(value, int):
         if abs(value) > MAX_MILLI:
             raise QuantityError(_too_large(value if value.bit_length() < 128 else f"{value.bit_length()}-bit integer"))
         amount = Decimal(value)
     elif isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
-            raise QuantityError(f"{value!r} is not a finite quantity")
+            raise QuantityError(f"{quoted(value)} is not a finite quantity")
         amount = Decimal(repr(value))
     elif isinstance(value, str):
         if len(value) > MAX_TEXT:
@@ -86,18 +88,18 @@ def _parse_quantity(value: object, *, allow_negative: bool) -> int:
                                 f"(at most {MAX_TEXT} characters)")
         match = _QUANTITY.fullmatch(value.strip())  # Quantity.UnmarshalJSON trims spaces
         if not match:
-            raise QuantityError(f"{value!r} is not a quantity")
+            raise QuantityError(f"{quoted(value)} is not a quantity")
         number, exponent, suffix = match.group(1), match.group(2) or "", match.group(3) or ""
         try:
             amount = Decimal(number + exponent) * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
         except ArithmeticError:
-            raise QuantityError(f"{value!r} is not a quantity") from None
+            raise QuantityError(f"{quoted(value)} is not a quantity") from None
     else:
-        raise QuantityError(f"{value!r} is not a quantity")
+        raise QuantityError(f"{quoted(value)} is not a quantity")
     if not amount.is_finite():
-        raise QuantityError(f"{value!r} is not a finite quantity")
+        raise QuantityError(f"{quoted(value)} is not a finite quantity")
     if amount < 0 and not allow_negative:
-        raise QuantityError(f"{value!r} is negative")
+        raise QuantityError(f"{quoted(value)} is negative")
     if amount and amount.adjusted() > 18:  # decided on the exponent: 1e999990 never becomes an int
         raise QuantityError(_too_large(value))
     try:
@@ -110,7 +112,7 @@ def _parse_quantity(value: object, *, allow_negative: bool) -> int:
 
 
 def _too_large(value: object) -> str:
-    return f"{value!r} is too large (muster holds at most {MAX_MILLI // 1000} units, 2**63-1 milli-units)"
+    return f"{quoted(value)} is too large (muster holds at most {MAX_MILLI // 1000} units, 2**63-1 milli-units)"
 
 
 def check_total(res: Mapping[str, int], where: str) -> None:

@@ -8,7 +8,9 @@ and name ``<unicode string>``; a user needs the file and the line.
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, TypeGuard, TypeVar
@@ -33,8 +35,8 @@ def first_errors(exc: ValidationError, most: int = 3, *, values: bool = False) -
         loc = ".".join(str(p) for p in err["loc"])
         text = f"{loc}: {err['msg']}" if loc else err["msg"]
         value = err.get("input")
-        if values and isinstance(value, (str, int, float)) and len(repr(value)) <= 80:
-            text += f" (got {value!r})"
+        if values and isinstance(value, (str, int, float)) and len(quoted(value)) <= 80:
+            text += f" (got {quoted(value)})"
         parts.append(text)
     return "; ".join(parts)
 
@@ -55,6 +57,44 @@ were expanded: a billion-laughs document is refused after this many, never expan
 MAX_BYTES = 512 * 1024
 """Most text (strings and keys, in UTF-8 bytes) one object may carry once ingest kept what muster
 reads: well under Kafka's default 1 MB record, above the API server's 256 KiB annotation budget."""
+
+TEXT_CHARS = 4096
+"""Most characters of one text muster writes to Kubernetes (an annotation value, an Event's message):
+a reason is built from bounded parts (a quoted value is at most 253 characters), and this bound holds
+whatever a reason lists, well inside the API server's 256 KiB annotation budget."""
+
+
+QUOTED_CHARS = 253
+"""Most characters of a value a reason quotes (an object name's bound): longer text is cut with ``...``."""
+
+
+def quoted(value: object) -> str:
+    """``repr(value)`` for a reason, at most ``QUOTED_CHARS`` of a text (``shown`` beyond), an integer of
+    more than 64 bits by its size: what a user wrote must not make a reason long."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= QUOTED_CHARS else shown(value, QUOTED_CHARS)
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a {value.bit_length()}-bit number"
+    return repr(value)
+
+
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""C0 controls but tab and newline, DEL, C1 controls (ESC starts ANSI and OSC 8 sequences, CSI is C1's
+0x9b), and the bidirectional marks and overrides."""
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character shown as its escape (``\\x1b``), so it prints as itself."""
+    if text.isascii() and text.isprintable():  # the common case: names and reasons are plain ASCII
+        return text
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                            else f"\\u{ord(m.group()):04x}", text)
+
+
+def bounded(text: str, most: int = TEXT_CHARS) -> str:
+    """``text`` cut to ``most`` characters, ``...`` saying it was cut."""
+    return text if len(text) <= most else text[:most - 3] + "..."
+
 
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII)
@@ -137,9 +177,10 @@ def _json_text(value: Any) -> str:
 
 
 def tree_problem(value: Any, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES,
-                 max_bytes: int | None = None) -> str | None:
-    """Why a decoded JSON/YAML value is too deep, too large or holds text no encoder takes (lone
-    surrogates), None if it is fine. Iterative, and a shared (aliased) branch counts every time it is
+                 max_bytes: int | None = None, finite: bool = False) -> str | None:
+    """Why a decoded JSON/YAML value is too deep, too large, holds a key that is no text, text no encoder
+    takes (lone surrogates), an integer ``int`` will not write or, with ``finite``, a NaN or infinity (which
+    JSON stores as null: what is stored would not be what was decided on), None if it is fine. Iterative, and a shared (aliased) branch counts every time it is
     reached, so the walk stops after ``max_nodes`` however far aliases would expand.
 
     It runs on every watch event, so the Python walk visits maps and lists only; the text is checked
@@ -148,24 +189,51 @@ def tree_problem(value: Any, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX
     nodes = 1
     while stack:
         item, depth = stack.pop()
-        children: Any = item.values() if isinstance(item, dict) else item
+        kind_of_item = dict if isinstance(item, dict) else list
+        children: Any = item.values() if kind_of_item is dict else item
         if depth > max_depth:
             return f"nested deeper than {max_depth} levels"
         nodes += len(children)
         if nodes > max_nodes:
             return f"more than {max_nodes} values (YAML aliases count each time they are used)"
         below = depth + 1
+        if kind_of_item is dict:
+            for key in item:
+                if type(key) is not str:
+                    return (f"a key is {'null' if key is None else type(key).__name__}, not a string "
+                            "(JSON and the API server take text keys only)")
         for child in children:
             kind = type(child)  # most values are text: two comparisons, no ``isinstance``
             if kind is dict or kind is list or (kind is not str and isinstance(child, (dict, list))):
                 stack.append((child, below))
-    text = _json_text(value)
+    try:
+        text = _json_text(value)
+    except ValueError:  # ``int`` refuses to write more than 4,300 digits (``sys.get_int_max_str_digits``)
+        return f"an integer of more than {sys.get_int_max_str_digits():,} digits"
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
         return f"text {shown(text[max(exc.start - 20, 0):exc.end + 20])} is not valid Unicode (a lone surrogate)"
     if max_bytes is not None and size > max_bytes:
         return f"larger than {max_bytes // 1024} KiB of text"
+    if finite and ("NaN" in text or "Infinity" in text):  # the encoder's words for them
+        where = _non_finite(value)
+        if where is not None:
+            return f"{where} is not a finite number (JSON and the API server hold no NaN or infinity)"
+    return None
+
+
+def _non_finite(value: Any) -> str | None:
+    """Where a float NaN or infinity is in ``value`` and which (walked only when its JSON text suggests one)."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"{where.lstrip('.')}: {item}" if where else str(item)
+        if isinstance(item, dict):
+            stack.extend((f"{where}.{k}", v) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item))))
     return None
 
 
@@ -208,6 +276,23 @@ def object_problem(obj: Mapping[str, Any], *, require_name: bool = True) -> str 
             problem = label_value(value) if field == "labels" else None
             if problem:
                 return f"metadata.labels.{key}: {problem}"
+    return None
+
+
+POD_TEXT_FIELDS = ("nodeName", "schedulerName", "priorityClassName", "runtimeClassName")
+"""Pod spec fields muster reads as names (keys of its books, the node a pod is bound to)."""
+
+
+def pod_text_problem(obj: Mapping[str, Any]) -> str | None:
+    """Why the API server's schema would refuse a Pod's ``POD_TEXT_FIELDS`` (a list for ``nodeName``), in
+    its words; None for any other kind or a pod whose fields are text."""
+    spec = obj.get("spec") if obj.get("kind") == "Pod" else None
+    if type(spec) is not dict:
+        return None
+    for field in POD_TEXT_FIELDS:
+        value = spec.get(field)
+        if value is not None and type(value) is not str:
+            return f"spec.{field}: Invalid value: {type(value).__name__!r}: spec.{field} in body must be of type string"
     return None
 
 

@@ -56,6 +56,12 @@ from shared.runtime.bus.config import BusConfig
 from shared.runtime.bus.topics import Topics
 from shared.runtime.bus.worker import Incoming, Producer, Record, dead_letter_record, logged_and_routed
 from shared.runtime.service import Seen
+from shared.runtime.cycles import CycleGuard
+
+CYCLE_WINDOW = 10.0
+"""Seconds of event time within which one effect applied ``shared.runtime.cycles.MAX_REPEATS`` times is a
+cycle: a live cycle takes an API round trip per turn, so it repeats within seconds, while a workload's
+legitimate repeats (Queued, Admitted, Queued again) are spread over its scheduling."""
 
 log = logging.getLogger("muster.cluster")
 
@@ -197,6 +203,8 @@ class ClusterBridge:
         self._queued: set[str] = set()
         self._progress = asyncio.Event()
         self._slots = asyncio.Semaphore(EFFECT_CONCURRENCY)
+        self.cycles = CycleGuard(window=CYCLE_WINDOW)
+        """An effect that comes again and again (its watch event causes it) is set aside (``shared.runtime.cycles``)."""
 
     def connect(self, api: Any) -> None:
         """The applier's API client (the effects reader's, ``cluster_app``)."""
@@ -318,6 +326,10 @@ class ClusterBridge:
         """Apply one effect (a span of its own with tracing on); its dead letter when the API server
         refuses it for good."""
         letter = None
+        stopped = self.cycles.allows(env.payload, env.occurred_at)
+        if stopped is not None:
+            self.seen.add(env.id)
+            return self._dead_letter(incoming, stopped)
         try:
             started = time.time()
             outcome = await self._apply(env)

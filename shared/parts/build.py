@@ -12,6 +12,8 @@ directory of its own under the cache (``shared.parts.catalog``):
   KubeRay's CRDs are copied from its module;
 - crds: the peers' CRD files copied from their modules (``go mod download``);
 - kafka: ``mvn dependency:copy-dependencies`` of ``org.apache.kafka:kafka_2.13``;
+- kai: KAI Scheduler's scheduler, binder, pod grouper, queue controller, PodGroup controller and admission
+  webhook (``cmd/*`` of ``github.com/NVIDIA/KAI-scheduler``), ``go build`` as the others;
 - jaeger: Jaeger v2 (``cmd/jaeger`` of ``github.com/jaegertracing/jaeger``, an OpenTelemetry
   Collector build with in-memory trace storage and the query API), ``go build`` as the others;
 - postgresql, prometheus: Debian's packages (``apt-get``), when no usable one is there.
@@ -130,9 +132,67 @@ def build_kuberay(dest: Path, work: Path) -> dict[str, object]:
     return {**made, "crds": names}
 
 
-RECIPES = {"kuberay": 2}
+KAI_COMMANDS = ("scheduler", "binder", "podgrouper", "queuecontroller", "podgroupcontroller", "admission")
+"""KAI Scheduler's programs its operator deploys by default (``shared.parts.kai`` runs them); the node scale
+adjuster (cluster autoscaling, off by default) and the operator itself are left out."""
+
+
+PODGROUPCONTROLLER_MAIN = """// podgroupcontroller's main as KAI's own (cmd/podgroupcontroller/main.go), but for one line: its
+// --metrics-bind-address reaches controller-runtime. KAI's app.Run gives its manager no metrics address,
+// so it takes :8080 whatever the flag says, and two of them (or anything else on 8080) cannot share a host.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"go.uber.org/zap/zapcore"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/NVIDIA/KAI-scheduler/cmd/podgroupcontroller/app"
+)
+
+func main() {
+	options := app.InitOptions(nil)
+	config := ctrl.GetConfigOrDie()
+	logging := zap.Options{Development: true, TimeEncoder: zapcore.ISO8601TimeEncoder,
+		Level: zapcore.Level(-1 * options.LogLevel)}
+	logging.BindFlags(flag.CommandLine)
+	flag.Parse()
+	metricsserver.DefaultBindAddress = options.MetricsAddr
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logging)))
+	if err := app.Run(options, config, ctrl.SetupSignalHandler()); err != nil {
+		fmt.Printf("Error while running the app: %v", err)
+		os.Exit(1)
+	}
+}
+"""
+
+
+def build_kai(dest: Path, work: Path) -> dict[str, object]:
+    """KAI's module pins every ``k8s.io/*`` staging module itself (no replace block), so a plain wrapper
+    resolves; its go.mod asks for Go 1.24.4, which this machine's Go satisfies. Each program is KAI's own
+    ``cmd/NAME`` but podgroupcontroller, whose main is ours (``PODGROUPCONTROLLER_MAIN``: its metrics
+    address honoured)."""
+    pin = catalog.pins()["kai"]
+    packages = {f"kai-{name}": f"{pin['module']}/cmd/{name}" for name in KAI_COMMANDS}
+    main = work / "cmd" / "kai-podgroupcontroller"
+    main.mkdir(parents=True)
+    (main / "main.go").write_text(PODGROUPCONTROLLER_MAIN)
+    packages["kai-podgroupcontroller"] = "muster.local/parts/cmd/kai-podgroupcontroller"
+    wrapper(work, {pin["module"]: pin["version"]}, {},
+            [p for p in packages.values() if not p.startswith("muster.local/")])
+    go_build(work, dest, packages)
+    return {"bin": list(packages)}
+
+
+RECIPES = {"kuberay": 2, "crds": 2, "kai": 2}
 """What a part's build makes, numbered: a cached part made by an older recipe is built again (kuberay 2:
-the RayService CRD as well)."""
+the RayService CRD as well; crds 2: KAI's BindRequest and Topology, which its scheduler and binder watch;
+kai 2: podgroupcontroller's metrics address)."""
 
 
 CRD_FILES = {
@@ -141,7 +201,9 @@ CRD_FILES = {
     "scheduler_plugins": ["config/crd/bases/scheduling.x-k8s.io_podgroups.yaml",
                           "config/crd/bases/scheduling.x-k8s.io_elasticquotas.yaml"],
     "kai": ["deployments/kai-scheduler/crds/scheduling.run.ai_queues.yaml",
-            "deployments/kai-scheduler/crds/scheduling.run.ai_podgroups.yaml"],
+            "deployments/kai-scheduler/crds/scheduling.run.ai_podgroups.yaml",
+            "deployments/kai-scheduler/crds/scheduling.run.ai_bindrequests.yaml",
+            "deployments/kai-scheduler/crds/kai.scheduler_topologies.yaml"],
 }
 
 
@@ -208,6 +270,7 @@ BUILDERS: dict[str, Callable[[Path, Path], dict[str, object]]] = {
                            stamp="github.com/jaegertracing/jaeger/internal/version"),
     "crds": build_crds,
     "kafka": build_kafka,
+    "kai": build_kai,
 }
 
 

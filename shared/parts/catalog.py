@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 VERSIONS = Path(__file__).with_name("versions.toml")
-PARTS = ("kubernetes", "etcd", "kwok", "kuberay", "crds", "kafka", "postgresql", "jaeger", "prometheus")
+PARTS = ("kubernetes", "etcd", "kwok", "kuberay", "crds", "kafka", "postgresql", "jaeger", "prometheus", "kai")
 DEBIAN = {"postgresql": "postgresql", "prometheus": "prometheus"}
 """Parts that are Debian's packages (part -> package), installed by ``apt-get``, not built into the cache."""
 

@@ -60,10 +60,12 @@ def cluster_id() -> str:
 class KafkaBroker:
     """``start()`` it; ``bootstrap`` is its ``host:port``."""
 
-    def __init__(self, root: Path, *, port: int | None = None) -> None:
+    def __init__(self, root: Path, *, port: int | None = None, settings: dict[str, str] | None = None) -> None:
         self.root = root
         self.port = port or free_port()
         self.controller_port = free_port()
+        self.settings = dict(settings or {})
+        """Broker properties over the defaults (``listeners``, SASL: a test runs the compose SASL example's)."""
         self.libs = catalog.built("kafka").path / "libs"
         self.part: Part | None = None
 
@@ -79,7 +81,7 @@ class KafkaBroker:
     def _configure(self) -> Path:
         data = self.root / "data"
         props = self.root / "server.properties"
-        props.write_text("\n".join([
+        lines = [
             "process.roles=broker,controller",
             "node.id=1",
             f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
@@ -98,8 +100,9 @@ class KafkaBroker:
             "share.coordinator.state.topic.min.isr=1",
             "group.initial.rebalance.delay.ms=0",
             "delete.topic.enable=true",
-            "",
-        ]))
+        ]
+        chosen = dict(line.split("=", 1) for line in lines) | self.settings
+        props.write_text("".join(f"{key}={value}\n" for key, value in chosen.items()))
         (self.root / "log4j2.properties").write_text(LOG4J.format(log=self.root / "kafka-internal.log"))
         return props
 

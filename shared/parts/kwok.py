@@ -14,7 +14,10 @@ these are the dev cluster's, written after KWOK's ``kustomize/stage`` sets ``nod
   submitter of a Ray job that never ends would. Real KubeRay, which cannot reach a Ray dashboard on
   KWOK, keeps such a RayJob Running; a submitter that ended would make it Failed 30 s of wall time
   later (``DefaultSubmitterFinishedTimeout``, ray-operator/controllers/ray/rayjob_controller.go);
-- ``pod-delete``: a pod being deleted goes (its grace period is the kubelet's, and there is none).
+- ``pod-delete``: a pod being deleted goes (its grace period is the kubelet's, and there is none);
+- ``gpu-reservation``: a GPU reservation pod of KAI's binder (namespace and ``app`` label
+  ``kai-resource-reservation``) is annotated with the GPU index it holds, ``0``, as the program it
+  runs on a real GPU node annotates itself with the device it was given (``shared.parts.kai``).
 """
 
 from __future__ import annotations
@@ -146,6 +149,25 @@ spec:
   next:
     finalizers: {{empty: true}}
     delete: true
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {{name: gpu-reservation}}
+spec:
+  resourceRef: {{apiGroup: v1, kind: Pod}}
+  selector:
+    matchLabels: {{app: kai-resource-reservation}}
+    matchExpressions:
+    - {{key: '.metadata.namespace', operator: In, values: [kai-resource-reservation]}}
+    - {{key: '.metadata.deletionTimestamp', operator: DoesNotExist}}
+    - {{key: '.metadata.annotations["run.ai/reserve_for_gpu_index"]', operator: DoesNotExist}}
+  next:
+    patches:
+    - type: merge
+      template: |
+        metadata:
+          annotations:
+            run.ai/reserve_for_gpu_index: "0"
 """
 
 

@@ -32,6 +32,7 @@ from shared.kernel.topology import SERVICES, WATCHED_KINDS, destinations
 from shared.runtime.build import policy_applied
 from shared.runtime.clock import Timer, Timers
 from shared.runtime.cores import build_cores
+from shared.runtime.cycles import CycleGuard
 from shared.runtime.service import Service, collect_less
 from shared.sim.cluster import SimCluster
 
@@ -83,6 +84,10 @@ class EmbeddedRuntime:
         """Which RayJob each pod serves, as the cluster link finds it (``services.reconciler.owners``)."""
         self.announced = False
         """Whether the log has its ``PolicyApplied`` (``announce``: once, first)."""
+        self.cycles = CycleGuard()
+        """Effects applied again and again at one instant are stopped (``shared.runtime.cycles``)."""
+        self.cycles_stopped: list[str] = []
+        """Why each stopped effect was stopped, in order (each said once)."""
 
     # ------------------------------------------------------------------ publishing
     def subscribe(self, listener: Listener) -> None:
@@ -140,8 +145,13 @@ class EmbeddedRuntime:
             outputs = self.handle_round([d for d in deliveries if d[0] != "cluster"])
             for dest, env in deliveries:  # publish in delivery order: the FIFO order of the next round
                 if dest == "cluster":
-                    self.cluster.perform(env.payload, self.now)
-                    self._ingest()
+                    stopped = self.cycles.allows(env.payload, self.now)
+                    if stopped is None:
+                        self.cluster.perform(env.payload, self.now)
+                        self._ingest()
+                    elif stopped not in self.cycles_stopped:
+                        log.error("t=%gs: %s", self.now, stopped)
+                        self.cycles_stopped.append(stopped)
                 else:
                     for out in outputs.pop((dest, env.id), ()):
                         self.publish(out)

@@ -19,6 +19,7 @@ import uuid
 from typing import Any, Callable, Mapping
 
 from shared.kernel import kube, runtimeclass
+from shared.kernel.validation import pod_text_problem
 from shared.kernel.events import KubeEffect
 from shared.sim import ephemeral, kubelet
 from shared.sim.batchscheduler import Setting, plugin
@@ -128,6 +129,8 @@ class ApiServer:
         key = key_of(obj)
         live = self._objects[key]
         metadata = obj["metadata"]
+        if key[1]:  # a manifest applied again without its namespace: stored under the default, as created
+            metadata["namespace"] = key[1]
         metadata["resourceVersion"] = kube.meta(live)["resourceVersion"]
         metadata["generation"] = kube.meta(live).get("generation", 1)
         _defaults(obj)
@@ -248,6 +251,9 @@ def _validate(obj: object) -> None:
                 raise ScenarioError(f"{what}: metadata.{field}.{k} must be a string, got {v!r}")
     spec = obj.get("spec")
     if kind == "Pod" and isinstance(spec, dict):
+        problem = pod_text_problem(obj)
+        if problem is not None:
+            raise ScenarioError(f"{what}: {problem}")
         containers = spec.get("containers")
         for i, container in enumerate(containers if isinstance(containers, list) else []):
             if isinstance(container, dict) and not container.get("image"):

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from shared.kernel.eventtime import SCENARIO, TimeFormat
 from shared.sim.check import Failure
+from shared.kernel.display import plain
 
 _STYLE = {"Rejected": "red", "Queued": "yellow", "Admitted": "cyan", "Running": "green",
           "Succeeded": "bold green", "Failed": "red", "Preempted": "magenta", "Deleted": "dim"}
@@ -21,15 +21,15 @@ def render_workload(key: str, w: dict[str, Any], console: Console, clock: TimeFo
     gang = w["gang"]
     res = ", ".join(f"{k} {v}" for k, v in gang["resources"].items())
     phase = w["phase"] or "-"
-    size = f"{gang['min_member']} ({escape(res)})" if gang["min_member"] else "-"  # refused before it was counted
-    console.print(f"[bold]{escape(key)}[/] {w['kind'] or '?'} queue={escape(w['queue'] or '-')} priority={w['priority']} "
-                  f"gang={size} -> [{_STYLE.get(phase, '')}]{phase}[/]")
+    size = f"{gang['min_member']} ({plain(res)})" if gang["min_member"] else "-"  # refused before it was counted
+    console.print(f"[bold]{plain(key)}[/] {plain(w['kind'] or '?')} queue={plain(w['queue'] or '-')} "
+                  f"priority={w['priority']} gang={size} -> [{_STYLE.get(phase, '')}]{plain(phase)}[/]")
     table = Table(show_header=False, box=None, padding=(0, 1), pad_edge=False)
     table.add_column(justify="right", style="dim", no_wrap=True)
     table.add_column(no_wrap=True)
     table.add_column()
     for tr in w["transitions"]:
-        table.add_row(clock.at(tr["t"]), f"[{_STYLE.get(tr['phase'], '')}]{tr['phase']}[/]", escape(tr["reason"]))
+        table.add_row(clock.at(tr["t"]), f"[{_STYLE.get(tr['phase'], '')}]{plain(tr['phase'])}[/]", plain(tr["reason"]))
     console.print(table)
 
 
@@ -39,7 +39,7 @@ def render(result: dict[str, Any], console: Console, failures: list[Failure] | N
     """``elastic``: per workload, since when and why its elastic pods wait at the end; ``warnings``: what
     admission warned of on its object (neither is a field of the result document, whose shape outside
     checks read exactly)."""
-    console.rule(f"[bold]{escape(result['scenario'])}")
+    console.rule(f"[bold]{plain(result['scenario'])}")
     for key, w in result["workloads"].items():
         render_workload(key, w, console)
         placed: dict[str, dict[str, int]] = {}
@@ -49,22 +49,22 @@ def render(result: dict[str, Any], console: Console, failures: list[Failure] | N
                 per_node = placed.setdefault(pod["node"], {})
                 per_node[label] = per_node.get(label, 0) + 1
         for t, warning in (warnings or {}).get(key, []):
-            console.print(escape(f"   warning at {t:g}s: {warning}"), style="yellow")
+            console.print(plain(f"   warning at {t:g}s: {warning}"), style="yellow")
         waiting = (elastic or {}).get(key)
         if waiting:
-            console.print(escape(f"   elastic since {waiting[0]:g}s: {waiting[1]}"), style="dim")
+            console.print(plain(f"   elastic since {waiting[0]:g}s: {waiting[1]}"), style="dim")
         if placed:
-            console.print(escape("   bound now: " + "; ".join(
+            console.print(plain("   bound now: " + "; ".join(
                 f"{node}: " + ", ".join(f"{label}" + (f" x{n}" if n > 1 else "") for label, n in sets.items())
                 for node, sets in placed.items())), style="dim")
     table = Table(title="queues at the end", title_justify="left")
     for column in ("queue", "usage", "active", "pending", "backoff"):
         table.add_column(column)
     for name, qv in result["queues"].items():
-        table.add_row(escape(name), ", ".join(f"{k} {v}" for k, v in qv["usage"].items()) or "-",
-                      escape("\n".join(qv["active"])) or "-",
-                      escape("\n".join(f"{p['position']}. {p['workload']}" for p in qv["pending"])) or "-",
-                      escape("\n".join(qv["backoff"])) or "-")
+        table.add_row(plain(name), plain(", ".join(f"{k} {v}" for k, v in qv["usage"].items()) or "-"),
+                      plain("\n".join(qv["active"])) or "-",
+                      plain("\n".join(f"{p['position']}. {p['workload']}" for p in qv["pending"])) or "-",
+                      plain("\n".join(qv["backoff"])) or "-")
     console.print(table)
     stats = result["stats"]
     console.print(f"[dim]{stats['events']} events, {stats['decisions']} decisions, {stats['wall_seconds']:.2f}s wall[/]")
@@ -72,6 +72,6 @@ def render(result: dict[str, Any], console: Console, failures: list[Failure] | N
         if failures:
             console.print(f"[bold red]CHECK FAILED[/] ({len(failures)}):")
             for f in failures:
-                console.print(f"  [red]✗[/] {escape(str(f))}")
+                console.print(f"  [red]✗[/] {plain(str(f))}")
         else:
             console.print("[bold green]CHECK PASSED[/]: every expectation holds")

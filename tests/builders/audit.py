@@ -4,6 +4,7 @@ lines to tamper with (every tamper keeps the end line's count honest, so only th
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 from shared.audit.header import LogHeader
@@ -61,3 +62,38 @@ def rewritten(path: Path, lines: list[bytes], out: Path) -> Path:
 def decision_lines(lines: list[bytes], source: bytes = b"queue") -> list[int]:
     """Indexes of the lines that are decisions of ``source`` with a reason."""
     return [i for i, line in enumerate(lines) if b'"source":"%s"' % source in line and b'"reason":"' in line]
+
+
+def chained(run: Run, path: Path, *, signer: "Signer | None" = None, every: int | None = None) -> Path:
+    """``run``'s log as ``muster simulate --store`` then ``muster log export`` write it: chained and signed
+    (by ``signer``, else a key made for the run), a checkpoint every ``every`` envelopes when given."""
+    import tempfile
+
+    from shared.audit.export import export
+    from shared.audit.logfile import StoreLog
+
+    with tempfile.TemporaryDirectory() as tmp:
+        url = chained_store(run, f"sqlite:///{tmp}/store.db", signer=signer, every=every)
+        export(StoreLog(url), path)
+    return path
+
+
+def chained_store(run: Run, url: str, *, signer: "Signer | None" = None, every: int | None = None) -> str:
+    """A store holding ``run``'s log as ``muster simulate --store`` writes it (see ``chained``)."""
+    from shared.history import schema
+    from shared.history.header import write_header
+    from shared.history.integrity import Signer
+    from shared.history.writer import ProjectionWriter, write_log as store_log
+
+    schema.ensure(url)
+    header = header_of(run).for_store()
+    with ProjectionWriter(url, signer=signer or Signer.generate(), checkpoint_every=every) as writer:
+        writer.sign_header(header)
+        store_log(writer, run.runtime.log, batch_size=50)
+        writer.seal()
+    write_header(url, header)
+    return url
+
+
+if TYPE_CHECKING:
+    from shared.history.integrity import Signer

@@ -311,7 +311,7 @@ def test_a_binary_file_given_as_text_is_one_line_and_exit_2(log: Path, tmp_path:
     ("muster_log", 0, "log layout 0 is unknown"),
     ("muster_log", -1, "log layout -1 is unknown"),
     ("schema_version", 99, "the log's event schema version 99 is newer than this muster's (1)"),
-    ("muster_log", 2, "log layout 2 is newer than this muster's (1)"),
+    ("muster_log", 3, "log layout 3 is newer than this muster's (2)"),
 ])
 def test_a_header_version_this_muster_does_not_know_is_exit_2(log: Path, tmp_path: Path, field: str, value: int,
                                                               text: str) -> None:

@@ -13,3 +13,5 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path) -> None:
                    "--batch-scheduler yunikorn: one of none, volcano, kai-scheduler, scheduler-plugins")
     one_line_error(invoke("devcluster", "up", "--dir", tmp_path / "b", "--nodes", tmp_path / "missing.yaml"), 2,
                    f"--nodes {tmp_path / 'missing.yaml'}: no such file")
+    one_line_error(invoke("devcluster", "up", "--dir", tmp_path / "c", "--peer", "yunikorn"), 2,
+                   "--peer yunikorn: one of none, kai")

@@ -50,3 +50,24 @@ def test_grafana_asks_for_a_password_set_by_whoever_starts_the_stack() -> None:
 def test_the_services_create_topics_with_an_explicit_replication() -> None:
     env = _env({"environment": COMPOSE["x-muster"]["environment"]})
     assert (env["MUSTER_TOPIC_REPLICATION"], env["MUSTER_TOPIC_MIN_INSYNC"]) == ("1", "1")
+
+
+SASL = yaml.safe_load((ROOT / "docker-compose.sasl.yml").read_text())["services"]
+
+
+def test_the_sasl_override_makes_every_kafka_listener_and_client_authenticate() -> None:
+    """docker-compose.sasl.yml (docs/operations.md, Exposure): on top of the stack, no listener but the
+    controller's (inside the broker) takes a client without SASL, and every muster process that talks to
+    Kafka logs in, with a password whoever starts the stack must set."""
+    kafka = {**_env(SERVICES["kafka"]), **{k: str(v) for k, v in SASL["kafka"]["environment"].items()}}
+    protocols = dict(p.split(":") for p in kafka["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    listeners = [entry.split("://")[0] for entry in kafka["KAFKA_LISTENERS"].split(",")]
+    assert {name: protocols[name] for name in listeners} == {
+        "INTERNAL": "SASL_PLAINTEXT", "CONTROLLER": "PLAINTEXT", "HOST": "SASL_PLAINTEXT"}
+    assert kafka["KAFKA_CONTROLLER_QUORUM_VOTERS"] == "1@kafka:9093" and "9093" not in str(SERVICES["kafka"]["ports"])
+    clients = [name for name, service in SERVICES.items() if "MUSTER_KAFKA" in _env(service)]
+    assert sorted(clients) == sorted(n for n in SASL if n != "kafka")
+    for name in clients:
+        env = SASL[name]["environment"]
+        assert env["MUSTER_KAFKA_SECURITY"] == "SASL_PLAINTEXT" and env["MUSTER_KAFKA_SASL_USERNAME"] == "muster"
+        assert env["MUSTER_KAFKA_SASL_PASSWORD"].startswith("${MUSTER_KAFKA_PASSWORD:?")

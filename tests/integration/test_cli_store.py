@@ -190,3 +190,19 @@ def test_a_store_the_projector_wrote_from_kafka_says_in_one_line_why_it_cannot_b
     one_line_error(_invoke("replay", exported, "--what-if", policy, "-q"), CANNOT_REPRODUCE, "--what-if")
     _clean_exit(_invoke("explain", "default/test-cluster-1", "--store", url), 0)
     _clean_exit(_invoke("report", "--store", url, "--html", tmp_path / "report.html"), 0)
+
+
+def test_sslmode_comes_from_the_url_or_muster_store_sslmode_and_reaches_the_server(postgres_url):
+    """docs/operations.md, Exposure: a production store asks for TLS (``sslmode``). The test server speaks
+    none, so asking for it is refused by the server, in one line; ``disable`` connects; a mode libpq does not
+    know is refused before any connection."""
+    result = _invoke("db", "upgrade", "--store", postgres_url, env={"MUSTER_STORE_SSLMODE": "require"})
+    _clean_exit(result, 2)
+    assert "SSL" in _flat(result.stderr) and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    joined = "&" if "?" in postgres_url else "?"
+    _clean_exit(_invoke("db", "upgrade", "--store", f"{postgres_url}{joined}sslmode=disable",
+                        env={"MUSTER_STORE_SSLMODE": "require"}), 0)  # the URL's own wins
+    result = _invoke("db", "upgrade", "--store", postgres_url, env={"MUSTER_STORE_SSLMODE": "verify"})
+    _clean_exit(result, 2)
+    assert "MUSTER_STORE_SSLMODE 'verify' is not one of disable, allow, prefer, require, verify-ca, verify-full" \
+        in _flat(result.stderr)

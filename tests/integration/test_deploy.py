@@ -188,6 +188,64 @@ def test_the_crds_hold_the_status_muster_writes(rendered):
         jsonschema.validate(obj, _crd_schema(rendered["crds"], group, kind))
 
 
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A NetworkPolicy's podSelector (matchLabels and matchExpressions In) against a pod's labels."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    return all(labels.get(e["key"]) in e["values"] for e in selector.get("matchExpressions", []))
+
+
+def _allowed(objs: list[dict[str, Any]], labels: dict[str, str], direction: str) -> set[str]:
+    """The ports a pod with ``labels`` may use in ``direction`` (``egress``, ``ingress``) under the policies."""
+    ports = set()
+    for policy in (o for o in objs if o["kind"] == "NetworkPolicy"):
+        if _selects(policy["spec"]["podSelector"], labels):
+            for rule in policy["spec"].get(direction, []):
+                ports |= {f"{p['port']}/{p.get('protocol', 'TCP')}" for p in rule.get("ports", [])}
+    return ports
+
+
+DNS = {"53/UDP", "53/TCP"}
+SERVICE_EGRESS = DNS | {"9092/TCP", "4317/TCP", "4318/TCP"}
+
+
+@pytest.mark.parametrize("which", [".", "overlays/external"])
+def test_network_policies_let_each_process_reach_only_what_it_needs(rendered, which):
+    """Default deny, then per process what it talks to (issue 33, exposure): the cluster link alone reaches
+    the API server, the projector and the schema upgrade alone PostgreSQL, Prometheus alone the metrics port."""
+    objs = rendered[which]
+    deny = named(objs, "NetworkPolicy", "muster-default-deny")["spec"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    expected = {"admission": SERVICE_EGRESS, "queue": SERVICE_EGRESS, "placement": SERVICE_EGRESS,
+                "reconciler": SERVICE_EGRESS, "projector": SERVICE_EGRESS | {"5432/TCP"},
+                "cluster": SERVICE_EGRESS | {"443/TCP", "6443/TCP"}, "db-upgrade": DNS | {"5432/TCP"}}
+    seen = {}
+    for name, spec in _pod_specs(objs):
+        obj = next(o for o in objs if o["kind"] in ("Deployment", "Job") and o["metadata"]["name"] == name)
+        labels = obj["spec"]["template"]["metadata"]["labels"]
+        if labels["app.kubernetes.io/name"] not in ("muster", "muster-db-upgrade"):
+            continue  # the demo's Kafka and PostgreSQL: the next test
+        process = labels.get("app.kubernetes.io/component") or spec["containers"][0]["name"]
+        seen[process] = _allowed(objs, labels, "egress")
+        inbound = _allowed(objs, labels, "ingress")
+        assert inbound == ({"9464/TCP"} if process != "db-upgrade" else set()), (process, inbound)
+    assert seen == expected
+
+
+def test_the_demo_kafka_and_postgres_take_connections_from_muster_only(rendered):
+    objs = rendered["overlays/demo"]
+    kafka = named(objs, "NetworkPolicy", "muster-kafka")["spec"]["ingress"]
+    assert kafka == [{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "muster"}}}],
+                      "ports": [{"protocol": "TCP", "port": 9092}]}]
+    store = named(objs, "NetworkPolicy", "muster-postgres")["spec"]["ingress"]
+    assert [f["podSelector"]["matchLabels"] for f in store[0]["from"]] == [
+        {"app.kubernetes.io/name": "muster", "app.kubernetes.io/component": "projector"},
+        {"app.kubernetes.io/name": "muster-db-upgrade"}]
+    for name in ("muster-kafka", "muster-postgres"):
+        labels = {"app.kubernetes.io/name": name}
+        assert _allowed(objs, labels, "egress") == DNS
+
+
 def test_the_external_overlay_gives_the_four_services_the_snapshot_key_and_no_one_else(rendered):
     """A mounted Secret the services read and a topic writer does not hold (components/snapshot-key);
     the demo runs without (its services say snapshots are off and replay their inboxes)."""

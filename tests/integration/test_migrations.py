@@ -19,7 +19,7 @@ from shared.history.models import Base, TABLE_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED_TABLES = {"event_log", "workloads", "workload_transitions", "placements", "queue_usage", "decisions",
-                   "consumed_offsets", "queues", "log_header"}
+                   "consumed_offsets", "queues", "log_header", "log_signed"}
 
 
 def _tables(url: str) -> set[str]:
@@ -58,7 +58,7 @@ def _up_and_down(url: str) -> None:
     assert schema.current(url) is None
     schema.upgrade(url)
     assert _tables(url) == EXPECTED_TABLES
-    assert schema.current(url) == schema.head() == "0002"
+    assert schema.current(url) == schema.head() == "0003"
     assert _drift(url) == [], "the migrations and shared/history/models.py disagree"
     expected_ix = {(t.name, ix.name) for t in Base.metadata.sorted_tables for ix in t.indexes}
     assert expected_ix <= _indexes(url)

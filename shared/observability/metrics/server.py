@@ -12,7 +12,11 @@ reads the worker's state between two batches, never in the middle of one.
   and none of its tasks down); else 503 with why.
 
 Port: ``--metrics-port`` / ``MUSTER_METRICS_PORT``, default ``DEFAULT_PORT`` (9464, the port
-OpenTelemetry's Prometheus exporter uses); 0 turns the server off.
+OpenTelemetry's Prometheus exporter uses); 0 turns the server off. Address: ``--metrics-address`` /
+``MUSTER_METRICS_ADDRESS``, default ``default_address()``: loopback outside a pod (the endpoints say how
+far a service got and what it schedules: no one else on the host or its network needs them), every
+interface in a pod (``KUBERNETES_SERVICE_HOST`` is set), where Prometheus scrapes the pod's IP and a
+NetworkPolicy (deploy/k8s/networkpolicy.yaml) says who may.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import errno
 import logging
 import socket
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
@@ -31,6 +35,15 @@ log = logging.getLogger("muster.metrics")
 
 DEFAULT_PORT = 9464
 PORT_ENV = "MUSTER_METRICS_PORT"
+ADDRESS_ENV = "MUSTER_METRICS_ADDRESS"
+LOOPBACK = "127.0.0.1"
+ALL_INTERFACES = "0.0.0.0"
+
+
+def default_address(environ: Mapping[str, str]) -> str:
+    """Where the endpoints listen unless told: every interface in a pod (the kubelet sets
+    ``KUBERNETES_SERVICE_HOST`` in every container), loopback anywhere else."""
+    return ALL_INTERFACES if environ.get("KUBERNETES_SERVICE_HOST") else LOOPBACK
 READY_LAG = 1_000
 """Records a service may have waiting in its inbox and still be ready (one batch)."""
 
@@ -62,17 +75,24 @@ class Health:
         return out
 
 
-def bind(port: int, host: str = "0.0.0.0") -> socket.socket:
-    """The listening socket, bound before the service starts so a busy port is a clear error."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def bind(port: int, host: str = LOOPBACK) -> socket.socket:
+    """The listening socket, bound before the service starts so a busy port is a clear error. ``host`` is
+    an IPv4 or IPv6 address (``::`` for every interface of both)."""
+    try:
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise MetricsPortError(f"metrics address {host}: {exc.strerror or exc}") from None
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-    except OSError as exc:
+    except (OSError, OverflowError) as exc:
         sock.close()
-        why = "already in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
-        raise MetricsPortError(f"metrics port {port}: {why} (choose another with --metrics-port or "
-                               f"{PORT_ENV}, or 0 for none)") from None
+        if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+            raise MetricsPortError(f"metrics port {port}: already in use (choose another with --metrics-port or "
+                                   f"{PORT_ENV}, or 0 for none)") from None
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise MetricsPortError(f"metrics address {host} port {port}: {why} (choose another with "
+                               f"--metrics-address or {ADDRESS_ENV})") from None
     sock.listen(128)
     sock.setblocking(False)
     return sock

@@ -10,6 +10,7 @@ topic                  partitions  key                             written by ->
 ``muster.effects``     1           the subject                     reconciler -> the Kubernetes applier
 ``muster.events``      1           the subject                     every service, ingest, clock -> projector
 ``muster.deadletter``  1           the topic it came from          any consumer -> people
+``muster.checkpoints`` 1           the log's partition             projector -> witnesses (``muster log checkpoints``)
 ``muster.control``     1           the service                     services -> ``simulate --bus`` driver
 ``muster.snapshots.S`` 1           the snapshot's part             service S -> service S on restart
 =====================  ==========  ==============================  ====================================
@@ -109,6 +110,11 @@ class Topics:
         return f"{self.prefix}deadletter"
 
     @property
+    def checkpoints(self) -> str:
+        """The signed checkpoints of the log's hash chain (``shared.history.integrity``), as the projector signs them."""
+        return f"{self.prefix}checkpoints"
+
+    @property
     def control(self) -> str:
         return f"{self.prefix}control"
 
@@ -119,7 +125,7 @@ class Topics:
 
     def partitions(self) -> dict[str, int]:
         """Every topic and its partition count (created on start when missing)."""
-        names = ([self.inbox(s) for s in SERVICES] + [self.effects, self.log, self.deadletter, self.control]
+        names = ([self.inbox(s) for s in SERVICES] + [self.effects, self.log, self.deadletter, self.control, self.checkpoints]
                  + [self.snapshots(s) for s in SERVICES])
         return {name: 1 for name in names}
 

@@ -10,7 +10,7 @@ import pytest
 
 from shared.audit.errors import CannotReproduce, NotAnEnvelope, SourceError, TruncatedLog
 from shared.audit.export import export, occurred_at
-from shared.audit.header import FORMAT, LogHeader
+from shared.audit.header import CHAINED, FORMAT, LogHeader
 from shared.audit.logfile import LogFile, decode, envelopes, open_log
 from shared.kernel.events import SCHEMA_VERSION, to_json
 from tests.builders.audit import exported, lines_of, rewritten, scenario_run
@@ -132,7 +132,7 @@ def test_a_newer_schema_version_cannot_be_reproduced(log: Path, tmp_path: Path) 
 def test_a_newer_layout_cannot_be_reproduced(log: Path, tmp_path: Path) -> None:
     raw = log.read_bytes().splitlines(keepends=True)
     newer = tmp_path / "layout.jsonl"
-    newer.write_bytes(json.dumps({**json.loads(raw[0]), "muster_log": FORMAT + 1}).encode() + b"\n" + b"".join(raw[1:]))
+    newer.write_bytes(json.dumps({**json.loads(raw[0]), "muster_log": CHAINED + 1}).encode() + b"\n" + b"".join(raw[1:]))
     with pytest.raises(CannotReproduce, match="layout"):
         LogFile(newer)
 

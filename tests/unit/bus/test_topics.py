@@ -26,9 +26,9 @@ def test_there_is_no_inbox_for_an_unknown_service():
         TOPICS.snapshots("clock")
 
 
-def test_twelve_topics_of_one_partition_each():
+def test_thirteen_topics_of_one_partition_each():
     partitions = TOPICS.partitions()
-    assert len(partitions) == 12  # 4 inboxes, effects, log, dead letters, control, 4 snapshot topics
+    assert len(partitions) == 13  # 4 inboxes, effects, log, dead letters, control, checkpoints, 4 snapshot topics
     assert set(partitions.values()) == {1}
     assert all(name.startswith("t1.") for name in partitions)
 

@@ -59,3 +59,22 @@ def test_a_port_in_use_is_a_one_line_error() -> None:
             bind(taken.getsockname()[1], "127.0.0.1")
     finally:
         taken.close()
+
+
+def test_the_endpoints_listen_on_loopback_outside_a_pod_and_on_every_interface_in_one():
+    """Exposure (issue 33): /metrics and the health endpoints say what a service schedules; outside a pod
+    nothing but this machine needs them. In a pod Prometheus scrapes the pod's IP (NetworkPolicy says who)."""
+    from shared.observability.metrics.server import default_address
+
+    assert default_address({}) == "127.0.0.1"
+    assert default_address({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}) == "0.0.0.0"
+    sock = bind(0)
+    try:
+        assert sock.getsockname()[0] == "127.0.0.1"
+    finally:
+        sock.close()
+
+
+def test_an_address_that_cannot_be_listened_on_is_one_line():
+    with pytest.raises(MetricsPortError, match=r"^metrics address 192\.0\.2\.1 port 0: .*--metrics-address"):
+        bind(0, "192.0.2.1")  # TEST-NET-1: no interface of this machine has it

@@ -268,3 +268,28 @@ def test_a_run_that_keeps_no_log_decides_the_same_and_counts_what_it_published()
         del result["stats"]["wall_seconds"]
     assert results[0] == results[1]
     assert [str(f) for f in dropped.check()] == [str(f) for f in kept.check()]
+
+
+def test_an_effect_that_causes_itself_again_is_stopped_with_a_reason():
+    """An annotation that flips the value it reads (each write differs from the last, so nothing dedupes it):
+    the real SimCluster turns every write into a watch event that makes the next one. The runtime stops
+    applying the effect once it came ``MAX_REPEATS`` times at one instant, says why once, and time goes on."""
+    from shared.runtime.cycles import MAX_REPEATS
+
+    def flip(env: Envelope) -> list[Any]:
+        p = env.payload
+        if env.type != "ObjectChanged" or p.kind != "RayCluster" or p.change == "Deleted":
+            return []
+        now = p.object["metadata"].get("annotations", {}).get("muster.dev/flip")
+        return [KubeEffect(op="annotate", kind="RayCluster", namespace="default", name=p.name,
+                           annotations={"muster.dev/flip": "b" if now == "a" else "a"})]
+
+    trace: Trace = []
+    rt = _runtime(trace, admission=flip)
+    rt.run([(1.0, lambda now: rt.cluster.apply(ray_cluster("loop"), now))], until=5.0)
+    applied = [t for t in trace if t[0] == "cluster-effect" and t[3] == "loop"]
+    assert len(applied) == 2 * MAX_REPEATS  # each of the two values MAX_REPEATS times, then neither
+    assert rt.cycles_stopped == [
+        f"effect annotate RayCluster/default/loop came {MAX_REPEATS + 1} times within 0s of event time: applying it "
+        "causes the watch event that causes it again (a cycle), so it is not applied again"]
+    assert rt.now == 5.0
