@@ -40,7 +40,9 @@ def test_the_log_is_written_while_the_run_goes_and_ends_as_record_writes_it(stor
     url = store
     run, stream, stored = _streamed(url)
     assert run.runtime.log == []  # the run kept no copy of its log
-    assert len(stored) >= 3 and stored[0] > 0 and stored == sorted(stored)  # written in the run, batch by batch
+    # written in the run, batch by batch (on PostgreSQL a batch commits while the next is folded: a
+    # count may trail by one batch)
+    assert len(stored) >= 3 and stored[-1] >= (len(stored) - 2) * BATCH > 0 and stored == sorted(stored)
     counts = stream.finish()
     assert counts.events == stream.seen == run.runtime.published
     expected = simulate(load_scenario(VOLCANO)).runtime.log
