@@ -18,7 +18,8 @@ from bench.stats import load, measured
 
 
 SECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
-    "placement": placement_bench.run_all, "simulate": scenario_bench.run, "contention": contention_bench.run,
+    "placement": placement_bench.run_all, "simulate": scenario_bench.run, "simulate_store": scenario_bench.run_store,
+    "contention": contention_bench.run,
     "kueue": kueue_bench.run, "projector": projector_bench.run, "bus": bus_bench.run,
     "tracing": bus_bench.run_tracing, "e2e": e2e_bench.run, "replay": replay_bench.run, "gpu_trace": gpu_trace.run,
     "soak": soak_bench.run, "restart": restart_bench.run, "cluster": cluster_bench.run}

@@ -60,12 +60,13 @@ def generated_scenario(nodes: int = 2000, clusters: int = 1000, workers: int = 8
     return yaml.safe_dump(scenario)
 
 
-def _simulate_cli(path: Path, out: Path) -> tuple[float, float, float]:
+def _simulate_cli(path: Path, out: Path, *extra: str) -> tuple[float, float, float]:
     """One ``muster simulate`` process: (wall seconds, its CPU seconds, its peak RSS in MiB), from its
     own rusage (``wait4``): ``RUSAGE_CHILDREN``'s peak is the largest of every child this process
     ever waited for, which in ``make bench`` was an earlier section's (1,602 MiB read here once)."""
     started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-m", "shared.cli.main", "simulate", str(path), "--json", str(out), "-q"])
+    child = subprocess.Popen([sys.executable, "-m", "shared.cli.main", "simulate", str(path), "--json", str(out), "-q",
+                              *extra])
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - started
     child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
@@ -102,6 +103,28 @@ def run(nodes: int = 2000, clusters: int = 1000, runs: int = RUNS) -> dict[str, 
         "simulate_pods_bound_per_second": round(bound / wall["median"], 1),
         "simulate_target_pods_bound_per_second": 600,
         "simulate_peak_rss_mib": round(peak, 1),
+    }
+
+
+def run_store(nodes: int = 2000, clusters: int = 5000, workers: int = 2) -> dict[str, Any]:
+    """Peak memory of ``muster simulate`` with and without ``--store`` (a SQLite file) on 5,000
+    RayClusters of 3 pods: what writing the history costs in memory (the log streamed to the store
+    in batches, ``shared.history.stream``; it used to be kept whole until the end)."""
+    with tempfile.TemporaryDirectory(prefix="muster-bench-") as tmp:
+        path, out = Path(tmp) / "scenario.yaml", Path(tmp) / "result.json"
+        path.write_text(generated_scenario(nodes, clusters, workers))
+        wall, _, without = _simulate_cli(path, out)
+        wall_store, _, with_store = _simulate_cli(path, out, "--store", f"sqlite:///{Path(tmp) / 'history.db'}")
+        events = json.loads(out.read_text())["stats"]["events"]
+    return {
+        "simulate_store_span": "`muster simulate FILE --json OUT -q [--store sqlite:///FILE]` as a process, its peak RSS",
+        "simulate_store_rayclusters": clusters,
+        "simulate_store_pods": clusters * (1 + workers),
+        "simulate_store_events": events,
+        "simulate_peak_rss_mib_without_store": round(without, 1),
+        "simulate_peak_rss_mib_with_store": round(with_store, 1),
+        "simulate_wall_seconds_without_store": round(wall, 1),
+        "simulate_wall_seconds_with_store": round(wall_store, 1),
     }
 
 

@@ -157,10 +157,17 @@ def _service(service: str, config: BusConfig, policy: Policy, ordering: str, sin
     from shared.observability.metrics import server as metrics
     from shared.runtime.bus.app import service_app
 
+    from shared.runtime.bus.snapshot import SnapshotKeeper
+
     sock = claim_port()
-    _topics_or_exit(config, f"the {service} service", config.topics.inbox(service),
-                    group=f"{config.prefix}{service}", replays=True)
-    app_ = service_app(service, config, policy, ordering=ordering, sink=sink)  # type: ignore[arg-type]
+    signed = config.snapshot_key_file is not None  # else no snapshots: none could be trusted after a restart
+    _topics_or_exit(config, f"the {service} service", config.topics.inbox(service), group=f"{config.prefix}{service}",
+                    replays=True, snapshots=SnapshotKeeper(config, service, policy) if signed else None)
+    if not signed:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"{service}: snapshots off (no MUSTER_SNAPSHOT_KEY_FILE): every start replays the whole inbox")
+    app_ = service_app(service, config, policy, ordering=ordering, sink=sink,  # type: ignore[arg-type]
+                       snapshots=None if signed else False)
     return _Worker(app_, metrics.service_exposition(app_, service), sock)
 
 
@@ -301,7 +308,7 @@ def _metrics_socket(port: int, address: Optional[str]) -> Any:
 
 
 def _topics_or_exit(config: BusConfig, reader: str, topic: str, *, group: str | None = None,
-                    resume: int | None = None, replays: bool = False) -> None:
+                    resume: int | None = None, replays: bool = False, snapshots: Any = None) -> None:
     """Create the topics when missing and check that ``topic`` holds what ``reader`` needs
     (``shared.runtime.bus.app.ready_to_read``); an unusable Kafka, a topic that would lose records or has
     lost some is one line and exit code 2."""
@@ -314,7 +321,7 @@ def _topics_or_exit(config: BusConfig, reader: str, topic: str, *, group: str | 
     level, quiet.level = quiet.level, logging.CRITICAL  # its retries would print lines of their own
     try:
         asyncio.run(asyncio.wait_for(ready_to_read(config, topic, reader, group=group, resume=resume,
-                                                   replays=replays), 60))
+                                                   replays=replays, snapshots=snapshots), 60))
     except TopicUnfit as exc:
         raise failed(f"not starting: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - unreachable, refused, misconfigured: one line, exit 2

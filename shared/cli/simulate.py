@@ -57,6 +57,7 @@ def simulate_cmd(
             schema.ensure(store)  # a bad URL or an unreachable store fails before the run, not after
         except StoreError as exc:
             raise failed(exc) from None
+    stream = None  # the embedded run's log, written to --store as it is made (not kept whole in memory)
     try:
         policy = Policy.from_yaml(policy_file) if policy_file else None
         if scheduler_names is not None:
@@ -71,8 +72,12 @@ def simulate_cmd(
         elif bus is not None:
             run = _simulate_on_bus(loaded, policy, bus, services, store, keep_topics, err, trace)
         else:
-            run = simulate(loaded, policy, traced=trace, keep_log=trace or store is not None)  # its only readers
+            if store is not None:
+                stream = _stream(store, loaded, policy)
+            run = simulate(loaded, policy, traced=trace, keep_log=trace, listener=stream)  # the log's only readers
     except (ScenarioError, PolicyError) as exc:
+        if stream is not None:
+            stream.close()
         raise failed(exc) from None
     result = run.result()
     not_sent = None  # said last: the run, its document and its history are kept all the same
@@ -92,7 +97,9 @@ def simulate_cmd(
 
         header = LogHeader.made_now(run.policy, origin="simulate", scenario=loaded.name, until=loaded.until)
         try:
-            if bus is None:
+            if stream is not None:
+                written = stream.finish()
+            elif bus is None:
                 written = record(store, run.runtime.log, header=header.for_store())
             else:
                 write_header(store, header.for_store())
@@ -122,6 +129,21 @@ def simulate_cmd(
         raise failed(f"--trace: {not_sent}")
     if failures:
         raise typer.Exit(1)
+
+
+def _stream(store: str, scenario: Any, policy: Optional[Policy]) -> Any:
+    """The writer of the embedded run's log to ``store`` as it is made, with the header the run is
+    made under (its policy, the scenario), known before the run."""
+    from shared.audit.header import LogHeader
+    from shared.history import StoreError
+    from shared.history.stream import LogStream
+
+    header = LogHeader.made_now(scenario.effective_policy(policy), origin="simulate", scenario=scenario.name,
+                                until=scenario.until)
+    try:
+        return LogStream(store, header=header.for_store())
+    except StoreError as exc:
+        raise failed(exc) from None
 
 
 def _simulate_live(scenario: Any, policy: Optional[Policy], kubeconfig: Path, *, trace: bool, keep_log: bool) -> Any:

@@ -8,8 +8,11 @@
     integrity.py  the hash chain over the event log and the Ed25519-signed records anchoring it
     schema.py   Alembic upgrade/downgrade, creating an empty store
     engine.py   URLs, engines, errors a person can act on
+    stream.py   LogStream: a run's log written while it is made (``muster simulate --store URL``)
 
-``record(url, log)`` is what ``muster simulate --store URL`` does with a run's event log.
+``record(url, log)`` writes a log held whole (``simulate --cluster --store``, tests);
+``muster simulate --store URL`` streams its run's log instead (``stream.LogStream``), with the same
+rule: a store holds one history.
 """
 
 from __future__ import annotations

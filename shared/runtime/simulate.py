@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from shared.kernel.events import Envelope
 from shared.kernel.policy import Policy
 from shared.kernel.projection import ResultProjection
 from shared.runtime.embedded import EmbeddedRuntime
@@ -48,13 +49,17 @@ def new_cluster(scenario: Scenario, policy: Policy) -> SimCluster:
 
 
 def simulate(scenario: Scenario, policy: Policy | None = None, *, traced: bool = False,
-             keep_log: bool = True) -> Run:
+             keep_log: bool = True, listener: Callable[[Envelope], None] | None = None) -> Run:
     """Run ``scenario`` to its ``until``; bad manifests raise ``ScenarioError`` naming the step.
     ``traced``: every output carries its trace context (``shared.observability.tracing.context``). ``keep_log`` off:
-    ``runtime.log`` stays empty (the result and the checks read the history, never the log)."""
+    ``runtime.log`` stays empty (the result and the checks read the history, never the log).
+    ``listener``: told every envelope as it is published, in the log's order (``--store`` writes them
+    so, ``shared.history.stream``, instead of keeping the log)."""
     effective = scenario.effective_policy(policy)
-    return play(scenario, effective, EmbeddedRuntime(effective, new_cluster(scenario, effective), traced=traced,
-                                                     keep_log=keep_log))
+    runtime = EmbeddedRuntime(effective, new_cluster(scenario, effective), traced=traced, keep_log=keep_log)
+    if listener is not None:
+        runtime.subscribe(listener)
+    return play(scenario, effective, runtime)
 
 
 def play(scenario: Scenario, policy: Policy, runtime: EmbeddedRuntime) -> Run:

@@ -436,6 +436,8 @@ def decode(blob: bytes) -> Any:
         doc = json.loads(blob)
     except (ValueError, UnicodeDecodeError) as exc:
         raise StateError(f"state is no JSON: {exc}") from None
+    except RecursionError:  # nested deeper than the parser goes: no state of muster's is
+        raise StateError("state is nested too deeply to be read") from None
     if type(doc) is not dict or doc.get("format") != FORMAT:
         found = doc.get("format") if type(doc) is dict else None
         raise StateError(f"state format {found!r:.20}, this muster reads {FORMAT}")
@@ -446,8 +448,10 @@ def decode(blob: bytes) -> Any:
         return _Decoder(shapes).node(doc.get("root"))
     except StateError:
         raise
-    except (IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
-        raise StateError(f"malformed state: {type(exc).__name__}: {exc}") from None
+    except RecursionError:
+        raise StateError("malformed state: nested too deeply to be read") from None
+    except (IndexError, TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
+        raise StateError(f"malformed state: {type(exc).__name__}: {exc}"[:300]) from None
 
 
 # --------------------------------------------------------------------------- helpers

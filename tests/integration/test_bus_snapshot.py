@@ -7,12 +7,17 @@
   that never stopped; it takes its inbox without joining the group (no member while it reads) and
   resumes at the offset it committed without one;
 - a snapshot of another format, a corrupted one, or one whose tail replay does not reproduce the
-  recorded outputs is not used: the service replays its whole inbox and says so (log, counter).
+  recorded outputs is not used: the service replays its whole inbox and says so (log, counter);
+- so is a forged one (unsigned, or signed with another key) and a deeply nested one, which used to
+  raise RecursionError past the fallback (the service crash-looped);
+- an inbox whose first records were deleted (Kafka's DeleteRecords) is started from the snapshot
+  after them; deleted past the snapshot, or with no usable snapshot, ``muster run`` refuses in one line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -25,19 +30,22 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
 from services.admission.core import AdmissionCore
 from shared.kernel.events import Envelope
 from shared.kernel.policy import Policy
 from shared.runtime.bus import codec
-from shared.runtime.bus.app import ensure_topics, service_app
+from shared.runtime import statecodec
+from shared.runtime.bus.app import TopicUnfit, ensure_topics, ready_to_read, service_app
 from shared.runtime.bus.config import BusConfig
 from shared.runtime.bus.snapshot import GENESIS, KIND, SnapshotKeeper, snapshot_topic
+from shared.runtime.bus.snapshotkey import MAC_HEADER, mac
 from shared.runtime.bus.worker import chain
 from shared.runtime.service import Service
 from tests.builders import ray_cluster
+from tests.builders.cli import invoke, one_line_error
 from tests.integration.test_bus_service import READY_WAIT, envelopes, ingest, read_until, running, send
 
 FIRST, LATER = 20, 5
@@ -143,14 +151,128 @@ def test_a_restart_loads_the_snapshot_and_replays_only_the_tail(kafka_bootstrap:
     assert [e.type for e in outputs] == ["WorkloadDeleted"]
 
 
-async def _append(config: BusConfig, value: bytes, kind: str) -> None:
+async def _append(config: BusConfig, value: bytes, kind: str, *, key: bytes | None = None) -> int:
+    """Write a record to admission's snapshot topic as someone with write access would: unsigned, or
+    signed with ``key``; its offset."""
+    topic = snapshot_topic(config.prefix, "admission")
+    headers = [(KIND, kind.encode())]
+    if key is not None:
+        headers.append((MAC_HEADER, mac(key, kind, topic, value)))
     producer = AIOKafkaProducer(**config.aiokafka())
     await producer.start()
     try:
-        await producer.send_and_wait(snapshot_topic(config.prefix, "admission"), value, key=b"admission",
-                                     partition=0, headers=[(KIND, kind.encode())])
+        sent = await producer.send_and_wait(topic, value, key=b"admission", partition=0, headers=headers)
     finally:
         await producer.stop()
+    return int(sent.offset)
+
+
+def _latest_manifest(config: BusConfig) -> tuple[int, dict[str, Any]]:
+    """The offset and body of admission's latest manifest, once its last checkpoint is written."""
+    records = read_until(config, snapshot_topic(config.prefix, "admission"),
+                         lambda rs: any(dict(r.headers).get(KIND) == b"checkpoint" and
+                                        json.loads(r.value)["offset"] == FIRST + LATER for r in rs))
+    return [(r.offset, json.loads(r.value)) for r in records if dict(r.headers).get(KIND) == b"manifest"][-1]
+
+
+def _nested(depth: int) -> bytes:
+    inner = "[" * depth + "]" * depth
+    return ('{"format":%d,"shapes":[],"root":["d",0,["service",%s]]}' % (statecodec.FORMAT, inner)).encode()
+
+
+def _forge(config: BusConfig, blob: bytes, key: bytes | None) -> None:
+    """A state of the forger's choosing under a manifest whose checksum matches it."""
+    _, manifest = _latest_manifest(config)
+    chunk = asyncio.run(_append(config, blob, "chunk"))
+    body = {**manifest, "sha256": hashlib.sha256(blob).hexdigest(), "size": len(blob), "chunks": [chunk]}
+    asyncio.run(_append(config, json.dumps(body).encode(), "manifest", key=key))
+
+
+@pytest.mark.parametrize("forgery, said", [
+    ("unsigned", "is not signed (written by an older muster"),
+    ("signed with another key", "is not signed with this service's key"),
+    ("nested 100,000 deep, signed with the key", "nested too deeply"),
+])
+def test_a_forged_or_deeply_nested_snapshot_is_refused_and_the_service_replays_its_inbox(
+        kafka_bootstrap: str, topic_prefix: str, forgery: str, said: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Whoever can write the snapshot topic cannot have the service load a state they chose: the
+    forged manifest (its checksum right, its MAC not) is refused; a state that would once have raised
+    RecursionError past the fallback (the service crash-looped) is refused as well. Either way the
+    service starts by a full replay and says why, and decides as one that never stopped."""
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
+    inputs = _history(config)
+    other = _keeper(config)
+    state = _nested(100_000) if forgery.startswith("nested") else b'{"format":1,"shapes":[],"root":null}'
+    _forge(config, state, {"unsigned": None, "signed with another key": os.urandom(32)}.get(forgery, other.key))
+    then = ingest(ray_cluster("rc-12"), 500, change="Deleted")
+    with caplog.at_level(logging.INFO, logger="muster.bus"):
+        reader, outputs, _, _ = _restart(config, then)
+    keeper = reader.snapshots.keeper
+    assert keeper.fallbacks == 1 and said in (keeper.fallback_reason or "")
+    assert reader.snapshots.loaded_at is None and reader.worker.replayed == FIRST + LATER
+    (line,) = [r.getMessage() for r in caplog.records if "snapshot not used" in r.getMessage()]
+    assert said in line and "\n" not in line
+    assert [(e.id, e.payload) for e in outputs] == [(e.id, e.payload) for e in _expected(inputs, then)]
+
+
+# --------------------------------------------------------------------------- an inbox whose first records are gone
+def _delete_records(config: BusConfig, topic: str, before: int) -> None:
+    """Kafka's DeleteRecords, as retention or an operator freeing space does: the partition starts at ``before``."""
+    async def go() -> None:
+        admin = AIOKafkaAdminClient(**config.aiokafka())
+        await admin.start()
+        try:
+            tp = TopicPartition(topic, 0)
+            answer = await admin.delete_records({tp: RecordsToDelete(before)})
+            assert answer[tp] == before, answer
+        finally:
+            await admin.close()
+
+    asyncio.run(go())
+
+
+def test_a_service_whose_inbox_lost_its_first_records_starts_from_its_snapshot(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    """The records before the snapshot deleted: ``muster run``'s check lets the service start, and it
+    loads the snapshot, folds the tail and decides as one that never stopped. Records deleted past
+    the snapshot, or a snapshot that is not usable, and ``muster run`` refuses in one line."""
+    key = tmp_path / "snapshot.key"
+    key.write_text(os.urandom(32).hex() + "\n")
+    config = BusConfig(kafka_bootstrap, prefix=topic_prefix, snapshot_key_file=str(key))
+    inputs = _history(config)  # a snapshot at FIRST, a checkpoint at FIRST + LATER
+    inbox, group = config.topics.inbox("admission"), f"{topic_prefix}admission"
+    _, manifest = _latest_manifest(config)
+    assert manifest["offset"] == FIRST
+    _delete_records(config, inbox, FIRST)
+
+    # without a snapshot to start from (as `muster run` without a key file), the gap is refused
+    with pytest.raises(TopicUnfit, match=f"records 0 to {FIRST - 1} were deleted .* and no usable snapshot covers "
+                                         r"them \(snapshots are off: no MUSTER_SNAPSHOT_KEY_FILE\)"):
+        asyncio.run(ready_to_read(config, inbox, "the admission service", group=group, replays=True))
+    asyncio.run(ready_to_read(config, inbox, "the admission service", group=group, replays=True,
+                              snapshots=_keeper(config)))  # the snapshot covers the gap: no refusal
+    then = ingest(ray_cluster("rc-12"), 500, change="Deleted")
+    reader, outputs, _, _ = _restart(config, then)
+    assert reader.snapshots.loaded_at == FIRST and reader.snapshots.keeper.fallbacks == 0
+    assert reader.worker.replayed == reader.snapshots.tail == LATER
+    assert [(e.id, e.payload) for e in outputs] == [(e.id, e.payload) for e in _expected(inputs, then)]
+
+    # the latest manifest forged (that of the snapshot at FIRST, unsigned: the restart may have written
+    # a later one since): no usable snapshot covers the gap, said in one line
+    asyncio.run(_append(config, json.dumps(manifest).encode(), "manifest"))
+    cli = ("run", "admission", "--kafka", kafka_bootstrap, "--topic-prefix", topic_prefix, "--metrics-port", "0")
+    result = invoke(*cli, env={"MUSTER_SNAPSHOT_KEY_FILE": str(key)})
+    one_line_error(result, 2, f"not starting: {inbox} starts at offset {FIRST} but the admission service needs its "
+                              f"records from offset 0: records 0 to {FIRST - 1} were deleted (retention or "
+                              "delete-records) and no usable snapshot covers them (snapshot manifest at offset")
+    assert "is not signed" in result.stderr
+
+    # records deleted past the snapshot at FIRST, the latest again (signed): the tail it needs is gone
+    asyncio.run(_append(config, json.dumps(manifest).encode(), "manifest", key=_keeper(config).key))
+    _delete_records(config, inbox, FIRST + 2)
+    result = invoke(*cli, env={"MUSTER_SNAPSHOT_KEY_FILE": str(key)})
+    one_line_error(result, 2, f"not starting: {inbox} starts at offset {FIRST + 2} but the admission service needs "
+                              f"its records from offset {FIRST}: records {FIRST} to {FIRST + 1} were deleted")
 
 
 def _bad_version(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -166,16 +288,13 @@ def test_an_unusable_snapshot_falls_back_to_a_full_replay(kafka_bootstrap: str, 
                                                           caplog: pytest.LogCaptureFixture) -> None:
     config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
     inputs = _history(config)
-    records = read_until(config, snapshot_topic(config.prefix, "admission"),
-                         lambda rs: any(dict(r.headers).get(KIND) == b"checkpoint" and
-                                        json.loads(r.value)["offset"] == FIRST + LATER for r in rs))
-    manifests = [(r.offset, json.loads(r.value)) for r in records if dict(r.headers).get(KIND) == b"manifest"]
-    at, manifest = manifests[-1]
+    at, manifest = _latest_manifest(config)
+    key = _keeper(config).key  # signed as the service signs: these are the checks past the signature
     if spoil == "wrong outputs":  # the snapshot loads, but its tail replay must reproduce this digest
         body = {"offset": FIRST + LATER, "digest": "ab" * 16, "manifest": at}
-        asyncio.run(_append(config, json.dumps(body).encode(), "checkpoint"))
+        asyncio.run(_append(config, json.dumps(body).encode(), "checkpoint", key=key))
     else:
-        asyncio.run(_append(config, json.dumps(spoil(manifest)).encode(), "manifest"))
+        asyncio.run(_append(config, json.dumps(spoil(manifest)).encode(), "manifest", key=key))
     then = ingest(ray_cluster("rc-12"), 500, change="Deleted")
     with caplog.at_level(logging.INFO, logger="muster.bus"):
         reader, outputs, _, _ = _restart(config, then)
@@ -222,8 +341,11 @@ def test_the_inbox_goes_on_while_a_child_encodes_and_sigterm_takes_the_child_alo
     asyncio.run(ensure_topics(config))
     inbox = config.topics.inbox("admission")
     out = (tmp_path / "admission.log").open("wb")
+    key = tmp_path / "snapshot.key"
+    key.write_bytes(os.urandom(32).hex().encode())
     proc = subprocess.Popen([sys.executable, "-c", SLOW_CHILD, "run", "admission", "--metrics-port", "0"],
-                            env={**os.environ, **config.env(), "MUSTER_SNAPSHOT_FORK": "1"}, stdout=out,
+                            env={**os.environ, **config.env(), "MUSTER_SNAPSHOT_FORK": "1",
+                                 "MUSTER_SNAPSHOT_KEY_FILE": str(key)}, stdout=out,
                             stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2])
     try:
         first = ingest(ray_cluster("rc-1"), 1)

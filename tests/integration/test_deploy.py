@@ -244,3 +244,22 @@ def test_the_demo_kafka_and_postgres_take_connections_from_muster_only(rendered)
     for name in ("muster-kafka", "muster-postgres"):
         labels = {"app.kubernetes.io/name": name}
         assert _allowed(objs, labels, "egress") == DNS
+
+
+def test_the_external_overlay_gives_the_four_services_the_snapshot_key_and_no_one_else(rendered):
+    """A mounted Secret the services read and a topic writer does not hold (components/snapshot-key);
+    the demo runs without (its services say snapshots are off and replay their inboxes)."""
+    deciders = {f"muster-{s}" for s in ("admission", "queue", "placement", "reconciler")}
+    for overlay, signed in (("overlays/external", deciders), ("overlays/demo", set())):
+        for name, spec in _pod_specs(rendered[overlay]):
+            container = spec["containers"][0]
+            env = {e["name"]: e.get("value") for e in container.get("env", ())}
+            volumes = {v["name"]: v for v in spec.get("volumes", ())}
+            if name in signed:
+                path = Path(env["MUSTER_SNAPSHOT_KEY_FILE"])
+                mount = next(m for m in container["volumeMounts"] if m["mountPath"] == str(path.parent))
+                assert mount["readOnly"] is True and volumes[mount["name"]]["secret"]["secretName"] == "muster-snapshot-key"
+                assert volumes[mount["name"]]["secret"]["defaultMode"] == 0o440  # readable by its group only:
+                assert spec["securityContext"]["fsGroup"] == spec["securityContext"]["runAsGroup"]  # the service's
+            else:
+                assert "MUSTER_SNAPSHOT_KEY_FILE" not in env and "snapshot-key" not in volumes, (overlay, name)

@@ -387,7 +387,9 @@ def run(store_url: str, logs: Path, *, faults: bool) -> tuple[dict[str, Any], "D
     store = server.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     logs.mkdir(parents=True, exist_ok=True)
     with KafkaBroker(logs / "kafka") as broker, KubeApiEmulator() as kube:
-        config = BusConfig(broker.bootstrap, prefix="muster.")
+        key = logs / "snapshot.key"  # as a deployment's mounted Secret: the services sign and load snapshots
+        key.write_text(os.urandom(32).hex())
+        config = BusConfig(broker.bootstrap, prefix="muster.", snapshot_key_file=str(key))
         kube.create(node("n1", cpu="64", memory="256Gi"))
         for name in QUEUES:
             kube.create({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name},

@@ -45,7 +45,7 @@ def test_topics_are_created_with_their_durability_spelled_out(kafka_bootstrap: s
     config = BusConfig(kafka_bootstrap, prefix=topic_prefix)
     topics = config.topics
     created = asyncio.run(ensure_topics(config))
-    assert len(created) == 12
+    assert len(created) == 13  # the 12 of before and the log's signed checkpoints
     snapshots = topics.snapshots("queue")
     described = asyncio.run(_described(config, [topics.inbox("queue"), topics.log, topics.control, snapshots]))
     for name in (topics.inbox("queue"), topics.log):

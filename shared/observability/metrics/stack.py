@@ -74,6 +74,10 @@ class ServiceCollector(Collector):
                            snapshots.keeper.written)
             yield _counter("muster_snapshot_stall_seconds", "Seconds the inbox waited for snapshot captures "
                            "(the forks; whole encodings with MUSTER_SNAPSHOT_FORK=0)", s, snapshots.stalled)
+            at = snapshots.keeper.snapshot_offset
+            yield _gauge("muster_snapshot_inbox_offset", "Inbox offset of the latest snapshot written or loaded (-1: "
+                         "none yet): the inbox records below it are what a start no longer needs", s,
+                         -1 if at is None else at)
 
 
 class ProjectorCollector(Collector):

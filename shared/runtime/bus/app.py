@@ -50,6 +50,7 @@ from shared.runtime.bus import stagetrace
 from shared.runtime.bus.config import BusConfig
 from shared.runtime.bus.sequencing import Arrival, Rounds
 from shared.runtime.bus.snapshot import SnapshotKeeper, Snapshots
+from shared.runtime.bus.snapshot import reason as snapshot_reason
 from shared.runtime.bus.topics import lost_records, retention_problem
 from shared.runtime.bus.worker import Clock, InboxWorker, Incoming, Producer, Record, envelope_record
 from shared.runtime.cores import CORE_CLASSES
@@ -317,13 +318,17 @@ async def topic_partitions(config: BusConfig, topic: str) -> list[int]:
 
 
 async def ready_to_read(config: BusConfig, topic: str, reader: str, *, group: str | None = None,
-                        resume: int | None = None, replays: bool = False) -> None:
+                        resume: int | None = None, replays: bool = False,
+                        snapshots: SnapshotKeeper | None = None) -> None:
     """Before ``reader`` starts on partition 0 of ``topic``: the topics exist, ``topic`` keeps what
     ``reader`` needs, and what it needs is still there (``lost_records``), else ``TopicUnfit``.
 
     Where the reader resumes is its ``group``'s committed offset, or ``resume`` (the projector's,
     from the store); a reader that ``replays`` rebuilds from the topic's first record, any other
-    needs the records from where it resumes."""
+    needs the records from where it resumes. A service whose inbox's first records were deleted
+    needs them from its latest snapshot on (``snapshots``: its keeper), if that snapshot is signed
+    with its key and made by this code under this policy (``SnapshotKeeper.verify``; whether its
+    state decodes is found on load, which stops the service if it does not)."""
     await ensure_topics(config, reads=[topic], reader=reader)
     tp = TopicPartition(topic, 0)
     if group is not None:
@@ -337,10 +342,27 @@ async def ready_to_read(config: BusConfig, topic: str, reader: str, *, group: st
             end = max(end, await _last_offset_read(consumer, tp, resume - 1) + 1)
     finally:
         await consumer.stop()
-    problem = lost_records(topic, reader, start=start, end=end, resume=resume,
-                           needed_from=0 if replays else (resume or 0))
+    needed_from, why = 0 if replays else (resume or 0), ""
+    if replays and start > 0:
+        needed_from, why = await _covered_from(snapshots)
+    problem = lost_records(topic, reader, start=start, end=end, resume=resume, needed_from=needed_from, snapshot=why)
     if problem:
         raise TopicUnfit(problem)
+
+
+async def _covered_from(keeper: SnapshotKeeper | None) -> tuple[int, str]:
+    """The inbox offset from which ``keeper``'s latest snapshot needs the records (0 without one),
+    and why there is none usable."""
+    if keeper is None:
+        return 0, "snapshots are off: no MUSTER_SNAPSHOT_KEY_FILE"
+    try:
+        loaded = await keeper.latest()
+        if loaded is None:
+            return 0, "there is no snapshot"
+        keeper.verify(loaded.manifest, loaded.blob)
+    except Exception as exc:  # noqa: BLE001 - whatever is wrong with it, it is not usable: said
+        return 0, snapshot_reason(exc)
+    return loaded.manifest.offset, ""
 
 
 def delete_topics(config: BusConfig, *, timeout: float = 10.0) -> list[str]:

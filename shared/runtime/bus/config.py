@@ -13,6 +13,7 @@
 | ``MUSTER_TOPIC_REPLICATION``    | replication factor of the topics muster creates (default 1)    |
 | ``MUSTER_TOPIC_MIN_INSYNC``     | their ``min.insync.replicas`` (default 1; at most the factor)  |
 | ``MUSTER_KAFKA_IDEMPOTENT``     | ``1`` (default): idempotent producers; ``0`` for a broker without them (Tansu) |
+| ``MUSTER_SNAPSHOT_KEY_FILE``    | the key that signs the services' snapshots (``snapshotkey``); unset: no snapshots |
 
 The fetch wait is low on purpose: a broker that does not answer a fetch as soon as data arrives
 (Tansu, the test broker) would otherwise add the whole wait to every hop between two services.
@@ -41,6 +42,7 @@ import ssl
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping
 
+from shared.runtime.bus.snapshotkey import KEY_VARIABLE, SnapshotKeyError, read_key
 from shared.runtime.bus.topics import DEFAULT_PREFIX, Topics
 
 Security = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -89,6 +91,9 @@ class BusConfig:
     """Their ``min.insync.replicas``: acknowledged records survive the loss of ``min_insync - 1`` brokers."""
     idempotent: bool = True
     """Producers ask for a producer id (``MUSTER_KAFKA_IDEMPOTENT``): off only for a broker without one."""
+    snapshot_key_file: str | None = None
+    """The file holding the key snapshots are signed with (``MUSTER_SNAPSHOT_KEY_FILE``,
+    ``shared.runtime.bus.snapshotkey``); None: in process, a key of the process's own."""
 
     def __post_init__(self) -> None:
         servers = self.servers
@@ -131,6 +136,12 @@ class BusConfig:
         idempotent = env.get("MUSTER_KAFKA_IDEMPOTENT", "1").strip()
         if idempotent not in ("0", "1"):
             raise BusConfigError(f"MUSTER_KAFKA_IDEMPOTENT {idempotent!r}: 1 (idempotent producers) or 0")
+        key_file = env.get(KEY_VARIABLE) or None
+        if key_file is not None:
+            try:
+                read_key(key_file)  # a key that cannot be used is one line at start, not a surprise later
+            except SnapshotKeyError as exc:
+                raise BusConfigError(str(exc)) from None
         return cls(
             bootstrap=bootstrap,
             prefix=prefix if prefix is not None else env.get("MUSTER_TOPIC_PREFIX", DEFAULT_PREFIX),
@@ -146,6 +157,7 @@ class BusConfig:
             replication=counts["MUSTER_TOPIC_REPLICATION"],
             min_insync=counts["MUSTER_TOPIC_MIN_INSYNC"],
             idempotent=idempotent == "1",
+            snapshot_key_file=key_file,
         )
 
     def with_prefix(self, prefix: str) -> "BusConfig":
@@ -184,6 +196,8 @@ class BusConfig:
                             ("SSL_KEYFILE", self.ssl_keyfile)):
             if value is not None:
                 out[f"MUSTER_KAFKA_{name}"] = value
+        if self.snapshot_key_file is not None:
+            out[KEY_VARIABLE] = self.snapshot_key_file
         return out
 
     def ssl_context(self) -> ssl.SSLContext | None:

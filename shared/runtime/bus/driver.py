@@ -43,6 +43,7 @@ from shared.kernel.topology import SERVICES
 from shared.runtime.bus import codec
 from shared.runtime.bus.codec import Finished, Release
 from shared.runtime.bus.config import BusConfig
+from shared.runtime.bus.snapshotkey import KEY_VARIABLE
 from shared.runtime.bus.worker import Record, envelope_record
 from shared.runtime.embedded import Delivery, EmbeddedRuntime, Outputs
 from shared.runtime.service import Seen
@@ -286,6 +287,8 @@ class ServiceHost:
         self.apps: list[Any] = []
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._policy_file: str | None = None
+        self._key_file: str | None = None
+        """The run's snapshot key for its service processes (``snapshotkey``), unless the config names one."""
         self.logs: Path | None = None
         """Where each service process writes its output (``processes`` only)."""
 
@@ -314,6 +317,10 @@ class ServiceHost:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             f.write(self.policy.model_dump_json())
             self._policy_file = f.name
+        if self.config.snapshot_key_file is None:  # a key of the run's own: restarted processes load their snapshots
+            fd, self._key_file = tempfile.mkstemp(prefix="muster-snapshot-", suffix=".key")  # readable by its owner only
+            with os.fdopen(fd, "w") as key:
+                key.write(os.urandom(32).hex())
         self.logs = Path(tempfile.mkdtemp(prefix="muster-services-"))
         for name in self.names:
             self.spawn(name)
@@ -327,6 +334,8 @@ class ServiceHost:
             args += ["--ordering", "rounds", "--policy", str(self._policy_file)]
         args += ["--metrics-port", str(self.metrics_ports.get(name, 0))]
         env = {**os.environ, **self.config.env(), "PYTHONUNBUFFERED": "1"}
+        if self._key_file is not None:
+            env[KEY_VARIABLE] = self._key_file
         if self.sink is not None:
             from shared.observability.tracing.config import EPOCH_ENV
 
@@ -364,9 +373,10 @@ class ServiceHost:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        if self._policy_file:
-            os.unlink(self._policy_file)
-            self._policy_file = None
+        for temporary in (self._policy_file, self._key_file):
+            if temporary:
+                os.unlink(temporary)
+        self._policy_file = self._key_file = None
 
 
 def run_prefix(name: str) -> str:

@@ -25,8 +25,18 @@ When: every ``INTERVAL`` seconds or ``EVERY_RECORDS`` records handled, whichever
 never more than ``MAX_SHARE`` of the service's time; so what a restart folds again is bounded in
 records and in time, whatever the history.
 
-Loading is checked at three levels; any failure means a full replay, logged on one line and counted
+Manifests and checkpoints are signed (HMAC-SHA256, ``shared.runtime.bus.snapshotkey``) with a key the
+services hold and a writer of the topic does not: the key file ``MUSTER_SNAPSHOT_KEY_FILE`` (a mounted
+Secret), or, for services sharing one process (``simulate --bus``, tests), a key of that process;
+``muster run`` without a key file writes and loads no snapshot.
+
+Loading is checked at four levels; any failure — a refused check, or anything the loader raises
+(a state nested deeper than the JSON parser goes used to escape as ``RecursionError`` and the
+service crash-looped) — means a full replay, logged on one line and counted
 (``muster_snapshot_fallbacks``):
+  0. authenticity: the latest manifest or checkpoint must carry this key's MAC, checked before its
+     bytes are parsed (unsigned: written by muster before 2026-12-07 or by someone without the key;
+     a wrong MAC: forged, or another key's); the manifest must announce at most ``MAX_BYTES``;
   1. format: the manifest's ``FORMAT``, muster's version, the code's digest (``shared.runtime.build``: a
      rebuilt image of the same version may hold its state otherwise) and the policy's fingerprint must
      be this process's (an upgrade or a changed policy rebuilds from the inbox, as before snapshots), and the
@@ -36,6 +46,12 @@ Loading is checked at three levels; any failure means a full replay, logged on o
      digest reached at the latest checkpoint's offset must equal the checkpoint's. Outputs are not
      re-read from the log (the log is shared and long); their hash chain is.
 A full replay starts a new lineage and writes a snapshot at once, so the next start is short again.
+
+An inbox whose first records were deleted (retention, Kafka's DeleteRecords after ``muster log
+archive``) cannot be replayed from its start: a service starts there from its latest snapshot if
+that snapshot lies at or after the inbox's first offset and passes every check; otherwise it stops
+with one line saying why (``SnapshotRequired``; ``muster run`` says it before starting,
+``shared.runtime.bus.app.ready_to_read``), never rebuilding a state that misses what those records did.
 """
 
 from __future__ import annotations
@@ -61,6 +77,7 @@ from shared.runtime.build import code_digest, muster_version
 from shared.runtime.bus import stagetrace
 from shared.runtime.bus.config import BusConfig
 from shared.runtime.bus.sequencing import Ordering, Rounds
+from shared.runtime.bus.snapshotkey import MAC_HEADER, authentic, mac, read_key, run_key
 from shared.runtime.bus.topics import Topics
 from shared.runtime.service import Service
 
@@ -69,9 +86,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("muster.bus")
 
-FORMAT = 2
-"""The snapshot layout (2: ``shared.runtime.statecodec``'s JSON; 1 was a pickle); a snapshot of another format
-is not loaded (full replay)."""
+FORMAT = 3
+"""The snapshot layout (3: ``shared.runtime.statecodec``'s JSON, manifests and checkpoints signed
+(``snapshotkey``); 2 was the same unsigned, 1 a pickle); a snapshot of another format is not loaded
+(full replay)."""
+
+MAX_BYTES = 1 << 30
+"""The largest state a manifest may announce (1 GiB, the snapshot topic's ``retention.bytes``): a
+larger one is refused before its chunks are read."""
 
 CHUNK = 512 * 1024
 """Bytes per snapshot record: well under Kafka's default ``message.max.bytes`` (1 MB)."""
@@ -111,6 +133,19 @@ class SnapshotError(ValueError):
     """A snapshot that cannot be loaded: why, in one line."""
 
 
+class SnapshotRequired(RuntimeError):
+    """A service whose inbox no longer holds its first records, without a usable snapshot after them:
+    it cannot rebuild its state, and stops (one line)."""
+
+
+def reason(exc: BaseException) -> str:
+    """One line for why a snapshot was not used."""
+    if isinstance(exc, SnapshotError):
+        return str(exc)
+    text = " ".join(str(exc).split())[:200]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 # --------------------------------------------------------------------------- state <-> bytes
 @dataclass(frozen=True)
 class Manifest:
@@ -135,11 +170,18 @@ class Manifest:
 
     @classmethod
     def decode(cls, value: bytes) -> "Manifest":
+        """The manifest in ``value``, its fields of the types written (``SnapshotError`` else)."""
         try:
             raw = json.loads(value)
-            return cls(**{"code": "", **raw})  # a manifest from before the digest matches no code
-        except (ValueError, TypeError) as exc:
-            raise SnapshotError(f"unreadable snapshot manifest: {exc}") from None
+            manifest = cls(**{"code": "", **raw})  # a manifest from before the digest matches no code
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise SnapshotError(f"unreadable snapshot manifest: {type(exc).__name__}: {exc}"[:200]) from None
+        texts = (manifest.service, manifest.digest, manifest.sha256, manifest.muster, manifest.code, manifest.policy)
+        if not (all(type(t) is str for t in texts) and all(type(n) is int for n in (
+                manifest.offset, manifest.size, manifest.format, *manifest.chunks))
+                and type(manifest.chunks) is list and isinstance(manifest.written_at, (int, float))):
+            raise SnapshotError("unreadable snapshot manifest: a field of the wrong type")
+        return manifest
 
 
 def capture(worker: "InboxWorker") -> bytes:
@@ -162,7 +204,9 @@ def restore(worker: "InboxWorker", blob: bytes) -> None:
     try:
         state = statecodec.decode(blob)
     except statecodec.StateError as exc:
-        raise SnapshotError(f"snapshot does not load: {exc}") from None
+        raise SnapshotError(f"snapshot does not load: {exc}"[:300]) from None
+    except (RecursionError, MemoryError) as exc:  # statecodec names what it can; nothing else escapes a load
+        raise SnapshotError(f"snapshot does not load: {type(exc).__name__}") from None
     if type(state) is not dict or set(state) != {"service", "ordering", "rounds", "timers", "digest"}:
         raise SnapshotError("snapshot does not hold a worker's state")
     service, digest, timers = state["service"], state["digest"], state["timers"]
@@ -399,8 +443,12 @@ class SnapshotKeeper:
     """Writes and finds one service's snapshots on its snapshot topic."""
 
     def __init__(self, config: BusConfig, service: str, policy: Policy, *, interval: float = INTERVAL,
-                 every_records: int = EVERY_RECORDS) -> None:
+                 every_records: int = EVERY_RECORDS, key: bytes | None = None) -> None:
         self.config, self.service = config, service
+        self.key = key if key is not None else (
+            read_key(config.snapshot_key_file) if config.snapshot_key_file is not None else run_key())
+        """Signs what this keeper writes and must have signed what it loads (``snapshotkey``): the key
+        file's (``MUSTER_SNAPSHOT_KEY_FILE``), else the process's own."""
         self.topic = snapshot_topic(config.prefix, service)
         self.tp = TopicPartition(self.topic, 0)
         self.policy = policy_fingerprint(policy)
@@ -424,9 +472,29 @@ class SnapshotKeeper:
             self._producer = AIOKafkaProducer(**self.config.producing(), max_request_size=2 * CHUNK + 65536,
                                               max_batch_size=CHUNK + 65536)
             await self._producer.start()
-        futures = [await self._producer.send(self.topic, value, key=key, partition=0,
-                                             headers=[(KIND, kind.encode())]) for key, value, kind in records]
+        futures = [await self._producer.send(self.topic, value, key=key, partition=0, headers=self._headers(kind, value))
+                   for key, value, kind in records]
         return [(await f).offset for f in futures]
+
+    def _headers(self, kind: str, value: bytes) -> list[tuple[str, bytes]]:
+        """A record's kind, and its MAC unless it is a chunk (the signed manifest holds the chunks' SHA-256)."""
+        headers = [(KIND, kind.encode())]
+        if kind != "chunk":
+            headers.append((MAC_HEADER, mac(self.key, kind, self.topic, value)))
+        return headers
+
+    def _opened(self, record: Any, kind: str) -> bytes:
+        """The value of a manifest or checkpoint ``record`` once its MAC is this keeper's; else
+        ``SnapshotError`` (unsigned, forged or written under another key), its bytes never parsed."""
+        given = _header(record, MAC_HEADER)
+        value = record.value or b""
+        if given is None:
+            raise SnapshotError(f"snapshot {kind} at offset {record.offset} is not signed (written by an older muster "
+                                "or by someone without the key)")
+        if not authentic(self.key, kind, self.topic, value, given):
+            raise SnapshotError(f"snapshot {kind} at offset {record.offset} is not signed with this service's key "
+                                "(forged, or written under another key)")
+        return value
 
     async def close(self) -> None:
         if self._producer is not None:
@@ -494,17 +562,18 @@ class SnapshotKeeper:
                 record = await self._read(consumer, position)
                 kind = _kind(record)
                 if kind == "checkpoint":
-                    body = json.loads(record.value)
-                    manifest_at = int(body["manifest"])
-                    check = (int(body["offset"]), bytes.fromhex(body["digest"]))
+                    manifest_at, check = _checkpoint(self._opened(record, kind))
                 elif kind == "manifest":
                     manifest_at = position
             if manifest_at is None:
                 return None
+            if not start <= manifest_at < end:
+                raise SnapshotError(f"the checkpoint names a manifest at offset {manifest_at}, outside {self.topic}")
             record = await self._read(consumer, manifest_at)
             if _kind(record) != "manifest":
                 raise SnapshotError(f"offset {manifest_at} of {self.topic} is no snapshot manifest")
-            manifest = Manifest.decode(record.value)
+            manifest = Manifest.decode(self._opened(record, "manifest"))
+            self.check(manifest)  # before reading what it names
             parts = [(await self._read(consumer, at)).value or b"" for at in manifest.chunks]
         finally:
             await consumer.stop()
@@ -527,6 +596,13 @@ class SnapshotKeeper:
 
     def verify(self, manifest: Manifest, blob: bytes) -> None:
         """Format, version, policy and checksum (levels 1 and 2 of the module docstring)."""
+        self.check(manifest)
+        if len(blob) != manifest.size or hashlib.sha256(blob).hexdigest() != manifest.sha256:
+            raise SnapshotError("snapshot checksum does not match (truncated or corrupted)")
+
+    def check(self, manifest: Manifest) -> None:
+        """What a signed manifest must say for this process to load its state (level 1), and a
+        size and chunk count it may announce."""
         if manifest.format != FORMAT:
             raise SnapshotError(f"snapshot format {manifest.format}, this muster reads {FORMAT}")
         if manifest.muster != muster_version():
@@ -536,9 +612,20 @@ class SnapshotKeeper:
         if manifest.policy != self.policy:
             raise SnapshotError("snapshot taken under another policy")
         if manifest.service != self.service:
-            raise SnapshotError(f"snapshot of {manifest.service}, not {self.service}")
-        if len(blob) != manifest.size or hashlib.sha256(blob).hexdigest() != manifest.sha256:
-            raise SnapshotError("snapshot checksum does not match (truncated or corrupted)")
+            raise SnapshotError(f"snapshot of {manifest.service:.60}, not {self.service}")
+        if not 0 <= manifest.size <= MAX_BYTES or len(manifest.chunks) != max(1, -(-manifest.size // CHUNK)):
+            raise SnapshotError(f"snapshot of {manifest.size} bytes in {len(manifest.chunks)} chunks: "
+                                f"at most {MAX_BYTES} bytes in chunks of {CHUNK}")
+
+    def required(self, begin: int, reason: str) -> "SnapshotRequired":
+        """Why this service cannot start on an inbox that begins at ``begin``: logged, and returned."""
+        self.fallbacks += 1
+        self.fallback_reason = reason
+        error = SnapshotRequired(
+            f"{self.service}: its inbox starts at offset {begin} (the records before it were deleted) and no usable "
+            f"snapshot covers them ({reason}); refusing to rebuild without them")
+        log.error("%s", error)
+        return error
 
     def fell_back(self, reason: str) -> None:
         """Say once, on one line, why this start replays the whole inbox."""
@@ -547,11 +634,27 @@ class SnapshotKeeper:
         log.warning("%s: snapshot not used (%s); rebuilding from the whole inbox", self.service, reason)
 
 
-def _kind(record: Any) -> str:
+def _header(record: Any, wanted: str) -> bytes | None:
     for name, value in record.headers or ():
-        if name == KIND:
-            return value.decode()
-    return ""
+        if name == wanted:
+            return bytes(value)
+    return None
+
+
+def _kind(record: Any) -> str:
+    return (_header(record, KIND) or b"").decode(errors="replace")
+
+
+def _checkpoint(value: bytes) -> tuple[int, tuple[int, bytes]]:
+    """A signed checkpoint's manifest offset and (offset, digest); ``SnapshotError`` when malformed."""
+    try:
+        body = json.loads(value)
+        manifest, offset, digest = body["manifest"], body["offset"], bytes.fromhex(body["digest"])
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
+        raise SnapshotError(f"unreadable snapshot checkpoint: {type(exc).__name__}") from None
+    if type(manifest) is not int or type(offset) is not int:
+        raise SnapshotError("unreadable snapshot checkpoint: offsets must be whole numbers")
+    return manifest, (offset, digest)
 
 
 Fresh = Callable[[], tuple[Service, Ordering]]
@@ -589,7 +692,7 @@ class Snapshots:
         there is none or it is not usable: a full replay)."""
         self._consumer, self._begin = consumer, begin
         keeper = self.keeper  # its topic is made with the others (``shared.runtime.bus.app.ensure_topics``)
-        if committed <= begin:
+        if committed <= begin == 0:
             self.worker.digest = GENESIS  # a first start: the lineage begins here
             return begin
         started = time.perf_counter()
@@ -597,14 +700,15 @@ class Snapshots:
             loaded = await keeper.latest()
             read = time.perf_counter()
             if loaded is None:
-                log.info("%s: no snapshot yet; rebuilding from the whole inbox", keeper.service)
-                return self._full(begin, None)
+                if begin == 0:
+                    log.info("%s: no snapshot yet; rebuilding from the whole inbox", keeper.service)
+                return self._full(begin, None if begin == 0 else "there is no snapshot")
             keeper.verify(loaded.manifest, loaded.blob)
             if loaded.manifest.offset < begin:
                 raise SnapshotError(f"snapshot at offset {loaded.manifest.offset} is older than the inbox's start")
             restore(self.worker, loaded.blob)
-        except (SnapshotError, KafkaError, ValueError, KeyError) as exc:
-            return self._full(begin, str(exc))
+        except Exception as exc:  # noqa: BLE001 - whatever a snapshot does to its loader, a full replay
+            return self._full(begin, reason(exc))
         self.loaded_at = self._resume_at = loaded.manifest.offset
         self._check = loaded.check
         if self._check is not None:
@@ -618,7 +722,10 @@ class Snapshots:
         return loaded.manifest.offset
 
     def _full(self, begin: int, reason: str | None) -> int:
-        """Back to a first start's state, to fold the inbox from ``begin``."""
+        """Back to a first start's state, to fold the inbox from ``begin``; ``SnapshotRequired`` when
+        records before ``begin`` are gone (a fold from there would miss what they did)."""
+        if begin > 0:
+            raise self.keeper.required(begin, reason or "no usable snapshot")
         if reason is not None:
             self.keeper.fell_back(reason)
         service, ordering = self.fresh()
@@ -657,14 +764,22 @@ class Snapshots:
         self._resume_at = max(self._resume_at, self.reader._replay_end or 0)
 
     async def keep(self) -> None:
-        """Every commit interval: a checkpoint, and a snapshot when one is due."""
+        """Every commit interval: a checkpoint, and a snapshot when one is due. Cancelled, it stops
+        its producer; closed without its loop (the loop went away before the task was done, and the
+        collector closes the coroutine: ``GeneratorExit`` at its ``sleep``) it awaits nothing, since
+        an await there is ``RuntimeError: coroutine ignored GeneratorExit``, reported unraisable."""
+        closed = False
         try:
             await self.reader.ready.wait()
             while True:
                 await self.write_once()
                 await asyncio.sleep(self.reader.commit_interval)
+        except GeneratorExit:
+            closed = True
+            raise
         finally:
-            await self.keeper.close()
+            if not closed:
+                await self.keeper.close()
 
     async def write_once(self, *, force: bool = False) -> None:
         """A checkpoint, and a snapshot if one is due (``force``: if anything was handled since).

@@ -200,7 +200,7 @@ def _duration(ms: str) -> str:
 
 
 def lost_records(topic: str, reader: str, *, start: int, end: int, resume: int | None,
-                 needed_from: int = 0) -> str | None:
+                 needed_from: int = 0, snapshot: str = "") -> str | None:
     """Why ``reader`` cannot go on from what ``topic`` holds now; None when it can.
 
     ``start`` and ``end`` are the partition's log start and end offsets; ``resume`` where the reader's
@@ -211,14 +211,16 @@ def lost_records(topic: str, reader: str, *, start: int, end: int, resume: int |
     Two ways to have lost records: the topic ends before where the reader's state says it is (the
     broker lost its data, or the topic was deleted and made again, while the offsets survived), or
     it starts after the first record the reader needs (retention, or records deleted). Either way,
-    going on would rebuild a state that misses what those records did, and decide from it."""
+    going on would rebuild a state that misses what those records did, and decide from it.
+    ``snapshot``: why no snapshot of the reader's covers the deleted records (said with them)."""
     if resume is not None and resume > end:
         return (f"{topic} ends at offset {end} but {reader} has handled it up to offset {resume}: the topic was "
                 "emptied or made again (broker data lost?); refusing to rebuild from what is left. Restore the "
                 "topic's data, or start the stack afresh under a new MUSTER_TOPIC_PREFIX (and a new store)")
     if start > needed_from:
         return (f"{topic} starts at offset {start} but {reader} needs its records from offset {needed_from}: "
-                f"records {needed_from} to {start - 1} were deleted (retention or delete-records); refusing to "
+                f"records {needed_from} to {start - 1} were deleted (retention or delete-records)"
+                + (f" and no usable snapshot covers them ({snapshot})" if snapshot else "") + "; refusing to "
                 "rebuild without them. Restore them, or start the stack afresh under a new MUSTER_TOPIC_PREFIX "
                 "(and a new store)")
     return None

@@ -20,7 +20,8 @@ from shared.runtime import statecodec
 from shared.runtime.bus import codec
 from shared.runtime.bus.app import InboxReader
 from shared.runtime.bus.sequencing import Arrival, Rounds
-from shared.runtime.bus.snapshot import (CHILD_NICE, FORMAT, GENESIS, MAX_SHARE, CaptureLost, ForkedCapture, Loaded, Manifest, SnapshotError, SnapshotKeeper,
+from shared.runtime.bus.snapshot import (CHILD_NICE, FORMAT, GENESIS, MAX_SHARE, CHUNK, CaptureLost, ForkedCapture, Loaded, Manifest, SnapshotError, SnapshotKeeper,
+                                 SnapshotRequired,
                                  Snapshots, capture, fork_wanted, policy_fingerprint, restore)
 from shared.kernel.events import TimerFired, wrap
 from shared.kernel.policy import Policy
@@ -223,6 +224,93 @@ def test_an_unusable_snapshot_means_a_full_replay_said_in_one_line(spoil, said, 
     assert snapshots.worker.service.handled == 0  # a first start's state, to fold everything into
     (line,) = [r.getMessage() for r in caplog.records if "snapshot not used" in r.getMessage()]
     assert said in line and line.endswith("rebuilding from the whole inbox") and "\n" not in line
+
+
+def _nested(depth: int, opener: str = "[", closer: str = "]") -> bytes:
+    """A state document whose service is a value nested ``depth`` deep."""
+    inner = opener * depth + ("1" if opener == '{"a":' else "") + closer * depth
+    return ('{"format":%d,"shapes":[],"root":["d",0,["service",%s]]}' % (statecodec.FORMAT, inner)).encode()
+
+
+@pytest.mark.parametrize("opener, closer", [("[", "]"), ('{"a":', "}")], ids=["lists", "mappings"])
+def test_a_deeply_nested_state_is_refused_not_raised(opener, closer):
+    """It used to escape as RecursionError (the JSON parser's own), past every fallback: the service
+    crash-looped. Now it is a SnapshotError like any state that does not load."""
+    for depth in (5_000, 100_000):
+        with pytest.raises(SnapshotError, match="nested too deeply"):
+            restore(_worker("queue"), _nested(depth, opener, closer))
+
+
+def _sound(blob: bytes, offset: int) -> Loaded:
+    """``blob`` under a manifest that passes every check but decoding."""
+    manifest = Manifest("admission", offset, GENESIS.hex(), hashlib.sha256(blob).hexdigest(), len(blob),
+                        list(range(max(1, -(-len(blob) // CHUNK)))), policy=policy_fingerprint(Policy()))
+    return Loaded(manifest, blob, None)
+
+
+def test_a_deeply_nested_snapshot_falls_back_to_a_full_replay(caplog):
+    snapshots = _snapshots(_sound(_nested(100_000), 40), 50)
+    with caplog.at_level(logging.WARNING, logger="muster.bus"):
+        assert asyncio.run(snapshots.load(None, 0, 50)) == 0
+    assert snapshots.loaded_at is None and snapshots.keeper.fallbacks == 1
+    assert "nested too deeply" in snapshots.keeper.fallback_reason
+
+
+class _Raising(_Keeper):
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(None)
+        self.error = error
+
+    async def latest(self) -> Loaded | None:
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [RecursionError("maximum recursion depth exceeded"), TypeError("list indices"),
+                                   MemoryError(), OverflowError("too large")], ids=lambda e: type(e).__name__)
+def test_whatever_loading_raises_means_a_full_replay_not_a_crash(error, caplog):
+    reader = _snapshots(None, 50).reader
+    snapshots = Snapshots(_Raising(error), reader, lambda: (Service(CORE_CLASSES["admission"](Policy())), Arrival()))
+    with caplog.at_level(logging.WARNING, logger="muster.bus"):
+        assert asyncio.run(snapshots.load(None, 0, 50)) == 0
+    assert snapshots.keeper.fallbacks == 1 and type(error).__name__ in snapshots.keeper.fallback_reason
+    (line,) = [r.getMessage() for r in caplog.records if "snapshot not used" in r.getMessage()]
+    assert "\n" not in line
+
+
+# --------------------------------------------------------------------------- an inbox whose first records are gone
+def test_a_pruned_inbox_starts_from_a_snapshot_after_its_start():
+    loaded, half = _loaded("none")
+    snapshots = _snapshots(loaded, half + 3)
+    assert asyncio.run(snapshots.load(None, half - 2, half + 3)) == half  # records before half - 2 deleted
+    assert snapshots.loaded_at == half and snapshots.keeper.fallbacks == 0
+
+
+@pytest.mark.parametrize("spoil, said", [
+    (None, "there is no snapshot"),
+    ("corrupted", "checksum does not match"),
+    ("older", "older than the inbox's start"),
+])
+def test_a_pruned_inbox_without_a_usable_snapshot_is_refused_in_one_line(spoil, said, caplog):
+    loaded, half = _loaded("none" if spoil in (None, "older") else spoil)
+    begin = half + 1 if spoil == "older" else 5
+    snapshots = _snapshots(None if spoil is None else loaded, half + 3)
+    with caplog.at_level(logging.ERROR, logger="muster.bus"), pytest.raises(SnapshotRequired) as raised:
+        asyncio.run(snapshots.load(None, begin, half + 3))
+    message = str(raised.value)
+    assert message.startswith(f"admission: its inbox starts at offset {begin} (the records before it were deleted)")
+    assert said in message and "refusing to rebuild without them" in message and "\n" not in message
+    assert message in caplog.text
+
+
+def test_a_tail_that_fails_its_check_on_a_pruned_inbox_stops_the_service():
+    """Replaying from the inbox's start is no way back when its first records are gone."""
+    loaded, half = _loaded("none")
+    loaded.check = (half + 2, b"\x00" * 16)  # a digest the tail will not reach
+    snapshots = _snapshots(loaded, half + 3)
+    assert asyncio.run(snapshots.load(None, 3, half + 3)) == half
+    snapshots.replayed(half)
+    with pytest.raises(SnapshotRequired, match="did not reproduce the outputs"):
+        snapshots.replayed(half + 1)
 
 
 def test_a_snapshot_is_due_after_the_interval_or_the_record_count():
@@ -465,3 +553,55 @@ def test_a_child_past_its_time_is_killed_and_reaped(monkeypatch):
     with pytest.raises(CaptureLost, match="took more than"):
         asyncio.run(child.result(timeout=0.2))
     assert _gone(child.pid) and os.WIFSIGNALED(child.status)
+
+
+def test_the_latest_snapshots_inbox_offset_is_a_metric():
+    """What an operator reads before deleting inbox records (docs/operations.md, Retention)."""
+    from shared.observability.metrics.stack import ServiceCollector
+
+    snapshots = _snapshots(None, 0)
+    reader = snapshots.reader
+    reader.snapshots = snapshots
+
+    def offset() -> float:
+        collected = {f.name: f for f in ServiceCollector("admission", reader.worker, reader).collect()}
+        return collected["muster_snapshot_inbox_offset"].samples[0].value
+
+    assert offset() == -1
+    snapshots.keeper.snapshot_offset = 120
+    assert offset() == 120
+
+
+@pytest.mark.parametrize("ready", [False, True], ids=["before ready", "sleeping"])
+def test_a_keeper_closed_without_its_loop_awaits_nothing(ready):
+    """A loop closed under a running keeper (a service stop that timed out) leaves the collector to
+    close its coroutine: an await in its ``finally`` was "coroutine ignored GeneratorExit", reported
+    as a PytestUnraisableExceptionWarning in the bus parity test."""
+    snapshots = _writing(_folded("queue"), fork=False, interval=3600.0)
+    stopped: list[str] = []
+
+    async def close() -> None:  # as a producer's stop: it suspends
+        await asyncio.sleep(0)
+        stopped.append("stopped")
+
+    snapshots.keeper.close = close  # type: ignore[method-assign]
+
+    async def go() -> None:
+        if ready:
+            snapshots.reader.ready.set()
+        coro = snapshots.keep()
+        coro.send(None)  # up to its first suspension: waiting for ready, or sleeping after a write
+        coro.close()  # what the collector does once the loop has gone away
+
+    asyncio.run(go())
+    assert stopped == []
+
+    async def cancelled() -> None:  # cancelled on a running loop, it does stop its producer
+        snapshots.reader.ready.set()
+        task = asyncio.ensure_future(snapshots.keep())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(cancelled())
+    assert stopped == ["stopped"]

@@ -116,3 +116,12 @@ def test_a_topic_truncated_before_what_the_reader_needs_is_refused(resume):
 def test_a_reader_that_keeps_no_state_needs_only_what_it_has_not_read():
     problem = lost_records("e", "the cluster link", start=50, end=100, resume=40, needed_from=40)
     assert problem is not None and "records 40 to 49 were deleted" in problem
+
+
+def test_a_service_needs_its_inbox_only_from_its_snapshot_and_says_why_none_covers_a_cut():
+    assert lost_records("q", "the queue service", start=30, end=100, resume=60, needed_from=30) is None
+    problem = lost_records("q", "the queue service", start=30, end=100, resume=60,
+                           snapshot="there is no snapshot")
+    assert problem is not None and "\n" not in problem
+    assert ("records 0 to 29 were deleted (retention or delete-records) and no usable snapshot covers them "
+            "(there is no snapshot); refusing to rebuild without them") in problem

@@ -141,3 +141,11 @@ def test_text_utf8_cannot_hold_and_deep_nesting_still_come_back():
         deep = [deep]
     state = {"half a pair": "a\ud800b", "accented": "é", "deep": deep}
     assert decode(encode(state)) == state
+
+
+@pytest.mark.parametrize("opener, closer", [("[", "]"), ('{"a":', "}")], ids=["lists", "mappings"])
+def test_a_blob_nested_past_the_parsers_depth_is_a_state_error_not_a_recursion_error(opener, closer):
+    """json.loads raises RecursionError on it, which is no ValueError: it used to escape decode."""
+    inner = opener * 100_000 + ("1" if closer == "}" else "") + closer * 100_000
+    with pytest.raises(StateError, match="nested too deeply"):
+        decode(('{"format": 1, "shapes": [], "root": %s}' % inner).encode())
