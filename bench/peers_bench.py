@@ -18,10 +18,12 @@ bytes. The shapes (sizes overridable, ``MUSTER_BENCH_PEERS_*``):
 Each scheduler meets a backlog: the shape's objects are created (and KubeRay has made its pods)
 while no scheduler runs, then the scheduler starts and the bench waits for every pod bound. So the
 figures time the scheduler, not the bench's client or KubeRay's 100 requests/s: pods bound per second
-and the seconds until all are bound, both from the scheduler's start; p50/p99 per pod from the later
-of its creation and that start to bound; the API server's requests per pod made by the scheduler's
+and the seconds until all are bound, both from the instant the scheduler's processes are ready (for
+muster: every service answers ``/readyz``; its processes' start is ``startup_seconds``, apart); p50/p99
+per pod from the later of its creation and that instant to bound (a pod bound during the start counts 0); the API server's requests per pod made by the scheduler's
 processes (each with a client certificate of its own: the API server's audit log tells them apart);
-CPU seconds of its processes. ``peers_<shape>_ratio_<peer>_pods_per_second`` is muster's figure over
+CPU seconds of its processes from their start (muster's also per service, ``muster_cpu_seconds_<service>``:
+where its time goes). ``peers_<shape>_ratio_<peer>_pods_per_second`` is muster's figure over
 the peer's, paired run by run. Figures only, never asserted.
 """
 
@@ -45,6 +47,7 @@ from bench.e2e_bench import _cpu, _service, _with_children
 from bench.stats import percentile, spread
 from shared.kernel.topology import SERVICES
 from shared.parts import catalog, kai
+from shared.parts.peers import PEERS, Peer
 from shared.parts.devcluster import DevCluster
 from shared.parts.kafka import KafkaBroker
 from shared.parts.kwok import node
@@ -152,8 +155,8 @@ def ray_clusters(scheduler: str) -> list[dict[str, Any]]:
 SHAPES = (
     Shape("jobs", lambda: _cpu_nodes(JOB_NODES), one_pod_jobs, JOBS, ("volcano",), kuberay=False),
     Shape("rayclusters", lambda: _cpu_nodes(CLUSTER_NODES), ray_clusters, CLUSTERS * (WORKERS + 1),
-          ("volcano", "kai-scheduler"), kuberay=True),
-    Shape("gpu", lambda: _gpu_nodes(GPU_NODES), gpu_jobs, GPU_JOBS, ("kai-scheduler",), kuberay=False),
+          ("volcano", "kai"), kuberay=True),
+    Shape("gpu", lambda: _gpu_nodes(GPU_NODES), gpu_jobs, GPU_JOBS, ("kai",), kuberay=False),
 )
 
 
@@ -249,49 +252,53 @@ def _muster(cluster: DevCluster, bootstrap: str, scheduler: str) -> Iterator[lis
 
 
 @contextmanager
-def _kai(cluster: DevCluster) -> Iterator[tuple[list[int], tuple[str, ...]]]:
-    with kai.start(cluster) as running:
-        yield list(running.pids.values()), KAI_USERS
+def _peer(cluster: DevCluster, peer: Peer) -> Iterator[tuple[list[int], tuple[str, ...]]]:
+    """The peer's processes started beside the cluster: their pids and the API server users they act as
+    (each part has a client certificate of its own, named as the part)."""
+    parts = peer.start(cluster, peer.configurations[0])
+    try:
+        yield [cluster.parts[name].pid for name in parts if name in cluster.parts], tuple(parts)
+    finally:
+        peer.stop(cluster, parts)
 
 
-KAI_USERS = tuple(f"kai-{program}" for program in kai.PROGRAMS)
-PEER_STARTERS: dict[str, Callable[[DevCluster], Any]] = {"kai-scheduler": _kai}
-"""How each peer's processes start against a dev cluster: a context manager yielding
-``(pids, users)``, the process ids and the API server users they act as."""
-PEER_USERS: tuple[str, ...] = KAI_USERS
+PEER_USERS = ("vc-controller-manager", "vc-scheduler", *(f"kai-{program}" for program in kai.PROGRAMS))
+"""Every peer process's API server user, audited with muster's."""
 
 
-def one_run(cluster: DevCluster, bootstrap: str, shape: Shape, peer: str) -> dict[str, float]:
+def one_run(cluster: DevCluster, bootstrap: str, shape: Shape, peer: Peer) -> dict[str, float]:
     """The shape's backlog scheduled once by ``peer`` and once by muster, figures of both."""
     figures: dict[str, float] = {}
-    for who in (peer, "muster"):
+    scheduler = peer.batch_scheduler
+    for who in (peer.name, "muster"):
         if shape.kuberay:
-            cluster.start_kuberay(peer)
+            cluster.start_kuberay(scheduler)
         cluster.kubectl("create", "namespace", NAMESPACE)
         watch = PodWatch(cluster.kubeconfig)
         try:
-            _create(cluster, shape.objects(peer))
+            _create(cluster, shape.objects(scheduler))
             watch.wait_seen(shape.pods, timeout=1800)
             created = dict(watch.seen)
             with ExitStack() as stack:
+                before = cluster.audited_requests()
+                begun = time.monotonic()
                 if who == "muster":
                     users: tuple[str, ...] = (MUSTER_USER,)
-                    before = cluster.audited_requests()
-                    cpu_before = 0.0
-                    started = time.monotonic()
-                    pids = stack.enter_context(_muster(cluster, bootstrap, peer))
+                    pids = stack.enter_context(_muster(cluster, bootstrap, scheduler))
                 else:
-                    before = cluster.audited_requests()
-                    cpu_before = 0.0
-                    started = time.monotonic()
-                    pids, users = stack.enter_context(PEER_STARTERS[peer](cluster))
+                    pids, users = stack.enter_context(_peer(cluster, peer))
+                started = time.monotonic()
+                startup = started - begun
                 watch.wait_bound(shape.pods, timeout=3600)
-                cpu = _cpu(_with_children(pids)) - cpu_before
+                cpu = _cpu(_with_children(pids))
+                if who == "muster":  # where muster's time goes: CPU seconds per service
+                    for service, pid in zip((*SERVICES, "cluster"), pids):
+                        figures[f"muster_cpu_seconds_{service}"] = _cpu(_with_children([pid]))
             after = cluster.audited_requests()
         finally:
             watch.close()
-        waits = sorted(at - max(created.get(name, started), started) for name, at in watch.bound.items())
-        key = "muster" if who == "muster" else who.replace("-", "_")
+        waits = sorted(max(0.0, at - max(created.get(name, started), started)) for name, at in watch.bound.items())
+        key = who
         wall = max(watch.bound.values()) - started
         figures[f"{key}_pods_per_second"] = shape.pods / wall
         figures[f"{key}_seconds_to_all_bound"] = wall
@@ -299,8 +306,9 @@ def one_run(cluster: DevCluster, bootstrap: str, shape: Shape, peer: str) -> dic
         figures[f"{key}_p99_ms"] = percentile(waits, 0.99) * 1000
         figures[f"{key}_requests_per_pod"] = sum(after.get(u, 0) - before.get(u, 0) for u in users) / shape.pods
         figures[f"{key}_cpu_seconds"] = cpu
+        figures[f"{key}_startup_seconds"] = startup
         cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=900s", timeout=960)
-    figures["ratio"] = figures["muster_pods_per_second"] / figures[f"{peer.replace('-', '_')}_pods_per_second"]
+    figures["ratio"] = figures["muster_pods_per_second"] / figures[f"{peer.name}_pods_per_second"]
     return figures
 
 
@@ -323,15 +331,14 @@ def run() -> dict[str, Any]:
             manifests = shape.nodes()
             cluster.kubectl("apply", "--server-side", "-f", "-", input="---\n".join(yaml.safe_dump(m) for m in manifests),
                             timeout=900)
-            for peer in shape.peers:
-                if peer not in PEER_STARTERS:
-                    continue
+            for peer_name in shape.peers:
+                peer = PEERS[peer_name]
                 runs = []
                 for i in range(RUNS):
-                    print(f"  peers: {shape.name} with {peer}, run {i + 1} of {RUNS} ...", flush=True)
+                    print(f"  peers: {shape.name} with {peer_name}, run {i + 1} of {RUNS} ...", flush=True)
                     runs.append(one_run(cluster, broker.bootstrap, shape, peer))
                 for key in runs[0]:
-                    name = (f"peers_{shape.name}_ratio_{peer.replace('-', '_')}_pods_per_second" if key == "ratio"
+                    name = (f"peers_{shape.name}_ratio_{peer.name}_pods_per_second" if key == "ratio"
                             else f"peers_{shape.name}_{key}")
                     out[name] = spread([r[key] for r in runs], digits=3 if key == "ratio" else 2)
             cluster.kubectl("delete", "nodes", "--all", "--wait=true", timeout=900)

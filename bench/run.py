@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from bench import (bus_bench, cluster_bench, contention_bench, e2e_bench, gpu_trace, kueue_bench, placement_bench, projector_bench,
-                   replay_bench, restart_bench, scenario_bench, soak_bench)
+from bench import (bus_bench, cluster_bench, contention_bench, e2e_bench, gpu_trace, kueue_bench, peers_bench,
+                   placement_bench, projector_bench, replay_bench, restart_bench, scenario_bench, soak_bench)
 from bench.stats import load, measured
 
 
@@ -22,7 +22,8 @@ SECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
     "contention": contention_bench.run,
     "kueue": kueue_bench.run, "projector": projector_bench.run, "bus": bus_bench.run,
     "tracing": bus_bench.run_tracing, "e2e": e2e_bench.run, "replay": replay_bench.run, "gpu_trace": gpu_trace.run,
-    "soak": soak_bench.run, "restart": restart_bench.run, "cluster": cluster_bench.run}
+    "soak": soak_bench.run, "restart": restart_bench.run, "cluster": cluster_bench.run,
+    "peers": peers_bench.run}
 
 
 def main(argv: list[str]) -> None:

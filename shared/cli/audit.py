@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from shared.cli.errors import failed
 from shared.cli.options import LOCAL_HELP, STORE_HELP, TIME_HELP, resolved, time_arg, tracing_ready, writable
