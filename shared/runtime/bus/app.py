@@ -231,7 +231,10 @@ async def ensure_topics(config: BusConfig, *, reads: Sequence[str] = (), reader:
                 NewTopic(spec.name, spec.partitions, spec.replication, topic_configs=dict(spec.configs))
                 for spec in missing])
             for name, code, message in (error[:3] for error in answer.topic_errors):
-                if code and code != TOPIC_EXISTS:
+                if code == TOPIC_EXISTS:  # made a moment ago, by another process or a hand: its settings
+                    present.add(name)     # are checked as an existing topic's (the listing had missed it)
+                    missing = [spec for spec in missing if spec.name != name]
+                elif code:
                     raise TopicUnfit(f"the broker would not create topic {name} (replication factor "
                                      f"{config.replication}, min.insync.replicas {config.min_insync}): "
                                      f"{message or errors.for_code(code).__name__}")
