@@ -312,6 +312,16 @@ files and fails on any difference not marked there.
 """
 
 
+def with_section(doc: str, peer: str, section: str) -> str:
+    """docs/peers.md with ``peer``'s section (``## peer (...``) replaced by ``section``, the other peers' kept,
+    sections in name order: each peer's ``make compare`` rewrites only its own."""
+    sections: dict[str, str] = {}
+    for chunk in re.split(r"(?m)^(?=## )", doc)[1:]:
+        sections[chunk[3:].split(" ", 1)[0]] = chunk.rstrip("\n") + "\n"
+    sections[peer] = section
+    return HEADER + "".join("\n" + sections[name] for name in sorted(sections))
+
+
 def results_file(peer: str) -> Path:
     """Every file's rows of the last runs (``make compare``): a run of a few files replaces theirs."""
     return ROOT / "build" / f"peers-{peer}.json"
@@ -375,7 +385,8 @@ def render(peer: Peer) -> int:
     comparison = Comparison(peer.name, saved["configuration"], rows, saved.get("seconds", {}))
     marked = deliberate(peer.name)
     versions = f"{catalog.pins()[peer.part]['module']} {catalog.version(peer.part)}"
-    PEERS_DOC.write_text(HEADER + "\n" + table(comparison, marked, versions))
+    PEERS_DOC.write_text(with_section(PEERS_DOC.read_text() if PEERS_DOC.exists() else "", peer.name,
+                                      table(comparison, marked, versions)))
     problems = unmarked(comparison, marked, sorted({r.scenario for r in rows}))
     for problem in problems:
         print(problem, file=sys.stderr)
