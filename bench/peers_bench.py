@@ -22,8 +22,9 @@ and the seconds until all are bound, both from the instant the scheduler's proce
 muster: every service answers ``/readyz``; its processes' start is ``startup_seconds``, apart); p50/p99
 per pod from the later of its creation and that instant to bound (a pod bound during the start counts 0); the API server's requests per pod made by the scheduler's
 processes (each with a client certificate of its own: the API server's audit log tells them apart);
-CPU seconds of its processes from their start (muster's also per service, ``muster_cpu_seconds_<service>``:
-where its time goes). ``peers_<shape>_ratio_<peer>_pods_per_second`` is muster's figure over
+CPU seconds of its processes from their start (muster's also per service,
+``muster_as_<peer>_cpu_seconds_<service>``: where its time goes). muster's figures are named for the
+peer it ran beside (``muster_as_volcano_*``: the same manifests, KubeRay with that peer's setting). ``peers_<shape>_ratio_<peer>_pods_per_second`` is muster's figure over
 the peer's, paired run by run. Figures only, never asserted.
 """
 
@@ -293,12 +294,12 @@ def one_run(cluster: DevCluster, bootstrap: str, shape: Shape, peer: Peer) -> di
                 cpu = _cpu(_with_children(pids))
                 if who == "muster":  # where muster's time goes: CPU seconds per service
                     for service, pid in zip((*SERVICES, "cluster"), pids):
-                        figures[f"muster_cpu_seconds_{service}"] = _cpu(_with_children([pid]))
+                        figures[f"muster_as_{peer.name}_cpu_seconds_{service}"] = _cpu(_with_children([pid]))
             after = cluster.audited_requests()
         finally:
             watch.close()
         waits = sorted(max(0.0, at - max(created.get(name, started), started)) for name, at in watch.bound.items())
-        key = who
+        key = who if who != "muster" else f"muster_as_{peer.name}"  # a shape may run muster beside two peers
         wall = max(watch.bound.values()) - started
         figures[f"{key}_pods_per_second"] = shape.pods / wall
         figures[f"{key}_seconds_to_all_bound"] = wall
@@ -308,7 +309,7 @@ def one_run(cluster: DevCluster, bootstrap: str, shape: Shape, peer: Peer) -> di
         figures[f"{key}_cpu_seconds"] = cpu
         figures[f"{key}_startup_seconds"] = startup
         cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=900s", timeout=960)
-    figures["ratio"] = figures["muster_pods_per_second"] / figures[f"{peer.name}_pods_per_second"]
+    figures["ratio"] = figures[f"muster_as_{peer.name}_pods_per_second"] / figures[f"{peer.name}_pods_per_second"]
     return figures
 
 
