@@ -130,11 +130,11 @@ class AdmissionCycle:
                 return False
         if block is not None:
             if gated:  # not enqueued (Volcano's capacity plugin): no reclaim, no preemption
-                return self._preempt_for_quota(w, block[1], snap, now, out, CAPACITY_NOTE, block[0], gated=True)
+                return self._preempt_for_quota(w, block[1], snap, now, out, self._gate_note(w), block[0], gated=True)
             return self._over_quota(w, block, short, snap, now, out)
         if reserved is not None:  # only its own queue's lower priorities could make room: no reclaim, and no
             return self._preempt_for_quota(w, reserved[1], snap, now, out,  # parking (nodes joining widen it)
-                                           CAPACITY_NOTE if gated else "", gated=gated)
+                                           self._gate_note(w) if gated else "", gated=gated)
         choice, pods = core.victims.reclaim(w, {CLUSTER: short}, snap, now) if short else (Choice(None), [])
         if short and choice.victims is None:
             w.reclaim_note = (core.victims.ripening_reclaim(w, {CLUSTER: short}, snap, now, out)
@@ -155,6 +155,14 @@ class AdmissionCycle:
         (``QueueSpec.gates_enqueue``, ``enqueue.py``)."""
         spec = self.core.tree.get(w.queue)
         return spec is not None and spec.gates_enqueue
+
+    def _gate_note(self, w: Tracked) -> str:
+        """``CAPACITY_NOTE`` when the gate is what keeps ``w`` from preempting: lower priorities of its queue hold
+        quota it could otherwise take; "" when nobody could give it any (the quota line says it all)."""
+        yielding = self.core._ledger.yielding.get(w.queue, {})
+        lower = w.spec.preempts and any(p < w.spec.priority and any(v > 0 for v in amounts.values())
+                                        for p, amounts in yielding.items())
+        return CAPACITY_NOTE if lower else ""
 
     def _over_quota(self, w: Tracked, block: tuple[str, str], short: dict[str, int], snap: Snapshot, now: float,
                     out: Out) -> bool:
