@@ -47,6 +47,12 @@ Preemption and reclaim:
   ``VictimQueueOrderFn``, which falls back to the reverse of ``QueueOrderFn``: the proportion and
   capacity plugins order queues by priority, then share). The other dialects keep muster's order: the
   queue furthest above its share gives first, whatever its priority.
+- ``gates_enqueue``: Volcano's enqueue action moves a PodGroup to Inqueue only when every plugin's
+  ``JobEnqueueable`` permits (``actions/enqueue/enqueue.go``): the overcommit plugin's (minimum + what
+  Inqueue and Running jobs hold within ``overcommit-factor`` × the cluster, ``plugins/overcommit/overcommit.go``)
+  and the capacity plugin's (minimum + the queue's allocated and inqueue within ``realCapability``,
+  ``plugins/capacity/capacity.go`` ``jobEnqueueable``); allocate, reclaim and preempt skip a Pending job
+  (``if job.IsPending() { continue }``). The other dialects have no such gate.
 
 What a Ray workload's gang counts and what it charges (``gang``):
 
@@ -111,6 +117,7 @@ class Dialect:
     preemptable_per_pod: bool
     reserves_guarantee: bool
     victim_queues_by_priority: bool
+    gates_enqueue: bool
     gang: GangRules
 
     def preempts(self, gate: str) -> bool:
@@ -123,29 +130,30 @@ class Dialect:
                 "guarantee_caps_non_preemptible": self.guarantee_caps_non_preemptible,
                 "reclaim_below_guarantee": self.reclaim_below_guarantee, "evicts_stale_gangs": self.evicts_stale_gangs,
                 "reserves_guarantee": self.reserves_guarantee, "victim_queues_by_priority": self.victim_queues_by_priority,
-                "consolidates": self.consolidates}
+                "consolidates": self.consolidates, "gates_enqueue": self.gates_enqueue}
 
 
 DIALECTS: dict[QueueDialect, Dialect] = {
     "volcano": Dialect(kind="Queue", limit_word="capability", guarantee_word="guarantee", non_preemptible_from=None,
                        guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=True,
                        evicts_stale_gangs=False, preemptable_per_pod=True, reserves_guarantee=True,
-                       victim_queues_by_priority=True, consolidates=False,
+                       victim_queues_by_priority=True, consolidates=False, gates_enqueue=True,
                        gang=KUBERAY),
     "kai": Dialect(kind="Queue", limit_word="limit", guarantee_word="quota", non_preemptible_from=100,
                    guarantee_caps_non_preemptible=True, reclaim_below_guarantee=True, suspended_preempt=True,
                    evicts_stale_gangs=True, preemptable_per_pod=False, reserves_guarantee=False,
-                   victim_queues_by_priority=False, consolidates=True,
+                   victim_queues_by_priority=False, consolidates=True, gates_enqueue=False,
                    gang=GangRules(ray_minimum="min-replicas", charge_submitter=True)),
     "elasticquotatree": Dialect(kind="ElasticQuotaTree", limit_word="max", guarantee_word="min",
                                 non_preemptible_from=None, guarantee_caps_non_preemptible=False,
                                 reclaim_below_guarantee=False, suspended_preempt=False, evicts_stale_gangs=False,
                                 preemptable_per_pod=False, reserves_guarantee=False, victim_queues_by_priority=False,
-                                consolidates=False, gang=GangRules(ray_minimum="desired", charge_submitter=False)),
+                                consolidates=False, gates_enqueue=False, gang=GangRules(ray_minimum="desired", charge_submitter=False)),
     "builtin": Dialect(kind="Queue", limit_word="limit", guarantee_word="guarantee", non_preemptible_from=None,
                        guarantee_caps_non_preemptible=False, reclaim_below_guarantee=False, suspended_preempt=False,
                        evicts_stale_gangs=False, preemptable_per_pod=False, reserves_guarantee=False,
-                       victim_queues_by_priority=False, consolidates=False, gang=KUBERAY),
+                       victim_queues_by_priority=False, consolidates=False, gates_enqueue=False,
+                       gang=KUBERAY),
 }
 """``builtin`` is the implicit default queue: kube-queue / Kueue, preemptible by priority, no priority cap,
 KubeRay's gang arithmetic."""

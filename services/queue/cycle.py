@@ -8,7 +8,9 @@
 3. snapshot: usage rolled up the tree, non-preemptible usage, cluster free, fair shares;
 4. iterate: serve queues by (queue priority desc, dominant share asc, name), one head at
    a time, re-ranking the served queue after each decision;
-5. quota: leaf and every ancestor within limit (and guarantee if non-preemptible where the
+5. quota: (in a queue that gates like Volcano's enqueue action, ``enqueue.py``, a head whose minimum does
+   not fit its queue's room or the cluster's overcommitted idle waits first, and nobody is evicted for it)
+   leaf and every ancestor within limit (and guarantee if non-preemptible where the
    dialect caps them), and out of the room siblings' guarantees hold where their dialect reserves
    them (Volcano: ``tree.reserved_block``, then only in-queue preemption may help); else, when an ancestor's limit blocks, queues above their share or
    guarantee under it give back (reclaim across the tree, ``victims.py``/reclaim.py); else
@@ -29,6 +31,7 @@ import heapq
 from typing import TYPE_CHECKING, Sequence
 
 from services.queue import backoff, elastic
+from services.queue.enqueue import CAPACITY_NOTE, capacity_block, overcommit_block
 from services.queue.ordering import ORDER, blocks, serve_key
 from services.queue.reclaim import CLUSTER, Choice, shortage
 from services.queue.snapshot import Snapshot
@@ -112,10 +115,26 @@ class AdmissionCycle:
                 core._quota.park(w, as_it_is(never[0]))
                 core.back_off(w, now, w.reason(gang_line(w.spec.gang) + never[1]), out, arm=False)
                 return False
+        reserved = reserved_block(core.tree, w.queue, w.demand, snap.usage, snap.capacity) if block is None else None
+        gated = False  # Volcano would keep it Pending (enqueue.py): placed nowhere, evicting nobody
+        if (block is not None or reserved is not None or short) and self._gates(w):
+            why = overcommit_block(w.demand, snap.capacity, core._ledger.in_use, core.policy.overcommit_factor)
+            held = capacity_block(core.tree, w, snap.usage, snap.protected, snap.capacity, core._ledger.running_elastic)
+            gated = held is not None
+            if held == CAPACITY_NOTE and (block is not None or reserved is not None):
+                why = None  # told after the quota line below, where it waits for quota as before
+            elif why is None:
+                why = held  # the cluster itself is the queue's room: there is no quota line to add it to
+            if why is not None:
+                core.back_off(w, now, w.reason(gang_line(w.spec.gang) + why), out)
+                return False
+        if block is not None:
+            if gated:  # not enqueued (Volcano's capacity plugin): no reclaim, no preemption
+                return self._preempt_for_quota(w, block[1], snap, now, out, self._gate_note(w), block[0], gated=True)
             return self._over_quota(w, block, short, snap, now, out)
-        reserved = reserved_block(core.tree, w.queue, w.demand, snap.usage, snap.capacity)
         if reserved is not None:  # only its own queue's lower priorities could make room: no reclaim, and no
-            return self._preempt_for_quota(w, reserved[1], snap, now, out)  # parking (nodes joining widen it)
+            return self._preempt_for_quota(w, reserved[1], snap, now, out,  # parking (nodes joining widen it)
+                                           self._gate_note(w) if gated else "", gated=gated)
         choice, pods = core.victims.reclaim(w, {CLUSTER: short}, snap, now) if short else (Choice(None), [])
         if short and choice.victims is None:
             w.reclaim_note = (core.victims.ripening_reclaim(w, {CLUSTER: short}, snap, now, out)
@@ -130,6 +149,20 @@ class AdmissionCycle:
             out.append(Dequeued(key=w.key, queue=w.queue, workload=w.spec, reason=w.last_reason,
                                 gpu_memory=w.gpu_memory))
         return True
+
+    def _gates(self, w: Tracked) -> bool:
+        """Whether ``w``'s queue keeps workloads Pending until Volcano's enqueue action would take them
+        (``QueueSpec.gates_enqueue``, ``enqueue.py``)."""
+        spec = self.core.tree.get(w.queue)
+        return spec is not None and spec.gates_enqueue
+
+    def _gate_note(self, w: Tracked) -> str:
+        """``CAPACITY_NOTE`` when the gate is what keeps ``w`` from preempting: lower priorities of its queue hold
+        quota it could otherwise take; "" when nobody could give it any (the quota line says it all)."""
+        yielding = self.core._ledger.yielding.get(w.queue, {})
+        lower = w.spec.preempts and any(p < w.spec.priority and any(v > 0 for v in amounts.values())
+                                        for p, amounts in yielding.items())
+        return CAPACITY_NOTE if lower else ""
 
     def _over_quota(self, w: Tracked, block: tuple[str, str], short: dict[str, int], snap: Snapshot, now: float,
                     out: Out) -> bool:
@@ -186,14 +219,15 @@ class AdmissionCycle:
             snap.candidates, snap.candidate_queues = None, None  # promises changed
 
     def _preempt_for_quota(self, w: Tracked, failure: str, snap: Snapshot, now: float, out: Out,
-                           refused: str = "", level: str = "") -> bool:
+                           refused: str = "", level: str = "", gated: bool = False) -> bool:
         """Lower priorities of ``w``'s own leaf queue may give their quota back (preemption.py), their
         elastic pods before any whole gang (elastic.py). Then ``ReclaimRequested`` naming them (placement
         places ``w`` over them and evicts them as in-queue preemption), else ``BackedOff`` with the quota
         reason (and ``refused``: why no reclaim): waiting for quota under ``level`` (``room.py``), or, when
-        only victims' minimum runtime stands in the way, for a time."""
+        only victims' minimum runtime stands in the way, for a time. ``gated``: Volcano never enqueued it,
+        so nobody is asked (``refused`` says so)."""
         core = self.core
-        chosen, note = core.victims.quota_victims(w, snap, now, out)
+        chosen, note = (None, "") if gated else core.victims.quota_victims(w, snap, now, out)
         if chosen is None:
             tail = " ".join(part for part in (note, refused) if part)
             parks = bool(level) and not note

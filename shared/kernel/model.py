@@ -487,6 +487,12 @@ class QueueSpec(Frozen):
     first, and only among queues of one priority from the one furthest above its share (Volcano: the
     victim queue order is the reverse of its queue order, which puts queue priority first). False: the
     queue furthest above its share gives first, whatever its priority."""
+    gates_enqueue: bool = False
+    """A waiting workload of this queue is considered (placed, or reclaiming or preempting) only once Volcano's
+    enqueue action would move its PodGroup to Inqueue: its minimum within the queue's capability and room
+    (capacity plugin) and within the overcommitted idle of the cluster (overcommit plugin,
+    ``Policy.overcommit_factor``); until then it waits and evicts nobody (``services/queue/enqueue.py``).
+    False: it may reclaim or preempt whatever its size."""
 
     def limit_of(self, resource: str) -> int | None:
         value = self.limit.get(resource)

@@ -85,6 +85,11 @@ class Policy(BaseModel):
     """Seconds a running gang of a queue that evicts stale gangs (KAI's) may stay below its minimum
     before it is evicted; negative: never. KAI's ``--default-staleness-grace-period`` (its config's
     ``globalDefaultStalenessGracePeriod``), written the same way: ``60s``, ``2m``, ``-1s``."""
+    overcommit_factor: float = Field(default=1.2, ge=1.0)
+    """Volcano queues only: a waiting workload is enqueued (may be placed, reclaim or preempt) only while
+    its minimum, with what every workload holds or has reserved, fits this many times the cluster's
+    capacity. Volcano's overcommit plugin's ``overcommit-factor`` (default 1.2; below 1 it falls back to
+    the default, muster refuses it)."""
     queues: dict[str, QueuePolicy] = {}
 
     _grace = field_validator("default_staleness_grace_period", mode="before")(grace_period)

@@ -149,8 +149,13 @@ def workload(key: str = "default/w", *, queue: str = "default", priority: int = 
 
 
 def queue_spec(name: str, *, parent: str | None = None, guarantee: dict | None = None, limit: dict | None = None,
-               weight: int = 1000, priority: int = 0, reclaimable: bool = True, dialect: str = "volcano", **kw: Any) -> QueueSpec:
-    return QueueSpec(name=name, parent=parent, **queue_fields(dialect), guarantee=parse_resources(guarantee or {}),
+               weight: int = 1000, priority: int = 0, reclaimable: bool = True, dialect: str = "volcano",
+               enqueue_gate: bool = False, **kw: Any) -> QueueSpec:
+    """A queue of ``dialect``'s rules, without Volcano's enqueue gate unless ``enqueue_gate``: the rules' tests
+    run as Volcano's own action tests do (reclaim_test.go, preempt_test.go set their jobs Inqueue), on small
+    full clusters the overcommit plugin would keep every waiting job out of."""
+    fields = {**queue_fields(dialect), "gates_enqueue": enqueue_gate}
+    return QueueSpec(name=name, parent=parent, **fields, guarantee=parse_resources(guarantee or {}),
                      limit=parse_resources(limit or {}), weight=weight, priority=priority, reclaimable=reclaimable, **kw)
 
 

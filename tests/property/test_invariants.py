@@ -322,6 +322,34 @@ def contended(draw: st.DrawFn) -> str:
     return yaml.safe_dump({"name": "contended", "cluster": {"nodes": nodes}, "steps": steps, "until": "150s"})
 
 
+
+def _enqueued(demand: dict[str, int], spec: Any, usage: dict, queues: dict, free: dict[str, int],
+              capacity: dict[str, int]) -> bool:
+    """Whether Volcano's enqueue action would take a waiting workload (docs/design/dialects.md, "Volcano's
+    enqueue gate"): only an enqueued job preempts. Its minimum within its queue's capability (the capacity
+    plugin) and within 1.2 x the cluster less what is bound or held (the overcommit plugin's default factor;
+    what is held counted as the larger of what nodes and what quota say, so the check is never stricter than
+    the gate: it only skips more waiters; so do other Volcano queues' guarantees)."""
+    if not fits_limits(chain(queues, spec.name), usage, demand, {}, set()):
+        return False
+    mine = usage.get(spec.name, {})
+    if any(v > 0 and mine.get(r, 0) + v > capacity.get(r, 0) for r, v in demand.items() if r in capacity):
+        return False  # a queue's realCapability is at most the cluster
+    if any(o.name != spec.name and o.dialect == "volcano" and o.guarantee.get(r, 0) > 0
+           for o in queues.values() for r, v in demand.items() if v > 0):
+        return False  # the capacity plugin's realCapability leaves another's guarantee out: not judged here
+    parents = {s.parent for s in queues.values() if s.parent}
+    held = {r: sum(usage.get(name, {}).get(r, 0) for name in queues if name not in parents) for r in capacity}
+    for r, v in demand.items():
+        if v <= 0:
+            continue
+        total = capacity.get(r, 0)
+        in_use = min(total, max(total - free.get(r, 0), held.get(r, 0)))
+        if in_use + v > total * 1.2:
+            return False
+    return True
+
+
 class InvariantWatcher:
     """Rebuilds cluster and quota state from the log and checks it whenever time moves on."""
 
@@ -534,7 +562,7 @@ class InvariantWatcher:
             why = None
             if view.phase == "Queued" and spec is not None and view.key not in self.edited | self.zoned \
                     and view.demand.get(q.GPU, 0) == view.resources.get(q.GPU, 0):  # no fractions
-                why = self._volcano_victim(view, spec, running, usage, cluster) or \
+                why = self._volcano_victim(view, spec, running, usage, cluster, queues, free, capacity) or \
                     self._guarantee_victim(view, spec, running, usage, cluster, free, capacity)
             if why is None:
                 self.waiting_since.pop(view.key, None)
@@ -546,8 +574,9 @@ class InvariantWatcher:
                                        f"since {since} though {why}")
 
     @staticmethod
-    def _volcano_victim(view: Any, spec: Any, running: list[Any], usage: dict, cluster: Cluster) -> str | None:
-        if spec.dialect != "volcano":
+    def _volcano_victim(view: Any, spec: Any, running: list[Any], usage: dict, cluster: Cluster, queues: dict,
+                        free: dict[str, int], capacity: dict[str, int]) -> str | None:
+        if spec.dialect != "volcano" or not _enqueued(view.demand, spec, usage, queues, free, capacity):
             return None
         for gang in running:
             if gang.queue == view.queue and gang.priority < view.priority \

@@ -14,7 +14,7 @@ def test_defaults_match_the_readme_table():
         "queueing": "BestEffortFIFO", "placement": "binpack", "backoff_base_seconds": 1.0,
         "backoff_max_seconds": 60.0, "min_runtime_seconds": 0.0, "default_queue": "default",
         "unknown_queue": "wait", "scheduler_names": ("muster",), "max_gang_pods": 10000,
-        "default_staleness_grace_period": 60.0, "queues": {},
+        "default_staleness_grace_period": 60.0, "overcommit_factor": 1.2, "queues": {},
     }
 
 
