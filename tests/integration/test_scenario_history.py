@@ -116,8 +116,10 @@ def test_store_holds_the_run_history(store: str, path: Path) -> None:
 
 def _as_json_stores_it(data: bytes) -> bytes:
     """The bus keeps a YAML manifest's non-finite numbers (``Infinity``); JSON in PostgreSQL and
-    SQLite has none, so the store holds null there — the one place a stored log is not the bus's."""
-    return re.sub(rb"-?Infinity|NaN", b"null", data)
+    SQLite has none, so the store holds null there — the one place a stored log is not the bus's. Only
+    the number tokens (a value after ``:``, ``[`` or ``,``), not the words inside a text: a reason may say
+    NaN."""
+    return re.sub(rb"(?<=[:\[,])(?:-?Infinity|NaN)(?=[,\]}])", b"null", data)
 
 
 def _collapse(series: dict[tuple[str, str], list[tuple[float, int]]]) -> dict[tuple[str, str], list[tuple[float, int]]]:
