@@ -11,6 +11,11 @@ KubeRay run with the peer's ``--batch-scheduler`` (so the PodGroups are the ones
 - muster's run: ``simulate_live``'s, as the parity tier runs it (``DevCluster.prepare``, virtual time
   that moves on once the cluster settles), with a snapshot taken as time passes each checkpoint.
 
+Both runs schedule the same variant of the file (``variant``): beside KAI, a leaf queue without a parent is
+put under one of unlimited quota (``under_a_parent``), since real KAI schedules nothing in a queue without
+one. Where one of the peer's rules counts seconds of the wall clock (KAI's minimum runtimes, its stale-gang
+grace period: ``keeps_clock``), the peer's run is paced, each instant applied at its time after the first.
+
 The checkpoints are the instants of the file's steps and expectations and its ``until``. At each one,
 per workload: running (some pod bound) or waiting, pods bound of its pods, pods evicted since the
 previous checkpoint (preempted or reclaimed; a pod made again has another UID), or gone; per queue the
@@ -24,12 +29,15 @@ table of docs/peers.md; tests/peers runs a subset and fails on any difference no
 
 from __future__ import annotations
 
+import copy
 import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+import yaml
 
 from shared.kubernetes.realcluster import LiveCluster, LiveRuntime
 from shared.parts import catalog
@@ -92,6 +100,77 @@ def scenario_files(peer: Peer) -> list[Path]:
     return sorted(seen.values(), key=lambda p: p.stem)
 
 
+# --------------------------------------------------------------------------- what is run
+KAI_QUEUE_VERSIONS = ("scheduling.run.ai/v2",)
+KAI_PARENT = "compare-parent"
+"""The parent a KAI queue without one is put under for both runs (``under_a_parent``)."""
+
+
+def under_a_parent(scenario: Scenario) -> Scenario:
+    """The file with every KAI queue that names no parent and is no other's parent (a leaf queue without a
+    department) put under one of unlimited quota and limit, for both runs. Real KAI never schedules a queue without a parent (``buildActiveJobOrderPriorityQueues``
+    skips a queue whose department is unknown, docs/design/peers.md), so as written such a file compares
+    only KAI's silence. Under a parent whose quota is the whole cluster (KAI's ``-1``: its deserved share
+    is all it asks for, ``setDeservedResource``) the queues divide the cluster among themselves as
+    top-level queues do, and reclaim among siblings is judged below the common parent
+    (``getLeveledQueues``), which is what the file meant. Returns ``scenario`` itself if nothing changes."""
+    queues = [doc for docs in scenario.documents for doc in docs
+              if doc.get("kind") == "Queue" and doc.get("apiVersion") in KAI_QUEUE_VERSIONS]
+    departments = {(doc.get("spec") or {}).get("parentQueue") for doc in queues}
+    steps: list[dict[str, Any]] = []
+    changed = False
+    for step, docs in zip(scenario.steps, scenario.documents):
+        data = step.model_dump(exclude_none=True)
+        orphans = [doc for doc in docs if any(doc is queue for queue in queues)
+                   and not (doc.get("spec") or {}).get("parentQueue")
+                   and (doc.get("metadata") or {}).get("name") not in departments]
+        if orphans:
+            changed = True
+            out = []
+            for doc in docs:
+                if any(doc is orphan for orphan in orphans):
+                    doc = copy.deepcopy(doc)
+                    doc.setdefault("spec", {})["parentQueue"] = KAI_PARENT
+                out.append(doc)
+            data["apply"] = yaml.safe_dump_all(out, sort_keys=False)
+        steps.append(data)
+    if not changed:
+        return scenario
+    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+    parent = {"apiVersion": KAI_QUEUE_VERSIONS[0], "kind": "Queue", "metadata": {"name": KAI_PARENT},
+              "spec": {"resources": {resource: dict(unlimited) for resource in ("cpu", "gpu", "memory")}}}
+    first = min(step.at for step in scenario.steps)
+    steps.insert(0, {"at": first, "apply": yaml.safe_dump(parent, sort_keys=False)})
+    return Scenario.model_validate({**scenario.model_dump(exclude_none=True), "steps": steps})
+
+
+def variant(scenario: Scenario, peer: Peer) -> Scenario:
+    """What both runs of a file schedule beside ``peer`` (``under_a_parent`` for KAI)."""
+    return under_a_parent(scenario) if peer.name == "kai" else scenario
+
+
+TIME_RULES = ("preemptMinRuntime", "reclaimMinRuntime")
+"""KAI queue fields measured in seconds of running (its minruntime plugin)."""
+
+
+def keeps_clock(scenario: Scenario, peer: Peer) -> bool:
+    """Whether the peer's run must apply the file's steps at their instants by the wall clock: a rule of the
+    peer that counts seconds decides the file. KAI's minimum runtimes (``isReclaimMinRuntimeProtected``,
+    ``time.Now().Before(protectedUntil)``) and its stale-gang grace period (``handleStaleJob``, 60 s by
+    default: a file that takes a node away leaves a gang below its minimum) count the wall clock; a run
+    that settles step after step would pass the file's minutes in seconds and never see them come due."""
+    if peer.name != "kai":
+        return False
+    for step, docs in zip(scenario.steps, scenario.documents):
+        if step.delete is not None and step.delete.kind == "Node":
+            return True
+        for doc in docs:
+            resources = (doc.get("spec") or {}) if doc.get("kind") == "Queue" else {}
+            if any(rule in resources or rule in (resources.get("resources") or {}) for rule in TIME_RULES):
+                return True
+    return False
+
+
 def checkpoints(scenario: Scenario) -> list[float]:
     return sorted({s.at for s in scenario.steps} | {e.at for e in scenario.expect} | {scenario.until})
 
@@ -105,9 +184,10 @@ def _kubectl(cluster: DevCluster) -> Callable[..., str]:
 
 
 def run_peer(scenario: Scenario, cluster: DevCluster, peer: Peer, configuration: str, *, quiet: float = 3.0,
-             limit: float = 60.0) -> tuple[Snapshots, str | None]:
+             limit: float = 60.0, paced: bool = False) -> tuple[Snapshots, str | None]:
     """The peer's run (see the module docstring): a snapshot per checkpoint, and the refusal that ended
-    it early, if a step was refused."""
+    it early, if a step was refused. ``paced``: each instant waits for its time by the wall clock, counted
+    from the first (``keeps_clock``), before its steps are applied or its checkpoint taken."""
     cluster.reset()
     cluster.kube_scheduler(True)
     if cluster.batch_scheduler != peer.batch_scheduler:
@@ -123,7 +203,11 @@ def run_peer(scenario: Scenario, cluster: DevCluster, peer: Peer, configuration:
             for manifest in spec.manifests():
                 live.apply(manifest, 0.0)
         points = checkpoints(scenario)
-        for t in sorted({s.at for s in scenario.steps} | set(points)):
+        instants = sorted({s.at for s in scenario.steps} | set(points))
+        begun = time.monotonic() - instants[0]
+        for t in instants:
+            if paced:
+                time.sleep(max(0.0, begun + t - time.monotonic()))
             for index, step in enumerate(scenario.steps):
                 if step.at != t:
                     continue
@@ -249,8 +333,10 @@ def _absent(subject: str) -> str:
 
 
 def compare_file(path: Path, cluster: DevCluster, peer: Peer, configuration: str) -> list[Row]:
-    scenario = load_scenario(path)
-    return compare(path.stem, run_peer(scenario, cluster, peer, configuration), run_muster(scenario, cluster, peer))
+    scenario = variant(load_scenario(path), peer)
+    paced = keeps_clock(scenario, peer)
+    return compare(path.stem, run_peer(scenario, cluster, peer, configuration, paced=paced),
+                   run_muster(scenario, cluster, peer))
 
 
 # --------------------------------------------------------------------------- what is deliberate

@@ -17,11 +17,15 @@ from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
-from shared.parts.peers import KAI
-from shared.peers.compare import HEADER, Comparison, compare_file, deliberate, scenario_files, unmarked, with_section
+from shared.parts.peers import KAI, VOLCANO
+from shared.peers.compare import (HEADER, KAI_PARENT, Comparison, compare_file, deliberate, keeps_clock, scenario_files,
+                                  unmarked, variant, with_section)
+from shared.sim.scenario import load_scenario, parse_scenario
+from tests.peers.cluster import peer_cluster
 
 if TYPE_CHECKING:
     from shared.parts.devcluster import DevCluster
+    from shared.sim.scenario import Scenario
 
 SUBSET = ("kai-parent-limit-binds-children", "kai-queues-gpu-sharing")
 
@@ -42,10 +46,8 @@ def test_each_peers_compare_rewrites_only_its_own_section_of_the_generated_page(
     assert with_section(again, "volcano", volcano) == again
 
 
-def queues_without_parent(path: Path) -> list[str]:
+def queues_without_parent(scenario: "Scenario") -> list[str]:
     """The queues the file's workloads name (KAI's queue label) that the file gives no ``parentQueue``."""
-    from shared.sim.scenario import load_scenario
-
     parents: dict[str, str | None] = {}
     named: set[str] = set()
 
@@ -60,7 +62,7 @@ def queues_without_parent(path: Path) -> list[str]:
             for value in node:
                 labels(value)
 
-    for docs in load_scenario(path).documents:
+    for docs in scenario.documents:
         for doc in docs:
             if doc.get("kind") == "Queue":
                 parents[doc["metadata"]["name"]] = (doc.get("spec") or {}).get("parentQueue")
@@ -69,34 +71,76 @@ def queues_without_parent(path: Path) -> list[str]:
     return sorted(queue for queue in named if not parents.get(queue))
 
 
-def test_a_file_whose_queues_real_kai_never_schedules_is_marked_as_such() -> None:
-    """Real KAI schedules no workload of a queue without a parent (docs/design/peers.md): such a file is
-    marked deliberate and its reason says it cannot run on real KAI as written, naming the queues."""
-    marked = deliberate("kai")
+def test_every_file_of_the_dialect_runs_with_each_workloads_queue_under_a_parent() -> None:
+    """Real KAI schedules no workload of a queue without a parent (docs/design/peers.md): both runs of a file
+    put such a queue under one of unlimited quota, so what is compared is a decision, not KAI's silence."""
+    orphaned = [path.stem for path in scenario_files(KAI) if queues_without_parent(load_scenario(path))]
+    assert orphaned, "no file of the dialect has a queue without a parent: the variant is not exercised"
     for path in scenario_files(KAI):
-        orphans = queues_without_parent(path)
-        if orphans:
-            reason = marked.get(path.stem, "")
-            assert reason.startswith("Cannot run on real KAI as written"), path.stem
-            assert all(f"`{queue}`" in reason for queue in orphans), (path.stem, orphans)
+        assert queues_without_parent(variant(load_scenario(path), KAI)) == [], path.stem
 
 
-def test_the_subset_compares_files_real_kai_can_run() -> None:
-    assert all(not queues_without_parent(FILES[name]) for name in SUBSET)
+QUEUES = """
+name: q
+cluster: {nodes: [{name: n, capacity: {cpu: 4, memory: 8Gi}}]}
+steps:
+  - at: 2s
+    apply: |
+      apiVersion: scheduling.run.ai/v2
+      kind: Queue
+      metadata: {name: dept}
+      spec: {resources: {cpu: {quota: 4, limit: -1, overQuotaWeight: 1}}}
+      ---
+      apiVersion: scheduling.run.ai/v2
+      kind: Queue
+      metadata: {name: team}
+      spec: {parentQueue: dept, resources: {cpu: {quota: 2, limit: -1, overQuotaWeight: 1}}}
+      ---
+      apiVersion: scheduling.run.ai/v2
+      kind: Queue
+      metadata: {name: alone}
+      spec: {resources: {cpu: {quota: 2, limit: -1, overQuotaWeight: 1}}}
+      ---
+      apiVersion: scheduling.volcano.sh/v1beta1
+      kind: Queue
+      metadata: {name: vq}
+      spec: {weight: 1}
+until: 10s
+"""
+
+
+def test_only_a_leaf_kai_queue_without_a_parent_is_put_under_the_unlimited_one_made_first() -> None:
+    scenario = parse_scenario(QUEUES)
+    out = variant(scenario, KAI)
+    queues = {doc["metadata"]["name"]: doc for docs in out.documents for doc in docs if doc.get("kind") == "Queue"}
+    assert out.documents[0] == ({"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": KAI_PARENT},
+                                 "spec": {"resources": {r: {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+                                                        for r in ("cpu", "gpu", "memory")}}},)
+    assert out.steps[0].at == 2.0 and len(out.steps) == len(scenario.steps) + 1
+    assert queues["alone"]["spec"]["parentQueue"] == KAI_PARENT
+    assert "parentQueue" not in queues["dept"]["spec"]  # a department stays top-level (KAI has two levels)
+    assert queues["team"]["spec"]["parentQueue"] == "dept"
+    assert "parentQueue" not in queues["vq"]["spec"]  # another dialect's queue is not KAI's
+    assert "parentQueue" not in scenario.documents[0][2]["spec"]  # the file's own documents are not changed
+    assert variant(scenario, VOLCANO) is scenario
+    assert variant(out, KAI) is out  # nothing left to put under a parent
+
+
+def test_the_peers_run_keeps_the_files_clock_where_a_kai_rule_counts_seconds() -> None:
+    clocked = {path.stem for path in scenario_files(KAI) if keeps_clock(load_scenario(path), KAI)}
+    assert clocked == {"kai-preempt-min-runtime", "kai-reclaim-min-runtime", "kai-stale-gang-evicted"}
+    assert not keeps_clock(parse_scenario(QUEUES), KAI)
+    timed = parse_scenario(QUEUES.replace("{quota: 2, limit: -1, overQuotaWeight: 1}}}\n      ---\n      apiVersion: "
+                                          "scheduling.run.ai/v2\n      kind: Queue\n      metadata: {name: alone}",
+                                          "{quota: 2, limit: -1, overQuotaWeight: 1}}, reclaimMinRuntime: 30s}\n"
+                                          "      ---\n      apiVersion: scheduling.run.ai/v2\n      kind: Queue\n"
+                                          "      metadata: {name: alone}", 1))
+    assert keeps_clock(timed, KAI) and not keeps_clock(timed, VOLCANO)
 
 
 @pytest.fixture(scope="module")
 def kai_cluster(devcluster: "DevCluster") -> Iterator["DevCluster"]:
-    from shared.parts.catalog import MissingPart, built
-
-    try:
-        built(KAI.part)
-    except MissingPart as exc:
-        pytest.skip(str(exc)) if exc.unreachable else pytest.fail(str(exc))
-    yield devcluster
-    devcluster.reset()
-    devcluster.start_kuberay("none")
-    devcluster.kube_scheduler(True)
+    yield from peer_cluster(devcluster, KAI)
 
 
 FILES = {path.stem: path for path in scenario_files(KAI)}

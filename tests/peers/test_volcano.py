@@ -18,6 +18,7 @@ import pytest
 from shared.peers.compare import Comparison, Row, compare, compare_file, deliberate, outcomes, scenario_files, unmarked
 from shared.peers.observe import Snapshot, Workload
 from shared.parts.peers import VOLCANO, volcano_conf
+from tests.peers.cluster import peer_cluster
 
 if TYPE_CHECKING:
     from shared.parts.devcluster import DevCluster
@@ -68,16 +69,7 @@ def test_outcomes_show_evictions_and_a_difference_fails_unless_marked() -> None:
 
 @pytest.fixture(scope="module")
 def volcano_cluster(devcluster: "DevCluster") -> Iterator["DevCluster"]:
-    from shared.parts.catalog import MissingPart, built
-
-    try:
-        built(VOLCANO.part)
-    except MissingPart as exc:
-        pytest.skip(str(exc)) if exc.unreachable else pytest.fail(str(exc))
-    yield devcluster
-    devcluster.reset()
-    devcluster.start_kuberay("none")
-    devcluster.kube_scheduler(True)
+    yield from peer_cluster(devcluster, VOLCANO)
 
 
 FILES = {path.stem: path for path in scenario_files(VOLCANO)}
