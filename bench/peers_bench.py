@@ -36,6 +36,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -281,7 +282,7 @@ def one_run(cluster: DevCluster, bootstrap: str, shape: Shape, peer: Peer) -> di
             watch.wait_seen(shape.pods, timeout=1800)
             created = dict(watch.seen)
             with ExitStack() as stack:
-                before = cluster.audited_requests()
+                before = cluster.audited_calls()
                 begun = time.monotonic()
                 if who == "muster":
                     users: tuple[str, ...] = (MUSTER_USER,)
@@ -295,7 +296,7 @@ def one_run(cluster: DevCluster, bootstrap: str, shape: Shape, peer: Peer) -> di
                 if who == "muster":  # where muster's time goes: CPU seconds per service
                     for service, pid in zip((*SERVICES, "cluster"), pids):
                         figures[f"muster_as_{peer.name}_cpu_seconds_{service}"] = _cpu(_with_children([pid]))
-            after = cluster.audited_requests()
+            after = cluster.audited_calls()
         finally:
             watch.close()
         waits = sorted(max(0.0, at - max(created.get(name, started), started)) for name, at in watch.bound.items())
@@ -305,7 +306,10 @@ def one_run(cluster: DevCluster, bootstrap: str, shape: Shape, peer: Peer) -> di
         figures[f"{key}_seconds_to_all_bound"] = wall
         figures[f"{key}_p50_ms"] = percentile(waits, 0.5) * 1000
         figures[f"{key}_p99_ms"] = percentile(waits, 0.99) * 1000
-        figures[f"{key}_requests_per_pod"] = sum(after.get(u, 0) - before.get(u, 0) for u in users) / shape.pods
+        calls = sum((after[u] - before[u] for u in users), Counter[str]())
+        figures[f"{key}_requests_per_pod"] = sum(calls.values()) / shape.pods
+        for call, count in calls.items():  # where its requests go: per call, e.g. ..._requests_per_pod_create_pods/binding
+            figures[f"{key}_requests_per_pod_{call.replace(' ', '_')}"] = count / shape.pods
         figures[f"{key}_cpu_seconds"] = cpu
         figures[f"{key}_startup_seconds"] = startup
         cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=900s", timeout=960)
@@ -338,10 +342,10 @@ def run() -> dict[str, Any]:
                 for i in range(RUNS):
                     print(f"  peers: {shape.name} with {peer_name}, run {i + 1} of {RUNS} ...", flush=True)
                     runs.append(one_run(cluster, broker.bootstrap, shape, peer))
-                for key in runs[0]:
+                for key in dict.fromkeys(k for r in runs for k in r):  # a call one run made and another did not is 0 there
                     name = (f"peers_{shape.name}_ratio_{peer.name}_pods_per_second" if key == "ratio"
                             else f"peers_{shape.name}_{key}")
-                    out[name] = spread([r[key] for r in runs], digits=3 if key == "ratio" else 2)
+                    out[name] = spread([r.get(key, 0.0) for r in runs], digits=3 if key == "ratio" else 2)
             cluster.kubectl("delete", "nodes", "--all", "--wait=true", timeout=900)
         out["peers_sizes"] = {"jobs": JOBS, "job_nodes": JOB_NODES, "rayclusters": CLUSTERS,
                               "raycluster_nodes": CLUSTER_NODES, "gpu_jobs": GPU_JOBS, "gpu_nodes": GPU_NODES}

@@ -22,6 +22,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -202,14 +203,22 @@ class DevCluster:
 
     def audited_requests(self) -> dict[str, int]:
         """Requests the API server answered per audited user so far (``audited``)."""
-        counts = dict.fromkeys(self.audited, 0)
+        return {user: sum(calls.values()) for user, calls in self.audited_calls().items()}
+
+    def audited_calls(self) -> dict[str, Counter[str]]:
+        """Per audited user, the requests answered so far by call, ``verb resource`` (``create pods/binding``,
+        ``list nodes``): where a program's requests go."""
+        calls: dict[str, Counter[str]] = {user: Counter() for user in self.audited}
         if self.audit_log.exists():
             with self.audit_log.open() as log:
                 for line in log:
-                    user = json.loads(line).get("user", {}).get("username")
-                    if user in counts:
-                        counts[user] += 1
-        return counts
+                    event = json.loads(line)
+                    user = event.get("user", {}).get("username")
+                    if user in calls:
+                        ref = event.get("objectRef") or {}
+                        resource = "/".join(filter(None, (ref.get("resource"), ref.get("subresource"))))
+                        calls[user][f"{event.get('verb')} {resource or 'nonresource'}"] += 1
+        return calls
 
     def client(self, user: str, groups: tuple[str, ...] = ("system:masters",)) -> Path:
         """A kubeconfig for ``user`` (a client certificate the cluster's CA signs; by default an admin),
