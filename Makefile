@@ -67,7 +67,7 @@ e2e: $(STAMP) tools
 	$(BIN)/python -m pytest $(E2E_TESTS)
 
 test: $(STAMP) tools lint
-	$(BIN)/python -m pytest $(UNIT_TESTS) $(INTEGRATION_TESTS) $(E2E_TESTS)
+	$(BIN)/python -m pytest --durations=30 $(UNIT_TESTS) $(INTEGRATION_TESTS) $(E2E_TESTS)
 
 bench: $(STAMP) tools
 	$(BIN)/python -m bench.run $(SECTIONS)
