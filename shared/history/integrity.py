@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar, cast
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -104,22 +104,32 @@ class BadKey(ValueError):
     """A key file that is not an Ed25519 key."""
 
 
-def load_public(path: Path) -> Ed25519PublicKey:
-    """A public key from a file: PEM (``muster log key`` prints one), or the raw key in base64."""
+_Key = TypeVar("_Key", Ed25519PublicKey, Ed25519PrivateKey)
+
+
+def _read_key(path: Path, kind: type, name: str, pem: Callable[[bytes], object],
+              raw: Callable[[bytes], _Key]) -> _Key:
+    """The key of type ``kind`` (``_Key``'s public or private half) in ``path``: PEM (read by ``pem``), or
+    the raw key bytes in base64 (read by ``raw``); a missing, unreadable or malformed file is a ``BadKey``
+    of one line, for the CLI to print."""
+    half = "public" if kind is Ed25519PublicKey else "private"
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise BadKey(f"cannot read the public key {path}: {exc.strerror or exc}") from None
+        raise BadKey(f"cannot read the {name} {path}: {exc.strerror or exc}") from None
     try:
-        if b"-----BEGIN" in data:
-            key = serialization.load_pem_public_key(data)
-        else:
-            key = public_from_b64(data.decode().strip())
+        key = pem(data) if b"-----BEGIN" in data else raw(base64.b64decode(data.decode().strip(), validate=True))
     except (ValueError, UnicodeDecodeError, TypeError) as exc:
-        raise BadKey(f"{path}: not an Ed25519 public key ({exc})") from None
-    if not isinstance(key, Ed25519PublicKey):
-        raise BadKey(f"{path}: a {type(key).__name__.removeprefix('_')}, not an Ed25519 public key")
-    return key
+        raise BadKey(f"{path}: not an Ed25519 {half} key ({exc})") from None
+    if not isinstance(key, kind):
+        raise BadKey(f"{path}: a {type(key).__name__.removeprefix('_')}, not an Ed25519 {half} key")
+    return cast(_Key, key)
+
+
+def load_public(path: Path) -> Ed25519PublicKey:
+    """A public key from a file: PEM (``muster log key`` prints one), or the raw key in base64."""
+    return _read_key(path, Ed25519PublicKey, "public key", serialization.load_pem_public_key,
+                     Ed25519PublicKey.from_public_bytes)
 
 
 @dataclass
@@ -139,20 +149,9 @@ class Signer:
     def from_file(cls, path: Path) -> "Signer":
         """The key in ``path``: PEM (PKCS#8, ``openssl genpkey -algorithm ed25519`` or ``muster log
         keygen``), or the raw 32-byte seed in base64."""
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise BadKey(f"cannot read the signing key {path}: {exc.strerror or exc}") from None
-        try:
-            if b"-----BEGIN" in data:
-                key = serialization.load_pem_private_key(data, password=None)
-            else:
-                key = Ed25519PrivateKey.from_private_bytes(base64.b64decode(data.decode().strip(), validate=True))
-        except (ValueError, UnicodeDecodeError, TypeError) as exc:
-            raise BadKey(f"{path}: not an Ed25519 private key ({exc})") from None
-        if not isinstance(key, Ed25519PrivateKey):
-            raise BadKey(f"{path}: a {type(key).__name__.removeprefix('_')}, not an Ed25519 private key")
-        return cls(key)
+        return cls(_read_key(path, Ed25519PrivateKey, "signing key",
+                             lambda data: serialization.load_pem_private_key(data, password=None),
+                             Ed25519PrivateKey.from_private_bytes))
 
     def pem(self) -> bytes:
         """The private key as unencrypted PKCS#8 PEM (for ``muster log keygen``)."""

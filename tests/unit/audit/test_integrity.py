@@ -3,17 +3,20 @@ that goes on unbroken across writers (a projector restarted, a store written in 
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 from sqlalchemy import select
 
 from shared.audit.export import export
 from shared.audit.integrity import Tampered, check
 from shared.audit.logfile import LogFile, StoreLog
 from shared.history import schema
-from shared.history.integrity import GENESIS, Chainer, Signer, link, signature_ok
+from shared.history.integrity import (GENESIS, BadKey, Chainer, Signer, key_id, link, load_public, public_pem,
+                                      signature_ok)
 from shared.history.models import EventLog
 from shared.history.writer import ProjectionWriter
 from tests.builders.audit import header_of, scenario_run
@@ -186,3 +189,53 @@ def test_a_log_in_replay_order_imports_in_chain_order(tmp_path: Path) -> None:
     out = tmp_path / "store.jsonl"
     export(StoreLog(url), out)
     assert check(LogFile(out), [signer.public]).authentic
+
+
+def test_a_key_file_is_read_as_pem_or_base64_and_either_half_of_the_pair(tmp_path: Path) -> None:
+    signer = Signer.generate()
+    seed = signer.private.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                        serialization.NoEncryption())
+    raw_public = signer.public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    files = {"key.pem": signer.pem(), "key.b64": base64.b64encode(seed) + b"\n",
+             "pub.pem": public_pem(signer.public).encode(), "pub.b64": base64.b64encode(raw_public) + b"\n"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    assert Signer.from_file(tmp_path / "key.pem").id == Signer.from_file(tmp_path / "key.b64").id == signer.id
+    assert key_id(load_public(tmp_path / "pub.pem")) == key_id(load_public(tmp_path / "pub.b64")) == signer.id
+
+
+@pytest.mark.parametrize(("content", "private", "said"), [
+    (None, True, "cannot read the signing key {path}: No such file or directory"),
+    (None, False, "cannot read the public key {path}: No such file or directory"),
+    (b"not base64!", True, "{path}: not an Ed25519 private key ("),
+    (b"not base64!", False, "{path}: not an Ed25519 public key ("),
+    (base64.b64encode(bytes(7)), True, "{path}: not an Ed25519 private key ("),
+    ("public pem", True, "{path}: not an Ed25519 private key ("),
+    ("private pem", False, "{path}: not an Ed25519 public key ("),
+    ("rsa private pem", True, "{path}: a RSAPrivateKey, not an Ed25519 private key"),
+    ("rsa public pem", False, "{path}: a RSAPublicKey, not an Ed25519 public key"),
+])
+def test_a_key_file_that_cannot_serve_is_one_line_that_names_it(tmp_path: Path, content: bytes | str | None,
+                                                                private: bool, said: str) -> None:
+    path = tmp_path / "key"
+    if content is not None:
+        path.write_bytes(_key_file(content) if isinstance(content, str) else content)
+    with pytest.raises(BadKey) as caught:
+        Signer.from_file(path) if private else load_public(path)
+    message = str(caught.value)
+    assert message.startswith(said.format(path=path)) and "\n" not in message
+
+
+def _key_file(kind: str) -> bytes:
+    """A PEM file of the kind named: either half of an Ed25519 key, or of an RSA key (not Ed25519)."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    if kind.startswith("rsa"):
+        private = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+        if kind == "rsa private pem":
+            return private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                         serialization.NoEncryption())
+        return private.public_key().public_bytes(serialization.Encoding.PEM,
+                                                 serialization.PublicFormat.SubjectPublicKeyInfo)
+    signer = Signer.generate()
+    return signer.pem() if kind == "private pem" else public_pem(signer.public).encode()
