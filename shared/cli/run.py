@@ -35,6 +35,23 @@ class _Worker:
     keep: Optional[Callable[[], Any]] = None
 
 
+@dataclass(frozen=True)
+class _Signing:
+    """The projector's signing options, as ``run_cmd`` hands them on: the key file, the key it replaces,
+    and how often a checkpoint is signed (envelopes, seconds)."""
+
+    key: Optional[Path]
+    rotated_from: Optional[Path]
+    every: int
+    seconds: float
+
+
+def _only(service: str, default: Any, flag: str, envvar: str, text: str, **bounds: Any) -> Any:
+    """An option that one kind of service reads (the others ignore it), set by ``flag`` or ``envvar``:
+    its help starts with the service it is for."""
+    return typer.Option(default, flag, envvar=envvar, help=f"{service} only: {text}", **bounds)
+
+
 def run_cmd(
     service: str = typer.Argument(..., help="admission, queue, placement, reconciler, projector, or cluster "
                                   "(the link to a Kubernetes API server: watch -> inboxes, effects -> API)."),
@@ -47,29 +64,27 @@ def run_cmd(
     ordering: str = typer.Option("arrival", "--ordering", help="'arrival' (the deployment) or 'rounds' (as "
                                  "`simulate --bus` starts services: each round waits for the driver's release)."),
     loglevel: str = typer.Option("info", "--log-level", help="Faust worker log level."),
-    kube_url: Optional[str] = typer.Option(None, "--kube-url", envvar="MUSTER_KUBE_URL",
-                                           help="Cluster only: API server URL without auth (kubectl proxy)."),
-    kubeconfig: Optional[str] = typer.Option(None, "--kubeconfig", envvar="MUSTER_KUBECONFIG",
-                                             help="Cluster only: kubeconfig file (default: in-cluster service "
-                                             "account, else $KUBECONFIG or ~/.kube/config)."),
-    context: Optional[str] = typer.Option(None, "--context", envvar="MUSTER_KUBE_CONTEXT",
-                                          help="Cluster only: kubeconfig context."),
+    kube_url: Optional[str] = _only("Cluster", None, "--kube-url", "MUSTER_KUBE_URL",
+                                    "API server URL without auth (kubectl proxy)."),
+    kubeconfig: Optional[str] = _only("Cluster", None, "--kubeconfig", "MUSTER_KUBECONFIG",
+                                      "kubeconfig file (default: in-cluster service account, else $KUBECONFIG "
+                                      "or ~/.kube/config)."),
+    context: Optional[str] = _only("Cluster", None, "--context", "MUSTER_KUBE_CONTEXT", "kubeconfig context."),
     scheduler_names: Optional[str] = typer.Option(None, "--scheduler-names", envvar="MUSTER_SCHEDULER_NAMES",
                                                   help=SCHEDULER_NAMES_HELP + " Default: the policy's "
                                                   "scheduler_names (muster)."),
-    lease: Optional[str] = typer.Option(None, "--lease", envvar="MUSTER_LEASE",
-                                        help="Cluster only: the coordination.k8s.io Lease NAMESPACE/NAME that makes "
-                                        "one bridge the applier (default: $POD_NAMESPACE/muster-cluster, else "
-                                        "muster-system/muster-cluster); 'none' runs without one."),
-    identity: Optional[str] = typer.Option(None, "--identity", envvar="MUSTER_IDENTITY",
-                                           help="Cluster only: this bridge's name in the Lease (default: $POD_NAME, "
-                                           "else host-pid)."),
-    lease_duration: float = typer.Option(15.0, "--lease-duration", envvar="MUSTER_LEASE_DURATION",
-                                         help="Cluster only: seconds a standby waits for a silent holder."),
-    renew_deadline: float = typer.Option(10.0, "--renew-deadline", envvar="MUSTER_RENEW_DEADLINE",
-                                         help="Cluster only: seconds the holder may fail to renew before it stops."),
-    retry_period: float = typer.Option(2.0, "--retry-period", envvar="MUSTER_RETRY_PERIOD",
-                                       help="Cluster only: seconds between lease renewals and tries."),
+    lease: Optional[str] = _only("Cluster", None, "--lease", "MUSTER_LEASE",
+                                 "the coordination.k8s.io Lease NAMESPACE/NAME that makes one bridge the applier "
+                                 "(default: $POD_NAMESPACE/muster-cluster, else muster-system/muster-cluster); "
+                                 "'none' runs without one."),
+    identity: Optional[str] = _only("Cluster", None, "--identity", "MUSTER_IDENTITY",
+                                    "this bridge's name in the Lease (default: $POD_NAME, else host-pid)."),
+    lease_duration: float = _only("Cluster", 15.0, "--lease-duration", "MUSTER_LEASE_DURATION",
+                                  "seconds a standby waits for a silent holder."),
+    renew_deadline: float = _only("Cluster", 10.0, "--renew-deadline", "MUSTER_RENEW_DEADLINE",
+                                  "seconds the holder may fail to renew before it stops."),
+    retry_period: float = _only("Cluster", 2.0, "--retry-period", "MUSTER_RETRY_PERIOD",
+                                "seconds between lease renewals and tries."),
     metrics_port: int = typer.Option(9464, "--metrics-port", envvar="MUSTER_METRICS_PORT",
                                      help="Serve /metrics, /healthz and /readyz on this port (0: none)."),
     metrics_address: Optional[str] = typer.Option(None, "--metrics-address", envvar="MUSTER_METRICS_ADDRESS",
@@ -80,18 +95,17 @@ def run_cmd(
                                               "else 1)."),
     min_insync: Optional[int] = typer.Option(None, "--topic-min-insync", help="Their min.insync.replicas "
                                              "(default: $MUSTER_TOPIC_MIN_INSYNC, else 1)."),
-    signing_key: Optional[Path] = typer.Option(None, "--signing-key", envvar="MUSTER_SIGNING_KEY",
-                                               help="Projector only: the Ed25519 key (PEM file; a mounted Kubernetes "
-                                               "Secret) that signs checkpoints of the log's hash chain. Without one "
-                                               "the log is chained but not signed."),
-    rotated_from: Optional[Path] = typer.Option(None, "--rotated-from", envvar="MUSTER_SIGNING_KEY_PREVIOUS",
-                                                help="Projector only: the key --signing-key replaces; it signs the "
-                                                "new key's record (a rotation the verifier can follow)."),
-    checkpoint_every: int = typer.Option(10_000, "--checkpoint-every", envvar="MUSTER_CHECKPOINT_EVERY", min=1,
-                                         help="Projector only: sign a checkpoint every this many envelopes."),
-    checkpoint_seconds: float = typer.Option(60.0, "--checkpoint-seconds", envvar="MUSTER_CHECKPOINT_SECONDS",
-                                             min=0.0, help="Projector only: and at least this often while "
-                                             "envelopes come."),
+    signing_key: Optional[Path] = _only("Projector", None, "--signing-key", "MUSTER_SIGNING_KEY",
+                                        "the Ed25519 key (PEM file; a mounted Kubernetes Secret) that signs "
+                                        "checkpoints of the log's hash chain. Without one the log is chained but "
+                                        "not signed."),
+    rotated_from: Optional[Path] = _only("Projector", None, "--rotated-from", "MUSTER_SIGNING_KEY_PREVIOUS",
+                                         "the key --signing-key replaces; it signs the new key's record (a "
+                                         "rotation the verifier can follow)."),
+    checkpoint_every: int = _only("Projector", 10_000, "--checkpoint-every", "MUSTER_CHECKPOINT_EVERY",
+                                  "sign a checkpoint every this many envelopes.", min=1),
+    checkpoint_seconds: float = _only("Projector", 60.0, "--checkpoint-seconds", "MUSTER_CHECKPOINT_SECONDS",
+                                      "and at least this often while envelopes come.", min=0.0),
 ) -> None:
     """Run one service as a Faust worker on Kafka: it consumes its inbox and writes to the next ones.
 
@@ -106,7 +120,7 @@ def run_cmd(
 
     if service == "projector":
         worker = _projector(config, policy, policy_file, store, sink, claim_port,
-                            signing=(signing_key, rotated_from, checkpoint_every, checkpoint_seconds))
+                            _Signing(signing_key, rotated_from, checkpoint_every, checkpoint_seconds))
     elif service == "cluster":
         worker = _cluster(config, sink, claim_port, loglevel=loglevel, kube_url=kube_url, kubeconfig=kubeconfig,
                           context=context, identity=identity, lease=lease, lease_duration=lease_duration,
@@ -172,8 +186,7 @@ def _service(service: str, config: BusConfig, policy: Policy, ordering: str, sin
 
 
 def _projector(config: BusConfig, policy: Policy, policy_file: Optional[Path], store: Optional[str], sink: Any,
-               claim_port: Callable[[], Any], *,
-               signing: tuple[Optional[Path], Optional[Path], int, float] = (None, None, 10_000, 60.0)) -> _Worker:
+               claim_port: Callable[[], Any], signing: _Signing) -> _Worker:
     """The projector: its store's tables made (and the services' policy recorded there, signed when it
     has a signing key), the log topic checked from where the store says it read to, its app."""
     from shared.history import StoreError, schema
@@ -182,10 +195,9 @@ def _projector(config: BusConfig, policy: Policy, policy_file: Optional[Path], s
     from shared.observability.metrics import server as metrics
     from shared.runtime.bus.projector import projector_app
 
-    key_file, previous_file, every, seconds = signing
     try:
-        signer = Signer.from_file(key_file) if key_file else None
-        previous = Signer.from_file(previous_file) if previous_file else None
+        signer = Signer.from_file(signing.key) if signing.key else None
+        previous = Signer.from_file(signing.rotated_from) if signing.rotated_from else None
     except BadKey as exc:
         raise failed(str(exc)) from None
     if signer is None:
@@ -206,8 +218,8 @@ def _projector(config: BusConfig, policy: Policy, policy_file: Optional[Path], s
         raise failed(exc) from None
     sock = claim_port()
     _topics_or_exit(config, "the projector", config.topics.log, resume=_stored_offset(url, config.topics.log))
-    app_ = projector_app(config, url, sink=sink, signer=signer, rotated_from=previous, checkpoint_every=every,
-                         checkpoint_seconds=seconds)
+    app_ = projector_app(config, url, sink=sink, signer=signer, rotated_from=previous,
+                         checkpoint_every=signing.every, checkpoint_seconds=signing.seconds)
     if header is not None and signer is not None:  # by the app's writer: its key and header records go to the
         try:                                        # checkpoints topic too, which a Kafka export reads them from
             app_.muster_writer.sign_header(header)  # type: ignore[attr-defined]
