@@ -135,30 +135,45 @@ def _postgres(log: Sequence[Envelope]) -> dict[str, Any]:
     return figures
 
 
-def _from_records(log: Sequence[Envelope], batch: int = 6_000) -> dict[str, Any]:
-    """The Kafka projector's own work without Kafka: the log as records (encoded beforehand), each
-    batch decoded and written as ``LogProjector`` does it (``batch``: what a fetch from Tansu holds).
-    Between this and ``projector_postgres`` is the cost of decoding; below this, the broker's."""
+def _records(log: Sequence[Envelope]) -> tuple[Any, list[Any]]:
+    """The log as the Kafka projector reads it, encoded beforehand (not measured): the topics, and the
+    log topic's records."""
     from collections import namedtuple
 
-    from shared.history.writer import gc_paused
     from shared.runtime.bus import codec
-    from shared.runtime.bus.projector import LogProjector
     from shared.runtime.bus.topics import Topics
 
     topics = Topics()
     read = namedtuple("read", "topic partition offset value headers")
-    records = [read(topics.log, 0, i, codec.encode(env), codec.envelope_headers(env)) for i, env in enumerate(log)]
+    return topics, [read(topics.log, 0, i, codec.encode(env), codec.envelope_headers(env)) for i, env in enumerate(log)]
+
+
+def _projected(topics: Any, records: Sequence[Any], batch: int, *, chained: bool = True,
+               signer: Any = None) -> float:
+    """Seconds of the Kafka projector's own work on ``records``, in a database of its own: each batch of
+    ``batch`` decoded and written as ``LogProjector`` does it (``chained`` and ``signer`` as the writer
+    takes them). ``NoPostgres`` when no server answers."""
+    from shared.history.writer import gc_paused
+    from shared.runtime.bus.projector import LogProjector
+
+    with postgres_database() as url:
+        schema.upgrade(url)
+        # collection held off, as a busy projector holds it
+        with ProjectionWriter(url, chained=chained, signer=signer) as writer, gc_paused():
+            projector = LogProjector(topics, writer)
+            started = time.perf_counter()
+            for i in range(0, len(records), batch):
+                projector.put(projector.decode(records[i:i + batch]))
+            projector.close()
+            return time.perf_counter() - started
+
+
+def _from_records(log: Sequence[Envelope], batch: int = 6_000) -> dict[str, Any]:
+    """The Kafka projector's own work without Kafka: the log as records (encoded beforehand), each
+    batch decoded and written as ``LogProjector`` does it (``batch``: what a fetch from Tansu holds).
+    Between this and ``projector_postgres`` is the cost of decoding; below this, the broker's."""
     try:
-        with postgres_database() as url:
-            schema.upgrade(url)
-            with ProjectionWriter(url) as writer, gc_paused():  # as a busy projector holds collection off
-                projector = LogProjector(topics, writer)
-                started = time.perf_counter()
-                for i in range(0, len(records), batch):
-                    projector.put(projector.decode(records[i:i + batch]))
-                projector.close()
-                seconds = time.perf_counter() - started
+        seconds = _projected(*_records(log), batch)
     except NoPostgres as exc:
         return {"projector_from_records_skipped": str(exc)}
     return {"projector_from_records_seconds": round(seconds, 2),
@@ -171,33 +186,17 @@ def _chain_cost(log: Sequence[Envelope], batch: int = 6_000, rounds: int = 3) ->
     (and each round's own ratio: on a shared machine the load moves more than the chain costs).
     Chained, every envelope's record bytes are hashed (SHA-256) and a checkpoint signed (Ed25519) every
     ``CHECKPOINT_EVERY`` envelopes, its key record and checkpoints written in the batches' transactions."""
-    from collections import namedtuple
+    from shared.history.integrity import CHECKPOINT_EVERY, GENESIS, Signer, link
 
-    from shared.history.integrity import CHECKPOINT_EVERY, Signer
-    from shared.history.writer import gc_paused
-    from shared.runtime.bus import codec
-    from shared.runtime.bus.projector import LogProjector
-    from shared.runtime.bus.topics import Topics
-
-    topics = Topics()
-    read = namedtuple("read", "topic partition offset value headers")
-    records = [read(topics.log, 0, i, codec.encode(env), codec.envelope_headers(env)) for i, env in enumerate(log)]
+    topics, records = _records(log)
     best: dict[bool, float] = {}
     ratios: list[float] = []
     plain_round = 0.0
     try:
         for _ in range(rounds):
             for chained in (False, True):
-                with postgres_database() as url:
-                    schema.upgrade(url)
-                    signer = Signer.generate() if chained else None
-                    with ProjectionWriter(url, chained=chained, signer=signer) as writer, gc_paused():
-                        projector = LogProjector(topics, writer)
-                        started = time.perf_counter()
-                        for i in range(0, len(records), batch):
-                            projector.put(projector.decode(records[i:i + batch]))
-                        projector.close()
-                        seconds = time.perf_counter() - started
+                seconds = _projected(topics, records, batch, chained=chained,
+                                     signer=Signer.generate() if chained else None)
                 best[chained] = min(seconds, best.get(chained, seconds))
                 if chained:
                     ratios.append(round(seconds / plain_round, 3))
@@ -206,16 +205,14 @@ def _chain_cost(log: Sequence[Envelope], batch: int = 6_000, rounds: int = 3) ->
     except NoPostgres as exc:
         return {"projector_chain_skipped": str(exc)}
     plain, chained_s = best[False], best[True]
-    from shared.history.integrity import GENESIS, link
-
     started = time.perf_counter()  # the chain's own work, alone: what the load cannot blur
     value = GENESIS
     for r in records:
         value = link(value, r.value)
     hashing = time.perf_counter() - started
-    return {
-            "projector_chain_hash_seconds": round(hashing, 3),
-            "projector_chain_hash_share": round(hashing / plain, 3),"projector_unchained_events_per_second": round(len(log) / plain),
+    return {"projector_chain_hash_seconds": round(hashing, 3),
+            "projector_chain_hash_share": round(hashing / plain, 3),
+            "projector_unchained_events_per_second": round(len(log) / plain),
             "projector_chained_events_per_second": round(len(log) / chained_s),
             "projector_chain_checkpoint_every": CHECKPOINT_EVERY,
             "projector_chain_cost_ratio": round(chained_s / plain, 3),
