@@ -128,8 +128,9 @@ class DevCluster:
         return part
 
     def start_part(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Part:
-        """Start one more program beside the cluster (a peer scheduler's, ``shared.parts.peers``), its log in
-        ``logs/NAME.log``; ``down`` stops it with the rest."""
+        """Start one more program beside the cluster (a peer scheduler's: every peer's programs start here,
+        ``shared.parts.peers`` and ``shared.parts.kai``), its log in ``logs/NAME.log``; ``problems`` reports
+        it, ``stop_part``, ``stop`` and a later ``down`` stop it."""
         part = self._start(name, argv, env)
         self._save()
         return part
@@ -384,12 +385,6 @@ class DevCluster:
                               "jsonpath={range .items[*]}{.metadata.namespace}{'\\n'}{end}", check=False).stdout
         for namespace in sorted(set(listed.split())):
             self.kubectl("delete", "--raw", f"/api/v1/namespaces/{namespace}/events", check=False)
-
-    def adopt(self, parts: dict[str, Part]) -> None:
-        """Count programs started beside the cluster (a peer scheduler, ``shared.parts.kai``) as its own:
-        ``problems`` reports them, ``stop`` and a later ``down`` stop them."""
-        self.parts.update(parts)
-        self._save()
 
     # ------------------------------------------------------------------ state
     def _save(self) -> None:

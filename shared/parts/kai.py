@@ -1,9 +1,10 @@
 """KAI Scheduler (``github.com/NVIDIA/KAI-scheduler`` v0.12.0) on a dev cluster, run as its operator runs it.
 
-``start(cluster)`` starts KAI's programs (built by ``make tools``, part ``kai``) as processes beside a
-running ``DevCluster``, each with its own client certificate (user ``kai-<program>``, so the API
-server's audit log tells their requests apart), and returns a ``Kai`` handle whose ``stop()`` stops
-them and takes away what would outlive them (the admission webhooks). What each program is given is
+``start(cluster)`` starts KAI's programs (built by ``make tools``, part ``kai``) as parts of a running
+``DevCluster`` (``DevCluster.start_part``, as every peer's programs are: a later ``down`` stops them),
+each with its own client certificate (user ``kai-<program>``, so the API server's audit log tells
+their requests apart), and returns a ``Kai`` handle whose ``stop()`` stops them and takes away what
+would outlive them (the admission webhooks). What each program is given is
 what KAI's operator gives it by default (``pkg/operator/operands/*/resources*.go`` of the module, the
 ``Config`` and ``SchedulingShard`` defaults of ``pkg/apis/kai/v1``); the operator itself is not run:
 
@@ -151,17 +152,13 @@ def remove_webhooks(cluster: "DevCluster") -> None:
 
 
 class Kai:
-    """KAI's programs running beside a dev cluster; ``stop()`` stops them."""
+    """KAI's programs running as a dev cluster's parts; ``stop()`` stops them."""
 
     def __init__(self, cluster: "DevCluster") -> None:
         self.cluster = cluster
         self.parts: dict[str, Part] = {}
+        """The cluster's parts that are KAI's, by name (``kai-scheduler``, ``kai-binder``, ...), in start order."""
         self.ports: dict[str, int] = {}
-
-    @property
-    def pids(self) -> dict[str, int]:
-        """Process ids by part name (``kai-scheduler``, ``kai-binder``, ...), for a later ``devcluster down``."""
-        return {name: part.pid for name, part in self.parts.items() if part.alive()}
 
     def problems(self) -> list[str]:
         """The programs that have exited, with the tail of their logs."""
@@ -173,7 +170,7 @@ class Kai:
         if "kai-admission" in self.parts:
             remove_webhooks(self.cluster)
         for name in reversed(list(self.parts)):
-            self.parts[name].stop()
+            self.cluster.stop_part(name)
         self.parts.clear()
 
     def __enter__(self) -> "Kai":
@@ -259,8 +256,7 @@ def _start(kai: Kai, program: str, *, gpu_sharing: bool, timeout: float) -> None
                 "--gpu-pod-runtime-class-name", "nvidia"]
         if gpu_sharing:
             args.append("--gpu-sharing-enabled=true")
-    part = Part(name, [catalog.binary("kai", name), *args], cluster.root / "logs" / f"{name}.log",
-                env=env, cwd=cluster.root).start()
+    part = cluster.start_part(name, [catalog.binary("kai", name), *args], env=env)
     kai.parts[name] = part
     part.wait_until(_http_ok(ready_url), timeout, f"ready at {ready_url}")
 

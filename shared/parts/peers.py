@@ -3,8 +3,9 @@
 A ``Peer`` is what the comparison (``shared.peers``) needs to know of one: its name, the part
 ``make tools`` builds it as, KubeRay's ``--batch-scheduler`` for it (KubeRay then makes its PodGroups
 exactly as in production; the scenario files whose manifests imply that setting are its dialect's), where it reads a workload's queue,
-and how to start and stop its processes beside a ``DevCluster``. Its processes are the cluster's parts
-(``DevCluster.start_part``), so ``muster devcluster down`` stops them with the rest.
+and how to start and stop its processes beside a ``DevCluster``. Every peer's processes are started
+the one way, as the cluster's parts (``DevCluster.start_part``, KAI's through ``shared.parts.kai``), so
+``Peer.stop`` and ``muster devcluster down`` stop them with the rest.
 
 Volcano: ``vc-scheduler`` with a configuration of the module's own files, and ``vc-controller-manager``
 with only the controllers a scheduler-only install needs (``pg-controller``: a PodGroup for a plain pod
@@ -121,11 +122,8 @@ VOLCANO = Peer(name="volcano", part="volcano", batch_scheduler="volcano", queue_
 
 
 def start_kai(cluster: "DevCluster", configuration: str = "default") -> list[str]:
-    """KAI's programs as its operator runs them by default (``shared.parts.kai``), counted as the
-    cluster's parts."""
-    running = kai.start(cluster)
-    cluster.adopt(running.parts)
-    return list(running.parts)
+    """KAI's programs as its operator runs them by default (``shared.parts.kai``), the cluster's parts."""
+    return list(kai.start(cluster).parts)
 
 
 KAI = Peer(name="kai", part="kai", batch_scheduler="kai-scheduler", queue_label=kai.QUEUE_LABEL,
