@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
-import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -37,9 +35,9 @@ from typing import Any
 import yaml
 
 from bench.e2e_bench import _cpu, _service, _with_children
+from bench.podwatch import PodWatch
 from bench.stats import percentile, spread
 from shared.kernel.topology import SERVICES
-from shared.parts import catalog
 from shared.parts.devcluster import DevCluster
 from shared.parts.kafka import KafkaBroker
 from shared.parts.kwok import node
@@ -76,81 +74,6 @@ def plain_pod(n: int, i: int) -> dict[str, Any]:
                                      "resources": {"requests": {"cpu": str(cpu), "memory": memory}}}]}}
 
 
-class BindWatch:
-    """From ``kubectl get --watch`` processes of this bench (one clock for both schedulers): the
-    instant each pod of ``NAMESPACE`` was first seen, and first seen bound, and each RayCluster's
-    first sighting (its creation, as near as a watcher can tell)."""
-
-    def __init__(self, kubeconfig: Path) -> None:
-        self.kubeconfig = kubeconfig
-        self.seen: dict[str, float] = {}
-        self.bound: dict[str, float] = {}
-        self.group: dict[str, str] = {}
-        self.restarts = 0
-        self._closed = False
-        self._procs: dict[str, subprocess.Popen[str]] = {}
-        for resource in ("pods", "rayclusters.ray.io"):
-            threading.Thread(target=self._follow, args=(resource,), daemon=True).start()
-
-    def _follow(self, resource: str) -> None:
-        """Watch ``resource`` until closed, starting the watch again whenever kubectl ends it (the API
-        server closes a watch now and then): the fresh list shows what happened meanwhile, seen late."""
-        while not self._closed:
-            proc = subprocess.Popen([catalog.binary("kubernetes", "kubectl"), "--kubeconfig", str(self.kubeconfig),
-                                     "get", resource, "-n", NAMESPACE, "--watch", "-o", "json"],
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            self._procs[resource] = proc
-            self._read(proc, resource == "pods")
-            proc.wait()
-            if not self._closed:
-                self.restarts += 1
-
-    def _read(self, proc: subprocess.Popen[str], pods: bool) -> None:
-        assert proc.stdout is not None
-        decoder = json.JSONDecoder()
-        lines: list[str] = []
-        for line in proc.stdout:
-            lines.append(line)
-            if line.rstrip() != "}":  # kubectl ends each object with a '}' alone on its line
-                continue
-            try:
-                obj = decoder.decode("".join(lines))
-            except json.JSONDecodeError:
-                continue  # a nested '}' at the margin: the object goes on
-            lines = []
-            now = time.monotonic()
-            metadata = obj.get("metadata") or {}
-            name = metadata.get("name", "")
-            key = f"{'pod' if pods else 'raycluster'}/{name}"
-            self.seen.setdefault(key, now)
-            if pods:
-                cluster = (metadata.get("labels") or {}).get("ray.io/cluster")
-                self.group[name] = f"raycluster/{cluster}" if cluster else key
-                if (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
-                    self.bound[name] = now
-
-    def wait(self, pods: int, timeout: float = 900.0) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.bound) < pods:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(self.bound)} of {pods} pods bound after {timeout:g} s")
-            time.sleep(0.05)
-
-    def latencies(self) -> list[float]:
-        """Per RayCluster (or plain pod): from its first sighting to its last pod bound, sorted."""
-        last: dict[str, float] = {}
-        for name, at in self.bound.items():
-            group = self.group.get(name, f"pod/{name}")
-            last[group] = max(last.get(group, 0.0), at)
-        return sorted(at - self.seen[group] for group, at in last.items())
-
-    def close(self) -> None:
-        self._closed = True
-        for proc in self._procs.values():
-            proc.terminate()
-            proc.wait(timeout=10)
-
-
 def _create(cluster: DevCluster, objs: list[dict[str, Any]]) -> None:
     """Create ``objs`` with one ``kubectl create`` (one request each, as fast as kubectl sends them)."""
     cluster.kubectl("create", "-f", "-", input="---\n".join(yaml.safe_dump(o) for o in objs), timeout=600)
@@ -169,14 +92,14 @@ def one_run(cluster: DevCluster, stack_pids: list[int]) -> dict[str, float]:
     for who in ("muster", "kube_scheduler"):
         before = cluster.audited_requests()
         cpu_before = _cpu(_with_children(stack_pids)) if who == "muster" else _cpu([cluster.parts["kube-scheduler"].pid])
-        watch = BindWatch(cluster.kubeconfig)
+        watch = PodWatch(cluster.kubeconfig, NAMESPACE, rayclusters=True)
         try:
             started = time.monotonic()
             if who == "muster":
                 _create(cluster, [ray_cluster(n) for n in range(CLUSTERS)])
             else:
                 _create(cluster, [plain_pod(n, i) for n in range(CLUSTERS) for i in range(WORKERS + 1)])
-            watch.wait(pods)
+            watch.wait_bound(pods, timeout=900.0)
             wall = max(watch.bound.values()) - started
             per_group = watch.latencies()
             restarts = watch.restarts
@@ -191,7 +114,7 @@ def one_run(cluster: DevCluster, stack_pids: list[int]) -> dict[str, float]:
         figures[f"{who}_p99_ms"] = percentile(per_group, 0.99) * 1000
         figures[f"{who}_requests_per_{'raycluster' if who == 'muster' else 'pod'}"] = (after[user] - before[user]) / unit
         figures[f"{who}_cpu_seconds"] = cpu_after - cpu_before
-        figures[f"{who}_watch_restarts"] = restarts  # > 0: some binds were seen late (see BindWatch)
+        figures[f"{who}_watch_restarts"] = restarts  # > 0: some binds were seen late (see bench.podwatch)
         _clear(cluster)
     figures["ratio"] = figures["muster_pods_per_second"] / figures["kube_scheduler_pods_per_second"]
     return figures

@@ -34,7 +34,6 @@ import json
 import os
 import subprocess
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -46,6 +45,7 @@ from typing import Any
 import yaml
 
 from bench.e2e_bench import _cpu, _service, _with_children
+from bench.podwatch import PodWatch
 from bench.stats import percentile, spread
 from shared.kernel.topology import SERVICES
 from shared.parts import catalog, kai
@@ -162,57 +162,6 @@ SHAPES = (
 )
 
 
-class PodWatch:
-    """One ``kubectl get pods --watch`` of this bench (one clock for every scheduler): when each pod of
-    ``NAMESPACE`` was first seen and first seen bound. Restarted when the API server ends the watch."""
-
-    def __init__(self, kubeconfig: Path) -> None:
-        self.kubeconfig = kubeconfig
-        self.seen: dict[str, float] = {}
-        self.bound: dict[str, float] = {}
-        self._closed = False
-        self._proc: subprocess.Popen[str] | None = None
-        self._thread = threading.Thread(target=self._follow, daemon=True)
-        self._thread.start()
-
-    def _follow(self) -> None:
-        while not self._closed:
-            self._proc = subprocess.Popen(
-                [catalog.binary("kubernetes", "kubectl"), "--kubeconfig", str(self.kubeconfig), "get", "pods",
-                 "-n", NAMESPACE, "--watch", "-o", "jsonpath={.metadata.name} {.spec.nodeName}{\"\\n\"}"],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            assert self._proc.stdout is not None
-            for line in self._proc.stdout:
-                now = time.monotonic()
-                name, _, bound_to = line.strip().partition(" ")
-                if not name:
-                    continue
-                self.seen.setdefault(name, now)
-                if bound_to and name not in self.bound:
-                    self.bound[name] = now
-            self._proc.wait()
-
-    def wait_seen(self, pods: int, timeout: float) -> None:
-        self._wait(lambda: len(self.seen) >= pods, timeout, lambda: f"{len(self.seen)} of {pods} pods created")
-
-    def wait_bound(self, pods: int, timeout: float) -> None:
-        self._wait(lambda: len(self.bound) >= pods, timeout, lambda: f"{len(self.bound)} of {pods} pods bound")
-
-    @staticmethod
-    def _wait(done: Callable[[], bool], timeout: float, what: Callable[[], str]) -> None:
-        deadline = time.monotonic() + timeout
-        while not done():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{what()} after {timeout:g} s")
-            time.sleep(0.1)
-
-    def close(self) -> None:
-        self._closed = True
-        if self._proc is not None:
-            self._proc.terminate()
-            self._proc.wait(timeout=10)
-
-
 def _create(cluster: DevCluster, objs: list[dict[str, Any]]) -> None:
     """``objs`` created by ``CREATORS`` kubectl processes side by side, cluster-scoped ones first."""
     chunks = [objs[i::CREATORS] for i in range(CREATORS)]
@@ -276,7 +225,7 @@ def one_run(cluster: DevCluster, bootstrap: str, shape: Shape, peer: Peer) -> di
         if shape.kuberay:
             cluster.start_kuberay(scheduler)
         cluster.kubectl("create", "namespace", NAMESPACE)
-        watch = PodWatch(cluster.kubeconfig)
+        watch = PodWatch(cluster.kubeconfig, NAMESPACE)
         try:
             _create(cluster, shape.objects(scheduler))
             watch.wait_seen(shape.pods, timeout=1800)
