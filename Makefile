@@ -37,7 +37,7 @@ devcluster-down: $(STAMP)
 
 # muster beside a real peer scheduler (shared/peers/compare.py): every scenario file of the peer's dialect on a
 # fresh dev cluster, scheduled once by the peer and once by muster; writes docs/peers.md and fails on a
-# difference docs/design/peers.md does not mark deliberate (about 22 minutes for Volcano's 23 files, 24 for KAI's 19;
+# difference docs/design/peers.md does not mark deliberate (about 22 minutes for Volcano's 23 files, 35 for KAI's 19, three of them paced by the wall clock;
 # each peer rewrites only its own section of docs/peers.md). PEER=volcano|kai;
 # FILES="stem ..." reruns a few and keeps the other rows; `.venv/bin/python -m shared.peers.compare PEER --render`
 # redoes docs/peers.md from the saved rows (build/peers-PEER.json) after a change to docs/design/peers.md.

@@ -187,7 +187,8 @@ def run_peer(scenario: Scenario, cluster: DevCluster, peer: Peer, configuration:
              limit: float = 60.0, paced: bool = False) -> tuple[Snapshots, str | None]:
     """The peer's run (see the module docstring): a snapshot per checkpoint, and the refusal that ended
     it early, if a step was refused. ``paced``: each instant waits for its time by the wall clock, counted
-    from the first (``keeps_clock``), before its steps are applied or its checkpoint taken."""
+    from the first (``keeps_clock``), before its steps are applied or its checkpoint taken, and its
+    checkpoint is read before the next instant's time."""
     cluster.reset()
     cluster.kube_scheduler(True)
     if cluster.batch_scheduler != peer.batch_scheduler:
@@ -218,7 +219,11 @@ def run_peer(scenario: Scenario, cluster: DevCluster, peer: Peer, configuration:
                         live.apply(doc, t)
                 except (Refused, ScenarioError) as exc:
                     return snaps, _refusal(exc)
-            settled = settle(observe, quiet, limit)
+            later = [u for u in instants if u > t]
+            # paced, a checkpoint is read before the next instant comes due by the wall clock (a rule coming
+            # due there must not show at this one); a second of it is left for the read itself
+            bound = min(limit, begun + later[0] - time.monotonic() - 1.0) if paced and later else limit
+            settled = settle(observe, quiet, bound)
             if t in points:
                 snaps[t] = settled
     finally:

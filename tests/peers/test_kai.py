@@ -3,9 +3,10 @@ KAI's programs (``shared.parts.kai``) and by muster, compared checkpoint by chec
 (``shared.peers.compare``).
 
 Most files of KAI's dialect put their workloads in a queue with no parent, which real KAI never
-schedules (docs/design/peers.md); the subset (``SUBSET``) is of files whose queues have a parent, so that
-what is compared is a scheduling decision: a department's limit binding its teams (a gang waiting whole
-until the department has room), and two half-GPU workers sharing one GPU (KubeRay + KAI's guide). ``make compare PEER=kai`` runs every file of the dialect and writes its section of
+schedules: both runs put such a queue under a parent of unlimited quota (``variant``, docs/design/peers.md).
+The subset (``SUBSET``) runs in the suite's time: reclaim between two sibling queues, one of them below its
+quota, with the queues put under that parent (the variant end to end), and two half-GPU workers sharing one
+GPU (KubeRay + KAI's guide). ``make compare PEER=kai`` runs every file of the dialect and writes its section of
 docs/peers.md. A file that differs must be marked deliberate in docs/design/peers.md, and a marked file
 must still differ.
 """
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from shared.parts.devcluster import DevCluster
     from shared.sim.scenario import Scenario
 
-SUBSET = ("kai-parent-limit-binds-children", "kai-queues-gpu-sharing")
+SUBSET = ("kai-reclaim-below-quota", "kai-queues-gpu-sharing")
 
 
 def test_the_subset_is_of_the_dialect_and_every_marked_file_exists() -> None:
