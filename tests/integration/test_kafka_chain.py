@@ -173,7 +173,7 @@ def test_muster_run_projector_sends_its_key_and_signed_header_to_the_checkpoints
     """The key and header records are what a Kafka export verifies the checkpoints by: the projector
     ``muster run`` makes (``--signing-key``, ``--policy``) signs them with the app's own writer, which
     publishes them."""
-    from shared.cli.run import _projector
+    from shared.cli.run import _projector, _Signing
     from shared.kernel.policy import Policy
     from shared.runtime.bus.app import ensure_topics
     from tests.integration.test_bus_service import read_until
@@ -186,7 +186,7 @@ def test_muster_run_projector_sends_its_key_and_signed_header_to_the_checkpoints
     policy = tmp_path / "policy.json"
     policy.write_text(Policy().model_dump_json())
     worker = _projector(config, Policy(), policy, f"sqlite:///{tmp_path / 'h.db'}", None, lambda: None,
-                        signing=(key, None, 10, 0.2))
+                        signing=_Signing(key, None, 10, 0.2))
     with running(config, lambda: worker.app):
         records = read_until(config, config.topics.checkpoints, lambda rs: len(rs) >= 2)
     signed = [json.loads(r.value) for r in records]

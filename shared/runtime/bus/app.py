@@ -292,17 +292,28 @@ async def producer_ids(config: BusConfig, patience: float = 60.0) -> None:
                          "MUSTER_KAFKA_IDEMPOTENT=0 to run muster's producers without idempotence there")
 
 
-async def _topic_configs(admin: AIOKafkaAdminClient, names: Sequence[str]) -> dict[str, dict[str, str]]:
+async def _topic_configs(admin: AIOKafkaAdminClient, names: Sequence[str],
+                         patience: float = 10.0) -> dict[str, dict[str, str]]:
     """Each topic's configuration as the broker reports it (Apache Kafka: every setting, defaults
-    included; Tansu: those given at creation)."""
-    out: dict[str, dict[str, str]] = {}
-    for response in await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names]):
-        for code, message, _, name, entries, *_ in response.resources:
-            if code:
-                raise TopicUnfit(f"the broker would not describe topic {name}: "
-                                 f"{message or errors.for_code(code).__name__}")
-            out[name] = {entry[0]: entry[1] for entry in entries if entry[1] is not None}
-    return out
+    included; Tansu: those given at creation). A topic made a moment before may be unknown to the
+    broker that answers (its metadata not there yet, UnknownTopicOrPartition, retriable): asked again
+    for up to ``patience`` seconds before that is an answer."""
+    deadline = time.monotonic() + patience
+    while True:
+        out: dict[str, dict[str, str]] = {}
+        late: list[str] = []
+        for response in await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names]):
+            for code, message, _, name, entries, *_ in response.resources:
+                if code and errors.for_code(code).retriable and time.monotonic() < deadline:
+                    late.append(name)
+                elif code:
+                    raise TopicUnfit(f"the broker would not describe topic {name}: "
+                                     f"{message or errors.for_code(code).__name__}")
+                else:
+                    out[name] = {entry[0]: entry[1] for entry in entries if entry[1] is not None}
+        if not late:
+            return out
+        await asyncio.sleep(0.1)
 
 
 async def topic_partitions(config: BusConfig, topic: str) -> list[int]:
