@@ -40,6 +40,7 @@ from typing import Any, Callable
 import yaml
 
 from shared.kubernetes.realcluster import LiveCluster, LiveRuntime
+from shared.kubernetes.resources import KAI_QUEUE
 from shared.parts import catalog
 from shared.parts.devcluster import DevCluster
 from shared.parts.peers import Peer
@@ -101,43 +102,43 @@ def scenario_files(peer: Peer) -> list[Path]:
 
 
 # --------------------------------------------------------------------------- what is run
-KAI_QUEUE_VERSIONS = ("scheduling.run.ai/v2",)
 KAI_PARENT = "compare-parent"
 """The parent a KAI queue without one is put under for both runs (``under_a_parent``)."""
 
 
 def under_a_parent(scenario: Scenario) -> Scenario:
     """The file with every KAI queue that names no parent and is no other's parent (a leaf queue without a
-    department) put under one of unlimited quota and limit, for both runs. Real KAI never schedules a queue without a parent (``buildActiveJobOrderPriorityQueues``
-    skips a queue whose department is unknown, docs/design/peers.md), so as written such a file compares
+    department) put under one of unlimited quota and limit, for both runs. Real KAI never schedules a queue
+    without a parent (``buildActiveJobOrderPriorityQueues`` skips a queue whose department is unknown,
+    docs/design/peers.md), so as written such a file compares
     only KAI's silence. Under a parent whose quota is the whole cluster (KAI's ``-1``: its deserved share
     is all it asks for, ``setDeservedResource``) the queues divide the cluster among themselves as
     top-level queues do, and reclaim among siblings is judged below the common parent
     (``getLeveledQueues``), which is what the file meant. Returns ``scenario`` itself if nothing changes."""
-    queues = [doc for docs in scenario.documents for doc in docs
-              if doc.get("kind") == "Queue" and doc.get("apiVersion") in KAI_QUEUE_VERSIONS]
-    departments = {(doc.get("spec") or {}).get("parentQueue") for doc in queues}
-    steps: list[dict[str, Any]] = []
-    changed = False
-    for step, docs in zip(scenario.steps, scenario.documents):
-        data = step.model_dump(exclude_none=True)
-        orphans = [doc for doc in docs if any(doc is queue for queue in queues)
-                   and not (doc.get("spec") or {}).get("parentQueue")
-                   and (doc.get("metadata") or {}).get("name") not in departments]
-        if orphans:
-            changed = True
-            out = []
-            for doc in docs:
-                if any(doc is orphan for orphan in orphans):
-                    doc = copy.deepcopy(doc)
-                    doc.setdefault("spec", {})["parentQueue"] = KAI_PARENT
-                out.append(doc)
-            data["apply"] = yaml.safe_dump_all(out, sort_keys=False)
-        steps.append(data)
-    if not changed:
+
+    def kai_queue(doc: dict[str, Any]) -> bool:
+        return doc.get("kind") == "Queue" and doc.get("apiVersion") == KAI_QUEUE.api_version
+
+    departments = {(doc.get("spec") or {}).get("parentQueue") for docs in scenario.documents for doc in docs
+                   if kai_queue(doc)}
+
+    def orphan(doc: dict[str, Any]) -> bool:
+        return (kai_queue(doc) and not (doc.get("spec") or {}).get("parentQueue")
+                and (doc.get("metadata") or {}).get("name") not in departments)
+
+    def adopted(doc: dict[str, Any]) -> dict[str, Any]:
+        doc = copy.deepcopy(doc)
+        doc.setdefault("spec", {})["parentQueue"] = KAI_PARENT
+        return doc
+
+    if not any(orphan(doc) for docs in scenario.documents for doc in docs):
         return scenario
+    steps = [step.model_dump(exclude_none=True) for step in scenario.steps]
+    for data, docs in zip(steps, scenario.documents):
+        if any(orphan(doc) for doc in docs):
+            data["apply"] = yaml.safe_dump_all([adopted(doc) if orphan(doc) else doc for doc in docs], sort_keys=False)
     unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
-    parent = {"apiVersion": KAI_QUEUE_VERSIONS[0], "kind": "Queue", "metadata": {"name": KAI_PARENT},
+    parent = {"apiVersion": KAI_QUEUE.api_version, "kind": "Queue", "metadata": {"name": KAI_PARENT},
               "spec": {"resources": {resource: dict(unlimited) for resource in ("cpu", "gpu", "memory")}}}
     first = min(step.at for step in scenario.steps)
     steps.insert(0, {"at": first, "apply": yaml.safe_dump(parent, sort_keys=False)})
@@ -206,7 +207,7 @@ def run_peer(scenario: Scenario, cluster: DevCluster, peer: Peer, configuration:
         points = checkpoints(scenario)
         instants = sorted({s.at for s in scenario.steps} | set(points))
         begun = time.monotonic() - instants[0]
-        for t in instants:
+        for i, t in enumerate(instants):
             if paced:
                 time.sleep(max(0.0, begun + t - time.monotonic()))
             for index, step in enumerate(scenario.steps):
@@ -219,10 +220,10 @@ def run_peer(scenario: Scenario, cluster: DevCluster, peer: Peer, configuration:
                         live.apply(doc, t)
                 except (Refused, ScenarioError) as exc:
                     return snaps, _refusal(exc)
-            later = [u for u in instants if u > t]
             # paced, a checkpoint is read before the next instant comes due by the wall clock (a rule coming
             # due there must not show at this one); a second of it is left for the read itself
-            bound = min(limit, begun + later[0] - time.monotonic() - 1.0) if paced and later else limit
+            last = i + 1 == len(instants)
+            bound = limit if not paced or last else min(limit, begun + instants[i + 1] - time.monotonic() - 1.0)
             settled = settle(observe, quiet, bound)
             if t in points:
                 snaps[t] = settled

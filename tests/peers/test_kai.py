@@ -131,11 +131,8 @@ def test_the_peers_run_keeps_the_files_clock_where_a_kai_rule_counts_seconds() -
     clocked = {path.stem for path in scenario_files(KAI) if keeps_clock(load_scenario(path), KAI)}
     assert clocked == {"kai-preempt-min-runtime", "kai-reclaim-min-runtime", "kai-stale-gang-evicted"}
     assert not keeps_clock(parse_scenario(QUEUES), KAI)
-    timed = parse_scenario(QUEUES.replace("{quota: 2, limit: -1, overQuotaWeight: 1}}}\n      ---\n      apiVersion: "
-                                          "scheduling.run.ai/v2\n      kind: Queue\n      metadata: {name: alone}",
-                                          "{quota: 2, limit: -1, overQuotaWeight: 1}}, reclaimMinRuntime: 30s}\n"
-                                          "      ---\n      apiVersion: scheduling.run.ai/v2\n      kind: Queue\n"
-                                          "      metadata: {name: alone}", 1))
+    timed = parse_scenario(QUEUES.replace("metadata: {name: alone}\n      spec: {",
+                                          "metadata: {name: alone}\n      spec: {reclaimMinRuntime: 30s, ", 1))
     assert keeps_clock(timed, KAI) and not keeps_clock(timed, VOLCANO)
 
 
